@@ -1,0 +1,24 @@
+// Reference CPU kernels: one per registered op, plain loops (float math in
+// the tensor's dtype, accumulation in double where PyTorch accumulates in
+// wider precision). They are the correctness oracle for the CUDA kernels.
+//
+// A CPU kernel runs synchronously on the calling thread (a CPU stream's
+// worker) and returns INVALID_ARGUMENT for bad data (out-of-range indices).
+#ifndef TANDEM_ADAPTOR_CPU_CPU_KERNELS_H_
+#define TANDEM_ADAPTOR_CPU_CPU_KERNELS_H_
+
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "adaptor/kernel.h"
+
+namespace tandem::cpu {
+
+using CpuKernelFn = absl::Status (*)(const KernelArgs& args);
+
+// nullptr when the op has no CPU kernel.
+CpuKernelFn FindCpuKernel(std::string_view op);
+
+}  // namespace tandem::cpu
+
+#endif  // TANDEM_ADAPTOR_CPU_CPU_KERNELS_H_

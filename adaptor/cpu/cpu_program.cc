@@ -1,0 +1,77 @@
+#include "adaptor/cpu/cpu_program.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "adaptor/cpu/cpu_kernels.h"
+#include "device/cpu_device.h"
+
+namespace tandem::cpu {
+namespace {
+
+class CpuProgram final : public Program {
+ public:
+  CpuProgram(const Graph& graph, std::vector<CpuKernelFn> kernels)
+      : graph_(graph), kernels_(std::move(kernels)) {}
+
+  absl::Status Enqueue(device::Stream& stream, absl::Span<void* const> addresses) override {
+    if (addresses.size() != graph_.values.size()) {
+      return absl::InternalError("address table does not match the graph");
+    }
+    std::vector<void*> table(addresses.begin(), addresses.end());
+    static_cast<device::CpuStream&>(stream).Enqueue(
+        [this, table = std::move(table)]() { return Run(table); });
+    return absl::OkStatus();
+  }
+
+  absl::Status Run(absl::Span<void* const> addresses) const {
+    KernelArgs args;
+    for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+      const Node& node = graph_.nodes[i];
+      args.node = &node;
+      args.inputs.clear();
+      args.outputs.clear();
+      for (int v : node.inputs) args.inputs.push_back(TensorArg{addresses[v], graph_.values[v].type});
+      for (int v : node.outputs) args.outputs.push_back(TensorArg{addresses[v], graph_.values[v].type});
+      absl::Status status = kernels_[i](args);
+      if (!status.ok()) {
+        return absl::Status(status.code(),
+                            absl::StrCat(node.Describe(static_cast<int>(i)), ": ", status.message()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const Graph& graph_;
+  const std::vector<CpuKernelFn> kernels_;  // one per node
+};
+
+absl::StatusOr<std::vector<CpuKernelFn>> ResolveKernels(const Graph& graph) {
+  std::vector<CpuKernelFn> kernels;
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    CpuKernelFn fn = FindCpuKernel(graph.nodes[i].op);
+    if (fn == nullptr) {
+      return absl::UnimplementedError(absl::StrCat(graph.nodes[i].Describe(static_cast<int>(i)),
+                                                   ": the CPU backend has no kernel for this op"));
+    }
+    kernels.push_back(fn);
+  }
+  return kernels;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Program>> CreateCpuProgram(const Graph& graph) {
+  auto kernels = ResolveKernels(graph);
+  if (!kernels.ok()) return kernels.status();
+  return std::unique_ptr<Program>(new CpuProgram(graph, *std::move(kernels)));
+}
+
+absl::Status RunGraphOnCpu(const Graph& graph, absl::Span<void* const> addresses) {
+  auto kernels = ResolveKernels(graph);
+  if (!kernels.ok()) return kernels.status();
+  return CpuProgram(graph, *std::move(kernels)).Run(addresses);
+}
+
+}  // namespace tandem::cpu

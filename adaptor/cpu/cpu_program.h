@@ -1,0 +1,21 @@
+// The CPU backend of Program: the whole iteration is one work item on the
+// lane's CPU stream, running each node's reference kernel in order.
+#ifndef TANDEM_ADAPTOR_CPU_CPU_PROGRAM_H_
+#define TANDEM_ADAPTOR_CPU_CPU_PROGRAM_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "adaptor/program.h"
+
+namespace tandem::cpu {
+
+absl::StatusOr<std::unique_ptr<Program>> CreateCpuProgram(const Graph& graph);
+
+// Runs every node of `graph` now, on the calling thread (tests and the
+// CPU program's work item).
+absl::Status RunGraphOnCpu(const Graph& graph, absl::Span<void* const> addresses);
+
+}  // namespace tandem::cpu
+
+#endif  // TANDEM_ADAPTOR_CPU_CPU_PROGRAM_H_

@@ -1,0 +1,30 @@
+// Where each ephemeral value of one iteration lives in a lane's arena.
+//
+// Feeds and intermediates are ephemeral: the planner packs them into one
+// arena by liveness over the node order (a freed range is reused, a view
+// shares its input's buffer, an elementwise op may overwrite an input it is
+// the last reader of), so the exact peak is known at registration and no
+// allocation happens while an iteration runs. Offsets are aligned to
+// device::kDeviceAlignment. Persistent values are not in the arena.
+#ifndef TANDEM_ADAPTOR_ITERATION_LAYOUT_H_
+#define TANDEM_ADAPTOR_ITERATION_LAYOUT_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "adaptor/graph.h"
+
+namespace tandem {
+
+struct IterationLayout {
+  std::vector<int64_t> offset;  // per value id: byte offset in the arena; -1 for persistents
+  uint64_t arena_bytes = 0;     // the planned peak of one iteration
+  uint64_t no_reuse_bytes = 0;  // sum of all ephemeral sizes: the bound without reuse
+};
+
+absl::StatusOr<IterationLayout> PlanIterationLayout(const Graph& graph);
+
+}  // namespace tandem
+
+#endif  // TANDEM_ADAPTOR_ITERATION_LAYOUT_H_

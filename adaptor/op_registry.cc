@@ -1,0 +1,58 @@
+#include "adaptor/op_registry.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+namespace tandem {
+
+const OpRegistry& OpRegistry::Global() {
+  static const OpRegistry* registry = [] {
+    auto* r = new OpRegistry();
+    RegisterElementwiseOps(*r);
+    RegisterLinalgOps(*r);
+    RegisterReductionOps(*r);
+    RegisterShapeOps(*r);
+    RegisterLossOps(*r);
+    RegisterFactoryOps(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+void OpRegistry::Register(OpDef def) {
+  std::string name = def.name;
+  auto [it, inserted] = ops_.emplace(name, std::make_shared<const OpDef>(std::move(def)));
+  if (!inserted) {
+    std::fprintf(stderr, "op '%s' registered twice\n", name.c_str());
+    std::abort();
+  }
+}
+
+void OpRegistry::Alias(std::string_view existing, std::string_view alias) {
+  auto it = ops_.find(existing);
+  if (it == ops_.end()) {
+    std::fprintf(stderr, "alias of unknown op '%s'\n", std::string(existing).c_str());
+    std::abort();
+  }
+  auto def = it->second;
+  if (!ops_.emplace(std::string(alias), def).second) {
+    std::fprintf(stderr, "op '%s' registered twice\n", std::string(alias).c_str());
+    std::abort();
+  }
+}
+
+const OpDef* OpRegistry::Find(std::string_view name) const {
+  auto it = ops_.find(name);
+  return it == ops_.end() ? nullptr : it->second.get();
+}
+
+std::vector<std::string> OpRegistry::Names() const {
+  std::vector<std::string> names;
+  names.reserve(ops_.size());
+  for (const auto& [name, def] : ops_) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace tandem

@@ -1,0 +1,75 @@
+#include "base/log.h"
+
+#include <atomic>
+#include <cstdio>
+
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace tandem {
+namespace {
+
+std::atomic<int> g_min_level{static_cast<int>(LogLevel::kInfo)};
+
+char LevelLetter(LogLevel level) {
+  switch (level) {
+    case LogLevel::kDebug: return 'D';
+    case LogLevel::kInfo: return 'I';
+    case LogLevel::kWarning: return 'W';
+    case LogLevel::kError: return 'E';
+  }
+  return '?';
+}
+
+bool NeedsQuotes(std::string_view v) {
+  if (v.empty()) return true;
+  for (char c : v) {
+    if (c == ' ' || c == '"' || c == '=' || c == '\n') return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void SetMinLogLevel(LogLevel level) { g_min_level.store(static_cast<int>(level)); }
+LogLevel MinLogLevel() { return static_cast<LogLevel>(g_min_level.load()); }
+
+bool ParseLogLevel(std::string_view text, LogLevel* level) {
+  if (absl::EqualsIgnoreCase(text, "debug")) *level = LogLevel::kDebug;
+  else if (absl::EqualsIgnoreCase(text, "info")) *level = LogLevel::kInfo;
+  else if (absl::EqualsIgnoreCase(text, "warning")) *level = LogLevel::kWarning;
+  else if (absl::EqualsIgnoreCase(text, "error")) *level = LogLevel::kError;
+  else return false;
+  return true;
+}
+
+LogLine::LogLine(LogLevel level, std::string_view message)
+    : enabled_(static_cast<int>(level) >= g_min_level.load()), level_(level) {
+  if (!enabled_) return;
+  line_ = absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()),
+                       " ", std::string(1, LevelLetter(level_)), " ", message);
+}
+
+LogLine& LogLine::With(std::string_view key, std::string_view value) {
+  if (!enabled_) return *this;
+  if (NeedsQuotes(value)) {
+    std::string quoted;
+    for (char c : value) {
+      if (c == '"' || c == '\\') quoted.push_back('\\');
+      quoted.push_back(c == '\n' ? ' ' : c);
+    }
+    absl::StrAppend(&line_, " ", key, "=\"", quoted, "\"");
+  } else {
+    absl::StrAppend(&line_, " ", key, "=", value);
+  }
+  return *this;
+}
+
+LogLine::~LogLine() {
+  if (!enabled_) return;
+  line_.push_back('\n');
+  std::fwrite(line_.data(), 1, line_.size(), stderr);
+}
+
+}  // namespace tandem

@@ -1,0 +1,60 @@
+// Structured logging: one line per event, `key=value` pairs after a message.
+//
+//   TLOG(INFO, "session opened").With("session", id).With("peer", peer);
+//
+// Lines go to stderr as
+//   2026-11-29T23:40:01.123Z I session opened session=7 peer=ipc
+// The minimum level is process-wide (SetMinLogLevel); thread-safe.
+#ifndef TANDEM_BASE_LOG_H_
+#define TANDEM_BASE_LOG_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem {
+
+enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
+
+void SetMinLogLevel(LogLevel level);
+LogLevel MinLogLevel();
+// Parses "debug", "info", "warning", "error".
+bool ParseLogLevel(std::string_view text, LogLevel* level);
+
+// One log line, written when the object is destroyed.
+class LogLine {
+ public:
+  LogLine(LogLevel level, std::string_view message);
+  ~LogLine();
+  LogLine(const LogLine&) = delete;
+  LogLine& operator=(const LogLine&) = delete;
+
+  template <typename T>
+  LogLine& With(std::string_view key, const T& value) {
+    if (enabled_) absl::StrAppend(&line_, " ", key, "=", value);
+    return *this;
+  }
+  LogLine& With(std::string_view key, std::string_view value);
+  LogLine& With(std::string_view key, const std::string& value) {
+    return With(key, std::string_view(value));
+  }
+  LogLine& With(std::string_view key, const char* value) {
+    return With(key, std::string_view(value));
+  }
+
+ private:
+  bool enabled_;
+  LogLevel level_;
+  std::string line_;
+};
+
+}  // namespace tandem
+
+#define TLOG(level, message) ::tandem::LogLine(::tandem::LogLevel::k##level, message)
+#define TLOG_DEBUG(message) TLOG(Debug, message)
+#define TLOG_INFO(message) TLOG(Info, message)
+#define TLOG_WARNING(message) TLOG(Warning, message)
+#define TLOG_ERROR(message) TLOG(Error, message)
+
+#endif  // TANDEM_BASE_LOG_H_
