@@ -1,3 +1,4 @@
+#include "absl/strings/string_view.h"
 #include "adaptor/attrs.h"
 
 #include "absl/strings/str_cat.h"
@@ -6,18 +7,18 @@ namespace tandem {
 namespace {
 
 template <typename T>
-absl::StatusOr<T> Missing(std::string_view name, const std::optional<T>& fallback) {
+absl::StatusOr<T> Missing(absl::string_view name, const std::optional<T>& fallback) {
   if (fallback.has_value()) return *fallback;
   return absl::InvalidArgumentError(absl::StrCat("missing attribute '", name, "'"));
 }
 
-absl::Status WrongType(std::string_view name, std::string_view want) {
+absl::Status WrongType(absl::string_view name, absl::string_view want) {
   return absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' must be ", want));
 }
 
 }  // namespace
 
-absl::StatusOr<int64_t> Attrs::GetInt(std::string_view name, std::optional<int64_t> fallback) const {
+absl::StatusOr<int64_t> Attrs::GetInt(absl::string_view name, std::optional<int64_t> fallback) const {
   auto it = values_.find(std::string(name));
   if (it == values_.end()) return Missing(name, fallback);
   if (auto* v = std::get_if<int64_t>(&it->second)) return *v;
@@ -25,7 +26,7 @@ absl::StatusOr<int64_t> Attrs::GetInt(std::string_view name, std::optional<int64
   return WrongType(name, "an int");
 }
 
-absl::StatusOr<double> Attrs::GetFloat(std::string_view name, std::optional<double> fallback) const {
+absl::StatusOr<double> Attrs::GetFloat(absl::string_view name, std::optional<double> fallback) const {
   auto it = values_.find(std::string(name));
   if (it == values_.end()) return Missing(name, fallback);
   if (auto* v = std::get_if<double>(&it->second)) return *v;
@@ -34,7 +35,7 @@ absl::StatusOr<double> Attrs::GetFloat(std::string_view name, std::optional<doub
   return WrongType(name, "a number");
 }
 
-absl::StatusOr<bool> Attrs::GetBool(std::string_view name, std::optional<bool> fallback) const {
+absl::StatusOr<bool> Attrs::GetBool(absl::string_view name, std::optional<bool> fallback) const {
   auto it = values_.find(std::string(name));
   if (it == values_.end()) return Missing(name, fallback);
   if (auto* v = std::get_if<bool>(&it->second)) return *v;
@@ -43,7 +44,7 @@ absl::StatusOr<bool> Attrs::GetBool(std::string_view name, std::optional<bool> f
 }
 
 absl::StatusOr<std::vector<int64_t>> Attrs::GetInts(
-    std::string_view name, std::optional<std::vector<int64_t>> fallback) const {
+    absl::string_view name, std::optional<std::vector<int64_t>> fallback) const {
   auto it = values_.find(std::string(name));
   if (it == values_.end()) return Missing(name, fallback);
   if (auto* v = std::get_if<std::vector<int64_t>>(&it->second)) return *v;
@@ -52,7 +53,7 @@ absl::StatusOr<std::vector<int64_t>> Attrs::GetInts(
 }
 
 absl::StatusOr<std::vector<double>> Attrs::GetFloats(
-    std::string_view name, std::optional<std::vector<double>> fallback) const {
+    absl::string_view name, std::optional<std::vector<double>> fallback) const {
   auto it = values_.find(std::string(name));
   if (it == values_.end()) return Missing(name, fallback);
   if (auto* v = std::get_if<std::vector<double>>(&it->second)) return *v;
@@ -62,7 +63,7 @@ absl::StatusOr<std::vector<double>> Attrs::GetFloats(
   return WrongType(name, "a list of numbers");
 }
 
-absl::StatusOr<std::string> Attrs::GetString(std::string_view name,
+absl::StatusOr<std::string> Attrs::GetString(absl::string_view name,
                                              std::optional<std::string> fallback) const {
   auto it = values_.find(std::string(name));
   if (it == values_.end()) return Missing(name, fallback);
@@ -70,7 +71,7 @@ absl::StatusOr<std::string> Attrs::GetString(std::string_view name,
   return WrongType(name, "a string");
 }
 
-absl::StatusOr<DType> Attrs::GetDType(std::string_view name, std::optional<DType> fallback) const {
+absl::StatusOr<DType> Attrs::GetDType(absl::string_view name, std::optional<DType> fallback) const {
   auto it = values_.find(std::string(name));
   if (it == values_.end()) return Missing(name, fallback);
   if (auto* v = std::get_if<DType>(&it->second)) return *v;

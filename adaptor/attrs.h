@@ -2,11 +2,12 @@
 #ifndef TANDEM_ADAPTOR_ATTRS_H_
 #define TANDEM_ADAPTOR_ATTRS_H_
 
+#include "absl/strings/string_view.h"
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
-#include <string_view>
+
 #include <variant>
 #include <vector>
 
@@ -24,19 +25,19 @@ using AttrValue =
 class Attrs {
  public:
   void Set(std::string name, AttrValue value) { values_[std::move(name)] = std::move(value); }
-  bool Has(std::string_view name) const { return values_.find(std::string(name)) != values_.end(); }
+  bool Has(absl::string_view name) const { return values_.find(std::string(name)) != values_.end(); }
   const std::map<std::string, AttrValue>& values() const { return values_; }
 
-  absl::StatusOr<int64_t> GetInt(std::string_view name, std::optional<int64_t> fallback = {}) const;
-  absl::StatusOr<double> GetFloat(std::string_view name, std::optional<double> fallback = {}) const;
-  absl::StatusOr<bool> GetBool(std::string_view name, std::optional<bool> fallback = {}) const;
+  absl::StatusOr<int64_t> GetInt(absl::string_view name, std::optional<int64_t> fallback = {}) const;
+  absl::StatusOr<double> GetFloat(absl::string_view name, std::optional<double> fallback = {}) const;
+  absl::StatusOr<bool> GetBool(absl::string_view name, std::optional<bool> fallback = {}) const;
   absl::StatusOr<std::vector<int64_t>> GetInts(
-      std::string_view name, std::optional<std::vector<int64_t>> fallback = {}) const;
+      absl::string_view name, std::optional<std::vector<int64_t>> fallback = {}) const;
   absl::StatusOr<std::vector<double>> GetFloats(
-      std::string_view name, std::optional<std::vector<double>> fallback = {}) const;
-  absl::StatusOr<std::string> GetString(std::string_view name,
+      absl::string_view name, std::optional<std::vector<double>> fallback = {}) const;
+  absl::StatusOr<std::string> GetString(absl::string_view name,
                                         std::optional<std::string> fallback = {}) const;
-  absl::StatusOr<DType> GetDType(std::string_view name, std::optional<DType> fallback = {}) const;
+  absl::StatusOr<DType> GetDType(absl::string_view name, std::optional<DType> fallback = {}) const;
 
  private:
   std::map<std::string, AttrValue> values_;

@@ -12,6 +12,7 @@
 #ifndef TANDEM_ADAPTOR_GRAPH_H_
 #define TANDEM_ADAPTOR_GRAPH_H_
 
+#include "absl/strings/string_view.h"
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,7 +55,7 @@ struct Graph {
   absl::flat_hash_map<std::string, int> by_name;
 
   // -1 when there is no such value.
-  int Find(std::string_view name) const {
+  int Find(absl::string_view name) const {
     auto it = by_name.find(name);
     return it == by_name.end() ? -1 : it->second;
   }

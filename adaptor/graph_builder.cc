@@ -1,3 +1,4 @@
+#include "absl/strings/string_view.h"
 #include "adaptor/graph_builder.h"
 
 #include "absl/strings/str_cat.h"
@@ -7,7 +8,7 @@
 namespace tandem {
 namespace {
 
-absl::Status Invalid(const std::string& where, std::string_view what) {
+absl::Status Invalid(const std::string& where, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
 }
 

@@ -1,3 +1,4 @@
+#include "absl/strings/string_view.h"
 #include "adaptor/op_registry.h"
 
 #include <algorithm>
@@ -29,7 +30,7 @@ void OpRegistry::Register(OpDef def) {
   }
 }
 
-void OpRegistry::Alias(std::string_view existing, std::string_view alias) {
+void OpRegistry::Alias(absl::string_view existing, absl::string_view alias) {
   auto it = ops_.find(existing);
   if (it == ops_.end()) {
     std::fprintf(stderr, "alias of unknown op '%s'\n", std::string(existing).c_str());
@@ -42,7 +43,7 @@ void OpRegistry::Alias(std::string_view existing, std::string_view alias) {
   }
 }
 
-const OpDef* OpRegistry::Find(std::string_view name) const {
+const OpDef* OpRegistry::Find(absl::string_view name) const {
   auto it = ops_.find(name);
   return it == ops_.end() ? nullptr : it->second.get();
 }

@@ -12,10 +12,11 @@
 #ifndef TANDEM_ADAPTOR_OP_REGISTRY_H_
 #define TANDEM_ADAPTOR_OP_REGISTRY_H_
 
+#include "absl/strings/string_view.h"
 #include <functional>
 #include <memory>
 #include <string>
-#include <string_view>
+
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -63,9 +64,9 @@ class OpRegistry {
   // (the process aborts: it is a programming error caught by any test).
   void Register(OpDef def);
   // Registers `def` under another name too (e.g. "t" and "t_copy").
-  void Alias(std::string_view existing, std::string_view alias);
+  void Alias(absl::string_view existing, absl::string_view alias);
 
-  const OpDef* Find(std::string_view name) const;
+  const OpDef* Find(absl::string_view name) const;
   std::vector<std::string> Names() const;  // sorted
 
  private:

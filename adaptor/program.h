@@ -23,9 +23,12 @@ namespace tandem {
 class Program {
  public:
   virtual ~Program() = default;
-  // Enqueues every node of the graph on `stream`. `addresses[v]` is where
-  // value v lives; all must be non-null and stay valid until the stream has
-  // run the iteration.
+  // Enqueues every node of the graph on `stream`, then the graph's updates
+  // (value -> persistent tensor copies). `addresses[v]` is where value v
+  // lives; all must be non-null and stay valid until the stream has run the
+  // iteration. An iteration whose kernels report bad data (an out-of-range
+  // label) must leave the persistent tensors unchanged: its updates are
+  // skipped, and the stream's next OnComplete reports INVALID_ARGUMENT.
   virtual absl::Status Enqueue(device::Stream& stream, absl::Span<void* const> addresses) = 0;
 };
 

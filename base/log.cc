@@ -1,3 +1,4 @@
+#include "absl/strings/string_view.h"
 #include "base/log.h"
 
 #include <atomic>
@@ -22,7 +23,7 @@ char LevelLetter(LogLevel level) {
   return '?';
 }
 
-bool NeedsQuotes(std::string_view v) {
+bool NeedsQuotes(absl::string_view v) {
   if (v.empty()) return true;
   for (char c : v) {
     if (c == ' ' || c == '"' || c == '=' || c == '\n') return true;
@@ -35,7 +36,7 @@ bool NeedsQuotes(std::string_view v) {
 void SetMinLogLevel(LogLevel level) { g_min_level.store(static_cast<int>(level)); }
 LogLevel MinLogLevel() { return static_cast<LogLevel>(g_min_level.load()); }
 
-bool ParseLogLevel(std::string_view text, LogLevel* level) {
+bool ParseLogLevel(absl::string_view text, LogLevel* level) {
   if (absl::EqualsIgnoreCase(text, "debug")) *level = LogLevel::kDebug;
   else if (absl::EqualsIgnoreCase(text, "info")) *level = LogLevel::kInfo;
   else if (absl::EqualsIgnoreCase(text, "warning")) *level = LogLevel::kWarning;
@@ -44,14 +45,14 @@ bool ParseLogLevel(std::string_view text, LogLevel* level) {
   return true;
 }
 
-LogLine::LogLine(LogLevel level, std::string_view message)
+LogLine::LogLine(LogLevel level, absl::string_view message)
     : enabled_(static_cast<int>(level) >= g_min_level.load()), level_(level) {
   if (!enabled_) return;
   line_ = absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()),
                        " ", std::string(1, LevelLetter(level_)), " ", message);
 }
 
-LogLine& LogLine::With(std::string_view key, std::string_view value) {
+LogLine& LogLine::With(absl::string_view key, absl::string_view value) {
   if (!enabled_) return *this;
   if (NeedsQuotes(value)) {
     std::string quoted;

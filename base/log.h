@@ -8,8 +8,9 @@
 #ifndef TANDEM_BASE_LOG_H_
 #define TANDEM_BASE_LOG_H_
 
+#include "absl/strings/string_view.h"
 #include <string>
-#include <string_view>
+
 
 #include "absl/strings/str_cat.h"
 
@@ -20,27 +21,27 @@ enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
 void SetMinLogLevel(LogLevel level);
 LogLevel MinLogLevel();
 // Parses "debug", "info", "warning", "error".
-bool ParseLogLevel(std::string_view text, LogLevel* level);
+bool ParseLogLevel(absl::string_view text, LogLevel* level);
 
 // One log line, written when the object is destroyed.
 class LogLine {
  public:
-  LogLine(LogLevel level, std::string_view message);
+  LogLine(LogLevel level, absl::string_view message);
   ~LogLine();
   LogLine(const LogLine&) = delete;
   LogLine& operator=(const LogLine&) = delete;
 
   template <typename T>
-  LogLine& With(std::string_view key, const T& value) {
+  LogLine& With(absl::string_view key, const T& value) {
     if (enabled_) absl::StrAppend(&line_, " ", key, "=", value);
     return *this;
   }
-  LogLine& With(std::string_view key, std::string_view value);
-  LogLine& With(std::string_view key, const std::string& value) {
-    return With(key, std::string_view(value));
+  LogLine& With(absl::string_view key, absl::string_view value);
+  LogLine& With(absl::string_view key, const std::string& value) {
+    return With(key, absl::string_view(value));
   }
-  LogLine& With(std::string_view key, const char* value) {
-    return With(key, std::string_view(value));
+  LogLine& With(absl::string_view key, const char* value) {
+    return With(key, absl::string_view(value));
   }
 
  private:

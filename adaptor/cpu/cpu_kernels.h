@@ -7,9 +7,8 @@
 #ifndef TANDEM_ADAPTOR_CPU_CPU_KERNELS_H_
 #define TANDEM_ADAPTOR_CPU_CPU_KERNELS_H_
 
-#include <string_view>
-
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "adaptor/kernel.h"
 
 namespace tandem::cpu {
@@ -17,7 +16,7 @@ namespace tandem::cpu {
 using CpuKernelFn = absl::Status (*)(const KernelArgs& args);
 
 // nullptr when the op has no CPU kernel.
-CpuKernelFn FindCpuKernel(std::string_view op);
+CpuKernelFn FindCpuKernel(absl::string_view op);
 
 }  // namespace tandem::cpu
 

@@ -1,5 +1,6 @@
 #include "adaptor/cpu/cpu_program.h"
 
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -37,6 +38,12 @@ class CpuProgram final : public Program {
       if (!status.ok()) {
         return absl::Status(status.code(),
                             absl::StrCat(node.Describe(static_cast<int>(i)), ": ", status.message()));
+      }
+    }
+    // Updates run only after every node succeeded.
+    for (const auto& [target, value] : graph_.updates) {
+      if (addresses[target] != addresses[value]) {
+        std::memmove(addresses[target], addresses[value], graph_.values[target].type.bytes());
       }
     }
     return absl::OkStatus();

@@ -12,8 +12,8 @@ namespace tandem::cpu {
 
 absl::StatusOr<std::unique_ptr<Program>> CreateCpuProgram(const Graph& graph);
 
-// Runs every node of `graph` now, on the calling thread (tests and the
-// CPU program's work item).
+// Runs every node of `graph` now, then its updates, on the calling thread
+// (tests and the CPU program's work item).
 absl::Status RunGraphOnCpu(const Graph& graph, absl::Span<void* const> addresses);
 
 }  // namespace tandem::cpu

@@ -1,0 +1,265 @@
+#include "client/client.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "base/endpoint.h"
+#include "proto/status_convert.h"
+
+namespace tandem::client {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+absl::Status Unexpected(const v1::Response& response, const char* want) {
+  return absl::InternalError(absl::StrCat("tandemd answered with the wrong body (wanted ", want, ", got case ",
+                                          static_cast<int>(response.body_case()), ")"));
+}
+
+}  // namespace
+
+Client::Client(const ClientOptions& options, std::string endpoint)
+    : options_(options), endpoint_(std::move(endpoint)), context_(1), socket_(context_, zmq::socket_type::dealer) {
+  socket_.set(zmq::sockopt::linger, 0);
+  socket_.set(zmq::sockopt::sndhwm, 0);
+  socket_.set(zmq::sockopt::rcvhwm, 0);
+  last_heard_ = SteadyClock::now();
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  std::string endpoint = options.endpoint.empty() ? ClientDefaultEndpoint() : options.endpoint;
+  std::string path = IpcPath(endpoint);
+  struct stat st;
+  if (!path.empty() && ::stat(path.c_str(), &st) != 0) {
+    return absl::UnavailableError(absl::StrCat("tandemd is not running: no socket at ", path,
+                                               " (start tandemd, or point TANDEM_ENDPOINT at its endpoint)"));
+  }
+  std::unique_ptr<Client> client(new Client(options, endpoint));
+  try {
+    client->socket_.connect(endpoint);
+  } catch (const zmq::error_t& e) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot connect to ", endpoint, ": ", e.what()));
+  }
+  v1::Request request;
+  v1::HelloRequest* hello = request.mutable_hello();
+  hello->set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
+  hello->set_client_name(options.name);
+  hello->set_client_pid(static_cast<uint32_t>(::getpid()));
+  auto id = client->Send(std::move(request));
+  if (!id.ok()) return id.status();
+  // The handshake has its own, short deadline.
+  auto deadline = SteadyClock::now() + absl::ToChronoMilliseconds(options.connect_timeout);
+  {
+    std::unique_lock<std::mutex> lock(client->mu_);
+    while (!client->arrived_.contains(*id)) {
+      if (SteadyClock::now() > deadline) {
+        return absl::UnavailableError(absl::StrCat("no answer from tandemd at ", endpoint, " within ",
+                                                   absl::FormatDuration(options.connect_timeout),
+                                                   "; is it running?"));
+      }
+      client->ReceiveLocked(std::chrono::milliseconds(20));
+    }
+  }
+  auto response = client->Wait(*id);
+  if (!response.ok()) return response.status();
+  if (!response->has_hello()) return Unexpected(*response, "hello");
+  client->hello_ = response->hello();
+  if (options.heartbeat) client->heartbeat_ = std::thread([raw = client.get()] { raw->HeartbeatLoop(); });
+  return client;
+}
+
+Client::~Client() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  if (hello_.session_id() != 0) {
+    // Best effort: the daemon also ends sessions that go quiet.
+    v1::Request request;
+    request.mutable_close_session();
+    auto id = Send(std::move(request));
+    if (id.ok()) {
+      std::unique_lock<std::mutex> lock(mu_);
+      auto deadline = SteadyClock::now() + std::chrono::milliseconds(500);
+      while (!arrived_.contains(*id) && SteadyClock::now() < deadline) ReceiveLocked(std::chrono::milliseconds(20));
+    }
+  }
+}
+
+void Client::HeartbeatLoop() {
+  std::unique_lock<std::mutex> stop_lock(stop_mu_);
+  while (!stop_cv_.wait_for(stop_lock, HeartbeatPeriod() / 2, [this] { return stopping_; })) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ReceiveLocked(std::chrono::milliseconds(0));
+  }
+}
+
+std::chrono::milliseconds Client::HeartbeatPeriod() const {
+  double timeout = hello_.session_timeout_seconds() > 0 ? hello_.session_timeout_seconds() : 30;
+  return std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000 / 4));
+}
+
+void Client::MaybeHeartbeatLocked() {
+  if (!options_.heartbeat || hello_.session_id() == 0) return;
+  auto now = SteadyClock::now();
+  if (now - last_heartbeat_ < HeartbeatPeriod()) return;
+  last_heartbeat_ = now;
+  v1::Request request;
+  request.mutable_heartbeat();
+  uint64_t id = next_id_++;
+  request.set_request_id(id);
+  std::string bytes = request.SerializeAsString();
+  try {
+    if (socket_.send(zmq::buffer(bytes), zmq::send_flags::dontwait)) discard_.insert(id);
+  } catch (const zmq::error_t&) {
+  }
+}
+
+void Client::ReceiveLocked(std::chrono::milliseconds timeout) {
+  MaybeHeartbeatLocked();
+  zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
+  zmq::poll(&item, 1, timeout);
+  while (true) {
+    zmq::message_t msg;
+    if (!socket_.recv(msg, zmq::recv_flags::dontwait)) break;
+    last_heard_ = SteadyClock::now();
+    v1::Response response;
+    if (!response.ParseFromArray(msg.data(), static_cast<int>(msg.size()))) continue;
+    if (discard_.erase(response.request_id()) > 0) continue;
+    arrived_[response.request_id()] = std::move(response);
+  }
+}
+
+absl::StatusOr<uint64_t> Client::Send(v1::Request request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t id = next_id_++;
+  request.set_request_id(id);
+  std::string bytes = request.SerializeAsString();
+  try {
+    socket_.send(zmq::buffer(bytes), zmq::send_flags::none);
+  } catch (const zmq::error_t& e) {
+    return absl::UnavailableError(absl::StrCat("sending to tandemd at ", endpoint_, " failed: ", e.what()));
+  }
+  return id;
+}
+
+absl::StatusOr<v1::Response> Client::Wait(uint64_t request_id) {
+  auto deadline = SteadyClock::now() + absl::ToChronoMilliseconds(options_.call_timeout);
+  // With heartbeats on, a live daemon answers at least every quarter
+  // timeout, so a long silence means it is gone.
+  auto silence_limit = std::max<std::chrono::milliseconds>(std::chrono::milliseconds(3000), HeartbeatPeriod() * 4);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    auto it = arrived_.find(request_id);
+    if (it != arrived_.end()) {
+      v1::Response response = std::move(it->second);
+      arrived_.erase(it);
+      absl::Status status = StatusFromProto(response.status());
+      if (!status.ok()) return status;
+      return response;
+    }
+    auto now = SteadyClock::now();
+    if (now > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("no reply from tandemd at ", endpoint_, " to request ", request_id, " within ",
+                       absl::FormatDuration(options_.call_timeout)));
+    }
+    if (options_.heartbeat && now - last_heard_ > silence_limit) {
+      return absl::UnavailableError(absl::StrCat("tandemd at ", endpoint_, " stopped answering (nothing for ",
+                                                 std::chrono::duration_cast<std::chrono::seconds>(now - last_heard_).count(),
+                                                 " s); it may have exited — restart it and register the job again"));
+    }
+    ReceiveLocked(std::chrono::milliseconds(10));
+  }
+}
+
+absl::StatusOr<v1::Response> Client::Call(v1::Request request) {
+  auto id = Send(std::move(request));
+  if (!id.ok()) return id.status();
+  return Wait(*id);
+}
+
+absl::StatusOr<v1::Response> Client::CallRaw(const std::string& bytes, uint64_t expect_request_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    socket_.send(zmq::buffer(bytes), zmq::send_flags::none);
+  }
+  return Wait(expect_request_id);
+}
+
+absl::StatusOr<v1::RegisterJobResponse> Client::RegisterJob(v1::RegisterJobRequest request) {
+  v1::Request r;
+  *r.mutable_register_job() = std::move(request);
+  auto response = Call(std::move(r));
+  if (!response.ok()) return response.status();
+  if (!response->has_register_job()) return Unexpected(*response, "register_job");
+  return response->register_job();
+}
+
+absl::StatusOr<uint64_t> Client::SubmitIteration(uint64_t job_id, const NamedTensors& feeds,
+                                                 const std::vector<std::string>& fetches, uint64_t iteration) {
+  v1::Request r;
+  v1::RunIterationRequest* run = r.mutable_run_iteration();
+  run->set_job_id(job_id);
+  run->set_iteration(iteration);
+  for (const auto& [name, tensor] : feeds) tensor.ToProto(name, run->add_feeds());
+  for (const auto& f : fetches) run->add_fetches(f);
+  return Send(std::move(r));
+}
+
+absl::StatusOr<IterationResult> Client::WaitIteration(uint64_t ticket) {
+  auto response = Wait(ticket);
+  if (!response.ok()) return response.status();
+  if (!response->has_run_iteration()) return Unexpected(*response, "run_iteration");
+  IterationResult result;
+  const v1::RunIterationResponse& r = response->run_iteration();
+  result.iteration = r.iteration();
+  result.run_seconds = r.run_seconds();
+  result.queue_seconds = r.queue_seconds();
+  for (const v1::Tensor& t : r.fetches()) result.fetches[t.spec().name()] = HostTensor::FromProto(t);
+  return result;
+}
+
+absl::StatusOr<IterationResult> Client::RunIteration(uint64_t job_id, const NamedTensors& feeds,
+                                                     const std::vector<std::string>& fetches, uint64_t iteration) {
+  auto ticket = SubmitIteration(job_id, feeds, fetches, iteration);
+  if (!ticket.ok()) return ticket.status();
+  return WaitIteration(*ticket);
+}
+
+absl::StatusOr<HostTensor> Client::ReadTensor(uint64_t job_id, const std::string& name) {
+  v1::Request r;
+  r.mutable_read_tensor()->set_job_id(job_id);
+  r.mutable_read_tensor()->set_name(name);
+  auto response = Call(std::move(r));
+  if (!response.ok()) return response.status();
+  if (!response->has_read_tensor()) return Unexpected(*response, "read_tensor");
+  return HostTensor::FromProto(response->read_tensor().tensor());
+}
+
+absl::Status Client::CloseJob(uint64_t job_id) {
+  v1::Request r;
+  r.mutable_close_job()->set_job_id(job_id);
+  return Call(std::move(r)).status();
+}
+
+absl::StatusOr<v1::ListSessionsResponse> Client::ListSessions() {
+  v1::Request r;
+  r.mutable_list_sessions();
+  auto response = Call(std::move(r));
+  if (!response.ok()) return response.status();
+  return response->list_sessions();
+}
+
+absl::StatusOr<v1::StatsResponse> Client::Stats() {
+  v1::Request r;
+  r.mutable_stats();
+  auto response = Call(std::move(r));
+  if (!response.ok()) return response.status();
+  return response->stats();
+}
+
+}  // namespace tandem::client

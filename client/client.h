@@ -1,0 +1,114 @@
+// The C++ client SDK (libtandem): a session with tandemd.
+//
+//   ASSIGN_OR_RETURN(auto client, Client::Connect({.name = "trainer"}));
+//   ASSIGN_OR_RETURN(auto job, client->RegisterJob(std::move(builder).Build()));
+//   ASSIGN_OR_RETURN(auto result, client->RunIteration(job.job_id(), feeds, {"loss"}));
+//
+// Calls are synchronous (RunIteration) or pipelined: SubmitIteration returns
+// a ticket at once, so several iterations can be in flight, and
+// WaitIteration collects each. While connected, a background thread sends
+// heartbeats so an idle session is not ended by the daemon, and a call
+// fails with UNAVAILABLE when the daemon stops answering (even heartbeats)
+// instead of hanging.
+//
+// Thread-safety: all methods may be called from several threads.
+// Destroying the client closes its session (the daemon frees its jobs).
+#ifndef TANDEM_CLIENT_CLIENT_H_
+#define TANDEM_CLIENT_CLIENT_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/host_tensor.h"
+#include "tandem.pb.h"
+
+namespace tandem::client {
+
+struct ClientOptions {
+  std::string endpoint;  // empty: $TANDEM_ENDPOINT, else the default socket
+  std::string name = "tandem-client";
+  absl::Duration connect_timeout = absl::Seconds(5);
+  absl::Duration call_timeout = absl::Hours(24);  // bound on one call
+  bool heartbeat = true;
+};
+
+struct IterationResult {
+  uint64_t iteration = 0;
+  std::map<std::string, HostTensor> fetches;
+  double run_seconds = 0;    // on the device
+  double queue_seconds = 0;  // waiting for its turn in the daemon
+};
+
+class Client {
+ public:
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  uint64_t session_id() const { return hello_.session_id(); }
+  const v1::HelloResponse& hello() const { return hello_; }
+  const std::string& endpoint() const { return endpoint_; }
+
+  absl::StatusOr<v1::RegisterJobResponse> RegisterJob(v1::RegisterJobRequest request);
+  absl::StatusOr<uint64_t> SubmitIteration(uint64_t job_id, const NamedTensors& feeds,
+                                           const std::vector<std::string>& fetches, uint64_t iteration = 0);
+  absl::StatusOr<IterationResult> WaitIteration(uint64_t ticket);
+  absl::StatusOr<IterationResult> RunIteration(uint64_t job_id, const NamedTensors& feeds,
+                                               const std::vector<std::string>& fetches, uint64_t iteration = 0);
+  absl::StatusOr<HostTensor> ReadTensor(uint64_t job_id, const std::string& name);
+  absl::Status CloseJob(uint64_t job_id);
+  absl::StatusOr<v1::ListSessionsResponse> ListSessions();
+  absl::StatusOr<v1::StatsResponse> Stats();
+
+  // The raw protocol: Send assigns the request id and returns it; Wait
+  // returns that request's response, its status mapped to absl::Status.
+  absl::StatusOr<uint64_t> Send(v1::Request request);
+  absl::StatusOr<v1::Response> Wait(uint64_t request_id);
+  absl::StatusOr<v1::Response> Call(v1::Request request);
+  // Sends bytes as they are (tests of malformed input use it).
+  absl::StatusOr<v1::Response> CallRaw(const std::string& bytes, uint64_t expect_request_id);
+
+ private:
+  Client(const ClientOptions& options, std::string endpoint);
+  void HeartbeatLoop();
+  std::chrono::milliseconds HeartbeatPeriod() const;
+  // Sends a heartbeat when one is due; mu_ held.
+  void MaybeHeartbeatLocked();
+  // Receives whatever is readable within `timeout`; mu_ held.
+  void ReceiveLocked(std::chrono::milliseconds timeout);
+
+  const ClientOptions options_;
+  const std::string endpoint_;
+  v1::HelloResponse hello_;  // constant after Connect
+
+  std::mutex mu_;
+  zmq::context_t context_;
+  zmq::socket_t socket_;  // guarded by mu_
+  uint64_t next_id_ = 1;  // guarded by mu_
+  absl::flat_hash_map<uint64_t, v1::Response> arrived_;  // guarded by mu_
+  absl::flat_hash_set<uint64_t> discard_;                // heartbeat ids; guarded by mu_
+  std::chrono::steady_clock::time_point last_heard_;     // guarded by mu_
+  std::chrono::steady_clock::time_point last_heartbeat_;  // guarded by mu_
+
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;  // guarded by stop_mu_
+  std::thread heartbeat_;
+};
+
+}  // namespace tandem::client
+
+#endif  // TANDEM_CLIENT_CLIENT_H_

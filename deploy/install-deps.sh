@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what building and testing Tandem needs, from Debian 12's archive.
+# Idempotent; uses sudo when not run as root. The CUDA toolkit is optional:
+# when /usr/local/cuda/bin/nvcc exists the CUDA backend is built too.
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libzmq3-dev cppzmq-dev
+  libprotobuf-dev protobuf-compiler
+  libabsl-dev libboost-dev libgtest-dev libgmock-dev
+)
+# The PyTorch adaptor and its tests use Debian's Python 3.11 with torch.
+if [ "${TANDEM_WITH_PYTHON:-1}" = 1 ]; then
+  PACKAGES+=(python3 python3-numpy python3-torch)
+fi
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

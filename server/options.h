@@ -1,0 +1,28 @@
+// tandemd's settings: every flag of the daemon, in one struct.
+#ifndef TANDEM_SERVER_OPTIONS_H_
+#define TANDEM_SERVER_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tandem::server {
+
+struct DaemonOptions {
+  std::string endpoint;          // empty: DaemonDefaultEndpoint()
+  std::string device = "auto";   // auto | cpu | cuda
+  std::vector<int> gpus;         // CUDA ordinals to use; empty: all
+  std::string policy = "fifo";   // fifo | pack | fair | srtf | priority
+  uint64_t max_message_bytes = uint64_t{256} << 20;
+  double session_timeout_seconds = 30;
+  uint64_t cpu_memory_bytes = uint64_t{8} << 30;  // capacity of the CPU device
+  uint64_t reserve_bytes = 0;    // 0: measured/estimated per device at start
+  int max_lanes = 4;
+  uint64_t max_job_bytes = 0;    // per-job quota; 0: none
+  int max_inflight_per_lane = 2; // iterations enqueued ahead on a lane
+  int max_queued_per_job = 64;   // iterations a job may have waiting
+};
+
+}  // namespace tandem::server
+
+#endif  // TANDEM_SERVER_OPTIONS_H_

@@ -1,0 +1,335 @@
+#include "server/service.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/log.h"
+#include "base/status_macros.h"
+#include "device/cpu_device.h"
+#include "device/cuda_device.h"
+#include "proto/status_convert.h"
+
+namespace tandem::server {
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<device::Device>>> OpenDevices(const DaemonOptions& options) {
+  std::vector<std::unique_ptr<device::Device>> devices;
+  std::string kind = options.device;
+  if (kind == "auto") kind = device::CudaDeviceCount() > 0 ? "cuda" : "cpu";
+  if (kind == "cpu") {
+    ASSIGN_OR_RETURN(auto cpu, device::CreateCpuDevice({.capacity_bytes = options.cpu_memory_bytes}));
+    devices.push_back(std::move(cpu));
+  } else if (kind == "cuda") {
+    if (device::CudaDeviceCount() == 0) {
+      return absl::FailedPreconditionError(
+          "--device=cuda but no GPU is usable (no driver, no GPU, or a build without CUDA); use "
+          "--device=cpu or --device=auto");
+    }
+    ASSIGN_OR_RETURN(devices, device::CreateCudaDevices({.ordinals = options.gpus}));
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device=", options.device, ": expected auto, cpu or cuda"));
+  }
+  return devices;
+}
+
+}  // namespace
+
+const char* JobStateName(JobState state) {
+  switch (state) {
+    case JobState::kUploading: return "uploading";
+    case JobState::kRunning: return "running";
+    case JobState::kClosing: return "closing";
+  }
+  return "?";
+}
+
+Service::Service(const DaemonOptions& options, EventLoop& loop, SendFn send)
+    : options_(options), loop_(loop), send_(std::move(send)) {}
+
+Service::~Service() = default;
+
+absl::StatusOr<std::unique_ptr<Service>> Service::Create(const DaemonOptions& options, EventLoop& loop,
+                                                         SendFn send) {
+  std::unique_ptr<Service> service(new Service(options, loop, std::move(send)));
+  ASSIGN_OR_RETURN(auto devices, OpenDevices(options));
+  for (auto& dev : devices) {
+    auto rt = std::make_unique<DeviceRuntime>();
+    rt->index = static_cast<int>(service->devices_.size());
+    const device::DeviceInfo& info = dev->info();
+    memory::DeviceMemoryOptions mem;
+    mem.max_lanes = options.max_lanes;
+    mem.max_job_bytes = options.max_job_bytes;
+    if (options.reserve_bytes > 0) {
+      mem.reserve_bytes = options.reserve_bytes;
+    } else if (info.backend == device::Backend::kCuda) {
+      // What the context and other processes already hold, plus library
+      // workspaces for every lane.
+      uint64_t in_use = info.capacity_bytes - std::min(info.capacity_bytes, dev->FreeBytes());
+      mem.reserve_bytes = in_use + static_cast<uint64_t>(options.max_lanes) * 64 * kMiB + 256 * kMiB;
+    }
+    ASSIGN_OR_RETURN(rt->memory, memory::DeviceMemory::Create(*dev, mem));
+    ASSIGN_OR_RETURN(rt->scheduler, sched::CreateScheduler({.policy = options.policy}));
+    rt->device = std::move(dev);
+    rt->executor = std::make_unique<Executor>(info.name);
+    TLOG_INFO("device ready")
+        .With("device", info.name)
+        .With("description", info.description)
+        .With("capacity_mib", info.capacity_bytes / kMiB)
+        .With("reserve_mib", mem.reserve_bytes / kMiB)
+        .With("policy", options.policy);
+    service->devices_.push_back(std::move(rt));
+  }
+  return service;
+}
+
+std::vector<std::string> Service::DeviceNames() const {
+  std::vector<std::string> names;
+  for (const auto& d : devices_) names.push_back(d->device->info().name);
+  return names;
+}
+
+void Service::Reply(const PendingReply& to, v1::Response response) {
+  response.set_request_id(to.request_id);
+  send_(to.peer, response.SerializeAsString());
+}
+
+void Service::ReplyError(const PendingReply& to, const absl::Status& status) {
+  ++errors_;
+  v1::Response response;
+  StatusToProto(status, response.mutable_status());
+  TLOG_DEBUG("request failed").With("request", to.request_id).With("status", status.ToString());
+  Reply(to, std::move(response));
+}
+
+Session* Service::FindSession(const std::string& peer) {
+  auto it = session_by_peer_.find(peer);
+  if (it == session_by_peer_.end()) return nullptr;
+  auto s = sessions_.find(it->second);
+  return s == sessions_.end() ? nullptr : s->second.get();
+}
+
+absl::StatusOr<Job*> Service::FindJob(const Session& session, uint64_t job_id) {
+  // A job of another session is reported exactly like a missing one.
+  if (!session.jobs.contains(job_id)) {
+    return absl::NotFoundError(absl::StrCat("no job ", job_id, " in this session"));
+  }
+  Job* job = jobs_.at(job_id).get();
+  if (job->state != JobState::kRunning) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", JobStateName(job->state)));
+  }
+  return job;
+}
+
+void Service::HandleMessage(const std::string& peer, const std::string& payload, bool multipart) {
+  ++requests_;
+  PendingReply to{peer, 0};
+  if (shutting_down_) {
+    ReplyError(to, absl::UnavailableError("tandemd is shutting down"));
+    return;
+  }
+  if (payload.size() > options_.max_message_bytes) {
+    ReplyError(to, absl::ResourceExhaustedError(absl::StrCat(
+                       "message of ", payload.size(), " bytes exceeds the limit of ", options_.max_message_bytes,
+                       " bytes (--max-message-bytes); send large feeds in smaller pieces")));
+    return;
+  }
+  auto request = std::make_shared<v1::Request>();
+  if (multipart || !request->ParseFromString(payload)) {
+    ReplyError(to, absl::InvalidArgumentError(absl::StrCat(
+                       "malformed request (", payload.size(),
+                       " bytes): not a tandem.v1.Request in one ZeroMQ frame; is the client speaking protocol v1?")));
+    return;
+  }
+  to.request_id = request->request_id();
+
+  Session* session = FindSession(peer);
+  if (request->body_case() == v1::Request::kHello) {
+    OnHello(to, request->hello());
+    return;
+  }
+  if (session == nullptr) {
+    ReplyError(to, absl::FailedPreconditionError("no session: send hello first"));
+    return;
+  }
+  session->last_seen = Clock::now();
+  switch (request->body_case()) {
+    case v1::Request::kRegisterJob: OnRegisterJob(to, *session, request); return;
+    case v1::Request::kRunIteration: OnRunIteration(to, *session, request); return;
+    case v1::Request::kReadTensor: OnReadTensor(to, *session, request->read_tensor()); return;
+    case v1::Request::kCloseJob: OnCloseJob(to, *session, request->close_job().job_id()); return;
+    case v1::Request::kCloseSession: {
+      v1::Response response;
+      response.mutable_close_session();
+      EndSession(session->id, "closed by client");
+      Reply(to, std::move(response));
+      return;
+    }
+    case v1::Request::kHeartbeat: {
+      v1::Response response;
+      response.mutable_heartbeat();
+      Reply(to, std::move(response));
+      return;
+    }
+    case v1::Request::kListSessions: OnListSessions(to); return;
+    case v1::Request::kStats: OnStats(to); return;
+    default: break;
+  }
+  ReplyError(to, absl::InvalidArgumentError("request has no body this daemon knows (protocol v1)"));
+}
+
+void Service::OnHello(const PendingReply& to, const v1::HelloRequest& hello) {
+  if (hello.protocol_version() != v1::PROTOCOL_VERSION_CURRENT) {
+    ReplyError(to, absl::FailedPreconditionError(absl::StrCat(
+                       "protocol version ", hello.protocol_version(), " is not supported; tandemd ",
+                       kDaemonVersion, " speaks version ", static_cast<int>(v1::PROTOCOL_VERSION_CURRENT))));
+    return;
+  }
+  Session* session = FindSession(to.peer);
+  if (session == nullptr) {
+    auto s = std::make_unique<Session>();
+    s->id = next_session_++;
+    s->peer = to.peer;
+    s->client_name = hello.client_name();
+    s->client_pid = hello.client_pid();
+    session = s.get();
+    session_by_peer_[to.peer] = s->id;
+    sessions_[s->id] = std::move(s);
+    TLOG_INFO("session opened")
+        .With("session", session->id)
+        .With("client", session->client_name)
+        .With("pid", session->client_pid);
+  }
+  session->last_seen = Clock::now();
+  v1::Response response;
+  v1::HelloResponse* h = response.mutable_hello();
+  h->set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
+  h->set_session_id(session->id);
+  h->set_daemon_version(kDaemonVersion);
+  h->set_session_timeout_seconds(options_.session_timeout_seconds);
+  h->set_max_message_bytes(options_.max_message_bytes);
+  for (const auto& name : DeviceNames()) h->add_devices(name);
+  Reply(to, std::move(response));
+}
+
+void Service::EndSession(uint64_t session_id, const char* reason) {
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) return;
+  Session& session = *it->second;
+  TLOG_INFO("session ended")
+      .With("session", session.id)
+      .With("client", session.client_name)
+      .With("jobs", session.jobs.size())
+      .With("reason", reason);
+  std::vector<uint64_t> jobs(session.jobs.begin(), session.jobs.end());
+  for (uint64_t id : jobs) {
+    auto j = jobs_.find(id);
+    if (j != jobs_.end()) BeginCloseJob(*j->second, reason);
+  }
+  session_by_peer_.erase(session.peer);
+  sessions_.erase(it);
+}
+
+void Service::HandlePeerGone(const std::string& peer) {
+  auto it = session_by_peer_.find(peer);
+  if (it != session_by_peer_.end()) EndSession(it->second, "client disconnected");
+}
+
+void Service::ExpireIdleSessions() {
+  std::vector<uint64_t> expired;
+  for (const auto& [id, session] : sessions_) {
+    bool busy = false;
+    for (uint64_t job_id : session->jobs) {
+      const Job& job = *jobs_.at(job_id);
+      if (!job.queued.empty() || job.device_work > 0) busy = true;
+    }
+    if (!busy && SecondsSince(session->last_seen) > options_.session_timeout_seconds) expired.push_back(id);
+  }
+  for (uint64_t id : expired) EndSession(id, "session timed out (no message from the client)");
+}
+
+void Service::OnListSessions(const PendingReply& to) {
+  v1::Response response;
+  auto* list = response.mutable_list_sessions();
+  for (const auto& [id, session] : sessions_) {
+    v1::SessionInfo* s = list->add_sessions();
+    s->set_session_id(id);
+    s->set_client_name(session->client_name);
+    s->set_client_pid(session->client_pid);
+    s->set_idle_seconds(SecondsSince(session->last_seen));
+    for (uint64_t job_id : session->jobs) {
+      const Job& job = *jobs_.at(job_id);
+      v1::JobInfo* j = s->add_jobs();
+      j->set_job_id(job.id);
+      j->set_name(job.name);
+      j->set_state(JobStateName(job.state));
+      j->set_iterations_done(job.done);
+      j->set_mean_iteration_seconds(job.done > 0 ? job.device_seconds / job.done : 0);
+      j->set_persistent_bytes(job.persistent_bytes);
+      j->set_ephemeral_peak_bytes(job.layout.arena_bytes);
+      j->set_priority(job.hints.priority());
+      j->set_device(job.device->device->info().name);
+      j->set_lane(job.lane);
+    }
+  }
+  Reply(to, std::move(response));
+}
+
+void Service::OnStats(const PendingReply& to) {
+  v1::Response response;
+  auto* stats = response.mutable_stats();
+  stats->set_daemon_version(kDaemonVersion);
+  stats->set_uptime_seconds(SecondsSince(started_));
+  stats->set_sessions(sessions_.size());
+  stats->set_jobs(jobs_.size());
+  stats->set_requests(requests_);
+  stats->set_errors(errors_);
+  stats->set_iterations(iterations_);
+  stats->set_policy(options_.policy);
+  for (const auto& dev : devices_) {
+    memory::DeviceMemoryStats m = dev->memory->Stats();
+    v1::DeviceStats* d = stats->add_devices();
+    d->set_name(dev->device->info().name);
+    d->set_capacity_bytes(m.capacity_bytes);
+    d->set_reserve_bytes(m.reserve_bytes);
+    d->set_persistent_bytes(m.persistent_bytes);
+    d->set_lane_bytes(m.lane_bytes);
+    d->set_free_bytes(m.free_bytes);
+    d->set_lanes(static_cast<uint32_t>(m.lanes.size()));
+    d->set_iterations(dev->iterations);
+  }
+  Reply(to, std::move(response));
+}
+
+void Service::Shutdown() {
+  shutting_down_ = true;
+  std::vector<uint64_t> ids;
+  for (const auto& [id, s] : sessions_) ids.push_back(id);
+  for (uint64_t id : ids) EndSession(id, "daemon shutting down");
+  // Drain each executor, then wait for every lane's work; completions
+  // posted meanwhile are dropped with the loop.
+  for (auto& dev : devices_) {
+    dev->executor.reset();
+    for (auto& lane : dev->lanes) {
+      if (lane.stream) (void)dev->device->Synchronize(*lane.stream);
+    }
+  }
+  for (auto& [id, job] : jobs_) job->device->memory->Release(id);
+  jobs_.clear();
+  for (auto& dev : devices_) {
+    for (auto& lane : dev->lanes) {
+      for (auto& slot : lane.slots) {
+        if (slot.host != nullptr) dev->device->FreeHost(slot.host);
+      }
+    }
+  }
+}
+
+}  // namespace tandem::server

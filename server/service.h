@@ -1,0 +1,102 @@
+// The daemon's service: sessions, jobs, admission, dispatch of iterations to
+// the devices, and the replies.
+//
+// Service lives on the control loop. Requests arrive through
+// HandleMessage (posted by the transport), device completions through work
+// items posted by device callbacks; both run on the loop thread, so the
+// state in server/state.h needs no locks. Every request gets exactly one
+// reply. A bad request ends at most its own session; the daemon keeps
+// serving everyone else.
+#ifndef TANDEM_SERVER_SERVICE_H_
+#define TANDEM_SERVER_SERVICE_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "server/event_loop.h"
+#include "server/options.h"
+#include "server/state.h"
+#include "tandem.pb.h"
+
+namespace tandem::server {
+
+inline constexpr char kDaemonVersion[] = "0.1.0";
+
+class Service {
+ public:
+  using SendFn = std::function<void(std::string peer, std::string payload)>;
+
+  // Opens the devices named by options.device ("auto": every GPU, else the
+  // CPU) and their memory, scheduler and executor.
+  static absl::StatusOr<std::unique_ptr<Service>> Create(const DaemonOptions& options, EventLoop& loop,
+                                                         SendFn send);
+  ~Service();
+
+  // Loop thread. A message from `peer`; multipart messages are malformed.
+  void HandleMessage(const std::string& peer, const std::string& payload, bool multipart);
+  // Loop thread. The transport could not reach `peer`: its session ends.
+  void HandlePeerGone(const std::string& peer);
+  // Loop thread. Ends sessions idle for longer than the session timeout.
+  void ExpireIdleSessions();
+  // Loop thread. Waits for all device work, then frees every job.
+  void Shutdown();
+
+  std::vector<std::string> DeviceNames() const;
+
+ private:
+  Service(const DaemonOptions& options, EventLoop& loop, SendFn send);
+
+  // service.cc: sessions and the small requests.
+  void Reply(const PendingReply& to, v1::Response response);
+  void ReplyError(const PendingReply& to, const absl::Status& status);
+  void OnHello(const PendingReply& to, const v1::HelloRequest& hello);
+  void OnListSessions(const PendingReply& to);
+  void OnStats(const PendingReply& to);
+  void EndSession(uint64_t session_id, const char* reason);
+  Session* FindSession(const std::string& peer);
+  absl::StatusOr<Job*> FindJob(const Session& session, uint64_t job_id);
+
+  // service_jobs.cc: registration, admission, closing.
+  void OnRegisterJob(const PendingReply& to, Session& session, std::shared_ptr<const v1::Request> request);
+  void OnCloseJob(const PendingReply& to, Session& session, uint64_t job_id);
+  void BeginCloseJob(Job& job, const char* reason);
+  void MaybeFinishClose(Job& job);
+  DeviceRuntime* ChooseDevice(const v1::JobHints& hints, absl::Status* error);
+  absl::Status EnsureLane(DeviceRuntime& dev, int lane);
+
+  // service_iterations.cc: iterations and reads.
+  void OnRunIteration(const PendingReply& to, Session& session, std::shared_ptr<const v1::Request> request);
+  void OnReadTensor(const PendingReply& to, Session& session, const v1::ReadTensorRequest& read);
+  void Dispatch(DeviceRuntime& dev, int lane);
+  void StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ticket, QueuedIteration it);
+  void OnIterationDone(DeviceRuntime& dev, int lane, int slot, uint64_t job_id, QueuedIteration it,
+                       absl::Status status);
+  void StartReads(Job& job);
+  void OnDeviceWorkDone(uint64_t job_id);
+  std::vector<void*> AddressTable(const Job& job) const;
+
+  const DaemonOptions options_;
+  EventLoop& loop_;
+  const SendFn send_;
+  const Clock::time_point started_ = Clock::now();
+
+  std::vector<std::unique_ptr<DeviceRuntime>> devices_;
+  absl::flat_hash_map<std::string, uint64_t> session_by_peer_;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> sessions_;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Job>> jobs_;
+  uint64_t next_session_ = 1;
+  uint64_t next_job_ = 1;
+  uint64_t next_ticket_ = 1;
+  uint64_t requests_ = 0;
+  uint64_t errors_ = 0;
+  uint64_t iterations_ = 0;
+  bool shutting_down_ = false;
+};
+
+}  // namespace tandem::server
+
+#endif  // TANDEM_SERVER_SERVICE_H_

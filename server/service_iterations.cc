@@ -1,0 +1,324 @@
+// Iterations and reads: validation, queueing, dispatch onto lane streams,
+// completion.
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "adaptor/graph_builder.h"
+#include "base/log.h"
+#include "device/device.h"
+#include "server/service.h"
+
+namespace tandem::server {
+namespace {
+
+size_t Align(size_t n) {
+  return (n + device::kDeviceAlignment - 1) / device::kDeviceAlignment * device::kDeviceAlignment;
+}
+
+// Checks a run request against the job's graph: every feed present once, of
+// the declared type and byte size; fetches fetchable.
+absl::Status ValidateRun(const Job& job, const v1::RunIterationRequest& run) {
+  const Graph& g = *job.graph;
+  if (run.feeds_size() != static_cast<int>(g.feeds.size())) {
+    std::string want;
+    for (int v : g.feeds) absl::StrAppend(&want, want.empty() ? "" : ", ", g.values[v].name);
+    return absl::InvalidArgumentError(absl::StrCat("job '", job.name, "' takes ", g.feeds.size(),
+                                                   " feeds (", want, "), got ", run.feeds_size()));
+  }
+  for (int i = 0; i < run.feeds_size(); ++i) {
+    const v1::Tensor& feed = run.feeds(i);
+    const std::string& name = feed.spec().name();
+    int v = g.Find(name);
+    if (v < 0 || g.values[v].kind != ValueKind::kFeed) {
+      return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a feed of job '", job.name, "'"));
+    }
+    for (int j = 0; j < i; ++j) {
+      if (run.feeds(j).spec().name() == name) {
+        return absl::InvalidArgumentError(absl::StrCat("feed '", name, "' is given twice"));
+      }
+    }
+    const TensorType& want = g.values[v].type;
+    if (feed.spec().dtype() != v1::DTYPE_UNSPECIFIED) {
+      TensorType got;
+      auto dtype = DTypeFromProto(feed.spec().dtype());
+      if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat("feed '", name, "': ", dtype.status().message()));
+      got.dtype = *dtype;
+      got.shape.assign(feed.spec().shape().begin(), feed.spec().shape().end());
+      if (!(got == want)) {
+        return absl::InvalidArgumentError(absl::StrCat("feed '", name, "' is ", got.ToString(), "; job '", job.name,
+                                                       "' was registered with ", want.ToString()));
+      }
+    }
+    if (feed.data().size() != want.bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat("feed '", name, "' has ", feed.data().size(),
+                                                     " bytes of data; ", want.ToString(), " is ", want.bytes(),
+                                                     " bytes"));
+    }
+  }
+  for (const std::string& name : run.fetches()) {
+    int v = g.Find(name);
+    bool ok = false;
+    for (int f : g.fetchable) ok |= (f == v);
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", name, "' is not a fetch of job '", job.name, "' (register it in graph.fetches)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<void*> Service::AddressTable(const Job& job) const {
+  const Graph& g = *job.graph;
+  std::vector<void*> table(g.values.size(), nullptr);
+  for (size_t i = 0; i < g.persistents.size(); ++i) table[g.persistents[i]] = job.persistent[i];
+  char* arena = static_cast<char*>(job.device->memory->LaneArena(job.lane));
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    if (job.layout.offset[v] >= 0) table[v] = arena + job.layout.offset[v];
+  }
+  return table;
+}
+
+void Service::OnRunIteration(const PendingReply& to, Session& session,
+                             std::shared_ptr<const v1::Request> request) {
+  const v1::RunIterationRequest& run = request->run_iteration();
+  auto job_or = FindJob(session, run.job_id());
+  if (!job_or.ok()) {
+    ReplyError(to, job_or.status());
+    return;
+  }
+  Job& job = **job_or;
+  if (absl::Status s = ValidateRun(job, run); !s.ok()) {
+    ReplyError(to, s);
+    return;
+  }
+  if (static_cast<int>(job.queued.size()) >= options_.max_queued_per_job) {
+    ReplyError(to, absl::ResourceExhaustedError(absl::StrCat("job '", job.name, "' already has ", job.queued.size(),
+                                                             " iterations waiting; wait for some to finish")));
+    return;
+  }
+  DeviceRuntime& dev = *job.device;
+  uint64_t ticket = next_ticket_++;
+  if (absl::Status s = dev.scheduler->Enqueue(job.id, ticket); !s.ok()) {
+    ReplyError(to, s);
+    return;
+  }
+  job.queued.emplace(ticket, QueuedIteration{to, std::move(request), Clock::now()});
+  job.received++;
+  // Anything may run now: the scheduler decides per lane.
+  for (int lane = 0; lane < static_cast<int>(dev.lanes.size()); ++lane) Dispatch(dev, lane);
+}
+
+void Service::Dispatch(DeviceRuntime& dev, int lane) {
+  if (shutting_down_ || lane >= static_cast<int>(dev.lanes.size())) return;
+  Lane& l = dev.lanes[lane];
+  while (l.outstanding < static_cast<int>(l.slots.size())) {
+    std::optional<sched::Dispatch> next = dev.scheduler->Next(lane);
+    if (!next) break;
+    auto j = jobs_.find(next->job);
+    if (j == jobs_.end()) continue;
+    Job& job = *j->second;
+    auto q = job.queued.find(next->ticket);
+    if (q == job.queued.end() || job.state != JobState::kRunning) continue;
+    QueuedIteration it = std::move(q->second);
+    job.queued.erase(q);
+    StartIteration(dev, lane, job, next->ticket, std::move(it));
+  }
+}
+
+void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ticket, QueuedIteration it) {
+  Lane& l = dev.lanes[lane];
+  int slot_index = 0;
+  while (l.slots[slot_index].busy) ++slot_index;
+  StagingSlot& slot = l.slots[slot_index];
+  const v1::RunIterationRequest& run = it.request->run_iteration();
+  const Graph& g = *job.graph;
+
+  // Staging layout: feeds in request order, then the requested fetches.
+  size_t bytes = 0;
+  for (const auto& feed : run.feeds()) bytes += Align(feed.data().size());
+  for (const auto& name : run.fetches()) bytes += Align(g.values[g.Find(name)].type.bytes());
+  if (slot.capacity < bytes) {
+    if (slot.host != nullptr) dev.device->FreeHost(slot.host);
+    slot.host = nullptr;
+    slot.capacity = 0;
+    auto host = dev.device->AllocateHost(bytes);
+    if (!host.ok()) {
+      ReplyError(it.reply, host.status());
+      dev.scheduler->OnIterationDone(job.id, lane, 0);
+      return;
+    }
+    slot.host = *host;
+    slot.capacity = bytes;
+  }
+  slot.busy = true;
+  l.outstanding++;
+  job.device_work++;
+  job.dispatched++;
+
+  struct Copy {
+    void* dst;
+    const void* src;
+    size_t bytes;
+  };
+  std::vector<Copy> feeds_in, fetches_out;
+  std::vector<void*> table = AddressTable(job);
+  char* staging = static_cast<char*>(slot.host);
+  size_t offset = 0;
+  for (const auto& feed : run.feeds()) {
+    std::memcpy(staging + offset, feed.data().data(), feed.data().size());
+    feeds_in.push_back({table[g.Find(feed.spec().name())], staging + offset, feed.data().size()});
+    offset += Align(feed.data().size());
+  }
+  for (const auto& name : run.fetches()) {
+    int v = g.Find(name);
+    fetches_out.push_back({staging + offset, table[v], g.values[v].type.bytes()});
+    offset += Align(g.values[v].type.bytes());
+  }
+
+  device::Device* device = dev.device.get();
+  device::Stream* stream = l.stream.get();
+  Program* program = job.program.get();
+  device::Event* start = slot.start.get();
+  device::Event* end = slot.end.get();
+  uint64_t job_id = job.id;
+  DeviceRuntime* devp = &dev;
+  dev.executor->Post([=, this, table = std::move(table), it = std::move(it)]() mutable {
+    absl::Status status;
+    for (const Copy& c : feeds_in) {
+      if (status.ok()) status = device->CopyToDevice(*stream, c.dst, c.src, c.bytes);
+    }
+    if (status.ok()) status = device->RecordEvent(*stream, *start);
+    if (status.ok()) status = program->Enqueue(*stream, table);
+    if (status.ok()) status = device->RecordEvent(*stream, *end);
+    for (const Copy& c : fetches_out) {
+      if (status.ok()) status = device->CopyToHost(*stream, c.dst, c.src, c.bytes);
+    }
+    auto done = [this, devp, lane, slot_index, job_id, it = std::move(it)](absl::Status s) mutable {
+      loop_.Post("Executor.OnIterationDone", [this, devp, lane, slot_index, job_id, it = std::move(it), s]() mutable {
+        OnIterationDone(*devp, lane, slot_index, job_id, std::move(it), s);
+      });
+    };
+    if (status.ok()) status = device->OnComplete(*stream, done);
+    if (!status.ok()) done(status);
+  });
+}
+
+void Service::OnIterationDone(DeviceRuntime& dev, int lane, int slot_index, uint64_t job_id, QueuedIteration it,
+                              absl::Status status) {
+  Lane& l = dev.lanes[lane];
+  StagingSlot& slot = l.slots[slot_index];
+  double seconds = 0;
+  if (status.ok()) {
+    auto elapsed = dev.device->ElapsedSeconds(*slot.start, *slot.end);
+    if (elapsed.ok()) seconds = *elapsed;
+  }
+  auto j = jobs_.find(job_id);
+  Job* job = j == jobs_.end() ? nullptr : j->second.get();
+  if (job != nullptr) {
+    const v1::RunIterationRequest& run = it.request->run_iteration();
+    if (status.ok()) {
+      v1::Response response;
+      v1::RunIterationResponse* r = response.mutable_run_iteration();
+      r->set_job_id(job_id);
+      r->set_iteration(run.iteration());
+      r->set_run_seconds(seconds);
+      r->set_queue_seconds(std::chrono::duration<double>(Clock::now() - it.enqueued).count() - seconds);
+      const Graph& g = *job->graph;
+      size_t offset = 0;
+      for (const auto& feed : run.feeds()) offset += Align(feed.data().size());
+      for (const auto& name : run.fetches()) {
+        int v = g.Find(name);
+        v1::Tensor* t = r->add_fetches();
+        t->mutable_spec()->set_name(name);
+        TensorTypeToProto(g.values[v].type, t->mutable_spec());
+        t->set_data(static_cast<const char*>(slot.host) + offset, g.values[v].type.bytes());
+        offset += Align(g.values[v].type.bytes());
+      }
+      job->done++;
+      job->device_seconds += seconds;
+      dev.iterations++;
+      iterations_++;
+      Reply(it.reply, std::move(response));
+    } else {
+      job->failed++;
+      TLOG_WARNING("iteration failed").With("job", job_id).With("name", job->name).With("status", status.ToString());
+      ReplyError(it.reply, absl::Status(status.code(), absl::StrCat("job '", job->name, "' iteration ",
+                                                                    run.iteration(), ": ", status.message())));
+    }
+  }
+  dev.scheduler->OnIterationDone(job_id, lane, seconds);
+  slot.busy = false;
+  l.outstanding--;
+  if (l.outstanding == 0) dev.memory->ReleaseRetired(lane);
+  if (job != nullptr) {
+    StartReads(*job);
+    OnDeviceWorkDone(job_id);  // may finish a close and erase the job
+  }
+  Dispatch(dev, lane);
+}
+
+void Service::OnReadTensor(const PendingReply& to, Session& session, const v1::ReadTensorRequest& read) {
+  auto job_or = FindJob(session, read.job_id());
+  if (!job_or.ok()) {
+    ReplyError(to, job_or.status());
+    return;
+  }
+  Job& job = **job_or;
+  int v = job.graph->Find(read.name());
+  if (v < 0 || job.graph->values[v].kind != ValueKind::kPersistent) {
+    ReplyError(to, absl::NotFoundError(absl::StrCat("job '", job.name, "' has no persistent tensor '", read.name(),
+                                                    "'")));
+    return;
+  }
+  // A read sees every iteration the client sent before it.
+  job.reads.push_back(PendingRead{to, v, job.received});
+  StartReads(job);
+}
+
+void Service::StartReads(Job& job) {
+  while (!job.reads.empty() && job.state == JobState::kRunning && job.dispatched >= job.reads.front().after_dispatched) {
+    PendingRead read = job.reads.front();
+    job.reads.pop_front();
+    DeviceRuntime& dev = *job.device;
+    int index = 0;
+    while (job.graph->persistents[index] != read.value) ++index;
+    void* src = job.persistent[index];
+    TensorType type = job.graph->values[read.value].type;
+    std::string name = job.graph->values[read.value].name;
+    auto host = dev.device->AllocateHost(type.bytes());
+    if (!host.ok()) {
+      ReplyError(read.reply, host.status());
+      continue;
+    }
+    job.device_work++;
+    device::Device* device = dev.device.get();
+    device::Stream* stream = dev.lanes[job.lane].stream.get();
+    uint64_t job_id = job.id;
+    void* dst = *host;
+    dev.executor->Post([=, this]() {
+      auto done = [=, this](absl::Status s) {
+        loop_.Post("Executor.OnReadDone", [=, this]() {
+          if (s.ok()) {
+            v1::Response response;
+            v1::Tensor* t = response.mutable_read_tensor()->mutable_tensor();
+            t->mutable_spec()->set_name(name);
+            TensorTypeToProto(type, t->mutable_spec());
+            t->set_data(static_cast<const char*>(dst), type.bytes());
+            Reply(read.reply, std::move(response));
+          } else {
+            ReplyError(read.reply, s);
+          }
+          device->FreeHost(dst);
+          OnDeviceWorkDone(job_id);
+        });
+      };
+      absl::Status s = device->CopyToHost(*stream, dst, src, type.bytes());
+      if (s.ok()) s = device->OnComplete(*stream, done);
+      if (!s.ok()) done(s);
+    });
+  }
+}
+
+}  // namespace tandem::server

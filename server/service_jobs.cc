@@ -1,0 +1,249 @@
+// Registration, admission and closing of jobs.
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "adaptor/graph_builder.h"
+#include "base/log.h"
+#include "base/status_macros.h"
+#include "proto/status_convert.h"
+#include "server/service.h"
+
+namespace tandem::server {
+
+DeviceRuntime* Service::ChooseDevice(const v1::JobHints& hints, absl::Status* error) {
+  const std::string& want = hints.device();
+  if (want.empty()) {
+    // The device with the most free memory.
+    DeviceRuntime* best = nullptr;
+    uint64_t best_free = 0;
+    for (auto& d : devices_) {
+      uint64_t free = d->memory->Stats().free_bytes;
+      if (best == nullptr || free > best_free) {
+        best = d.get();
+        best_free = free;
+      }
+    }
+    return best;
+  }
+  for (auto& d : devices_) {
+    const std::string& name = d->device->info().name;
+    if (name == want || (want == "cuda" && d->device->info().backend == device::Backend::kCuda)) return d.get();
+  }
+  *error = absl::InvalidArgumentError(absl::StrCat("device '", want, "' is not served by this daemon; it serves: ",
+                                                   absl::StrJoin(DeviceNames(), ", ")));
+  return nullptr;
+}
+
+absl::Status Service::EnsureLane(DeviceRuntime& dev, int lane) {
+  while (static_cast<int>(dev.lanes.size()) <= lane) {
+    Lane l;
+    ASSIGN_OR_RETURN(l.stream, dev.device->CreateStream());
+    l.slots.resize(options_.max_inflight_per_lane);
+    for (auto& slot : l.slots) {
+      ASSIGN_OR_RETURN(slot.start, dev.device->CreateEvent());
+      ASSIGN_OR_RETURN(slot.end, dev.device->CreateEvent());
+    }
+    dev.lanes.push_back(std::move(l));
+  }
+  return absl::OkStatus();
+}
+
+void Service::OnRegisterJob(const PendingReply& to, Session& session,
+                            std::shared_ptr<const v1::Request> request) {
+  const v1::RegisterJobRequest& reg = request->register_job();
+  auto job = std::make_unique<Job>();
+  job->name = reg.name().empty() ? absl::StrCat("job-", next_job_) : reg.name();
+  job->hints = reg.hints();
+  if (!(reg.hints().weight() >= 0)) {
+    ReplyError(to, absl::InvalidArgumentError(absl::StrCat("job '", job->name, "': weight ",
+                                                           reg.hints().weight(), " must be >= 0")));
+    return;
+  }
+  auto graph = BuildGraph(reg.graph(), reg.persistent());
+  if (!graph.ok()) {
+    ReplyError(to, absl::Status(graph.status().code(),
+                                absl::StrCat("job '", job->name, "': ", graph.status().message())));
+    return;
+  }
+  job->graph = std::make_unique<Graph>(*std::move(graph));
+  auto layout = PlanIterationLayout(*job->graph);
+  if (!layout.ok()) {
+    ReplyError(to, layout.status());
+    return;
+  }
+  job->layout = *std::move(layout);
+
+  absl::Status error;
+  DeviceRuntime* dev = ChooseDevice(reg.hints(), &error);
+  if (dev == nullptr) {
+    ReplyError(to, error);
+    return;
+  }
+  auto program = CreateProgram(*job->graph, *dev->device);
+  if (!program.ok()) {
+    ReplyError(to, absl::Status(program.status().code(),
+                                absl::StrCat("job '", job->name, "': ", program.status().message())));
+    return;
+  }
+  job->program = *std::move(program);
+
+  job->id = next_job_++;
+  memory::JobMemoryRequest mem;
+  mem.job = job->id;
+  mem.name = job->name;
+  for (int v : job->graph->persistents) mem.persistent_bytes.push_back(job->graph->values[v].type.bytes());
+  mem.ephemeral_bytes = job->layout.arena_bytes;
+  mem.quota_bytes = reg.hints().memory_quota_bytes();
+  auto grant = dev->memory->Admit(mem);
+  if (!grant.ok()) {
+    // Not fitting now and never fitting are both a refusal here; the
+    // message says which.
+    // TODO(queue_if_full): hold the registration until memory frees up.
+    ReplyError(to, absl::ResourceExhaustedError(absl::StrCat("job '", job->name, "': ", grant.status().message())));
+    return;
+  }
+  job->device = dev;
+  job->lane = grant->lane;
+  job->persistent = grant->persistent;
+  for (uint64_t b : mem.persistent_bytes) job->persistent_bytes += b;
+  if (absl::Status s = EnsureLane(*dev, job->lane); !s.ok()) {
+    dev->memory->Release(job->id);
+    ReplyError(to, s);
+    return;
+  }
+  sched::JobParams params;
+  params.priority = reg.hints().priority();
+  params.weight = reg.hints().weight() > 0 ? reg.hints().weight() : 1.0;
+  params.expected_iterations = reg.hints().expected_iterations();
+  params.lane = job->lane;
+  if (absl::Status s = dev->scheduler->AddJob(job->id, params); !s.ok()) {
+    dev->memory->Release(job->id);
+    ReplyError(to, absl::Status(s.code(), absl::StrCat("job '", job->name, "': ", s.message())));
+    return;
+  }
+
+  // Upload the initial values on the job's lane stream, then answer.
+  job->session = session.id;
+  job->state = JobState::kUploading;
+  job->device_work++;
+  Job* raw = job.get();
+  session.jobs.insert(job->id);
+  jobs_[job->id] = std::move(job);
+  TLOG_INFO("job registered")
+      .With("job", raw->id)
+      .With("name", raw->name)
+      .With("session", session.id)
+      .With("device", dev->device->info().name)
+      .With("lane", raw->lane)
+      .With("nodes", raw->graph->nodes.size())
+      .With("persistent_bytes", raw->persistent_bytes)
+      .With("ephemeral_peak_bytes", raw->layout.arena_bytes);
+
+  device::Stream* stream = dev->lanes[raw->lane].stream.get();
+  device::Device* device = dev->device.get();
+  std::vector<void*> targets = raw->persistent;
+  uint64_t job_id = raw->id;
+  dev->executor->Post([this, request, stream, device, targets, job_id, to]() {
+    const auto& tensors = request->register_job().persistent();
+    absl::Status status;
+    for (int i = 0; i < tensors.size() && status.ok(); ++i) {
+      status = device->CopyToDevice(*stream, targets[i], tensors[i].data().data(), tensors[i].data().size());
+    }
+    auto done = [this, request, job_id, to](absl::Status s) {
+      loop_.Post("Service.OnUploadDone", [this, job_id, to, s]() {
+        auto it = jobs_.find(job_id);
+        if (it == jobs_.end()) return;
+        Job& job = *it->second;
+        if (job.state == JobState::kUploading) {
+          if (s.ok()) {
+            job.state = JobState::kRunning;
+            v1::Response response;
+            v1::RegisterJobResponse* r = response.mutable_register_job();
+            r->set_job_id(job.id);
+            r->set_device(job.device->device->info().name);
+            r->set_persistent_bytes(job.persistent_bytes);
+            r->set_ephemeral_peak_bytes(job.layout.arena_bytes);
+            r->set_lane(job.lane);
+            for (int v : job.graph->fetchable) {
+              v1::TensorSpec* spec = r->add_fetchable();
+              spec->set_name(job.graph->values[v].name);
+              TensorTypeToProto(job.graph->values[v].type, spec);
+            }
+            Reply(to, std::move(response));
+            StartReads(job);
+          } else {
+            ReplyError(to, absl::InternalError(absl::StrCat("uploading the initial values failed: ", s.message())));
+            BeginCloseJob(job, "upload failed");
+          }
+        } else {
+          ReplyError(to, absl::CancelledError("the job was closed during registration"));
+        }
+        OnDeviceWorkDone(job_id);
+      });
+    };
+    if (!status.ok()) {
+      done(status);
+      return;
+    }
+    absl::Status s = device->OnComplete(*stream, done);
+    if (!s.ok()) done(s);
+  });
+}
+
+void Service::OnCloseJob(const PendingReply& to, Session& session, uint64_t job_id) {
+  if (!session.jobs.contains(job_id)) {
+    ReplyError(to, absl::NotFoundError(absl::StrCat("no job ", job_id, " in this session")));
+    return;
+  }
+  Job& job = *jobs_.at(job_id);
+  job.close_replies.push_back(to);
+  BeginCloseJob(job, "closed by client");
+}
+
+void Service::BeginCloseJob(Job& job, const char* reason) {
+  if (job.state != JobState::kClosing) {
+    job.state = JobState::kClosing;
+    TLOG_INFO("job closing").With("job", job.id).With("name", job.name).With("reason", reason);
+    DeviceRuntime& dev = *job.device;
+    std::vector<sched::Ticket> dropped = dev.scheduler->RemoveJob(job.id);
+    for (sched::Ticket t : dropped) {
+      auto it = job.queued.find(t);
+      if (it == job.queued.end()) continue;
+      ReplyError(it->second.reply, absl::CancelledError(absl::StrCat("job ", job.id, " closed: ", reason)));
+      job.queued.erase(it);
+    }
+    for (const PendingRead& r : job.reads) {
+      ReplyError(r.reply, absl::CancelledError(absl::StrCat("job ", job.id, " closed: ", reason)));
+    }
+    job.reads.clear();
+  }
+  MaybeFinishClose(job);
+}
+
+void Service::MaybeFinishClose(Job& job) {
+  if (job.state != JobState::kClosing || job.device_work > 0) return;
+  uint64_t id = job.id;
+  DeviceRuntime& dev = *job.device;
+  dev.memory->Release(id);
+  auto s = sessions_.find(job.session);
+  if (s != sessions_.end()) s->second->jobs.erase(id);
+  std::vector<PendingReply> replies = std::move(job.close_replies);
+  TLOG_INFO("job closed").With("job", id).With("iterations", job.done);
+  jobs_.erase(id);
+  for (const PendingReply& to : replies) {
+    v1::Response response;
+    response.mutable_close_job();
+    Reply(to, std::move(response));
+  }
+  // Memory freed: lanes may take more work now.
+  for (int lane = 0; lane < static_cast<int>(dev.lanes.size()); ++lane) Dispatch(dev, lane);
+}
+
+void Service::OnDeviceWorkDone(uint64_t job_id) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  Job& job = *it->second;
+  job.device_work--;
+  MaybeFinishClose(job);
+}
+
+}  // namespace tandem::server

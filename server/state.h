@@ -1,0 +1,117 @@
+// The control loop's state: sessions, jobs, devices and lanes.
+//
+// Everything here is owned by Service and touched only on the control loop
+// thread, except where a field says otherwise.
+#ifndef TANDEM_SERVER_STATE_H_
+#define TANDEM_SERVER_STATE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_map.h"
+#include "adaptor/graph.h"
+#include "adaptor/iteration_layout.h"
+#include "adaptor/program.h"
+#include "device/device.h"
+#include "memory/device_memory.h"
+#include "sched/scheduler.h"
+#include "server/executor.h"
+#include "tandem.pb.h"
+
+namespace tandem::server {
+
+using Clock = std::chrono::steady_clock;
+
+struct Session {
+  uint64_t id = 0;
+  std::string peer;  // ZeroMQ routing id
+  std::string client_name;
+  uint32_t client_pid = 0;
+  Clock::time_point last_seen;
+  absl::btree_set<uint64_t> jobs;
+};
+
+// A request that waits for device work, with what is needed to answer it.
+struct PendingReply {
+  std::string peer;
+  uint64_t request_id = 0;
+};
+
+struct QueuedIteration {
+  PendingReply reply;
+  std::shared_ptr<const v1::Request> request;  // holds the feed bytes
+  Clock::time_point enqueued;
+};
+
+struct PendingRead {
+  PendingReply reply;
+  int value = -1;               // persistent value id
+  uint64_t after_dispatched = 0;  // dispatch this many iterations first
+};
+
+enum class JobState { kUploading, kRunning, kClosing };
+const char* JobStateName(JobState state);
+
+struct DeviceRuntime;
+
+struct Job {
+  uint64_t id = 0;
+  uint64_t session = 0;
+  std::string name;
+  JobState state = JobState::kUploading;
+  DeviceRuntime* device = nullptr;
+  int lane = 0;
+  v1::JobHints hints;
+
+  std::unique_ptr<Graph> graph;  // stable address: the program points into it
+  IterationLayout layout;
+  std::unique_ptr<Program> program;  // used by the device's executor thread only
+  std::vector<void*> persistent;     // per graph.persistents entry
+  uint64_t persistent_bytes = 0;
+
+  absl::flat_hash_map<uint64_t, QueuedIteration> queued;  // by scheduler ticket
+  std::deque<PendingRead> reads;
+  int device_work = 0;  // uploads, iterations and reads enqueued, not completed
+  uint64_t received = 0;    // iterations accepted
+  uint64_t dispatched = 0;  // iterations handed to the device
+  uint64_t done = 0;        // iterations completed successfully
+  uint64_t failed = 0;
+  double device_seconds = 0;
+  std::vector<PendingReply> close_replies;  // answered when the job is gone
+};
+
+// A host staging area for one in-flight iteration of a lane: feeds are
+// copied in before the iteration, fetches land here after it.
+struct StagingSlot {
+  void* host = nullptr;
+  size_t capacity = 0;
+  bool busy = false;
+  std::unique_ptr<device::Event> start;
+  std::unique_ptr<device::Event> end;
+};
+
+struct Lane {
+  std::unique_ptr<device::Stream> stream;
+  std::vector<StagingSlot> slots;
+  int outstanding = 0;  // iterations enqueued, not completed
+};
+
+struct DeviceRuntime {
+  int index = 0;
+  std::unique_ptr<device::Device> device;
+  std::unique_ptr<memory::DeviceMemory> memory;
+  std::unique_ptr<sched::Scheduler> scheduler;
+  std::vector<Lane> lanes;  // by lane index; grows as memory opens lanes
+  uint64_t iterations = 0;
+  // Last: destroyed first, so its thread stops before the streams go.
+  std::unique_ptr<Executor> executor;
+};
+
+}  // namespace tandem::server
+
+#endif  // TANDEM_SERVER_STATE_H_

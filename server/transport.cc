@@ -1,0 +1,148 @@
+#include "server/transport.h"
+
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "base/endpoint.h"
+#include "base/log.h"
+
+namespace tandem::server {
+
+ZmqTransport::ZmqTransport(std::string endpoint, MessageHandler on_message, PeerGoneHandler on_peer_gone)
+    : endpoint_(std::move(endpoint)),
+      on_message_(std::move(on_message)),
+      on_peer_gone_(std::move(on_peer_gone)),
+      context_(1),
+      router_(context_, zmq::socket_type::router) {}
+
+absl::StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(const TransportOptions& options,
+                                                                   MessageHandler on_message,
+                                                                   PeerGoneHandler on_peer_gone) {
+  std::unique_ptr<ZmqTransport> t(
+      new ZmqTransport(options.endpoint, std::move(on_message), std::move(on_peer_gone)));
+  try {
+    t->router_.set(zmq::sockopt::router_mandatory, 1);
+    t->router_.set(zmq::sockopt::linger, 0);
+    t->router_.set(zmq::sockopt::sndhwm, 0);
+    t->router_.set(zmq::sockopt::rcvhwm, 0);
+    t->router_.set(zmq::sockopt::heartbeat_ivl, 2000);
+    t->router_.set(zmq::sockopt::heartbeat_timeout, 10000);
+    if (options.max_message_bytes > 0) {
+      t->router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options.max_message_bytes * 2 + 65536));
+    }
+    t->router_.bind(options.endpoint);
+  } catch (const zmq::error_t& e) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.endpoint, ": ", e.what()));
+  }
+  std::string path = IpcPath(options.endpoint);
+  if (!path.empty()) ::chmod(path.c_str(), 0660);
+  t->wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (t->wake_fd_ < 0) return absl::InternalError(absl::StrCat("eventfd: ", std::strerror(errno)));
+  t->thread_ = std::thread([raw = t.get()] { raw->Run(); });
+  return t;
+}
+
+ZmqTransport::~ZmqTransport() {
+  Stop();
+  if (thread_.joinable()) thread_.join();
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  std::string path = IpcPath(endpoint_);
+  if (!path.empty()) ::unlink(path.c_str());
+}
+
+void ZmqTransport::Send(std::string peer, std::string payload) {
+  {
+    absl::MutexLock lock(&mu_);
+    outbox_.emplace_back(std::move(peer), std::move(payload));
+  }
+  uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof(one));
+}
+
+void ZmqTransport::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  uint64_t one = 1;
+  if (wake_fd_ >= 0) (void)!::write(wake_fd_, &one, sizeof(one));
+}
+
+void ZmqTransport::Flush() {
+  std::deque<std::pair<std::string, std::string>> batch;
+  {
+    absl::MutexLock lock(&mu_);
+    batch.swap(outbox_);
+  }
+  for (auto& [peer, payload] : batch) {
+    try {
+      zmq::message_t id(peer.data(), peer.size());
+      zmq::message_t body(payload.data(), payload.size());
+      if (!router_.send(id, zmq::send_flags::sndmore | zmq::send_flags::dontwait) ||
+          !router_.send(body, zmq::send_flags::dontwait)) {
+        TLOG_WARNING("reply dropped: peer not writable").With("bytes", payload.size());
+      }
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EHOSTUNREACH) {
+        on_peer_gone_(peer);
+      } else {
+        TLOG_WARNING("reply failed").With("error", e.what());
+      }
+    }
+  }
+}
+
+void ZmqTransport::Run() {
+  zmq::pollitem_t items[] = {
+      {static_cast<void*>(router_), 0, ZMQ_POLLIN, 0},
+      {nullptr, wake_fd_, ZMQ_POLLIN, 0},
+  };
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) break;
+    }
+    try {
+      zmq::poll(items, 2, std::chrono::milliseconds(-1));
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;
+      TLOG_ERROR("transport poll failed").With("error", e.what());
+      break;
+    }
+    if (items[1].revents & ZMQ_POLLIN) {
+      uint64_t count;
+      (void)!::read(wake_fd_, &count, sizeof(count));
+      Flush();
+    }
+    if (items[0].revents & ZMQ_POLLIN) {
+      // Drain everything readable now.
+      while (true) {
+        zmq::message_t id;
+        auto got = router_.recv(id, zmq::recv_flags::dontwait);
+        if (!got) break;
+        std::string peer(static_cast<const char*>(id.data()), id.size());
+        std::string payload;
+        bool multipart = false;
+        int frames = 0;
+        while (router_.get(zmq::sockopt::rcvmore)) {
+          zmq::message_t part;
+          (void)router_.recv(part, zmq::recv_flags::none);
+          if (frames++ == 0) {
+            payload.assign(static_cast<const char*>(part.data()), part.size());
+          } else {
+            multipart = true;
+          }
+        }
+        on_message_(std::move(peer), std::move(payload), multipart);
+      }
+    }
+  }
+  Flush();
+}
+
+}  // namespace tandem::server

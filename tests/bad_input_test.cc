@@ -1,0 +1,268 @@
+// Bad input against a real daemon: each case gets a clear error (or a clean
+// session teardown), and a well-behaved client training beside it keeps
+// training with exactly the losses it would have had alone.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "client/client.h"
+#include "examples/mlp_train/mlp_graph.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/daemon_process.h"
+#include "tests/mlp_reference.h"
+
+namespace tandem::testing {
+namespace {
+
+using client::Client;
+using client::GraphBuilder;
+using client::HostTensor;
+using ::testing::HasSubstr;
+
+constexpr uint64_t kMaxMessage = 1 << 20;
+
+examples::MlpJobOptions GoodJob() {
+  examples::MlpJobOptions o;
+  o.shape.inputs = 16;
+  o.shape.hidden = 32;
+  o.shape.layers = 1;
+  o.shape.classes = 4;
+  o.batch = 16;
+  o.seed = 5;
+  o.name = "good";
+  return o;
+}
+
+// The well-behaved client: one MLP job, stepped a few iterations at a time.
+class GoodTrainer {
+ public:
+  explicit GoodTrainer(const std::string& endpoint) : options_(GoodJob()), data_(options_.shape, options_.seed) {
+    auto c = Client::Connect({.endpoint = endpoint, .name = "good"});
+    EXPECT_TRUE(c.ok()) << c.status();
+    client_ = *std::move(c);
+    auto job = client_->RegisterJob(examples::BuildMlpTrainingJob(options_));
+    EXPECT_TRUE(job.ok()) << job.status();
+    job_ = job->job_id();
+    MlpReferenceOptions ref;
+    ref.shape = options_.shape;
+    ref.batch = options_.batch;
+    ref.seed = options_.seed;
+    want_ = ReferenceMlpLosses(ref, 200);
+  }
+
+  // Runs `n` iterations and checks each loss against the reference.
+  void Step(int n) {
+    for (int k = 0; k < n; ++k) {
+      std::vector<float> x;
+      std::vector<int64_t> y;
+      data_.NextBatch(options_.batch, &x, &y);
+      client::NamedTensors feeds{{"x", HostTensor::Floats({options_.batch, options_.shape.inputs}, x)},
+                                 {"y", HostTensor::Int64s({options_.batch}, y)},
+                                 {"lr", HostTensor::Floats({}, std::vector<float>{0.05f})}};
+      auto r = client_->RunIteration(job_, feeds, {"loss"}, done_);
+      ASSERT_TRUE(r.ok()) << r.status();
+      double loss = r->fetches.at("loss").values<float>()[0];
+      ASSERT_LT(done_, static_cast<int>(want_.size()));
+      EXPECT_NEAR(loss, want_[done_], 1e-4 * std::abs(want_[done_])) << "iteration " << done_;
+      ++done_;
+    }
+  }
+
+  Client& client() { return *client_; }
+  uint64_t job() const { return job_; }
+
+ private:
+  examples::MlpJobOptions options_;
+  examples::BlobDataset data_;
+  std::unique_ptr<Client> client_;
+  uint64_t job_ = 0;
+  std::vector<double> want_;
+  int done_ = 0;
+};
+
+class BadInputTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    daemon_ = new DaemonProcess({"--max_message_bytes=" + std::to_string(kMaxMessage), "--session_timeout=1.5"});
+    good_ = new GoodTrainer(daemon_->endpoint());
+    good_->Step(3);
+  }
+  static void TearDownTestSuite() {
+    delete good_;
+    delete daemon_;
+  }
+  void TearDown() override {
+    // After every bad case the daemon is alive and the good job trains on.
+    ASSERT_TRUE(daemon_->Alive()) << daemon_->Log();
+    good_->Step(2);
+  }
+
+  std::unique_ptr<Client> Connect(const std::string& name = "bad") {
+    auto c = Client::Connect({.endpoint = daemon_->endpoint(), .name = name});
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *std::move(c) : nullptr;
+  }
+
+  // A job whose graph is x -> mm(x, w) -> fetch, with `op` in place of mm.
+  static v1::RegisterJobRequest TinyJob(const std::string& op, int64_t w_rows) {
+    GraphBuilder b("tiny");
+    std::string x = b.Feed("x", v1::FLOAT32, {4, 8});
+    std::vector<float> w(static_cast<size_t>(w_rows) * 3, 0.5f);
+    std::string wn = b.Persistent("w", HostTensor::Floats({w_rows, 3}, w));
+    std::string out = b.Op(op, {x, wn}, {}, "out");
+    b.Fetch(out);
+    return std::move(b).Build();
+  }
+
+  static DaemonProcess* daemon_;
+  static GoodTrainer* good_;
+};
+
+DaemonProcess* BadInputTest::daemon_ = nullptr;
+GoodTrainer* BadInputTest::good_ = nullptr;
+
+TEST_F(BadInputTest, RandomBytesGetInvalidArgument) {
+  auto c = Connect();
+  std::mt19937 rng(42);
+  std::string junk(257, '\0');
+  for (char& ch : junk) ch = static_cast<char>(rng());
+  auto r = c->CallRaw(junk, 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("malformed request"));
+}
+
+TEST_F(BadInputTest, TruncatedProtobufGetsInvalidArgument) {
+  auto c = Connect();
+  v1::Request request;
+  request.set_request_id(0);
+  *request.mutable_register_job() = TinyJob("mm", 8);
+  std::string bytes = request.SerializeAsString();
+  auto r = c->CallRaw(bytes.substr(0, bytes.size() - 7), 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(BadInputTest, MessageOverTheSizeLimitIsRefused) {
+  auto c = Connect();
+  std::string big(kMaxMessage + kMaxMessage / 2, 'x');
+  auto r = c->CallRaw(big, 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("exceeds the limit"));
+  // The same client can go on.
+  EXPECT_TRUE(c->Stats().ok());
+}
+
+TEST_F(BadInputTest, UnknownOpIsRefusedAtRegistration) {
+  auto c = Connect();
+  auto r = c->RegisterJob(TinyJob("frobnicate.Tensor", 8));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("unknown op 'frobnicate.Tensor'"));
+}
+
+TEST_F(BadInputTest, ShapeMismatchIsRefusedAtRegistration) {
+  auto c = Connect();
+  auto r = c->RegisterJob(TinyJob("mm", 7));  // x is [4, 8], w is [7, 3]
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("mm"));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("[7, 3]"));
+}
+
+TEST_F(BadInputTest, FeedOfTheWrongByteSizeIsRefused) {
+  auto c = Connect();
+  auto job = c->RegisterJob(TinyJob("mm", 8));
+  ASSERT_TRUE(job.ok()) << job.status();
+  HostTensor x = HostTensor::Floats({4, 8}, std::vector<float>(40, 1.f));  // 40 floats, not 32
+  auto r = c->RunIteration(job->job_id(), {{"x", x}}, {"out"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("bytes"));
+  // A wrong shape is named as such.
+  r = c->RunIteration(job->job_id(), {{"x", HostTensor::Floats({8, 4}, std::vector<float>(32, 1.f))}}, {"out"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("float32[4, 8]"));
+  // And a correct one works: 8 x 0.5 per output.
+  r = c->RunIteration(job->job_id(), {{"x", HostTensor::Floats({4, 8}, std::vector<float>(32, 1.f))}}, {"out"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FLOAT_EQ(r->fetches.at("out").values<float>()[5], 4.0f);
+}
+
+TEST_F(BadInputTest, RequestForAnotherSessionsJobIsNotFound) {
+  auto c = Connect();
+  auto read = c->ReadTensor(good_->job(), "W0");
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kNotFound);
+  auto run = c->RunIteration(good_->job(), {}, {"loss"});
+  ASSERT_FALSE(run.ok());
+  EXPECT_EQ(run.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(c->CloseJob(good_->job()).ok());
+}
+
+TEST_F(BadInputTest, RequestBeforeHelloIsRefused) {
+  auto c = Connect();
+  v1::Request request;
+  request.set_request_id(77);
+  request.mutable_stats();
+  // A raw second connection has no session.
+  zmq::context_t ctx(1);
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::rcvtimeo, 5000);
+  s.connect(daemon_->endpoint());
+  std::string bytes = request.SerializeAsString();
+  s.send(zmq::buffer(bytes), zmq::send_flags::none);
+  zmq::message_t reply;
+  ASSERT_TRUE(s.recv(reply, zmq::recv_flags::none));
+  v1::Response response;
+  ASSERT_TRUE(response.ParseFromArray(reply.data(), static_cast<int>(reply.size())));
+  EXPECT_EQ(response.request_id(), 77u);
+  EXPECT_EQ(response.status().code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST_F(BadInputTest, ClientKilledMidIterationIsCleanedUp) {
+  auto c = Connect("observer");
+  // A separate training process, killed while its iterations are in flight.
+  std::string log = daemon_->dir() + "/victim.log";
+  pid_t pid = Spawn({MLP_TRAIN_PATH, "--endpoint=" + daemon_->endpoint(), "--iterations=100000", "--batch=64",
+                     "--hidden=256", "--print_every=1", "--inflight=4", "--name=victim"},
+                    log);
+  // Wait until it has trained a little.
+  for (int i = 0; i < 1000 && !absl::StrContains(ReadFile(log), "iter 3 "); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(absl::StrContains(ReadFile(log), "iter 3 ")) << ReadFile(log);
+  auto before = c->Stats();
+  ASSERT_TRUE(before.ok());
+  ASSERT_EQ(before->jobs(), 2u);  // the good job and the victim
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  // Its session ends (a reply that cannot be delivered, or the timeout) and
+  // its memory comes back.
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto list = c->ListSessions();
+    ASSERT_TRUE(list.ok());
+    gone = true;
+    for (const auto& s : list->sessions()) gone &= s.client_name() != "victim";
+  }
+  EXPECT_TRUE(gone) << daemon_->Log();
+  auto after = c->Stats();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->jobs(), 1u);
+  EXPECT_LT(after->devices(0).persistent_bytes(), before->devices(0).persistent_bytes());
+}
+
+}  // namespace
+}  // namespace tandem::testing

@@ -1,0 +1,94 @@
+#include "tests/daemon_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace tandem::testing {
+
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log_path) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::close(fd);
+    }
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    std::perror("execv");
+    ::_exit(127);
+  }
+  return pid;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+DaemonProcess::DaemonProcess(std::vector<std::string> extra_flags) {
+  char tmpl[] = "/tmp/tandem-test-XXXXXX";
+  dir_ = ::mkdtemp(tmpl);
+  endpoint_ = "ipc://" + dir_ + "/tandemd.sock";
+  std::vector<std::string> argv{TANDEMD_PATH, "--endpoint=" + endpoint_, "--device=cpu"};
+  for (auto& f : extra_flags) argv.push_back(std::move(f));
+  pid_ = Spawn(argv, dir_ + "/tandemd.log");
+  std::string sock = dir_ + "/tandemd.sock";
+  for (int i = 0; i < 500; ++i) {
+    struct stat st;
+    if (::stat(sock.c_str(), &st) == 0) return;
+    if (!Alive()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::fprintf(stderr, "tandemd did not start; its log:\n%s\n", Log().c_str());
+  std::abort();
+}
+
+DaemonProcess::~DaemonProcess() {
+  Stop();
+  std::string cmd = "rm -rf '" + dir_ + "'";
+  if (std::getenv("TANDEM_KEEP_TEST_DIRS") == nullptr) (void)!std::system(cmd.c_str());
+}
+
+std::string DaemonProcess::Log() const { return ReadFile(dir_ + "/tandemd.log"); }
+
+bool DaemonProcess::Alive() const {
+  if (pid_ <= 0) return false;
+  int status;
+  return ::waitpid(pid_, &status, WNOHANG) == 0;
+}
+
+int DaemonProcess::Stop() {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGTERM);
+  int status = 0;
+  for (int i = 0; i < 1000; ++i) {
+    pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      pid_ = -1;
+      return status;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return status;
+}
+
+}  // namespace tandem::testing
