@@ -10,7 +10,15 @@
 // largest planned peak among its jobs. Admission: sum of persistent + sum
 // over lanes of each lane's arena <= usable.
 //
-// Raw memory comes from the device interface (a fake device in tests).
+// Raw memory comes from the device interface (a fake device in tests): Create
+// takes the usable bytes in one device allocation, and every persistent
+// tensor and lane arena is a range of that region (best fit, coalescing,
+// aligned to device::kDeviceAlignment; range_allocator.h). So no device
+// allocation or free happens after Create (on CUDA a free synchronizes the
+// whole device, which would stall the lanes that are running), and the
+// admission arithmetic above is exact: what fits by bytes is placed, unless
+// the free bytes are split into ranges too small (fragmentation), which
+// Compact undoes. docs/memory.md describes the design.
 // Thread-safety: not thread-safe; owned by the daemon's control loop.
 #ifndef TANDEM_MEMORY_DEVICE_MEMORY_H_
 #define TANDEM_MEMORY_DEVICE_MEMORY_H_
@@ -20,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "device/device.h"
 
@@ -54,16 +63,63 @@ struct LaneStats {
   int lane = 0;
   uint64_t arena_bytes = 0;
   std::vector<JobId> jobs;
+  uint64_t retired_bytes = 0;  // old arena ranges awaiting ReleaseRetired(lane)
 };
 
+struct JobMemoryStats {
+  JobId job = 0;
+  std::string name;
+  int lane = 0;
+  uint64_t persistent_bytes = 0;  // aligned sizes of its tensors
+  uint64_t persistent_tensors = 0;
+  uint64_t ephemeral_bytes = 0;   // its planned peak, aligned
+};
+
+// Sizes count aligned bytes. Always:
+//   persistent_bytes + lane_bytes + retired_bytes + free_bytes == usable_bytes
+//   usable_bytes == capacity_bytes - reserve_bytes (rounded down to the alignment)
 struct DeviceMemoryStats {
   uint64_t capacity_bytes = 0;
   uint64_t reserve_bytes = 0;
   uint64_t persistent_bytes = 0;  // allocated to jobs
   uint64_t persistent_peak_bytes = 0;
   uint64_t lane_bytes = 0;        // sum of lane arenas
-  uint64_t free_bytes = 0;        // usable - persistent - lanes
-  std::vector<LaneStats> lanes;
+  uint64_t free_bytes = 0;        // usable - persistent - lanes - retired
+  std::vector<LaneStats> lanes;   // open lanes, by index
+
+  uint64_t usable_bytes = 0;
+  uint64_t retired_bytes = 0;       // sum over lanes of retired arena ranges
+  uint64_t largest_free_bytes = 0;  // the largest contiguous free range
+  uint64_t persistent_allocated = 0;  // persistent tensors allocated since Create
+  uint64_t persistent_freed = 0;      // persistent tensors freed since Create
+  uint64_t jobs_admitted = 0;
+  uint64_t jobs_refused = 0;
+  uint64_t compactions = 0;
+  uint64_t compaction_bytes_moved = 0;
+  std::vector<JobMemoryStats> jobs;  // admitted jobs, by id
+};
+
+// One persistent tensor moved by Compact.
+struct TensorMove {
+  JobId job = 0;
+  int tensor = 0;  // index into the job's JobMemoryRequest::persistent_bytes
+  void* from = nullptr;
+  void* to = nullptr;
+  uint64_t bytes = 0;  // requested size, the bytes copied
+};
+
+struct CompactionResult {
+  // Every move that took place, in order. Apply all of them to the pointers
+  // held for the jobs, even when `status` is not OK.
+  std::vector<TensorMove> moves;
+  std::vector<int> lanes_moved;  // lanes whose LaneArena changed
+  uint64_t bytes_moved = 0;
+  uint64_t largest_free_before = 0;
+  uint64_t largest_free_after = 0;
+  // OK, or why compaction stopped early (a copy could not be enqueued: that
+  // move did not happen; or the stream failed: the device's contents are
+  // then unreliable).
+  absl::Status status;
 };
 
 class DeviceMemory {
@@ -78,21 +134,50 @@ class DeviceMemory {
   // per-job usage, what would make it fit). FAILED_PRECONDITION when it could
   // fit once other jobs leave (the caller may queue it), RESOURCE_EXHAUSTED
   // when it can never fit. A refused job leaves nothing behind.
+  // Also RESOURCE_EXHAUSTED when the job exceeds its quota (the smaller of
+  // request.quota_bytes and options.max_job_bytes, where set), ALREADY_EXISTS
+  // for a job id already admitted, INVALID_ARGUMENT for a lane out of range.
+  // Lane choice when request.lane == -1, first that fits: (1) an open lane
+  // whose arena already holds the job's peak (fewest jobs first, then the
+  // smallest arena); (2) a new lane while fewer than max_lanes are open;
+  // (3) the open lane that grows least.
   virtual absl::StatusOr<JobMemoryGrant> Admit(const JobMemoryRequest& request) = 0;
 
   // Frees everything of `job`; lanes shrink when their largest job leaves.
   virtual void Release(JobId job) = 0;
 
   // Base address of a lane's arena. It changes only inside Admit/Release
-  // (when the lane grows or shrinks). An iteration that was already running
+  // (when the lane grows or shrinks) and Compact. In this implementation a
+  // shrink keeps the base (the tail is retired), and a growth keeps the bytes
+  // of the old arena inside the new one when the neighbouring range is free
+  // (the base may still move down); otherwise the arena moves. An iteration that was already running
   // in the lane may still use the old arena, so the old one is retired, not
   // freed (its bytes still count as used), until the caller, knowing no
   // iteration runs in the lane, calls ReleaseRetired(lane).
   virtual void* LaneArena(int lane) const = 0;
   virtual void ReleaseRetired(int lane) = 0;
+  // Lane indices are stable: a lane keeps its index while it has jobs. A lane
+  // whose last job leaves closes (its arena is retired; its index may be
+  // reused by a later Admit), and NumLanes() is one past the highest index
+  // that is open or still has retired ranges. LaneArena of a closed lane is
+  // null; an open lane's arena is never null (at least one alignment unit).
   virtual int NumLanes() const = 0;
 
   virtual DeviceMemoryStats Stats() const = 0;
+
+  // Where `job`'s persistent tensors live now (they change only in Compact);
+  // empty when the job is not admitted.
+  virtual std::vector<void*> PersistentAddresses(JobId job) const = 0;
+
+  // Undoes fragmentation: moves persistent tensors toward the bottom of the
+  // region (enqueueing the device copies on `stream`), frees every retired
+  // range and moves lane arenas toward the top, so that the free bytes form
+  // as few ranges as possible. Call it only when no iteration runs in any
+  // lane and nothing else uses the persistent tensors (it then owns every
+  // retired range too); it returns after the copies have run (it
+  // synchronizes `stream`). The caller applies the returned moves to its
+  // pointers and reads LaneArena again for the lanes that moved.
+  virtual CompactionResult Compact(device::Stream& stream) = 0;
 };
 
 }  // namespace tandem::memory

@@ -1,0 +1,23 @@
+#include "adaptor/cpu/cpu_kernels.h"
+
+#include "absl/strings/string_view.h"
+#include "adaptor/cpu/kernel_util.h"
+
+namespace tandem::cpu {
+
+CpuKernelFn FindCpuKernel(absl::string_view op) {
+  static const CpuKernelTable* table = [] {
+    auto* t = new CpuKernelTable();
+    AddElementwiseKernels(*t);
+    AddLinalgKernels(*t);
+    AddReductionKernels(*t);
+    AddShapeKernels(*t);
+    AddLossKernels(*t);
+    AddFactoryKernels(*t);
+    return t;
+  }();
+  auto it = table->find(op);
+  return it == table->end() ? nullptr : it->second;
+}
+
+}  // namespace tandem::cpu

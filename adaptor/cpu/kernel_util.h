@@ -1,0 +1,119 @@
+// Building blocks of the reference CPU kernels (adaptor/cpu only): dtype
+// dispatch, value conversion, and iteration over a broadcast index space.
+// Header-only templates; stateless and thread-safe.
+#ifndef TANDEM_ADAPTOR_CPU_KERNEL_UTIL_H_
+#define TANDEM_ADAPTOR_CPU_KERNEL_UTIL_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "adaptor/cpu/cpu_kernels.h"
+#include "adaptor/kernel.h"
+
+namespace tandem::cpu {
+
+// Op name -> kernel; each family file adds its kernels.
+using CpuKernelTable = absl::flat_hash_map<std::string, CpuKernelFn>;
+void AddElementwiseKernels(CpuKernelTable& table);
+void AddLinalgKernels(CpuKernelTable& table);
+void AddReductionKernels(CpuKernelTable& table);
+void AddShapeKernels(CpuKernelTable& table);
+void AddLossKernels(CpuKernelTable& table);
+void AddFactoryKernels(CpuKernelTable& table);
+
+inline absl::Status UnsupportedDType(const KernelArgs& args, DType dtype) {
+  return absl::UnimplementedError(
+      absl::StrCat(args.node->op, ": the CPU backend has no kernel for dtype ", DTypeName(dtype)));
+}
+
+// Calls f(T{}) with T the C++ type of `dtype`, for the dtypes of each set;
+// UNIMPLEMENTED for others. f returns absl::Status.
+template <typename F>
+absl::Status DispatchFloat(const KernelArgs& args, DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kFloat32: return f(float{});
+    case DType::kFloat64: return f(double{});
+    default: return UnsupportedDType(args, dtype);
+  }
+}
+
+template <typename F>
+absl::Status DispatchNumeric(const KernelArgs& args, DType dtype, F&& f) {
+  if (dtype == DType::kInt64) return f(int64_t{});
+  return DispatchFloat(args, dtype, f);
+}
+
+template <typename F>
+absl::Status DispatchStorable(const KernelArgs& args, DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kInt32: return f(int32_t{});
+    case DType::kBool: return f(bool{});
+    default: return DispatchNumeric(args, dtype, f);
+  }
+}
+
+// A C++ cast, except that bool is "nonzero".
+template <typename To, typename From>
+To Convert(From value) {
+  if constexpr (std::is_same_v<To, bool>) {
+    return value != From(0);
+  } else {
+    return static_cast<To>(value);
+  }
+}
+
+// Element 0 of `t` converted to T, whatever t's dtype (a rank-0 operand).
+template <typename T>
+T LoadScalar(const TensorArg& t) {
+  switch (t.type.dtype) {
+    case DType::kFloat32: return Convert<T>(*t.as<const float>());
+    case DType::kFloat64: return Convert<T>(*t.as<const double>());
+    case DType::kInt64: return Convert<T>(*t.as<const int64_t>());
+    case DType::kInt32: return Convert<T>(*t.as<const int32_t>());
+    case DType::kBool: return Convert<T>(*t.as<const bool>());
+    default: return T{};
+  }
+}
+
+// Visits every index of `shape` in row-major order, calling
+// f(linear_index, offsets) where offsets[k] = sum(index[d] * strides[k][d]).
+// The innermost dim is a plain loop, so strided reads cost one add each.
+template <size_t K, typename F>
+void ForEachIndex(const Shape& shape, const std::array<std::vector<int64_t>, K>& strides, F&& f) {
+  const int64_t numel = NumElements(shape);
+  if (numel == 0) return;
+  const int rank = static_cast<int>(shape.size());
+  std::array<int64_t, K> base{};
+  if (rank == 0) {
+    f(int64_t{0}, base);
+    return;
+  }
+  const int64_t inner = shape[rank - 1];
+  std::array<int64_t, K> inner_stride;
+  for (size_t k = 0; k < K; ++k) inner_stride[k] = strides[k][rank - 1];
+  std::vector<int64_t> index(rank, 0);
+  std::array<int64_t, K> offsets;
+  for (int64_t start = 0; start < numel; start += inner) {
+    for (int64_t j = 0; j < inner; ++j) {
+      for (size_t k = 0; k < K; ++k) offsets[k] = base[k] + j * inner_stride[k];
+      f(start + j, offsets);
+    }
+    for (int d = rank - 2; d >= 0; --d) {
+      for (size_t k = 0; k < K; ++k) base[k] += strides[k][d];
+      if (++index[d] < shape[d]) break;
+      for (size_t k = 0; k < K; ++k) base[k] -= strides[k][d] * shape[d];
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace tandem::cpu
+
+#endif  // TANDEM_ADAPTOR_CPU_KERNEL_UTIL_H_

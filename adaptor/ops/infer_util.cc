@@ -1,0 +1,111 @@
+#include "absl/strings/string_view.h"
+#include "adaptor/ops/infer_util.h"
+
+#include <utility>
+
+#include "absl/strings/str_join.h"
+
+namespace tandem::ops {
+namespace {
+
+std::string DTypeNames(absl::Span<const DType> allowed) {
+  return absl::StrJoin(allowed, ", ", [](std::string* out, DType d) { out->append(DTypeName(d)); });
+}
+
+// bool < integer < floating, as PyTorch's promotion categories.
+int Category(DType dtype) {
+  if (dtype == DType::kBool) return 0;
+  if (IsFloating(dtype)) return 2;
+  return 1;
+}
+
+}  // namespace
+
+absl::Status RequireDType(absl::string_view input, const TensorType& type, absl::Span<const DType> allowed) {
+  for (DType d : allowed) {
+    if (d == type.dtype) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(input, " is ", type.ToString(), "; supported dtypes are ", DTypeNames(allowed)));
+}
+
+absl::Status RequireDTypeValue(absl::string_view what, DType dtype, absl::Span<const DType> allowed) {
+  for (DType d : allowed) {
+    if (d == dtype) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " is ", DTypeName(dtype), "; supported dtypes are ", DTypeNames(allowed)));
+}
+
+absl::Status RequireRank(absl::string_view input, const TensorType& type, int rank) {
+  if (type.rank() == rank) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(input, " is ", type.ToString(), " (rank ", type.rank(), "); expected rank ", rank));
+}
+
+absl::StatusOr<DType> BinaryResultDType(absl::string_view a_name, const TensorType& a, absl::string_view b_name,
+                                        const TensorType& b) {
+  if (a.dtype == b.dtype) return a.dtype;
+  // Which operand is converted: the rank-0 one; of two rank-0 operands, the
+  // one of the lower category (or, within a category, the narrower one).
+  bool convert_b;
+  if (a.rank() == 0 && b.rank() == 0) {
+    convert_b = Category(a.dtype) != Category(b.dtype) ? Category(a.dtype) > Category(b.dtype)
+                                                         : DTypeSize(a.dtype) >= DTypeSize(b.dtype);
+  } else if (b.rank() == 0) {
+    convert_b = true;
+  } else if (a.rank() == 0) {
+    convert_b = false;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(a_name, " is ", a.ToString(), " but ", b_name, " is ",
+                                                   b.ToString(), "; dtypes must match (insert _to_copy)"));
+  }
+  const TensorType& kept = convert_b ? a : b;
+  const TensorType& converted = convert_b ? b : a;
+  if (Category(converted.dtype) > Category(kept.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        convert_b ? b_name : a_name, " is ", converted.ToString(), " and ", convert_b ? a_name : b_name, " is ",
+        kept.ToString(), "; PyTorch would promote the result to ", DTypeName(converted.dtype),
+        ", which needs an explicit _to_copy here"));
+  }
+  return kept.dtype;
+}
+
+absl::Status RequireScalarFits(const Attrs& attrs, absl::string_view name, absl::string_view input, DType dtype) {
+  if (IsFloating(dtype)) return absl::OkStatus();
+  auto it = attrs.values().find(std::string(name));
+  if (it == attrs.values().end()) return absl::OkStatus();
+  if (const double* v = std::get_if<double>(&it->second)) {
+    return absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' is the float ", *v, " but ", input,
+                                                   " is ", DTypeName(dtype),
+                                                   "; PyTorch would promote the result to float, which needs an "
+                                                   "explicit _to_copy here"));
+  }
+  return absl::OkStatus();
+}
+
+InferFn WithOpName(std::string op, InferFn infer) {
+  return [op = std::move(op), infer = std::move(infer)](
+             const Attrs& attrs, absl::Span<const TensorType> inputs) -> absl::StatusOr<std::vector<TensorType>> {
+    auto result = infer(attrs, inputs);
+    if (!result.ok()) {
+      return absl::Status(result.status().code(), absl::StrCat(op, ": ", result.status().message()));
+    }
+    return result;
+  };
+}
+
+void RegisterOp(OpRegistry& registry, std::string name, int min_inputs, int max_inputs, int num_outputs,
+                AliasKind alias, InferFn infer, std::initializer_list<absl::string_view> aliases) {
+  OpDef def;
+  def.name = name;
+  def.min_inputs = min_inputs;
+  def.max_inputs = max_inputs;
+  def.num_outputs = num_outputs;
+  def.infer = WithOpName(name, std::move(infer));
+  def.alias = alias;
+  registry.Register(std::move(def));
+  for (absl::string_view other : aliases) registry.Alias(name, other);
+}
+
+}  // namespace tandem::ops

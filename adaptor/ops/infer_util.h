@@ -1,0 +1,56 @@
+// Helpers for the ops' inference functions (adaptor/ops/*_ops.cc only): dtype
+// and rank checks with messages that name the op's input, the binary
+// elementwise type rule, and the wrapper that prefixes every inference error
+// with the op's name. Plain functions; thread-safe.
+#ifndef TANDEM_ADAPTOR_OPS_INFER_UTIL_H_
+#define TANDEM_ADAPTOR_OPS_INFER_UTIL_H_
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "adaptor/op_registry.h"
+
+namespace tandem::ops {
+
+using TypeList = std::vector<TensorType>;
+
+inline constexpr DType kFloatTypes[] = {DType::kFloat32, DType::kFloat64};
+inline constexpr DType kNumericTypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt64};
+// Types a copy or a fill can produce.
+inline constexpr DType kStorableTypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kInt32,
+                                           DType::kBool};
+
+// INVALID_ARGUMENT "<input> is <type>; <op> supports <list>" unless `type`'s
+// dtype is in `allowed`.
+absl::Status RequireDType(absl::string_view input, const TensorType& type, absl::Span<const DType> allowed);
+absl::Status RequireDTypeValue(absl::string_view what, DType dtype, absl::Span<const DType> allowed);
+absl::Status RequireRank(absl::string_view input, const TensorType& type, int rank);
+
+// The dtype of a binary elementwise op's result: equal dtypes, or a rank-0
+// operand converted to the other operand's dtype. A conversion PyTorch would
+// not make (a float rank-0 onto an integer tensor, which PyTorch promotes to
+// float) is refused with a hint.
+absl::StatusOr<DType> BinaryResultDType(absl::string_view a_name, const TensorType& a, absl::string_view b_name,
+                                        const TensorType& b);
+
+// OK unless `dtype` is an integer type and the number attribute `name` is a
+// float (PyTorch would promote the result to float). An absent attribute is
+// fine.
+absl::Status RequireScalarFits(const Attrs& attrs, absl::string_view name, absl::string_view input, DType dtype);
+
+// Wraps `infer` so that its errors read "<op>: <message>".
+InferFn WithOpName(std::string op, InferFn infer);
+
+// Registers `op` (inference wrapped by WithOpName) and its aliases.
+void RegisterOp(OpRegistry& registry, std::string name, int min_inputs, int max_inputs, int num_outputs,
+                AliasKind alias, InferFn infer, std::initializer_list<absl::string_view> aliases = {});
+
+}  // namespace tandem::ops
+
+#endif  // TANDEM_ADAPTOR_OPS_INFER_UTIL_H_

@@ -1,0 +1,114 @@
+// Registry entries of the classification loss path: _log_softmax, its
+// backward, nll_loss_forward and nll_loss_backward.
+#include "absl/strings/str_cat.h"
+#include "adaptor/op_registry.h"
+#include "adaptor/ops/infer_util.h"
+#include "adaptor/ops/shape_rules.h"
+#include "base/status_macros.h"
+
+namespace tandem {
+namespace {
+
+using ops::TypeList;
+
+absl::Status CheckDim(const Attrs& attrs, absl::string_view input, const TensorType& type) {
+  ASSIGN_OR_RETURN(int64_t dim, attrs.GetInt("dim"));
+  auto d = NormalizeDim(dim, type.rank());
+  if (!d.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(input, " is ", type.ToString(), ": ", d.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TypeList> LogSoftmaxInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
+  RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kFloatTypes));
+  RETURN_IF_ERROR(CheckDim(attrs, "self", in[0]));
+  ASSIGN_OR_RETURN(bool half_to_float, attrs.GetBool("half_to_float", false));
+  if (half_to_float) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("half_to_float=true needs a float16 self; self is ", in[0].ToString()));
+  }
+  return TypeList{in[0]};
+}
+
+// grad_input = grad_output - exp(output) * sum(grad_output, dim).
+absl::StatusOr<TypeList> LogSoftmaxBackwardInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
+  RETURN_IF_ERROR(ops::RequireDType("grad_output", in[0], ops::kFloatTypes));
+  if (!(in[0] == in[1])) {
+    return absl::InvalidArgumentError(absl::StrCat("grad_output is ", in[0].ToString(), " but output is ",
+                                                   in[1].ToString(), "; they must have the same type"));
+  }
+  RETURN_IF_ERROR(CheckDim(attrs, "grad_output", in[0]));
+  ASSIGN_OR_RETURN(DType input_dtype, attrs.GetDType("input_dtype", in[0].dtype));
+  if (input_dtype != in[0].dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("attribute 'input_dtype' is ", DTypeName(input_dtype),
+                                                   " but grad_output is ", in[0].ToString(),
+                                                   "; mixed-precision log-softmax is not supported"));
+  }
+  return TypeList{in[0]};
+}
+
+// Checks self [N, C] or [C], target [N] or [] (int64), optional weight [C];
+// returns the shape of the unreduced loss ([N] or []).
+absl::StatusOr<Shape> CheckNllInputs(const Attrs& attrs, const TensorType& self, const TensorType& target,
+                                     const TensorType* weight) {
+  RETURN_IF_ERROR(ops::RequireDType("self", self, ops::kFloatTypes));
+  if (self.rank() != 1 && self.rank() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("self is ", self.ToString(), "; expected [N, C] or [C] log-probabilities"));
+  }
+  if (target.dtype != DType::kInt64 || target.rank() != self.rank() - 1 ||
+      (self.rank() == 2 && target.shape[0] != self.shape[0])) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "self is ", self.ToString(), " but target is ", target.ToString(), "; expected target int64",
+        self.rank() == 2 ? ShapeString({self.shape[0]}) : std::string("[]")));
+  }
+  const int64_t classes = self.shape.back();
+  if (weight != nullptr && (weight->dtype != self.dtype || weight->shape != Shape{classes})) {
+    return absl::InvalidArgumentError(absl::StrCat("self is ", self.ToString(), " but weight is ",
+                                                   weight->ToString(), "; expected ", DTypeName(self.dtype),
+                                                   ShapeString({classes})));
+  }
+  ASSIGN_OR_RETURN(int64_t reduction, attrs.GetInt("reduction", 1));
+  if (reduction < 0 || reduction > 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attribute 'reduction' is ", reduction, "; expected 0 (none), 1 (mean) or 2 (sum)"));
+  }
+  RETURN_IF_ERROR(attrs.GetInt("ignore_index", -100).status());
+  if (reduction == 0 && self.rank() == 2) return Shape{self.shape[0]};
+  return Shape{};
+}
+
+// Inputs: self, target[, weight]. Outputs: output, total_weight.
+absl::StatusOr<TypeList> NllLossForwardInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
+  ASSIGN_OR_RETURN(Shape out, CheckNllInputs(attrs, in[0], in[1], in.size() > 2 ? &in[2] : nullptr));
+  return TypeList{{in[0].dtype, out}, {in[0].dtype, {}}};
+}
+
+// Inputs: grad_output, self, target, total_weight[, weight].
+absl::StatusOr<TypeList> NllLossBackwardInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
+  ASSIGN_OR_RETURN(Shape out, CheckNllInputs(attrs, in[1], in[2], in.size() > 4 ? &in[4] : nullptr));
+  const TensorType expected_grad{in[1].dtype, out};
+  if (!(in[0] == expected_grad)) {
+    return absl::InvalidArgumentError(absl::StrCat("grad_output is ", in[0].ToString(), "; expected ",
+                                                   expected_grad.ToString(), " for self ", in[1].ToString()));
+  }
+  const TensorType expected_total{in[1].dtype, {}};
+  if (!(in[3] == expected_total)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("total_weight is ", in[3].ToString(), "; expected ", expected_total.ToString()));
+  }
+  return TypeList{in[1]};
+}
+
+}  // namespace
+
+void RegisterLossOps(OpRegistry& registry) {
+  using ops::RegisterOp;
+  RegisterOp(registry, "_log_softmax", 1, 1, 1, AliasKind::kNone, LogSoftmaxInfer);
+  RegisterOp(registry, "_log_softmax_backward_data", 2, 2, 1, AliasKind::kInPlace, LogSoftmaxBackwardInfer);
+  RegisterOp(registry, "nll_loss_forward", 2, 3, 2, AliasKind::kNone, NllLossForwardInfer);
+  RegisterOp(registry, "nll_loss_backward", 4, 5, 1, AliasKind::kNone, NllLossBackwardInfer);
+}
+
+}  // namespace tandem

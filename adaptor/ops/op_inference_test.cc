@@ -1,0 +1,289 @@
+// Shape and dtype inference of the first op set, and its error messages.
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "adaptor/op_registry.h"
+#include "adaptor/ops/shape_rules.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tandem {
+
+// Readable gtest output for TensorType comparisons.
+void PrintTo(const TensorType& type, std::ostream* os) { *os << type.ToString(); }
+
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+TensorType F32(Shape shape) { return {DType::kFloat32, std::move(shape)}; }
+TensorType F64(Shape shape) { return {DType::kFloat64, std::move(shape)}; }
+TensorType I64(Shape shape) { return {DType::kInt64, std::move(shape)}; }
+
+absl::StatusOr<std::vector<TensorType>> Infer(const std::string& op, const Attrs& attrs,
+                                              const std::vector<TensorType>& inputs) {
+  const OpDef* def = OpRegistry::Global().Find(op);
+  if (def == nullptr) return absl::NotFoundError("no op " + op);
+  return def->infer(attrs, inputs);
+}
+
+TensorType InferOne(const std::string& op, const Attrs& attrs, const std::vector<TensorType>& inputs) {
+  auto result = Infer(op, attrs, inputs);
+  EXPECT_TRUE(result.ok()) << op << ": " << result.status();
+  if (!result.ok() || result->size() != 1) return {};
+  return (*result)[0];
+}
+
+std::string InferError(const std::string& op, const Attrs& attrs, const std::vector<TensorType>& inputs) {
+  auto result = Infer(op, attrs, inputs);
+  EXPECT_FALSE(result.ok()) << op << " unexpectedly inferred " << (result.ok() ? (*result)[0].ToString() : "");
+  if (result.ok()) return "";
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
+  return std::string(result.status().message());
+}
+
+Attrs MakeAttrs(std::vector<std::pair<std::string, AttrValue>> values) {
+  Attrs attrs;
+  for (auto& [name, value] : values) attrs.Set(name, value);
+  return attrs;
+}
+
+TEST(OpRegistryTest, HasTheDocumentedOpSetWithItsAliases) {
+  const OpRegistry& registry = OpRegistry::Global();
+  for (const char* op :
+       {"mm", "addmm", "add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "add.Scalar", "sub.Scalar",
+        "mul.Scalar", "div.Scalar", "neg", "sqrt", "relu", "threshold_backward", "sum.dim_IntList", "sum",
+        "mean.dim", "t", "t_copy", "transpose.int", "transpose_copy.int", "permute", "permute_copy", "view",
+        "view_copy", "_unsafe_view", "reshape", "_reshape_alias_copy", "unsqueeze", "unsqueeze_copy",
+        "squeeze.dim", "squeeze_copy.dim", "expand", "expand_copy", "clone", "alias", "detach", "contiguous",
+        "copy", "_to_copy", "_log_softmax", "_log_softmax_backward_data", "nll_loss_forward",
+        "nll_loss_backward", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "fill.Scalar",
+        "scalar_tensor"}) {
+    EXPECT_NE(registry.Find(op), nullptr) << op;
+  }
+  EXPECT_EQ(registry.Find("t_copy"), registry.Find("t"));
+  EXPECT_EQ(registry.Find("_unsafe_view"), registry.Find("view"));
+  EXPECT_EQ(registry.Find("conv2d"), nullptr);
+}
+
+TEST(OpRegistryTest, AliasKinds) {
+  const OpRegistry& registry = OpRegistry::Global();
+  EXPECT_EQ(registry.Find("view")->alias, AliasKind::kView);
+  EXPECT_EQ(registry.Find("squeeze.dim")->alias, AliasKind::kView);
+  EXPECT_EQ(registry.Find("detach")->alias, AliasKind::kView);
+  EXPECT_EQ(registry.Find("relu")->alias, AliasKind::kInPlace);
+  EXPECT_EQ(registry.Find("add.Tensor")->alias, AliasKind::kInPlace);
+  EXPECT_EQ(registry.Find("mm")->alias, AliasKind::kNone);
+  EXPECT_EQ(registry.Find("t")->alias, AliasKind::kNone);
+  EXPECT_EQ(registry.Find("clone")->alias, AliasKind::kNone);
+  EXPECT_EQ(registry.Find("nll_loss_forward")->num_outputs, 2);
+  EXPECT_EQ(registry.Find("nll_loss_forward")->min_inputs, 2);
+  EXPECT_EQ(registry.Find("nll_loss_forward")->max_inputs, 3);
+}
+
+TEST(LinalgInferenceTest, MmAndAddmm) {
+  EXPECT_EQ(InferOne("mm", {}, {F32({256, 784}), F32({784, 128})}), F32({256, 128}));
+  EXPECT_EQ(InferOne("addmm", {}, {F32({128}), F32({256, 784}), F32({784, 128})}), F32({256, 128}));
+  EXPECT_EQ(InferOne("addmm", MakeAttrs({{"beta", 0.5}}), {F64({256, 1}), F64({256, 4}), F64({4, 3})}),
+            F64({256, 3}));
+}
+
+TEST(LinalgInferenceTest, MmInnerDimMismatchNamesBothShapes) {
+  EXPECT_THAT(InferError("mm", {}, {F32({256, 784}), F32({512, 10})}),
+              AllOf(HasSubstr("mm: "), HasSubstr("float32[256, 784]"), HasSubstr("mat2 is float32[512, 10]"),
+                    HasSubstr("inner dims 784 and 512 differ")));
+  EXPECT_THAT(InferError("mm", {}, {F32({2, 3, 4}), F32({4, 2})}), HasSubstr("rank 3"));
+  EXPECT_THAT(InferError("mm", {}, {F32({2, 3}), F64({3, 2})}), HasSubstr("dtypes must match"));
+  EXPECT_THAT(InferError("mm", {}, {I64({2, 3}), I64({3, 2})}), HasSubstr("int64"));
+  EXPECT_THAT(InferError("addmm", {}, {F32({5}), F32({2, 3}), F32({3, 4})}),
+              AllOf(HasSubstr("self is float32[5]"), HasSubstr("[2, 4]")));
+}
+
+TEST(ElementwiseInferenceTest, BroadcastsLikePyTorch) {
+  EXPECT_EQ(InferOne("add.Tensor", {}, {F32({4, 1, 3}), F32({2, 1})}), F32({4, 2, 3}));
+  EXPECT_EQ(InferOne("mul.Tensor", {}, {F32({}), F32({5})}), F32({5}));
+  EXPECT_EQ(InferOne("threshold_backward", MakeAttrs({{"threshold", 0.0}}), {F32({2, 3}), F32({2, 3})}),
+            F32({2, 3}));
+  EXPECT_EQ(InferOne("sub.Tensor", MakeAttrs({{"alpha", int64_t{2}}}), {I64({3}), I64({3})}), I64({3}));
+}
+
+TEST(ElementwiseInferenceTest, BadBroadcastNamesShapesAndDim) {
+  EXPECT_THAT(InferError("add.Tensor", {}, {F32({2, 3}), F32({4})}),
+              AllOf(HasSubstr("add.Tensor: "), HasSubstr("self is float32[2, 3]"), HasSubstr("other is float32[4]"),
+                    HasSubstr("dim -1 is 3 vs 4")));
+}
+
+TEST(ElementwiseInferenceTest, DTypeRules) {
+  // A rank-0 operand takes the other operand's dtype.
+  EXPECT_EQ(InferOne("mul.Tensor", {}, {F32({3}), F64({})}), F32({3}));
+  EXPECT_EQ(InferOne("mul.Tensor", {}, {I64({}), F32({3})}), F32({3}));
+  EXPECT_THAT(InferError("add.Tensor", {}, {F32({3}), F64({3})}), HasSubstr("dtypes must match"));
+  EXPECT_THAT(InferError("add.Tensor", {}, {I64({3}), F32({})}), HasSubstr("promote"));
+  EXPECT_THAT(InferError("div.Tensor", {}, {I64({3}), I64({3})}), HasSubstr("int64"));
+  EXPECT_THAT(InferError("add.Tensor", MakeAttrs({{"alpha", 0.5}}), {I64({3}), I64({3})}),
+              HasSubstr("attribute 'alpha'"));
+  EXPECT_EQ(InferOne("add.Scalar", MakeAttrs({{"other", int64_t{3}}}), {I64({3})}), I64({3}));
+  EXPECT_THAT(InferError("add.Scalar", MakeAttrs({{"other", 1.5}}), {I64({3})}), HasSubstr("attribute 'other'"));
+  EXPECT_THAT(InferError("sqrt", {}, {I64({3})}), HasSubstr("self is int64[3]"));
+  EXPECT_EQ(InferOne("_to_copy", MakeAttrs({{"dtype", DType::kFloat64}}), {F32({2})}), F64({2}));
+  EXPECT_EQ(InferOne("_to_copy", {}, {I64({2})}), I64({2}));
+}
+
+TEST(ElementwiseInferenceTest, MissingAttribute) {
+  EXPECT_THAT(InferError("add.Scalar", {}, {F32({3})}), HasSubstr("missing attribute 'other'"));
+  EXPECT_THAT(InferError("threshold_backward", {}, {F32({3}), F32({3})}), HasSubstr("missing attribute 'threshold'"));
+  EXPECT_THAT(InferError("add.Tensor", MakeAttrs({{"alpha", std::string("x")}}), {F32({3}), F32({3})}),
+              HasSubstr("attribute 'alpha' must be a number"));
+}
+
+TEST(ElementwiseInferenceTest, CopyBroadcastsSrcToSelf) {
+  EXPECT_EQ(InferOne("copy", {}, {F32({2, 3}), F64({3})}), F32({2, 3}));
+  EXPECT_THAT(InferError("copy", {}, {F32({3}), F32({2, 3})}),
+              AllOf(HasSubstr("src is float32[2, 3]"), HasSubstr("float32[3]")));
+}
+
+TEST(ReductionInferenceTest, SumAndMean) {
+  Attrs last = MakeAttrs({{"dim", std::vector<int64_t>{-1}}});
+  EXPECT_EQ(InferOne("sum.dim_IntList", last, {F32({2, 3, 4})}), F32({2, 3}));
+  Attrs keep = MakeAttrs({{"dim", std::vector<int64_t>{0, 2}}, {"keepdim", true}});
+  EXPECT_EQ(InferOne("sum.dim_IntList", keep, {F32({2, 3, 4})}), F32({1, 3, 1}));
+  EXPECT_EQ(InferOne("sum.dim_IntList", {}, {I64({2, 3})}), I64({}));
+  EXPECT_EQ(InferOne("sum.dim_IntList", MakeAttrs({{"dim", std::vector<int64_t>{}}}), {F32({2, 3})}), F32({}));
+  EXPECT_EQ(InferOne("sum", {}, {F64({2, 3})}), F64({}));
+  EXPECT_EQ(InferOne("mean.dim", MakeAttrs({{"dim", int64_t{1}}}), {F32({2, 3})}), F32({2}));
+  EXPECT_EQ(InferOne("sum", MakeAttrs({{"dtype", DType::kFloat64}}), {F32({2})}), F64({}));
+}
+
+TEST(ReductionInferenceTest, BadDims) {
+  EXPECT_THAT(InferError("sum.dim_IntList", MakeAttrs({{"dim", std::vector<int64_t>{2}}}), {F32({2, 3})}),
+              AllOf(HasSubstr("self is float32[2, 3]"), HasSubstr("dim 2 is out of range"), HasSubstr("rank 2")));
+  EXPECT_THAT(InferError("sum.dim_IntList", MakeAttrs({{"dim", std::vector<int64_t>{1, -1}}}), {F32({2, 3})}),
+              HasSubstr("appears twice"));
+  EXPECT_THAT(InferError("mean.dim", MakeAttrs({{"dim", int64_t{0}}}), {I64({2})}), HasSubstr("int64"));
+}
+
+TEST(ShapeInferenceTest, Views) {
+  Attrs size = MakeAttrs({{"size", std::vector<int64_t>{-1, 4}}});
+  EXPECT_EQ(InferOne("view", size, {F32({2, 3, 4})}), F32({6, 4}));
+  EXPECT_EQ(InferOne("_unsafe_view", size, {I64({8})}), I64({2, 4}));
+  Attrs with_stride = MakeAttrs({{"size", std::vector<int64_t>{6, 4}}, {"stride", std::vector<int64_t>{4, 1}}});
+  EXPECT_EQ(InferOne("_reshape_alias_copy", with_stride, {F32({24})}), F32({6, 4}));
+  EXPECT_EQ(InferOne("unsqueeze", MakeAttrs({{"dim", int64_t{-1}}}), {F32({2, 3})}), F32({2, 3, 1}));
+  EXPECT_EQ(InferOne("unsqueeze_copy", MakeAttrs({{"dim", int64_t{0}}}), {F32({})}), F32({1}));
+  EXPECT_EQ(InferOne("squeeze.dim", MakeAttrs({{"dim", int64_t{-1}}}), {F32({2, 1, 3})}), F32({2, 1, 3}));
+  EXPECT_EQ(InferOne("squeeze.dim", MakeAttrs({{"dim", int64_t{-2}}}), {F32({2, 1, 3})}), F32({2, 3}));
+  EXPECT_EQ(InferOne("detach", {}, {F64({5})}), F64({5}));
+}
+
+TEST(ShapeInferenceTest, ViewErrors) {
+  EXPECT_THAT(InferError("view", MakeAttrs({{"size", std::vector<int64_t>{5, 5}}}), {F32({2, 3, 4})}),
+              AllOf(HasSubstr("view: "), HasSubstr("[2, 3, 4] (24 elements)"), HasSubstr("[5, 5] (25 elements)")));
+  EXPECT_THAT(InferError("view", MakeAttrs({{"size", std::vector<int64_t>{-1, 5}}}), {F32({2, 3, 4})}),
+              HasSubstr("cannot be viewed as [-1, 5]"));
+  EXPECT_THAT(InferError("view", MakeAttrs({{"size", std::vector<int64_t>{-1, -1}}}), {F32({4})}),
+              HasSubstr("more than one -1"));
+  EXPECT_THAT(InferError("view", {}, {F32({4})}), HasSubstr("missing attribute 'size'"));
+  Attrs strided = MakeAttrs({{"size", std::vector<int64_t>{6, 4}}, {"stride", std::vector<int64_t>{1, 6}}});
+  EXPECT_THAT(InferError("_reshape_alias_copy", strided, {F32({24})}), HasSubstr("only contiguous"));
+  EXPECT_THAT(InferError("unsqueeze", MakeAttrs({{"dim", int64_t{3}}}), {F32({2, 3})}),
+              HasSubstr("dim 3 is out of range"));
+}
+
+TEST(ShapeInferenceTest, TransposesAndPermutations) {
+  EXPECT_EQ(InferOne("t", {}, {F32({2, 3})}), F32({3, 2}));
+  EXPECT_EQ(InferOne("t_copy", {}, {F32({3})}), F32({3}));
+  EXPECT_THAT(InferError("t", {}, {F32({2, 3, 4})}), HasSubstr("rank <= 2"));
+  Attrs swap = MakeAttrs({{"dim0", int64_t{0}}, {"dim1", int64_t{-1}}});
+  EXPECT_EQ(InferOne("transpose.int", swap, {F32({2, 3, 4})}), F32({4, 3, 2}));
+  EXPECT_THAT(InferError("transpose.int", MakeAttrs({{"dim0", int64_t{0}}}), {F32({2, 3})}),
+              HasSubstr("missing attribute 'dim1'"));
+  EXPECT_EQ(InferOne("permute", MakeAttrs({{"dims", std::vector<int64_t>{2, 0, 1}}}), {F32({2, 3, 4})}),
+            F32({4, 2, 3}));
+  EXPECT_THAT(InferError("permute", MakeAttrs({{"dims", std::vector<int64_t>{0, 0, 1}}}), {F32({2, 3, 4})}),
+              HasSubstr("not a permutation"));
+  EXPECT_THAT(InferError("permute_copy", MakeAttrs({{"dims", std::vector<int64_t>{1, 0}}}), {F32({2, 3, 4})}),
+              HasSubstr("rank 3"));
+}
+
+TEST(ShapeInferenceTest, Expand) {
+  EXPECT_EQ(InferOne("expand", MakeAttrs({{"size", std::vector<int64_t>{2, -1, 4}}}), {F32({3, 1})}),
+            F32({2, 3, 4}));
+  EXPECT_THAT(InferError("expand", MakeAttrs({{"size", std::vector<int64_t>{3, 5}}}), {F32({3, 2})}),
+              AllOf(HasSubstr("float32[3, 2]"), HasSubstr("dim 1 is 2, not 1")));
+  EXPECT_THAT(InferError("expand_copy", MakeAttrs({{"size", std::vector<int64_t>{-1, 3}}}), {F32({3})}),
+              HasSubstr("new leading dim 0"));
+}
+
+TEST(LossInferenceTest, LogSoftmax) {
+  EXPECT_EQ(InferOne("_log_softmax", MakeAttrs({{"dim", int64_t{1}}, {"half_to_float", false}}), {F32({8, 10})}),
+            F32({8, 10}));
+  EXPECT_THAT(InferError("_log_softmax", MakeAttrs({{"dim", int64_t{2}}}), {F32({8, 10})}),
+              HasSubstr("dim 2 is out of range"));
+  EXPECT_THAT(InferError("_log_softmax", MakeAttrs({{"dim", int64_t{1}}, {"half_to_float", true}}), {F32({8, 10})}),
+              HasSubstr("half_to_float"));
+  Attrs back = MakeAttrs({{"dim", int64_t{1}}, {"input_dtype", DType::kFloat32}});
+  EXPECT_EQ(InferOne("_log_softmax_backward_data", back, {F32({8, 10}), F32({8, 10})}), F32({8, 10}));
+  EXPECT_THAT(InferError("_log_softmax_backward_data", back, {F32({8, 10}), F32({8, 9})}),
+              HasSubstr("output is float32[8, 9]"));
+}
+
+TEST(LossInferenceTest, NllLoss) {
+  auto mean = Infer("nll_loss_forward", {}, {F32({8, 10}), I64({8})});
+  ASSERT_TRUE(mean.ok()) << mean.status();
+  EXPECT_EQ(*mean, (std::vector<TensorType>{F32({}), F32({})}));
+  auto none = Infer("nll_loss_forward", MakeAttrs({{"reduction", int64_t{0}}}), {F64({8, 10}), I64({8}), F64({10})});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, (std::vector<TensorType>{F64({8}), F64({})}));
+  auto single = Infer("nll_loss_forward", MakeAttrs({{"reduction", int64_t{0}}}), {F32({10}), I64({})});
+  ASSERT_TRUE(single.ok()) << single.status();
+  EXPECT_EQ((*single)[0], F32({}));
+
+  EXPECT_THAT(InferError("nll_loss_forward", {}, {F32({8, 10}), F32({8})}),
+              AllOf(HasSubstr("target is float32[8]"), HasSubstr("int64[8]")));
+  EXPECT_THAT(InferError("nll_loss_forward", {}, {F32({8, 10}), I64({7})}), HasSubstr("target is int64[7]"));
+  EXPECT_THAT(InferError("nll_loss_forward", {}, {F32({8, 10}), I64({8}), F32({9})}),
+              HasSubstr("weight is float32[9]"));
+  EXPECT_THAT(InferError("nll_loss_forward", MakeAttrs({{"reduction", int64_t{3}}}), {F32({8, 10}), I64({8})}),
+              HasSubstr("attribute 'reduction' is 3"));
+
+  EXPECT_EQ(InferOne("nll_loss_backward", {}, {F32({}), F32({8, 10}), I64({8}), F32({})}), F32({8, 10}));
+  EXPECT_THAT(InferError("nll_loss_backward", MakeAttrs({{"reduction", int64_t{0}}}),
+                         {F32({}), F32({8, 10}), I64({8}), F32({})}),
+              AllOf(HasSubstr("grad_output is float32[]"), HasSubstr("expected float32[8]")));
+}
+
+TEST(FactoryInferenceTest, Constants) {
+  EXPECT_EQ(InferOne("zeros", MakeAttrs({{"size", std::vector<int64_t>{2, 3}}}), {}), F32({2, 3}));
+  EXPECT_EQ(InferOne("full", MakeAttrs({{"size", std::vector<int64_t>{4}}, {"fill_value", int64_t{7}},
+                                        {"dtype", DType::kInt64}}),
+                     {}),
+            I64({4}));
+  EXPECT_EQ(InferOne("ones_like", MakeAttrs({{"dtype", DType::kFloat64}}), {F32({2})}), F64({2}));
+  EXPECT_EQ(InferOne("full_like", MakeAttrs({{"fill_value", 0.5}}), {F32({2})}), F32({2}));
+  EXPECT_EQ(InferOne("fill.Scalar", MakeAttrs({{"value", 2.0}}), {I64({2})}), I64({2}));
+  EXPECT_EQ(InferOne("scalar_tensor", MakeAttrs({{"s", 1.0}, {"dtype", DType::kFloat64}}), {}), F64({}));
+  EXPECT_THAT(InferError("full", MakeAttrs({{"size", std::vector<int64_t>{4}}}), {}),
+              HasSubstr("missing attribute 'fill_value'"));
+  EXPECT_THAT(InferError("zeros", MakeAttrs({{"size", std::vector<int64_t>{2, -3}}}), {}),
+              HasSubstr("negative dim -3"));
+  EXPECT_THAT(InferError("ones", MakeAttrs({{"size", std::vector<int64_t>{2}}, {"dtype", DType::kFloat16}}), {}),
+              HasSubstr("float16"));
+}
+
+TEST(ShapeRulesTest, Helpers) {
+  EXPECT_EQ(BroadcastStrides({3, 1}, {2, 3, 4}), (std::vector<int64_t>{0, 1, 0}));
+  EXPECT_EQ(ContiguousStrides({2, 3, 4}), (std::vector<int64_t>{12, 4, 1}));
+  EXPECT_TRUE(BroadcastsTo({1, 4}, {3, 4}));
+  EXPECT_FALSE(BroadcastsTo({3, 4}, {4}));
+  EXPECT_EQ(*NormalizeDim(-1, 0), 0);
+  EXPECT_FALSE(NormalizeDim(1, 0).ok());
+  DimSplit split = SplitAtDim({2, 3, 4}, 1);
+  EXPECT_EQ(split.outer, 2);
+  EXPECT_EQ(split.size, 3);
+  EXPECT_EQ(split.inner, 4);
+}
+
+}  // namespace
+}  // namespace tandem

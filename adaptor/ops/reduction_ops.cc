@@ -1,0 +1,40 @@
+// Registry entries of the reductions: sum (over dims or all), mean.dim.
+#include "absl/strings/str_cat.h"
+#include "adaptor/op_registry.h"
+#include "adaptor/ops/infer_util.h"
+#include "adaptor/ops/shape_rules.h"
+#include "base/status_macros.h"
+
+namespace tandem {
+namespace {
+
+using ops::TypeList;
+
+// `dim` absent or empty reduces every dim. The optional `dtype` attribute
+// is the result's dtype (ATen's dtype argument).
+InferFn ReduceInfer(bool has_dims, bool float_only) {
+  return [=](const Attrs& attrs, absl::Span<const TensorType> in) -> absl::StatusOr<TypeList> {
+    const auto allowed = float_only ? absl::Span<const DType>(ops::kFloatTypes) : ops::kNumericTypes;
+    RETURN_IF_ERROR(ops::RequireDType("self", in[0], allowed));
+    ASSIGN_OR_RETURN(DType dtype, attrs.GetDType("dtype", in[0].dtype));
+    RETURN_IF_ERROR(ops::RequireDTypeValue("attribute 'dtype'", dtype, allowed));
+    if (!has_dims) return TypeList{{dtype, {}}};
+    ASSIGN_OR_RETURN(std::vector<int64_t> dims, attrs.GetInts("dim", std::vector<int64_t>{}));
+    ASSIGN_OR_RETURN(bool keepdim, attrs.GetBool("keepdim", false));
+    auto mask = ReductionMask(dims, in[0].rank());
+    if (!mask.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("self is ", in[0].ToString(), ": ", mask.status().message()));
+    }
+    return TypeList{{dtype, ReducedShape(in[0].shape, *mask, keepdim)}};
+  };
+}
+
+}  // namespace
+
+void RegisterReductionOps(OpRegistry& registry) {
+  ops::RegisterOp(registry, "sum.dim_IntList", 1, 1, 1, AliasKind::kNone, ReduceInfer(true, false));
+  ops::RegisterOp(registry, "sum", 1, 1, 1, AliasKind::kNone, ReduceInfer(false, false));
+  ops::RegisterOp(registry, "mean.dim", 1, 1, 1, AliasKind::kNone, ReduceInfer(true, true));
+}
+
+}  // namespace tandem

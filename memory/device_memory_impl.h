@@ -1,0 +1,109 @@
+// The implementation of DeviceMemory (device_memory.h); private to memory/.
+//
+// State: one device region of `usable` bytes, a RangeAllocator over it, the
+// admitted jobs with the ranges of their persistent tensors, and the lanes
+// with their arena and retired ranges. device_memory.cc holds admission,
+// release and stats; device_memory_compaction.cc holds Compact.
+// Thread-safety: none (see device_memory.h).
+#ifndef TANDEM_MEMORY_DEVICE_MEMORY_IMPL_H_
+#define TANDEM_MEMORY_DEVICE_MEMORY_IMPL_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "memory/device_memory.h"
+#include "memory/range_allocator.h"
+
+namespace tandem::memory {
+
+class DeviceMemoryImpl final : public DeviceMemory {
+ public:
+  // `region` holds `usable` bytes from `device`; the object frees it.
+  DeviceMemoryImpl(device::Device& device, const DeviceMemoryOptions& options, void* region,
+                   uint64_t usable);
+  ~DeviceMemoryImpl() override;
+
+  absl::StatusOr<JobMemoryGrant> Admit(const JobMemoryRequest& request) override;
+  void Release(JobId job) override;
+  void* LaneArena(int lane) const override;
+  void ReleaseRetired(int lane) override;
+  int NumLanes() const override { return static_cast<int>(lanes_.size()); }
+  DeviceMemoryStats Stats() const override;
+  std::vector<void*> PersistentAddresses(JobId job) const override;
+  CompactionResult Compact(device::Stream& stream) override;
+
+ private:
+  struct Tensor {
+    uint64_t offset = 0;
+    uint64_t bytes = 0;    // requested
+    uint64_t aligned = 0;  // what the range holds
+  };
+  struct Job {
+    JobId id = 0;
+    std::string name;
+    int lane = 0;
+    uint64_t ephemeral = 0;  // aligned planned peak
+    uint64_t persistent = 0;  // sum of aligned tensor sizes
+    std::vector<Tensor> tensors;
+  };
+  struct Lane {
+    bool open = false;
+    Range arena;
+    std::vector<JobId> jobs;
+    std::vector<Range> retired;
+  };
+  // A lane a job could go to, and what that costs.
+  struct LaneCandidate {
+    int lane = 0;
+    bool opens = false;      // a closed or new lane
+    uint64_t growth = 0;     // arena bytes added
+  };
+
+  void* Address(uint64_t offset) const {
+    return static_cast<char*>(region_) + offset;
+  }
+  uint64_t OpenLanes() const;
+  // The arena a lane needs for its jobs (at least one alignment unit).
+  uint64_t LaneNeed(const Lane& lane) const;
+  // The candidates in order of preference (see Admit in device_memory.h).
+  std::vector<LaneCandidate> LaneCandidates(const JobMemoryRequest& request,
+                                            uint64_t ephemeral) const;
+  // Gives lane `candidate.lane` an arena of at least `ephemeral` bytes;
+  // false (and no change) when no free range allows it.
+  bool PlaceLane(const LaneCandidate& candidate, uint64_t ephemeral);
+  // Places every tensor (largest first) or none; the offsets by tensor index.
+  std::optional<std::vector<uint64_t>> PlacePersistent(const std::vector<uint64_t>& aligned);
+  void TrimLanes();
+  uint64_t RetiredBytes() const;
+  uint64_t LaneBytes() const;
+
+  // The refusal of `request` with the breakdown; `code` picks the class.
+  absl::Status Refusal(absl::StatusCode code, const JobMemoryRequest& request,
+                       uint64_t persistent, uint64_t ephemeral, const std::string& reason,
+                       const std::string& suggestion) const;
+
+  // Constant after construction.
+  device::Device& device_;
+  const DeviceMemoryOptions options_;
+  void* const region_;
+  const uint64_t usable_;
+
+  RangeAllocator space_;
+  std::map<JobId, Job> jobs_;
+  std::vector<Lane> lanes_;
+  uint64_t persistent_bytes_ = 0;
+  uint64_t persistent_peak_ = 0;
+  uint64_t persistent_allocated_ = 0;
+  uint64_t persistent_freed_ = 0;
+  uint64_t jobs_admitted_ = 0;
+  uint64_t jobs_refused_ = 0;
+  uint64_t compactions_ = 0;
+  uint64_t compaction_bytes_moved_ = 0;
+};
+
+}  // namespace tandem::memory
+
+#endif  // TANDEM_MEMORY_DEVICE_MEMORY_IMPL_H_

@@ -1,0 +1,72 @@
+// PACK: maximize throughput by running jobs side by side (separate lanes)
+// exactly while the measured interference says that beats taking turns.
+//
+// Two jobs A and B belong in separate lanes while
+//   1/r(A,B) + 1/r(B,A) > 1 + margin,
+// i.e. while their aggregate throughput side by side beats running one after
+// the other; otherwise they share a lane. Pairs not measured yet are tried
+// side by side first (that is how they get measured), then decided.
+//
+//   * ChooseLane: a lane holding a job the new one is measured to clash with
+//     (the worst clash first); else an empty lane; else a new lane while
+//     fewer than max_lanes exist; else the lane with the fewest jobs.
+//   * Rebalance (at iteration boundaries): moves a job to the lane that
+//     leaves it the fewest clashing partners in other lanes (each move
+//     strictly reduces the clashing pairs running side by side, so it never
+//     oscillates), and spreads a job of a crowded lane to an empty or a new
+//     lane when it clashes with nobody.
+//   * Pick: in each lane the oldest job with a queued iteration runs. A job
+//     whose solo time is unknown gets a probe: the other lanes drain and its
+//     iteration runs alone (min_interference_samples times per interference
+//     key), because r is measured against the solo time.
+//
+// Assumptions it was designed for:
+//   * Interference is pairwise and additive: with several co-runners each adds
+//     its own (r - 1) slowdown; a pair's r does not change with who else runs.
+//   * Jobs of one interference key behave alike, so a sweep of alike jobs is
+//     measured once; jobs with private keys are measured each on their own.
+//   * Iterations are short next to job lifetimes (decisions take effect at
+//     iteration boundaries), and memory, not the policy, has the last word on
+//     where a job can go (the daemon applies only the moves memory accepts).
+#ifndef TANDEM_SCHED_PACK_POLICY_H_
+#define TANDEM_SCHED_PACK_POLICY_H_
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
+#include "sched/policy.h"
+
+namespace tandem::sched {
+
+class PackPolicy : public Policy {
+ public:
+  explicit PackPolicy(const SchedulerOptions& options)
+      : margin_(options.pack_margin),
+        max_lanes_(options.max_lanes),
+        max_probes_per_key_(4 * options.min_interference_samples) {}
+
+  absl::string_view name() const override { return "pack"; }
+  std::optional<JobId> Pick(const SchedState& state, int lane) override;
+  int ChooseLane(const SchedState& state, const JobParams& params, int num_lanes) const override;
+  std::vector<LaneChange> Rebalance(const SchedState& state, int num_lanes) const override;
+
+ private:
+  // True when a and b are measured to be better off taking turns.
+  bool Clash(const SchedState& state, int key_a, int key_b) const;
+  // The oldest job with a queued iteration whose key still needs a solo
+  // probe; nullptr when none does.
+  const JobState* ProbeTarget(const SchedState& state) const;
+  // Jobs per lane, as a Rebalance in progress sees them.
+  using LaneView = std::vector<std::vector<const JobState*>>;
+  // Clashing partners of `job` in lanes other than `lane` (-1: in all lanes).
+  int ClashesOutside(const SchedState& state, const LaneView& lanes, const JobState& job,
+                     int lane) const;
+
+  const double margin_;
+  const int max_lanes_;
+  const int max_probes_per_key_;
+  absl::flat_hash_map<int, int> probes_;  // per key: probe iterations started
+};
+
+}  // namespace tandem::sched
+
+#endif  // TANDEM_SCHED_PACK_POLICY_H_

@@ -1,0 +1,138 @@
+#include "sched/pack_policy.h"
+
+#include <memory>
+
+#include "gtest/gtest.h"
+#include "sched/scheduler.h"
+
+namespace tandem::sched {
+namespace {
+
+class PackPolicyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SchedulerOptions options;
+    options.policy = "pack";
+    options.clock = clock_;
+    options.max_lanes = 3;
+    scheduler_ = std::move(CreateScheduler(options)).value();
+  }
+  void Add(JobId job, const std::string& key, int lane) {
+    JobParams params;
+    params.interference_key = key;
+    params.lane = lane;
+    ASSERT_TRUE(scheduler_->AddJob(job, params).ok());
+  }
+  // Runs one iteration of `job` alone in `lane`.
+  void RunAlone(JobId job, int lane, double seconds) {
+    ASSERT_TRUE(scheduler_->Enqueue(job, 1).ok());
+    auto d = scheduler_->Next(lane);
+    ASSERT_TRUE(d.has_value());
+    ASSERT_EQ(d->job, job);
+    clock_->Advance(seconds);
+    scheduler_->OnIterationDone(job, lane, seconds);
+  }
+  // Runs one iteration of a (lane 0) and b (lane 1) side by side, both
+  // starting together; each takes its solo time x its r.
+  void RunPair(JobId a, double ta, JobId b, double tb) {
+    ASSERT_TRUE(scheduler_->Enqueue(a, 1).ok());
+    ASSERT_TRUE(scheduler_->Enqueue(b, 1).ok());
+    ASSERT_TRUE(scheduler_->Next(0).has_value());
+    ASSERT_TRUE(scheduler_->Next(1).has_value());
+    // Keep both busy for the whole of each other's iteration: the shorter one
+    // restarts at once, so its samples see the partner all the time.
+    const double first = std::min(ta, tb);
+    clock_->Advance(first);
+    if (ta <= tb) {
+      scheduler_->OnIterationDone(a, 0, ta);
+      clock_->Advance(tb - ta);
+      scheduler_->OnIterationDone(b, 1, tb);
+    } else {
+      scheduler_->OnIterationDone(b, 1, tb);
+      clock_->Advance(ta - tb);
+      scheduler_->OnIterationDone(a, 0, ta);
+    }
+  }
+  void MeasureSolo() {
+    for (int i = 0; i < 3; ++i) {
+      RunAlone(1, 0, 0.020);
+      RunAlone(2, 1, 0.020);
+    }
+  }
+
+  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+TEST_F(PackPolicyTest, UntriedJobsGoSideBySide) {
+  EXPECT_EQ(scheduler_->ChooseLane(JobParams{}, 0), 0);
+  Add(1, "a", 0);
+  EXPECT_EQ(scheduler_->ChooseLane(JobParams{}, 1), 1);  // a new lane
+  EXPECT_EQ(scheduler_->ChooseLane(JobParams{}, 3), 1);  // an empty existing lane first
+  Add(2, "b", 1);
+  Add(3, "c", 2);
+  EXPECT_LT(scheduler_->ChooseLane(JobParams{}, 3), 3) << "max_lanes is 3";
+}
+
+TEST_F(PackPolicyTest, AnUnmeasuredJobProbesAloneFirst) {
+  Add(1, "a", 0);
+  Add(2, "b", 1);
+  ASSERT_TRUE(scheduler_->Enqueue(1, 10).ok());
+  ASSERT_TRUE(scheduler_->Enqueue(2, 20).ok());
+  auto d = scheduler_->Next(0);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_FALSE(scheduler_->Next(1).has_value()) << "job 1's probe must run alone";
+  clock_->Advance(0.02);
+  scheduler_->OnIterationDone(1, 0, 0.02);
+  // Job 1 has nothing queued now: job 2's probe runs, alone.
+  d = scheduler_->Next(1);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->job, 2u);
+  ASSERT_TRUE(scheduler_->Enqueue(1, 11).ok());
+  EXPECT_FALSE(scheduler_->Next(0).has_value()) << "job 1's next probe waits for job 2's";
+  clock_->Advance(0.02);
+  scheduler_->OnIterationDone(2, 1, 0.02);
+  d = scheduler_->Next(0);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->job, 1u);
+}
+
+TEST_F(PackPolicyTest, FoldsAPairThatClashes) {
+  Add(1, "a", 0);
+  Add(2, "b", 1);
+  MeasureSolo();
+  EXPECT_TRUE(scheduler_->Rebalance(2).empty()) << "nothing measured: nothing to fold";
+  // r = 2.4 both ways: 1/2.4 + 1/2.4 = 0.83 < 1.
+  for (int i = 0; i < 4; ++i) RunPair(1, 0.048, 2, 0.048);
+  const auto pairs = scheduler_->Interference();
+  ASSERT_EQ(pairs.size(), 2u);
+  EXPECT_NEAR(pairs[0].r, 2.4, 1e-6);
+  const std::vector<LaneChange> changes = scheduler_->Rebalance(2);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_NE(changes[0].from_lane, changes[0].to_lane);
+  ASSERT_TRUE(scheduler_->MoveJob(changes[0].job, changes[0].to_lane).ok());
+  EXPECT_TRUE(scheduler_->Rebalance(2).empty()) << "folded: no more moves, no oscillation";
+  // A newcomer alike to job 1 joins the lane of the clash, not a new lane.
+  JobParams alike;
+  alike.interference_key = "a";
+  EXPECT_EQ(scheduler_->ChooseLane(alike, 2), changes[0].to_lane);
+}
+
+TEST_F(PackPolicyTest, KeepsAPairThatPaysApartAndSpreadsACrowdedLane) {
+  Add(1, "a", 0);
+  Add(2, "b", 1);
+  MeasureSolo();
+  // r = 1.4 both ways: 1/1.4 + 1/1.4 = 1.43 > 1.
+  for (int i = 0; i < 4; ++i) RunPair(1, 0.028, 2, 0.028);
+  EXPECT_TRUE(scheduler_->Rebalance(2).empty());
+  // Both in one lane (memory put them there): PACK asks for a lane of its own.
+  ASSERT_TRUE(scheduler_->MoveJob(2, 0).ok());
+  ASSERT_TRUE(scheduler_->Enqueue(2, 5).ok());
+  const std::vector<LaneChange> changes = scheduler_->Rebalance(2);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].job, 2u);
+  EXPECT_EQ(changes[0].to_lane, 1);  // the empty lane before a new one
+}
+
+}  // namespace
+}  // namespace tandem::sched
