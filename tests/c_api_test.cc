@@ -89,7 +89,7 @@ TEST(CApi, RegisterSubmitWaitRead) {
 
   char* stats = nullptr;
   ASSERT_EQ(tandem_stats_json(client, &stats), 0);
-  EXPECT_NE(std::string(stats).find("\"iterations\": \"2\""), std::string::npos) << stats;
+  EXPECT_NE(std::string(stats).find("\"iterations\":\"2\""), std::string::npos) << stats;
   tandem_free_string(stats);
   EXPECT_EQ(tandem_close_job(client, job), 0) << tandem_last_error();
   tandem_disconnect(client);

@@ -1,0 +1,248 @@
+#include "adaptor/cuda/blas.h"
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
+#include <array>
+#include <atomic>
+#include <climits>
+#include <memory>
+#include <optional>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "adaptor/cuda/launch.h"
+#include "base/status_macros.h"
+#include "device/cuda/cuda_status.h"
+
+namespace tandem::cuda {
+namespace {
+
+std::atomic<bool> g_force_cublas{false};
+
+absl::Status BlasStatus(cublasStatus_t status, absl::string_view call) {
+  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  const std::string message = absl::StrCat(call, ": ", cublasGetStatusString(status));
+  if (status == CUBLAS_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(message);
+  return absl::InternalError(message);
+}
+
+#define BLAS_RETURN_IF_ERROR(call)                                                                 \
+  do {                                                                                             \
+    const cublasStatus_t tandem_blas_status_ = (call);                                             \
+    if (tandem_blas_status_ != CUBLAS_STATUS_SUCCESS) {                                            \
+      return BlasStatus(tandem_blas_status_, ::tandem::device::internal::CallName(#call));          \
+    }                                                                                              \
+  } while (0)
+
+// Largest power of two up to 256 that divides the address (the alignment
+// cuBLASLt's heuristics ask about).
+uint32_t AlignmentOf(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+// What selects an algorithm: the problem and the operands' alignments.
+using AlgoKey = std::array<int64_t, 12>;
+
+// A stream's BLAS state: both handles, the workspace and the algorithms
+// chosen so far (nullopt: cuBLASLt had none, use classic cuBLAS).
+class BlasState final : public device::CudaStream::Attachment {
+ public:
+  static absl::StatusOr<BlasState*> For(device::CudaStream& stream) {
+    static const char kKey = 0;
+    if (auto* state = static_cast<BlasState*>(stream.attachment(&kKey))) return state;
+    auto state = std::make_unique<BlasState>();
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(stream.ordinal()));
+    BLAS_RETURN_IF_ERROR(cublasLtCreate(&state->lt));
+    BLAS_RETURN_IF_ERROR(cublasCreate(&state->blas));
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&state->workspace, kBlasWorkspaceBytes));
+    BLAS_RETURN_IF_ERROR(cublasSetStream(state->blas, stream.native()));
+    BLAS_RETURN_IF_ERROR(cublasSetWorkspace(state->blas, state->workspace, kBlasWorkspaceBytes));
+    BlasState* raw = state.get();
+    stream.Attach(&kKey, std::move(state));
+    return raw;
+  }
+
+  ~BlasState() override {
+    if (blas != nullptr) cublasDestroy(blas);
+    if (lt != nullptr) cublasLtDestroy(lt);
+    if (workspace != nullptr) cudaFree(workspace);
+  }
+
+  cublasLtHandle_t lt = nullptr;
+  cublasHandle_t blas = nullptr;
+  void* workspace = nullptr;
+  absl::flat_hash_map<AlgoKey, std::optional<cublasLtMatmulAlgo_t>> algos;
+};
+
+// RAII owners of cuBLASLt descriptors.
+struct LtDescs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t x = nullptr, y = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtDescs() {
+    if (pref != nullptr) cublasLtMatmulPreferenceDestroy(pref);
+    if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
+    if (y != nullptr) cublasLtMatrixLayoutDestroy(y);
+    if (x != nullptr) cublasLtMatrixLayoutDestroy(x);
+    if (op != nullptr) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+// The column-major view: D[m x n] = op(X)[m x k] @ op(Y)[k x n], where X is
+// b's memory and Y is a's.
+struct ColumnMajor {
+  int64_t x_rows, x_cols, y_rows, y_cols;
+  cublasOperation_t x_op, y_op;
+};
+
+ColumnMajor ToColumnMajor(const MatmulSpec& s) {
+  ColumnMajor c;
+  c.x_op = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  c.x_rows = s.trans_b ? s.k : s.m;
+  c.x_cols = s.trans_b ? s.m : s.k;
+  c.y_op = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  c.y_rows = s.trans_a ? s.n : s.k;
+  c.y_cols = s.trans_a ? s.k : s.n;
+  return c;
+}
+
+// Host scalars in the compute type.
+struct Scalars {
+  float f[2];
+  double d[2];
+  const void* alpha(DType t) const { return t == DType::kFloat32 ? static_cast<const void*>(&f[0]) : &d[0]; }
+  const void* beta(DType t) const { return t == DType::kFloat32 ? static_cast<const void*>(&f[1]) : &d[1]; }
+};
+
+absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s, const Scalars& scalars,
+                      bool* no_algorithm) {
+  const bool f32 = s.dtype == DType::kFloat32;
+  const cudaDataType_t type = f32 ? CUDA_R_32F : CUDA_R_64F;
+  const ColumnMajor cm = ToColumnMajor(s);
+  const bool use_c = s.beta != 0.0 && s.c != nullptr;
+  LtDescs descs;
+  BLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescCreate(&descs.op, f32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_64F, type));
+  BLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(descs.op, CUBLASLT_MATMUL_DESC_TRANSA, &cm.x_op, sizeof(cm.x_op)));
+  BLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(descs.op, CUBLASLT_MATMUL_DESC_TRANSB, &cm.y_op, sizeof(cm.y_op)));
+  if (s.bias != nullptr) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    BLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(descs.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    BLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(descs.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &s.bias, sizeof(s.bias)));
+  }
+  BLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&descs.x, type, cm.x_rows, cm.x_cols, cm.x_rows));
+  BLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&descs.y, type, cm.y_rows, cm.y_cols, cm.y_rows));
+  BLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&descs.d, type, s.m, s.n, s.m));
+  const void* c = use_c ? s.c : s.out;
+
+  const AlgoKey key = {static_cast<int64_t>(s.dtype), s.n, s.k, s.m, s.trans_a, s.trans_b, s.bias != nullptr,
+                       AlignmentOf(s.a), AlignmentOf(s.b), AlignmentOf(c), AlignmentOf(s.out),
+                       s.bias != nullptr ? AlignmentOf(s.bias) : 0};
+  auto it = state.algos.find(key);
+  if (it == state.algos.end()) {
+    BLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&descs.pref));
+    const size_t workspace = kBlasWorkspaceBytes;
+    BLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+        descs.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
+    const uint32_t align[4] = {AlignmentOf(s.b), AlignmentOf(s.a), AlignmentOf(c), AlignmentOf(s.out)};
+    const cublasLtMatmulPreferenceAttributes_t attrs[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; ++i) {
+      BLAS_RETURN_IF_ERROR(
+          cublasLtMatmulPreferenceSetAttribute(descs.pref, attrs[i], &align[i], sizeof(align[i])));
+    }
+    cublasLtMatmulHeuristicResult_t result = {};
+    int found = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(state.lt, descs.op, descs.x, descs.y, descs.d,
+                                                                 descs.d, descs.pref, 1, &result, &found);
+    std::optional<cublasLtMatmulAlgo_t> algo;
+    if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
+      algo = result.algo;
+    } else if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED) {
+      return BlasStatus(status, "cublasLtMatmulAlgoGetHeuristic");
+    }
+    it = state.algos.emplace(key, algo).first;
+  }
+  if (!it->second.has_value()) {
+    *no_algorithm = true;
+    return absl::OkStatus();
+  }
+  BLAS_RETURN_IF_ERROR(cublasLtMatmul(state.lt, descs.op, scalars.alpha(s.dtype), s.b, descs.x, s.a, descs.y,
+                                      scalars.beta(s.dtype), c, descs.d, s.out, descs.d, &*it->second,
+                                      state.workspace, kBlasWorkspaceBytes, stream));
+  return absl::OkStatus();
+}
+
+// Classic cuBLAS: C must be D, so c or the broadcast bias goes into out
+// first.
+absl::Status ClassicMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s, Scalars scalars) {
+  if (s.n > INT_MAX || s.m > INT_MAX || s.k > INT_MAX) {
+    return absl::UnimplementedError(absl::StrCat("matrix product [", s.n, ", ", s.k, "] @ [", s.k, ", ", s.m,
+                                                 "] has a dim past cuBLAS's 32-bit limit"));
+  }
+  const size_t element = DTypeSize(s.dtype);
+  if (s.bias != nullptr) {
+    StridedOperand rows;
+    rows.rank = 2;
+    rows.sizes[0] = s.n;
+    rows.sizes[1] = s.m;
+    rows.strides[0] = 0;
+    rows.strides[1] = 1;
+    CUDA_RETURN_IF_ERROR(LaunchGather(static_cast<int>(element), s.n * s.m, s.bias, rows, s.out, stream));
+    scalars.f[1] = 1.0f;
+    scalars.d[1] = 1.0;
+  } else if (s.beta != 0.0 && s.c != nullptr && s.c != s.out) {
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(s.out, s.c, static_cast<size_t>(s.n * s.m) * element, cudaMemcpyDeviceToDevice, stream));
+  } else if (s.c == nullptr) {
+    scalars.f[1] = 0.0f;
+    scalars.d[1] = 0.0;
+  }
+  const bool f32 = s.dtype == DType::kFloat32;
+  const cudaDataType_t type = f32 ? CUDA_R_32F : CUDA_R_64F;
+  const ColumnMajor cm = ToColumnMajor(s);
+  BLAS_RETURN_IF_ERROR(cublasGemmEx(state.blas, cm.x_op, cm.y_op, static_cast<int>(s.m), static_cast<int>(s.n),
+                                    static_cast<int>(s.k), scalars.alpha(s.dtype), s.b, type,
+                                    static_cast<int>(cm.x_rows), s.a, type, static_cast<int>(cm.y_rows),
+                                    scalars.beta(s.dtype), s.out, type, static_cast<int>(s.m),
+                                    f32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_64F, CUBLAS_GEMM_DEFAULT));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void SetMatmulForceCublasForTesting(bool force) { g_force_cublas.store(force); }
+
+absl::Status Matmul(device::CudaStream& stream, const MatmulSpec& spec) {
+  if (spec.dtype != DType::kFloat32 && spec.dtype != DType::kFloat64) {
+    return absl::UnimplementedError(
+        absl::StrCat("the CUDA matrix product has no kernel for dtype ", DTypeName(spec.dtype)));
+  }
+  if (spec.n <= 0 || spec.m <= 0 || spec.k <= 0) {
+    return absl::InternalError("Matmul needs positive dims; the caller handles empty products");
+  }
+  ASSIGN_OR_RETURN(BlasState * state, BlasState::For(stream));
+  Scalars scalars;
+  scalars.f[0] = static_cast<float>(spec.alpha);
+  scalars.d[0] = spec.alpha;
+  const double beta = spec.c != nullptr ? spec.beta : 0.0;
+  scalars.f[1] = static_cast<float>(beta);
+  scalars.d[1] = beta;
+  if (!g_force_cublas.load()) {
+    bool no_algorithm = false;
+    RETURN_IF_ERROR(LtMatmul(*state, stream.native(), spec, scalars, &no_algorithm));
+    if (!no_algorithm) return absl::OkStatus();
+  }
+  return ClassicMatmul(*state, stream.native(), spec, scalars);
+}
+
+}  // namespace tandem::cuda

@@ -1,0 +1,53 @@
+// Matrix products on CUDA through cuBLASLt (classic cuBLAS as the fallback
+// when cuBLASLt offers no algorithm), for adaptor/cuda's mm and addmm.
+//
+// float32 products accumulate in float32 with no TF32 (PyTorch's default
+// for float32 matmul); float64 in float64. Row-major operands map onto the
+// column-major libraries by computing out^T = op(b)^T op(a)^T, which needs
+// no copies.
+//
+// Each stream gets its own handles, a workspace and a cache of the chosen
+// algorithms (a CudaStream attachment), so products on different streams
+// never share a workspace, and a product captured into a CUDA graph on a
+// stream keeps using that stream's workspace, which lives as long as the
+// stream. Not thread-safe beyond that of the stream (one enqueuing thread).
+#ifndef TANDEM_ADAPTOR_CUDA_BLAS_H_
+#define TANDEM_ADAPTOR_CUDA_BLAS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "adaptor/dtype.h"
+#include "device/cuda/cuda_stream.h"
+
+namespace tandem::cuda {
+
+// out[n, m] = alpha * op(a) @ op(b) + beta * c + bias, all row-major and
+// contiguous.
+struct MatmulSpec {
+  DType dtype = DType::kFloat32;  // float32 or float64
+  int64_t n = 0, k = 0, m = 0;
+  bool trans_a = false;  // a is stored [k, n] (op(a) = a^T); else [n, k]
+  bool trans_b = false;  // b is stored [m, k]; else [k, m]
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* out = nullptr;
+  double alpha = 1.0;
+  double beta = 0.0;
+  const void* c = nullptr;     // [n, m], may be `out`; ignored when beta == 0
+  const void* bias = nullptr;  // [m], added to every row; not with `c`
+};
+
+// Enqueues the product on `stream`. n, m and k must be positive.
+absl::Status Matmul(device::CudaStream& stream, const MatmulSpec& spec);
+
+// Routes every product through classic cuBLAS instead of cuBLASLt (tests
+// compare the two paths). Process-wide.
+void SetMatmulForceCublasForTesting(bool force);
+
+// Bytes of the per-stream workspace (for memory reserves).
+inline constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
+
+}  // namespace tandem::cuda
+
+#endif  // TANDEM_ADAPTOR_CUDA_BLAS_H_

@@ -1,0 +1,26 @@
+#include "adaptor/cuda/cuda_kernels.h"
+
+#include "adaptor/cuda/kernel_util.h"
+
+namespace tandem::cuda {
+
+CudaKernelFn FindCudaKernel(absl::string_view op) {
+  static const CudaKernelTable* table = [] {
+    auto* t = new CudaKernelTable();
+    AddElementwiseKernels(*t);
+    AddLinalgKernels(*t);
+    AddReductionKernels(*t);
+    AddShapeKernels(*t);
+    AddLossKernels(*t);
+    AddFactoryKernels(*t);
+    return t;
+  }();
+  auto it = table->find(op);
+  return it == table->end() ? nullptr : it->second;
+}
+
+bool CudaKernelChecksData(absl::string_view op) {
+  return op == "nll_loss_forward" || op == "nll_loss_backward";
+}
+
+}  // namespace tandem::cuda

@@ -1,0 +1,42 @@
+// The CUDA kernels of the ops, one per registered op, found by op name.
+//
+// A kernel enqueues its node's work on the context's stream and returns;
+// it fails only for what it can see on the host (an unsupported dtype, a
+// launch error). Bad data (a class label out of range) is found on the GPU:
+// the kernel reports it through the context's error word (launch.h) and
+// skips it, and the Program turns the word into INVALID_ARGUMENT when the
+// iteration completes. Kernels allocate nothing and never synchronize, so
+// every kernel can be captured into a CUDA graph.
+//
+// Thread-safety: kernels are stateless; the per-stream state they use (BLAS
+// handles, workspace) belongs to the stream, which one thread uses at a time.
+#ifndef TANDEM_ADAPTOR_CUDA_CUDA_KERNELS_H_
+#define TANDEM_ADAPTOR_CUDA_CUDA_KERNELS_H_
+
+#include <cuda_runtime_api.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "adaptor/cuda/launch.h"
+#include "adaptor/kernel.h"
+#include "device/cuda/cuda_stream.h"
+
+namespace tandem::cuda {
+
+struct CudaKernelContext {
+  device::CudaStream* stream = nullptr;
+  cudaStream_t native = nullptr;  // stream->native()
+  ErrorWord error;                // error.node is the running node's index
+};
+
+using CudaKernelFn = absl::Status (*)(const CudaKernelContext& context, const KernelArgs& args);
+
+// nullptr when the op has no CUDA kernel.
+CudaKernelFn FindCudaKernel(absl::string_view op);
+
+// Whether the op's kernel checks data and may write the error word.
+bool CudaKernelChecksData(absl::string_view op);
+
+}  // namespace tandem::cuda
+
+#endif  // TANDEM_ADAPTOR_CUDA_CUDA_KERNELS_H_

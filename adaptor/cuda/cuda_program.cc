@@ -1,0 +1,286 @@
+// The CUDA backend of Program (adaptor/cuda_program.h). How iterations run,
+// graph capture and its rules: cuda_program_options.h.
+//
+// Data errors: when the graph has ops that check data (class labels), each
+// iteration starts by zeroing the Program's device error word on the lane
+// stream and ends by copying it to pinned host memory; the copy is checked
+// when the stream's next completion reports (a deferred check, cuda_stream.h),
+// and a set word fails that completion with INVALID_ARGUMENT naming the node
+// and the bad value. Both steps are part of the captured graph. If the next
+// iteration is enqueued before any completion took the check, the check is
+// flushed into the stream first (one host callback), so no error is lost.
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "adaptor/cuda/cuda_kernels.h"
+#include "adaptor/cuda/cuda_program_options.h"
+#include "adaptor/cuda_program.h"
+#include "base/log.h"
+#include "base/status_macros.h"
+#include "device/cuda/cuda_status.h"
+#include "device/cuda/cuda_stream.h"
+
+namespace tandem {
+namespace cuda {
+namespace {
+
+using device::CudaStream;
+
+// What the Program keeps per stream it ran on.
+struct LaneState {
+  uint64_t stream_serial = 0;
+  int64_t* error_word = nullptr;  // device int64[2]
+  int64_t* error_host = nullptr;  // pinned int64[2]: the word as of the last copy
+  std::vector<void*> captured;    // the address table `exec` was captured with
+  cudaGraphExec_t exec = nullptr;
+};
+
+class CudaProgram final : public Program {
+ public:
+  CudaProgram(const Graph& graph, device::Device& device, std::vector<CudaKernelFn> kernels, bool checks_data,
+              const CudaProgramOptions& options)
+      : graph_(graph),
+        device_(device),
+        kernels_(std::move(kernels)),
+        checks_data_(checks_data),
+        options_(options) {}
+
+  ~CudaProgram() override {
+    cudaSetDevice(device_.info().ordinal);
+    for (auto& [stream, state] : lanes_) Release(*state);
+  }
+
+  absl::Status Enqueue(device::Stream& stream, absl::Span<void* const> addresses) override {
+    if (addresses.size() != graph_.values.size()) {
+      return absl::InternalError(absl::StrCat("address table has ", addresses.size(), " entries; the graph has ",
+                                              graph_.values.size(), " values"));
+    }
+    for (size_t v = 0; v < addresses.size(); ++v) {
+      if (addresses[v] == nullptr && graph_.values[v].type.bytes() > 0) {
+        return absl::InternalError(absl::StrCat("value '", graph_.values[v].name, "' has no address"));
+      }
+    }
+    CudaStream* cuda_stream = device::AsCudaStream(stream);
+    if (cuda_stream == nullptr) return absl::InternalError("a CUDA program was given a non-CUDA stream");
+    if (cuda_stream->ordinal() != device_.info().ordinal) {
+      return absl::InternalError(absl::StrCat("a program of ", device_.info().name, " was given a stream of cuda:",
+                                              cuda_stream->ordinal()));
+    }
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_stream->ordinal()));
+    ASSIGN_OR_RETURN(LaneState * state, StateFor(*cuda_stream));
+    if (checks_data_ && cuda_stream->HasDeferredChecks(this)) {
+      // The last iteration's error word has not been checked yet, and this
+      // iteration will overwrite its host copy.
+      RETURN_IF_ERROR(cuda_stream->FlushDeferredChecks());
+    }
+    const bool replay = state->exec != nullptr &&
+                        std::equal(addresses.begin(), addresses.end(), state->captured.begin(),
+                                   state->captured.end());
+    if (replay) {
+      CUDA_RETURN_IF_ERROR(cudaGraphLaunch(state->exec, cuda_stream->native()));
+      ++stats_.graph_launches;
+    } else {
+      RETURN_IF_ERROR(EnqueueNodes(*cuda_stream, *state, addresses));
+      ++stats_.op_by_op_runs;
+      if (options_.use_graphs && !capture_disabled_) {
+        absl::Status captured = Capture(*cuda_stream, *state, addresses);
+        if (captured.ok()) {
+          ++stats_.captures;
+        } else {
+          ++stats_.capture_failures;
+          capture_disabled_ = true;
+          TLOG_WARNING("CUDA graph capture failed; this job's iterations run op by op")
+              .With("device", device_.info().name)
+              .With("reason", captured.ToString());
+        }
+      }
+    }
+    if (checks_data_) {
+      const int64_t* host = state->error_host;
+      cuda_stream->DeferCheck(this, [this, host] { return CheckErrorWord(host); });
+    }
+    return absl::OkStatus();
+  }
+
+  const CudaProgramStats& stats() const { return stats_; }
+
+ private:
+  // The state of `stream`, made on first use. A stream seen before under
+  // another serial (a new stream at a recycled address) starts afresh.
+  absl::StatusOr<LaneState*> StateFor(CudaStream& stream) {
+    std::unique_ptr<LaneState>& slot = lanes_[&stream];
+    if (slot != nullptr && slot->stream_serial != stream.serial()) {
+      Release(*slot);
+      slot.reset();
+    }
+    if (slot == nullptr) {
+      auto state = std::make_unique<LaneState>();
+      state->stream_serial = stream.serial();
+      if (checks_data_) {
+        ASSIGN_OR_RETURN(void* word, device_.Allocate(2 * sizeof(int64_t)));
+        state->error_word = static_cast<int64_t*>(word);
+        auto host = device_.AllocateHost(2 * sizeof(int64_t));
+        if (!host.ok()) {
+          device_.Free(word);
+          return host.status();
+        }
+        state->error_host = static_cast<int64_t*>(*host);
+        state->error_host[0] = 0;
+        state->error_host[1] = 0;
+      }
+      slot = std::move(state);
+    }
+    return slot.get();
+  }
+
+  void Release(LaneState& state) {
+    if (state.exec != nullptr) cudaGraphExecDestroy(state.exec);
+    state.exec = nullptr;
+    device_.Free(state.error_word);
+    device_.FreeHost(state.error_host);
+    state.error_word = nullptr;
+    state.error_host = nullptr;
+  }
+
+  // Enqueues the iteration kernel by kernel (also what stream capture
+  // records).
+  absl::Status EnqueueNodes(CudaStream& stream, LaneState& state, absl::Span<void* const> addresses) {
+    const cudaStream_t native = stream.native();
+    if (checks_data_) {
+      CUDA_RETURN_IF_ERROR(cudaMemsetAsync(state.error_word, 0, 2 * sizeof(int64_t), native));
+    }
+    CudaKernelContext context;
+    context.stream = &stream;
+    context.native = native;
+    context.error.word = state.error_word;
+    KernelArgs args;
+    for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+      const Node& node = graph_.nodes[i];
+      args.node = &node;
+      args.inputs.clear();
+      args.outputs.clear();
+      for (int v : node.inputs) args.inputs.push_back(TensorArg{addresses[v], graph_.values[v].type});
+      for (int v : node.outputs) args.outputs.push_back(TensorArg{addresses[v], graph_.values[v].type});
+      context.error.node = static_cast<int32_t>(i);
+      absl::Status status = kernels_[i](context, args);
+      if (!status.ok()) {
+        return absl::Status(status.code(),
+                            absl::StrCat(node.Describe(static_cast<int>(i)), ": ", status.message()));
+      }
+    }
+    if (checks_data_) {
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(state.error_host, state.error_word, 2 * sizeof(int64_t),
+                                           cudaMemcpyDeviceToHost, native));
+    }
+    return absl::OkStatus();
+  }
+
+  // Records the iteration into a graph over `addresses` (nothing runs), and
+  // makes it the one to replay: an update of the existing executable graph
+  // when the topology allows, else a new one.
+  absl::Status Capture(CudaStream& stream, LaneState& state, absl::Span<void* const> addresses) {
+    const cudaStream_t native = stream.native();
+    CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(native, cudaStreamCaptureModeThreadLocal));
+    absl::Status recorded = EnqueueNodes(stream, state, addresses);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(native, &graph);
+    if (!recorded.ok() || ended != cudaSuccess) {
+      cudaGetLastError();  // capture errors are not sticky; leave none behind
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      return recorded.ok() ? device::CudaStatus(ended, "cudaStreamEndCapture") : recorded;
+    }
+    absl::Status status = absl::OkStatus();
+    bool updated = false;
+    if (state.exec != nullptr) {
+      cudaGraphExecUpdateResultInfo info;
+      if (cudaGraphExecUpdate(state.exec, graph, &info) == cudaSuccess) {
+        updated = true;
+      } else {
+        cudaGetLastError();
+        cudaGraphExecDestroy(state.exec);
+        state.exec = nullptr;
+      }
+    }
+    if (!updated) {
+      status = device::CudaStatus(cudaGraphInstantiate(&state.exec, graph, 0), "cudaGraphInstantiate");
+      if (!status.ok()) state.exec = nullptr;
+    }
+    if (status.ok()) status = device::CudaStatus(cudaGraphUpload(state.exec, native), "cudaGraphUpload");
+    cudaGraphDestroy(graph);
+    if (!status.ok()) {
+      if (state.exec != nullptr) cudaGraphExecDestroy(state.exec);
+      state.exec = nullptr;
+      return status;
+    }
+    state.captured.assign(addresses.begin(), addresses.end());
+    return absl::OkStatus();
+  }
+
+  // Runs when the iteration's completion reports (no CUDA calls here).
+  absl::Status CheckErrorWord(const int64_t* host) const {
+    const int64_t tag = host[0];
+    if (tag == 0) return absl::OkStatus();
+    const int64_t value = host[1];
+    const int64_t index = tag - 1;
+    if (index < 0 || index >= static_cast<int64_t>(graph_.nodes.size())) {
+      return absl::InternalError(absl::StrCat("the GPU reported bad data from an unknown node ", index));
+    }
+    const Node& node = graph_.nodes[index];
+    // nll_loss_forward's self is input 0, nll_loss_backward's input 1.
+    const int self_input = node.op == "nll_loss_backward" ? 1 : 0;
+    const int64_t classes = graph_.values[node.inputs[self_input]].type.shape.back();
+    const int64_t ignore_index = node.attrs.GetInt("ignore_index", -100).value_or(-100);
+    return absl::InvalidArgumentError(absl::StrCat(node.Describe(static_cast<int>(index)), ": target value ", value,
+                                                   " is outside the classes [0, ", classes,
+                                                   ") and not ignore_index (", ignore_index, ")"));
+  }
+
+  const Graph& graph_;
+  device::Device& device_;
+  const std::vector<CudaKernelFn> kernels_;  // one per node
+  const bool checks_data_;                   // some node may write the error word
+  const CudaProgramOptions options_;
+  absl::flat_hash_map<CudaStream*, std::unique_ptr<LaneState>> lanes_;
+  bool capture_disabled_ = false;
+  CudaProgramStats stats_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Program>> CreateCudaProgram(const Graph& graph, device::Device& device,
+                                                           const CudaProgramOptions& options) {
+  if (device.info().backend != device::Backend::kCuda) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a CUDA program needs a CUDA device; ", device.info().name, " is not one"));
+  }
+  std::vector<CudaKernelFn> kernels;
+  bool checks_data = false;
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    CudaKernelFn fn = FindCudaKernel(graph.nodes[i].op);
+    if (fn == nullptr) {
+      return absl::UnimplementedError(absl::StrCat(graph.nodes[i].Describe(static_cast<int>(i)),
+                                                   ": the CUDA backend has no kernel for this op"));
+    }
+    kernels.push_back(fn);
+    checks_data = checks_data || CudaKernelChecksData(graph.nodes[i].op);
+  }
+  return std::unique_ptr<Program>(new CudaProgram(graph, device, std::move(kernels), checks_data, options));
+}
+
+CudaProgramStats GetCudaProgramStats(const Program& program) {
+  const auto* cuda_program = dynamic_cast<const CudaProgram*>(&program);
+  return cuda_program != nullptr ? cuda_program->stats() : CudaProgramStats{};
+}
+
+}  // namespace cuda
+
+absl::StatusOr<std::unique_ptr<Program>> CreateCudaProgram(const Graph& graph, device::Device& device) {
+  return cuda::CreateCudaProgram(graph, device, cuda::CudaProgramOptions{});
+}
+
+}  // namespace tandem

@@ -1,0 +1,54 @@
+// Options and counters of the CUDA Program (adaptor/cuda_program.h), for the
+// daemon's configuration and for tests.
+//
+// How a CUDA Program runs an iteration: the first iteration on a stream, and
+// any iteration whose address table differs from the captured one, runs op
+// by op (one launch per kernel); right after such a run the Program captures
+// the whole iteration into a CUDA graph (stream capture on the lane stream,
+// thread-local mode), and later iterations with the same address table on
+// the same stream replay it with one cudaGraphLaunch. A failed capture is
+// logged once and the Program stays op by op.
+//
+// A captured graph holds raw device addresses: the tensors of its address
+// table, the stream's BLAS workspace and the Program's error word. Whoever
+// owns a Program must keep every buffer of an address table it enqueued
+// alive while the Program may replay it, which is until it is given another
+// table or destroyed (the daemon's memory pools keep a job's persistent
+// tensors and its lane's arena for the job's life). Replaying over freed
+// memory faults the GPU context and with it every job on the GPU.
+//
+// A Program must also outlive the completion (OnComplete or Synchronize) of
+// every iteration it enqueued: that completion runs the Program's check of
+// its error word.
+#ifndef TANDEM_ADAPTOR_CUDA_CUDA_PROGRAM_OPTIONS_H_
+#define TANDEM_ADAPTOR_CUDA_CUDA_PROGRAM_OPTIONS_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "adaptor/program.h"
+
+namespace tandem::cuda {
+
+struct CudaProgramOptions {
+  // Capture and replay CUDA graphs; false runs every iteration op by op.
+  bool use_graphs = true;
+};
+
+struct CudaProgramStats {
+  int64_t op_by_op_runs = 0;    // iterations enqueued kernel by kernel
+  int64_t graph_launches = 0;   // iterations enqueued as one graph launch
+  int64_t captures = 0;         // graphs captured (including updates of one)
+  int64_t capture_failures = 0;
+};
+
+absl::StatusOr<std::unique_ptr<Program>> CreateCudaProgram(const Graph& graph, device::Device& device,
+                                                           const CudaProgramOptions& options);
+
+// The counters of a Program made by CreateCudaProgram; zeros for any other.
+CudaProgramStats GetCudaProgramStats(const Program& program);
+
+}  // namespace tandem::cuda
+
+#endif  // TANDEM_ADAPTOR_CUDA_CUDA_PROGRAM_OPTIONS_H_

@@ -1,0 +1,172 @@
+// CUDA kernels of the elementwise ops: arithmetic with tensors (broadcast)
+// and scalars, unary math, threshold_backward, and the converting copies.
+// The arithmetic matches the CPU kernels: math in the tensor's dtype, a
+// scalar op's constant formed in that dtype (alpha * other) before use.
+#include <type_traits>
+
+#include "adaptor/cuda/kernel_util.h"
+#include "adaptor/cuda/strided_layout.h"
+#include "adaptor/ops/shape_rules.h"
+#include "base/status_macros.h"
+
+namespace tandem::cuda {
+namespace {
+
+bool IsNumeric(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kInt64;
+}
+
+// `value` rounded to `dtype`, in both forms of a ScalarParam.
+ScalarParam ParamIn(DType dtype, double value) {
+  ScalarParam p;
+  switch (dtype) {
+    case DType::kFloat32: p.f = static_cast<float>(value); break;
+    case DType::kInt64:
+      p.i = static_cast<int64_t>(value);
+      p.f = static_cast<double>(p.i);
+      break;
+    default: p.f = value; break;
+  }
+  return p;
+}
+
+// alpha * other formed in `dtype`, as the CPU kernels do.
+ScalarParam ProductIn(DType dtype, double alpha, double other) {
+  ScalarParam p;
+  switch (dtype) {
+    case DType::kFloat32: p.f = static_cast<float>(alpha) * static_cast<float>(other); break;
+    case DType::kInt64:
+      p.i = static_cast<int64_t>(alpha) * static_cast<int64_t>(other);
+      p.f = static_cast<double>(p.i);
+      break;
+    default: p.f = alpha * other; break;
+  }
+  return p;
+}
+
+ScalarParam Negated(ScalarParam p) {
+  p.f = -p.f;
+  p.i = -p.i;
+  return p;
+}
+
+// Reads `a` and `b` at the output's indices; single elements and rank-0
+// operands of another dtype become scalar operands.
+absl::Status RunBinary(const CudaKernelContext& context, const KernelArgs& args, BinaryOp op, ScalarParam param) {
+  const TensorArg& out = args.outputs[0];
+  const DType dtype = out.type.dtype;
+  if (!IsNumeric(dtype)) return UnsupportedDType(args, dtype);
+  BinaryOperand operands[2];
+  std::vector<std::vector<int64_t>> strides;
+  std::vector<int> strided;  // indices of the operands read through strides
+  for (int k = 0; k < 2; ++k) {
+    const TensorArg& in = args.inputs[k];
+    operands[k].data = in.data;
+    if (in.numel() == 1 || in.type.dtype != dtype) {
+      operands[k].scalar = true;
+      operands[k].scalar_dtype = in.type.dtype;
+    } else {
+      strides.push_back(BroadcastStrides(in.type.shape, out.type.shape));
+      strided.push_back(k);
+    }
+  }
+  if (!strided.empty()) {
+    ASSIGN_OR_RETURN(std::vector<StridedOperand> layouts, CollapseLayouts(out.type.shape, strides));
+    for (size_t j = 0; j < strided.size(); ++j) operands[strided[j]].layout = layouts[j];
+  }
+  return Launched(args,
+                  LaunchBinary(op, dtype, out.numel(), operands[0], operands[1], out.data, param, context.native),
+                  dtype);
+}
+
+absl::Status RunUnary(const CudaKernelContext& context, const KernelArgs& args, UnaryOp op, ScalarParam param) {
+  const TensorArg& in = args.inputs[0];
+  const TensorArg& out = args.outputs[0];
+  const DType dtype = out.type.dtype;
+  if (!IsNumeric(dtype)) return UnsupportedDType(args, dtype);
+  return Launched(args, LaunchUnary(op, dtype, out.numel(), in.data, StridedOperand{}, out.data, param, context.native),
+                  dtype);
+}
+
+template <BinaryOp kOp>
+absl::Status ArithTensorKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  double alpha = 1.0;
+  if constexpr (kOp == BinaryOp::kAdd || kOp == BinaryOp::kSub) {
+    ASSIGN_OR_RETURN(alpha, args.node->attrs.GetFloat("alpha", 1.0));
+  }
+  return RunBinary(context, args, kOp, ParamIn(args.outputs[0].type.dtype, alpha));
+}
+
+absl::Status AddScalarKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  ASSIGN_OR_RETURN(double other, args.node->attrs.GetFloat("other"));
+  ASSIGN_OR_RETURN(double alpha, args.node->attrs.GetFloat("alpha", 1.0));
+  return RunUnary(context, args, UnaryOp::kAddConst, ProductIn(args.outputs[0].type.dtype, alpha, other));
+}
+
+// self - s computed as self + (-s): negation is exact, so the result is the
+// same.
+absl::Status SubScalarKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  ASSIGN_OR_RETURN(double other, args.node->attrs.GetFloat("other"));
+  ASSIGN_OR_RETURN(double alpha, args.node->attrs.GetFloat("alpha", 1.0));
+  const DType dtype = args.outputs[0].type.dtype;
+  return RunUnary(context, args, UnaryOp::kAddConst, Negated(ProductIn(dtype, alpha, other)));
+}
+
+template <UnaryOp kOp>
+absl::Status ScalarOperandKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  ASSIGN_OR_RETURN(double other, args.node->attrs.GetFloat("other"));
+  return RunUnary(context, args, kOp, ParamIn(args.outputs[0].type.dtype, other));
+}
+
+template <UnaryOp kOp>
+absl::Status UnaryKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  return RunUnary(context, args, kOp, ScalarParam{});
+}
+
+absl::Status ThresholdBackwardKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  ASSIGN_OR_RETURN(double threshold, args.node->attrs.GetFloat("threshold"));
+  return RunBinary(context, args, BinaryOp::kThresholdBackward, ParamIn(args.outputs[0].type.dtype, threshold));
+}
+
+// out = src broadcast to out's shape and converted to out's dtype; reads only
+// src (out may be copy's `self`).
+absl::Status ConvertingCopy(const CudaKernelContext& context, const KernelArgs& args, const TensorArg& src,
+                            const TensorArg& out) {
+  if (src.type.dtype == out.type.dtype && src.numel() == out.numel()) {
+    return CopyBytes(context, out.data, src.data, out.type.bytes());
+  }
+  ASSIGN_OR_RETURN(StridedOperand layout, BroadcastLayout(src.type.shape, out.type.shape));
+  return Launched(args,
+                  LaunchConvertCopy(out.type.dtype, src.type.dtype, out.numel(), src.data, layout, out.data,
+                                    context.native),
+                  src.type.dtype);
+}
+
+absl::Status CopyKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  return ConvertingCopy(context, args, args.inputs[1], args.outputs[0]);
+}
+
+absl::Status ToCopyKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  return ConvertingCopy(context, args, args.inputs[0], args.outputs[0]);
+}
+
+}  // namespace
+
+void AddElementwiseKernels(CudaKernelTable& table) {
+  table["add.Tensor"] = ArithTensorKernel<BinaryOp::kAdd>;
+  table["sub.Tensor"] = ArithTensorKernel<BinaryOp::kSub>;
+  table["mul.Tensor"] = ArithTensorKernel<BinaryOp::kMul>;
+  table["div.Tensor"] = ArithTensorKernel<BinaryOp::kDiv>;
+  table["add.Scalar"] = AddScalarKernel;
+  table["sub.Scalar"] = SubScalarKernel;
+  table["mul.Scalar"] = ScalarOperandKernel<UnaryOp::kMulConst>;
+  table["div.Scalar"] = ScalarOperandKernel<UnaryOp::kDivConst>;
+  table["neg"] = UnaryKernel<UnaryOp::kNeg>;
+  table["relu"] = UnaryKernel<UnaryOp::kRelu>;
+  table["sqrt"] = UnaryKernel<UnaryOp::kSqrt>;
+  table["threshold_backward"] = ThresholdBackwardKernel;
+  table["copy"] = CopyKernel;
+  table["_to_copy"] = ToCopyKernel;
+}
+
+}  // namespace tandem::cuda

@@ -1,0 +1,51 @@
+// Building blocks of the CUDA op wrappers (adaptor/cuda/*_ops.cc only): the
+// per-family kernel tables, launch-error conversion and dtype checks.
+#ifndef TANDEM_ADAPTOR_CUDA_KERNEL_UTIL_H_
+#define TANDEM_ADAPTOR_CUDA_KERNEL_UTIL_H_
+
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "adaptor/cuda/cuda_kernels.h"
+#include "device/cuda/cuda_status.h"
+
+namespace tandem::cuda {
+
+using CudaKernelTable = absl::flat_hash_map<std::string, CudaKernelFn>;
+void AddElementwiseKernels(CudaKernelTable& table);
+void AddLinalgKernels(CudaKernelTable& table);
+void AddReductionKernels(CudaKernelTable& table);
+void AddShapeKernels(CudaKernelTable& table);
+void AddLossKernels(CudaKernelTable& table);
+void AddFactoryKernels(CudaKernelTable& table);
+
+inline absl::Status UnsupportedDType(const KernelArgs& args, DType dtype) {
+  return absl::UnimplementedError(
+      absl::StrCat(args.node->op, ": the CUDA backend has no kernel for dtype ", DTypeName(dtype)));
+}
+
+// A launcher's result as a Status naming the op. Launchers answer
+// cudaErrorInvalidValue, without launching, for a dtype they have no kernel
+// for (the wrappers check dtypes first, so this is a backstop).
+inline absl::Status Launched(const KernelArgs& args, cudaError_t error, DType dtype) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  if (error == cudaErrorInvalidValue) {
+    return absl::UnimplementedError(absl::StrCat(args.node->op, ": no CUDA kernel for dtype ", DTypeName(dtype),
+                                                 " (or an invalid launch)"));
+  }
+  return device::CudaStatus(error, absl::StrCat(args.node->op, " kernel launch"));
+}
+
+// Copies `bytes` from `src` to `dst` on the stream unless they are the same
+// buffer (a view the planner placed on its input).
+inline absl::Status CopyBytes(const CudaKernelContext& context, void* dst, const void* src, size_t bytes) {
+  if (dst == src || bytes == 0) return absl::OkStatus();
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, context.native));
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::cuda
+
+#endif  // TANDEM_ADAPTOR_CUDA_KERNEL_UTIL_H_

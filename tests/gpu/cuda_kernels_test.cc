@@ -1,0 +1,407 @@
+// Every op's CUDA kernel against the CPU kernel, on fresh random inputs and
+// shapes (the seed is printed). Each graph runs twice on the GPU: op by op,
+// then as a replay of the captured CUDA graph; outputs are poisoned before
+// each run and must match the CPU oracle both times.
+#include <cstring>
+#include <vector>
+
+#include "adaptor/cuda/blas.h"
+#include "adaptor/cuda/cuda_program_options.h"
+#include "gtest/gtest.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace tandem::gpu_test {
+namespace {
+
+constexpr double kElementwise32 = 1e-5;
+constexpr double kMatmul32 = 1e-4;
+constexpr double kAny64 = 1e-12;
+
+int64_t Dim(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(Rng()); }
+
+// Feeds -> CPU oracle; feeds -> GPU (op by op, then graph replay); every
+// non-feed value compared. `alias` places outputs on inputs (in-place).
+void Check(const GraphMaker& maker, double tolerance32, std::vector<std::pair<int, int>> alias = {},
+           std::vector<Bytes> feeds = {}) {
+  const Graph& graph = maker.graph();
+  if (feeds.empty()) feeds = maker.RandomFeeds(Rng());
+  auto ref = RunOnCpu(graph, feeds);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  GpuRun run(graph, alias);
+  auto program = cuda::CreateCudaProgram(graph, *Gpu(), cuda::CudaProgramOptions{});
+  ASSERT_TRUE(program.ok()) << program.status();
+  for (int pass = 0; pass < 2; ++pass) {
+    ASSERT_TRUE(run.Upload(feeds).ok());
+    absl::Status status = run.RunIteration(**program);
+    ASSERT_TRUE(status.ok()) << status;
+    auto out = run.Download();
+    ASSERT_TRUE(out.ok()) << out.status();
+    for (size_t i = 0; i < graph.nodes.size(); ++i) {
+      for (int v : graph.nodes[i].outputs) {
+        const TensorType& type = graph.values[v].type;
+        const double tolerance = type.dtype == DType::kFloat64 ? kAny64 : tolerance32;
+        EXPECT_TRUE(Matches((*out)[v], (*ref)[v], type, tolerance))
+            << graph.nodes[i].Describe(static_cast<int>(i)) << " output " << type.ToString()
+            << (pass == 0 ? " (op by op)" : " (graph replay)");
+      }
+    }
+  }
+  const cuda::CudaProgramStats stats = cuda::GetCudaProgramStats(**program);
+  EXPECT_EQ(stats.op_by_op_runs, 1);
+  EXPECT_EQ(stats.graph_launches, 1);
+  EXPECT_EQ(stats.capture_failures, 0);
+}
+
+TEST(CudaKernels, MatmulFloat32AndFloat64BothLibraries) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (bool force_cublas : {false, true}) {
+    cuda::SetMatmulForceCublasForTesting(force_cublas);
+    for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+      for (int trial = 0; trial < 3; ++trial) {
+        const int64_t n = trial == 0 ? 1 : Dim(2, 300), k = Dim(1, 700), m = trial == 1 ? 1 : Dim(2, 300);
+        SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " [" << n << ", " << k << "] @ [" << k << ", " << m
+                                          << "] cublas=" << force_cublas);
+        GraphMaker g;
+        const int a = g.Feed({dtype, {n, k}});
+        const int b = g.Feed({dtype, {k, m}});
+        g.Add1("mm", {a, b});
+        Check(g, kMatmul32);
+      }
+    }
+  }
+  cuda::SetMatmulForceCublasForTesting(false);
+}
+
+TEST(CudaKernels, AddmmEverySelfShape) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  const int64_t n = Dim(1, 200), k = Dim(1, 300), m = Dim(2, 200);
+  SCOPED_TRACE(::testing::Message() << "[" << n << ", " << k << "] @ [" << k << ", " << m << "]");
+  const std::vector<Shape> self_shapes = {{m}, {1, m}, {n, m}, {n, 1}, {}, {1}};
+  const std::vector<std::pair<double, double>> beta_alpha = {{1.0, 1.0}, {0.5, 2.0}, {0.0, 1.0}};
+  for (bool force_cublas : {false, true}) {
+    cuda::SetMatmulForceCublasForTesting(force_cublas);
+    for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+      for (const Shape& self_shape : self_shapes) {
+        for (const auto& [beta, alpha] : beta_alpha) {
+          SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " self " << ShapeString(self_shape) << " beta "
+                                            << beta << " alpha " << alpha << " cublas=" << force_cublas);
+          GraphMaker g;
+          const int self = g.Feed({dtype, self_shape});
+          const int a = g.Feed({dtype, {n, k}});
+          const int b = g.Feed({dtype, {k, m}});
+          g.Add1("addmm", {self, a, b}, MakeAttrs({{"beta", beta}, {"alpha", alpha}}));
+          Check(g, kMatmul32);
+        }
+      }
+    }
+  }
+  cuda::SetMatmulForceCublasForTesting(false);
+}
+
+TEST(CudaKernels, BinaryOpsWithBroadcasting) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  const int64_t a = Dim(1, 40), b = Dim(2, 70), c = Dim(2, 90);
+  const std::vector<std::pair<Shape, Shape>> shapes = {
+      {{a, b, c}, {a, b, c}}, {{a, b, c}, {c}},       {{a, 1, c}, {b, 1}}, {{b, c}, {}},
+      {{}, {b, c}},           {{a, b, c}, {1, b, 1}}, {{1}, {a, b}},       {{b * c + 3}, {b * c + 3}}};
+  for (const char* op : {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor"}) {
+    const bool is_div = std::strcmp(op, "div.Tensor") == 0;
+    for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kInt64}) {
+      if (is_div && dtype == DType::kInt64) continue;
+      for (const auto& [sa, sb] : shapes) {
+        SCOPED_TRACE(::testing::Message() << op << " " << DTypeName(dtype) << " " << ShapeString(sa) << " and "
+                                          << ShapeString(sb));
+        GraphMaker g;
+        const int x = g.Feed({dtype, sa});
+        const int y = g.Feed({dtype, sb}, is_div ? Fill::kNonZero : Fill::kUniform);
+        Attrs attrs;
+        if (op[0] == 'a' || op[0] == 's') attrs.Set("alpha", dtype == DType::kInt64 ? AttrValue(int64_t{3}) : 0.75);
+        g.Add1(op, {x, y}, attrs);
+        Check(g, kElementwise32);
+      }
+    }
+  }
+}
+
+// Sizes where every thread of the vectorized kernels loops over several
+// groups of vectors, with an odd tail.
+TEST(CudaKernels, LargeElementwise) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    const int64_t n = (int64_t{1} << 24) + Dim(1, 1000);
+    SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " n " << n);
+    GraphMaker g;
+    const int x = g.Feed({dtype, {n}});
+    const int y = g.Feed({dtype, {n}}, Fill::kPositive);
+    const int s = g.Feed({DType::kInt64, {}}, Fill::kNonZero);
+    g.Add1("add.Tensor", {x, y}, MakeAttrs({{"alpha", 0.5}}));
+    g.Add1("mul.Tensor", {x, s});
+    g.Add1("div.Tensor", {s, y});
+    g.Add1("relu", {x});
+    g.Add1("sqrt", {y});
+    g.Add1("mul.Scalar", {x}, MakeAttrs({{"other", 3.0}}));
+    Check(g, kElementwise32);
+  }
+}
+
+TEST(CudaKernels, RankZeroOperandOfAnotherDtype) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (const char* op : {"add.Tensor", "mul.Tensor", "div.Tensor"}) {
+    for (DType other : {DType::kInt64, DType::kFloat64, DType::kBool}) {
+      SCOPED_TRACE(::testing::Message() << op << " float32 with rank-0 " << DTypeName(other));
+      GraphMaker g;
+      const int x = g.Feed({DType::kFloat32, {Dim(1, 50), Dim(1, 50)}});
+      const int s = g.Feed({other, {}}, other == DType::kBool ? Fill::kUniform : Fill::kNonZero);
+      g.Add1(op, {x, s});
+      std::vector<Bytes> feeds = g.RandomFeeds(Rng());
+      if (other == DType::kBool) feeds[s][0] = 1;  // a divisor must not be false (0)
+      Check(g, kElementwise32, {}, feeds);
+    }
+  }
+}
+
+TEST(CudaKernels, ScalarAndUnaryOps) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  const Shape shape = {Dim(1, 30), Dim(1, 300)};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kInt64}) {
+    const bool integer = dtype == DType::kInt64;
+    const AttrValue other = integer ? AttrValue(int64_t{-7}) : AttrValue(1.7);
+    const AttrValue alpha = integer ? AttrValue(int64_t{2}) : AttrValue(-0.3);
+    std::vector<std::pair<std::string, Attrs>> ops = {
+        {"add.Scalar", MakeAttrs({{"other", other}, {"alpha", alpha}})},
+        {"sub.Scalar", MakeAttrs({{"other", other}, {"alpha", alpha}})},
+        {"mul.Scalar", MakeAttrs({{"other", other}})},
+        {"neg", {}},
+        {"relu", {}}};
+    if (!integer) {
+      ops.push_back({"div.Scalar", MakeAttrs({{"other", other}})});
+      ops.push_back({"sqrt", {}});
+    }
+    for (const auto& [op, attrs] : ops) {
+      SCOPED_TRACE(::testing::Message() << op << " " << DTypeName(dtype) << " " << ShapeString(shape));
+      GraphMaker g;
+      const int x = g.Feed({dtype, shape}, op == "sqrt" ? Fill::kPositive : Fill::kUniform);
+      g.Add1(op, {x}, attrs);
+      Check(g, kElementwise32);
+    }
+  }
+}
+
+TEST(CudaKernels, ThresholdBackward) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    GraphMaker g;
+    const Shape shape = {Dim(1, 64), Dim(1, 513)};
+    const int grad = g.Feed({dtype, shape});
+    const int self = g.Feed({dtype, shape});
+    g.Add1("threshold_backward", {grad, self}, MakeAttrs({{"threshold", 0.1}}));
+    Check(g, kElementwise32);
+  }
+}
+
+// The planner may place an elementwise op's output on its input 0.
+TEST(CudaKernels, InPlaceOutputs) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  const Shape shape = {Dim(2, 64), Dim(2, 257)};
+  {
+    GraphMaker g;
+    const int x = g.Feed({DType::kFloat32, shape});
+    const int y = g.Feed({DType::kFloat32, {shape[1]}});
+    const int out = g.Add1("add.Tensor", {x, y}, MakeAttrs({{"alpha", 2.0}}));
+    Check(g, kElementwise32, {{out, x}});
+  }
+  {
+    GraphMaker g;
+    const int x = g.Feed({DType::kFloat32, shape});
+    const int out = g.Add1("relu", {x});
+    Check(g, kElementwise32, {{out, x}});
+  }
+  {
+    GraphMaker g;
+    const int grad = g.Feed({DType::kFloat32, shape});
+    const int logits = g.Feed({DType::kFloat32, shape});
+    const int lsm = g.Add1("_log_softmax", {logits}, MakeAttrs({{"dim", int64_t{1}}}));
+    const int out = g.Add1("_log_softmax_backward_data", {grad, lsm},
+                           MakeAttrs({{"dim", int64_t{1}}, {"input_dtype", DType::kFloat32}}));
+    Check(g, kElementwise32, {{out, grad}});
+  }
+  {
+    GraphMaker g;
+    const int self = g.Feed({DType::kFloat32, shape});
+    const int src = g.Feed({DType::kInt64, {shape[1]}});
+    const int out = g.Add1("copy", {self, src});
+    Check(g, kElementwise32, {{out, self}});
+  }
+}
+
+TEST(CudaKernels, Reductions) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  const Shape shape = {Dim(1, 9), Dim(1, 40), Dim(1, 70)};
+  const std::vector<std::vector<int64_t>> dim_sets = {{0}, {1}, {2}, {-1}, {0, 2}, {0, 1}, {1, 2}, {}, {0, 1, 2}};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kInt64}) {
+    for (const auto& dims : dim_sets) {
+      for (bool keepdim : {false, true}) {
+        for (const char* op : {"sum.dim_IntList", "mean.dim"}) {
+          const bool mean = op[0] == 'm';
+          if (mean && dtype == DType::kInt64) continue;
+          SCOPED_TRACE(::testing::Message() << op << " " << DTypeName(dtype) << " " << ShapeString(shape)
+                                            << " dims " << ::testing::PrintToString(dims) << " keepdim "
+                                            << keepdim);
+          GraphMaker g;
+          const int x = g.Feed({dtype, shape});
+          g.Add1(op, {x}, MakeAttrs({{"dim", dims}, {"keepdim", keepdim}}));
+          Check(g, kElementwise32);
+        }
+      }
+    }
+  }
+  // Long rows (the block-per-row kernel), tall columns, a plain total, and a
+  // float32 sum into float64 (the dtype attribute).
+  {
+    GraphMaker g;
+    const int x = g.Feed({DType::kFloat32, {Dim(1, 20), Dim(1025, 9000)}});
+    g.Add1("sum.dim_IntList", {x}, MakeAttrs({{"dim", std::vector<int64_t>{1}}}));
+    g.Add1("mean.dim", {x}, MakeAttrs({{"dim", std::vector<int64_t>{1}}, {"keepdim", true}}));
+    g.Add1("sum", {x});
+    g.Add1("sum.dim_IntList", {x}, MakeAttrs({{"dim", std::vector<int64_t>{0}}, {"dtype", DType::kFloat64}}));
+    Check(g, kElementwise32);
+  }
+  {
+    GraphMaker g;
+    const int x = g.Feed({DType::kFloat32, {Dim(1000, 5000), Dim(1, 12)}});
+    g.Add1("sum.dim_IntList", {x}, MakeAttrs({{"dim", std::vector<int64_t>{0}}}));
+    g.Add1("sum", {x});
+    Check(g, kElementwise32);
+  }
+}
+
+TEST(CudaKernels, ShapeOps) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  const int64_t a = Dim(1, 6), b = Dim(1, 50), c = Dim(1, 70), d = Dim(1, 5);
+  for (DType dtype : {DType::kFloat32, DType::kInt64, DType::kBool, DType::kFloat64}) {
+    SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " [" << a << ", " << b << ", " << c << ", " << d << "]");
+    GraphMaker g;
+    const int m = g.Feed({dtype, {b, c}});
+    const int x = g.Feed({dtype, {a, b, c, d}});
+    const int col = g.Feed({dtype, {b, 1}});
+    g.Add1("t", {m});
+    g.Add1("t_copy", {m});
+    g.Add1("transpose.int", {x}, MakeAttrs({{"dim0", int64_t{1}}, {"dim1", int64_t{2}}}));
+    g.Add1("transpose.int", {x}, MakeAttrs({{"dim0", int64_t{-1}}, {"dim1", int64_t{0}}}));
+    g.Add1("transpose_copy.int", {x}, MakeAttrs({{"dim0", int64_t{2}}, {"dim1", int64_t{3}}}));
+    g.Add1("permute", {x}, MakeAttrs({{"dims", std::vector<int64_t>{2, 0, 3, 1}}}));
+    g.Add1("permute_copy", {x}, MakeAttrs({{"dims", std::vector<int64_t>{0, 1, 3, 2}}}));
+    g.Add1("view", {x}, MakeAttrs({{"size", std::vector<int64_t>{a * b, -1}}}));
+    g.Add1("reshape", {x}, MakeAttrs({{"size", std::vector<int64_t>{-1}}}));
+    g.Add1("_unsafe_view", {m}, MakeAttrs({{"size", std::vector<int64_t>{c, b}}}));
+    const int u = g.Add1("unsqueeze", {m}, MakeAttrs({{"dim", int64_t{1}}}));
+    g.Add1("squeeze.dim", {u}, MakeAttrs({{"dim", int64_t{1}}}));
+    g.Add1("expand", {col}, MakeAttrs({{"size", std::vector<int64_t>{a, -1, c}}}));
+    g.Add1("expand_copy", {m}, MakeAttrs({{"size", std::vector<int64_t>{d, b, c}}}));
+    for (const char* op : {"clone", "alias", "detach", "contiguous"}) g.Add1(op, {x});
+    Check(g, kElementwise32);
+  }
+}
+
+TEST(CudaKernels, LargeTransposeAndViewsInPlace) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  GraphMaker g;
+  const int m = g.Feed({DType::kFloat32, {Dim(500, 1500), Dim(500, 1500)}});
+  g.Add1("t", {m});
+  Check(g, kElementwise32);
+  GraphMaker views;
+  const int x = views.Feed({DType::kFloat32, {Dim(2, 40), Dim(2, 40)}});
+  const int v = views.Add1("view", {x}, MakeAttrs({{"size", std::vector<int64_t>{-1}}}));
+  Check(views, kElementwise32, {{v, x}});
+}
+
+TEST(CudaKernels, ConvertingCopies) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  const std::vector<DType> types = {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kInt32, DType::kBool};
+  const int64_t b = Dim(1, 40), c = Dim(1, 60);
+  for (DType from : types) {
+    for (DType to : types) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(from) << " -> " << DTypeName(to));
+      GraphMaker g;
+      const int x = g.Feed({from, {b, c}});
+      const int self = g.Feed({to, {Dim(1, 4), b, c}});
+      const int row = g.Feed({from, {c}});
+      g.Add1("_to_copy", {x}, MakeAttrs({{"dtype", to}}));
+      g.Add1("copy", {self, x});
+      g.Add1("copy", {self, row});
+      Check(g, kElementwise32);
+    }
+  }
+}
+
+TEST(CudaKernels, Factories) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kInt32, DType::kBool}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const std::vector<int64_t> size = {Dim(1, 30), Dim(1, 77)};
+    GraphMaker g;
+    const int like = g.Feed({dtype, {Dim(1, 9), Dim(1, 130)}});
+    g.Add1("zeros", {}, MakeAttrs({{"size", size}, {"dtype", dtype}}));
+    g.Add1("ones", {}, MakeAttrs({{"size", size}, {"dtype", dtype}}));
+    g.Add1("full", {}, MakeAttrs({{"size", size}, {"fill_value", -3.0}, {"dtype", dtype}}));
+    g.Add1("zeros_like", {like});
+    g.Add1("ones_like", {like});
+    g.Add1("full_like", {like}, MakeAttrs({{"fill_value", 2.0}}));
+    g.Add1("fill.Scalar", {like}, MakeAttrs({{"value", 5.0}}));
+    g.Add1("scalar_tensor", {}, MakeAttrs({{"s", 4.0}, {"dtype", dtype}}));
+    Check(g, kElementwise32);
+  }
+}
+
+TEST(CudaKernels, LogSoftmaxAndBackward) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  const std::vector<std::pair<Shape, int64_t>> cases = {
+      {{Dim(1, 300), Dim(2, 40)}, 1},   {{Dim(1, 20), Dim(1025, 5000)}, 1}, {{Dim(2, 50), Dim(2, 30)}, 0},
+      {{Dim(1, 5), Dim(2, 9), Dim(2, 20)}, 1}, {{Dim(2, 100)}, 0}};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (const auto& [shape, dim] : cases) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " " << ShapeString(shape) << " dim " << dim);
+      GraphMaker g;
+      const int x = g.Feed({dtype, shape});
+      const int grad = g.Feed({dtype, shape});
+      const int out = g.Add1("_log_softmax", {x}, MakeAttrs({{"dim", dim}, {"half_to_float", false}}));
+      g.Add1("_log_softmax_backward_data", {grad, out}, MakeAttrs({{"dim", dim}, {"input_dtype", dtype}}));
+      Check(g, kElementwise32);
+    }
+  }
+}
+
+TEST(CudaKernels, NllLossEveryReduction) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (int64_t reduction : {0, 1, 2}) {
+      for (bool weighted : {false, true}) {
+        for (bool one_row : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " reduction " << reduction << " weighted "
+                                            << weighted << " one_row " << one_row);
+          const int64_t n = Dim(1, 700), c = Dim(2, 40);
+          const int64_t ignore = 3;
+          GraphMaker g;
+          const int self = g.Feed(one_row ? TensorType{dtype, {c}} : TensorType{dtype, {n, c}});
+          const int target = g.Feed(one_row ? TensorType{DType::kInt64, {}} : TensorType{DType::kInt64, {n}},
+                                    Fill::kLabels, c);
+          std::vector<int> inputs = {self, target};
+          if (weighted) inputs.push_back(g.Feed({dtype, {c}}, Fill::kPositive));
+          const Attrs attrs = MakeAttrs({{"reduction", reduction}, {"ignore_index", ignore}});
+          const std::vector<int> fwd = g.Add("nll_loss_forward", inputs, attrs);
+          const int grad = g.Feed(g.type(fwd[0]));
+          std::vector<int> bwd_inputs = {grad, self, target, fwd[1]};
+          if (weighted) bwd_inputs.push_back(inputs[2]);
+          g.Add1("nll_loss_backward", bwd_inputs, attrs);
+          // Label 0 first: a mean over only ignored labels is 0 / 0 = NaN.
+          std::vector<Bytes> feeds = g.RandomFeeds(Rng());
+          std::memset(feeds[target].data(), 0, sizeof(int64_t));
+          Check(g, kElementwise32, {}, feeds);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem::gpu_test
