@@ -44,6 +44,7 @@ absl::StatusOr<std::vector<std::unique_ptr<device::Device>>> OpenDevices(const D
 
 const char* JobStateName(JobState state) {
   switch (state) {
+    case JobState::kWaitingForMemory: return "waiting-for-memory";
     case JobState::kUploading: return "uploading";
     case JobState::kRunning: return "running";
     case JobState::kClosing: return "closing";
@@ -233,6 +234,7 @@ void Service::EndSession(uint64_t session_id, const char* reason) {
     auto j = jobs_.find(id);
     if (j != jobs_.end()) BeginCloseJob(*j->second, reason);
   }
+  waiting_for_memory_.remove_if([&](const std::unique_ptr<Job>& job) { return job->session == session_id; });
   session_by_peer_.erase(session.peer);
   sessions_.erase(it);
 }

@@ -11,6 +11,7 @@
 #define TANDEM_SERVER_SERVICE_H_
 
 #include <functional>
+#include <list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,6 +63,14 @@ class Service {
 
   // service_jobs.cc: registration, admission, closing.
   void OnRegisterJob(const PendingReply& to, Session& session, std::shared_ptr<const v1::Request> request);
+  // Admits a prepared job into memory and the scheduler (the policy picks
+  // the lane); FAILED_PRECONDITION when it could fit once others leave.
+  absl::Status Admit(Job& job);
+  sched::JobParams SchedParams(const Job& job) const;
+  // Uploads the initial values of an admitted job and answers its
+  // registration.
+  void StartJob(std::unique_ptr<Job> job);
+  void AdmitWaitingJobs();
   void OnCloseJob(const PendingReply& to, Session& session, uint64_t job_id);
   void BeginCloseJob(Job& job, const char* reason);
   void MaybeFinishClose(Job& job);
@@ -71,7 +80,7 @@ class Service {
   // service_iterations.cc: iterations and reads.
   void OnRunIteration(const PendingReply& to, Session& session, std::shared_ptr<const v1::Request> request);
   void OnReadTensor(const PendingReply& to, Session& session, const v1::ReadTensorRequest& read);
-  void Dispatch(DeviceRuntime& dev, int lane);
+  void DispatchAll(DeviceRuntime& dev);
   void StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ticket, QueuedIteration it);
   void OnIterationDone(DeviceRuntime& dev, int lane, int slot, uint64_t job_id, QueuedIteration it,
                        absl::Status status);
@@ -88,6 +97,8 @@ class Service {
   absl::flat_hash_map<std::string, uint64_t> session_by_peer_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> sessions_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Job>> jobs_;
+  // Registrations that asked to wait for memory, in arrival order.
+  std::list<std::unique_ptr<Job>> waiting_for_memory_;
   uint64_t next_session_ = 1;
   uint64_t next_job_ = 1;
   uint64_t next_ticket_ = 1;

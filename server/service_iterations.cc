@@ -106,24 +106,29 @@ void Service::OnRunIteration(const PendingReply& to, Session& session,
   }
   job.queued.emplace(ticket, QueuedIteration{to, std::move(request), Clock::now()});
   job.received++;
-  // Anything may run now: the scheduler decides per lane.
-  for (int lane = 0; lane < static_cast<int>(dev.lanes.size()); ++lane) Dispatch(dev, lane);
+  DispatchAll(dev);
 }
 
-void Service::Dispatch(DeviceRuntime& dev, int lane) {
-  if (shutting_down_ || lane >= static_cast<int>(dev.lanes.size())) return;
-  Lane& l = dev.lanes[lane];
-  while (l.outstanding < static_cast<int>(l.slots.size())) {
-    std::optional<sched::Dispatch> next = dev.scheduler->Next(lane);
-    if (!next) break;
-    auto j = jobs_.find(next->job);
-    if (j == jobs_.end()) continue;
-    Job& job = *j->second;
-    auto q = job.queued.find(next->ticket);
-    if (q == job.queued.end() || job.state != JobState::kRunning) continue;
-    QueuedIteration it = std::move(q->second);
-    job.queued.erase(q);
-    StartIteration(dev, lane, job, next->ticket, std::move(it));
+void Service::DispatchAll(DeviceRuntime& dev) {
+  // The scheduler's contract: after every event, offer every free lane.
+  if (shutting_down_) return;
+  for (int lane = 0; lane < static_cast<int>(dev.lanes.size()); ++lane) {
+    Lane& l = dev.lanes[lane];
+    while (l.outstanding < static_cast<int>(l.slots.size())) {
+      std::optional<sched::Dispatch> next = dev.scheduler->Next(lane);
+      if (!next) break;
+      auto j = jobs_.find(next->job);
+      Job* job = j == jobs_.end() ? nullptr : j->second.get();
+      auto q = job == nullptr ? decltype(job->queued)::iterator() : job->queued.find(next->ticket);
+      if (job == nullptr || q == job->queued.end() || job->state != JobState::kRunning) {
+        // Nothing to run for that ticket: give the lane back.
+        dev.scheduler->OnIterationAborted(next->job, lane);
+        continue;
+      }
+      QueuedIteration it = std::move(q->second);
+      job->queued.erase(q);
+      StartIteration(dev, lane, *job, next->ticket, std::move(it));
+    }
   }
 }
 
@@ -146,7 +151,7 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
     auto host = dev.device->AllocateHost(bytes);
     if (!host.ok()) {
       ReplyError(it.reply, host.status());
-      dev.scheduler->OnIterationDone(job.id, lane, 0);
+      dev.scheduler->OnIterationAborted(job.id, lane);
       return;
     }
     slot.host = *host;
@@ -248,7 +253,11 @@ void Service::OnIterationDone(DeviceRuntime& dev, int lane, int slot_index, uint
                                                                     run.iteration(), ": ", status.message())));
     }
   }
-  dev.scheduler->OnIterationDone(job_id, lane, seconds);
+  if (status.ok()) {
+    dev.scheduler->OnIterationDone(job_id, lane, seconds);
+  } else {
+    dev.scheduler->OnIterationAborted(job_id, lane);
+  }
   slot.busy = false;
   l.outstanding--;
   if (l.outstanding == 0) dev.memory->ReleaseRetired(lane);
@@ -256,7 +265,7 @@ void Service::OnIterationDone(DeviceRuntime& dev, int lane, int slot_index, uint
     StartReads(*job);
     OnDeviceWorkDone(job_id);  // may finish a close and erase the job
   }
-  Dispatch(dev, lane);
+  DispatchAll(dev);
 }
 
 void Service::OnReadTensor(const PendingReply& to, Session& session, const v1::ReadTensorRequest& read) {

@@ -1,4 +1,7 @@
 // Registration, admission and closing of jobs.
+#include <cmath>
+
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "adaptor/graph_builder.h"
@@ -53,76 +56,142 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session,
   auto job = std::make_unique<Job>();
   job->name = reg.name().empty() ? absl::StrCat("job-", next_job_) : reg.name();
   job->hints = reg.hints();
-  if (!(reg.hints().weight() >= 0)) {
-    ReplyError(to, absl::InvalidArgumentError(absl::StrCat("job '", job->name, "': weight ",
-                                                           reg.hints().weight(), " must be >= 0")));
+  job->session = session.id;
+  auto fail = [&](const absl::Status& s) {
+    ReplyError(to, absl::Status(s.code(), absl::StrCat("job '", job->name, "': ", s.message())));
+  };
+  if (!(reg.hints().weight() >= 0) || std::isinf(reg.hints().weight())) {
+    fail(absl::InvalidArgumentError(absl::StrCat("weight ", reg.hints().weight(), " must be finite and >= 0")));
+    return;
+  }
+  if (reg.hints().expected_iterations() < 0 || reg.hints().expected_iterations() > sched::kMaxExpectedIterations) {
+    fail(absl::InvalidArgumentError(absl::StrCat("expected_iterations ", reg.hints().expected_iterations(),
+                                                 " is out of range [0, ", sched::kMaxExpectedIterations, "]")));
     return;
   }
   auto graph = BuildGraph(reg.graph(), reg.persistent());
   if (!graph.ok()) {
-    ReplyError(to, absl::Status(graph.status().code(),
-                                absl::StrCat("job '", job->name, "': ", graph.status().message())));
+    fail(graph.status());
     return;
   }
   job->graph = std::make_unique<Graph>(*std::move(graph));
   auto layout = PlanIterationLayout(*job->graph);
   if (!layout.ok()) {
-    ReplyError(to, layout.status());
+    fail(layout.status());
     return;
   }
   job->layout = *std::move(layout);
+  // Alike jobs (same graph and shapes) share their interference estimates.
+  job->interference_key = absl::StrCat(absl::Hash<std::string>()(reg.graph().SerializeAsString()));
 
   absl::Status error;
   DeviceRuntime* dev = ChooseDevice(reg.hints(), &error);
   if (dev == nullptr) {
-    ReplyError(to, error);
-    return;
-  }
-  auto program = CreateProgram(*job->graph, *dev->device);
-  if (!program.ok()) {
-    ReplyError(to, absl::Status(program.status().code(),
-                                absl::StrCat("job '", job->name, "': ", program.status().message())));
-    return;
-  }
-  job->program = *std::move(program);
-
-  job->id = next_job_++;
-  memory::JobMemoryRequest mem;
-  mem.job = job->id;
-  mem.name = job->name;
-  for (int v : job->graph->persistents) mem.persistent_bytes.push_back(job->graph->values[v].type.bytes());
-  mem.ephemeral_bytes = job->layout.arena_bytes;
-  mem.quota_bytes = reg.hints().memory_quota_bytes();
-  auto grant = dev->memory->Admit(mem);
-  if (!grant.ok()) {
-    // Not fitting now and never fitting are both a refusal here; the
-    // message says which.
-    // TODO(queue_if_full): hold the registration until memory frees up.
-    ReplyError(to, absl::ResourceExhaustedError(absl::StrCat("job '", job->name, "': ", grant.status().message())));
+    fail(error);
     return;
   }
   job->device = dev;
-  job->lane = grant->lane;
-  job->persistent = grant->persistent;
-  for (uint64_t b : mem.persistent_bytes) job->persistent_bytes += b;
-  if (absl::Status s = EnsureLane(*dev, job->lane); !s.ok()) {
-    dev->memory->Release(job->id);
-    ReplyError(to, s);
+  auto program = CreateProgram(*job->graph, *dev->device);
+  if (!program.ok()) {
+    fail(program.status());
     return;
   }
+  job->program = *std::move(program);
+  job->id = next_job_++;
+  job->registration = PendingRegistration{to, std::move(request)};
+
+  absl::Status admitted = Admit(*job);
+  if (absl::IsFailedPrecondition(admitted) && reg.hints().queue_if_full()) {
+    TLOG_INFO("job waits for memory").With("job", job->id).With("name", job->name).With("why", admitted.message());
+    waiting_for_memory_.push_back(std::move(job));
+    return;
+  }
+  if (!admitted.ok()) {
+    // Not fitting now is a refusal too unless the job asked to wait.
+    fail(absl::ResourceExhaustedError(absl::StrCat(
+        admitted.message(), absl::IsFailedPrecondition(admitted) ? " (set hints.queue_if_full to wait for it)" : "")));
+    return;
+  }
+  StartJob(std::move(job));
+}
+
+absl::Status Service::Admit(Job& job) {
+  DeviceRuntime& dev = *job.device;
+  const v1::JobHints& hints = job.hints;
+  memory::JobMemoryRequest mem;
+  mem.job = job.id;
+  mem.name = job.name;
+  for (int v : job.graph->persistents) mem.persistent_bytes.push_back(job.graph->values[v].type.bytes());
+  mem.ephemeral_bytes = job.layout.arena_bytes;
+  mem.quota_bytes = hints.memory_quota_bytes();
+  sched::JobParams params = SchedParams(job);
+  // Where the policy wants the job; if that lane cannot take it, where
+  // memory can.
+  mem.lane = dev.scheduler->ChooseLane(params, dev.memory->NumLanes());
+  auto grant = dev.memory->Admit(mem);
+  if (!grant.ok() && mem.lane >= 0 && !absl::IsResourceExhausted(grant.status())) {
+    mem.lane = -1;
+    grant = dev.memory->Admit(mem);
+  }
+  if (!grant.ok()) return grant.status();
+  job.lane = grant->lane;
+  job.persistent = grant->persistent;
+  job.persistent_bytes = 0;
+  for (uint64_t b : mem.persistent_bytes) job.persistent_bytes += b;
+  if (absl::Status s = EnsureLane(dev, job.lane); !s.ok()) {
+    dev.memory->Release(job.id);
+    return s;
+  }
+  params.lane = job.lane;
+  if (absl::Status s = dev.scheduler->AddJob(job.id, params); !s.ok()) {
+    dev.memory->Release(job.id);
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+sched::JobParams Service::SchedParams(const Job& job) const {
   sched::JobParams params;
-  params.priority = reg.hints().priority();
-  params.weight = reg.hints().weight() > 0 ? reg.hints().weight() : 1.0;
-  params.expected_iterations = reg.hints().expected_iterations();
-  params.lane = job->lane;
-  if (absl::Status s = dev->scheduler->AddJob(job->id, params); !s.ok()) {
-    dev->memory->Release(job->id);
-    ReplyError(to, absl::Status(s.code(), absl::StrCat("job '", job->name, "': ", s.message())));
+  params.priority = job.hints.priority();
+  params.weight = job.hints.weight() > 0 ? job.hints.weight() : 1.0;
+  params.expected_iterations = job.hints.expected_iterations();
+  params.lane = job.lane;
+  params.interference_key = job.interference_key;
+  return params;
+}
+
+void Service::AdmitWaitingJobs() {
+  for (auto it = waiting_for_memory_.begin(); it != waiting_for_memory_.end();) {
+    Job& job = **it;
+    absl::Status s = Admit(job);
+    if (absl::IsFailedPrecondition(s)) {
+      ++it;
+      continue;
+    }
+    std::unique_ptr<Job> owned = std::move(*it);
+    it = waiting_for_memory_.erase(it);
+    if (!s.ok()) {
+      ReplyError(owned->registration.reply, absl::Status(s.code(), absl::StrCat("job '", owned->name, "': ", s.message())));
+      continue;
+    }
+    TLOG_INFO("waiting job admitted").With("job", owned->id).With("name", owned->name);
+    StartJob(std::move(owned));
+  }
+}
+
+void Service::StartJob(std::unique_ptr<Job> job) {
+  auto session_it = sessions_.find(job->session);
+  if (session_it == sessions_.end()) {  // the client left while its job waited
+    job->device->scheduler->RemoveJob(job->id);
+    job->device->memory->Release(job->id);
     return;
   }
+  Session& session = *session_it->second;
+  DeviceRuntime* dev = job->device;
+  PendingReply to = job->registration.reply;
+  std::shared_ptr<const v1::Request> request = std::move(job->registration.request);
 
   // Upload the initial values on the job's lane stream, then answer.
-  job->session = session.id;
   job->state = JobState::kUploading;
   job->device_work++;
   Job* raw = job.get();
@@ -170,6 +239,7 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session,
             }
             Reply(to, std::move(response));
             StartReads(job);
+            DispatchAll(*job.device);
           } else {
             ReplyError(to, absl::InternalError(absl::StrCat("uploading the initial values failed: ", s.message())));
             BeginCloseJob(job, "upload failed");
@@ -234,8 +304,10 @@ void Service::MaybeFinishClose(Job& job) {
     response.mutable_close_job();
     Reply(to, std::move(response));
   }
-  // Memory freed: lanes may take more work now.
-  for (int lane = 0; lane < static_cast<int>(dev.lanes.size()); ++lane) Dispatch(dev, lane);
+  // Memory freed and a job gone: waiting jobs may fit, lanes may take
+  // other work.
+  AdmitWaitingJobs();
+  DispatchAll(dev);
 }
 
 void Service::OnDeviceWorkDone(uint64_t job_id) {

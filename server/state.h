@@ -54,7 +54,12 @@ struct PendingRead {
   uint64_t after_dispatched = 0;  // dispatch this many iterations first
 };
 
-enum class JobState { kUploading, kRunning, kClosing };
+struct PendingRegistration {
+  PendingReply reply;
+  std::shared_ptr<const v1::Request> request;  // holds the initial values
+};
+
+enum class JobState { kWaitingForMemory, kUploading, kRunning, kClosing };
 const char* JobStateName(JobState state);
 
 struct DeviceRuntime;
@@ -63,10 +68,12 @@ struct Job {
   uint64_t id = 0;
   uint64_t session = 0;
   std::string name;
-  JobState state = JobState::kUploading;
+  JobState state = JobState::kWaitingForMemory;
   DeviceRuntime* device = nullptr;
   int lane = 0;
   v1::JobHints hints;
+  std::string interference_key;
+  PendingRegistration registration;  // until the registration is answered
 
   std::unique_ptr<Graph> graph;  // stable address: the program points into it
   IterationLayout layout;

@@ -91,7 +91,7 @@ class GoodTrainer {
 class BadInputTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    daemon_ = new DaemonProcess({"--max_message_bytes=" + std::to_string(kMaxMessage), "--session_timeout=1.5"});
+    daemon_ = new DaemonProcess({"--policy=fair", "--max_message_bytes=" + std::to_string(kMaxMessage), "--session_timeout=1.5"});
     good_ = new GoodTrainer(daemon_->endpoint());
     good_->Step(3);
   }

@@ -41,8 +41,10 @@ TrainerOutput ParseOutput(const std::string& text, int iterations) {
   return run;
 }
 
-TEST(TwoJobsTraining, BothMatchDoublePrecisionReference) {
-  DaemonProcess daemon;
+class TwoJobsTraining : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TwoJobsTraining, BothMatchDoublePrecisionReference) {
+  DaemonProcess daemon({"--policy=" + GetParam()});
   constexpr int kIterations = 40;
   struct Config {
     uint64_t seed;
@@ -86,6 +88,10 @@ TEST(TwoJobsTraining, BothMatchDoublePrecisionReference) {
     EXPECT_GT(run.accuracy, 0.6) << out;  // chance is 0.2
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(EveryPolicy, TwoJobsTraining,
+                         ::testing::Values("fifo", "fair", "pack", "srtf", "priority"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace tandem::testing
