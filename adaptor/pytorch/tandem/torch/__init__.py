@@ -1,0 +1,83 @@
+"""The PyTorch front end: capture a whole training step and train it through tandemd.
+
+    import tandem.torch
+    job = tandem.torch.train(model, loss_fn, optimizer, (x, y))
+    for x, y in loader:
+        loss = job.step(x, y)          # one iteration in the daemon; returns the loss
+    model.load_state_dict(job.state_dict())
+    job.close()
+
+train() traces forward, loss, backward and the optimizer's update (SGD,
+Adam or AdamW, read from the optimizer object) into one ATen graph on the
+CPU, lowers it to Tandem's IR and registers it; serve() does the same for a
+forward pass. See docs/pytorch.md.
+"""
+
+from tandem.errors import (BatchError, CaptureError, DaemonUnavailableError, IterationError, JobClosedError,
+                           RegistrationError, TandemError, UnsupportedOpError)
+from tandem.torch.capture import capture_inference, capture_training_step
+from tandem.torch.job import ServedModel, StepHandle, TrainingJob
+from tandem.torch.lower import lower
+from tandem.torch.optim import OptimizerPlan
+
+
+def _hints(priority, expected_iterations, device):
+    hints = {}
+    if priority:
+        hints["priority"] = int(priority)
+    if expected_iterations:
+        hints["expected_iterations"] = str(int(expected_iterations))
+    if device:
+        hints["device"] = device
+    return hints
+
+
+def _as_tuple(batch):
+    import torch
+    if isinstance(batch, torch.Tensor):
+        return (batch,)
+    if isinstance(batch, (list, tuple)) and batch and all(isinstance(t, torch.Tensor) for t in batch):
+        return tuple(batch)
+    raise BatchError("example_batch must be a tensor or a tuple of tensors: the model's inputs, then the "
+                     "target(s) passed to loss_fn(output, *targets)")
+
+
+def capture_training_job(model, loss_fn, optimizer, example_batch):
+    """The lowered training step (a tandem.torch.lower.Lowered) and its capture, without a daemon."""
+    plan = OptimizerPlan(optimizer, list(model.named_parameters()))
+    capture = capture_training_step(model, loss_fn, plan, _as_tuple(example_batch))
+    lowered = lower(capture.gm, capture.inputs, capture.outputs, capture.flat_inputs)
+    return capture, lowered
+
+
+def train(model, loss_fn, optimizer, example_batch, endpoint=None, name=None, priority=0, expected_iterations=0,
+          device=None):
+    """Captures one training step of `model` and registers it with tandemd.
+
+    loss_fn(output, *targets) -> scalar tensor; optimizer: a torch.optim.SGD, Adam or AdamW over the model's
+    parameters (its hyper-parameters and state are read now; its param_groups' lr is read at every step);
+    example_batch: (inputs..., target) with the shapes and dtypes every step() will get. endpoint: a tandemd
+    endpoint (default: $TANDEM_ENDPOINT, else the local daemon). priority / expected_iterations: scheduling
+    hints; device: "cpu", "cuda", "cuda:N" or None (the daemon's choice). Returns a TrainingJob.
+    """
+    capture, lowered = capture_training_job(model, loss_fn, optimizer, example_batch)
+    name = name or f"{type(model).__name__}-train"
+    return TrainingJob(capture, lowered, endpoint, name, _hints(priority, expected_iterations, device))
+
+
+def serve(model, example_input, endpoint=None, name=None, priority=0, device=None):
+    """Captures model(*example_input) in eval mode and registers it with tandemd. Returns a ServedModel:
+    calling it with inputs of the example's shapes runs the forward pass in the daemon and returns torch
+    tensors (structured like the model's output)."""
+    inputs = _as_tuple(example_input)
+    capture = capture_inference(model, inputs)
+    lowered = lower(capture.gm, capture.inputs, capture.outputs, capture.flat_inputs)
+    name = name or f"{type(model).__name__}-serve"
+    return ServedModel(capture, lowered, endpoint, name, _hints(priority, 0, device))
+
+
+__all__ = [
+    "BatchError", "CaptureError", "DaemonUnavailableError", "IterationError", "JobClosedError",
+    "RegistrationError", "ServedModel", "StepHandle", "TandemError", "TrainingJob", "UnsupportedOpError",
+    "capture_training_job", "serve", "train",
+]

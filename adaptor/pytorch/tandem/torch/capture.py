@@ -1,0 +1,296 @@
+"""Tracing a whole training step (or an inference step) into one ATen graph.
+
+capture_training_step builds a pure function of flat tensors
+
+    step(params, buffers, optimizer state, scalar feeds, batch)
+        -> (loss, new trainable params, new optimizer state, buffers)
+
+that runs the model through functional_call, differentiates the loss with
+grad, and applies the optimizer's functional update (optim.OptimizerPlan);
+then traces it with make_fx over functionalize on the CPU. Module hooks label
+every node with the module that produced it (forward nodes) or with
+"backward" / "optimizer", so that the daemon can name the module behind an
+op it refuses. Tracing needs the step's control flow to depend on shapes
+only; anything else ends in a CaptureError that says so.
+"""
+
+import contextlib
+import copy
+import threading
+
+import torch
+import torch.fx
+
+from tandem.errors import CaptureError
+from tandem.torch import compat
+from tandem.torch.lower import Input, Output
+
+_label_state = threading.local()
+
+
+def _current_label():
+    stack = getattr(_label_state, "stack", None)
+    return stack[-1] if stack else getattr(_label_state, "phase", "")
+
+
+@contextlib.contextmanager
+def _labelled(module):
+    """Labels every fx node created inside with the innermost module of `module` running at the time."""
+    names = {id(m): ("model." + name if name else "model", type(m).__name__) for name, m in module.named_modules()}
+    _label_state.stack = []
+    _label_state.phase = ""
+
+    def pre_hook(m, inputs):
+        entry = names.get(id(m))
+        if entry is not None:
+            _label_state.stack.append(f"{entry[0]} ({entry[1]})")
+
+    def post_hook(m, inputs, output):
+        if id(m) in names and _label_state.stack:
+            _label_state.stack.pop()
+
+    from torch.fx.proxy import TracerBase
+    original = TracerBase.create_node
+
+    def create_node(self, *args, **kwargs):
+        node = original(self, *args, **kwargs)
+        label = _current_label()
+        if label:
+            node.meta["tandem_label"] = label
+        return node
+
+    pre = torch.nn.modules.module.register_module_forward_pre_hook(pre_hook)
+    post = torch.nn.modules.module.register_module_forward_hook(post_hook)
+    TracerBase.create_node = create_node
+    try:
+        yield
+    finally:
+        TracerBase.create_node = original
+        pre.remove()
+        post.remove()
+        _label_state.stack = []
+        _label_state.phase = ""
+
+
+@contextlib.contextmanager
+def _rnn_weights_follow_attributes(module):
+    """Makes RNN modules read their weights from their attributes while tracing.
+
+    nn.LSTM/GRU/RNN keep a cached list of their weight tensors (_flat_weights) that functional_call does not
+    refresh in every PyTorch version; the step would then use the real parameters as constants and never
+    train them. A forward pre-hook rebuilds the list from the (swapped-in) attributes; the post-hook puts
+    the original list back.
+    """
+    handles = []
+    saved = {}
+
+    def pre(m, inputs):
+        saved[id(m)] = m._flat_weights
+        m._flat_weights = [getattr(m, n) if hasattr(m, n) else None for n in m._flat_weights_names]
+
+    def post(m, inputs, output):
+        if id(m) in saved:
+            m._flat_weights = saved.pop(id(m))
+
+    for m in module.modules():
+        if isinstance(m, torch.nn.RNNBase) and hasattr(m, "_flat_weights_names"):
+            handles.append(m.register_forward_pre_hook(pre))
+            handles.append(m.register_forward_hook(post))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+        for m in module.modules():
+            if id(m) in saved:
+                m._flat_weights = saved.pop(id(m))
+
+
+def _check_no_captured_state(gm, module):
+    """Refuses a graph that holds one of the module's parameters or buffers as a constant: the step read it
+    behind functional_call's back, and the job would silently never update it."""
+    owned = {}
+    for name, t in list(module.named_parameters()) + list(module.named_buffers()):
+        if t.numel() > 0:
+            owned[t.data_ptr()] = name
+    for n in gm.graph.nodes:
+        if n.op != "get_attr":
+            continue
+        value = getattr(gm, n.target, None)
+        if isinstance(value, torch.Tensor) and value.numel() > 0 and value.data_ptr() in owned:
+            raise CaptureError(
+                f"the step uses '{owned[value.data_ptr()]}' of the model as a constant: some code reads it other "
+                "than as a module attribute (e.g. from a cached list of tensors), so Tandem cannot train it. "
+                "Read parameters through their module attributes in forward().")
+
+
+def _set_phase(phase):
+    _label_state.phase = phase
+
+
+def _cpu_model(model):
+    """The model itself if it lives on the CPU, else a CPU copy (tracing always runs on the CPU)."""
+    tensors = list(model.parameters()) + list(model.buffers())
+    if all(t.device.type == "cpu" for t in tensors):
+        return model
+    return copy.deepcopy(model).cpu()
+
+
+def _trace(fn, flat_inputs, what):
+    try:
+        with compat.tracing_context():
+            gm = compat.make_fx(compat.functionalize(fn))(*flat_inputs)
+    except CaptureError:
+        raise
+    except Exception as e:  # the tracer reports failures as many exception types
+        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        hint = ""
+        if any(k in str(e) for k in ("value out of a tracing tensor", "data-dependent", "_local_scalar_dense",
+                                     "Data dependent", "item()")):
+            hint = (" The step reads a tensor's value on the host (e.g. `if x.sum() > 0`, .item(), .tolist()) and "
+                    "so its graph depends on the data. Tandem needs one static graph per step: make the control "
+                    "flow depend on shapes only, or compute both branches and select with torch.where.")
+        raise CaptureError(f"could not trace {what}: {type(e).__name__}: {text}.{hint}") from e
+    return gm
+
+
+class TrainingCapture:
+    """A traced training step: gm, its Inputs/Outputs for lower(), and the flat example inputs."""
+
+    def __init__(self, gm, inputs, outputs, flat_inputs, plan, param_names, buffer_names, batch_names):
+        self.gm = gm
+        self.inputs = inputs
+        self.outputs = outputs
+        self.flat_inputs = flat_inputs
+        self.plan = plan
+        self.param_names = param_names
+        self.buffer_names = buffer_names
+        self.batch_names = batch_names
+
+
+def capture_training_step(model, loss_fn, plan, example_batch):
+    """Traces forward, loss, backward and the optimizer update of one step. `example_batch` is a tuple:
+    the model's inputs, then the target(s) given to loss_fn(output, *targets); with one tensor the whole
+    batch is the model's input and loss_fn(output)."""
+    cpu_model = _cpu_model(model)
+    named_params = list(model.named_parameters())
+    cpu_named_params = list(cpu_model.named_parameters())
+    named_buffers = list(cpu_model.named_buffers())
+    param_names = [n for n, _ in named_params]
+    buffer_names = [n for n, _ in named_buffers]
+    index_of = {n: i for i, n in enumerate(param_names)}
+    trainable = [index_of[n] for n, _ in plan.trainable]
+    state_names = plan.state_names
+    scalars = plan.example_scalars()
+    batch = [t.detach().cpu() for t in example_batch]
+    n_model_inputs = len(batch) - 1 if len(batch) > 1 else 1
+
+    P, B, T, S = len(param_names), len(buffer_names), len(trainable), len(scalars)
+    K = len(state_names)
+
+    def step(*flat):
+        params = list(flat[:P])
+        buffers = list(flat[P:P + B])
+        states_flat = flat[P + B:P + B + T * K]
+        states = [list(states_flat[i * K:(i + 1) * K]) for i in range(T)]
+        feed_scalars = list(flat[P + B + T * K:P + B + T * K + S])
+        data = list(flat[P + B + T * K + S:])
+
+        def loss_of(trained, buffers):
+            full = list(params)
+            for slot, t in zip(trainable, trained):
+                full[slot] = t
+            tensors = dict(zip(param_names, full))
+            tensors.update(zip(buffer_names, buffers))
+            _set_phase("")
+            output = compat.functional_call(cpu_model, tensors, data[:n_model_inputs])
+            _set_phase("loss")
+            loss = loss_fn(output, *data[n_model_inputs:])
+            if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+                raise CaptureError("loss_fn must return a scalar tensor (a 0-dim tensor), got "
+                                   f"{type(loss).__name__}{'' if not isinstance(loss, torch.Tensor) else tuple(loss.shape)}")
+            _set_phase("backward")
+            return loss, (loss, buffers)
+
+        # The buffers go in as an argument: grad refuses in-place updates (batch norm's running statistics)
+        # of tensors the function closes over.
+        grads, (loss, buffers) = compat.grad(loss_of, has_aux=True)([params[i] for i in trainable], buffers)
+        _set_phase(f"optimizer ({type(plan.optimizer).__name__})")
+        new_params, new_states = plan.update([params[i] for i in trainable], list(grads), states, feed_scalars)
+        _set_phase("")
+        flat_states = [s for per_param in new_states for s in per_param]
+        return (loss, *new_params, *flat_states, *buffers)
+
+    flat_inputs = [p.detach().cpu().clone() for _, p in cpu_named_params]
+    flat_inputs += [b.detach().cpu().clone() for _, b in named_buffers]
+    state_tensors = []
+    for i in range(T):
+        for _, value in plan.initial_state(i):
+            state_tensors.append(value.detach().cpu())
+    flat_inputs += state_tensors
+    flat_inputs += scalars
+    flat_inputs += batch
+
+    with _labelled(cpu_model), _rnn_weights_follow_attributes(cpu_model):
+        gm = _trace(step, [t.clone() for t in flat_inputs], "the training step")
+    _check_no_captured_state(gm, cpu_model)
+
+    inputs = [Input("persistent", n, t) for n, t in zip(param_names, flat_inputs[:P])]
+    inputs += [Input("persistent", n, t) for n, t in zip(buffer_names, flat_inputs[P:P + B])]
+    state_persistent = [f"optim/{plan.trainable[i][0]}/{s}" for i in range(T) for s in state_names]
+    inputs += [Input("persistent", n, t) for n, t in zip(state_persistent, state_tensors)]
+    inputs += [Input("feed", n, t) for n, t in zip(plan.scalar_names(), scalars)]
+    batch_names = [f"batch/{i}" for i in range(len(batch))]
+    inputs += [Input("feed", n, t) for n, t in zip(batch_names, batch)]
+
+    outputs = [Output("fetch", "loss")]
+    outputs += [Output("update", param_names[i]) for i in trainable]
+    outputs += [Output("update", n) for n in state_persistent]
+    outputs += [Output("update", n) for n in buffer_names]
+    return TrainingCapture(gm, inputs, outputs, flat_inputs, plan, param_names, buffer_names, batch_names)
+
+
+class InferenceCapture:
+    def __init__(self, gm, inputs, outputs, flat_inputs, out_spec, input_names):
+        self.gm = gm
+        self.inputs = inputs
+        self.outputs = outputs
+        self.flat_inputs = flat_inputs
+        self.out_spec = out_spec
+        self.input_names = input_names
+
+
+def capture_inference(model, example_inputs):
+    """Traces model(*example_inputs) in eval mode without gradients."""
+    from torch.utils._pytree import tree_flatten
+    cpu_model = _cpu_model(model)
+    was_training = cpu_model.training
+    named = list(cpu_model.named_parameters()) + list(cpu_model.named_buffers())
+    names = [n for n, _ in named]
+    data = [t.detach().cpu() for t in example_inputs]
+    out_spec = {}
+
+    def forward(*flat):
+        tensors = dict(zip(names, flat[:len(names)]))
+        with torch.no_grad():
+            out = compat.functional_call(cpu_model, tensors, flat[len(names):])
+        leaves, spec = tree_flatten(out)
+        out_spec["spec"] = spec
+        if not all(isinstance(t, torch.Tensor) for t in leaves):
+            raise CaptureError("the model's output must be a tensor or a (nested) tuple/list/dict of tensors")
+        return tuple(leaves)
+
+    flat_inputs = [t.detach().clone() for _, t in named] + data
+    cpu_model.eval()
+    try:
+        with _labelled(cpu_model), _rnn_weights_follow_attributes(cpu_model):
+            gm = _trace(forward, [t.clone() for t in flat_inputs], "the model's forward pass")
+        _check_no_captured_state(gm, cpu_model)
+    finally:
+        cpu_model.train(was_training)
+    input_names = [f"input/{i}" for i in range(len(data))]
+    inputs = [Input("persistent", n, t) for n, t in zip(names, flat_inputs[:len(names)])]
+    inputs += [Input("feed", n, t) for n, t in zip(input_names, data)]
+    n_out = len(next(n for n in gm.graph.nodes if n.op == "output").args[0])
+    outputs = [Output("fetch", f"output/{i}") for i in range(n_out)]
+    return InferenceCapture(gm, inputs, outputs, flat_inputs, out_spec["spec"], input_names)

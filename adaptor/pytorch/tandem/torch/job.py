@@ -1,0 +1,215 @@
+"""TrainingJob and ServedModel: a captured step registered with tandemd.
+
+A TrainingJob owns a Client (one session) and one registered job. step()
+sends one iteration (the batch plus the optimizer's scalar feeds) and waits
+for its loss; step_async() returns at once with a handle, so several
+iterations can be in flight (they run in the order sent). Closing the job
+(or leaving its `with` block) ends the session, which frees the job's
+memory in the daemon.
+
+Thread-safety: step()/step_async() may be called from one thread at a time
+(they advance the optimizer's step count); handles may be waited on from any
+thread.
+"""
+
+import torch
+
+from tandem import client as tclient
+from tandem import errors
+from tandem.torch import dtypes
+
+
+def _check_batch(what, tensors, expected):
+    if len(tensors) != len(expected):
+        raise errors.BatchError(f"{what} takes {len(expected)} tensors (as in the example), got {len(tensors)}")
+    for i, (t, (name, dtype, shape)) in enumerate(zip(tensors, expected)):
+        if not isinstance(t, torch.Tensor):
+            raise errors.BatchError(f"{what}: argument {i} is a {type(t).__name__}, not a torch.Tensor")
+        if t.dtype != dtype or tuple(t.shape) != shape:
+            raise errors.BatchError(
+                f"{what}: argument {i} is {t.dtype}{list(t.shape)} but the job was captured with "
+                f"{dtype}{list(shape)}. A Tandem job runs one static graph: pass batches of the example's shape "
+                "and dtype (drop or pad a short last batch, e.g. DataLoader(drop_last=True)), or capture another "
+                "job for the other shape.")
+
+
+class _Session:
+    """A client session and one job in it."""
+
+    def __init__(self, endpoint, name, request, persistent):
+        self.client = tclient.Client(endpoint=endpoint, name=name)
+        try:
+            self.job_id, self.response = self.client.register_job(request, persistent)
+        except Exception:
+            self.client.close()
+            raise
+        self.closed = False
+
+    def check_open(self):
+        if self.closed:
+            raise errors.JobClosedError("the job is closed; create a new one with tandem.torch.train()/serve()")
+
+    def close(self):
+        if not self.closed:
+            self.closed = True
+            try:
+                self.client.close_job(self.job_id)
+            except errors.TandemError:
+                pass  # the daemon may be gone; ending the session frees the job anyway
+            self.client.close()
+
+
+class StepHandle:
+    """One submitted iteration. result() waits for it and returns its loss as a float."""
+
+    def __init__(self, job, ticket, iteration):
+        self._job = job
+        self._ticket = ticket
+        self.iteration = iteration
+        self._loss = None
+        self.run_seconds = None
+        self.queue_seconds = None
+
+    def done(self):
+        return self._loss is not None
+
+    def result(self):
+        if self._loss is None:
+            result = self._job._session.client.wait(self._ticket)
+            loss = dtypes.to_torch(result.tensors[self._job._loss_name])
+            self._loss = float(loss)
+            self.run_seconds = result.run_seconds
+            self.queue_seconds = result.queue_seconds
+        return self._loss
+
+
+class TrainingJob:
+    """A model's training step, registered with tandemd. Build it with tandem.torch.train()."""
+
+    def __init__(self, capture, lowered, endpoint, name, hints):
+        self._capture = capture
+        self._plan = capture.plan
+        self._lowered = lowered
+        self._loss_name = lowered.fetch_names["loss"]
+        self._scalar_names = self._plan.scalar_names()
+        feed_specs = {n: (dt, shape) for n, dt, shape in lowered.feed_specs}
+        self._batch_specs = [(n, *feed_specs[n]) for n in capture.batch_names]
+        request = {"name": name, "graph": lowered.graph, "hints": hints}
+        persistent = [dtypes.host_tensor(n, t) for n, t in lowered.persistent]
+        self._session = _Session(endpoint, name, request, persistent)
+        self._iteration = 0
+        self.name = name
+
+    @property
+    def job_id(self):
+        return self._session.job_id
+
+    @property
+    def registration(self):
+        """The daemon's RegisterJobResponse (device, lane, persistent bytes, planned ephemeral peak)."""
+        return self._session.response
+
+    @property
+    def graph(self):
+        """The job's iteration graph as sent (a tandem.v1.Graph dict)."""
+        return self._lowered.graph
+
+    def step_async(self, *batch):
+        """Sends one iteration; returns a StepHandle whose result() is the loss."""
+        self._session.check_open()
+        _check_batch("step()", batch, self._batch_specs)
+        scalars = self._plan.scalar_values(advance=False)
+        feeds = [dtypes.host_tensor(n, torch.tensor(v, dtype=torch.float32))
+                 for n, v in zip(self._scalar_names, scalars)]
+        feeds += [dtypes.host_tensor(spec[0], t) for spec, t in zip(self._batch_specs, batch)]
+        self._iteration += 1
+        ticket = self._session.client.submit(self.job_id, feeds, [self._loss_name], self._iteration)
+        self._plan.scalar_values(advance=True)
+        # Learning-rate schedulers check that the optimizer stepped before them; it did, in the daemon.
+        optimizer = self._plan.optimizer
+        if hasattr(optimizer, "_step_count"):
+            optimizer._step_count += 1
+        return StepHandle(self, ticket, self._iteration)
+
+    def step(self, *batch):
+        """Runs one training iteration in the daemon and returns its loss."""
+        return self.step_async(*batch).result()
+
+    def read(self, name):
+        """A persistent tensor of the job (a parameter, buffer, or optimizer state such as
+        "optim/fc.weight/exp_avg") as a torch tensor, after every iteration sent so far."""
+        self._session.check_open()
+        return dtypes.to_torch(self._session.client.read_tensor(self.job_id, name))
+
+    def state_dict(self):
+        """The model's parameters and buffers as trained in the daemon (keys as in model.state_dict())."""
+        return {n: self.read(n) for n in self._capture.param_names + self._capture.buffer_names}
+
+    def load_into(self, model):
+        """Copies the trained parameters and buffers into `model` (strict=False for other state)."""
+        model.load_state_dict(self.state_dict(), strict=False)
+        return model
+
+    def close(self):
+        """Closes the job and the session (frees its memory in the daemon). Safe to call twice."""
+        self._session.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class ServedModel:
+    """A model's forward pass registered with tandemd; call it like the model. Build it with
+    tandem.torch.serve()."""
+
+    def __init__(self, capture, lowered, endpoint, name, hints):
+        from torch.utils._pytree import tree_unflatten
+        self._unflatten = tree_unflatten
+        self._capture = capture
+        self._lowered = lowered
+        feed_specs = {n: (dt, shape) for n, dt, shape in lowered.feed_specs}
+        self._input_specs = [(n, *feed_specs[n]) for n in capture.input_names]
+        self._fetches = [lowered.fetch_names[o.name] for o in capture.outputs]
+        request = {"name": name, "graph": lowered.graph, "hints": hints}
+        persistent = [dtypes.host_tensor(n, t) for n, t in lowered.persistent]
+        self._session = _Session(endpoint, name, request, persistent)
+        self._iteration = 0
+        self.name = name
+
+    @property
+    def job_id(self):
+        return self._session.job_id
+
+    def __call__(self, *inputs):
+        self._session.check_open()
+        _check_batch("the served model", inputs, self._input_specs)
+        feeds = [dtypes.host_tensor(spec[0], t) for spec, t in zip(self._input_specs, inputs)]
+        self._iteration += 1
+        ticket = self._session.client.submit(self.job_id, feeds, self._fetches, self._iteration)
+        result = self._session.client.wait(ticket)
+        leaves = [dtypes.to_torch(result.tensors[f]) for f in self._fetches]
+        return self._unflatten(leaves, self._capture.out_spec)
+
+    def close(self):
+        self._session.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

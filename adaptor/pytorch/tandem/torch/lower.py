@@ -1,0 +1,439 @@
+"""Lowering a traced ATen graph (torch.fx) to Tandem's IR (a tandem.v1.Graph as a dict).
+
+The graph comes from make_fx over a functionalized step, so every node is an
+ATen op overload, a getitem of a multi-output op, a placeholder or a constant.
+Each op maps to the registry op of the same name (docs/ops.md): "aten::addmm"
+overload "default" -> "addmm", "aten::add" overload "Tensor" -> "add.Tensor".
+Tensor arguments become inputs in schema order (an absent optional tensor is
+left out); every other argument becomes an attribute under its ATen name.
+
+A few rewrites make the functional graph complete and the IR explicit:
+- a Python number in a tensor slot (`x * 0.9`) becomes the op's .Scalar
+  variant where there is one, else a `scalar_tensor` node;
+- `copy_` into a graph input (functionalization's write-back of a mutated
+  buffer) becomes an update of that persistent tensor;
+- `native_batch_norm` in training mode is emitted without its running
+  statistics (the op stays pure) and the running-statistics update is spelled
+  out with elementwise ops and turned into updates;
+- dead nodes are dropped.
+
+Nothing here talks to the daemon; the result is checked by the daemon's
+registry when the job registers.
+"""
+
+import math
+import operator
+
+import torch
+import torch.fx
+
+from tandem.errors import CaptureError
+from tandem.torch import dtypes
+
+# Arguments that say where or how to allocate, which the IR does not have.
+_DROPPED_ARGS = {"layout", "device", "pin_memory", "memory_format", "non_blocking", "generator"}
+_SCALAR_VARIANTS = {"add.Tensor": "add.Scalar", "sub.Tensor": "sub.Scalar", "mul.Tensor": "mul.Scalar",
+                    "div.Tensor": "div.Scalar"}
+_BATCH_NORM_OPS = {"native_batch_norm"}
+# Functionalization's copying variants of ops the registry has under another name.
+_RENAMES = {"detach_copy": "clone", "alias_copy": "clone", "lift_fresh_copy": "clone"}
+
+
+class Input:
+    """A graph input: kind "persistent" (with its initial value) or "feed"."""
+
+    def __init__(self, kind, name, tensor):
+        self.kind, self.name, self.tensor = kind, name, tensor
+
+
+class Output:
+    """A graph output: kind "fetch" (name is the caller's key) or "update" (name is the persistent)."""
+
+    def __init__(self, kind, name):
+        self.kind, self.name = kind, name
+
+
+class Lowered:
+    """The result: `graph` (a tandem.v1.Graph dict), `persistent` [(name, tensor)] with initial values,
+    `fetch_names` caller key -> IR tensor name, `feed_specs` [(name, dtype, shape)]."""
+
+    def __init__(self):
+        self.graph = {"feeds": [], "nodes": [], "fetches": [], "updates": []}
+        self.persistent = []
+        self.values = {}  # IR name -> the value PyTorch computed for it while lowering (for checks)
+        self.fetch_names = {}
+        self.feed_specs = []
+
+
+def op_name(target):
+    """The registry name of an ATen op overload: aten::add.Tensor -> "add.Tensor"."""
+    schema = target._schema
+    base = schema.name.split("::", 1)[-1]
+    overload = schema.overload_name
+    return base if overload in ("", "default") else f"{base}.{overload}"
+
+
+def _is_tensor_type(t):
+    if isinstance(t, torch._C.OptionalType):
+        t = t.getElementType()
+    return isinstance(t, torch._C.TensorType)
+
+
+def _float_attr(v):
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "Infinity" if v > 0 else "-Infinity"
+    return float(v)
+
+
+def attr_value(v, what):
+    """An AttrValue dict for a non-tensor argument, or None where the IR has no such argument."""
+    if isinstance(v, bool):
+        return {"b": v}
+    if isinstance(v, int):
+        return {"i": str(v)}
+    if isinstance(v, float):
+        return {"f": _float_attr(v)}
+    if isinstance(v, torch.dtype):
+        return {"dtype": dtypes.name_of(v, what)}
+    if isinstance(v, str):
+        return {"s": v}
+    if isinstance(v, (list, tuple)):
+        if all(isinstance(e, (bool, int)) for e in v):
+            return {"ints": {"values": [str(int(e)) for e in v]}}
+        if all(isinstance(e, (bool, int, float)) for e in v):
+            return {"floats": {"values": [_float_attr(float(e)) for e in v]}}
+    if isinstance(v, (torch.device, torch.layout, torch.memory_format)):
+        return None
+    raise CaptureError(f"{what}: argument value {v!r} ({type(v).__name__}) has no Tandem attribute form")
+
+
+def _spec(name, value):
+    return {"name": name, "dtype": dtypes.name_of(value.dtype, f"tensor '{name}'"), "shape": [str(s) for s in value.shape]}
+
+
+def _record_values(gm, example_inputs):
+    """Runs the graph once on copies of the inputs; returns node -> value (tensor, tuple or None)."""
+    values = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n):
+            out = super().run_node(n)
+            values[n] = out
+            return out
+
+    Recorder(gm).run(*[t.clone() if isinstance(t, torch.Tensor) else t for t in example_inputs])
+    return values
+
+
+class _Emitter:
+    def __init__(self, gm, inputs, values, lowered):
+        self.gm = gm
+        self.values = values
+        self.out = lowered
+        self.names = {}  # fx node -> IR name (single-output nodes and getitems)
+        self.used = {i.name for i in inputs}
+        self.counter = 0
+
+    def fresh(self, base):
+        name = base
+        while name in self.used:
+            self.counter += 1
+            name = f"{base}_{self.counter}"
+        self.used.add(name)
+        return name
+
+    def node(self, op, inputs, outputs, attrs=None, label="", declared=None):
+        entry = {"op": op, "inputs": list(inputs), "outputs": list(outputs)}
+        if attrs:
+            entry["attrs"] = attrs
+        if label:
+            entry["label"] = label
+        if declared:
+            entry["declared_outputs"] = declared
+        self.out.graph["nodes"].append(entry)
+
+    def scalar_tensor(self, value, label):
+        if isinstance(value, bool):
+            dtype, attr = "BOOL", {"i": str(int(value))}
+        elif isinstance(value, int):
+            dtype, attr = "INT64", {"i": str(value)}
+        else:
+            dtype, attr = "FLOAT64", {"f": _float_attr(float(value))}
+        name = self.fresh("scalar")
+        self.node("scalar_tensor", [], [name], {"s": attr, "dtype": {"dtype": dtype}}, label)
+        return name
+
+    def constant(self, n):
+        value = self.values[n]
+        label = n.meta.get("tandem_label", "")
+        if value.dim() == 0 and value.dtype in (torch.float32, torch.float64, torch.int64, torch.int32, torch.bool):
+            name = self.fresh(n.name)
+            s = value.item()
+            attr = {"i": str(int(s))} if isinstance(s, (bool, int)) else {"f": _float_attr(s)}
+            self.node("scalar_tensor", [], [name], {"s": attr, "dtype": {"dtype": dtypes.name_of(value.dtype)}},
+                      label)
+            return name
+        name = self.fresh(f"const/{n.target}")
+        self.out.persistent.append((name, value.detach().clone()))
+        return name
+
+    def ref(self, n):
+        try:
+            return self.names[n]
+        except KeyError:
+            raise CaptureError(f"internal: node {n.name} used before it is defined") from None
+
+    def output_names(self, n, count):
+        names = [None] * count
+        for user in n.users:
+            if user.op == "call_function" and user.target is operator.getitem:
+                name = self.fresh(user.name)
+                names[user.args[1]] = name
+                self.names[user] = name
+        return [nm if nm is not None else self.fresh(f"{n.name}.unused{i}") for i, nm in enumerate(names)]
+
+    def declared(self, outputs, value):
+        vals = value if isinstance(value, (tuple, list)) else [value]
+        specs = []
+        for name, v in zip(outputs, vals):
+            if not isinstance(v, torch.Tensor):
+                break
+            specs.append(_spec(name, v))
+        return specs
+
+    def op(self, n, op, inputs, attrs):
+        value = self.values.get(n)
+        label = n.meta.get("tandem_label", "")
+        if isinstance(value, (tuple, list)):
+            outputs = self.output_names(n, len(value))
+        else:
+            outputs = [self.fresh(n.name)]
+            self.names[n] = outputs[0]
+        self.node(op, inputs, outputs, attrs, label, self.declared(outputs, value))
+        return outputs
+
+    def generic(self, n, skip_args=()):
+        target = n.target
+        name = op_name(target)
+        name = _RENAMES.get(name, name)
+        skip_args = set(skip_args) | _skipped_args(name, n)
+        label = n.meta.get("tandem_label", "")
+        inputs, attrs = [], {}
+        args = list(n.args)
+        for i, arg in enumerate(target._schema.arguments):
+            if i < len(args):
+                v = args[i]
+            elif arg.name in n.kwargs:
+                v = n.kwargs[arg.name]
+            else:
+                continue
+            if arg.name in skip_args or v is None:
+                continue
+            if isinstance(v, torch.fx.Node):
+                inputs.append(self.ref(v))
+            elif isinstance(v, (list, tuple)) and any(isinstance(e, torch.fx.Node) for e in v):
+                inputs.extend(self.ref(e) for e in v if e is not None)
+            elif _is_tensor_type(arg.type) and isinstance(v, (bool, int, float)):
+                if name in _SCALAR_VARIANTS and arg.name == "other":
+                    name = _SCALAR_VARIANTS[name]
+                    attrs["other"] = attr_value(v, f"{name} in {label or n.name}")
+                else:
+                    inputs.append(self.scalar_tensor(v, label))
+            elif arg.name in _DROPPED_ARGS:
+                continue
+            else:
+                a = attr_value(v, f"{name} ({label or n.name}) argument '{arg.name}'")
+                if a is not None:
+                    attrs[arg.name] = a
+        return self.op(n, name, inputs, attrs)
+
+
+def _skipped_args(name, n):
+    """Arguments that carry eager-mode layout details, not values, in a functional graph."""
+    if name in ("_reshape_alias", "_reshape_alias_copy"):
+        # The strides describe the eager tensor's memory layout (views of views); the values are
+        # those of reshape(self, size), and every Tandem tensor is contiguous.
+        return {"stride"}
+    if name == "convolution_backward":
+        mask = n.args[-1] if n.args and isinstance(n.args[-1], (list, tuple)) else n.kwargs.get("output_mask")
+        if mask is not None and not mask[2]:
+            # No bias gradient is asked for: the bias sizes ([0] for a bias-free convolution) say nothing.
+            return {"bias_sizes"}
+    return set()
+
+
+def _live_nodes(gm, roots):
+    live = set(roots)
+    for n in reversed(list(gm.graph.nodes)):
+        if n in live:
+            live.update(n.all_input_nodes)
+    return live
+
+
+def lower(gm, inputs, outputs, example_inputs):
+    """Lowers `gm` (placeholders in the order of `inputs`, returning a flat tuple matching
+    `outputs`, where an Output may be None for values to ignore) to a Lowered."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(inputs):
+        raise CaptureError(f"internal: the traced graph has {len(placeholders)} inputs, expected {len(inputs)}")
+    ph_input = dict(zip(placeholders, inputs))
+    output_node = next(n for n in gm.graph.nodes if n.op == "output")
+    flat_out = output_node.args[0]
+    if not isinstance(flat_out, (list, tuple)):
+        flat_out = [flat_out]
+    if len(flat_out) != len(outputs):
+        raise CaptureError(f"internal: the traced graph has {len(flat_out)} outputs, expected {len(outputs)}")
+
+    # Updates: functionalization's write-backs first, explicit outputs override them.
+    updates = {}
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and getattr(n.target, "_schema", None) is not None and \
+                op_name(n.target) == "copy_" and n.args[0] in ph_input and ph_input[n.args[0]].kind == "persistent":
+            updates[ph_input[n.args[0]].name] = n.args[1]
+    fetches = {}
+    for node, out in zip(flat_out, outputs):
+        if out is None or node is None:
+            continue
+        if out.kind == "update":
+            updates[out.name] = node
+        else:
+            fetches[out.name] = node
+
+    # Batch norm in training mode: the running statistics become explicit updates.
+    bn_nodes = [n for n in gm.graph.nodes if n.op == "call_function" and hasattr(n.target, "_schema")
+                and op_name(n.target) in _BATCH_NORM_OPS and _bn_training(n)]
+    for n in bn_nodes:
+        for stat in _bn_running_stats(n):
+            if stat in ph_input:
+                updates.pop(ph_input[stat].name, None)
+
+    roots = [v for v in list(updates.values()) + list(fetches.values()) if isinstance(v, torch.fx.Node)]
+    roots += bn_nodes
+    live = _live_nodes(gm, roots)
+    values = _record_values(gm, example_inputs)
+
+    lowered = Lowered()
+    em = _Emitter(gm, inputs, values, lowered)
+    for ph, spec in ph_input.items():
+        em.names[ph] = spec.name
+        if spec.kind == "persistent":
+            lowered.persistent.append((spec.name, spec.tensor))
+        else:
+            # Every feed is declared, used or not: the caller sends all of them.
+            lowered.graph["feeds"].append(_spec(spec.name, spec.tensor))
+            lowered.feed_specs.append((spec.name, spec.tensor.dtype, tuple(spec.tensor.shape)))
+
+    bn_updates = {}
+    for n in gm.graph.nodes:
+        if n not in live or n.op in ("placeholder", "output"):
+            continue
+        if n.op == "get_attr":
+            em.names[n] = em.constant(n)
+            continue
+        if n.op != "call_function":
+            raise CaptureError(f"internal: unexpected node kind {n.op} ({n.name})")
+        if n.target is operator.getitem:
+            if n not in em.names:
+                raise CaptureError(f"internal: getitem {n.name} of a node that was not lowered")
+            continue
+        if not hasattr(n.target, "_schema"):
+            raise CaptureError(
+                f"the traced step calls {n.target} ({n.meta.get('tandem_label', n.name)}), which is not an ATen op; "
+                "Tandem can only run steps that trace to ATen ops")
+        name = op_name(n.target)
+        if name == "copy_":
+            raise CaptureError(f"internal: in-place copy into a non-input ({n.name}) in a functionalized graph")
+        if name in _BATCH_NORM_OPS and _bn_training(n):
+            bn_updates.update(_lower_batch_norm(em, n, ph_input))
+            continue
+        em.generic(n)
+
+    for node, name in em.names.items():
+        value = values.get(node)
+        if isinstance(value, torch.Tensor) and node.op != "placeholder":
+            lowered.values[name] = value
+    for persistent, node in updates.items():
+        if not isinstance(node, torch.fx.Node):
+            continue
+        value = em.names[node]
+        if value == persistent:
+            continue
+        if node.op == "placeholder" or node.op == "get_attr":
+            copy = em.fresh(f"{persistent}.next")
+            em.node("clone", [value], [copy])
+            value = copy
+        lowered.graph["updates"].append({"persistent": persistent, "value": value})
+    for persistent, value in bn_updates.items():
+        lowered.graph["updates"].append({"persistent": persistent, "value": value})
+    for key, node in fetches.items():
+        value = em.names[node]
+        if node.op == "placeholder":
+            copy = em.fresh(f"{key}.fetch")
+            em.node("clone", [value], [copy])
+            value = copy
+        lowered.fetch_names[key] = value
+        if value not in lowered.graph["fetches"]:
+            lowered.graph["fetches"].append(value)
+    return lowered
+
+
+# ---- batch norm ----
+# native_batch_norm(input, weight?, bias?, running_mean?, running_var?, training, momentum, eps)
+
+def _bn_arg(n, index, name, default=None):
+    if index < len(n.args):
+        return n.args[index]
+    return n.kwargs.get(name, default)
+
+
+def _bn_training(n):
+    return bool(_bn_arg(n, 5, "training"))
+
+
+def _bn_running_stats(n):
+    return [s for s in (_bn_arg(n, 3, "running_mean"), _bn_arg(n, 4, "running_var")) if s is not None]
+
+
+def _lower_batch_norm(em, n, ph_input):
+    """Emits a training-mode native_batch_norm without its running statistics, then the running-statistics
+    update PyTorch's kernel does in place: running = (1 - momentum) * running + momentum * batch statistic,
+    with the unbiased batch variance. Returns {persistent name: IR name of its new value}."""
+    x, rm, rv = n.args[0], _bn_arg(n, 3, "running_mean"), _bn_arg(n, 4, "running_var")
+    momentum = float(_bn_arg(n, 6, "momentum"))
+    label = n.meta.get("tandem_label", "")
+    outputs = em.generic(n, skip_args=("running_mean", "running_var"))
+    if rm is None or rv is None:
+        return {}
+    xv = em.values[x]
+    channels = xv.shape[1]
+    count = xv.numel() // channels
+    if count < 2:
+        raise CaptureError(f"batch norm ({label or n.name}) in training mode needs more than one value per "
+                           f"channel; the example batch gives {count}")
+    save_mean = outputs[1]
+    view_shape = [1, channels] + [1] * (xv.dim() - 2)
+    dims = [0] + list(range(2, xv.dim()))
+    fresh = em.fresh
+
+    def op(name, inputs, attrs=None):
+        out = fresh(f"{n.name}.{name.split('.')[0]}")
+        em.node(name, inputs, [out], attrs, label)
+        return out
+
+    mean_view = op("view", [save_mean], {"size": {"ints": {"values": [str(s) for s in view_shape]}}})
+    centered = op("sub.Tensor", [em.ref(x), mean_view])
+    squared = op("mul.Tensor", [centered, centered])
+    var = op("mean.dim", [squared], {"dim": {"ints": {"values": [str(d) for d in dims]}},
+                                     "keepdim": {"b": False}})
+    keep = {"other": {"f": 1.0 - momentum}}
+    new_mean = op("add.Tensor", [op("mul.Scalar", [em.ref(rm)], keep),
+                                 op("mul.Scalar", [save_mean], {"other": {"f": momentum}})])
+    new_var = op("add.Tensor", [op("mul.Scalar", [em.ref(rv)], keep),
+                                op("mul.Scalar", [var], {"other": {"f": momentum * count / (count - 1)}})])
+    result = {}
+    for stat, value in ((rm, new_mean), (rv, new_var)):
+        if stat in ph_input and ph_input[stat].kind == "persistent":
+            result[ph_input[stat].name] = value
+    return result

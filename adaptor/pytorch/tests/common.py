@@ -1,0 +1,93 @@
+"""Shared helpers of the Python tests: paths, the tiny reference models, comparisons."""
+
+import copy
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+for path in (os.path.dirname(HERE), os.path.join(SOURCE_ROOT, "examples", "pytorch")):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+import torch  # noqa: E402
+
+import models  # noqa: E402  (examples/pytorch/models.py)
+import tandem  # noqa: E402
+import tandem.torch  # noqa: E402,F401
+
+RTOL = 1e-4
+
+
+def missing_op_message(error):
+    return (f"MISSING OP: Tandem's registry has no '{error.op}' (from {error.label}); this test passes once the op "
+            f"and its CPU kernel exist. Daemon's answer: {error}")
+
+
+def relative_error(actual, expected):
+    """max |actual - expected| / max |expected| over a tensor (exact match for integer tensors)."""
+    a, e = actual.double(), expected.double()
+    scale = e.abs().max().item() if e.numel() else 0.0
+    diff = (a - e).abs().max().item() if e.numel() else 0.0
+    return diff / scale if scale > 0 else diff
+
+
+class EquivalenceMixin:
+    """assert helpers for comparing a Tandem job with the same steps in PyTorch."""
+
+    def run_both(self, endpoint, model_name, make_optimizer, steps=20, scheduler=None, pipelined=1):
+        """Trains a tiny model `steps` steps through tandemd and in PyTorch from the same initial state;
+        returns (tandem losses, pytorch losses, job state_dict, reference model, job, reference optimizer)."""
+        torch.manual_seed(0)
+        model, loss_fn, make_batch = models.tiny(model_name)
+        reference = copy.deepcopy(model)
+        optimizer = make_optimizer(model.parameters())
+        ref_optimizer = make_optimizer(reference.parameters())
+        g = torch.Generator().manual_seed(1)
+        batches = [make_batch(g) for _ in range(steps)]
+        sched = scheduler(optimizer) if scheduler else None
+        ref_sched = scheduler(ref_optimizer) if scheduler else None
+        try:
+            job = tandem.torch.train(model, loss_fn, optimizer, batches[0], endpoint=endpoint, name=model_name)
+        except tandem.UnsupportedOpError as e:
+            self.fail(missing_op_message(e))
+        losses, handles = [], []
+        with job:
+            for x, y in batches:
+                handles.append(job.step_async(x, y))
+                if sched:
+                    sched.step()
+                if len(handles) >= pipelined:
+                    losses.append(handles.pop(0).result())
+            losses += [h.result() for h in handles]
+            trained = job.state_dict()
+            states = {}
+            for name, p in reference.named_parameters():
+                for state_name in ("momentum_buffer", "exp_avg", "exp_avg_sq"):
+                    if state_name in job._plan.state_names:
+                        states[(name, state_name)] = job.read(f"optim/{name}/{state_name}")
+        ref_losses = []
+        for x, y in batches:
+            ref_optimizer.zero_grad()
+            loss = loss_fn(reference(x), y)
+            loss.backward()
+            ref_optimizer.step()
+            if ref_sched:
+                ref_sched.step()
+            ref_losses.append(loss.item())
+        self.assertEqual(len(losses), steps)
+        for i, (a, e) in enumerate(zip(losses, ref_losses)):
+            self.assertLessEqual(abs(a - e), RTOL * abs(e), f"step {i}: loss {a} through tandemd, {e} in PyTorch")
+        expected = reference.state_dict()
+        self.assertEqual(sorted(trained), sorted(expected))
+        for key, value in expected.items():
+            self.assertIsInstance(trained[key], torch.Tensor)
+            self.assertEqual(trained[key].dtype, value.dtype, key)
+            self.assertEqual(tuple(trained[key].shape), tuple(value.shape), key)
+            err = relative_error(trained[key], value)
+            self.assertLessEqual(err, RTOL, f"{key}: relative error {err:.3g} after {steps} steps")
+        ref_params = dict(reference.named_parameters())
+        for (name, state_name), value in states.items():
+            err = relative_error(value, ref_optimizer.state[ref_params[name]][state_name])
+            self.assertLessEqual(err, RTOL * 10, f"optimizer state {name}/{state_name}: relative error {err:.3g}")
+        return losses, ref_losses

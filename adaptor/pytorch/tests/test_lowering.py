@@ -1,0 +1,95 @@
+"""Capture and lowering without a daemon: what the IR of a captured step contains."""
+
+import unittest
+
+import common  # noqa: F401  (paths)
+from common import models, tandem, torch
+
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def _ops(lowered):
+    return [n["op"] for n in lowered.graph["nodes"]]
+
+
+class LoweringTest(unittest.TestCase):
+    def test_op_names_follow_the_registry_convention(self):
+        from tandem.torch.lower import op_name
+        self.assertEqual(op_name(torch.ops.aten.addmm.default), "addmm")
+        self.assertEqual(op_name(torch.ops.aten.add.Tensor), "add.Tensor")
+        self.assertEqual(op_name(torch.ops.aten.sum.dim_IntList), "sum.dim_IntList")
+
+    def test_mlp_sgd_step_layout(self):
+        torch.manual_seed(0)
+        model, loss_fn, make_batch = models.tiny("mlp")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        capture, lowered = tandem.torch.capture_training_job(model, loss_fn, opt, make_batch(torch.Generator()))
+        g = lowered.graph
+        params = [n for n, _ in model.named_parameters()]
+        updated = {u["persistent"] for u in g["updates"]}
+        self.assertEqual(updated, set(params) | {f"optim/{p}/momentum_buffer" for p in params})
+        self.assertEqual([f["name"] for f in g["feeds"]], ["optim/group0/lr", "batch/0", "batch/1"])
+        self.assertEqual(g["feeds"][1]["shape"], ["6", "12"])
+        self.assertEqual(g["feeds"][2]["dtype"], "INT64")
+        # `momentum * buf` is a Python number times a tensor: the Scalar variant, with the value as attribute.
+        muls = [n for n in g["nodes"] if n["op"] == "mul.Scalar"]
+        self.assertTrue(muls and all(n["attrs"]["other"]["f"] == 0.9 for n in muls))
+        # Every node is labelled with the module (or phase) it came from.
+        labels = {n.get("label", "") for n in g["nodes"]}
+        self.assertIn("model.0 (Linear)", labels)
+        self.assertIn("backward", labels)
+        self.assertIn("optimizer (SGD)", labels)
+        defined = {f["name"] for f in g["feeds"]} | {n for n, _ in lowered.persistent}
+        for node in g["nodes"]:
+            for i in node["inputs"]:
+                self.assertIn(i, defined, f"{node['op']} reads {i} before it is defined")
+            defined.update(node["outputs"])
+        self.assertIn(lowered.fetch_names["loss"], defined)
+
+    def test_batch_norm_running_statistics_become_updates(self):
+        model = nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 3))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        batch = (torch.randn(6, 5), torch.tensor([0, 1, 2, 0, 1, 2]))
+        _, lowered = tandem.torch.capture_training_job(model, F.cross_entropy, opt, batch)
+        updates = {u["persistent"]: u["value"] for u in lowered.graph["updates"]}
+        for stat in ("1.running_mean", "1.running_var", "1.num_batches_tracked"):
+            self.assertIn(stat, updates)
+        bn = next(n for n in lowered.graph["nodes"] if n["op"] == "native_batch_norm")
+        self.assertEqual(len(bn["inputs"]), 3)  # training mode: no running statistics in the op
+        # The running variance uses the unbiased batch variance: momentum * n / (n - 1).
+        scales = [n["attrs"]["other"]["f"] for n in lowered.graph["nodes"]
+                  if n["op"] == "mul.Scalar" and n.get("label", "").startswith("model.1")]
+        self.assertIn(0.1 * 6 / 5, scales)
+
+    def test_state_read_behind_functional_call_is_refused(self):
+        class CachedWeight(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.weight = nn.Parameter(torch.randn(3, 4))
+                self.cache = [self.weight]
+
+            def forward(self, x):
+                return x @ self.cache[0]
+
+        model = CachedWeight()
+        with self.assertRaises(tandem.CaptureError) as ctx:
+            tandem.torch.capture_training_job(model, lambda out, y: F.cross_entropy(out, y),
+                                              torch.optim.SGD(model.parameters(), lr=0.1),
+                                              (torch.randn(2, 3), torch.tensor([0, 1])))
+        self.assertIn("'weight'", str(ctx.exception))
+
+    def test_frozen_parameters_are_not_updated(self):
+        model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+        model[0].weight.requires_grad_(False)
+        opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+        _, lowered = tandem.torch.capture_training_job(model, F.cross_entropy, opt,
+                                                       (torch.randn(3, 4), torch.tensor([0, 1, 0])))
+        updated = {u["persistent"] for u in lowered.graph["updates"]}
+        self.assertNotIn("0.weight", updated)
+        self.assertIn("0.bias", updated)
+        self.assertIn("0.weight", [n for n, _ in lowered.persistent])
+
+
+if __name__ == "__main__":
+    unittest.main()
