@@ -1,7 +1,13 @@
 #include "client/client.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "base/endpoint.h"
@@ -65,8 +71,43 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   if (!response.ok()) return response.status();
   if (!response->has_hello()) return Unexpected(*response, "hello");
   client->hello_ = response->hello();
+  if (options.shared_memory_bytes > 0 && !path.empty()) client->shm_status_ = client->SetUpSharedMemory();
   if (options.heartbeat) client->heartbeat_ = std::thread([raw = client.get()] { raw->HeartbeatLoop(); });
   return client;
+}
+
+absl::Status Client::SetUpSharedMemory() {
+  // An unguessable name; the object is unlinked as soon as the daemon has
+  // mapped it, so it never outlives the two processes.
+  std::random_device rd;
+  std::string name = "/tandem-";
+  for (int i = 0; i < 4; ++i) absl::StrAppend(&name, absl::Hex(rd(), absl::kZeroPad8));
+  int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0644);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("shm_open: ", std::strerror(errno)));
+  uint64_t bytes = options_.shared_memory_bytes;
+  void* base = MAP_FAILED;
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) == 0) {
+    base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  ::close(fd);
+  if (base == MAP_FAILED) {
+    ::shm_unlink(name.c_str());
+    return absl::UnavailableError(absl::StrCat("cannot size or map shared memory: ", std::strerror(errno)));
+  }
+  v1::Request request;
+  request.mutable_map_shared_memory()->set_name(name);
+  request.mutable_map_shared_memory()->set_bytes(bytes);
+  auto response = Call(std::move(request));
+  ::shm_unlink(name.c_str());
+  if (!response.ok()) {
+    ::munmap(base, bytes);
+    return response.status();
+  }
+  shm_region_ = response->map_shared_memory().region_id();
+  shm_base_ = static_cast<char*>(base);
+  shm_bytes_ = bytes;
+  shm_ring_ = std::make_unique<ShmRing>(bytes);
+  return absl::OkStatus();
 }
 
 Client::~Client() {
@@ -87,6 +128,7 @@ Client::~Client() {
       while (!arrived_.contains(*id) && SteadyClock::now() < deadline) ReceiveLocked(std::chrono::milliseconds(20));
     }
   }
+  if (shm_base_ != nullptr) ::munmap(shm_base_, shm_bytes_);
 }
 
 void Client::HeartbeatLoop() {
@@ -201,17 +243,57 @@ absl::StatusOr<v1::RegisterJobResponse> Client::RegisterJob(v1::RegisterJobReque
 
 absl::StatusOr<uint64_t> Client::SubmitIteration(uint64_t job_id, const NamedTensors& feeds,
                                                  const std::vector<std::string>& fetches, uint64_t iteration) {
+  std::vector<FeedView> views;
+  views.reserve(feeds.size());
+  for (const auto& [name, t] : feeds) views.push_back(FeedView{name, t.dtype, t.shape, t.data.data(), t.data.size()});
+  return SubmitIteration(job_id, views, fetches, iteration);
+}
+
+absl::StatusOr<uint64_t> Client::SubmitIteration(uint64_t job_id, const std::vector<FeedView>& feeds,
+                                                 const std::vector<std::string>& fetches, uint64_t iteration) {
   v1::Request r;
   v1::RunIterationRequest* run = r.mutable_run_iteration();
   run->set_job_id(job_id);
   run->set_iteration(iteration);
-  for (const auto& [name, tensor] : feeds) tensor.ToProto(name, run->add_feeds());
   for (const auto& f : fetches) run->add_fetches(f);
-  return Send(std::move(r));
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t id = next_id_++;
+  r.set_request_id(id);
+  for (const FeedView& f : feeds) {
+    v1::Tensor* t = run->add_feeds();
+    v1::TensorSpec* spec = t->mutable_spec();
+    spec->set_name(f.name);
+    spec->set_dtype(f.dtype);
+    for (int64_t d : f.shape) spec->add_shape(d);
+    std::optional<uint64_t> offset;
+    if (shm_ring_ != nullptr && f.bytes >= options_.shared_memory_threshold) offset = shm_ring_->Allocate(id, f.bytes);
+    if (offset) {
+      std::memcpy(shm_base_ + *offset, f.data, f.bytes);
+      v1::SharedSlice* slice = t->mutable_shared();
+      slice->set_region_id(shm_region_);
+      slice->set_offset(*offset);
+      slice->set_bytes(f.bytes);
+    } else {
+      t->set_data(f.data, f.bytes);
+    }
+  }
+  std::string bytes = r.SerializeAsString();
+  try {
+    socket_.send(zmq::buffer(bytes), zmq::send_flags::none);
+  } catch (const zmq::error_t& e) {
+    if (shm_ring_ != nullptr) shm_ring_->Release(id);
+    return absl::UnavailableError(absl::StrCat("sending to tandemd at ", endpoint_, " failed: ", e.what()));
+  }
+  return id;
 }
 
 absl::StatusOr<IterationResult> Client::WaitIteration(uint64_t ticket) {
   auto response = Wait(ticket);
+  {
+    // The daemon has read the iteration's shared feeds (or never will).
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shm_ring_ != nullptr) shm_ring_->Release(ticket);
+  }
   if (!response.ok()) return response.status();
   if (!response->has_run_iteration()) return Unexpected(*response, "run_iteration");
   IterationResult result;

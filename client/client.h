@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/host_tensor.h"
+#include "client/shm_ring.h"
 #include "tandem.pb.h"
 
 namespace tandem::client {
@@ -42,6 +43,21 @@ struct ClientOptions {
   absl::Duration connect_timeout = absl::Seconds(5);
   absl::Duration call_timeout = absl::Hours(24);  // bound on one call
   bool heartbeat = true;
+  // Feeds of at least `shared_memory_threshold` bytes travel through a
+  // shared-memory region of this size that the daemon maps once per
+  // session (ipc endpoints only; 0 turns it off). When the region is full
+  // or the daemon cannot map it, feeds travel inline.
+  uint64_t shared_memory_bytes = uint64_t{64} << 20;
+  uint64_t shared_memory_threshold = uint64_t{64} << 10;
+};
+
+// A feed by reference: the bytes are read during SubmitIteration only.
+struct FeedView {
+  std::string name;
+  v1::DType dtype = v1::FLOAT32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  size_t bytes = 0;
 };
 
 struct IterationResult {
@@ -61,9 +77,13 @@ class Client {
   uint64_t session_id() const { return hello_.session_id(); }
   const v1::HelloResponse& hello() const { return hello_; }
   const std::string& endpoint() const { return endpoint_; }
+  // Whether feeds can go through shared memory, and if not, why.
+  const absl::Status& shared_memory_status() const { return shm_status_; }
 
   absl::StatusOr<v1::RegisterJobResponse> RegisterJob(v1::RegisterJobRequest request);
   absl::StatusOr<uint64_t> SubmitIteration(uint64_t job_id, const NamedTensors& feeds,
+                                           const std::vector<std::string>& fetches, uint64_t iteration = 0);
+  absl::StatusOr<uint64_t> SubmitIteration(uint64_t job_id, const std::vector<FeedView>& feeds,
                                            const std::vector<std::string>& fetches, uint64_t iteration = 0);
   absl::StatusOr<IterationResult> WaitIteration(uint64_t ticket);
   absl::StatusOr<IterationResult> RunIteration(uint64_t job_id, const NamedTensors& feeds,
@@ -84,6 +104,8 @@ class Client {
  private:
   Client(const ClientOptions& options, std::string endpoint);
   void HeartbeatLoop();
+  // Creates the shared-memory region and has the daemon map it.
+  absl::Status SetUpSharedMemory();
   std::chrono::milliseconds HeartbeatPeriod() const;
   // Sends a heartbeat when one is due; mu_ held.
   void MaybeHeartbeatLocked();
@@ -102,6 +124,13 @@ class Client {
   absl::flat_hash_set<uint64_t> discard_;                // heartbeat ids; guarded by mu_
   std::chrono::steady_clock::time_point last_heard_;     // guarded by mu_
   std::chrono::steady_clock::time_point last_heartbeat_;  // guarded by mu_
+
+  // Shared memory for large feeds (constant after Connect, except the ring).
+  absl::Status shm_status_ = absl::UnavailableError("not set up");
+  uint64_t shm_region_ = 0;
+  char* shm_base_ = nullptr;
+  uint64_t shm_bytes_ = 0;
+  std::unique_ptr<ShmRing> shm_ring_;  // guarded by mu_
 
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

@@ -114,14 +114,20 @@ int tandem_register_job(tandem_client* client, const char* request_json, const t
 
 int tandem_submit(tandem_client* client, uint64_t job_id, const tandem_tensor* feeds, size_t num_feeds,
                   const char* const* fetches, size_t num_fetches, uint64_t iteration, uint64_t* ticket) {
-  tandem::client::NamedTensors named;
+  // Feeds by reference: their bytes are copied once, into the message or
+  // the shared-memory region, before this returns.
+  std::vector<tandem::client::FeedView> views;
   for (size_t i = 0; i < num_feeds; ++i) {
-    auto tensor = FromC(feeds[i]);
-    if (!tensor.ok()) return Fail(tensor.status());
-    named.emplace_back(feeds[i].name ? feeds[i].name : "", *std::move(tensor));
+    const tandem_tensor& t = feeds[i];
+    if (t.rank < 0 || (t.rank > 0 && t.shape == nullptr) || (t.nbytes > 0 && t.data == nullptr)) {
+      return Fail(absl::StatusCode::kInvalidArgument,
+                  absl::StrCat("feed '", t.name ? t.name : "", "': bad shape or data pointer"));
+    }
+    views.push_back({t.name ? t.name : "", static_cast<tandem::v1::DType>(t.dtype),
+                     std::vector<int64_t>(t.shape, t.shape + t.rank), t.data, t.nbytes});
   }
   std::vector<std::string> names(fetches, fetches + num_fetches);
-  auto t = client->impl->SubmitIteration(job_id, named, names, iteration);
+  auto t = client->impl->SubmitIteration(job_id, views, names, iteration);
   if (!t.ok()) return Fail(t.status());
   *ticket = *t;
   return 0;

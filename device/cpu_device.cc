@@ -169,6 +169,9 @@ class CpuDevice final : public Device {
   }
   void FreeHost(void* ptr) override { std::free(ptr); }
 
+  absl::Status RegisterHost(void*, size_t) override { return absl::OkStatus(); }
+  void UnregisterHost(void*) override {}
+
   absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
     return std::unique_ptr<Stream>(new CpuStreamImpl());
   }

@@ -72,6 +72,11 @@ class Device {
   virtual absl::StatusOr<void*> AllocateHost(size_t bytes) = 0;
   virtual void FreeHost(void* ptr) = 0;
 
+  // Pins existing host memory (a shared-memory region) so that copies from
+  // it can be asynchronous; a no-op on the CPU. Unregister before unmapping.
+  virtual absl::Status RegisterHost(void* ptr, size_t bytes) = 0;
+  virtual void UnregisterHost(void* ptr) = 0;
+
   virtual absl::StatusOr<std::unique_ptr<Stream>> CreateStream() = 0;
   virtual absl::StatusOr<std::unique_ptr<Event>> CreateEvent() = 0;
 

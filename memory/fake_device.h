@@ -64,6 +64,8 @@ class FakeDevice final : public device::Device {
   uint64_t FreeBytes() override;
   absl::StatusOr<void*> AllocateHost(size_t bytes) override;
   void FreeHost(void* ptr) override;
+  absl::Status RegisterHost(void*, size_t) override { return absl::OkStatus(); }
+  void UnregisterHost(void*) override {}
   absl::StatusOr<std::unique_ptr<device::Stream>> CreateStream() override;
   absl::StatusOr<std::unique_ptr<device::Event>> CreateEvent() override;
   absl::Status CopyToDevice(device::Stream& stream, void* dst, const void* host_src,

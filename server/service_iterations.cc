@@ -16,8 +16,12 @@ size_t Align(size_t n) {
 }
 
 // Checks a run request against the job's graph: every feed present once, of
-// the declared type and byte size; fetches fetchable.
-absl::Status ValidateRun(const Job& job, const v1::RunIterationRequest& run) {
+// the declared type and byte size, inline or in a slice of one of the
+// session's shared-memory regions; fetches fetchable. Returns each feed's
+// region (null for inline bytes).
+absl::StatusOr<std::vector<std::shared_ptr<SharedRegion>>> ValidateRun(const Job& job, const Session& session,
+                                                                       const v1::RunIterationRequest& run) {
+  std::vector<std::shared_ptr<SharedRegion>> regions;
   const Graph& g = *job.graph;
   if (run.feeds_size() != static_cast<int>(g.feeds.size())) {
     std::string want;
@@ -49,11 +53,30 @@ absl::Status ValidateRun(const Job& job, const v1::RunIterationRequest& run) {
                                                        "' was registered with ", want.ToString()));
       }
     }
+    if (feed.has_shared()) {
+      const v1::SharedSlice& slice = feed.shared();
+      auto r = session.regions.find(slice.region_id());
+      if (r == session.regions.end()) {
+        return absl::NotFoundError(absl::StrCat("feed '", name, "': no shared-memory region ", slice.region_id(),
+                                                " in this session"));
+      }
+      const SharedRegion& region = *r->second;
+      if (!feed.data().empty() || slice.bytes() != want.bytes() || slice.offset() > region.bytes() ||
+          slice.bytes() > region.bytes() - slice.offset()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "feed '", name, "': shared slice [", slice.offset(), ", +", slice.bytes(), ") of region ", region.id(),
+            " (", region.bytes(), " bytes) must hold exactly ", want.bytes(), " bytes (", want.ToString(),
+            ") inside the region, with no inline data"));
+      }
+      regions.push_back(r->second);
+      continue;
+    }
     if (feed.data().size() != want.bytes()) {
       return absl::InvalidArgumentError(absl::StrCat("feed '", name, "' has ", feed.data().size(),
                                                      " bytes of data; ", want.ToString(), " is ", want.bytes(),
                                                      " bytes"));
     }
+    regions.push_back(nullptr);
   }
   for (const std::string& name : run.fetches()) {
     int v = g.Find(name);
@@ -64,7 +87,7 @@ absl::Status ValidateRun(const Job& job, const v1::RunIterationRequest& run) {
           absl::StrCat("'", name, "' is not a fetch of job '", job.name, "' (register it in graph.fetches)"));
     }
   }
-  return absl::OkStatus();
+  return regions;
 }
 
 }  // namespace
@@ -89,8 +112,9 @@ void Service::OnRunIteration(const PendingReply& to, Session& session,
     return;
   }
   Job& job = **job_or;
-  if (absl::Status s = ValidateRun(job, run); !s.ok()) {
-    ReplyError(to, s);
+  auto regions = ValidateRun(job, session, run);
+  if (!regions.ok()) {
+    ReplyError(to, regions.status());
     return;
   }
   if (static_cast<int>(job.queued.size()) >= options_.max_queued_per_job) {
@@ -104,7 +128,7 @@ void Service::OnRunIteration(const PendingReply& to, Session& session,
     ReplyError(to, s);
     return;
   }
-  job.queued.emplace(ticket, QueuedIteration{to, std::move(request), Clock::now()});
+  job.queued.emplace(ticket, QueuedIteration{to, std::move(request), *std::move(regions), Clock::now()});
   job.received++;
   DispatchAll(dev);
 }
@@ -140,7 +164,8 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
   const v1::RunIterationRequest& run = it.request->run_iteration();
   const Graph& g = *job.graph;
 
-  // Staging layout: feeds in request order, then the requested fetches.
+  // Staging layout: inline feeds in request order, then the requested
+  // fetches. Feeds in shared memory are copied from there directly.
   size_t bytes = 0;
   for (const auto& feed : run.feeds()) bytes += Align(feed.data().size());
   for (const auto& name : run.fetches()) bytes += Align(g.values[g.Find(name)].type.bytes());
@@ -171,9 +196,15 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
   std::vector<void*> table = AddressTable(job);
   char* staging = static_cast<char*>(slot.host);
   size_t offset = 0;
-  for (const auto& feed : run.feeds()) {
+  for (int i = 0; i < run.feeds_size(); ++i) {
+    const v1::Tensor& feed = run.feeds(i);
+    void* dst = table[g.Find(feed.spec().name())];
+    if (const SharedRegion* region = it.regions[i].get()) {
+      feeds_in.push_back({dst, region->base() + feed.shared().offset(), feed.shared().bytes()});
+      continue;
+    }
     std::memcpy(staging + offset, feed.data().data(), feed.data().size());
-    feeds_in.push_back({table[g.Find(feed.spec().name())], staging + offset, feed.data().size()});
+    feeds_in.push_back({dst, staging + offset, feed.data().size()});
     offset += Align(feed.data().size());
   }
   for (const auto& name : run.fetches()) {
@@ -244,6 +275,7 @@ void Service::OnIterationDone(DeviceRuntime& dev, int lane, int slot_index, uint
       job->done++;
       job->device_seconds += seconds;
       dev.iterations++;
+      MeasureIteration(dev, job_id, seconds, it.enqueued);
       iterations_++;
       Reply(it.reply, std::move(response));
     } else {

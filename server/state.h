@@ -21,6 +21,7 @@
 #include "memory/device_memory.h"
 #include "sched/scheduler.h"
 #include "server/executor.h"
+#include "server/shared_region.h"
 #include "tandem.pb.h"
 
 namespace tandem::server {
@@ -34,6 +35,7 @@ struct Session {
   uint32_t client_pid = 0;
   Clock::time_point last_seen;
   absl::btree_set<uint64_t> jobs;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<SharedRegion>> regions;
 };
 
 // A request that waits for device work, with what is needed to answer it.
@@ -44,7 +46,10 @@ struct PendingReply {
 
 struct QueuedIteration {
   PendingReply reply;
-  std::shared_ptr<const v1::Request> request;  // holds the feed bytes
+  std::shared_ptr<const v1::Request> request;  // holds the inline feed bytes
+  // Per feed (in request order): its shared-memory region, or null when
+  // the bytes are inline. Keeps the regions mapped until the copies ran.
+  std::vector<std::shared_ptr<SharedRegion>> regions;
   Clock::time_point enqueued;
 };
 

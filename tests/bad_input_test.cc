@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "tests/daemon_process.h"
 #include "tests/mlp_reference.h"
+#include "tests/mlp_trainer.h"
 
 namespace tandem::testing {
 namespace {
@@ -28,65 +29,6 @@ using client::HostTensor;
 using ::testing::HasSubstr;
 
 constexpr uint64_t kMaxMessage = 1 << 20;
-
-examples::MlpJobOptions GoodJob() {
-  examples::MlpJobOptions o;
-  o.shape.inputs = 16;
-  o.shape.hidden = 32;
-  o.shape.layers = 1;
-  o.shape.classes = 4;
-  o.batch = 16;
-  o.seed = 5;
-  o.name = "good";
-  return o;
-}
-
-// The well-behaved client: one MLP job, stepped a few iterations at a time.
-class GoodTrainer {
- public:
-  explicit GoodTrainer(const std::string& endpoint) : options_(GoodJob()), data_(options_.shape, options_.seed) {
-    auto c = Client::Connect({.endpoint = endpoint, .name = "good"});
-    EXPECT_TRUE(c.ok()) << c.status();
-    client_ = *std::move(c);
-    auto job = client_->RegisterJob(examples::BuildMlpTrainingJob(options_));
-    EXPECT_TRUE(job.ok()) << job.status();
-    job_ = job->job_id();
-    MlpReferenceOptions ref;
-    ref.shape = options_.shape;
-    ref.batch = options_.batch;
-    ref.seed = options_.seed;
-    want_ = ReferenceMlpLosses(ref, 200);
-  }
-
-  // Runs `n` iterations and checks each loss against the reference.
-  void Step(int n) {
-    for (int k = 0; k < n; ++k) {
-      std::vector<float> x;
-      std::vector<int64_t> y;
-      data_.NextBatch(options_.batch, &x, &y);
-      client::NamedTensors feeds{{"x", HostTensor::Floats({options_.batch, options_.shape.inputs}, x)},
-                                 {"y", HostTensor::Int64s({options_.batch}, y)},
-                                 {"lr", HostTensor::Floats({}, std::vector<float>{0.05f})}};
-      auto r = client_->RunIteration(job_, feeds, {"loss"}, done_);
-      ASSERT_TRUE(r.ok()) << r.status();
-      double loss = r->fetches.at("loss").values<float>()[0];
-      ASSERT_LT(done_, static_cast<int>(want_.size()));
-      EXPECT_NEAR(loss, want_[done_], 1e-4 * std::abs(want_[done_])) << "iteration " << done_;
-      ++done_;
-    }
-  }
-
-  Client& client() { return *client_; }
-  uint64_t job() const { return job_; }
-
- private:
-  examples::MlpJobOptions options_;
-  examples::BlobDataset data_;
-  std::unique_ptr<Client> client_;
-  uint64_t job_ = 0;
-  std::vector<double> want_;
-  int done_ = 0;
-};
 
 class BadInputTest : public ::testing::Test {
  protected:
@@ -234,7 +176,7 @@ TEST_F(BadInputTest, ClientKilledMidIterationIsCleanedUp) {
   auto c = Connect("observer");
   // A separate training process, killed while its iterations are in flight.
   std::string log = daemon_->dir() + "/victim.log";
-  pid_t pid = Spawn({MLP_TRAIN_PATH, "--endpoint=" + daemon_->endpoint(), "--iterations=100000", "--batch=64",
+  pid_t pid = Spawn({MlpTrainPath(), "--endpoint=" + daemon_->endpoint(), "--iterations=100000", "--batch=64",
                      "--hidden=256", "--print_every=1", "--inflight=4", "--name=victim"},
                     log);
   // Wait until it has trained a little.

@@ -15,6 +15,16 @@
 
 namespace tandem::testing {
 
+std::string TandemdPath() {
+  const char* env = std::getenv("TANDEMD");
+  return env != nullptr && env[0] != '\0' ? env : TANDEMD_PATH;
+}
+
+std::string MlpTrainPath() {
+  const char* env = std::getenv("MLP_TRAIN");
+  return env != nullptr && env[0] != '\0' ? env : MLP_TRAIN_PATH;
+}
+
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& log_path) {
   pid_t pid = ::fork();
   if (pid == 0) {
@@ -45,11 +55,11 @@ DaemonProcess::DaemonProcess(std::vector<std::string> extra_flags) {
   char tmpl[] = "/tmp/tandem-test-XXXXXX";
   dir_ = ::mkdtemp(tmpl);
   endpoint_ = "ipc://" + dir_ + "/tandemd.sock";
-  std::vector<std::string> argv{TANDEMD_PATH, "--endpoint=" + endpoint_, "--device=cpu"};
+  std::vector<std::string> argv{TandemdPath(), "--endpoint=" + endpoint_, "--device=cpu"};
   for (auto& f : extra_flags) argv.push_back(std::move(f));
   pid_ = Spawn(argv, dir_ + "/tandemd.log");
   std::string sock = dir_ + "/tandemd.sock";
-  for (int i = 0; i < 500; ++i) {
+  for (int i = 0; i < 3000; ++i) {  // a CUDA daemon takes a while to start
     struct stat st;
     if (::stat(sock.c_str(), &st) == 0) return;
     if (!Alive()) break;

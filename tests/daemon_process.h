@@ -15,8 +15,9 @@ namespace tandem::testing {
 
 class DaemonProcess {
  public:
-  // Starts tandemd with `extra_flags` (e.g. "--session_timeout=2") and
-  // waits until its socket exists. Aborts the test binary if it cannot.
+  // Starts tandemd on the CPU device with `extra_flags` (e.g.
+  // "--session_timeout=2"; a later "--device=cuda" overrides the device)
+  // and waits until its socket exists. Aborts the test binary if it cannot.
   explicit DaemonProcess(std::vector<std::string> extra_flags = {});
   ~DaemonProcess();
 
@@ -33,6 +34,11 @@ class DaemonProcess {
   std::string endpoint_;
   pid_t pid_ = -1;
 };
+
+// Paths of the binaries under test: $TANDEMD / $MLP_TRAIN when set (a
+// bundle on the GPU machine), else the build tree's.
+std::string TandemdPath();
+std::string MlpTrainPath();
 
 // Runs `argv` as a child process with its output to `log_path`; returns its pid.
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& log_path);

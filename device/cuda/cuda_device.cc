@@ -115,6 +115,30 @@ class CudaDevice final : public Device {
     }
   }
 
+  // Portable registration pins the range for every GPU's context; a range
+  // another device registered already is fine.
+  absl::Status RegisterHost(void* ptr, size_t bytes) override {
+    RETURN_IF_ERROR(MakeCurrent());
+    const cudaError_t error = cudaHostRegister(ptr, bytes, cudaHostRegisterPortable);
+    if (error == cudaErrorHostMemoryAlreadyRegistered) {
+      cudaGetLastError();
+      return absl::OkStatus();
+    }
+    CUDA_RETURN_IF_ERROR(error);
+    return absl::OkStatus();
+  }
+
+  void UnregisterHost(void* ptr) override {
+    if (ptr == nullptr) return;
+    cudaSetDevice(info_.ordinal);
+    const cudaError_t error = cudaHostUnregister(ptr);
+    if (error == cudaErrorHostMemoryNotRegistered) {
+      cudaGetLastError();
+    } else if (error != cudaSuccess) {
+      TLOG_ERROR("cudaHostUnregister failed").With("device", info_.name).With("error", cudaGetErrorString(error));
+    }
+  }
+
   absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
     RETURN_IF_ERROR(MakeCurrent());
     cudaStream_t stream = nullptr;

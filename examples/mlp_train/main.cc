@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
     if (!t.ok()) return Fail(absl::StrCat("read ", name), t.status());
     params.push_back(t->values<float>());
   }
-  ex::BlobDataset test(job_options.shape, job_options.seed + 7919);
+  ex::BlobDataset test(job_options.shape, job_options.seed, /*stream=*/1);
   test.NextBatch(2000, &x, &y);
   double accuracy = Accuracy(job_options.shape, params, x, y);
   if (absl::Status s = (*client)->CloseJob(job->job_id()); !s.ok()) return Fail("close", s);

@@ -2,7 +2,9 @@
 // weights, both determined by a seed.
 //
 // Samples are Gaussian blobs: class c has a random center in the input
-// space, and a sample is its center plus unit noise. Weights follow
+// space (fixed by the seed), and a sample is its center plus unit noise.
+// Different `stream`s draw different samples of the same distribution
+// (training and held-out data). Weights follow
 // PyTorch's nn.Linear default (uniform in +-1/sqrt(fan_in)). The generator
 // is spelled out (splitmix64 + Box-Muller) so that any implementation, in
 // any language, can reproduce the same numbers.
@@ -53,10 +55,18 @@ struct MlpShape {
 
 class BlobDataset {
  public:
-  BlobDataset(const MlpShape& shape, uint64_t seed) : shape_(shape), rng_(seed ^ 0xDA7A5E7ull) {
+  // Spread of the class centers relative to the unit noise, per input
+  // dimension: centers lie about 4 noise deviations apart whatever the
+  // number of inputs, so the classes overlap a little and learning takes a
+  // while.
+  static constexpr double kCenterSpread = 3.0;
+
+  BlobDataset(const MlpShape& shape, uint64_t seed, uint64_t stream = 0)
+      : shape_(shape), rng_(seed ^ 0xDA7A5E7ull ^ (stream * 0x9E3779B97F4A7C15ull)) {
     SplitMix64 centers_rng(seed ^ 0xC3A7E25ull);
     centers_.resize(static_cast<size_t>(shape.classes) * shape.inputs);
-    for (double& c : centers_) c = 1.5 * centers_rng.Normal();
+    const double scale = kCenterSpread / std::sqrt(static_cast<double>(shape.inputs));
+    for (double& c : centers_) c = scale * centers_rng.Normal();
   }
 
   // Fills x [batch, inputs] and y [batch] with the next batch.

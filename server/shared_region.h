@@ -1,0 +1,52 @@
+// A client's shared-memory region mapped into the daemon (read only) and
+// pinned on every device, so large feeds reach the GPU with one
+// asynchronous copy instead of travelling through the socket.
+//
+// Owned by its session through a shared_ptr; every queued or running
+// iteration that reads from it holds a reference too, so the mapping
+// outlives the device copies even when the session ends first. Destroyed on
+// the control loop thread.
+#ifndef TANDEM_SERVER_SHARED_REGION_H_
+#define TANDEM_SERVER_SHARED_REGION_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "device/device.h"
+
+namespace tandem::server {
+
+class SharedRegion {
+ public:
+  // Opens and maps the POSIX shared-memory object `name` ("/tandem-" + 32
+  // hex digits) of exactly `bytes` bytes, and registers it with `devices`
+  // (a failed registration leaves it unpinned: copies still work, only
+  // slower). INVALID_ARGUMENT for a bad name or size, NOT_FOUND when the
+  // object does not exist, PERMISSION_DENIED when the daemon may not read it.
+  static absl::StatusOr<std::shared_ptr<SharedRegion>> Map(uint64_t id, const std::string& name, uint64_t bytes,
+                                                           const std::vector<device::Device*>& devices,
+                                                           uint64_t max_bytes);
+  ~SharedRegion();
+  SharedRegion(const SharedRegion&) = delete;
+  SharedRegion& operator=(const SharedRegion&) = delete;
+
+  uint64_t id() const { return id_; }
+  const char* base() const { return static_cast<const char*>(base_); }
+  uint64_t bytes() const { return bytes_; }
+  bool pinned() const { return !registered_.empty(); }
+
+ private:
+  SharedRegion(uint64_t id, void* base, uint64_t bytes) : id_(id), base_(base), bytes_(bytes) {}
+
+  const uint64_t id_;
+  void* const base_;
+  const uint64_t bytes_;
+  std::vector<device::Device*> registered_;
+};
+
+}  // namespace tandem::server
+
+#endif  // TANDEM_SERVER_SHARED_REGION_H_

@@ -1,0 +1,71 @@
+// tandemd on the GPU, end to end: a job that feeds an out-of-range class
+// label gets INVALID_ARGUMENT naming the op and the value, while another
+// job training beside it on the same GPU (same CUDA context) keeps exactly
+// the losses of the double-precision reference; the bad job itself recovers
+// on its next good batch. Skipped, with a message, where no GPU exists.
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "device/cuda_device.h"
+#include "examples/mlp_train/mlp_graph.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/daemon_process.h"
+#include "tests/mlp_trainer.h"
+
+namespace tandem::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(DaemonOnGpu, BadLabelFailsOnlyItsIterationAndTheNeighbourTrainsOn) {
+  if (device::CudaDeviceCount() == 0) {
+    std::printf("no GPU: skipping\n");
+    GTEST_SKIP() << "no GPU";
+  }
+  DaemonProcess daemon({"--device=cuda", "--policy=fair"});
+  // float32 on the GPU against the double reference.
+  GoodTrainer good(daemon.endpoint(), 1e-4);
+  good.Step(3);
+
+  auto bad = client::Client::Connect({.endpoint = daemon.endpoint(), .name = "bad-labels"});
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  examples::MlpJobOptions o = GoodJob();
+  o.name = "bad-labels";
+  auto job = (*bad)->RegisterJob(examples::BuildMlpTrainingJob(o));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->device(), "cuda:0");
+  std::vector<float> x(static_cast<size_t>(o.batch) * o.shape.inputs, 0.5f);
+  std::vector<int64_t> y(o.batch, 1);
+  y[7] = 99;  // 4 classes
+  client::NamedTensors feeds{{"x", client::HostTensor::Floats({o.batch, o.shape.inputs}, x)},
+                             {"y", client::HostTensor::Int64s({o.batch}, y)},
+                             {"lr", client::HostTensor::Floats({}, std::vector<float>{0.05f})}};
+  for (int round = 0; round < 3; ++round) {
+    auto r = (*bad)->RunIteration(job->job_id(), feeds, {"loss"});
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("nll_loss"));
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("99"));
+    good.Step(2);
+  }
+  // The failed iterations changed nothing: the weights are the initial ones.
+  std::vector<std::vector<float>> init = examples::InitialWeights(o.shape, o.seed);
+  std::vector<std::string> names = examples::MlpParameterNames(o.shape);
+  for (size_t p = 0; p < names.size(); ++p) {
+    auto t = (*bad)->ReadTensor(job->job_id(), names[p]);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->values<float>(), init[p]) << names[p];
+  }
+  // And the job recovers on a good batch.
+  y[7] = 2;
+  feeds[1].second = client::HostTensor::Int64s({o.batch}, y);
+  auto first = (*bad)->RunIteration(job->job_id(), feeds, {"loss"});
+  ASSERT_TRUE(first.ok()) << first.status();
+  good.Step(3);
+  ASSERT_TRUE(daemon.Alive()) << daemon.Log();
+}
+
+}  // namespace
+}  // namespace tandem::testing

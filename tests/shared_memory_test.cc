@@ -1,0 +1,125 @@
+// The shared-memory feed path against a real daemon: large feeds travel
+// through the session's region and give the same results as inline feeds;
+// slices that point outside the region, or at a region of another session,
+// are refused without disturbing anything.
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "client/graph_builder.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/daemon_process.h"
+
+namespace tandem::testing {
+namespace {
+
+using client::Client;
+using client::GraphBuilder;
+using client::HostTensor;
+using ::testing::HasSubstr;
+
+constexpr int64_t kRows = 512, kCols = 256;  // a 512 KiB feed
+
+v1::RegisterJobRequest ColumnSums() {
+  GraphBuilder b("column-sums");
+  std::string x = b.Feed("x", v1::FLOAT32, {kRows, kCols});
+  std::string s = b.Op("sum.dim_IntList", {x}, {{"dim", client::AttrInts({0})}}, "s");
+  b.Fetch(s);
+  return std::move(b).Build();
+}
+
+std::vector<float> Batch(int k) {
+  std::vector<float> x(kRows * kCols);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7 + k * 13) % 101) * 0.25f;
+  return x;
+}
+
+std::vector<float> ColumnSumsOf(const std::vector<float>& x) {
+  std::vector<double> s(kCols, 0.0);
+  for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t c = 0; c < kCols; ++c) s[c] += x[r * kCols + c];
+  return std::vector<float>(s.begin(), s.end());
+}
+
+TEST(SharedMemory, LargeFeedsGoThroughTheRegionAndMatchInline) {
+  DaemonProcess daemon({"--policy=fair"});
+  auto shared = Client::Connect({.endpoint = daemon.endpoint(), .name = "shm"});
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  ASSERT_TRUE((*shared)->shared_memory_status().ok()) << (*shared)->shared_memory_status();
+  auto inline_client = Client::Connect({.endpoint = daemon.endpoint(), .name = "inline", .shared_memory_bytes = 0});
+  ASSERT_TRUE(inline_client.ok());
+  EXPECT_FALSE((*inline_client)->shared_memory_status().ok());
+
+  auto a = (*shared)->RegisterJob(ColumnSums());
+  auto b = (*inline_client)->RegisterJob(ColumnSums());
+  ASSERT_TRUE(a.ok() && b.ok());
+  // Several in flight, so the ring holds several slices at once.
+  std::vector<uint64_t> tickets;
+  for (int k = 0; k < 6; ++k) {
+    auto t = (*shared)->SubmitIteration(a->job_id(), {{"x", HostTensor::Floats({kRows, kCols}, Batch(k))}}, {"s"});
+    ASSERT_TRUE(t.ok()) << t.status();
+    tickets.push_back(*t);
+  }
+  for (int k = 0; k < 6; ++k) {
+    auto r = (*shared)->WaitIteration(tickets[k]);
+    ASSERT_TRUE(r.ok()) << r.status();
+    auto inline_r = (*inline_client)->RunIteration(b->job_id(), {{"x", HostTensor::Floats({kRows, kCols}, Batch(k))}}, {"s"});
+    ASSERT_TRUE(inline_r.ok()) << inline_r.status();
+    std::vector<float> got = r->fetches.at("s").values<float>();
+    EXPECT_EQ(got, inline_r->fetches.at("s").values<float>()) << "batch " << k;
+    std::vector<float> want = ColumnSumsOf(Batch(k));
+    for (int64_t c = 0; c < kCols; ++c) ASSERT_NEAR(got[c], want[c], 1e-3 * std::abs(want[c]) + 1e-3) << c;
+  }
+  EXPECT_THAT(daemon.Log(), HasSubstr("shared memory mapped"));
+}
+
+TEST(SharedMemory, BadSlicesAreRefused) {
+  DaemonProcess daemon({"--policy=fair"});
+  auto owner = Client::Connect({.endpoint = daemon.endpoint(), .name = "owner"});
+  auto other = Client::Connect({.endpoint = daemon.endpoint(), .name = "other"});
+  ASSERT_TRUE(owner.ok() && other.ok());
+  auto job = (*other)->RegisterJob(ColumnSums());
+  ASSERT_TRUE(job.ok());
+  auto run_with = [&](uint64_t region, uint64_t offset, uint64_t bytes) {
+    v1::Request r;
+    v1::RunIterationRequest* run = r.mutable_run_iteration();
+    run->set_job_id(job->job_id());
+    run->add_fetches("s");
+    v1::Tensor* t = run->add_feeds();
+    t->mutable_spec()->set_name("x");
+    v1::SharedSlice* slice = t->mutable_shared();
+    slice->set_region_id(region);
+    slice->set_offset(offset);
+    slice->set_bytes(bytes);
+    return (*other)->Call(std::move(r));
+  };
+  const uint64_t bytes = kRows * kCols * 4;
+  // The owner's region (id 1) is not the other session's.
+  auto r = run_with(1, 0, bytes);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  // The other session's own region (id 2), but out of bounds or mis-sized.
+  r = run_with(2, (uint64_t{64} << 20) - 1024, bytes);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  r = run_with(2, ~uint64_t{0} - 8, bytes);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  r = run_with(2, 0, bytes - 4);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("must hold exactly"));
+  // A name that is not a Tandem region is refused at mapping.
+  v1::Request m;
+  m.mutable_map_shared_memory()->set_name("/etc-passwd");
+  m.mutable_map_shared_memory()->set_bytes(4096);
+  auto mapped = (*other)->Call(std::move(m));
+  ASSERT_FALSE(mapped.ok());
+  EXPECT_EQ(mapped.status().code(), absl::StatusCode::kInvalidArgument);
+  // And the job still runs.
+  auto ok = (*other)->RunIteration(job->job_id(), {{"x", HostTensor::Floats({kRows, kCols}, Batch(1))}}, {"s"});
+  EXPECT_TRUE(ok.ok()) << ok.status();
+}
+
+}  // namespace
+}  // namespace tandem::testing
