@@ -9,12 +9,13 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
-. "$root/.bundle/env.sh"
-export TANDEMD="$root/.bundle/bin/tandemd" MLP_TRAIN="$root/.bundle/bin/mlp_train"
+bundle=${BUNDLE:-$root/.bundle}
+. "$bundle/env.sh"
+export TANDEMD="$bundle/bin/tandemd" MLP_TRAIN="$bundle/bin/mlp_train"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 
 echo "=== GPU tests"
-for t in "$root"/.bundle/bin/cuda_*_test "$root"/.bundle/bin/daemon_gpu_test; do
+for t in "$bundle"/bin/cuda_*_test "$bundle"/bin/daemon_gpu_test; do
   [ -x "$t" ] || continue
   "$t" >"$out/$(basename "$t").log" 2>&1 && echo "PASS $(basename "$t")" || { echo "FAIL $(basename "$t")"; tail -30 "$out/$(basename "$t").log"; }
 done

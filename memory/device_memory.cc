@@ -318,9 +318,14 @@ void DeviceMemoryImpl::Release(JobId id) {
   for (const Tensor& tensor : job.tensors) space_.Free(tensor.offset, tensor.aligned);
   persistent_bytes_ -= job.persistent;
   persistent_freed_ += job.tensors.size();
-  Lane& lane = lanes_[job.lane];
-  std::erase(lane.jobs, id);
+  LeaveLane(job);
   jobs_.erase(it);
+  TrimLanes();
+}
+
+void DeviceMemoryImpl::LeaveLane(const Job& job) {
+  Lane& lane = lanes_[job.lane];
+  std::erase(lane.jobs, job.id);
   if (lane.jobs.empty()) {
     lane.retired.push_back(lane.arena);
     lane.arena = Range{};
@@ -333,7 +338,35 @@ void DeviceMemoryImpl::Release(JobId id) {
       lane.arena.bytes = need;
     }
   }
+}
+
+absl::Status DeviceMemoryImpl::MoveJob(JobId id, int to) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("job ", id, " is not admitted on ", device_.info().name));
+  }
+  Job& job = it->second;
+  if (to == job.lane) return absl::OkStatus();
+  if (to < 0 || to > NumLanes() || to >= options_.max_lanes) {
+    return absl::InvalidArgumentError(absl::StrCat("lane ", to, " does not exist on ", device_.info().name, " (",
+                                                   NumLanes(), " lanes, at most ", options_.max_lanes, ")"));
+  }
+  const bool opens = to == NumLanes() || !lanes_[to].open;
+  if (opens && OpenLanes() >= static_cast<uint64_t>(options_.max_lanes)) {
+    return absl::FailedPreconditionError(absl::StrCat("all ", options_.max_lanes, " lanes are open"));
+  }
+  LaneCandidate candidate{to, opens, opens ? job.ephemeral : 0};
+  if (!opens && job.ephemeral > lanes_[to].arena.bytes) candidate.growth = job.ephemeral - lanes_[to].arena.bytes;
+  if (!PlaceLane(candidate, job.ephemeral)) {  // may add a lane: take references after
+    return absl::FailedPreconditionError(absl::StrCat("lane ", to, " cannot grow to ", FormatBytes(job.ephemeral),
+                                                      ": ", FormatBytes(space_.largest_free()),
+                                                      " is the largest free range"));
+  }
+  LeaveLane(job);
+  job.lane = to;
+  lanes_[to].jobs.push_back(id);
   TrimLanes();
+  return absl::OkStatus();
 }
 
 void DeviceMemoryImpl::TrimLanes() {

@@ -146,6 +146,13 @@ class DeviceMemory {
   // Frees everything of `job`; lanes shrink when their largest job leaves.
   virtual void Release(JobId job) = 0;
 
+  // Moves `job` into lane `lane` (NumLanes() or a closed index opens one):
+  // the target grows to the job's planned peak if needed, the source shrinks
+  // or closes (retiring ranges as above); persistent tensors stay where they
+  // are. The caller must not run an iteration of the job meanwhile.
+  // FAILED_PRECONDITION when the target cannot grow or no lane can open.
+  virtual absl::Status MoveJob(JobId job, int lane) = 0;
+
   // Base address of a lane's arena. It changes only inside Admit/Release
   // (when the lane grows or shrinks) and Compact. In this implementation a
   // shrink keeps the base (the tail is retired), and a growth keeps the bytes
@@ -164,6 +171,10 @@ class DeviceMemory {
   virtual int NumLanes() const = 0;
 
   virtual DeviceMemoryStats Stats() const = 0;
+
+  // Changes options.max_job_bytes (0: none) for later admissions; jobs
+  // already admitted keep their memory.
+  virtual void SetMaxJobBytes(uint64_t max_job_bytes) = 0;
 
   // Where `job`'s persistent tensors live now (they change only in Compact);
   // empty when the job is not admitted.

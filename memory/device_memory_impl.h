@@ -28,10 +28,12 @@ class DeviceMemoryImpl final : public DeviceMemory {
 
   absl::StatusOr<JobMemoryGrant> Admit(const JobMemoryRequest& request) override;
   void Release(JobId job) override;
+  absl::Status MoveJob(JobId job, int lane) override;
   void* LaneArena(int lane) const override;
   void ReleaseRetired(int lane) override;
   int NumLanes() const override { return static_cast<int>(lanes_.size()); }
   DeviceMemoryStats Stats() const override;
+  void SetMaxJobBytes(uint64_t max_job_bytes) override { options_.max_job_bytes = max_job_bytes; }
   std::vector<void*> PersistentAddresses(JobId job) const override;
   CompactionResult Compact(device::Stream& stream) override;
 
@@ -77,6 +79,9 @@ class DeviceMemoryImpl final : public DeviceMemory {
   // Places every tensor (largest first) or none; the offsets by tensor index.
   std::optional<std::vector<uint64_t>> PlacePersistent(const std::vector<uint64_t>& aligned);
   void TrimLanes();
+  // Takes `job` out of its lane: the lane shrinks (its tail retired) or,
+  // when it was the last job, closes (its arena retired).
+  void LeaveLane(const Job& job);
   uint64_t RetiredBytes() const;
   uint64_t LaneBytes() const;
 
@@ -87,7 +92,7 @@ class DeviceMemoryImpl final : public DeviceMemory {
 
   // Constant after construction.
   device::Device& device_;
-  const DeviceMemoryOptions options_;
+  DeviceMemoryOptions options_;  // constant but for max_job_bytes (SetMaxJobBytes)
   void* const region_;
   const uint64_t usable_;
 

@@ -331,3 +331,51 @@ TEST(DeviceMemoryTest, DescribeUsageListsLanesAndJobs) {
 
 }  // namespace
 }  // namespace tandem::memory
+
+namespace tandem::memory {
+namespace {
+
+TEST(DeviceMemoryMoveJobTest, MovesBetweenLanesGrowingTheTargetAndShrinkingTheSource) {
+  FakeDevice device({.capacity_bytes = 1 * kGiB});
+  auto memory = Make(device, {.max_lanes = 3});
+  ASSERT_TRUE(memory->Admit(Job(1, {8 * kMiB}, 100 * kMiB, 0)).ok());
+  ASSERT_TRUE(memory->Admit(Job(2, {8 * kMiB}, 40 * kMiB, 0)).ok());
+  ASSERT_TRUE(memory->Admit(Job(3, {8 * kMiB}, 10 * kMiB, 1)).ok());
+  EXPECT_EQ(memory->Stats().lanes[0].arena_bytes, 100 * kMiB);
+  // Job 1 (the largest of lane 0) moves to lane 1: lane 1 grows, lane 0 shrinks.
+  ASSERT_TRUE(memory->MoveJob(1, 1).ok());
+  DeviceMemoryStats stats = memory->Stats();
+  EXPECT_EQ(stats.lanes[0].arena_bytes, 40 * kMiB);
+  EXPECT_EQ(stats.lanes[1].arena_bytes, 100 * kMiB);
+  EXPECT_EQ(stats.lanes[1].jobs.size(), 2u);
+  ExpectAddsUp(*memory);
+  // Job 2 opens a new lane; lane 0 closes.
+  ASSERT_TRUE(memory->MoveJob(2, memory->NumLanes()).ok());
+  EXPECT_EQ(memory->LaneArena(0), nullptr);
+  EXPECT_NE(memory->LaneArena(2), nullptr);
+  ExpectAddsUp(*memory);
+  // Bad moves change nothing.
+  EXPECT_EQ(memory->MoveJob(9, 0).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(memory->MoveJob(1, 7).code(), absl::StatusCode::kInvalidArgument);
+  for (int lane = 0; lane < memory->NumLanes(); ++lane) memory->ReleaseRetired(lane);
+  for (JobId id : {1, 2, 3}) memory->Release(id);
+  for (int lane = 0; lane < memory->NumLanes(); ++lane) memory->ReleaseRetired(lane);
+  EXPECT_EQ(memory->Stats().free_bytes, memory->Stats().usable_bytes);
+}
+
+TEST(DeviceMemoryMoveJobTest, RefusesATargetThatCannotGrow) {
+  FakeDevice device({.capacity_bytes = 256 * kMiB});
+  auto memory = Make(device, {.max_lanes = 2});
+  ASSERT_TRUE(memory->Admit(Job(1, {}, 150 * kMiB, 0)).ok());
+  ASSERT_TRUE(memory->Admit(Job(2, {}, 60 * kMiB, 1)).ok());
+  // Lane 1 would need 90 MiB more; only ~46 MiB are free.
+  absl::Status s = memory->MoveJob(1, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  DeviceMemoryStats stats = memory->Stats();
+  EXPECT_EQ(stats.lanes[0].arena_bytes, 150 * kMiB);
+  EXPECT_EQ(stats.lanes[1].arena_bytes, 60 * kMiB);
+  ExpectAddsUp(*memory);
+}
+
+}  // namespace
+}  // namespace tandem::memory

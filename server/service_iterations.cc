@@ -133,6 +133,31 @@ void Service::OnRunIteration(const PendingReply& to, Session& session,
   DispatchAll(dev);
 }
 
+void Service::RebalanceLanes(DeviceRuntime& dev) {
+  // The policy proposes moves (PACK folds jobs that slow each other down
+  // into one lane and spreads jobs that run well side by side); a move
+  // happens between two iterations of the job, when memory allows it.
+  for (const sched::LaneChange& change : dev.scheduler->Rebalance(dev.memory->NumLanes())) {
+    auto j = jobs_.find(change.job);
+    if (j == jobs_.end()) continue;
+    Job& job = *j->second;
+    // Nothing of the job may be on the old lane's stream (an iteration or a
+    // read), so that its next work on the new stream cannot overtake it.
+    if (job.device_work > 0 || job.state != JobState::kRunning || job.lane != change.from_lane) continue;
+    if (!dev.memory->MoveJob(job.id, change.to_lane).ok()) continue;
+    if (!EnsureLane(dev, change.to_lane).ok() || !dev.scheduler->MoveJob(job.id, change.to_lane).ok()) {
+      (void)dev.memory->MoveJob(job.id, change.from_lane);
+      continue;
+    }
+    TLOG_INFO("job moved to another lane")
+        .With("job", job.id)
+        .With("name", job.name)
+        .With("from", change.from_lane)
+        .With("to", change.to_lane);
+    job.lane = change.to_lane;
+  }
+}
+
 void Service::DispatchAll(DeviceRuntime& dev) {
   // The scheduler's contract: after every event, offer every free lane.
   if (shutting_down_) return;
@@ -185,6 +210,7 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
   slot.busy = true;
   l.outstanding++;
   job.device_work++;
+  job.inflight++;
   job.dispatched++;
 
   struct Copy {
@@ -253,6 +279,7 @@ void Service::OnIterationDone(DeviceRuntime& dev, int lane, int slot_index, uint
   auto j = jobs_.find(job_id);
   Job* job = j == jobs_.end() ? nullptr : j->second.get();
   if (job != nullptr) {
+    job->inflight--;
     const v1::RunIterationRequest& run = it.request->run_iteration();
     if (status.ok()) {
       v1::Response response;
@@ -297,6 +324,7 @@ void Service::OnIterationDone(DeviceRuntime& dev, int lane, int slot_index, uint
     StartReads(*job);
     OnDeviceWorkDone(job_id);  // may finish a close and erase the job
   }
+  RebalanceLanes(dev);
   DispatchAll(dev);
 }
 

@@ -89,6 +89,7 @@ struct Job {
   absl::flat_hash_map<uint64_t, QueuedIteration> queued;  // by scheduler ticket
   std::deque<PendingRead> reads;
   int device_work = 0;  // uploads, iterations and reads enqueued, not completed
+  int inflight = 0;     // iterations enqueued, not completed
   uint64_t received = 0;    // iterations accepted
   uint64_t dispatched = 0;  // iterations handed to the device
   uint64_t done = 0;        // iterations completed successfully

@@ -1,5 +1,7 @@
 #include "tests/daemon_process.h"
 
+#include "client/client.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -66,6 +68,22 @@ DaemonProcess::DaemonProcess(std::vector<std::string> extra_flags) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   std::fprintf(stderr, "tandemd did not start; its log:\n%s\n", Log().c_str());
+  std::abort();
+}
+
+DaemonProcess::DaemonProcess(std::string endpoint, std::vector<std::string> extra_flags) {
+  char tmpl[] = "/tmp/tandem-test-XXXXXX";
+  dir_ = ::mkdtemp(tmpl);
+  endpoint_ = std::move(endpoint);
+  std::vector<std::string> argv{TandemdPath(), "--endpoint=" + endpoint_, "--device=cpu"};
+  for (auto& f : extra_flags) argv.push_back(std::move(f));
+  pid_ = Spawn(argv, dir_ + "/tandemd.log");
+  for (int i = 0; i < 300 && Alive(); ++i) {
+    auto c = client::Client::Connect({.endpoint = endpoint_, .connect_timeout = absl::Milliseconds(100),
+                                      .heartbeat = false, .shared_memory_bytes = 0});
+    if (c.ok()) return;
+  }
+  std::fprintf(stderr, "tandemd did not start on %s; its log:\n%s\n", endpoint_.c_str(), Log().c_str());
   std::abort();
 }
 

@@ -19,6 +19,9 @@ class DaemonProcess {
   // "--session_timeout=2"; a later "--device=cuda" overrides the device)
   // and waits until its socket exists. Aborts the test binary if it cannot.
   explicit DaemonProcess(std::vector<std::string> extra_flags = {});
+  // Listens on `endpoint` (e.g. tcp://127.0.0.1:PORT) instead of a socket
+  // file; ready once a client can say hello.
+  DaemonProcess(std::string endpoint, std::vector<std::string> extra_flags);
   ~DaemonProcess();
 
   const std::string& endpoint() const { return endpoint_; }

@@ -1,0 +1,388 @@
+// CUDA kernels of convolution and convolution_backward through cuDNN's
+// convolution API (cudnnConvolutionForward / BackwardData /
+// BackwardFilter / BackwardBias), NCHW.
+//
+// Numerics: float32 convolutions run with CUDNN_FMA_MATH, i.e. plain float32
+// FMA kernels and no TF32 (PyTorch's cuDNN default allows TF32; we keep the
+// CPU oracle's numerics instead); float64 in float64.
+//
+// Per stream (a CudaStream attachment): a cuDNN handle bound to the stream,
+// a cache of plans keyed by dtype and geometry (descriptors plus the
+// algorithm chosen for each direction, by cuDNN's heuristics
+// (cudnnGet*Algorithm_v7): the first result that succeeds, has the wanted
+// math type and needs at most kWorkspaceLimitBytes of workspace), and the
+// workspace. Choosing an algorithm and growing the workspace happen the
+// first time a shape runs on a stream, which is an op-by-op run; an
+// iteration being captured into a CUDA graph only finds cached plans and a
+// large enough workspace (if not, the kernel fails with
+// FAILED_PRECONDITION and the capture is abandoned). A grown workspace
+// never frees the old buffer while the stream lives: graphs captured
+// earlier on the stream may still use it.
+#include <cudnn.h>
+
+#include <array>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "adaptor/cuda/kernel_util.h"
+#include "adaptor/ops/cnn_rules.h"
+#include "base/status_macros.h"
+
+namespace tandem::cuda {
+namespace {
+
+// The most workspace one convolution may use (algorithms that need more are
+// skipped).
+constexpr size_t kWorkspaceLimitBytes = size_t{256} << 20;
+
+absl::Status CudnnStatus(cudnnStatus_t status, absl::string_view call) {
+  if (status == CUDNN_STATUS_SUCCESS) return absl::OkStatus();
+  const std::string message = absl::StrCat(call, ": ", cudnnGetErrorString(status));
+  if (status == CUDNN_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(message);
+  if (status == CUDNN_STATUS_NOT_SUPPORTED) return absl::UnimplementedError(message);
+  return absl::InternalError(message);
+}
+
+#define CUDNN_RETURN_IF_ERROR(call)                                                                \
+  do {                                                                                             \
+    const cudnnStatus_t tandem_cudnn_status_ = (call);                                             \
+    if (tandem_cudnn_status_ != CUDNN_STATUS_SUCCESS) {                                            \
+      return CudnnStatus(tandem_cudnn_status_, ::tandem::device::internal::CallName(#call));        \
+    }                                                                                              \
+  } while (0)
+
+enum class Direction { kForward, kBackwardData, kBackwardFilter };
+
+struct Algo {
+  int algo = 0;  // the direction's cudnnConvolution*Algo_t
+  cudnnMathType_t math = CUDNN_FMA_MATH;
+  size_t workspace = 0;
+};
+
+// Descriptors of one convolution and the algorithms chosen for it so far.
+struct ConvPlan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  std::optional<Algo> algos[3];  // by Direction
+
+  ~ConvPlan() {
+    if (conv != nullptr) cudnnDestroyConvolutionDescriptor(conv);
+    if (w != nullptr) cudnnDestroyFilterDescriptor(w);
+    if (bias != nullptr) cudnnDestroyTensorDescriptor(bias);
+    if (y != nullptr) cudnnDestroyTensorDescriptor(y);
+    if (x != nullptr) cudnnDestroyTensorDescriptor(x);
+  }
+};
+
+using PlanKey = std::array<int64_t, 15>;
+
+PlanKey KeyOf(DType dtype, const Conv2dGeometry& g) {
+  const Conv2dParams& p = g.params;
+  return {static_cast<int64_t>(dtype), g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, p.stride[0], p.stride[1],
+          p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], p.groups};
+}
+
+bool Capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+absl::Status CaptureMiss(absl::string_view what) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "convolution: ", what, " while the stream is being captured; the iteration must run op by op first"));
+}
+
+// A stream's cuDNN state.
+class CudnnState final : public device::CudaStream::Attachment {
+ public:
+  static absl::StatusOr<CudnnState*> For(device::CudaStream& stream) {
+    static const char kKey = 0;
+    if (auto* state = static_cast<CudnnState*>(stream.attachment(&kKey))) return state;
+    auto state = std::make_unique<CudnnState>();
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(stream.ordinal()));
+    CUDNN_RETURN_IF_ERROR(cudnnCreate(&state->handle));
+    CUDNN_RETURN_IF_ERROR(cudnnSetStream(state->handle, stream.native()));
+    CudnnState* raw = state.get();
+    stream.Attach(&kKey, std::move(state));
+    return raw;
+  }
+
+  ~CudnnState() override {
+    for (void* p : workspaces_) cudaFree(p);
+    if (handle != nullptr) cudnnDestroy(handle);
+  }
+
+  // A workspace of at least `bytes` (nullptr for 0). Growing allocates a new
+  // buffer and keeps the old one until the stream is destroyed.
+  absl::StatusOr<void*> Workspace(size_t bytes, cudaStream_t stream) {
+    if (bytes == 0) return static_cast<void*>(nullptr);
+    if (bytes <= workspace_bytes_) return workspaces_.back();
+    if (Capturing(stream)) return CaptureMiss("the workspace must grow");
+    const size_t rounded = (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
+    void* p = nullptr;
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&p, rounded));
+    workspaces_.push_back(p);
+    workspace_bytes_ = rounded;
+    return p;
+  }
+
+  cudnnHandle_t handle = nullptr;
+  absl::flat_hash_map<PlanKey, std::unique_ptr<ConvPlan>> plans;
+
+ private:
+  std::vector<void*> workspaces_;  // the last is the current one
+  size_t workspace_bytes_ = 0;
+};
+
+absl::Status RequireInt(const Shape& shape, absl::string_view what) {
+  constexpr int64_t kLimit = int64_t{1} << 31;
+  if (NumElements(shape) < kLimit) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat("convolution: ", what, " ", ShapeString(shape),
+                                               " has 2^31 or more elements, past cuDNN's 32-bit limit"));
+}
+
+absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const Conv2dGeometry& g, cudaStream_t stream) {
+  const PlanKey key = KeyOf(dtype, g);
+  auto it = state.plans.find(key);
+  if (it != state.plans.end()) return it->second.get();
+  if (Capturing(stream)) return CaptureMiss("a new convolution shape");
+  RETURN_IF_ERROR(RequireInt({g.n, g.c, g.h, g.w}, "input"));
+  RETURN_IF_ERROR(RequireInt(g.output_shape(), "output"));
+  auto plan = std::make_unique<ConvPlan>();
+  plan->type = dtype == DType::kFloat64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  const auto i = [](int64_t v) { return static_cast<int>(v); };
+  const Conv2dParams& p = g.params;
+  CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&plan->x));
+  CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&plan->y));
+  CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&plan->bias));
+  CUDNN_RETURN_IF_ERROR(cudnnCreateFilterDescriptor(&plan->w));
+  CUDNN_RETURN_IF_ERROR(cudnnCreateConvolutionDescriptor(&plan->conv));
+  CUDNN_RETURN_IF_ERROR(
+      cudnnSetTensor4dDescriptor(plan->x, CUDNN_TENSOR_NCHW, plan->type, i(g.n), i(g.c), i(g.h), i(g.w)));
+  CUDNN_RETURN_IF_ERROR(
+      cudnnSetTensor4dDescriptor(plan->y, CUDNN_TENSOR_NCHW, plan->type, i(g.n), i(g.o), i(g.oh), i(g.ow)));
+  CUDNN_RETURN_IF_ERROR(cudnnSetTensor4dDescriptor(plan->bias, CUDNN_TENSOR_NCHW, plan->type, 1, i(g.o), 1, 1));
+  CUDNN_RETURN_IF_ERROR(cudnnSetFilter4dDescriptor(plan->w, plan->type, CUDNN_TENSOR_NCHW, i(g.o),
+                                                   i(g.c / p.groups), i(g.kh), i(g.kw)));
+  CUDNN_RETURN_IF_ERROR(cudnnSetConvolution2dDescriptor(plan->conv, i(p.padding[0]), i(p.padding[1]),
+                                                        i(p.stride[0]), i(p.stride[1]), i(p.dilation[0]),
+                                                        i(p.dilation[1]), CUDNN_CROSS_CORRELATION, plan->type));
+  CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionGroupCount(plan->conv, i(p.groups)));
+  CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(plan->conv, CUDNN_FMA_MATH));
+  int dims[4] = {};
+  CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionNdForwardOutputDim(plan->conv, plan->x, plan->w, 4, dims));
+  if (dims[0] != g.n || dims[1] != g.o || dims[2] != g.oh || dims[3] != g.ow) {
+    return absl::InternalError(absl::StrCat("convolution: cuDNN's output [", dims[0], ", ", dims[1], ", ", dims[2],
+                                            ", ", dims[3], "] differs from ", ShapeString(g.output_shape())));
+  }
+  ConvPlan* raw = plan.get();
+  state.plans.emplace(key, std::move(plan));
+  return raw;
+}
+
+// Whether a heuristic result may be used: float32 only without TF32.
+bool MathAllowed(const ConvPlan& plan, cudnnMathType_t math) {
+  return plan.type != CUDNN_DATA_FLOAT || math == CUDNN_FMA_MATH;
+}
+
+// The heuristics' results for `dir` as (algo, status, memory, math), best
+// first.
+struct Candidate {
+  int algo;
+  cudnnStatus_t status;
+  size_t memory;
+  cudnnMathType_t math;
+};
+
+absl::StatusOr<std::vector<Candidate>> Candidates(CudnnState& state, const ConvPlan& plan, Direction dir) {
+  std::vector<Candidate> out;
+  int max_count = 0, returned = 0;
+  switch (dir) {
+    case Direction::kForward: {
+      CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardAlgorithmMaxCount(state.handle, &max_count));
+      std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<size_t>(max_count));
+      CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardAlgorithm_v7(state.handle, plan.x, plan.w, plan.conv, plan.y,
+                                                                   max_count, &returned, perf.data()));
+      for (int k = 0; k < returned; ++k) {
+        out.push_back({static_cast<int>(perf[k].algo), perf[k].status, perf[k].memory, perf[k].mathType});
+      }
+      break;
+    }
+    case Direction::kBackwardData: {
+      CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(state.handle, &max_count));
+      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<size_t>(max_count));
+      CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithm_v7(state.handle, plan.w, plan.y, plan.conv,
+                                                                        plan.x, max_count, &returned, perf.data()));
+      for (int k = 0; k < returned; ++k) {
+        out.push_back({static_cast<int>(perf[k].algo), perf[k].status, perf[k].memory, perf[k].mathType});
+      }
+      break;
+    }
+    case Direction::kBackwardFilter: {
+      CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(state.handle, &max_count));
+      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<size_t>(max_count));
+      CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+          state.handle, plan.x, plan.y, plan.conv, plan.w, max_count, &returned, perf.data()));
+      for (int k = 0; k < returned; ++k) {
+        out.push_back({static_cast<int>(perf[k].algo), perf[k].status, perf[k].memory, perf[k].mathType});
+      }
+      break;
+    }
+  }
+  return out;
+}
+
+// The workspace `algo` needs with the plan's descriptor set to `math`.
+cudnnStatus_t WorkspaceSize(CudnnState& state, const ConvPlan& plan, Direction dir, int algo, size_t* bytes) {
+  switch (dir) {
+    case Direction::kForward:
+      return cudnnGetConvolutionForwardWorkspaceSize(state.handle, plan.x, plan.w, plan.conv, plan.y,
+                                                     static_cast<cudnnConvolutionFwdAlgo_t>(algo), bytes);
+    case Direction::kBackwardData:
+      return cudnnGetConvolutionBackwardDataWorkspaceSize(state.handle, plan.w, plan.y, plan.conv, plan.x,
+                                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), bytes);
+    case Direction::kBackwardFilter:
+      return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+          state.handle, plan.x, plan.y, plan.conv, plan.w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo),
+          bytes);
+  }
+  return CUDNN_STATUS_BAD_PARAM;
+}
+
+const char* DirectionName(Direction dir) {
+  switch (dir) {
+    case Direction::kForward: return "forward";
+    case Direction::kBackwardData: return "backward data";
+    case Direction::kBackwardFilter: return "backward filter";
+  }
+  return "?";
+}
+
+// The plan's algorithm for `dir` (chosen now if new), with the descriptor's
+// math type set for it, and a workspace large enough for it.
+absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t stream,
+                             void** workspace) {
+  std::optional<Algo>& slot = plan.algos[static_cast<int>(dir)];
+  if (!slot.has_value()) {
+    if (Capturing(stream)) return CaptureMiss("a new algorithm choice");
+    ASSIGN_OR_RETURN(std::vector<Candidate> candidates, Candidates(state, plan, dir));
+    for (const Candidate& c : candidates) {
+      if (c.status != CUDNN_STATUS_SUCCESS || !MathAllowed(plan, c.math)) continue;
+      CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(plan.conv, c.math));
+      size_t bytes = 0;
+      if (WorkspaceSize(state, plan, dir, c.algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
+      if (bytes > kWorkspaceLimitBytes) continue;
+      slot = Algo{c.algo, c.math, bytes};
+      break;
+    }
+    if (!slot.has_value()) {
+      return absl::UnimplementedError(absl::StrCat("convolution: cuDNN offers no ", DirectionName(dir),
+                                                   " algorithm without TF32 within ",
+                                                   kWorkspaceLimitBytes >> 20, " MiB of workspace"));
+    }
+  }
+  CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(plan.conv, slot->math));
+  ASSIGN_OR_RETURN(*workspace, state.Workspace(slot->workspace, stream));
+  return *slot;
+}
+
+// Host scaling factors in the compute type (cuDNN reads double for double
+// data, float otherwise).
+struct Scale {
+  float f = 0.0f;
+  double d = 0.0;
+  const void* of(const ConvPlan& plan) const {
+    return plan.type == CUDNN_DATA_DOUBLE ? static_cast<const void*>(&d) : static_cast<const void*>(&f);
+  }
+};
+constexpr Scale kOne{1.0f, 1.0};
+constexpr Scale kZero{0.0f, 0.0};
+
+struct Setup {
+  CudnnState* state = nullptr;
+  ConvPlan* plan = nullptr;
+};
+
+absl::StatusOr<Setup> SetUp(const CudaKernelContext& context, const KernelArgs& args, const TensorArg& input,
+                            const TensorArg& weight, Conv2dGeometry* geometry) {
+  if (input.type.dtype != DType::kFloat32 && input.type.dtype != DType::kFloat64) {
+    return UnsupportedDType(args, input.type.dtype);
+  }
+  ASSIGN_OR_RETURN(Conv2dParams params, ParseConv2dParams(args.node->attrs));
+  ASSIGN_OR_RETURN(*geometry, Conv2dShape(params, input.type.shape, weight.type.shape));
+  Setup s;
+  ASSIGN_OR_RETURN(s.state, CudnnState::For(*context.stream));
+  ASSIGN_OR_RETURN(s.plan, PlanFor(*s.state, input.type.dtype, *geometry, context.native));
+  return s;
+}
+
+// Inputs: input, weight[, bias].
+absl::Status ConvolutionKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  const TensorArg& input = args.inputs[0];
+  const TensorArg& weight = args.inputs[1];
+  Conv2dGeometry g;
+  ASSIGN_OR_RETURN(Setup s, SetUp(context, args, input, weight, &g));
+  ConvPlan& plan = *s.plan;
+  void* workspace = nullptr;
+  ASSIGN_OR_RETURN(Algo algo, Prepare(*s.state, plan, Direction::kForward, context.native, &workspace));
+  const TensorArg& out = args.outputs[0];
+  CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(s.state->handle, kOne.of(plan), plan.x, input.data, plan.w,
+                                                weight.data, plan.conv,
+                                                static_cast<cudnnConvolutionFwdAlgo_t>(algo.algo), workspace,
+                                                algo.workspace, kZero.of(plan), plan.y, out.data));
+  if (args.inputs.size() > 2) {
+    CUDNN_RETURN_IF_ERROR(cudnnAddTensor(s.state->handle, kOne.of(plan), plan.bias, args.inputs[2].data,
+                                         kOne.of(plan), plan.y, out.data));
+  }
+  return absl::OkStatus();
+}
+
+// Inputs: grad_output, input, weight. Outputs: grad_input, grad_weight,
+// grad_bias; those of 0 elements (output_mask false) are not computed.
+absl::Status ConvolutionBackwardKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  const TensorArg& grad = args.inputs[0];
+  const TensorArg& input = args.inputs[1];
+  const TensorArg& weight = args.inputs[2];
+  Conv2dGeometry g;
+  ASSIGN_OR_RETURN(Setup s, SetUp(context, args, input, weight, &g));
+  ConvPlan& plan = *s.plan;
+  cudnnHandle_t handle = s.state->handle;
+  if (args.outputs[0].numel() > 0) {
+    void* workspace = nullptr;
+    ASSIGN_OR_RETURN(Algo algo, Prepare(*s.state, plan, Direction::kBackwardData, context.native, &workspace));
+    CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
+        handle, kOne.of(plan), plan.w, weight.data, plan.y, grad.data, plan.conv,
+        static_cast<cudnnConvolutionBwdDataAlgo_t>(algo.algo), workspace, algo.workspace, kZero.of(plan), plan.x,
+        args.outputs[0].data));
+  }
+  if (args.outputs[1].numel() > 0) {
+    void* workspace = nullptr;
+    ASSIGN_OR_RETURN(Algo algo, Prepare(*s.state, plan, Direction::kBackwardFilter, context.native, &workspace));
+    CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
+        handle, kOne.of(plan), plan.x, input.data, plan.y, grad.data, plan.conv,
+        static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo.algo), workspace, algo.workspace, kZero.of(plan), plan.w,
+        args.outputs[1].data));
+  }
+  if (args.outputs[2].numel() > 0) {
+    CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardBias(handle, kOne.of(plan), plan.y, grad.data, kZero.of(plan),
+                                                       plan.bias, args.outputs[2].data));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void AddConvolutionKernels(CudaKernelTable& table) {
+  table["convolution"] = ConvolutionKernel;
+  table["convolution_backward"] = ConvolutionBackwardKernel;
+}
+
+}  // namespace tandem::cuda

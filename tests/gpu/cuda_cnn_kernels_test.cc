@@ -1,0 +1,331 @@
+// The CNN ops' CUDA kernels (cuDNN convolutions, own pooling and batch-norm
+// kernels) against the CPU kernels, on fresh random inputs (the seed is
+// printed) at shapes of ResNet-50 and VGG-19 layers at small batch. Each
+// graph runs twice on the GPU: op by op (which chooses the cuDNN algorithms
+// and sizes the workspace), then as a replay of the captured CUDA graph;
+// outputs are poisoned before each run and must match the CPU oracle both
+// times. The last test prints timings of ResNet-50 layers at batch 32.
+#include <cudnn.h>
+
+#include <atomic>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "adaptor/cuda/cuda_program_options.h"
+#include "gtest/gtest.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace tandem::gpu_test {
+namespace {
+
+constexpr double kConv32 = 1e-4;
+constexpr double kOther32 = 1e-5;
+constexpr double kAny64 = 1e-12;
+
+// Feeds -> CPU oracle; feeds -> GPU (op by op, then graph replay); every
+// non-feed value compared.
+void Check(const GraphMaker& maker, double tolerance32) {
+  const Graph& graph = maker.graph();
+  const std::vector<Bytes> feeds = maker.RandomFeeds(Rng());
+  auto ref = RunOnCpu(graph, feeds);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  GpuRun run(graph);
+  auto program = cuda::CreateCudaProgram(graph, *Gpu(), cuda::CudaProgramOptions{});
+  ASSERT_TRUE(program.ok()) << program.status();
+  for (int pass = 0; pass < 2; ++pass) {
+    ASSERT_TRUE(run.Upload(feeds).ok());
+    absl::Status status = run.RunIteration(**program);
+    ASSERT_TRUE(status.ok()) << status;
+    auto out = run.Download();
+    ASSERT_TRUE(out.ok()) << out.status();
+    for (size_t i = 0; i < graph.nodes.size(); ++i) {
+      for (int v : graph.nodes[i].outputs) {
+        const TensorType& type = graph.values[v].type;
+        const double tolerance = type.dtype == DType::kFloat64 ? kAny64 : tolerance32;
+        EXPECT_TRUE(Matches((*out)[v], (*ref)[v], type, tolerance))
+            << graph.nodes[i].Describe(static_cast<int>(i)) << " output " << type.ToString()
+            << (pass == 0 ? " (op by op)" : " (graph replay)");
+      }
+    }
+  }
+  const cuda::CudaProgramStats stats = cuda::GetCudaProgramStats(**program);
+  EXPECT_EQ(stats.op_by_op_runs, 1);
+  EXPECT_EQ(stats.graph_launches, 1);
+  EXPECT_EQ(stats.capture_failures, 0);
+}
+
+struct ConvSpec {
+  std::string name;
+  Shape x, w;
+  int64_t stride, padding, dilation, groups;
+  bool bias;
+  std::vector<int64_t> mask = {1, 1, 1};
+};
+
+Attrs ConvAttrs(const ConvSpec& c) {
+  return MakeAttrs({{"stride", std::vector<int64_t>{c.stride, c.stride}},
+                    {"padding", std::vector<int64_t>{c.padding, c.padding}},
+                    {"dilation", std::vector<int64_t>{c.dilation, c.dilation}},
+                    {"transposed", false},
+                    {"output_padding", std::vector<int64_t>{0, 0}},
+                    {"groups", c.groups}});
+}
+
+// convolution and its backward with a random grad_output.
+void AddConv(GraphMaker& g, const ConvSpec& c, DType dtype) {
+  const int x = g.Feed({dtype, c.x});
+  const int w = g.Feed({dtype, c.w}, Fill::kSmall);
+  std::vector<int> inputs = {x, w};
+  if (c.bias) inputs.push_back(g.Feed({dtype, {c.w[0]}}));
+  Attrs attrs = ConvAttrs(c);
+  const int y = g.Add1("convolution", inputs, attrs);
+  const int grad = g.Feed(g.type(y));
+  attrs.Set("output_mask", c.mask);
+  if (c.bias) attrs.Set("bias_sizes", std::vector<int64_t>{c.w[0]});
+  g.Add("convolution_backward", {grad, x, w}, attrs);
+}
+
+TEST(CudaCnnKernels, CudnnVersion) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  std::printf("cuDNN: built with %d, running %zu\n", CUDNN_VERSION, cudnnGetVersion());
+  EXPECT_GE(cudnnGetVersion(), size_t{90000});
+}
+
+TEST(CudaCnnKernels, ConvolutionResNetAndVggLayers) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  const std::vector<ConvSpec> specs = {
+      {"resnet stem 3->64 7x7 s2", {2, 3, 96, 96}, {64, 3, 7, 7}, 2, 3, 1, 1, false, {0, 1, 0}},
+      {"resnet 64->64 3x3", {2, 64, 28, 28}, {64, 64, 3, 3}, 1, 1, 1, 1, false},
+      {"resnet bottleneck 256->64 1x1", {2, 256, 14, 14}, {64, 256, 1, 1}, 1, 0, 1, 1, false},
+      {"resnet bottleneck 64->256 1x1", {2, 64, 14, 14}, {256, 64, 1, 1}, 1, 0, 1, 1, false},
+      {"resnet downsample 256->512 1x1 s2", {2, 256, 14, 14}, {512, 256, 1, 1}, 2, 0, 1, 1, false},
+      {"resnet 128->128 3x3 s2", {2, 128, 14, 14}, {128, 128, 3, 3}, 2, 1, 1, 1, false},
+      {"vgg 3->64 3x3 bias", {2, 3, 32, 32}, {64, 3, 3, 3}, 1, 1, 1, 1, true},
+      {"vgg 512->512 3x3 bias", {2, 512, 7, 7}, {512, 512, 3, 3}, 1, 1, 1, 1, true},
+      {"grouped dilated 32->48 g4 d2 bias", {3, 32, 13, 11}, {48, 8, 3, 3}, 1, 2, 2, 4, true},
+      {"bias only grad", {2, 16, 9, 9}, {24, 16, 3, 3}, 2, 1, 1, 1, true, {0, 0, 1}}};
+  for (const ConvSpec& c : specs) {
+    SCOPED_TRACE(c.name);
+    GraphMaker g;
+    AddConv(g, c, DType::kFloat32);
+    Check(g, kConv32);
+  }
+  GraphMaker g64;
+  AddConv(g64, {"float64", {2, 8, 10, 10}, {12, 4, 3, 3}, 2, 1, 1, 2, true}, DType::kFloat64);
+  Check(g64, kConv32);
+}
+
+Attrs PoolAttrs(int64_t k, int64_t s, int64_t p, bool ceil_mode) {
+  return MakeAttrs({{"kernel_size", std::vector<int64_t>{k, k}},
+                    {"stride", std::vector<int64_t>{s, s}},
+                    {"padding", std::vector<int64_t>{p, p}},
+                    {"ceil_mode", ceil_mode}});
+}
+
+TEST(CudaCnnKernels, PoolingForwardAndBackward) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  struct MaxCase {
+    std::string name;
+    Shape x;
+    int64_t k, s, p, d;
+    bool ceil_mode;
+  };
+  const std::vector<MaxCase> max_cases = {{"resnet 3x3 s2 p1", {4, 64, 56, 56}, 3, 2, 1, 1, false},
+                                          {"vgg 2x2 s2", {4, 128, 28, 28}, 2, 2, 0, 1, false},
+                                          {"ceil, dilated, odd", {3, 5, 17, 13}, 3, 2, 1, 2, true}};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (const MaxCase& c : max_cases) {
+      SCOPED_TRACE(::testing::Message() << c.name << " " << DTypeName(dtype));
+      GraphMaker g;
+      Attrs attrs = PoolAttrs(c.k, c.s, c.p, c.ceil_mode);
+      attrs.Set("dilation", std::vector<int64_t>{c.d, c.d});
+      const int x = g.Feed({dtype, c.x});
+      const std::vector<int> out = g.Add("max_pool2d_with_indices", {x}, attrs);
+      const int grad = g.Feed(g.type(out[0]));
+      g.Add1("max_pool2d_with_indices_backward", {grad, x, out[1]}, attrs);
+      Check(g, kOther32);
+    }
+    for (bool include_pad : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "avg_pool2d include_pad " << include_pad << " " << DTypeName(dtype));
+      GraphMaker g;
+      Attrs attrs = PoolAttrs(3, 2, 1, true);
+      attrs.Set("count_include_pad", include_pad);
+      const int x = g.Feed({dtype, {3, 16, 15, 14}});
+      const int y = g.Add1("avg_pool2d", {x}, attrs);
+      g.Add1("avg_pool2d_backward", {g.Feed(g.type(y)), x}, attrs);
+      Check(g, kOther32);
+    }
+    struct AdaptiveCase {
+      Shape x;
+      int64_t oh, ow;
+    };
+    for (const AdaptiveCase& c : std::vector<AdaptiveCase>{{{4, 2048, 7, 7}, 1, 1}, {{2, 512, 13, 11}, 7, 7}}) {
+      SCOPED_TRACE(::testing::Message() << "adaptive " << ShapeString(c.x) << " " << DTypeName(dtype));
+      GraphMaker g;
+      const int x = g.Feed({dtype, c.x});
+      const int y = g.Add1("_adaptive_avg_pool2d", {x}, MakeAttrs({{"output_size", std::vector<int64_t>{c.oh, c.ow}}}));
+      g.Add1("_adaptive_avg_pool2d_backward", {g.Feed(g.type(y)), x});
+      Check(g, kOther32);
+    }
+  }
+}
+
+TEST(CudaCnnKernels, BatchNormTrainingEvalAndBackward) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  const std::vector<Shape> shapes = {{4, 64, 28, 28}, {8, 2048, 7, 7}, {16, 96}, {3, 5, 1000}};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (const Shape& shape : shapes) {
+      for (bool training : {true, false}) {
+        SCOPED_TRACE(::testing::Message() << ShapeString(shape) << " " << DTypeName(dtype) << " training "
+                                          << training);
+        const Shape c = {shape[1]};
+        GraphMaker g;
+        const int x = g.Feed({dtype, shape});
+        const int w = g.Feed({dtype, c});
+        const int b = g.Feed({dtype, c});
+        const int rm = g.Feed({dtype, c});
+        const int rv = g.Feed({dtype, c}, Fill::kPositive);
+        const Attrs attrs = MakeAttrs({{"training", training}, {"momentum", 0.1}, {"eps", 1e-5}});
+        const std::vector<int> f = g.Add("_native_batch_norm_legit_functional", {x, w, b, rm, rv}, attrs);
+        g.Add("native_batch_norm", {x, w, b, rm, rv}, attrs);
+        const int grad = g.Feed({dtype, shape});
+        g.Add("native_batch_norm_backward", {grad, x, w, rm, rv, f[1], f[2]},
+              MakeAttrs({{"train", training}, {"eps", 1e-5}}));
+        if (training) {
+          g.Add("native_batch_norm_backward", {grad, x, w, f[1], f[2]},
+                MakeAttrs({{"train", true}, {"eps", 1e-5}, {"output_mask", std::vector<int64_t>{0, 1, 1}}}));
+          g.Add("native_batch_norm", {x, w, b}, attrs);
+        }
+        Check(g, kOther32);
+      }
+    }
+  }
+}
+
+// A ResNet basic block and stem in small, forward and backward, as one
+// graph: many cuDNN calls and own kernels captured and replayed together.
+TEST(CudaCnnKernels, ResNetBlockStepCapturesAndReplays) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  const DType f = DType::kFloat32;
+  GraphMaker g;
+  const int x = g.Feed({f, {2, 3, 64, 64}});
+  const int w1 = g.Feed({f, {16, 3, 7, 7}}, Fill::kSmall);
+  const int w2 = g.Feed({f, {16, 16, 3, 3}}, Fill::kSmall);
+  const int gamma = g.Feed({f, {16}}, Fill::kPositive);
+  const int beta = g.Feed({f, {16}});
+  const int rm = g.Feed({f, {16}});
+  const int rv = g.Feed({f, {16}}, Fill::kPositive);
+  const Attrs stem = MakeAttrs({{"stride", std::vector<int64_t>{2, 2}}, {"padding", std::vector<int64_t>{3, 3}},
+                                {"dilation", std::vector<int64_t>{1, 1}}, {"groups", int64_t{1}}});
+  const Attrs same = MakeAttrs({{"stride", std::vector<int64_t>{1, 1}}, {"padding", std::vector<int64_t>{1, 1}},
+                                {"dilation", std::vector<int64_t>{1, 1}}, {"groups", int64_t{1}}});
+  const Attrs bn = MakeAttrs({{"training", true}, {"momentum", 0.1}, {"eps", 1e-5}});
+  const Attrs pool = MakeAttrs({{"kernel_size", std::vector<int64_t>{3, 3}}, {"stride", std::vector<int64_t>{2, 2}},
+                                {"padding", std::vector<int64_t>{1, 1}}});
+  const int c1 = g.Add1("convolution", {x, w1}, stem);
+  const std::vector<int> n1 = g.Add("_native_batch_norm_legit_functional", {c1, gamma, beta, rm, rv}, bn);
+  const int r1 = g.Add1("relu", {n1[0]});
+  const std::vector<int> p1 = g.Add("max_pool2d_with_indices", {r1}, pool);
+  const int c2 = g.Add1("convolution", {p1[0], w2}, same);
+  const int s = g.Add1("add.Tensor", {c2, p1[0]});
+  const int a = g.Add1("_adaptive_avg_pool2d", {s}, MakeAttrs({{"output_size", std::vector<int64_t>{1, 1}}}));
+  // Backward from d(a) = 1/numel.
+  const int ga = g.Add1("ones_like", {a});
+  const int gs = g.Add1("_adaptive_avg_pool2d_backward", {ga, s});
+  Attrs same_back = same;
+  same_back.Set("output_mask", std::vector<int64_t>{1, 1, 0});
+  const std::vector<int> gc2 = g.Add("convolution_backward", {gs, p1[0], w2}, same_back);
+  const int gp1 = g.Add1("add.Tensor", {gc2[0], gs});
+  const int gr1 = g.Add1("max_pool2d_with_indices_backward", {gp1, r1, p1[1]}, pool);
+  const int gn1 = g.Add1("threshold_backward", {gr1, r1}, MakeAttrs({{"threshold", 0.0}}));
+  const std::vector<int> gbn =
+      g.Add("native_batch_norm_backward", {gn1, c1, gamma, rm, rv, n1[1], n1[2]}, MakeAttrs({{"train", true}, {"eps", 1e-5}}));
+  Attrs stem_back = stem;
+  stem_back.Set("output_mask", std::vector<int64_t>{0, 1, 0});
+  g.Add("convolution_backward", {gbn[0], x, w1}, stem_back);
+  Check(g, kConv32);
+}
+
+// Seconds per replayed iteration of a graph (after an op-by-op run and a
+// capture), by device events around `iterations` back-to-back replays.
+double SecondsPerIteration(const GraphMaker& maker, int iterations) {
+  device::Device& gpu = *Gpu();
+  GpuRun run(maker.graph());
+  EXPECT_TRUE(run.Upload(maker.RandomFeeds(Rng())).ok());
+  auto program = cuda::CreateCudaProgram(maker.graph(), gpu, cuda::CudaProgramOptions{});
+  EXPECT_TRUE(program.ok()) << program.status();
+  if (!program.ok()) return 0.0;
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(run.RunIteration(**program).ok());
+  auto start = gpu.CreateEvent();
+  auto end = gpu.CreateEvent();
+  EXPECT_TRUE(start.ok() && end.ok());
+  EXPECT_TRUE(gpu.RecordEvent(run.stream(), **start).ok());
+  std::atomic<int> failures{0};
+  for (int i = 0; i < iterations; ++i) {
+    EXPECT_TRUE((*program)->Enqueue(run.stream(), run.addresses()).ok());
+    EXPECT_TRUE(gpu.OnComplete(run.stream(), [&failures](absl::Status st) {
+                     if (!st.ok()) ++failures;
+                   }).ok());
+  }
+  EXPECT_TRUE(gpu.RecordEvent(run.stream(), **end).ok());
+  EXPECT_TRUE(WaitForCompletion(gpu, run.stream()).ok());
+  EXPECT_EQ(failures.load(), 0);
+  auto seconds = gpu.ElapsedSeconds(**start, **end);
+  EXPECT_TRUE(seconds.ok()) << seconds.status();
+  return seconds.ok() ? *seconds / iterations : 0.0;
+}
+
+TEST(CudaCnnKernels, TimingsOfResNet50LayersAtBatch32) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  const DType f = DType::kFloat32;
+  const std::vector<ConvSpec> convs = {
+      {"stem 3->64 7x7 s2 @224 (grad_weight only)", {32, 3, 224, 224}, {64, 3, 7, 7}, 2, 3, 1, 1, false, {0, 1, 0}},
+      {"64->64 3x3 @56", {32, 64, 56, 56}, {64, 64, 3, 3}, 1, 1, 1, 1, false},
+      {"256->64 1x1 @56", {32, 256, 56, 56}, {64, 256, 1, 1}, 1, 0, 1, 1, false},
+      {"512->512 3x3 @7", {32, 512, 7, 7}, {512, 512, 3, 3}, 1, 1, 1, 1, false}};
+  for (const ConvSpec& c : convs) {
+    GraphMaker g;
+    AddConv(g, c, f);
+    const double t = SecondsPerIteration(g, 20);
+    const int64_t oh = (c.x[2] + 2 * c.padding - c.dilation * (c.w[2] - 1) - 1) / c.stride + 1;
+    const int64_t ow = (c.x[3] + 2 * c.padding - c.dilation * (c.w[3] - 1) - 1) / c.stride + 1;
+    const double flops = 2.0 * static_cast<double>(c.x[0] * c.w[0] * oh * ow * c.w[1] * c.w[2] * c.w[3]);
+    const int directions = static_cast<int>(c.mask[0] + c.mask[1]) + 1;  // forward + the wanted gradients
+    std::printf("conv %s fwd+bwd: %.3f ms (%.1f TFLOP/s)\n", c.name.c_str(), t * 1e3,
+                flops * directions / t / 1e12);
+    EXPECT_GT(t, 0.0);
+  }
+  {
+    GraphMaker g;
+    const Shape shape = {32, 64, 112, 112};
+    const int x = g.Feed({f, shape});
+    const int w = g.Feed({f, {64}});
+    const int b = g.Feed({f, {64}});
+    const int rm = g.Feed({f, {64}});
+    const int rv = g.Feed({f, {64}}, Fill::kPositive);
+    const std::vector<int> out = g.Add("_native_batch_norm_legit_functional", {x, w, b, rm, rv},
+                                       MakeAttrs({{"training", true}, {"momentum", 0.1}, {"eps", 1e-5}}));
+    g.Add("native_batch_norm_backward", {g.Feed({f, shape}), x, w, rm, rv, out[1], out[2]},
+          MakeAttrs({{"train", true}, {"eps", 1e-5}}));
+    const double t = SecondsPerIteration(g, 20);
+    const double bytes = 4.0 * NumElements(shape) * (3 + 1 + 3 + 1);  // fwd: 3 reads + write; bwd: 3 reads + write
+    std::printf("batch norm [32, 64, 112, 112] fwd+bwd: %.3f ms (%.0f GB/s effective)\n", t * 1e3, bytes / t / 1e9);
+    EXPECT_GT(t, 0.0);
+  }
+  {
+    GraphMaker g;
+    const int x = g.Feed({f, {32, 64, 112, 112}});
+    const Attrs pool = MakeAttrs({{"kernel_size", std::vector<int64_t>{3, 3}},
+                                  {"stride", std::vector<int64_t>{2, 2}},
+                                  {"padding", std::vector<int64_t>{1, 1}}});
+    const std::vector<int> out = g.Add("max_pool2d_with_indices", {x}, pool);
+    g.Add1("max_pool2d_with_indices_backward", {g.Feed(g.type(out[0])), x, out[1]}, pool);
+    const double t = SecondsPerIteration(g, 20);
+    std::printf("max pool 3x3 s2 [32, 64, 112, 112] fwd+bwd: %.3f ms\n", t * 1e3);
+    EXPECT_GT(t, 0.0);
+  }
+}
+
+}  // namespace
+}  // namespace tandem::gpu_test
