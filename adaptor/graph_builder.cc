@@ -154,7 +154,7 @@ absl::StatusOr<Graph> BuildGraph(const v1::Graph& wire,
                                                                           : absl::StrCat(" to ", def.max_inputs),
                                          " inputs, got ", wn.inputs_size()));
     }
-    if (wn.outputs_size() != def.num_outputs) {
+    if (def.num_outputs != kVariableOutputs && wn.outputs_size() != def.num_outputs) {
       return Invalid(where, absl::StrCat("defines ", def.num_outputs, " outputs, got ", wn.outputs_size()));
     }
     for (const auto& [name, value] : wn.attrs()) {
@@ -171,10 +171,15 @@ absl::StatusOr<Graph> BuildGraph(const v1::Graph& wire,
     }
     auto inferred = def.infer(node.attrs, input_types);
     if (!inferred.ok()) return Invalid(where, inferred.status().message());
-    if (static_cast<int>(inferred->size()) != def.num_outputs) {
+    const int num_outputs = static_cast<int>(inferred->size());
+    if (def.num_outputs == kVariableOutputs && wn.outputs_size() != num_outputs) {
+      return Invalid(where, absl::StrCat("defines ", num_outputs, " outputs for these attributes and inputs, got ",
+                                         wn.outputs_size()));
+    }
+    if (def.num_outputs != kVariableOutputs && num_outputs != def.num_outputs) {
       return absl::InternalError(absl::StrCat(where, ": inference returned the wrong number of outputs"));
     }
-    for (int o = 0; o < def.num_outputs; ++o) {
+    for (int o = 0; o < num_outputs; ++o) {
       const TensorType& type = (*inferred)[o];
       if (type.bytes() > static_cast<uint64_t>(limits.max_tensor_bytes)) {
         return Invalid(where, absl::StrCat("output ", type.ToString(), " exceeds the tensor size limit"));

@@ -16,6 +16,15 @@ const OpRegistry& OpRegistry::Global() {
     RegisterShapeOps(*r);
     RegisterLossOps(*r);
     RegisterFactoryOps(*r);
+    RegisterConvolutionOps(*r);
+    RegisterPoolingOps(*r);
+    RegisterBatchNormOps(*r);
+    RegisterIndexingOps(*r);
+    RegisterSlicingOps(*r);  // after RegisterShapeOps: it aliases "view"
+    RegisterActivationOps(*r);
+    RegisterComparisonOps(*r);
+    RegisterNormalizationOps(*r);
+    RegisterAttentionOps(*r);
     return r;
   }();
   return *registry;

@@ -46,11 +46,16 @@ enum class AliasKind {
 using InferFn =
     std::function<absl::StatusOr<std::vector<TensorType>>(const Attrs&, absl::Span<const TensorType>)>;
 
+// OpDef::num_outputs of ops whose output count follows from their attributes
+// and input shapes (split, unbind); a node must name exactly as many outputs
+// as inference returns.
+inline constexpr int kVariableOutputs = -1;
+
 struct OpDef {
   std::string name;
   int min_inputs = 0;
   int max_inputs = 0;  // -1: unbounded
-  int num_outputs = 1;
+  int num_outputs = 1;  // kVariableOutputs: as many as `infer` returns
   InferFn infer;
   AliasKind alias = AliasKind::kNone;
 };
@@ -80,6 +85,15 @@ void RegisterReductionOps(OpRegistry& registry);
 void RegisterShapeOps(OpRegistry& registry);
 void RegisterLossOps(OpRegistry& registry);
 void RegisterFactoryOps(OpRegistry& registry);
+void RegisterConvolutionOps(OpRegistry& registry);
+void RegisterPoolingOps(OpRegistry& registry);
+void RegisterBatchNormOps(OpRegistry& registry);
+void RegisterIndexingOps(OpRegistry& registry);
+void RegisterSlicingOps(OpRegistry& registry);
+void RegisterActivationOps(OpRegistry& registry);
+void RegisterComparisonOps(OpRegistry& registry);
+void RegisterNormalizationOps(OpRegistry& registry);
+void RegisterAttentionOps(OpRegistry& registry);
 
 }  // namespace tandem
 

@@ -10,6 +10,7 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev
   libprotobuf-dev protobuf-compiler
   libabsl-dev libboost-dev libgtest-dev libgmock-dev
+  libsystemd-dev systemd dpkg-dev
 )
 # The PyTorch adaptor and its tests use Debian's Python 3.11 with torch.
 if [ "${TANDEM_WITH_PYTHON:-1}" = 1 ]; then

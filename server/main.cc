@@ -1,92 +1,147 @@
-// tandemd: the composition root. Parses flags, builds the control loop, the
-// service (devices, memory, schedulers, executors) and the transport, wires
-// them, and runs the loop until SIGINT or SIGTERM.
+// tandemd: the composition root. Reads the settings (config files, then
+// flags), builds the control loop, the service (devices, memory,
+// schedulers, executors), the transport and the metrics endpoint, wires
+// them, tells systemd it is ready, and runs the loop until SIGINT or
+// SIGTERM. SIGHUP reloads the config files and applies what can change
+// while running.
+#include <grp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "base/endpoint.h"
 #include "base/log.h"
+#include "server/admin_notify.h"
+#include "server/config.h"
 #include "server/event_loop.h"
+#include "server/metrics_http.h"
 #include "server/options.h"
 #include "server/service.h"
 #include "server/transport.h"
 
-ABSL_FLAG(std::string, endpoint, "",
-          "ZeroMQ endpoint to listen on (ipc://PATH or tcp://HOST:PORT); default "
-          "ipc:///run/tandem/tandemd.sock, or a per-user runtime dir when /run/tandem is not writable");
-ABSL_FLAG(std::string, device, "auto", "auto (every GPU, else the CPU), cpu, or cuda");
-ABSL_FLAG(std::string, gpus, "", "comma-separated CUDA ordinals to use (default: all)");
-ABSL_FLAG(std::string, policy, "fifo", "scheduling policy: fifo, pack, fair, srtf, priority");
-ABSL_FLAG(uint64_t, max_message_bytes, uint64_t{256} << 20, "largest request accepted, in bytes");
-ABSL_FLAG(double, session_timeout, 30, "seconds without a message after which an idle session ends");
-ABSL_FLAG(uint64_t, cpu_memory_mib, 8192, "memory the CPU device offers, in MiB");
-ABSL_FLAG(uint64_t, reserve_mib, 0, "device memory kept back per device, in MiB (0: measured at start)");
-ABSL_FLAG(int, max_lanes, 4, "most lanes (concurrent arenas and streams) per device");
-ABSL_FLAG(uint64_t, max_job_memory_mib, 0, "per-job memory quota in MiB (0: none)");
-ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
+namespace tandem::server {
+namespace {
 
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("tandemd: shares GPUs among deep-learning jobs at iteration granularity");
-  absl::ParseCommandLine(argc, argv);
-  using tandem::server::DaemonOptions;
+constexpr int kExitUsage = 2;  // bad flags or config: a restart would not help
+constexpr int kExitFailure = 1;
 
-  tandem::LogLevel level;
-  if (!tandem::ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
-    std::fprintf(stderr, "tandemd: --log_level=%s: expected debug, info, warning or error\n",
-                 absl::GetFlag(FLAGS_log_level).c_str());
-    return 2;
+int Fail(int code, absl::string_view message) {
+  std::fprintf(stderr, "tandemd: %s\n", std::string(message).c_str());
+  return code;
+}
+
+// Hands an ipc socket to `group` (its mode is already 0660).
+absl::Status SetSocketGroup(const std::string& endpoint, const std::string& group) {
+  std::string path = IpcPath(endpoint);
+  if (group.empty() || path.empty()) return absl::OkStatus();
+  struct group* g = ::getgrnam(group.c_str());
+  if (g == nullptr) return absl::NotFoundError(absl::StrCat("socket_group '", group, "' does not exist"));
+  if (::chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot give ", path, " to group '", group, "': ",
+                                                    std::strerror(errno),
+                                                    " (run tandemd as a member of the group, or as root)"));
   }
-  tandem::SetMinLogLevel(level);
+  return absl::OkStatus();
+}
 
-  DaemonOptions options;
-  options.endpoint = absl::GetFlag(FLAGS_endpoint);
-  if (options.endpoint.empty()) options.endpoint = tandem::DaemonDefaultEndpoint();
-  options.device = absl::GetFlag(FLAGS_device);
-  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_gpus), ',', absl::SkipEmpty())) {
-    int ordinal;
-    if (!absl::SimpleAtoi(part, &ordinal) || ordinal < 0) {
-      std::fprintf(stderr, "tandemd: --gpus: '%s' is not a GPU ordinal\n", std::string(part).c_str());
-      return 2;
+// Reloads the config files on SIGHUP: applies the live keys that changed
+// since the last load, logs the others as needing a restart. A config that
+// does not load leaves everything as it was.
+class ConfigReloader {
+ public:
+  ConfigReloader(DaemonCommandLine command_line, DaemonOptions loaded, Service* service,
+                 const SystemdNotifier* notifier)
+      : command_line_(std::move(command_line)), started_with_(loaded), loaded_(std::move(loaded)),
+        service_(service), notifier_(notifier) {}
+
+  void Reload() {
+    notifier_->Reloading();
+    absl::StatusOr<DaemonOptions> fresh = LoadDaemonOptions(command_line_);
+    if (!fresh.ok()) {
+      TLOG_ERROR("config reload failed; the running settings stay").With("error", fresh.status().message());
+      service_->OnConfigReload(false);
+      notifier_->Ready(service_->StatusLine());
+      return;
     }
-    options.gpus.push_back(ordinal);
-  }
-  options.policy = absl::GetFlag(FLAGS_policy);
-  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  options.session_timeout_seconds = absl::GetFlag(FLAGS_session_timeout);
-  options.cpu_memory_bytes = absl::GetFlag(FLAGS_cpu_memory_mib) << 20;
-  options.reserve_bytes = absl::GetFlag(FLAGS_reserve_mib) << 20;
-  options.max_lanes = absl::GetFlag(FLAGS_max_lanes);
-  options.max_job_bytes = absl::GetFlag(FLAGS_max_job_memory_mib) << 20;
-  if (options.session_timeout_seconds <= 0 || options.max_lanes < 1 || options.max_message_bytes < 1024) {
-    std::fprintf(stderr, "tandemd: --session_timeout must be > 0, --max_lanes >= 1, --max_message_bytes >= 1024\n");
-    return 2;
+    std::vector<std::string> live, restart;
+    for (const std::string& key : ChangedConfigKeys(loaded_, *fresh)) {
+      if (FindConfigKey(key)->live) live.push_back(key);
+    }
+    for (const std::string& key : ChangedConfigKeys(started_with_, *fresh)) {
+      const ConfigKey* k = FindConfigKey(key);
+      if (k->live) continue;
+      restart.push_back(key);
+      TLOG_WARNING("config change needs a restart")
+          .With("key", key)
+          .With("running", k->get(started_with_))
+          .With("configured", k->get(*fresh));
+    }
+    service_->ApplyLiveOptions(*fresh, live);
+    service_->OnConfigReload(true);
+    loaded_ = *std::move(fresh);
+    TLOG_INFO("config reloaded")
+        .With("applied", live.empty() ? "none" : absl::StrJoin(live, ","))
+        .With("needs_restart", restart.empty() ? "none" : absl::StrJoin(restart, ","));
+    notifier_->Ready(service_->StatusLine());
   }
 
-  tandem::server::EventLoop loop;
-  std::unique_ptr<tandem::server::ZmqTransport> transport;
-  auto service = tandem::server::Service::Create(options, loop, [&transport](std::string peer, std::string payload) {
+ private:
+  const DaemonCommandLine command_line_;
+  const DaemonOptions started_with_;
+  DaemonOptions loaded_;
+  Service* const service_;
+  const SystemdNotifier* const notifier_;
+};
+
+int Run(int argc, char** argv) {
+  absl::StatusOr<DaemonCommandLine> command_line = ParseDaemonCommandLine(argc, argv);
+  if (!command_line.ok()) return Fail(kExitUsage, command_line.status().message());
+  if (command_line->help) {
+    std::fputs(DaemonUsage().c_str(), stdout);
+    return 0;
+  }
+  if (command_line->version) {
+    std::printf("tandemd %s (protocol %d)\n", kDaemonVersion, static_cast<int>(v1::PROTOCOL_VERSION_CURRENT));
+    return 0;
+  }
+  absl::StatusOr<DaemonOptions> loaded = LoadDaemonOptions(*command_line);
+  if (!loaded.ok()) return Fail(kExitUsage, loaded.status().message());
+  if (command_line->check_config) {
+    std::fputs(FormatDaemonOptions(*loaded).c_str(), stdout);
+    return 0;
+  }
+  LogLevel level;
+  ParseLogLevel(loaded->log_level, &level);  // validated by the config
+  SetMinLogLevel(level);
+
+  DaemonOptions options = *loaded;
+  if (options.endpoint.empty()) options.endpoint = DaemonDefaultEndpoint();
+
+  EventLoop loop;
+  // Signals first: a SIGHUP during a slow device start must not kill the daemon.
+  boost::asio::signal_set stop_signals(loop.context(), SIGINT, SIGTERM);
+  boost::asio::signal_set reload_signal(loop.context(), SIGHUP);
+  SystemdNotifier notifier;
+
+  std::unique_ptr<ZmqTransport> transport;
+  auto service = Service::Create(options, loop, [&transport](std::string peer, std::string payload) {
     transport->Send(std::move(peer), std::move(payload));
   });
-  if (!service.ok()) {
-    std::fprintf(stderr, "tandemd: %s\n", std::string(service.status().message()).c_str());
-    return 1;
-  }
-  tandem::server::Service* svc = service->get();
-  auto created = tandem::server::ZmqTransport::Create(
+  if (!service.ok()) return Fail(kExitFailure, service.status().message());
+  Service* svc = service->get();
+  auto created = ZmqTransport::Create(
       {.endpoint = options.endpoint, .max_message_bytes = options.max_message_bytes},
       [&loop, svc](std::string peer, std::string payload, bool multipart) {
         loop.Post("Transport.OnMessage", [svc, peer = std::move(peer), payload = std::move(payload), multipart]() {
@@ -96,43 +151,90 @@ int main(int argc, char** argv) {
       [&loop, svc](std::string peer) {
         loop.Post("Transport.OnPeerGone", [svc, peer = std::move(peer)]() { svc->HandlePeerGone(peer); });
       });
-  if (!created.ok()) {
-    std::fprintf(stderr, "tandemd: %s\n", std::string(created.status().message()).c_str());
-    return 1;
-  }
+  if (!created.ok()) return Fail(kExitFailure, created.status().message());
   transport = *std::move(created);
+  if (absl::Status s = SetSocketGroup(transport->endpoint(), options.socket_group); !s.ok()) {
+    return Fail(kExitFailure, s.message());
+  }
 
-  boost::asio::signal_set signals(loop.context(), SIGINT, SIGTERM);
-  signals.async_wait([&](const boost::system::error_code& error, int signal) {
+  std::unique_ptr<MetricsHttpServer> metrics;
+  if (options.metrics_port > 0) {
+    auto snapshot = std::make_shared<MetricsSnapshot>();
+    auto started = MetricsHttpServer::Start(
+        {.address = options.metrics_address, .port = options.metrics_port}, snapshot, [&loop, svc, snapshot]() {
+          loop.Post("Metrics.Render", [svc, snapshot]() { snapshot->Publish(svc->RenderMetrics()); });
+        });
+    if (!started.ok()) return Fail(kExitFailure, started.status().message());
+    metrics = *std::move(started);
+  }
+
+  stop_signals.async_wait([&](const boost::system::error_code& error, int signal) {
     if (error) return;
     TLOG_INFO("shutting down").With("signal", signal == SIGINT ? "SIGINT" : "SIGTERM");
+    notifier.Stopping();
+    if (metrics) metrics->Stop();
     svc->Shutdown();
     transport->Stop();
     loop.Stop();
   });
 
-  // Idle sessions are swept a few times per timeout.
+  ConfigReloader reloader(*command_line, *loaded, svc, &notifier);
+  std::function<void()> arm_reload = [&]() {
+    reload_signal.async_wait([&](const boost::system::error_code& error, int) {
+      if (error) return;
+      TLOG_INFO("SIGHUP: reloading the config").With("files", absl::StrJoin(command_line->config_files, ","));
+      reloader.Reload();
+      arm_reload();
+    });
+  };
+  arm_reload();
+
+  // Idle sessions are swept a few times per timeout (which a reload may change).
   boost::asio::steady_timer sweep(loop.context());
-  auto period = std::chrono::milliseconds(
-      std::max<int64_t>(50, static_cast<int64_t>(options.session_timeout_seconds * 1000 / 4)));
-  std::function<void()> arm = [&]() {
-    sweep.expires_after(period);
+  std::function<void()> arm_sweep = [&]() {
+    sweep.expires_after(std::chrono::milliseconds(
+        std::max<int64_t>(50, static_cast<int64_t>(svc->options().session_timeout_seconds * 1000 / 4))));
     sweep.async_wait([&](const boost::system::error_code& error) {
       if (error) return;
       svc->ExpireIdleSessions();
-      arm();
+      arm_sweep();
     });
   };
-  arm();
+  arm_sweep();
+
+  // systemd: the watchdog is fed from the loop (a stuck loop stops feeding
+  // it), and the status line refreshed.
+  std::chrono::microseconds tick = std::chrono::seconds(5);
+  if (auto watchdog = notifier.WatchdogInterval()) tick = std::min(tick, *watchdog);
+  boost::asio::steady_timer status_timer(loop.context());
+  std::function<void()> arm_status = [&]() {
+    status_timer.expires_after(tick);
+    status_timer.async_wait([&](const boost::system::error_code& error) {
+      if (error) return;
+      notifier.Watchdog();
+      notifier.Status(svc->StatusLine());
+      arm_status();
+    });
+  };
+  arm_status();
 
   TLOG_INFO("tandemd listening")
       .With("endpoint", transport->endpoint())
       .With("devices", absl::StrJoin(svc->DeviceNames(), ","))
       .With("policy", options.policy)
+      .With("metrics", metrics ? absl::StrCat(options.metrics_address, ":", metrics->port()) : "off")
+      .With("config", command_line->config_files.empty() ? "none" : absl::StrJoin(command_line->config_files, ","))
       .With("pid", ::getpid());
+  notifier.Ready(svc->StatusLine());
   loop.Run();
+  metrics.reset();
   transport.reset();
   service->reset();
   TLOG_INFO("tandemd stopped");
   return 0;
 }
+
+}  // namespace
+}  // namespace tandem::server
+
+int main(int argc, char** argv) { return tandem::server::Run(argc, argv); }

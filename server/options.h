@@ -1,4 +1,6 @@
-// tandemd's settings: every flag of the daemon, in one struct.
+// tandemd's settings: every flag and config-file key of the daemon, in one
+// struct. server/config.h names each field's key, parses and validates it,
+// and says which can change while the daemon runs (on SIGHUP).
 #ifndef TANDEM_SERVER_OPTIONS_H_
 #define TANDEM_SERVER_OPTIONS_H_
 
@@ -13,6 +15,7 @@ struct DaemonOptions {
   std::string device = "auto";   // auto | cpu | cuda
   std::vector<int> gpus;         // CUDA ordinals to use; empty: all
   std::string policy = "fifo";   // fifo | pack | fair | srtf | priority
+  std::string log_level = "info";  // debug | info | warning | error
   uint64_t max_message_bytes = uint64_t{256} << 20;
   double session_timeout_seconds = 30;
   uint64_t cpu_memory_bytes = uint64_t{8} << 30;  // capacity of the CPU device
@@ -21,6 +24,9 @@ struct DaemonOptions {
   uint64_t max_job_bytes = 0;    // per-job quota; 0: none
   int max_inflight_per_lane = 2; // iterations enqueued ahead on a lane
   int max_queued_per_job = 64;   // iterations a job may have waiting
+  std::string socket_group;      // group owning an ipc socket; empty: the daemon's
+  int metrics_port = 0;          // Prometheus endpoint; 0: off
+  std::string metrics_address = "127.0.0.1";
 };
 
 }  // namespace tandem::server

@@ -1,5 +1,7 @@
 #include "server/service.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -104,6 +106,7 @@ void Service::Reply(const PendingReply& to, v1::Response response) {
 
 void Service::ReplyError(const PendingReply& to, const absl::Status& status) {
   ++errors_;
+  measurements_.OnError(status.code());
   v1::Response response;
   StatusToProto(status, response.mutable_status());
   TLOG_DEBUG("request failed").With("request", to.request_id).With("status", status.ToString());
@@ -161,6 +164,7 @@ void Service::HandleMessage(const std::string& peer, const std::string& payload,
     return;
   }
   session->last_seen = Clock::now();
+  if (HandleAdminRequest(to, *request)) return;
   switch (request->body_case()) {
     case v1::Request::kRegisterJob: OnRegisterJob(to, *session, request); return;
     case v1::Request::kRunIteration: OnRunIteration(to, *session, request); return;
@@ -181,6 +185,7 @@ void Service::HandleMessage(const std::string& peer, const std::string& payload,
     }
     case v1::Request::kListSessions: OnListSessions(to); return;
     case v1::Request::kStats: OnStats(to); return;
+    case v1::Request::kMapSharedMemory: OnMapSharedMemory(to, *session, request->map_shared_memory()); return;
     default: break;
   }
   ReplyError(to, absl::InvalidArgumentError("request has no body this daemon knows (protocol v1)"));
@@ -257,6 +262,34 @@ void Service::ExpireIdleSessions() {
   for (uint64_t id : expired) EndSession(id, "session timed out (no message from the client)");
 }
 
+void Service::OnMapSharedMemory(const PendingReply& to, Session& session, const v1::MapSharedMemoryRequest& map) {
+  constexpr size_t kMaxRegionsPerSession = 16;
+  if (session.regions.size() >= kMaxRegionsPerSession) {
+    ReplyError(to, absl::ResourceExhaustedError(
+                       absl::StrCat("a session may map at most ", kMaxRegionsPerSession, " shared-memory regions")));
+    return;
+  }
+  std::vector<device::Device*> devices;
+  for (auto& d : devices_) devices.push_back(d->device.get());
+  // A region may hold a few full-size messages' worth of feeds.
+  auto region = SharedRegion::Map(next_region_, map.name(), map.bytes(), devices, 4 * options_.max_message_bytes);
+  if (!region.ok()) {
+    ReplyError(to, region.status());
+    return;
+  }
+  next_region_++;
+  TLOG_INFO("shared memory mapped")
+      .With("session", session.id)
+      .With("region", (*region)->id())
+      .With("bytes", map.bytes())
+      .With("pinned", (*region)->pinned() ? "yes" : "no");
+  v1::Response response;
+  response.mutable_map_shared_memory()->set_region_id((*region)->id());
+  response.mutable_map_shared_memory()->set_pinned((*region)->pinned());
+  session.regions[(*region)->id()] = *std::move(region);
+  Reply(to, std::move(response));
+}
+
 void Service::OnListSessions(const PendingReply& to) {
   v1::Response response;
   auto* list = response.mutable_list_sessions();
@@ -279,6 +312,7 @@ void Service::OnListSessions(const PendingReply& to) {
       j->set_priority(job.hints.priority());
       j->set_device(job.device->device->info().name);
       j->set_lane(job.lane);
+      FillJobMeasurements(job, j);
     }
   }
   Reply(to, std::move(response));
@@ -306,7 +340,11 @@ void Service::OnStats(const PendingReply& to) {
     d->set_free_bytes(m.free_bytes);
     d->set_lanes(static_cast<uint32_t>(m.lanes.size()));
     d->set_iterations(dev->iterations);
+    FillDeviceDetails(*dev, d);
   }
+  stats->set_draining(draining_);
+  stats->set_pid(static_cast<uint32_t>(::getpid()));
+  stats->set_config_reloads(config_reloads_);
   Reply(to, std::move(response));
 }
 

@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "server/event_loop.h"
+#include "server/metrics.h"
 #include "server/options.h"
 #include "server/state.h"
 #include "tandem.pb.h"
@@ -48,8 +49,37 @@ class Service {
 
   std::vector<std::string> DeviceNames() const;
 
+  // service_admin.cc: operating the daemon (tandemctl, SIGHUP, systemd).
+  // Loop thread. Applies the live keys among `changed` (policy, log_level,
+  // session_timeout, max_job_memory_mib, max_queued_per_job) from `fresh`.
+  void ApplyLiveOptions(const DaemonOptions& fresh, const std::vector<std::string>& changed);
+  // Loop thread. Counts a config reload for the stats and metrics.
+  void OnConfigReload(bool ok);
+  // Loop thread. One line for systemd's STATUS=: sessions, jobs, policy.
+  // Also forgets the measurements of jobs that are gone.
+  std::string StatusLine();
+  // Loop thread. Every metric in the Prometheus text format (metrics_export.cc).
+  std::string RenderMetrics();
+  const DaemonOptions& options() const { return options_; }
+
  private:
   Service(const DaemonOptions& options, EventLoop& loop, SendFn send);
+
+  // service_admin.cc: the admin requests, which act on any session's jobs.
+  // True (and answered) when the request was an admin request.
+  bool HandleAdminRequest(const PendingReply& to, const v1::Request& request);
+  void OnSetPriority(const PendingReply& to, const v1::SetPriorityRequest& set);
+  void OnSetPolicy(const PendingReply& to, const v1::SetPolicyRequest& set);
+  void OnDrain(const PendingReply& to, const v1::DrainRequest& drain);
+  void OnKillJob(const PendingReply& to, const v1::KillJobRequest& kill);
+  // UNAVAILABLE while draining (registrations are refused).
+  absl::Status CheckAdmitting() const;
+  // The measured fields of a job's JobInfo (queue wait, share, slowdown).
+  void FillJobMeasurements(const Job& job, v1::JobInfo* info) const;
+  // The admin fields of a device's DeviceStats (lanes, admissions).
+  void FillDeviceDetails(const DeviceRuntime& dev, v1::DeviceStats* stats) const;
+  // Loop thread. A successful iteration, for the measurements.
+  void MeasureIteration(const DeviceRuntime& dev, uint64_t job_id, double run_seconds, Clock::time_point enqueued);
 
   // service.cc: sessions and the small requests.
   void Reply(const PendingReply& to, v1::Response response);
@@ -57,6 +87,7 @@ class Service {
   void OnHello(const PendingReply& to, const v1::HelloRequest& hello);
   void OnListSessions(const PendingReply& to);
   void OnStats(const PendingReply& to);
+  void OnMapSharedMemory(const PendingReply& to, Session& session, const v1::MapSharedMemoryRequest& map);
   void EndSession(uint64_t session_id, const char* reason);
   Session* FindSession(const std::string& peer);
   absl::StatusOr<Job*> FindJob(const Session& session, uint64_t job_id);
@@ -81,6 +112,7 @@ class Service {
   void OnRunIteration(const PendingReply& to, Session& session, std::shared_ptr<const v1::Request> request);
   void OnReadTensor(const PendingReply& to, Session& session, const v1::ReadTensorRequest& read);
   void DispatchAll(DeviceRuntime& dev);
+  void RebalanceLanes(DeviceRuntime& dev);
   void StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ticket, QueuedIteration it);
   void OnIterationDone(DeviceRuntime& dev, int lane, int slot, uint64_t job_id, QueuedIteration it,
                        absl::Status status);
@@ -88,7 +120,7 @@ class Service {
   void OnDeviceWorkDone(uint64_t job_id);
   std::vector<void*> AddressTable(const Job& job) const;
 
-  const DaemonOptions options_;
+  DaemonOptions options_;  // the live keys change on reload (ApplyLiveOptions)
   EventLoop& loop_;
   const SendFn send_;
   const Clock::time_point started_ = Clock::now();
@@ -102,10 +134,14 @@ class Service {
   uint64_t next_session_ = 1;
   uint64_t next_job_ = 1;
   uint64_t next_ticket_ = 1;
+  uint64_t next_region_ = 1;
   uint64_t requests_ = 0;
   uint64_t errors_ = 0;
   uint64_t iterations_ = 0;
   bool shutting_down_ = false;
+  bool draining_ = false;  // registrations refused (admin drain)
+  uint64_t config_reloads_ = 0;
+  ServiceMeasurements measurements_;
 };
 
 }  // namespace tandem::server

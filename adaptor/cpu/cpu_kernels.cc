@@ -14,6 +14,15 @@ CpuKernelFn FindCpuKernel(absl::string_view op) {
     AddShapeKernels(*t);
     AddLossKernels(*t);
     AddFactoryKernels(*t);
+    AddConvolutionKernels(*t);
+    AddPoolingKernels(*t);
+    AddBatchNormKernels(*t);
+    AddIndexingKernels(*t);
+    AddSlicingKernels(*t);
+    AddActivationKernels(*t);
+    AddComparisonKernels(*t);
+    AddNormalizationKernels(*t);
+    AddAttentionKernels(*t);
     return t;
   }();
   auto it = table->find(op);

@@ -27,6 +27,15 @@ void AddReductionKernels(CpuKernelTable& table);
 void AddShapeKernels(CpuKernelTable& table);
 void AddLossKernels(CpuKernelTable& table);
 void AddFactoryKernels(CpuKernelTable& table);
+void AddConvolutionKernels(CpuKernelTable& table);
+void AddPoolingKernels(CpuKernelTable& table);
+void AddBatchNormKernels(CpuKernelTable& table);
+void AddIndexingKernels(CpuKernelTable& table);
+void AddSlicingKernels(CpuKernelTable& table);
+void AddActivationKernels(CpuKernelTable& table);
+void AddComparisonKernels(CpuKernelTable& table);
+void AddNormalizationKernels(CpuKernelTable& table);
+void AddAttentionKernels(CpuKernelTable& table);
 
 inline absl::Status UnsupportedDType(const KernelArgs& args, DType dtype) {
   return absl::UnimplementedError(

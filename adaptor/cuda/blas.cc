@@ -8,6 +8,7 @@
 #include <climits>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -45,7 +46,7 @@ uint32_t AlignmentOf(const void* p) {
 }
 
 // What selects an algorithm: the problem and the operands' alignments.
-using AlgoKey = std::array<int64_t, 12>;
+using AlgoKey = std::array<int64_t, 13>;
 
 // A stream's BLAS state: both handles, the workspace and the algorithms
 // chosen so far (nullopt: cuBLASLt had none, use classic cuBLAS).
@@ -141,11 +142,22 @@ absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s
   BLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&descs.x, type, cm.x_rows, cm.x_cols, cm.x_rows));
   BLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&descs.y, type, cm.y_rows, cm.y_cols, cm.y_rows));
   BLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&descs.d, type, s.m, s.n, s.m));
+  if (s.batch > 1) {
+    const int32_t count = static_cast<int32_t>(s.batch);
+    const std::pair<cublasLtMatrixLayout_t, int64_t> layouts[3] = {
+        {descs.x, s.stride_b}, {descs.y, s.stride_a}, {descs.d, s.stride_out}};
+    for (const auto& [layout, stride] : layouts) {
+      BLAS_RETURN_IF_ERROR(
+          cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+      BLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                            &stride, sizeof(stride)));
+    }
+  }
   const void* c = use_c ? s.c : s.out;
 
   const AlgoKey key = {static_cast<int64_t>(s.dtype), s.n, s.k, s.m, s.trans_a, s.trans_b, s.bias != nullptr,
                        AlignmentOf(s.a), AlignmentOf(s.b), AlignmentOf(c), AlignmentOf(s.out),
-                       s.bias != nullptr ? AlignmentOf(s.bias) : 0};
+                       s.bias != nullptr ? AlignmentOf(s.bias) : 0, s.batch};
   auto it = state.algos.find(key);
   if (it == state.algos.end()) {
     BLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&descs.pref));
@@ -210,6 +222,15 @@ absl::Status ClassicMatmul(BlasState& state, cudaStream_t stream, const MatmulSp
   const bool f32 = s.dtype == DType::kFloat32;
   const cudaDataType_t type = f32 ? CUDA_R_32F : CUDA_R_64F;
   const ColumnMajor cm = ToColumnMajor(s);
+  if (s.batch > 1) {
+    if (s.batch > INT_MAX) return absl::UnimplementedError("batched product past cuBLAS's 32-bit batch count");
+    BLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
+        state.blas, cm.x_op, cm.y_op, static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k),
+        scalars.alpha(s.dtype), s.b, type, static_cast<int>(cm.x_rows), s.stride_b, s.a, type,
+        static_cast<int>(cm.y_rows), s.stride_a, scalars.beta(s.dtype), s.out, type, static_cast<int>(s.m),
+        s.stride_out, static_cast<int>(s.batch), f32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_64F, CUBLAS_GEMM_DEFAULT));
+    return absl::OkStatus();
+  }
   BLAS_RETURN_IF_ERROR(cublasGemmEx(state.blas, cm.x_op, cm.y_op, static_cast<int>(s.m), static_cast<int>(s.n),
                                     static_cast<int>(s.k), scalars.alpha(s.dtype), s.b, type,
                                     static_cast<int>(cm.x_rows), s.a, type, static_cast<int>(cm.y_rows),
@@ -227,8 +248,11 @@ absl::Status Matmul(device::CudaStream& stream, const MatmulSpec& spec) {
     return absl::UnimplementedError(
         absl::StrCat("the CUDA matrix product has no kernel for dtype ", DTypeName(spec.dtype)));
   }
-  if (spec.n <= 0 || spec.m <= 0 || spec.k <= 0) {
+  if (spec.n <= 0 || spec.m <= 0 || spec.k <= 0 || spec.batch <= 0) {
     return absl::InternalError("Matmul needs positive dims; the caller handles empty products");
+  }
+  if (spec.batch > 1 && (spec.c != nullptr || spec.bias != nullptr)) {
+    return absl::InternalError("a batched Matmul takes no c or bias");
   }
   ASSIGN_OR_RETURN(BlasState * state, BlasState::For(stream));
   Scalars scalars;

@@ -36,6 +36,11 @@ struct MatmulSpec {
   double beta = 0.0;
   const void* c = nullptr;     // [n, m], may be `out`; ignored when beta == 0
   const void* bias = nullptr;  // [m], added to every row; not with `c`
+  // Strided batches (bmm): `batch` products, product i reading a + i *
+  // stride_a, b + i * stride_b and writing out + i * stride_out (strides in
+  // elements). Not with `c` or `bias`.
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_out = 0;
 };
 
 // Enqueues the product on `stream`. n, m and k must be positive.

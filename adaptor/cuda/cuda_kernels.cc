@@ -13,6 +13,15 @@ CudaKernelFn FindCudaKernel(absl::string_view op) {
     AddShapeKernels(*t);
     AddLossKernels(*t);
     AddFactoryKernels(*t);
+    AddConvolutionKernels(*t);
+    AddPoolingKernels(*t);
+    AddBatchNormKernels(*t);
+    AddIndexingKernels(*t);
+    AddSlicingKernels(*t);
+    AddActivationKernels(*t);
+    AddComparisonKernels(*t);
+    AddNormalizationKernels(*t);
+    AddAttentionKernels(*t);
     return t;
   }();
   auto it = table->find(op);
@@ -20,7 +29,9 @@ CudaKernelFn FindCudaKernel(absl::string_view op) {
 }
 
 bool CudaKernelChecksData(absl::string_view op) {
-  return op == "nll_loss_forward" || op == "nll_loss_backward";
+  return op == "nll_loss_forward" || op == "nll_loss_backward" || op == "embedding" ||
+         op == "embedding_dense_backward" || op == "gather" || op == "scatter.value" || op == "scatter.src" ||
+         op == "index_select" || op == "index_put";
 }
 
 }  // namespace tandem::cuda

@@ -15,6 +15,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "adaptor/cuda/launch.h"
@@ -36,6 +38,11 @@ CudaKernelFn FindCudaKernel(absl::string_view op);
 
 // Whether the op's kernel checks data and may write the error word.
 bool CudaKernelChecksData(absl::string_view op);
+
+// What the bad value `value` that `node`'s kernel reported through the error
+// word means ("index 12000 is outside the rows [0, 10000) of weight"), for
+// the indexing ops (indexing_ops.cc); the node's description is not included.
+std::string DescribeBadIndex(const Graph& graph, const Node& node, int64_t value);
 
 }  // namespace tandem::cuda
 

@@ -231,6 +231,10 @@ class CudaProgram final : public Program {
       return absl::InternalError(absl::StrCat("the GPU reported bad data from an unknown node ", index));
     }
     const Node& node = graph_.nodes[index];
+    if (node.op != "nll_loss_forward" && node.op != "nll_loss_backward") {
+      return absl::InvalidArgumentError(absl::StrCat(node.Describe(static_cast<int>(index)), ": ",
+                                                     DescribeBadIndex(graph_, node, value)));
+    }
     // nll_loss_forward's self is input 0, nll_loss_backward's input 1.
     const int self_input = node.op == "nll_loss_backward" ? 1 : 0;
     const int64_t classes = graph_.values[node.inputs[self_input]].type.shape.back();

@@ -20,6 +20,15 @@ void AddReductionKernels(CudaKernelTable& table);
 void AddShapeKernels(CudaKernelTable& table);
 void AddLossKernels(CudaKernelTable& table);
 void AddFactoryKernels(CudaKernelTable& table);
+void AddConvolutionKernels(CudaKernelTable& table);
+void AddPoolingKernels(CudaKernelTable& table);
+void AddBatchNormKernels(CudaKernelTable& table);
+void AddIndexingKernels(CudaKernelTable& table);
+void AddSlicingKernels(CudaKernelTable& table);
+void AddActivationKernels(CudaKernelTable& table);
+void AddComparisonKernels(CudaKernelTable& table);
+void AddNormalizationKernels(CudaKernelTable& table);
+void AddAttentionKernels(CudaKernelTable& table);
 
 inline absl::Status UnsupportedDType(const KernelArgs& args, DType dtype) {
   return absl::UnimplementedError(

@@ -1,0 +1,144 @@
+// CUDA kernels of the activations and pointwise math (sigmoid, tanh, exp,
+// log, rsqrt, gelu, pow, the activation backwards, clamp, maximum/minimum,
+// addcmul/addcdiv, lerp) and of native_dropout and its backward.
+#include <string>
+#include <variant>
+
+#include "adaptor/cuda/kernel_util.h"
+#include "adaptor/cuda/operand_layout.h"
+#include "adaptor/cuda/sequence_launch.h"
+#include "adaptor/ops/dropout_mask.h"
+#include "base/status_macros.h"
+
+namespace tandem::cuda {
+namespace {
+
+// `value` in both forms, the integer one exact when the attribute is one.
+ScalarParam NumberAttr(const Attrs& attrs, const char* name, double value) {
+  ScalarParam p;
+  p.f = value;
+  auto as_int = attrs.GetInt(name);
+  p.i = as_int.ok() ? *as_int : static_cast<int64_t>(value);
+  return p;
+}
+
+absl::Status Run(const CudaKernelContext& context, const KernelArgs& args, PointwiseOp op,
+                 const PointwiseParams& params) {
+  const TensorArg& out = args.outputs[0];
+  const DType dtype = out.type.dtype;
+  std::vector<const TensorArg*> inputs;
+  for (const TensorArg& in : args.inputs) inputs.push_back(&in);
+  ASSIGN_OR_RETURN(std::vector<BinaryOperand> operands,
+                   BroadcastOperands(inputs, std::vector<DType>(inputs.size(), dtype), out.type.shape));
+  return Launched(args,
+                  LaunchPointwise(op, dtype, out.numel(), operands.data(), static_cast<int>(operands.size()),
+                                  out.data, params, context.native),
+                  dtype);
+}
+
+template <PointwiseOp kOp>
+absl::Status PlainKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  return Run(context, args, kOp, PointwiseParams{});
+}
+
+// The tanh form of gelu and its backward are separate kernels.
+template <PointwiseOp kExact, PointwiseOp kTanh>
+absl::Status GeluKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  const absl::StatusOr<std::string> approximate = args.node->attrs.GetString("approximate", "none");
+  if (!approximate.ok()) return approximate.status();
+  return Run(context, args, *approximate == "tanh" ? kTanh : kExact, PointwiseParams{});
+}
+
+// pow.Tensor_Scalar (exponent) and pow.Scalar (self: the base).
+template <PointwiseOp kOp>
+absl::Status PowKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  const char* name = kOp == PointwiseOp::kPowExponent ? "exponent" : "self";
+  ASSIGN_OR_RETURN(double value, args.node->attrs.GetFloat(name));
+  PointwiseParams params;
+  params.p = NumberAttr(args.node->attrs, name, value);
+  return Run(context, args, kOp, params);
+}
+
+absl::Status ClampKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  const Attrs& attrs = args.node->attrs;
+  PointwiseParams params;
+  params.has_lo = attrs.Has("min");
+  params.has_hi = attrs.Has("max");
+  if (params.has_lo) {
+    ASSIGN_OR_RETURN(double lo, attrs.GetFloat("min"));
+    params.lo = NumberAttr(attrs, "min", lo);
+  }
+  if (params.has_hi) {
+    ASSIGN_OR_RETURN(double hi, attrs.GetFloat("max"));
+    params.hi = NumberAttr(attrs, "max", hi);
+  }
+  return Run(context, args, PointwiseOp::kClamp, params);
+}
+
+// addcmul / addcdiv (value) and lerp.Scalar (weight).
+template <PointwiseOp kOp>
+absl::Status NumberOpKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  const char* name = kOp == PointwiseOp::kLerpScalar ? "weight" : "value";
+  const std::optional<double> fallback =
+      kOp == PointwiseOp::kLerpScalar ? std::nullopt : std::optional<double>(1.0);
+  ASSIGN_OR_RETURN(double value, args.node->attrs.GetFloat(name, fallback));
+  PointwiseParams params;
+  params.p = NumberAttr(args.node->attrs, name, value);
+  return Run(context, args, kOp, params);
+}
+
+bool IsFloat(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kFloat64; }
+
+absl::Status NativeDropoutKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  const Attrs& attrs = args.node->attrs;
+  const TensorArg& x = args.inputs[0];
+  if (!IsFloat(x.type.dtype)) return UnsupportedDType(args, x.type.dtype);
+  ASSIGN_OR_RETURN(double p, attrs.GetFloat("p"));
+  DropoutParams params;
+  ASSIGN_OR_RETURN(params.train, attrs.GetBool("train", true));
+  ASSIGN_OR_RETURN(params.attr_seed, attrs.GetInt("seed", 0));
+  params.threshold = params.train ? dropout::Threshold(p) : 0;
+  params.scale = params.train ? dropout::Scale(p) : 1.0;
+  const int64_t* seed = args.inputs.size() > 1 ? args.inputs[1].as<const int64_t>() : nullptr;
+  return Launched(args,
+                  LaunchNativeDropout(x.type.dtype, x.numel(), x.data, seed, params, args.outputs[0].data,
+                                      args.outputs[1].as<bool>(), context.native),
+                  x.type.dtype);
+}
+
+absl::Status NativeDropoutBackwardKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  const TensorArg& grad = args.inputs[0];
+  if (!IsFloat(grad.type.dtype)) return UnsupportedDType(args, grad.type.dtype);
+  ASSIGN_OR_RETURN(double scale, args.node->attrs.GetFloat("scale"));
+  return Launched(args,
+                  LaunchDropoutBackward(grad.type.dtype, grad.numel(), grad.data, args.inputs[1].as<const bool>(),
+                                        scale, args.outputs[0].data, context.native),
+                  grad.type.dtype);
+}
+
+}  // namespace
+
+void AddActivationKernels(CudaKernelTable& table) {
+  table["sigmoid"] = PlainKernel<PointwiseOp::kSigmoid>;
+  table["tanh"] = PlainKernel<PointwiseOp::kTanh>;
+  table["exp"] = PlainKernel<PointwiseOp::kExp>;
+  table["log"] = PlainKernel<PointwiseOp::kLog>;
+  table["rsqrt"] = PlainKernel<PointwiseOp::kRsqrt>;
+  table["gelu"] = GeluKernel<PointwiseOp::kGelu, PointwiseOp::kGeluTanh>;
+  table["gelu_backward"] = GeluKernel<PointwiseOp::kGeluBackward, PointwiseOp::kGeluTanhBackward>;
+  table["pow.Tensor_Scalar"] = PowKernel<PointwiseOp::kPowExponent>;
+  table["pow.Scalar"] = PowKernel<PointwiseOp::kPowBase>;
+  table["sigmoid_backward"] = PlainKernel<PointwiseOp::kSigmoidBackward>;
+  table["tanh_backward"] = PlainKernel<PointwiseOp::kTanhBackward>;
+  table["clamp"] = ClampKernel;
+  table["maximum"] = PlainKernel<PointwiseOp::kMaximum>;
+  table["minimum"] = PlainKernel<PointwiseOp::kMinimum>;
+  table["addcmul"] = NumberOpKernel<PointwiseOp::kAddcmul>;
+  table["addcdiv"] = NumberOpKernel<PointwiseOp::kAddcdiv>;
+  table["lerp.Scalar"] = NumberOpKernel<PointwiseOp::kLerpScalar>;
+  table["lerp.Tensor"] = PlainKernel<PointwiseOp::kLerp>;
+  table["native_dropout"] = NativeDropoutKernel;
+  table["native_dropout_backward"] = NativeDropoutBackwardKernel;
+}
+
+}  // namespace tandem::cuda

@@ -1,0 +1,132 @@
+// Registry entries of softmax and layer normalization: _softmax,
+// _softmax_backward_data, native_layer_norm, native_layer_norm_backward.
+//
+// Optional tensors (layer norm's weight and bias) follow the registry's rule
+// that an absent one is left out and the inputs after it move up; since bias
+// follows weight, a bias without a weight needs a weight of ones.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "adaptor/op_registry.h"
+#include "adaptor/ops/infer_util.h"
+#include "adaptor/ops/shape_rules.h"
+#include "base/status_macros.h"
+
+namespace tandem {
+namespace {
+
+using ops::TypeList;
+
+absl::Status CheckDim(const Attrs& attrs, absl::string_view input, const TensorType& type) {
+  ASSIGN_OR_RETURN(int64_t dim, attrs.GetInt("dim"));
+  auto d = NormalizeDim(dim, type.rank());
+  if (!d.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(input, " is ", type.ToString(), ": ", d.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TypeList> SoftmaxInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
+  RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kFloatTypes));
+  RETURN_IF_ERROR(CheckDim(attrs, "self", in[0]));
+  ASSIGN_OR_RETURN(bool half_to_float, attrs.GetBool("half_to_float", false));
+  if (half_to_float) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("half_to_float=true needs a float16 self; self is ", in[0].ToString()));
+  }
+  return TypeList{in[0]};
+}
+
+// grad_input = output * (grad_output - sum(grad_output * output, dim)).
+absl::StatusOr<TypeList> SoftmaxBackwardInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
+  RETURN_IF_ERROR(ops::RequireDType("grad_output", in[0], ops::kFloatTypes));
+  if (!(in[0] == in[1])) {
+    return absl::InvalidArgumentError(absl::StrCat("grad_output is ", in[0].ToString(), " but output is ",
+                                                   in[1].ToString(), "; they must have the same type"));
+  }
+  RETURN_IF_ERROR(CheckDim(attrs, "grad_output", in[0]));
+  ASSIGN_OR_RETURN(DType input_dtype, attrs.GetDType("input_dtype", in[0].dtype));
+  if (input_dtype != in[0].dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("attribute 'input_dtype' is ", DTypeName(input_dtype),
+                                                   " but grad_output is ", in[0].ToString(),
+                                                   "; mixed-precision softmax is not supported"));
+  }
+  return TypeList{in[0]};
+}
+
+// The trailing dims of `input` named by `normalized_shape`; the statistics'
+// shape is input's leading dims followed by ones.
+absl::StatusOr<Shape> LayerNormStatsShape(const Attrs& attrs, const TensorType& input) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> normalized, attrs.GetInts("normalized_shape"));
+  const int k = static_cast<int>(normalized.size());
+  const std::string text = absl::StrCat("[", absl::StrJoin(normalized, ", "), "]");
+  if (k > input.rank() || !std::equal(normalized.begin(), normalized.end(), input.shape.end() - k)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input is ", input.ToString(), " but normalized_shape is ", text,
+                     "; expected the trailing dims of input"));
+  }
+  Shape stats(input.shape.begin(), input.shape.end() - k);
+  stats.insert(stats.end(), k, 1);
+  return stats;
+}
+
+absl::Status CheckAffine(const Attrs& attrs, const TensorType& input, absl::Span<const TensorType> affine,
+                         std::initializer_list<const char*> names) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> normalized, attrs.GetInts("normalized_shape"));
+  const TensorType expected{input.dtype, Shape(normalized.begin(), normalized.end())};
+  const char* const* name = names.begin();
+  for (size_t i = 0; i < affine.size(); ++i) {
+    if (!(affine[i] == expected)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name[i], " is ", affine[i].ToString(), "; expected ", expected.ToString()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// native_layer_norm(input[, weight[, bias]]; normalized_shape, eps):
+// (output, mean, rstd).
+absl::StatusOr<TypeList> LayerNormInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
+  RETURN_IF_ERROR(ops::RequireDType("input", in[0], ops::kFloatTypes));
+  ASSIGN_OR_RETURN(Shape stats, LayerNormStatsShape(attrs, in[0]));
+  RETURN_IF_ERROR(CheckAffine(attrs, in[0], in.subspan(1), {"weight", "bias"}));
+  RETURN_IF_ERROR(attrs.GetFloat("eps").status());
+  return TypeList{in[0], {in[0].dtype, stats}, {in[0].dtype, stats}};
+}
+
+// native_layer_norm_backward(grad_out, input, mean, rstd[, weight[, bias]];
+// normalized_shape, output_mask): (grad_input, grad_weight, grad_bias), all
+// three always computed (output_mask is accepted and not needed).
+absl::StatusOr<TypeList> LayerNormBackwardInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
+  RETURN_IF_ERROR(ops::RequireDType("input", in[1], ops::kFloatTypes));
+  if (!(in[0] == in[1])) {
+    return absl::InvalidArgumentError(absl::StrCat("grad_out is ", in[0].ToString(), " but input is ",
+                                                   in[1].ToString(), "; they must have the same type"));
+  }
+  ASSIGN_OR_RETURN(Shape stats, LayerNormStatsShape(attrs, in[1]));
+  const TensorType stats_type{in[1].dtype, stats};
+  for (int k : {2, 3}) {
+    if (!(in[k] == stats_type)) {
+      return absl::InvalidArgumentError(absl::StrCat(k == 2 ? "mean" : "rstd", " is ", in[k].ToString(),
+                                                     "; expected ", stats_type.ToString()));
+    }
+  }
+  RETURN_IF_ERROR(CheckAffine(attrs, in[1], in.subspan(4), {"weight", "bias"}));
+  if (attrs.Has("output_mask")) RETURN_IF_ERROR(attrs.GetInts("output_mask").status());
+  ASSIGN_OR_RETURN(std::vector<int64_t> normalized, attrs.GetInts("normalized_shape"));
+  const TensorType affine{in[1].dtype, Shape(normalized.begin(), normalized.end())};
+  return TypeList{in[1], affine, affine};
+}
+
+}  // namespace
+
+void RegisterNormalizationOps(OpRegistry& registry) {
+  using ops::RegisterOp;
+  RegisterOp(registry, "_softmax", 1, 1, 1, AliasKind::kNone, SoftmaxInfer);
+  RegisterOp(registry, "_softmax_backward_data", 2, 2, 1, AliasKind::kInPlace, SoftmaxBackwardInfer);
+  RegisterOp(registry, "native_layer_norm", 1, 3, 3, AliasKind::kNone, LayerNormInfer);
+  RegisterOp(registry, "native_layer_norm_backward", 4, 6, 3, AliasKind::kNone, LayerNormBackwardInfer);
+}
+
+}  // namespace tandem

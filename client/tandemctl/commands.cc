@@ -1,0 +1,394 @@
+#include "client/tandemctl/commands.h"
+
+#include <grp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "base/endpoint.h"
+#include "base/status_macros.h"
+#include "client/client.h"
+#include "client/tandemctl/format.h"
+
+namespace tandem::ctl {
+namespace {
+
+using client::Client;
+
+std::string ToJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions print;
+  print.add_whitespace = true;
+  print.always_print_primitive_fields = true;
+  print.preserve_proto_field_names = true;
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(message, &json, print);
+  return json;
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Connect(const CtlOptions& options, bool heartbeat) {
+  std::string endpoint = options.endpoint.empty() ? ClientDefaultEndpoint() : options.endpoint;
+  RETURN_IF_ERROR(CheckEndpoint(endpoint));
+  client::ClientOptions co;
+  co.endpoint = endpoint;
+  co.name = "tandemctl";
+  co.connect_timeout = absl::Seconds(options.timeout_seconds);
+  // kill answers once the job's running iteration has finished.
+  co.call_timeout = absl::Seconds(std::max(options.timeout_seconds, 600.0));
+  co.heartbeat = heartbeat;
+  return Client::Connect(co);
+}
+
+absl::Status Usage(absl::string_view message) { return absl::InvalidArgumentError(message); }
+
+absl::StatusOr<uint64_t> ParseJobId(const std::string& text) {
+  uint64_t id;
+  if (!absl::SimpleAtoi(text, &id) || id == 0) {
+    return Usage(absl::StrCat("'", text, "' is not a job id (tandemctl jobs lists them)"));
+  }
+  return id;
+}
+
+std::vector<const v1::JobInfo*> AllJobs(const v1::ListSessionsResponse& list,
+                                        std::map<uint64_t, const v1::SessionInfo*>* session_of = nullptr) {
+  std::vector<const v1::JobInfo*> jobs;
+  for (const v1::SessionInfo& s : list.sessions()) {
+    for (const v1::JobInfo& j : s.jobs()) {
+      jobs.push_back(&j);
+      if (session_of != nullptr) (*session_of)[j.job_id()] = &s;
+    }
+  }
+  std::sort(jobs.begin(), jobs.end(), [](const v1::JobInfo* a, const v1::JobInfo* b) {
+    return a->job_id() < b->job_id();
+  });
+  return jobs;
+}
+
+std::string DaemonSummary(const v1::StatsResponse& stats, const std::string& endpoint) {
+  return absl::StrCat("tandemd ", stats.daemon_version(), " at ", endpoint, "  pid ", stats.pid(), "  up ",
+                      HumanDuration(stats.uptime_seconds()), "\npolicy ", stats.policy(), "  sessions ",
+                      stats.sessions(), "  jobs ", stats.jobs(), "  iterations ", stats.iterations(), "  requests ",
+                      stats.requests(), "  errors ", stats.errors(), "  config reloads ", stats.config_reloads(),
+                      stats.draining() ? "  DRAINING (new jobs refused)" : "", "\n");
+}
+
+std::string DeviceTable(const v1::StatsResponse& stats) {
+  TextTable table({"DEVICE", ">CAPACITY", ">RESERVE", ">PERSISTENT", ">LANES", ">FREE", ">#LANES", ">ITERATIONS",
+                   ">BUSY", ">ADMITTED", ">REFUSED"});
+  for (const v1::DeviceStats& d : stats.devices()) {
+    table.AddRow({d.name(), HumanBytes(d.capacity_bytes()), HumanBytes(d.reserve_bytes()),
+                  HumanBytes(d.persistent_bytes()), HumanBytes(d.lane_bytes()), HumanBytes(d.free_bytes()),
+                  absl::StrCat(d.lanes()), absl::StrCat(d.iterations()), HumanDuration(d.busy_seconds()),
+                  absl::StrCat(d.jobs_admitted()), absl::StrCat(d.jobs_refused())});
+  }
+  return table.Render();
+}
+
+// `rates`: iterations per second by job (top), or null.
+std::string JobTable(const v1::ListSessionsResponse& list, const std::map<uint64_t, double>* rates) {
+  std::map<uint64_t, const v1::SessionInfo*> session_of;
+  std::vector<const v1::JobInfo*> jobs = AllJobs(list, &session_of);
+  if (jobs.empty()) return "no jobs\n";
+  std::vector<std::string> headers = {">JOB", "NAME", "CLIENT", "STATE", "DEVICE", ">LANE", ">PRIO", ">ITERS",
+                                      ">ITER-TIME", ">QUEUE-WAIT", ">GPU-SHARE", ">SLOWDOWN", ">PERSISTENT",
+                                      ">EPHEMERAL", ">QUEUED"};
+  if (rates != nullptr) headers.push_back(">IT/S");
+  TextTable table(headers);
+  for (const v1::JobInfo* j : jobs) {
+    const v1::SessionInfo* s = session_of[j->job_id()];
+    std::vector<std::string> row = {absl::StrCat(j->job_id()),
+                                    j->name(),
+                                    absl::StrCat(s->client_name(), "[", s->client_pid(), "]"),
+                                    j->state(),
+                                    j->device(),
+                                    absl::StrCat(j->lane()),
+                                    absl::StrCat(j->priority()),
+                                    absl::StrCat(j->iterations_done()),
+                                    HumanSeconds(j->mean_iteration_seconds()),
+                                    HumanSeconds(j->mean_queue_seconds()),
+                                    Percent(j->gpu_time_share()),
+                                    Factor(j->slowdown()),
+                                    HumanBytes(j->persistent_bytes()),
+                                    HumanBytes(j->ephemeral_peak_bytes()),
+                                    absl::StrCat(j->queued_iterations())};
+    if (rates != nullptr) {
+      auto it = rates->find(j->job_id());
+      row.push_back(it == rates->end() ? "-" : absl::StrFormat("%.1f", it->second));
+    }
+    table.AddRow(std::move(row));
+  }
+  return table.Render();
+}
+
+absl::Status Status(Client& c, const CtlOptions& options, std::ostream& out) {
+  ASSIGN_OR_RETURN(v1::StatsResponse stats, c.Stats());
+  if (options.json) {
+    out << ToJson(stats);
+    return absl::OkStatus();
+  }
+  out << DaemonSummary(stats, c.endpoint()) << "\n" << DeviceTable(stats);
+  return absl::OkStatus();
+}
+
+absl::Status Jobs(Client& c, const CtlOptions& options, std::ostream& out) {
+  ASSIGN_OR_RETURN(v1::ListSessionsResponse list, c.ListSessions());
+  if (options.json) {
+    out << ToJson(list);
+    return absl::OkStatus();
+  }
+  out << JobTable(list, nullptr);
+  return absl::OkStatus();
+}
+
+absl::Status Lanes(Client& c, const CtlOptions& options, std::ostream& out) {
+  ASSIGN_OR_RETURN(v1::StatsResponse stats, c.Stats());
+  if (options.json) {
+    v1::StatsResponse lanes;
+    for (const v1::DeviceStats& d : stats.devices()) {
+      v1::DeviceStats* l = lanes.add_devices();
+      l->set_name(d.name());
+      *l->mutable_lane_info() = d.lane_info();
+    }
+    out << ToJson(lanes);
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(v1::ListSessionsResponse list, c.ListSessions());
+  std::map<uint64_t, std::string> names;
+  for (const v1::JobInfo* j : AllJobs(list)) names[j->job_id()] = j->name();
+  TextTable table({"DEVICE", ">LANE", ">ARENA", ">RETIRED", ">RUNNING", "JOBS"});
+  for (const v1::DeviceStats& d : stats.devices()) {
+    for (const v1::LaneInfo& l : d.lane_info()) {
+      std::vector<std::string> jobs;
+      for (uint64_t id : l.jobs()) jobs.push_back(absl::StrCat(id, names.contains(id) ? ":" + names[id] : ""));
+      table.AddRow({d.name(), absl::StrCat(l.lane()), HumanBytes(l.arena_bytes()), HumanBytes(l.retired_bytes()),
+                    absl::StrCat(l.running_iterations()), jobs.empty() ? "-" : absl::StrJoin(jobs, ", ")});
+    }
+  }
+  out << (table.rows() == 0 ? "no lanes open (no jobs)\n" : table.Render());
+  return absl::OkStatus();
+}
+
+absl::Status SetPriority(Client& c, const std::vector<std::string>& args, const CtlOptions& options,
+                         std::ostream& out) {
+  ASSIGN_OR_RETURN(uint64_t job, ParseJobId(args[0]));
+  int priority = 0;
+  (void)absl::SimpleAtoi(args[1], &priority);  // checked by ValidateCommand
+  v1::Request request;
+  request.mutable_set_priority()->set_job_id(job);
+  request.mutable_set_priority()->set_priority(priority);
+  ASSIGN_OR_RETURN(v1::Response response, c.Call(std::move(request)));
+  if (options.json) {
+    out << ToJson(response.set_priority());
+  } else {
+    out << "job " << job << ": priority " << priority << " (was " << response.set_priority().previous() << ")\n";
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetPolicy(Client& c, const std::vector<std::string>& args, const CtlOptions& options,
+                       std::ostream& out) {
+  v1::Request request;
+  request.mutable_set_policy()->set_policy(args[0]);
+  ASSIGN_OR_RETURN(v1::Response response, c.Call(std::move(request)));
+  if (options.json) {
+    out << ToJson(response.set_policy());
+  } else {
+    out << "policy " << args[0] << " (was " << response.set_policy().previous() << ")\n";
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Drain(Client& c, const CtlOptions& options, std::ostream& out) {
+  v1::Request request;
+  request.mutable_drain()->set_resume(options.resume);
+  ASSIGN_OR_RETURN(v1::Response response, c.Call(std::move(request)));
+  uint64_t jobs = response.drain().jobs();
+  if (options.wait && !options.resume) {
+    while (jobs > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      ASSIGN_OR_RETURN(v1::StatsResponse stats, c.Stats());
+      jobs = stats.jobs();
+    }
+    response.mutable_drain()->set_jobs(0);
+  }
+  if (options.json) {
+    out << ToJson(response.drain());
+  } else if (options.resume) {
+    out << "admitting new jobs again\n";
+  } else {
+    out << "draining: new jobs are refused; " << jobs << " job" << (jobs == 1 ? "" : "s") << " still registered\n";
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Kill(Client& c, const std::vector<std::string>& args, const CtlOptions& options, std::ostream& out) {
+  ASSIGN_OR_RETURN(uint64_t job, ParseJobId(args[0]));
+  v1::Request request;
+  request.mutable_kill_job()->set_job_id(job);
+  request.mutable_kill_job()->set_reason(options.reason);
+  ASSIGN_OR_RETURN(v1::Response response, c.Call(std::move(request)));
+  if (options.json) {
+    out << ToJson(response.kill_job());
+  } else {
+    out << "job " << job << " killed; its memory is free\n";
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Top(Client& c, const CtlOptions& options, std::ostream& out) {
+  std::map<uint64_t, uint64_t> last_done;
+  auto last_time = std::chrono::steady_clock::now();
+  for (int frame = 0; options.iterations == 0 || frame < options.iterations; ++frame) {
+    if (frame > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(options.interval_seconds * 1000)));
+    }
+    ASSIGN_OR_RETURN(v1::StatsResponse stats, c.Stats());
+    ASSIGN_OR_RETURN(v1::ListSessionsResponse list, c.ListSessions());
+    auto now = std::chrono::steady_clock::now();
+    double elapsed = std::chrono::duration<double>(now - last_time).count();
+    std::map<uint64_t, double> rates;
+    std::map<uint64_t, uint64_t> done;
+    for (const v1::JobInfo* j : AllJobs(list)) {
+      done[j->job_id()] = j->iterations_done();
+      auto before = last_done.find(j->job_id());
+      if (frame > 0 && before != last_done.end() && elapsed > 0 && j->iterations_done() >= before->second) {
+        rates[j->job_id()] = static_cast<double>(j->iterations_done() - before->second) / elapsed;
+      }
+    }
+    last_done = std::move(done);
+    last_time = now;
+    // Home the cursor and clear the screen, then draw the frame.
+    out << "\x1b[H\x1b[2J" << DaemonSummary(stats, c.endpoint()) << "\n"
+        << DeviceTable(stats) << "\n"
+        << JobTable(list, &rates) << "\n(refresh every " << options.interval_seconds << "s; Ctrl-C to quit)\n"
+        << std::flush;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckEndpoint(const std::string& endpoint) {
+  std::string path = IpcPath(endpoint);
+  if (path.empty()) return absl::OkStatus();
+  const std::string group_hint =
+      "ask an administrator to add you to the socket's group (e.g. sudo usermod -aG tandem $USER), then log in again";
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == EACCES) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot reach ", path, ": permission denied on its folder; ", group_hint));
+    }
+    return absl::UnavailableError(absl::StrCat("tandemd is not running: no socket at ", path,
+                                               " (start it, e.g. systemctl start tandemd, or point --endpoint or "
+                                               "TANDEM_ENDPOINT at its socket)"));
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(path, " is not a socket; is --endpoint right?"));
+  }
+  // A socket file may be left over from a daemon that died: probe it.
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket(): ", std::strerror(errno)));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat("socket path too long: ", path));
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  int error = errno;
+  ::close(fd);
+  if (rc == 0) return absl::OkStatus();
+  if (error == EACCES || error == EPERM) {
+    struct group* g = ::getgrgid(st.st_gid);
+    return absl::PermissionDeniedError(absl::StrCat(
+        "cannot open ", path, ": permission denied (it belongs to group '",
+        g != nullptr ? g->gr_name : absl::StrCat(st.st_gid), "', mode ", absl::StrFormat("%04o", st.st_mode & 07777),
+        "); ", group_hint));
+  }
+  if (error == ECONNREFUSED) {
+    return absl::UnavailableError(
+        absl::StrCat("tandemd is not running: nobody listens on ", path, " (a socket left by a daemon that stopped)"));
+  }
+  return absl::UnavailableError(absl::StrCat("cannot connect to ", path, ": ", std::strerror(error)));
+}
+
+absl::Status ValidateCommand(const std::string& command, const std::vector<std::string>& args,
+                             const CtlOptions& options) {
+  static const char* const kCommands[] = {"status", "jobs", "lanes", "set-priority", "set-policy",
+                                          "drain",  "kill", "top"};
+  if (std::find(std::begin(kCommands), std::end(kCommands), command) == std::end(kCommands)) {
+    return Usage(absl::StrCat("unknown command '", command, "'"));
+  }
+  if (command == "set-priority") {
+    if (args.size() != 2) return Usage("set-priority takes a job id and a priority: tandemctl set-priority JOB N");
+    RETURN_IF_ERROR(ParseJobId(args[0]).status());
+    int priority;
+    if (!absl::SimpleAtoi(args[1], &priority)) return Usage(absl::StrCat("'", args[1], "' is not an integer priority"));
+  } else if (command == "set-policy") {
+    if (args.size() != 1) {
+      return Usage("set-policy takes a policy name: tandemctl set-policy fifo|pack|fair|srtf|priority");
+    }
+  } else if (command == "kill") {
+      RETURN_IF_ERROR(ParseJobId(args[0]).status());
+  } else if (!args.empty()) {
+    return Usage(absl::StrCat(command, " takes no arguments"));
+  }
+  if (command == "top" && options.json) {
+    return Usage("top is a live view; use status --json or jobs --json for scripts");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunCommand(const std::string& command, const std::vector<std::string>& args, const CtlOptions& options,
+                        std::ostream& out) {
+  RETURN_IF_ERROR(ValidateCommand(command, args, options));
+  ASSIGN_OR_RETURN(std::unique_ptr<Client> c, Connect(options, /*heartbeat=*/command == "top"));
+  if (command == "status") return Status(*c, options, out);
+  if (command == "jobs") return Jobs(*c, options, out);
+  if (command == "lanes") return Lanes(*c, options, out);
+  if (command == "set-priority") return SetPriority(*c, args, options, out);
+  if (command == "set-policy") return SetPolicy(*c, args, options, out);
+  if (command == "drain") return Drain(*c, options, out);
+  if (command == "kill") return Kill(*c, args, options, out);
+  return Top(*c, options, out);
+}
+
+std::string CtlUsage() {
+  return "usage: tandemctl [options] COMMAND [ARGS]\n"
+         "\n"
+         "commands:\n"
+         "  status                 the daemon, its devices and their memory (persistent / lanes / free)\n"
+         "  jobs                   every job: state, priority, iterations, iteration time, queue wait,\n"
+         "                         GPU-time share, slowdown, memory\n"
+         "  lanes                  every lane of every device: arena, running iterations, jobs\n"
+         "  set-priority JOB N     change a job's priority (the priority policy runs higher first)\n"
+         "  set-policy NAME        switch every device to fifo, pack, fair, srtf or priority\n"
+         "  drain [--resume] [--wait]\n"
+         "                         refuse new jobs and let the running ones finish (--wait: until none is\n"
+         "                         left); --resume admits again\n"
+         "  kill JOB [--reason=T]  close a job of any client; its queued iterations are cancelled\n"
+         "  top [--interval=S] [--iterations=N]\n"
+         "                         a live view, refreshed in place\n"
+         "\n"
+         "options:\n"
+         "  --endpoint=E           the daemon's endpoint (default: $TANDEM_ENDPOINT, else the local socket)\n"
+         "  --json                 print the reply as JSON (protobuf's mapping of proto/tandem.proto)\n"
+         "  --timeout=S            seconds to wait for the daemon to answer the handshake (default 5)\n";
+}
+
+}  // namespace tandem::ctl

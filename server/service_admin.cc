@@ -1,0 +1,227 @@
+// Operating the daemon: the admin requests (tandemctl), the measured fields
+// of the list and stats replies, live option changes (SIGHUP) and the
+// status line systemd shows.
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/log.h"
+#include "server/service.h"
+
+namespace tandem::server {
+namespace {
+
+double NowSeconds() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+const char* kAdminKillReason = "killed by an administrator (tandemctl kill)";
+
+}  // namespace
+
+bool Service::HandleAdminRequest(const PendingReply& to, const v1::Request& request) {
+  switch (request.body_case()) {
+    case v1::Request::kSetPriority: OnSetPriority(to, request.set_priority()); return true;
+    case v1::Request::kSetPolicy: OnSetPolicy(to, request.set_policy()); return true;
+    case v1::Request::kDrain: OnDrain(to, request.drain()); return true;
+    case v1::Request::kKillJob: OnKillJob(to, request.kill_job()); return true;
+    case v1::Request::kRegisterJob:
+      if (absl::Status s = CheckAdmitting(); !s.ok()) {
+        ReplyError(to, s);
+        return true;
+      }
+      return false;
+    default: return false;
+  }
+}
+
+absl::Status Service::CheckAdmitting() const {
+  if (!draining_) return absl::OkStatus();
+  return absl::UnavailableError(
+      "tandemd is draining: it admits no new jobs until an administrator resumes it (tandemctl drain --resume); "
+      "try again later or use another daemon");
+}
+
+void Service::OnSetPriority(const PendingReply& to, const v1::SetPriorityRequest& set) {
+  Job* job = nullptr;
+  if (auto it = jobs_.find(set.job_id()); it != jobs_.end()) job = it->second.get();
+  for (auto& waiting : waiting_for_memory_) {
+    if (waiting->id == set.job_id()) job = waiting.get();
+  }
+  if (job == nullptr) {
+    ReplyError(to, absl::NotFoundError(absl::StrCat("no job ", set.job_id(), " (tandemctl jobs lists them)")));
+    return;
+  }
+  if (job->state == JobState::kClosing) {
+    ReplyError(to, absl::FailedPreconditionError(absl::StrCat("job ", job->id, " is closing")));
+    return;
+  }
+  int previous = job->hints.priority();
+  if (job->state != JobState::kWaitingForMemory) {
+    // Admitted jobs are known to their device's scheduler; waiting ones
+    // take the new priority with them when admitted.
+    if (absl::Status s = job->device->scheduler->SetPriority(job->id, set.priority()); !s.ok()) {
+      ReplyError(to, s);
+      return;
+    }
+  }
+  job->hints.set_priority(set.priority());
+  TLOG_INFO("job priority set").With("job", job->id).With("name", job->name).With("priority", set.priority())
+      .With("previous", previous);
+  v1::Response response;
+  response.mutable_set_priority()->set_previous(previous);
+  Reply(to, std::move(response));
+  if (job->state != JobState::kWaitingForMemory) DispatchAll(*job->device);
+}
+
+void Service::OnSetPolicy(const PendingReply& to, const v1::SetPolicyRequest& set) {
+  std::vector<std::string> names = sched::PolicyNames();
+  if (std::find(names.begin(), names.end(), set.policy()) == names.end()) {
+    ReplyError(to, absl::InvalidArgumentError(absl::StrCat("unknown policy '", set.policy(), "'; valid: ",
+                                                           absl::StrJoin(names, ", "))));
+    return;
+  }
+  std::string previous = options_.policy;
+  DaemonOptions fresh = options_;
+  fresh.policy = set.policy();
+  ApplyLiveOptions(fresh, {"policy"});
+  v1::Response response;
+  response.mutable_set_policy()->set_previous(previous);
+  Reply(to, std::move(response));
+}
+
+void Service::OnDrain(const PendingReply& to, const v1::DrainRequest& drain) {
+  bool was = draining_;
+  draining_ = !drain.resume();
+  if (was != draining_) {
+    TLOG_INFO(draining_ ? "draining: new jobs are refused" : "drain ended: new jobs are admitted")
+        .With("jobs", jobs_.size());
+  }
+  v1::Response response;
+  response.mutable_drain()->set_draining(draining_);
+  response.mutable_drain()->set_jobs(jobs_.size() + waiting_for_memory_.size());
+  Reply(to, std::move(response));
+}
+
+void Service::OnKillJob(const PendingReply& to, const v1::KillJobRequest& kill) {
+  std::string reason = kill.reason().empty() ? kAdminKillReason : kill.reason();
+  for (auto it = waiting_for_memory_.begin(); it != waiting_for_memory_.end(); ++it) {
+    if ((*it)->id != kill.job_id()) continue;
+    std::unique_ptr<Job> job = std::move(*it);
+    waiting_for_memory_.erase(it);
+    TLOG_INFO("waiting job killed").With("job", job->id).With("name", job->name).With("reason", reason);
+    ReplyError(job->registration.reply,
+               absl::CancelledError(absl::StrCat("job '", job->name, "' was not admitted: ", reason)));
+    v1::Response response;
+    response.mutable_kill_job();
+    Reply(to, std::move(response));
+    return;
+  }
+  auto it = jobs_.find(kill.job_id());
+  if (it == jobs_.end()) {
+    ReplyError(to, absl::NotFoundError(absl::StrCat("no job ", kill.job_id(), " (tandemctl jobs lists them)")));
+    return;
+  }
+  // Answered with the owner's close replies, once the job's memory is free.
+  it->second->close_replies.push_back(to);
+  BeginCloseJob(*it->second, reason.c_str());
+}
+
+void Service::FillJobMeasurements(const Job& job, v1::JobInfo* info) const {
+  info->set_session_id(job.session);
+  info->set_queued_iterations(job.queued.size());
+  info->set_failed_iterations(job.failed);
+  info->set_device_seconds(job.device_seconds);
+  if (const JobMeasurements* m = measurements_.Job(job.id); m != nullptr && m->queue_seconds.count() > 0) {
+    info->set_mean_queue_seconds(m->queue_seconds.sum() / static_cast<double>(m->queue_seconds.count()));
+  }
+  if (job.device == nullptr) return;
+  info->set_gpu_time_share(measurements_.GpuTimeShare(job.device->index, job.id, NowSeconds()));
+  if (job.state == JobState::kWaitingForMemory) return;
+  for (const sched::JobSchedStats& s : job.device->scheduler->Stats()) {
+    if (s.job != job.id) continue;
+    info->set_weight(s.weight);
+    info->set_solo_iteration_seconds(s.solo_iteration_seconds);
+    if (s.solo_iteration_seconds > 0 && s.mean_iteration_seconds > 0) {
+      info->set_slowdown(s.mean_iteration_seconds / s.solo_iteration_seconds);
+    }
+  }
+}
+
+void Service::FillDeviceDetails(const DeviceRuntime& dev, v1::DeviceStats* stats) const {
+  memory::DeviceMemoryStats m = dev.memory->Stats();
+  stats->set_jobs_admitted(m.jobs_admitted);
+  stats->set_jobs_refused(m.jobs_refused);
+  stats->set_retired_bytes(m.retired_bytes);
+  stats->set_largest_free_bytes(m.largest_free_bytes);
+  for (const memory::LaneStats& lane : m.lanes) {
+    v1::LaneInfo* l = stats->add_lane_info();
+    l->set_lane(static_cast<uint32_t>(lane.lane));
+    l->set_arena_bytes(lane.arena_bytes);
+    l->set_retired_bytes(lane.retired_bytes);
+    for (memory::JobId job : lane.jobs) l->add_jobs(job);
+    if (lane.lane >= 0 && lane.lane < static_cast<int>(dev.lanes.size())) {
+      l->set_running_iterations(static_cast<uint32_t>(dev.lanes[lane.lane].outstanding));
+    }
+  }
+  if (const DeviceMeasurements* d = measurements_.Device(dev.index); d != nullptr) {
+    stats->set_busy_seconds(d->busy_seconds);
+  }
+}
+
+void Service::MeasureIteration(const DeviceRuntime& dev, uint64_t job_id, double run_seconds,
+                               Clock::time_point enqueued) {
+  double waited = std::chrono::duration<double>(Clock::now() - enqueued).count() - run_seconds;
+  measurements_.OnIteration(dev.index, job_id, run_seconds, waited, NowSeconds());
+}
+
+void Service::ApplyLiveOptions(const DaemonOptions& fresh, const std::vector<std::string>& changed) {
+  for (const std::string& key : changed) {
+    if (key == "policy") {
+      for (auto& dev : devices_) {
+        if (absl::Status s = dev->scheduler->SetPolicy(fresh.policy); !s.ok()) {
+          TLOG_ERROR("policy not changed").With("device", dev->device->info().name).With("status", s.ToString());
+          continue;
+        }
+      }
+      TLOG_INFO("policy changed").With("policy", fresh.policy).With("previous", options_.policy);
+      options_.policy = fresh.policy;
+      for (auto& dev : devices_) DispatchAll(*dev);
+    } else if (key == "log_level") {
+      LogLevel level;
+      if (ParseLogLevel(fresh.log_level, &level)) {
+        options_.log_level = fresh.log_level;
+        SetMinLogLevel(level);
+        TLOG_INFO("log level changed").With("log_level", fresh.log_level);
+      }
+    } else if (key == "session_timeout") {
+      options_.session_timeout_seconds = fresh.session_timeout_seconds;
+      TLOG_INFO("session timeout changed").With("seconds", fresh.session_timeout_seconds);
+    } else if (key == "max_job_memory_mib") {
+      options_.max_job_bytes = fresh.max_job_bytes;
+      for (auto& dev : devices_) dev->memory->SetMaxJobBytes(fresh.max_job_bytes);
+      TLOG_INFO("per-job memory quota changed").With("max_job_memory_mib", fresh.max_job_bytes >> 20);
+    } else if (key == "max_queued_per_job") {
+      options_.max_queued_per_job = fresh.max_queued_per_job;
+      TLOG_INFO("queued iterations per job changed").With("max_queued_per_job", fresh.max_queued_per_job);
+    }
+  }
+}
+
+void Service::OnConfigReload(bool ok) {
+  if (ok) config_reloads_++;
+  measurements_.OnConfigReload(ok);
+}
+
+std::string Service::StatusLine() {
+  absl::flat_hash_set<uint64_t> live;
+  for (const auto& [id, job] : jobs_) live.insert(id);
+  measurements_.RetainJobs(live);
+  uint64_t queued = 0;
+  for (const auto& [id, job] : jobs_) queued += job->queued.size();
+  return absl::StrCat("serving ", sessions_.size(), " session", sessions_.size() == 1 ? "" : "s", ", ", jobs_.size(),
+                      " job", jobs_.size() == 1 ? "" : "s", " (", waiting_for_memory_.size(),
+                      " waiting for memory, ", queued, " iterations queued) on ", absl::StrJoin(DeviceNames(), ","),
+                      "; policy ", options_.policy, draining_ ? "; draining" : "");
+}
+
+}  // namespace tandem::server
