@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# The GPU benchmark suite in one command, on the GPU machine: the overhead of one
+# job (bench/models/overhead.py), the pair matrix with its priority mode
+# (bench/pairs/pair_matrix.py) and the memory planner's quality and density
+# (bench/memory/planner_quality.py), then the plots. Each program starts and
+# stops its own tandemd (and the pair matrix its MPS server); whatever is left
+# when a stage fails or times out is stopped here, by the process ids the
+# programs record and by MPS's private pipe folder.
+#
+#   deploy/bundle-gpu.sh                   # on the build machine (carry .bundle)
+#   bench/run_gpu_suite.sh                 # on the GPU machine: about 9 minutes
+#   bench/run_gpu_suite.sh pairs           # one stage (overhead, pairs, memory)
+#
+# Environment: BUNDLE (default .bundle: bin/tandemd, lib/libtandem.so, env.sh),
+# OUT (default /tmp/out; gets at most 8 files: overhead.json, pairs.json,
+# memory.json, <date>-<gpu>.json with all three, overhead.png, pairs.png,
+# memory.png, suite.log), PYTHON (default python3), DEVICE (auto|cuda|cpu),
+# SMALL=1 (tiny models: a smoke test), TANDEM_GIT_COMMIT (recorded in the
+# results), and per-stage time limits in seconds: OVERHEAD_S (150), PAIRS_S
+# (270), MEMORY_S (110). The memory stage reuses the overhead stage's captures.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-/tmp/out}
+bundle=${BUNDLE:-$root/.bundle}
+python=${PYTHON:-python3}
+mkdir -p "$out"
+stages=("$@")
+[[ ${#stages[@]} -eq 0 ]] && stages=(overhead pairs memory)
+
+work=$(mktemp -d /tmp/tandem-suite-XXXXXX)
+export BENCH_PIDDIR="$work/pids" BENCH_CAPTURE_CACHE="$work/captures"
+mkdir -p "$BENCH_PIDDIR" "$work/logs"
+exec > >(tee -a "$out/suite.log") 2>&1
+
+# shellcheck disable=SC2317  # called by the EXIT trap
+cleanup() {
+  local pidfile pid
+  for pidfile in "$BENCH_PIDDIR"/*; do
+    [[ -e "$pidfile" ]] || continue
+    pid=$(basename "$pidfile")
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "suite: stopping $(cat "$pidfile") (pid $pid)"
+      kill -TERM "$pid" 2>/dev/null
+      sleep 2
+      kill -KILL "$pid" 2>/dev/null
+    fi
+    rm -f "$pidfile"
+  done
+  if [[ -e "$work/mps/pipe/control" ]] && command -v nvidia-cuda-mps-control >/dev/null; then
+    echo "suite: stopping the MPS control daemon"
+    echo quit | CUDA_MPS_PIPE_DIRECTORY="$work/mps/pipe" CUDA_MPS_LOG_DIRECTORY="$work/mps/log" \
+      timeout 30 nvidia-cuda-mps-control || true
+  fi
+  for f in "$work"/logs/*.log; do
+    [[ -s "$f" ]] || continue
+    echo "=== $(basename "$f") (last 40 lines)"
+    tail -n 40 "$f"
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'echo "suite: interrupted"; exit 130' INT TERM HUP
+
+if [[ -f "$bundle/env.sh" ]]; then
+  # shellcheck disable=SC1091
+  . "$bundle/env.sh"
+  export TANDEMD="$bundle/bin/tandemd" TANDEM_LIB="$bundle/lib/libtandem.so"
+else
+  echo "suite: no bundle at $bundle (deploy/bundle-gpu.sh makes it); using TANDEMD=${TANDEMD:-} TANDEM_LIB=${TANDEM_LIB:-}"
+fi
+if [[ -z "${TANDEM_GIT_COMMIT:-}" ]] && command -v git >/dev/null; then
+  TANDEM_GIT_COMMIT=$(git -C "$root" rev-parse HEAD 2>/dev/null || true)
+fi
+export TANDEM_GIT_COMMIT=${TANDEM_GIT_COMMIT:-}
+export PYTHONUNBUFFERED=1
+if ! "$python" -c "import torch" 2>/dev/null; then
+  for candidate in /opt/torch/.venv/bin/python3 /usr/bin/python3; do
+    if [[ -x "$candidate" ]] && "$candidate" -c "import torch" 2>/dev/null; then
+      echo "suite: $python has no torch; using $candidate"
+      python=$candidate
+      break
+    fi
+  done
+fi
+
+common=(--device "${DEVICE:-auto}" --log_dir "$work/logs")
+small=()
+[[ "${SMALL:-0}" == 1 ]] && small=(--small)
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader
+echo "suite: stages ${stages[*]}; results in $out"
+
+status=0
+budget() {  # a program's own budget: 40 s under the stage's limit, at least half of it
+  local t=$1
+  if (( t - 40 > t / 2 )); then echo $((t - 40)); else echo $((t / 2)); fi
+}
+run_stage() {  # name, time limit, command...
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name (limit ${limit} s): $*"
+  local start=$SECONDS
+  timeout -k 20 "$limit" "$@"
+  local rc=$?
+  echo "=== $name: exit $rc after $((SECONDS - start)) s"
+  [[ $rc -ne 0 ]] && status=1
+  return 0
+}
+
+for stage in "${stages[@]}"; do
+  case "$stage" in
+    overhead)
+      t=${OVERHEAD_S:-150}
+      run_stage overhead "$t" "$python" "$root/bench/models/overhead.py" "${common[@]}" "${small[@]}" \
+        --budget_s "$(budget "$t")" --out "$out/overhead.json" ;;
+    pairs)
+      t=${PAIRS_S:-270}
+      run_stage pairs "$t" "$python" "$root/bench/pairs/pair_matrix.py" "${common[@]}" "${small[@]}" \
+        --mps_dir "$work/mps" --budget_s "$(budget "$t")" --out "$out/pairs.json" ;;
+    memory)
+      t=${MEMORY_S:-110}
+      run_stage memory "$t" "$python" "$root/bench/memory/planner_quality.py" "${common[@]}" "${small[@]}" \
+        --density_s "${DENSITY_S:-8}" --budget_s "$(budget "$t")" --out "$out/memory.json" ;;
+    *)
+      echo "suite: unknown stage '$stage' (overhead, pairs, memory)"
+      status=1 ;;
+  esac
+done
+
+# One file with everything, named for bench/results/<date>-<gpu>.json, and the plots.
+"$python" - "$out" <<'PY' || status=1
+import json, os, re, sys
+out = sys.argv[1]
+combined, meta = {}, None
+for kind in ("overhead", "pairs", "memory"):
+    path = os.path.join(out, f"{kind}.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            combined[kind] = json.load(f)
+        meta = meta or combined[kind].get("meta")
+if not combined:
+    sys.exit("suite: no results to combine")
+gpu = re.sub(r"[^a-z0-9]+", "-", (meta.get("gpu") or "unknown").lower()).strip("-")
+gpu = re.sub(r"^nvidia-", "", gpu)
+name = f"{(meta.get('date') or '')[:10]}-{gpu}.json"
+combined = {"suite": {"date": meta.get("date"), "gpu": meta.get("gpu"), "git_commit": meta.get("git_commit"),
+                      "stages": list(combined)}, **combined}
+with open(os.path.join(out, name), "w") as f:
+    json.dump(combined, f, indent=1)
+    f.write("\n")
+print(f"suite: wrote {os.path.join(out, name)} (copy it to bench/results/)")
+PY
+jsons=()
+for kind in overhead pairs memory; do
+  [[ -f "$out/$kind.json" ]] && jsons+=("$out/$kind.json")
+done
+if [[ ${#jsons[@]} -gt 0 ]]; then
+  "$python" "$root/bench/plot_results.py" "${jsons[@]}" --out_dir "$out" || status=1
+fi
+echo "suite: done (status $status); files in $out:"
+ls -la "$out"
+exit $status
