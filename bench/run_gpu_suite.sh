@@ -15,7 +15,9 @@
 # OUT (default /tmp/out; gets at most 8 files: overhead.json, pairs.json,
 # memory.json, <date>-<gpu>.json with all three, overhead.png, pairs.png,
 # memory.png, suite.log), PYTHON (default python3), DEVICE (auto|cuda|cpu),
-# SMALL=1 (tiny models: a smoke test), TANDEM_GIT_COMMIT (recorded in the
+# SMALL=1 (tiny models: a smoke test), OVERHEAD_ARGS / PAIRS_ARGS /
+# MEMORY_ARGS (extra flags for a stage, e.g. "--models fcn5,resnet50"),
+# TANDEM_GIT_COMMIT (recorded in the
 # results), and per-stage time limits in seconds: OVERHEAD_S (150), PAIRS_S
 # (270), MEMORY_S (110). The memory stage reuses the overhead stage's captures.
 set -uo pipefail
@@ -111,15 +113,15 @@ for stage in "${stages[@]}"; do
     overhead)
       t=${OVERHEAD_S:-150}
       run_stage overhead "$t" "$python" "$root/bench/models/overhead.py" "${common[@]}" "${small[@]}" \
-        --budget_s "$(budget "$t")" --out "$out/overhead.json" ;;
+        --budget_s "$(budget "$t")" --out "$out/overhead.json" ${OVERHEAD_ARGS:-} ;;
     pairs)
       t=${PAIRS_S:-270}
       run_stage pairs "$t" "$python" "$root/bench/pairs/pair_matrix.py" "${common[@]}" "${small[@]}" \
-        --mps_dir "$work/mps" --budget_s "$(budget "$t")" --out "$out/pairs.json" ;;
+        --mps_dir "$work/mps" --budget_s "$(budget "$t")" --out "$out/pairs.json" ${PAIRS_ARGS:-} ;;
     memory)
       t=${MEMORY_S:-110}
       run_stage memory "$t" "$python" "$root/bench/memory/planner_quality.py" "${common[@]}" "${small[@]}" \
-        --density_s "${DENSITY_S:-8}" --budget_s "$(budget "$t")" --out "$out/memory.json" ;;
+        --density_s "${DENSITY_S:-8}" --budget_s "$(budget "$t")" --out "$out/memory.json" ${MEMORY_ARGS:-} ;;
     *)
       echo "suite: unknown stage '$stage' (overhead, pairs, memory)"
       status=1 ;;

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/endpoint.h"
+#include "base/status_macros.h"
 #include "proto/status_convert.h"
 
 namespace tandem::client {
@@ -175,11 +176,21 @@ void Client::ReceiveLocked(std::chrono::milliseconds timeout) {
   }
 }
 
+absl::Status Client::CheckSize(size_t bytes) const {
+  const uint64_t limit = hello_.max_message_bytes();
+  if (limit == 0 || bytes <= limit) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the request is ", bytes, " bytes; tandemd at ", endpoint_, " accepts at most ", limit,
+      " bytes per message (its --max_message_bytes); large feeds go through shared memory on a local "
+      "daemon, large initial weights need a higher limit"));
+}
+
 absl::StatusOr<uint64_t> Client::Send(v1::Request request) {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t id = next_id_++;
   request.set_request_id(id);
   std::string bytes = request.SerializeAsString();
+  RETURN_IF_ERROR(CheckSize(bytes.size()));
   try {
     socket_.send(zmq::buffer(bytes), zmq::send_flags::none);
   } catch (const zmq::error_t& e) {
@@ -278,6 +289,10 @@ absl::StatusOr<uint64_t> Client::SubmitIteration(uint64_t job_id, const std::vec
     }
   }
   std::string bytes = r.SerializeAsString();
+  if (absl::Status s = CheckSize(bytes.size()); !s.ok()) {
+    if (shm_ring_ != nullptr) shm_ring_->Release(id);
+    return s;
+  }
   try {
     socket_.send(zmq::buffer(bytes), zmq::send_flags::none);
   } catch (const zmq::error_t& e) {

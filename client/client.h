@@ -104,6 +104,8 @@ class Client {
  private:
   Client(const ClientOptions& options, std::string endpoint);
   void HeartbeatLoop();
+  // RESOURCE_EXHAUSTED, saying what to do, for a message over the daemon's limit.
+  absl::Status CheckSize(size_t bytes) const;
   // Creates the shared-memory region and has the daemon map it.
   absl::Status SetUpSharedMemory();
   std::chrono::milliseconds HeartbeatPeriod() const;

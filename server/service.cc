@@ -17,6 +17,19 @@ namespace {
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
+// The request_id of a serialized Request whose first field is request_id
+// (field 1, varint; protobuf writes fields in order); 0 when it is not.
+uint64_t LeadingRequestId(const std::string& payload) {
+  if (payload.empty() || static_cast<uint8_t>(payload[0]) != 0x08) return 0;
+  uint64_t value = 0;
+  for (size_t i = 1; i < payload.size() && i < 11; ++i) {
+    const uint8_t byte = static_cast<uint8_t>(payload[i]);
+    value |= static_cast<uint64_t>(byte & 0x7f) << (7 * (i - 1));
+    if ((byte & 0x80) == 0) return value;
+  }
+  return 0;
+}
+
 double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -140,6 +153,9 @@ void Service::HandleMessage(const std::string& peer, const std::string& payload,
     return;
   }
   if (payload.size() > options_.max_message_bytes) {
+    // Answer under the request's own id so the client can match the error:
+    // request_id is field 1, serialized first.
+    to.request_id = LeadingRequestId(payload);
     ReplyError(to, absl::ResourceExhaustedError(absl::StrCat(
                        "message of ", payload.size(), " bytes exceeds the limit of ", options_.max_message_bytes,
                        " bytes (--max-message-bytes); send large feeds in smaller pieces")));

@@ -104,6 +104,24 @@ TEST_F(BadInputTest, MessageOverTheSizeLimitIsRefused) {
   EXPECT_TRUE(c->Stats().ok());
 }
 
+TEST_F(BadInputTest, OversizedRequestIsAnsweredUnderItsOwnId) {
+  auto c = Connect();
+  // A well-formed request over the limit: the reply carries its id.
+  v1::Request request;
+  request.set_request_id(4242);
+  v1::RegisterJobRequest* reg = request.mutable_register_job();
+  *reg = TinyJob("mm", 8);
+  reg->mutable_persistent(0)->mutable_data()->append(kMaxMessage, '\0');
+  auto r = c->CallRaw(request.SerializeAsString(), 4242);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  // Through the SDK the same registration fails before it is sent.
+  auto local = c->RegisterJob(*reg);
+  ASSERT_FALSE(local.ok());
+  EXPECT_EQ(local.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(local.status().message()), HasSubstr("max_message_bytes"));
+}
+
 TEST_F(BadInputTest, UnknownOpIsRefusedAtRegistration) {
   auto c = Connect();
   auto r = c->RegisterJob(TinyJob("frobnicate.Tensor", 8));

@@ -74,6 +74,23 @@ __global__ void FillFlatKernel(int64_t n, T value, T* out) {
   for (int64_t i = GlobalThread(); i < n; i += GlobalStride()) out[i] = value;
 }
 
+// 16-byte chunks when both sides allow it, bytes otherwise.
+__global__ void CopyUnlessErrorKernel(const int64_t* error, const uint8_t* src, uint8_t* dst, size_t bytes) {
+  if (error != nullptr && error[0] != 0) return;
+  const bool wide = (reinterpret_cast<uintptr_t>(src) % 16 == 0) && (reinterpret_cast<uintptr_t>(dst) % 16 == 0);
+  size_t done = 0;
+  if (wide) {
+    const size_t chunks = bytes / 16;
+    for (int64_t i = GlobalThread(); i < static_cast<int64_t>(chunks); i += GlobalStride()) {
+      reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+    }
+    done = chunks * 16;
+  }
+  for (int64_t i = GlobalThread(); i < static_cast<int64_t>(bytes - done); i += GlobalStride()) {
+    dst[done + i] = src[done + i];
+  }
+}
+
 template <typename F>
 bool DispatchElementSize(int bytes, F&& f) {
   switch (bytes) {
@@ -86,6 +103,15 @@ bool DispatchElementSize(int bytes, F&& f) {
 }
 
 }  // namespace
+
+cudaError_t LaunchCopyUnlessError(const int64_t* error, const void* src, void* dst, size_t bytes,
+                                  cudaStream_t stream) {
+  if (bytes == 0) return cudaSuccess;
+  const int64_t units = static_cast<int64_t>(bytes / 16 + 1);
+  CopyUnlessErrorKernel<<<Blocks(units), kThreads, 0, stream>>>(error, static_cast<const uint8_t*>(src),
+                                                                static_cast<uint8_t*>(dst), bytes);
+  return LaunchError();
+}
 
 cudaError_t LaunchConvertCopy(DType out_dtype, DType in_dtype, int64_t n, const void* in,
                               const StridedOperand& in_layout, void* out, cudaStream_t stream) {

@@ -173,6 +173,19 @@ class CudaProgram final : public Program {
                             absl::StrCat(node.Describe(static_cast<int>(i)), ": ", status.message()));
       }
     }
+    // The updates (new weights into the persistent tensors), skipped on the
+    // device when a kernel reported bad data, so a failed iteration leaves
+    // the job's state as it was.
+    for (const auto& [target, value] : graph_.updates) {
+      if (addresses[target] == addresses[value]) continue;
+      const size_t bytes = graph_.values[target].type.bytes();
+      if (checks_data_) {
+        CUDA_RETURN_IF_ERROR(LaunchCopyUnlessError(state.error_word, addresses[value], addresses[target], bytes, native));
+      } else {
+        CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(addresses[target], addresses[value], bytes, cudaMemcpyDeviceToDevice, native));
+      }
+    }
     if (checks_data_) {
       CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(state.error_host, state.error_word, 2 * sizeof(int64_t),
                                            cudaMemcpyDeviceToHost, native));

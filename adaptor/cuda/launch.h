@@ -92,6 +92,13 @@ cudaError_t LaunchTranspose(int element_bytes, int64_t batch, int64_t rows, int6
 // nonzero).
 cudaError_t LaunchFill(DType dtype, int64_t n, double value, void* out, cudaStream_t stream);
 
+// Copies `bytes` bytes from src to dst unless error[0] is nonzero (an
+// earlier kernel of the iteration found bad data): the guarded write-back
+// of an iteration's updates. error may be null (always copies). src and dst
+// must not overlap.
+cudaError_t LaunchCopyUnlessError(const int64_t* error, const void* src, void* dst, size_t bytes,
+                                  cudaStream_t stream);
+
 // ---- reductions (reduce_kernels.cu) ----
 
 // Sums `in` viewed as [outer, size, inner] over the middle dim into

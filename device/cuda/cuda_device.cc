@@ -119,7 +119,8 @@ class CudaDevice final : public Device {
   // another device registered already is fine.
   absl::Status RegisterHost(void* ptr, size_t bytes) override {
     RETURN_IF_ERROR(MakeCurrent());
-    const cudaError_t error = cudaHostRegister(ptr, bytes, cudaHostRegisterPortable);
+    // Read-only: the daemon maps clients' shared memory without write access.
+    const cudaError_t error = cudaHostRegister(ptr, bytes, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
     if (error == cudaErrorHostMemoryAlreadyRegistered) {
       cudaGetLastError();
       return absl::OkStatus();

@@ -15,6 +15,10 @@ namespace {
 
 constexpr double kElementwise32 = 1e-5;
 constexpr double kMatmul32 = 1e-4;
+// A float32 sum of n random terms differs from the double oracle by about
+// eps * sqrt(n) relative to the terms' magnitude, more relative to a result
+// that cancels: 2.7e-5 was seen on an H200 for a full sum.
+constexpr double kReduction32 = 1e-4;
 constexpr double kAny64 = 1e-12;
 
 int64_t Dim(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(Rng()); }
@@ -250,7 +254,7 @@ TEST(CudaKernels, Reductions) {
           GraphMaker g;
           const int x = g.Feed({dtype, shape});
           g.Add1(op, {x}, MakeAttrs({{"dim", dims}, {"keepdim", keepdim}}));
-          Check(g, kElementwise32);
+          Check(g, kReduction32);
         }
       }
     }
@@ -264,14 +268,14 @@ TEST(CudaKernels, Reductions) {
     g.Add1("mean.dim", {x}, MakeAttrs({{"dim", std::vector<int64_t>{1}}, {"keepdim", true}}));
     g.Add1("sum", {x});
     g.Add1("sum.dim_IntList", {x}, MakeAttrs({{"dim", std::vector<int64_t>{0}}, {"dtype", DType::kFloat64}}));
-    Check(g, kElementwise32);
+    Check(g, kReduction32);
   }
   {
     GraphMaker g;
     const int x = g.Feed({DType::kFloat32, {Dim(1000, 5000), Dim(1, 12)}});
     g.Add1("sum.dim_IntList", {x}, MakeAttrs({{"dim", std::vector<int64_t>{0}}}));
     g.Add1("sum", {x});
-    Check(g, kElementwise32);
+    Check(g, kReduction32);
   }
 }
 
