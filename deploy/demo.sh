@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./deploy/install-deps.sh
-./deploy/build.sh
+BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} ./deploy/build.sh  # the same build as test.sh
 BIN=${BUILD_DIR:-build}
 workdir=$(mktemp -d /tmp/tandem-demo-XXXXXX)
 endpoint="ipc://$workdir/tandemd.sock"
@@ -18,10 +18,10 @@ head -n 3 "$workdir/tandemd.log"
 echo "--- two training jobs share tandemd ($endpoint) ---"
 ITERS=${ITERATIONS:-300}
 "$BIN/examples/mlp_train" --endpoint="$endpoint" --name=mlp-a --seed=1 --hidden=128 \
-  --iterations="$ITERS" --print_every=25 2>&1 | sed 's/^/[mlp-a] /' &
+  --iterations="$ITERS" --print_every=25 2>&1 | sed -u 's/^/[mlp-a] /' &
 a=$!
 "$BIN/examples/mlp_train" --endpoint="$endpoint" --name=mlp-b --seed=2 --hidden=256 --batch=128 \
-  --iterations="$ITERS" --print_every=25 2>&1 | sed 's/^/[mlp-b] /' &
+  --iterations="$ITERS" --print_every=25 2>&1 | sed -u 's/^/[mlp-b] /' &
 b=$!
 wait "$a"
 wait "$b"

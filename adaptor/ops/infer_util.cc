@@ -3,7 +3,10 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "adaptor/ops/shape_rules.h"
+#include "base/status_macros.h"
 
 namespace tandem::ops {
 namespace {
@@ -106,6 +109,47 @@ void RegisterOp(OpRegistry& registry, std::string name, int min_inputs, int max_
   def.alias = alias;
   registry.Register(std::move(def));
   for (absl::string_view other : aliases) registry.Alias(name, other);
+}
+
+namespace {
+
+absl::Status CheckSoftmaxDim(const Attrs& attrs, absl::string_view input, const TensorType& type) {
+  ASSIGN_OR_RETURN(int64_t dim, attrs.GetInt("dim"));
+  auto d = NormalizeDim(dim, type.rank());
+  if (!d.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(input, " is ", type.ToString(), ": ", d.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TypeList> InferSoftmaxLike(const Attrs& attrs, absl::Span<const TensorType> in) {
+  RETURN_IF_ERROR(RequireDType("self", in[0], kFloatTypes));
+  RETURN_IF_ERROR(CheckSoftmaxDim(attrs, "self", in[0]));
+  ASSIGN_OR_RETURN(bool half_to_float, attrs.GetBool("half_to_float", false));
+  if (half_to_float) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("half_to_float=true needs a float16 self; self is ", in[0].ToString()));
+  }
+  return TypeList{in[0]};
+}
+
+absl::StatusOr<TypeList> InferSoftmaxLikeBackward(const Attrs& attrs, absl::Span<const TensorType> in,
+                                                  absl::string_view what) {
+  RETURN_IF_ERROR(RequireDType("grad_output", in[0], kFloatTypes));
+  if (!(in[0] == in[1])) {
+    return absl::InvalidArgumentError(absl::StrCat("grad_output is ", in[0].ToString(), " but output is ",
+                                                   in[1].ToString(), "; they must have the same type"));
+  }
+  RETURN_IF_ERROR(CheckSoftmaxDim(attrs, "grad_output", in[0]));
+  ASSIGN_OR_RETURN(DType input_dtype, attrs.GetDType("input_dtype", in[0].dtype));
+  if (input_dtype != in[0].dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("attribute 'input_dtype' is ", DTypeName(input_dtype),
+                                                   " but grad_output is ", in[0].ToString(), "; mixed-precision ",
+                                                   what, " is not supported"));
+  }
+  return TypeList{in[0]};
 }
 
 }  // namespace tandem::ops

@@ -44,6 +44,15 @@ absl::StatusOr<DType> BinaryResultDType(absl::string_view a_name, const TensorTy
 // fine.
 absl::Status RequireScalarFits(const Attrs& attrs, absl::string_view name, absl::string_view input, DType dtype);
 
+// The rules of the softmax family (`_softmax`, `_log_softmax`): a float
+// self, a valid `dim`, half_to_float false; the output has self's type.
+absl::StatusOr<TypeList> InferSoftmaxLike(const Attrs& attrs, absl::Span<const TensorType> in);
+// Their backward ops: grad_output and output of one float type, a valid
+// `dim`, input_dtype (if given) equal to it. `what` names the op family in
+// errors ("softmax", "log-softmax").
+absl::StatusOr<TypeList> InferSoftmaxLikeBackward(const Attrs& attrs, absl::Span<const TensorType> in,
+                                                  absl::string_view what);
+
 // Wraps `infer` so that its errors read "<op>: <message>".
 InferFn WithOpName(std::string op, InferFn infer);
 

@@ -11,43 +11,6 @@ namespace {
 
 using ops::TypeList;
 
-absl::Status CheckDim(const Attrs& attrs, absl::string_view input, const TensorType& type) {
-  ASSIGN_OR_RETURN(int64_t dim, attrs.GetInt("dim"));
-  auto d = NormalizeDim(dim, type.rank());
-  if (!d.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(input, " is ", type.ToString(), ": ", d.status().message()));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<TypeList> LogSoftmaxInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
-  RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kFloatTypes));
-  RETURN_IF_ERROR(CheckDim(attrs, "self", in[0]));
-  ASSIGN_OR_RETURN(bool half_to_float, attrs.GetBool("half_to_float", false));
-  if (half_to_float) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("half_to_float=true needs a float16 self; self is ", in[0].ToString()));
-  }
-  return TypeList{in[0]};
-}
-
-// grad_input = grad_output - exp(output) * sum(grad_output, dim).
-absl::StatusOr<TypeList> LogSoftmaxBackwardInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
-  RETURN_IF_ERROR(ops::RequireDType("grad_output", in[0], ops::kFloatTypes));
-  if (!(in[0] == in[1])) {
-    return absl::InvalidArgumentError(absl::StrCat("grad_output is ", in[0].ToString(), " but output is ",
-                                                   in[1].ToString(), "; they must have the same type"));
-  }
-  RETURN_IF_ERROR(CheckDim(attrs, "grad_output", in[0]));
-  ASSIGN_OR_RETURN(DType input_dtype, attrs.GetDType("input_dtype", in[0].dtype));
-  if (input_dtype != in[0].dtype) {
-    return absl::InvalidArgumentError(absl::StrCat("attribute 'input_dtype' is ", DTypeName(input_dtype),
-                                                   " but grad_output is ", in[0].ToString(),
-                                                   "; mixed-precision log-softmax is not supported"));
-  }
-  return TypeList{in[0]};
-}
-
 // Checks self [N, C] or [C], target [N] or [] (int64), optional weight [C];
 // returns the shape of the unreduced loss ([N] or []).
 absl::StatusOr<Shape> CheckNllInputs(const Attrs& attrs, const TensorType& self, const TensorType& target,
@@ -105,8 +68,11 @@ absl::StatusOr<TypeList> NllLossBackwardInfer(const Attrs& attrs, absl::Span<con
 
 void RegisterLossOps(OpRegistry& registry) {
   using ops::RegisterOp;
-  RegisterOp(registry, "_log_softmax", 1, 1, 1, AliasKind::kNone, LogSoftmaxInfer);
-  RegisterOp(registry, "_log_softmax_backward_data", 2, 2, 1, AliasKind::kInPlace, LogSoftmaxBackwardInfer);
+  RegisterOp(registry, "_log_softmax", 1, 1, 1, AliasKind::kNone, ops::InferSoftmaxLike);
+  RegisterOp(registry, "_log_softmax_backward_data", 2, 2, 1, AliasKind::kInPlace,
+             [](const Attrs& attrs, absl::Span<const TensorType> in) {
+               return ops::InferSoftmaxLikeBackward(attrs, in, "log-softmax");
+             });
   RegisterOp(registry, "nll_loss_forward", 2, 3, 2, AliasKind::kNone, NllLossForwardInfer);
   RegisterOp(registry, "nll_loss_backward", 4, 5, 1, AliasKind::kNone, NllLossBackwardInfer);
 }

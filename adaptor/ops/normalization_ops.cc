@@ -18,43 +18,6 @@ namespace {
 
 using ops::TypeList;
 
-absl::Status CheckDim(const Attrs& attrs, absl::string_view input, const TensorType& type) {
-  ASSIGN_OR_RETURN(int64_t dim, attrs.GetInt("dim"));
-  auto d = NormalizeDim(dim, type.rank());
-  if (!d.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(input, " is ", type.ToString(), ": ", d.status().message()));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<TypeList> SoftmaxInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
-  RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kFloatTypes));
-  RETURN_IF_ERROR(CheckDim(attrs, "self", in[0]));
-  ASSIGN_OR_RETURN(bool half_to_float, attrs.GetBool("half_to_float", false));
-  if (half_to_float) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("half_to_float=true needs a float16 self; self is ", in[0].ToString()));
-  }
-  return TypeList{in[0]};
-}
-
-// grad_input = output * (grad_output - sum(grad_output * output, dim)).
-absl::StatusOr<TypeList> SoftmaxBackwardInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
-  RETURN_IF_ERROR(ops::RequireDType("grad_output", in[0], ops::kFloatTypes));
-  if (!(in[0] == in[1])) {
-    return absl::InvalidArgumentError(absl::StrCat("grad_output is ", in[0].ToString(), " but output is ",
-                                                   in[1].ToString(), "; they must have the same type"));
-  }
-  RETURN_IF_ERROR(CheckDim(attrs, "grad_output", in[0]));
-  ASSIGN_OR_RETURN(DType input_dtype, attrs.GetDType("input_dtype", in[0].dtype));
-  if (input_dtype != in[0].dtype) {
-    return absl::InvalidArgumentError(absl::StrCat("attribute 'input_dtype' is ", DTypeName(input_dtype),
-                                                   " but grad_output is ", in[0].ToString(),
-                                                   "; mixed-precision softmax is not supported"));
-  }
-  return TypeList{in[0]};
-}
-
 // The trailing dims of `input` named by `normalized_shape`; the statistics'
 // shape is input's leading dims followed by ones.
 absl::StatusOr<Shape> LayerNormStatsShape(const Attrs& attrs, const TensorType& input) {
@@ -123,8 +86,11 @@ absl::StatusOr<TypeList> LayerNormBackwardInfer(const Attrs& attrs, absl::Span<c
 
 void RegisterNormalizationOps(OpRegistry& registry) {
   using ops::RegisterOp;
-  RegisterOp(registry, "_softmax", 1, 1, 1, AliasKind::kNone, SoftmaxInfer);
-  RegisterOp(registry, "_softmax_backward_data", 2, 2, 1, AliasKind::kInPlace, SoftmaxBackwardInfer);
+  RegisterOp(registry, "_softmax", 1, 1, 1, AliasKind::kNone, ops::InferSoftmaxLike);
+  RegisterOp(registry, "_softmax_backward_data", 2, 2, 1, AliasKind::kInPlace,
+             [](const Attrs& attrs, absl::Span<const TensorType> in) {
+               return ops::InferSoftmaxLikeBackward(attrs, in, "softmax");
+             });
   RegisterOp(registry, "native_layer_norm", 1, 3, 3, AliasKind::kNone, LayerNormInfer);
   RegisterOp(registry, "native_layer_norm_backward", 4, 6, 3, AliasKind::kNone, LayerNormBackwardInfer);
 }
