@@ -36,10 +36,16 @@ int Fail(const absl::Status& status) {
 
 int Fail(absl::StatusCode code, std::string message) { return Fail(absl::Status(code, message)); }
 
-absl::StatusOr<HostTensor> FromC(const tandem_tensor& t) {
+// A tensor's pointers and rank are usable; `what` names it in the error.
+absl::Status CheckTensor(const tandem_tensor& t, absl::string_view what) {
   if (t.rank < 0 || (t.rank > 0 && t.shape == nullptr) || (t.nbytes > 0 && t.data == nullptr)) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name ? t.name : "", "': bad shape or data pointer"));
+    return absl::InvalidArgumentError(absl::StrCat(what, " '", t.name ? t.name : "", "': bad shape or data pointer"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HostTensor> FromC(const tandem_tensor& t) {
+  if (absl::Status s = CheckTensor(t, "tensor"); !s.ok()) return s;
   HostTensor h;
   h.dtype = static_cast<tandem::v1::DType>(t.dtype);
   h.shape.assign(t.shape, t.shape + t.rank);
@@ -119,10 +125,7 @@ int tandem_submit(tandem_client* client, uint64_t job_id, const tandem_tensor* f
   std::vector<tandem::client::FeedView> views;
   for (size_t i = 0; i < num_feeds; ++i) {
     const tandem_tensor& t = feeds[i];
-    if (t.rank < 0 || (t.rank > 0 && t.shape == nullptr) || (t.nbytes > 0 && t.data == nullptr)) {
-      return Fail(absl::StatusCode::kInvalidArgument,
-                  absl::StrCat("feed '", t.name ? t.name : "", "': bad shape or data pointer"));
-    }
+    if (absl::Status s = CheckTensor(t, "feed"); !s.ok()) return Fail(s);
     views.push_back({t.name ? t.name : "", static_cast<tandem::v1::DType>(t.dtype),
                      std::vector<int64_t>(t.shape, t.shape + t.rank), t.data, t.nbytes});
   }

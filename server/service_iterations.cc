@@ -90,6 +90,28 @@ absl::StatusOr<std::vector<std::shared_ptr<SharedRegion>>> ValidateRun(const Job
   return regions;
 }
 
+// Where one iteration's bytes sit in its staging slot: the inline feeds in
+// request order, then the requested fetches. Feeds in shared memory take no
+// room (they are copied from there directly).
+struct StagingLayout {
+  std::vector<size_t> feed_offsets;   // per feed; unused for shared feeds
+  std::vector<size_t> fetch_offsets;  // per requested fetch
+  size_t bytes = 0;
+};
+
+StagingLayout LayOutStaging(const Graph& g, const v1::RunIterationRequest& run) {
+  StagingLayout layout;
+  for (const auto& feed : run.feeds()) {
+    layout.feed_offsets.push_back(layout.bytes);
+    layout.bytes += Align(feed.data().size());
+  }
+  for (const auto& name : run.fetches()) {
+    layout.fetch_offsets.push_back(layout.bytes);
+    layout.bytes += Align(g.values[g.Find(name)].type.bytes());
+  }
+  return layout;
+}
+
 }  // namespace
 
 std::vector<void*> Service::AddressTable(const Job& job) const {
@@ -189,11 +211,8 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
   const v1::RunIterationRequest& run = it.request->run_iteration();
   const Graph& g = *job.graph;
 
-  // Staging layout: inline feeds in request order, then the requested
-  // fetches. Feeds in shared memory are copied from there directly.
-  size_t bytes = 0;
-  for (const auto& feed : run.feeds()) bytes += Align(feed.data().size());
-  for (const auto& name : run.fetches()) bytes += Align(g.values[g.Find(name)].type.bytes());
+  const StagingLayout layout = LayOutStaging(g, run);
+  const size_t bytes = layout.bytes;
   if (slot.capacity < bytes) {
     if (slot.host != nullptr) dev.device->FreeHost(slot.host);
     slot.host = nullptr;
@@ -221,7 +240,6 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
   std::vector<Copy> feeds_in, fetches_out;
   std::vector<void*> table = AddressTable(job);
   char* staging = static_cast<char*>(slot.host);
-  size_t offset = 0;
   for (int i = 0; i < run.feeds_size(); ++i) {
     const v1::Tensor& feed = run.feeds(i);
     void* dst = table[g.Find(feed.spec().name())];
@@ -229,14 +247,13 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
       feeds_in.push_back({dst, region->base() + feed.shared().offset(), feed.shared().bytes()});
       continue;
     }
-    std::memcpy(staging + offset, feed.data().data(), feed.data().size());
-    feeds_in.push_back({dst, staging + offset, feed.data().size()});
-    offset += Align(feed.data().size());
+    char* at = staging + layout.feed_offsets[i];
+    std::memcpy(at, feed.data().data(), feed.data().size());
+    feeds_in.push_back({dst, at, feed.data().size()});
   }
-  for (const auto& name : run.fetches()) {
-    int v = g.Find(name);
-    fetches_out.push_back({staging + offset, table[v], g.values[v].type.bytes()});
-    offset += Align(g.values[v].type.bytes());
+  for (int i = 0; i < run.fetches_size(); ++i) {
+    int v = g.Find(run.fetches(i));
+    fetches_out.push_back({staging + layout.fetch_offsets[i], table[v], g.values[v].type.bytes()});
   }
 
   device::Device* device = dev.device.get();
@@ -289,15 +306,14 @@ void Service::OnIterationDone(DeviceRuntime& dev, int lane, int slot_index, uint
       r->set_run_seconds(seconds);
       r->set_queue_seconds(std::chrono::duration<double>(Clock::now() - it.enqueued).count() - seconds);
       const Graph& g = *job->graph;
-      size_t offset = 0;
-      for (const auto& feed : run.feeds()) offset += Align(feed.data().size());
-      for (const auto& name : run.fetches()) {
+      const StagingLayout layout = LayOutStaging(g, run);
+      for (int i = 0; i < run.fetches_size(); ++i) {
+        const std::string& name = run.fetches(i);
         int v = g.Find(name);
         v1::Tensor* t = r->add_fetches();
         t->mutable_spec()->set_name(name);
         TensorTypeToProto(g.values[v].type, t->mutable_spec());
-        t->set_data(static_cast<const char*>(slot.host) + offset, g.values[v].type.bytes());
-        offset += Align(g.values[v].type.bytes());
+        t->set_data(static_cast<const char*>(slot.host) + layout.fetch_offsets[i], g.values[v].type.bytes());
       }
       job->done++;
       job->device_seconds += seconds;
