@@ -55,12 +55,14 @@ class LoweringTest(unittest.TestCase):
         updates = {u["persistent"]: u["value"] for u in lowered.graph["updates"]}
         for stat in ("1.running_mean", "1.running_var", "1.num_batches_tracked"):
             self.assertIn(stat, updates)
-        bn = next(n for n in lowered.graph["nodes"] if n["op"] == "native_batch_norm")
-        self.assertEqual(len(bn["inputs"]), 3)  # training mode: no running statistics in the op
-        # The running variance uses the unbiased batch variance: momentum * n / (n - 1).
-        scales = [n["attrs"]["other"]["f"] for n in lowered.graph["nodes"]
-                  if n["op"] == "mul.Scalar" and n.get("label", "").startswith("model.1")]
-        self.assertIn(0.1 * 6 / 5, scales)
+        bn = next(n for n in lowered.graph["nodes"] if n["op"] == "_native_batch_norm_legit_functional")
+        self.assertEqual(len(bn["inputs"]), 5)  # input, weight, bias, running_mean, running_var
+        self.assertEqual(len(bn["outputs"]), 5)  # out, save_mean, save_invstd, new running mean and var
+        self.assertEqual(updates["1.running_mean"], bn["outputs"][3])
+        self.assertEqual(updates["1.running_var"], bn["outputs"][4])
+        self.assertEqual(bn["attrs"]["momentum"]["f"], 0.1)
+        # No statistic is recomputed outside the op.
+        self.assertNotIn("mean.dim", {n["op"] for n in lowered.graph["nodes"]})
 
     def test_state_read_behind_functional_call_is_refused(self):
         class CachedWeight(nn.Module):

@@ -12,9 +12,9 @@ A few rewrites make the functional graph complete and the IR explicit:
   variant where there is one, else a `scalar_tensor` node;
 - `copy_` into a graph input (functionalization's write-back of a mutated
   buffer) becomes an update of that persistent tensor;
-- `native_batch_norm` in training mode is emitted without its running
-  statistics (the op stays pure) and the running-statistics update is spelled
-  out with elementwise ops and turned into updates;
+- `native_batch_norm` in training mode becomes
+  `_native_batch_norm_legit_functional`, whose extra outputs (the updated
+  running statistics) become updates of the persistent tensors;
 - dead nodes are dropped.
 
 Nothing here talks to the daemon; the result is checked by the daemon's
@@ -397,14 +397,16 @@ def _bn_running_stats(n):
 
 
 def _lower_batch_norm(em, n, ph_input):
-    """Emits a training-mode native_batch_norm without its running statistics, then the running-statistics
-    update PyTorch's kernel does in place: running = (1 - momentum) * running + momentum * batch statistic,
-    with the unbiased batch variance. Returns {persistent name: IR name of its new value}."""
-    x, rm, rv = n.args[0], _bn_arg(n, 3, "running_mean"), _bn_arg(n, 4, "running_var")
-    momentum = float(_bn_arg(n, 6, "momentum"))
+    """Emits a training-mode native_batch_norm as _native_batch_norm_legit_functional, which returns the updated
+    running statistics PyTorch's kernel writes in place (running = (1 - momentum) * running + momentum * batch
+    statistic, with the unbiased batch variance) in the same pass over the input. Returns {persistent name: IR
+    name of its new value}."""
+    x = n.args[0]
+    weight, bias = _bn_arg(n, 1, "weight"), _bn_arg(n, 2, "bias")
+    rm, rv = _bn_arg(n, 3, "running_mean"), _bn_arg(n, 4, "running_var")
     label = n.meta.get("tandem_label", "")
-    outputs = em.generic(n, skip_args=("running_mean", "running_var"))
     if rm is None or rv is None:
+        em.generic(n)
         return {}
     xv = em.values[x]
     channels = xv.shape[1]
@@ -412,6 +414,36 @@ def _lower_batch_norm(em, n, ph_input):
     if count < 2:
         raise CaptureError(f"batch norm ({label or n.name}) in training mode needs more than one value per "
                            f"channel; the example batch gives {count}")
+    if weight is None or bias is None:
+        # The fused op takes an affine transform; without one, the statistics are spelled out.
+        return _lower_batch_norm_unfused(em, n, ph_input, x, rm, rv, label)
+    momentum = float(_bn_arg(n, 6, "momentum"))
+    eps = float(_bn_arg(n, 7, "eps"))
+    outputs = em.output_names(n, 3)
+    new_stats = [em.fresh(f"{n.name}.new_running_mean"), em.fresh(f"{n.name}.new_running_var")]
+    declared = em.declared(outputs, em.values[n]) + [_spec(new_stats[0], em.values[rm]),
+                                                     _spec(new_stats[1], em.values[rv])]
+    attrs = {"training": {"b": True}, "momentum": {"f": _float_attr(momentum)}, "eps": {"f": _float_attr(eps)}}
+    em.node("_native_batch_norm_legit_functional", [em.ref(v) for v in (x, weight, bias, rm, rv)],
+            outputs + new_stats, attrs, label, declared)
+    return _running_stat_updates(ph_input, rm, rv, *new_stats)
+
+
+def _running_stat_updates(ph_input, rm, rv, new_mean, new_var):
+    result = {}
+    for stat, value in ((rm, new_mean), (rv, new_var)):
+        if stat in ph_input and ph_input[stat].kind == "persistent":
+            result[ph_input[stat].name] = value
+    return result
+
+
+def _lower_batch_norm_unfused(em, n, ph_input, x, rm, rv, label):
+    """native_batch_norm without its running statistics, then their update in elementwise ops."""
+    momentum = float(_bn_arg(n, 6, "momentum"))
+    outputs = em.generic(n, skip_args=("running_mean", "running_var"))
+    xv = em.values[x]
+    channels = xv.shape[1]
+    count = xv.numel() // channels
     save_mean = outputs[1]
     view_shape = [1, channels] + [1] * (xv.dim() - 2)
     dims = [0] + list(range(2, xv.dim()))
@@ -432,8 +464,4 @@ def _lower_batch_norm(em, n, ph_input):
                                  op("mul.Scalar", [save_mean], {"other": {"f": momentum}})])
     new_var = op("add.Tensor", [op("mul.Scalar", [em.ref(rv)], keep),
                                 op("mul.Scalar", [var], {"other": {"f": momentum * count / (count - 1)}})])
-    result = {}
-    for stat, value in ((rm, new_mean), (rv, new_var)):
-        if stat in ph_input and ph_input[stat].kind == "persistent":
-            result[ph_input[stat].name] = value
-    return result
+    return _running_stat_updates(ph_input, rm, rv, new_mean, new_var)
