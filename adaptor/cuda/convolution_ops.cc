@@ -3,8 +3,10 @@
 // BackwardFilter / BackwardBias), NCHW.
 //
 // Numerics: float32 convolutions run with CUDNN_FMA_MATH, i.e. plain float32
-// FMA kernels and no TF32 (PyTorch's cuDNN default allows TF32; we keep the
-// CPU oracle's numerics instead); float64 in float64.
+// FMA kernels, unless the node's `allow_tf32` attribute is true; then cuDNN
+// may also pick TF32 tensor-core algorithms (what PyTorch does under
+// torch.backends.cudnn.allow_tf32, its default; the PyTorch adaptor copies
+// that flag into every convolution node it lowers). float64 in float64.
 //
 // Per stream (a CudaStream attachment): a cuDNN handle bound to the stream,
 // a cache of plans keyed by dtype and geometry (descriptors plus the
@@ -67,6 +69,7 @@ struct ConvPlan {
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
   cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  bool allow_tf32 = false;       // float32 may use TF32 tensor cores
   std::optional<Algo> algos[3];  // by Direction
 
   ~ConvPlan() {
@@ -78,12 +81,12 @@ struct ConvPlan {
   }
 };
 
-using PlanKey = std::array<int64_t, 15>;
+using PlanKey = std::array<int64_t, 16>;
 
-PlanKey KeyOf(DType dtype, const Conv2dGeometry& g) {
+PlanKey KeyOf(DType dtype, const Conv2dGeometry& g, bool allow_tf32) {
   const Conv2dParams& p = g.params;
   return {static_cast<int64_t>(dtype), g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, p.stride[0], p.stride[1],
-          p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], p.groups};
+          p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], p.groups, allow_tf32 ? 1 : 0};
 }
 
 bool Capturing(cudaStream_t stream) {
@@ -149,8 +152,10 @@ absl::Status RequireInt(const Shape& shape, absl::string_view what) {
                                                " has 2^31 or more elements, past cuDNN's 32-bit limit"));
 }
 
-absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const Conv2dGeometry& g, cudaStream_t stream) {
-  const PlanKey key = KeyOf(dtype, g);
+absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const Conv2dGeometry& g, bool allow_tf32,
+                                  cudaStream_t stream) {
+  allow_tf32 = allow_tf32 && dtype == DType::kFloat32;
+  const PlanKey key = KeyOf(dtype, g, allow_tf32);
   auto it = state.plans.find(key);
   if (it != state.plans.end()) return it->second.get();
   if (Capturing(stream)) return CaptureMiss("a new convolution shape");
@@ -158,6 +163,7 @@ absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const Conv2dGe
   RETURN_IF_ERROR(RequireInt(g.output_shape(), "output"));
   auto plan = std::make_unique<ConvPlan>();
   plan->type = dtype == DType::kFloat64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  plan->allow_tf32 = allow_tf32;
   const auto i = [](int64_t v) { return static_cast<int>(v); };
   const Conv2dParams& p = g.params;
   CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&plan->x));
@@ -188,9 +194,11 @@ absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const Conv2dGe
   return raw;
 }
 
-// Whether a heuristic result may be used: float32 only without TF32.
+// Whether a heuristic result may be used: float32 without TF32 unless the
+// plan allows it, and never with a conversion to half precision.
 bool MathAllowed(const ConvPlan& plan, cudnnMathType_t math) {
-  return plan.type != CUDNN_DATA_FLOAT || math == CUDNN_FMA_MATH;
+  if (plan.type != CUDNN_DATA_FLOAT || math == CUDNN_FMA_MATH) return true;
+  return plan.allow_tf32 && (math == CUDNN_DEFAULT_MATH || math == CUDNN_TENSOR_OP_MATH);
 }
 
 // The heuristics' results for `dir` as (algo, status, memory, math), best
@@ -285,7 +293,8 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
     }
     if (!slot.has_value()) {
       return absl::UnimplementedError(absl::StrCat("convolution: cuDNN offers no ", DirectionName(dir),
-                                                   " algorithm without TF32 within ",
+                                                   plan.allow_tf32 ? " algorithm" : " algorithm without TF32",
+                                                   " within ",
                                                    kWorkspaceLimitBytes >> 20, " MiB of workspace"));
     }
   }
@@ -318,9 +327,10 @@ absl::StatusOr<Setup> SetUp(const CudaKernelContext& context, const KernelArgs& 
   }
   ASSIGN_OR_RETURN(Conv2dParams params, ParseConv2dParams(args.node->attrs));
   ASSIGN_OR_RETURN(*geometry, Conv2dShape(params, input.type.shape, weight.type.shape));
+  ASSIGN_OR_RETURN(const bool allow_tf32, args.node->attrs.GetBool("allow_tf32", false));
   Setup s;
   ASSIGN_OR_RETURN(s.state, CudnnState::For(*context.stream));
-  ASSIGN_OR_RETURN(s.plan, PlanFor(*s.state, input.type.dtype, *geometry, context.native));
+  ASSIGN_OR_RETURN(s.plan, PlanFor(*s.state, input.type.dtype, *geometry, allow_tf32, context.native));
   return s;
 }
 

@@ -2,8 +2,9 @@
 // middle dim when they are adjacent ([outer, size, inner]); this file has a
 // row kernel (inner == 1: a warp or a block per output), a column kernel
 // (inner > 1: 32 adjacent outputs per block, the reduced dim split over the
-// block's rows), and a general one-thread-per-output kernel for scattered
-// reduced dims.
+// block's rows), and two kernels for scattered reduced dims: a thread per
+// output when each output sums few elements, a block per output when each
+// sums many (the [N, C, H, W] -> [C] shape of per-channel statistics).
 #include <type_traits>
 
 #include "adaptor/cuda/kernel_common.cuh"
@@ -95,6 +96,39 @@ __global__ void GeneralReduceKernel(int64_t out_n, StridedOperand kept, StridedO
   }
 }
 
+// A block per output (grid-stride over outputs). `rows` indexes the reduced
+// dims but the innermost, whose `row_size` elements lie `row_stride` apart;
+// the threads walk a row together when it is at least a block wide (one
+// offset computation per row, coalesced when row_stride is 1), otherwise the
+// flattened (row, element) space.
+template <typename In, typename Out>
+__global__ void BlockPerOutputReduceKernel(int64_t out_n, StridedOperand kept, StridedOperand rows, int64_t row_count,
+                                           int64_t row_size, int64_t row_stride, bool mean, const In* in, Out* out) {
+  using Acc = AccOf<In, Out>;
+  __shared__ Acc shared[32];
+  for (int64_t j = blockIdx.x; j < out_n; j += gridDim.x) {
+    const In* x = in + StridedOffset(kept, j);
+    Acc acc = 0;
+    if (row_size >= blockDim.x) {
+      for (int64_t r = 0; r < row_count; ++r) {
+        const In* row = x + StridedOffset(rows, r);
+        for (int64_t i = threadIdx.x; i < row_size; i += blockDim.x) acc += static_cast<Acc>(row[i * row_stride]);
+      }
+    } else {
+      const int64_t count = row_count * row_size;
+      for (int64_t flat = threadIdx.x; flat < count; flat += blockDim.x) {
+        const int64_t r = flat / row_size;
+        acc += static_cast<Acc>(x[StridedOffset(rows, r) + (flat - r * row_size) * row_stride]);
+      }
+    }
+    acc = BlockSum(acc, shared);
+    if (threadIdx.x == 0) out[j] = Finish<Acc, Out>(acc, row_count * row_size, mean);
+  }
+}
+
+// Below this many elements per output, a thread per output does the sum.
+constexpr int64_t kBlockPerOutputMinCount = 2048;
+
 template <typename F>
 bool DispatchNumeric(DType dtype, F&& f) {
   switch (dtype) {
@@ -150,8 +184,18 @@ cudaError_t LaunchReduceGeneral(DType out_dtype, DType in_dtype, int64_t out_n, 
   const bool launched = DispatchPair(out_dtype, in_dtype, [&](auto in_tag, auto out_tag) {
     using In = decltype(in_tag);
     using Out = decltype(out_tag);
-    GeneralReduceKernel<In, Out><<<Blocks(out_n), kThreads, 0, stream>>>(
-        out_n, kept, reduced, count, mean, static_cast<const In*>(in), static_cast<Out*>(out));
+    const In* x = static_cast<const In*>(in);
+    Out* y = static_cast<Out*>(out);
+    if (count < kBlockPerOutputMinCount || reduced.rank == 0) {
+      GeneralReduceKernel<In, Out><<<Blocks(out_n), kThreads, 0, stream>>>(out_n, kept, reduced, count, mean, x, y);
+      return;
+    }
+    StridedOperand rows = reduced;
+    --rows.rank;
+    const int64_t row_size = reduced.sizes[rows.rank];
+    const int64_t row_stride = reduced.strides[rows.rank];
+    BlockPerOutputReduceKernel<In, Out><<<Blocks(out_n, 1), kThreads, 0, stream>>>(
+        out_n, kept, rows, count / row_size, row_size, row_stride, mean, x, y);
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }

@@ -73,12 +73,13 @@ Attrs ConvAttrs(const ConvSpec& c) {
 }
 
 // convolution and its backward with a random grad_output.
-void AddConv(GraphMaker& g, const ConvSpec& c, DType dtype) {
+void AddConv(GraphMaker& g, const ConvSpec& c, DType dtype, bool allow_tf32 = false) {
   const int x = g.Feed({dtype, c.x});
   const int w = g.Feed({dtype, c.w}, Fill::kSmall);
   std::vector<int> inputs = {x, w};
   if (c.bias) inputs.push_back(g.Feed({dtype, {c.w[0]}}));
   Attrs attrs = ConvAttrs(c);
+  if (allow_tf32) attrs.Set("allow_tf32", true);
   const int y = g.Add1("convolution", inputs, attrs);
   const int grad = g.Feed(g.type(y));
   attrs.Set("output_mask", c.mask);
@@ -114,6 +115,25 @@ TEST(CudaCnnKernels, ConvolutionResNetAndVggLayers) {
   GraphMaker g64;
   AddConv(g64, {"float64", {2, 8, 10, 10}, {12, 4, 3, 3}, 2, 1, 1, 2, true}, DType::kFloat64);
   Check(g64, kConv32);
+}
+
+// allow_tf32 (PyTorch's default for cuDNN convolutions): cuDNN may pick TF32
+// tensor-core algorithms, whose inputs keep 10 mantissa bits, so the bound is
+// that of TF32 rounding, not of float32 (a wrong result is off by O(1)).
+TEST(CudaCnnKernels, ConvolutionWithTf32Allowed) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  constexpr double kTf32 = 5e-3;
+  const std::vector<ConvSpec> specs = {
+      {"resnet stem 3->64 7x7 s2", {4, 3, 64, 64}, {64, 3, 7, 7}, 2, 3, 1, 1, false, {0, 1, 0}},
+      {"resnet 64->64 3x3", {4, 64, 28, 28}, {64, 64, 3, 3}, 1, 1, 1, 1, false},
+      {"resnet bottleneck 256->64 1x1", {4, 256, 14, 14}, {64, 256, 1, 1}, 1, 0, 1, 1, false},
+      {"vgg 512->512 3x3 bias", {2, 512, 7, 7}, {512, 512, 3, 3}, 1, 1, 1, 1, true}};
+  for (const ConvSpec& c : specs) {
+    SCOPED_TRACE(c.name);
+    GraphMaker g;
+    AddConv(g, c, DType::kFloat32, /*allow_tf32=*/true);
+    Check(g, kTf32);
+  }
 }
 
 Attrs PoolAttrs(int64_t k, int64_t s, int64_t p, bool ceil_mode) {

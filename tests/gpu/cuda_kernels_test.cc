@@ -277,6 +277,21 @@ TEST(CudaKernels, Reductions) {
     g.Add1("sum", {x});
     Check(g, kReduction32);
   }
+  // Scattered reduced dims with many elements per output (the block-per-output
+  // kernel): per-channel statistics of [N, C, H, W], with rows wider and
+  // narrower than a block, and a strided innermost reduced run.
+  for (const Shape& nchw : {Shape{Dim(8, 9), Dim(1, 40), Dim(17, 40), Dim(17, 40)},
+                            Shape{Dim(600, 700), Dim(1, 6), Dim(2, 7), Dim(2, 7)}}) {
+    for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " " << ShapeString(nchw));
+      GraphMaker g;
+      const int x = g.Feed({dtype, nchw});
+      g.Add1("mean.dim", {x}, MakeAttrs({{"dim", std::vector<int64_t>{0, 2, 3}}}));
+      g.Add1("sum.dim_IntList", {x}, MakeAttrs({{"dim", std::vector<int64_t>{0, 2, 3}}, {"keepdim", true}}));
+      g.Add1("sum.dim_IntList", {x}, MakeAttrs({{"dim", std::vector<int64_t>{0, 1, 3}}}));
+      Check(g, kReduction32);
+    }
+  }
 }
 
 TEST(CudaKernels, ShapeOps) {

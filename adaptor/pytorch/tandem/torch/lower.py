@@ -15,6 +15,10 @@ A few rewrites make the functional graph complete and the IR explicit:
 - `native_batch_norm` in training mode becomes
   `_native_batch_norm_legit_functional`, whose extra outputs (the updated
   running statistics) become updates of the persistent tensors;
+- convolution nodes carry `allow_tf32`: torch.backends.cudnn.allow_tf32 at
+  capture time, so the daemon's cuDNN math mode is the one PyTorch would use
+  (TF32 by default for convolutions; matrix products never use TF32, which is
+  also PyTorch's default);
 - dead nodes are dropped.
 
 Nothing here talks to the daemon; the result is checked by the daemon's
@@ -35,6 +39,8 @@ _DROPPED_ARGS = {"layout", "device", "pin_memory", "memory_format", "non_blockin
 _SCALAR_VARIANTS = {"add.Tensor": "add.Scalar", "sub.Tensor": "sub.Scalar", "mul.Tensor": "mul.Scalar",
                     "div.Tensor": "div.Scalar"}
 _BATCH_NORM_OPS = {"native_batch_norm"}
+# Ops whose CUDA kernels follow torch.backends.cudnn.allow_tf32 through an attribute.
+_CUDNN_CONVOLUTION_OPS = {"convolution", "convolution_backward"}
 # Functionalization's copying variants of ops the registry has under another name.
 _RENAMES = {"detach_copy": "clone", "alias_copy": "clone", "lift_fresh_copy": "clone"}
 
@@ -247,6 +253,9 @@ class _Emitter:
                 a = attr_value(v, f"{name} ({label or n.name}) argument '{arg.name}'")
                 if a is not None:
                     attrs[arg.name] = a
+        if name in _CUDNN_CONVOLUTION_OPS:
+            # PyTorch's math mode for cuDNN convolutions at capture time (TF32 allowed by default).
+            attrs["allow_tf32"] = {"b": bool(torch.backends.cudnn.allow_tf32)}
         return self.op(n, name, inputs, attrs)
 
 
