@@ -11,12 +11,16 @@
 // flushed into the stream first (one host callback), so no error is lost.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "adaptor/cuda/cuda_kernels.h"
 #include "adaptor/cuda/cuda_program_options.h"
 #include "adaptor/cuda_program.h"
@@ -52,6 +56,8 @@ class CudaProgram final : public Program {
 
   ~CudaProgram() override {
     cudaSetDevice(device_.info().ordinal);
+    if (options_.profile_nodes) LogProfile();
+    for (cudaEvent_t e : profile_events_) cudaEventDestroy(e);
     for (auto& [stream, state] : lanes_) Release(*state);
   }
 
@@ -78,27 +84,10 @@ class CudaProgram final : public Program {
       // iteration will overwrite its host copy.
       RETURN_IF_ERROR(cuda_stream->FlushDeferredChecks());
     }
-    const bool replay = state->exec != nullptr &&
-                        std::equal(addresses.begin(), addresses.end(), state->captured.begin(),
-                                   state->captured.end());
-    if (replay) {
-      CUDA_RETURN_IF_ERROR(cudaGraphLaunch(state->exec, cuda_stream->native()));
-      ++stats_.graph_launches;
+    if (options_.profile_nodes) {
+      RETURN_IF_ERROR(EnqueueProfiled(*cuda_stream, *state, addresses));
     } else {
-      RETURN_IF_ERROR(EnqueueNodes(*cuda_stream, *state, addresses));
-      ++stats_.op_by_op_runs;
-      if (options_.use_graphs && !capture_disabled_) {
-        absl::Status captured = Capture(*cuda_stream, *state, addresses);
-        if (captured.ok()) {
-          ++stats_.captures;
-        } else {
-          ++stats_.capture_failures;
-          capture_disabled_ = true;
-          TLOG_WARNING("CUDA graph capture failed; this job's iterations run op by op")
-              .With("device", device_.info().name)
-              .With("reason", captured.ToString());
-        }
-      }
+      RETURN_IF_ERROR(EnqueueFast(*cuda_stream, *state, addresses));
     }
     if (checks_data_) {
       const int64_t* host = state->error_host;
@@ -110,6 +99,105 @@ class CudaProgram final : public Program {
   const CudaProgramStats& stats() const { return stats_; }
 
  private:
+  // A graph replay when the address table is the captured one, else an
+  // op-by-op run followed by a capture.
+  absl::Status EnqueueFast(CudaStream& stream, LaneState& state, absl::Span<void* const> addresses) {
+    const bool replay = state.exec != nullptr &&
+                        std::equal(addresses.begin(), addresses.end(), state.captured.begin(),
+                                   state.captured.end());
+    if (replay) {
+      CUDA_RETURN_IF_ERROR(cudaGraphLaunch(state.exec, stream.native()));
+      ++stats_.graph_launches;
+    } else {
+      RETURN_IF_ERROR(EnqueueNodes(stream, state, addresses));
+      ++stats_.op_by_op_runs;
+      if (options_.use_graphs && !capture_disabled_) {
+        absl::Status captured = Capture(stream, state, addresses);
+        if (captured.ok()) {
+          ++stats_.captures;
+        } else {
+          ++stats_.capture_failures;
+          capture_disabled_ = true;
+          TLOG_WARNING("CUDA graph capture failed; this job's iterations run op by op")
+              .With("device", device_.info().name)
+              .With("reason", captured.ToString());
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // An op-by-op run with an event before every node, waited for here; adds
+  // each node's time to the profile (the first run, which chooses algorithms
+  // and grows workspaces, is left out).
+  absl::Status EnqueueProfiled(CudaStream& stream, LaneState& state, absl::Span<void* const> addresses) {
+    if (profile_events_.empty()) {
+      profile_events_.resize(graph_.nodes.size() + 1, nullptr);
+      for (cudaEvent_t& e : profile_events_) CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+      node_seconds_.assign(graph_.nodes.size(), 0.0);
+    }
+    RETURN_IF_ERROR(EnqueueNodes(stream, state, addresses, profile_events_.data()));
+    ++stats_.op_by_op_runs;
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream.native()));
+    if (profiled_runs_++ == 0) return absl::OkStatus();
+    for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+      float ms = 0.0f;
+      CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, profile_events_[i], profile_events_[i + 1]));
+      node_seconds_[i] += ms * 1e-3;
+      stats_.profiled_seconds += ms * 1e-3;
+    }
+    ++profiled_iterations_;
+    stats_.profiled_iterations = profiled_iterations_;
+    if (options_.profile_report_every > 0 && profiled_iterations_ % options_.profile_report_every == 0) {
+      LogProfile();
+    }
+    return absl::OkStatus();
+  }
+
+  // The profile so far: per op kind and the slowest nodes, per iteration.
+  void LogProfile() const {
+    if (profiled_iterations_ == 0) return;
+    struct Kind {
+      double seconds = 0.0;
+      int nodes = 0;
+    };
+    absl::flat_hash_map<std::string, Kind> kinds;
+    double total = 0.0;
+    for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+      Kind& k = kinds[graph_.nodes[i].op];
+      k.seconds += node_seconds_[i];
+      ++k.nodes;
+      total += node_seconds_[i];
+    }
+    const double n = static_cast<double>(profiled_iterations_);
+    std::vector<std::pair<std::string, Kind>> by_kind(kinds.begin(), kinds.end());
+    std::sort(by_kind.begin(), by_kind.end(),
+              [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+    TLOG_INFO("kernel profile")
+        .With("device", device_.info().name)
+        .With("iterations", profiled_iterations_)
+        .With("nodes", graph_.nodes.size())
+        .With("ms_per_iteration", absl::StrFormat("%.3f", total / n * 1e3));
+    for (size_t k = 0; k < by_kind.size() && k < 20; ++k) {
+      const Kind& kind = by_kind[k].second;
+      TLOG_INFO("kernel profile: op")
+          .With("op", by_kind[k].first)
+          .With("nodes", kind.nodes)
+          .With("ms_per_iteration", absl::StrFormat("%.3f", kind.seconds / n * 1e3))
+          .With("percent", absl::StrFormat("%.1f", total > 0 ? 100.0 * kind.seconds / total : 0.0));
+    }
+    std::vector<size_t> order(graph_.nodes.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    const size_t shown = std::min<size_t>(order.size(), 15);
+    std::partial_sort(order.begin(), order.begin() + shown, order.end(),
+                      [this](size_t a, size_t b) { return node_seconds_[a] > node_seconds_[b]; });
+    for (size_t k = 0; k < shown; ++k) {
+      const size_t i = order[k];
+      TLOG_INFO("kernel profile: node")
+          .With("ms_per_iteration", absl::StrFormat("%.3f", node_seconds_[i] / n * 1e3))
+          .With("node", graph_.nodes[i].Describe(static_cast<int>(i)));
+    }
+  }
   // The state of `stream`, made on first use. A stream seen before under
   // another serial (a new stream at a recycled address) starts afresh.
   absl::StatusOr<LaneState*> StateFor(CudaStream& stream) {
@@ -148,8 +236,10 @@ class CudaProgram final : public Program {
   }
 
   // Enqueues the iteration kernel by kernel (also what stream capture
-  // records).
-  absl::Status EnqueueNodes(CudaStream& stream, LaneState& state, absl::Span<void* const> addresses) {
+  // records). With `events` (nodes + 1 of them), records events[i] before
+  // node i and the last after the last node.
+  absl::Status EnqueueNodes(CudaStream& stream, LaneState& state, absl::Span<void* const> addresses,
+                            cudaEvent_t* events = nullptr) {
     const cudaStream_t native = stream.native();
     if (checks_data_) {
       CUDA_RETURN_IF_ERROR(cudaMemsetAsync(state.error_word, 0, 2 * sizeof(int64_t), native));
@@ -167,12 +257,14 @@ class CudaProgram final : public Program {
       for (int v : node.inputs) args.inputs.push_back(TensorArg{addresses[v], graph_.values[v].type});
       for (int v : node.outputs) args.outputs.push_back(TensorArg{addresses[v], graph_.values[v].type});
       context.error.node = static_cast<int32_t>(i);
+      if (events != nullptr) CUDA_RETURN_IF_ERROR(cudaEventRecord(events[i], native));
       absl::Status status = kernels_[i](context, args);
       if (!status.ok()) {
         return absl::Status(status.code(),
                             absl::StrCat(node.Describe(static_cast<int>(i)), ": ", status.message()));
       }
     }
+    if (events != nullptr) CUDA_RETURN_IF_ERROR(cudaEventRecord(events[graph_.nodes.size()], native));
     // The updates (new weights into the persistent tensors), skipped on the
     // device when a kernel reported bad data, so a failed iteration leaves
     // the job's state as it was.
@@ -265,6 +357,11 @@ class CudaProgram final : public Program {
   absl::flat_hash_map<CudaStream*, std::unique_ptr<LaneState>> lanes_;
   bool capture_disabled_ = false;
   CudaProgramStats stats_;
+  // The profile (options_.profile_nodes).
+  std::vector<cudaEvent_t> profile_events_;
+  std::vector<double> node_seconds_;  // summed over the profiled iterations
+  int profiled_runs_ = 0;
+  int profiled_iterations_ = 0;
 };
 
 }  // namespace
@@ -297,7 +394,10 @@ CudaProgramStats GetCudaProgramStats(const Program& program) {
 }  // namespace cuda
 
 absl::StatusOr<std::unique_ptr<Program>> CreateCudaProgram(const Graph& graph, device::Device& device) {
-  return cuda::CreateCudaProgram(graph, device, cuda::CudaProgramOptions{});
+  cuda::CudaProgramOptions options;
+  const char* profile = std::getenv("TANDEM_PROFILE_KERNELS");
+  options.profile_nodes = profile != nullptr && std::string(profile) == "1";
+  return cuda::CreateCudaProgram(graph, device, options);
 }
 
 }  // namespace tandem

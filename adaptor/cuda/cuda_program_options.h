@@ -34,6 +34,15 @@ namespace tandem::cuda {
 struct CudaProgramOptions {
   // Capture and replay CUDA graphs; false runs every iteration op by op.
   bool use_graphs = true;
+  // Time every node with events: iterations run op by op and the enqueueing
+  // thread waits for each to finish, and the Program logs where the time went
+  // (per op kind and the slowest nodes, with their labels) every
+  // `profile_report_every` iterations and when it is destroyed. For finding
+  // slow kernels, never for production: it serializes the lane. The daemon
+  // turns it on for every job when TANDEM_PROFILE_KERNELS=1 is in its
+  // environment.
+  bool profile_nodes = false;
+  int profile_report_every = 50;
 };
 
 struct CudaProgramStats {
@@ -41,6 +50,8 @@ struct CudaProgramStats {
   int64_t graph_launches = 0;   // iterations enqueued as one graph launch
   int64_t captures = 0;         // graphs captured (including updates of one)
   int64_t capture_failures = 0;
+  int64_t profiled_iterations = 0;   // iterations in the node profile (profile_nodes)
+  double profiled_seconds = 0.0;      // the nodes' summed time over those iterations
 };
 
 absl::StatusOr<std::unique_ptr<Program>> CreateCudaProgram(const Graph& graph, device::Device& device,

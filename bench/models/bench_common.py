@@ -93,9 +93,16 @@ def torch_device(requested):
 
 
 def like_for_like_numerics():
-    """float32 everywhere, no TF32 (Tandem's kernels compute in float32)."""
+    """PyTorch's default numerics, which Tandem's jobs follow: float32 matrix products without TF32, cuDNN
+    convolutions with TF32 allowed (the adaptor copies torch.backends.cudnn.allow_tf32 into the job at
+    capture). TANDEM_BENCH_TF32=0 turns TF32 off for the convolutions of both sides."""
     torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = os.environ.get("TANDEM_BENCH_TF32", "1") != "0"
+
+
+def numerics():
+    """The numerics in force, for the results' metadata."""
+    return {"matmul_tf32": torch.backends.cuda.matmul.allow_tf32, "conv_tf32": torch.backends.cudnn.allow_tf32}
 
 
 def sync(device):

@@ -12,7 +12,7 @@ Per model (fcn5, resnet50, vgg19, lstm, transformer at the sizes of GPU.md; --sm
 
 Every path copies the batch from host memory each iteration: eager and graph replay from a pinned host buffer
 (non_blocking copy inside the step), Tandem from the client's tensor (shared memory to the daemon, then a copy to
-the device). SGD with momentum, float32, TF32 off, no dropout.
+the device). SGD with momentum, float32 (PyTorch's default math: TF32 in cuDNN convolutions only, on both sides), no dropout.
 
 Batch transfer: two extra jobs are registered with a feed-only graph, one whose feeds are the model's batch
 tensors plus a scalar, one with the scalar alone; each runs one tiny kernel (a sum of the scalar) and fetches a
@@ -316,7 +316,7 @@ def main():
               "config": {"models": names, "small": args.small, "warmup": args.warmup, "iters": args.iters,
                          "depths": args.depths, "report_depth": args.report_depth, "agree_steps": args.agree_steps,
                          "optimizer": f"SGD lr={bc.LR} momentum={bc.MOMENTUM}", "dtype": "float32",
-                         "tf32": False, "cudnn_benchmark": torch.backends.cudnn.benchmark},
+                         **bc.numerics(), "cudnn_benchmark": torch.backends.cudnn.benchmark},
               "models": {}}
     bc.log(f"overhead: {', '.join(names)} on {result['meta']['gpu']} (torch {torch.__version__})")
     daemon = None

@@ -676,7 +676,7 @@ def main():
                          "think_ms": args.think_ms, "small": args.small, "depth": args.depth, "solo_s": args.solo_s,
                          "warmup_s": args.warmup_s, "min_iters": args.min_iters,
                          "tandem_policy": args.tandem_policy,
-                         "optimizer": f"SGD lr={bc.LR} momentum={bc.MOMENTUM}", "tf32": False},
+                         "optimizer": f"SGD lr={bc.LR} momentum={bc.MOMENTUM}", **bc.numerics()},
               "systems": {}}
 
     def save():

@@ -147,6 +147,35 @@ TEST(CudaProgram, GraphReplayMatchesOpByOpAndCpu) {
   EXPECT_EQ(eager_stats.graph_launches, 0);
 }
 
+// The node profile runs op by op, gives the CPU's results, and times every
+// iteration but the first.
+TEST(CudaProgram, ProfiledRunsMatchCpuAndAreTimed) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  Mlp mlp(64, {784, 256, 10});
+  const Graph& graph = mlp.g.graph();
+  auto program = cuda::CreateCudaProgram(graph, *Gpu(), {.profile_nodes = true, .profile_report_every = 2});
+  ASSERT_TRUE(program.ok()) << program.status();
+  GpuRun run(graph);
+  for (int iteration = 0; iteration < 4; ++iteration) {
+    SCOPED_TRACE(::testing::Message() << "iteration " << iteration);
+    const std::vector<Bytes> feeds = mlp.g.RandomFeeds(Rng());
+    auto ref = RunOnCpu(graph, feeds);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    ASSERT_TRUE(run.Upload(feeds).ok());
+    absl::Status s = run.RunIteration(**program);
+    ASSERT_TRUE(s.ok()) << s;
+    auto out = run.Download();
+    ASSERT_TRUE(out.ok());
+    ExpectOutputsMatch(graph, *out, *ref, kStepTolerance, "profiled vs CPU");
+  }
+  const cuda::CudaProgramStats stats = cuda::GetCudaProgramStats(**program);
+  EXPECT_EQ(stats.op_by_op_runs, 4);
+  EXPECT_EQ(stats.graph_launches, 0);
+  EXPECT_EQ(stats.profiled_iterations, 3);
+  EXPECT_GT(stats.profiled_seconds, 0.0);
+  EXPECT_LT(stats.profiled_seconds, 1.0);  // 3 iterations of a small MLP
+}
+
 TEST(CudaProgram, ChangedAddressesRunOpByOpAndRecapture) {
   TANDEM_SKIP_WITHOUT_GPU();
   Mlp mlp(32, {100, 64, 7});
