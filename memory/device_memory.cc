@@ -387,6 +387,10 @@ void DeviceMemoryImpl::ReleaseRetired(int lane) {
   TrimLanes();
 }
 
+bool DeviceMemoryImpl::HasRetired(int lane) const {
+  return lane >= 0 && lane < NumLanes() && !lanes_[lane].retired.empty();
+}
+
 DeviceMemoryStats DeviceMemoryImpl::Stats() const {
   DeviceMemoryStats stats;
   stats.capacity_bytes = device_.info().capacity_bytes;

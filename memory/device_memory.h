@@ -163,6 +163,8 @@ class DeviceMemory {
   // iteration runs in the lane, calls ReleaseRetired(lane).
   virtual void* LaneArena(int lane) const = 0;
   virtual void ReleaseRetired(int lane) = 0;
+  // Whether the lane has retired ranges waiting for ReleaseRetired.
+  virtual bool HasRetired(int lane) const = 0;
   // Lane indices are stable: a lane keeps its index while it has jobs. A lane
   // whose last job leaves closes (its arena is retired; its index may be
   // reused by a later Admit), and NumLanes() is one past the highest index

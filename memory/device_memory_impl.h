@@ -31,6 +31,7 @@ class DeviceMemoryImpl final : public DeviceMemory {
   absl::Status MoveJob(JobId job, int lane) override;
   void* LaneArena(int lane) const override;
   void ReleaseRetired(int lane) override;
+  bool HasRetired(int lane) const override;
   int NumLanes() const override { return static_cast<int>(lanes_.size()); }
   DeviceMemoryStats Stats() const override;
   void SetMaxJobBytes(uint64_t max_job_bytes) override { options_.max_job_bytes = max_job_bytes; }

@@ -66,6 +66,7 @@ class RandomWorkload {
       ASSERT_EQ(lane.arena_bytes, lane_need[lane.lane]) << "lane " << lane.lane;
       void* arena = memory_->LaneArena(lane.lane);
       ASSERT_NE(arena, nullptr);
+      ASSERT_EQ(memory_->HasRetired(lane.lane), lane.retired_bytes > 0) << "lane " << lane.lane;
       ranges.emplace_back(reinterpret_cast<uintptr_t>(arena), lane.arena_bytes);
       lane_bytes += lane.arena_bytes;
     }

@@ -109,7 +109,7 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
   const int existing = std::min(num_lanes, state.LaneCount());
   for (int lane = 0; lane < state.LaneCount(); ++lane) {
     for (const JobState* job : state.lanes[lane].jobs) {
-      if (job->running || moved(job)) continue;
+      if (job->running || job->staged > 0 || moved(job)) continue;
       const int here = ClashesOutside(state, lanes, *job, lane);
       if (here == 0) continue;
       int best_lane = lane;
@@ -144,7 +144,7 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
     const std::vector<const JobState*> jobs = lanes[lane];
     for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) {
       const JobState* job = *it;
-      if (job->running || !job->has_queued() || moved(job)) continue;
+      if (job->running || job->staged > 0 || !job->has_queued() || moved(job)) continue;
       if (ClashesOutside(state, lanes, *job, -1) > 0) continue;
       move(job, lane, target);
       if (target == num_lanes) new_lane_used = true;

@@ -32,18 +32,27 @@ struct JobState {
   double device_seconds = 0;
   RunningEstimate iteration_time;  // this job's own iterations, any conditions
   bool running = false;
+  int staged = 0;               // iterations started behind a running one (lookahead)
   uint64_t last_start_seq = 0;  // 0: never started
 
   int lane() const { return params.lane; }
   bool has_queued() const { return !queue.empty(); }
-  // Queued or running: the job wants the device now.
-  bool active() const { return running || !queue.empty(); }
+  // Queued, staged or running: the job wants the device now.
+  bool active() const { return running || staged > 0 || !queue.empty(); }
+};
+
+// An iteration started behind the lane's running one (SchedulerOptions::
+// lookahead); it counts as running once those before it are reported.
+struct StagedIteration {
+  Dispatch dispatch;
+  int key = -1;  // the job's interference key when it was started
 };
 
 struct LaneState {
   std::vector<JobState*> jobs;  // sorted by arrival_seq
   bool busy = false;
   bool paused = false;
+  std::deque<StagedIteration> staged;  // started behind the running iteration, oldest first
   JobId running_job = 0;
   int running_priority = 0;  // the running job's priority when it started
   bool has_last_job = false;

@@ -20,6 +20,14 @@
 // The control loop's contract:
 //   * A Dispatch returned by Next(lane) is started at once; the lane is busy
 //     until OnIterationDone(job, lane, ...) or OnIterationAborted(job, lane).
+//     A Dispatch the loop cannot start after all is handed back at once with
+//     CancelDispatch(job, lane).
+//   * Lookahead (SchedulerOptions::lookahead > 0): Next(lane) also answers
+//     for a busy lane, up to `lookahead` iterations started behind the
+//     running one, which the loop enqueues on the lane's stream so that the
+//     device goes from one iteration to the next without waiting for the
+//     loop. Done and abort reports always name the lane's oldest started
+//     iteration; the next one counts as running from that report on.
 //   * After every event (AddJob, Enqueue, iteration done or aborted, MoveJob,
 //     SetPolicy, a priority or weight change) it calls Next() on every free
 //     lane: a policy may hold a lane back while another runs, and releases it
@@ -125,6 +133,11 @@ struct SchedulerOptions {
   double pack_margin = 0.02;
   // Samples before an estimate (solo time, a pair's r) is trusted.
   int min_interference_samples = 3;
+  // Iterations that may be started behind a lane's running one (0: a lane
+  // runs one iteration at a time). A staged iteration cannot be recalled, so
+  // only jobs of the highest priority present are staged: PRIORITY's
+  // best-effort jobs never run more than one iteration ahead of a decision.
+  int lookahead = 0;
 };
 
 class Scheduler {
@@ -170,9 +183,14 @@ class Scheduler {
   virtual bool ShouldYield(int lane) const = 0;
   virtual void OnIterationYielded(int lane) = 0;
   virtual void OnIterationResumed(int lane) = 0;
-  // The iteration started in `lane` did not run to completion (it failed or
-  // was cancelled): the lane is free again and nothing is measured.
+  // The lane's oldest started iteration did not run to completion (it failed
+  // or was cancelled): nothing is measured, and the lane is free again (or
+  // runs its next staged iteration).
   virtual void OnIterationAborted(JobId job, int lane) = 0;
+  // The Dispatch that Next(lane) just returned was not started (the loop
+  // had nothing to run for its ticket, or could not stage its data): undoes
+  // that Next. The ticket is dropped.
+  virtual void CancelDispatch(JobId job, int lane) = 0;
 
   // --- Measurements ----------------------------------------------------------
   virtual std::vector<PairInterference> Interference() const = 0;

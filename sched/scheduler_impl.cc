@@ -118,7 +118,11 @@ absl::Status SchedulerImpl::Enqueue(JobId job, Ticket ticket) {
 
 std::optional<Dispatch> SchedulerImpl::Next(int lane) {
   if (lane < 0 || lane >= state_.LaneCount()) return std::nullopt;
-  if (state_.lanes[lane].busy) return std::nullopt;
+  const LaneState& current = state_.lanes[lane];
+  if (current.busy &&
+      (current.paused || static_cast<int>(current.staged.size()) >= state_.options.lookahead)) {
+    return std::nullopt;
+  }
   Tick();
   const std::optional<JobId> picked = policy_->Pick(state_, lane);
   if (!picked) return std::nullopt;
@@ -129,18 +133,36 @@ std::optional<Dispatch> SchedulerImpl::Next(int lane) {
     return std::nullopt;
   }
   LaneState& l = state_.lanes[lane];
+  if (l.busy && !MayStage(*job)) return std::nullopt;
   Dispatch dispatch{job->id, job->queue.front()};
   job->queue.pop_front();
-  job->running = true;
   job->last_start_seq = state_.next_start_seq++;
-  l.busy = true;
-  l.paused = false;
-  l.running_job = job->id;
-  l.running_priority = job->params.priority;
   l.has_last_job = true;
   l.last_job = job->id;
-  state_.overlap.Start(lane, job->key, state_.now);
+  if (l.busy) {
+    ++job->staged;
+    l.staged.push_back(StagedIteration{dispatch, job->key});
+  } else {
+    StartRunning(lane, dispatch, job, job->key);
+  }
   return dispatch;
+}
+
+bool SchedulerImpl::MayStage(const JobState& job) const {
+  for (const auto& [id, other] : state_.jobs) {
+    if (other->params.priority > job.params.priority) return false;
+  }
+  return true;
+}
+
+void SchedulerImpl::StartRunning(int lane, const Dispatch& dispatch, const JobState* job, int key) {
+  LaneState& l = state_.lanes[lane];
+  if (JobState* j = FindJob(dispatch.job)) j->running = true;
+  l.busy = true;
+  l.paused = false;
+  l.running_job = dispatch.job;
+  l.running_priority = job != nullptr ? job->params.priority : 0;
+  state_.overlap.Start(lane, key, state_.now);
 }
 
 OverlapMeter::Sample SchedulerImpl::EndIteration(int lane) {
@@ -149,6 +171,13 @@ OverlapMeter::Sample SchedulerImpl::EndIteration(int lane) {
   if (JobState* job = FindJob(l.running_job)) job->running = false;
   l.busy = false;
   l.paused = false;
+  if (!l.staged.empty()) {
+    const StagedIteration next = l.staged.front();
+    l.staged.pop_front();
+    JobState* job = FindJob(next.dispatch.job);
+    if (job != nullptr) --job->staged;
+    StartRunning(lane, next.dispatch, job, next.key);
+  }
   return sample;
 }
 
@@ -171,6 +200,17 @@ void SchedulerImpl::OnIterationDone(JobId job, int lane, double device_seconds) 
     state_.interference.AddSample(state->key, sample, device_seconds);
   }
   policy_->OnIterationDone(state_, *state, measured ? device_seconds : 0.0);
+}
+
+void SchedulerImpl::CancelDispatch(JobId job, int lane) {
+  if (lane < 0 || lane >= state_.LaneCount()) return;
+  LaneState& l = state_.lanes[lane];
+  if (!l.staged.empty() && l.staged.back().dispatch.job == job) {
+    l.staged.pop_back();
+    if (JobState* state = FindJob(job)) --state->staged;
+    return;
+  }
+  OnIterationAborted(job, lane);
 }
 
 void SchedulerImpl::OnIterationAborted(JobId job, int lane) {
@@ -232,7 +272,7 @@ int SchedulerImpl::ChooseLane(const JobParams& params, int num_lanes) const {
 absl::Status SchedulerImpl::MoveJob(JobId job, int lane) {
   ASSIGN_OR_RETURN(JobState * state, JobOrNotFound(job, "move"));
   RETURN_IF_ERROR(ValidateLane(lane));
-  if (state->running) {
+  if (state->running || state->staged > 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot move job ", job, " while its iteration runs in lane ", state->lane(),
                      "; move it at an iteration boundary"));
@@ -311,6 +351,9 @@ absl::StatusOr<std::unique_ptr<Scheduler>> CreateScheduler(const SchedulerOption
     return absl::InvalidArgumentError(
         absl::StrCat("fair_window_seconds and pack_margin must be >= 0, got ",
                      options.fair_window_seconds, " and ", options.pack_margin));
+  }
+  if (options.lookahead < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("lookahead must be >= 0, got ", options.lookahead));
   }
   if (options.min_interference_samples < 1) {
     return absl::InvalidArgumentError(absl::StrCat("min_interference_samples must be >= 1, got ",

@@ -45,6 +45,7 @@ class SchedulerImpl : public Scheduler {
   void OnIterationYielded(int lane) override;
   void OnIterationResumed(int lane) override;
   void OnIterationAborted(JobId job, int lane) override;
+  void CancelDispatch(JobId job, int lane) override;
 
   std::vector<PairInterference> Interference() const override;
 
@@ -54,8 +55,13 @@ class SchedulerImpl : public Scheduler {
   LaneState& LaneFor(int lane);
   void InsertIntoLane(JobState* job);
   void EraseFromLane(JobState* job);
-  // Ends the lane's running iteration; returns its overlap sample.
+  // Ends the lane's running iteration, then starts its next staged one;
+  // returns the ended one's overlap sample.
   OverlapMeter::Sample EndIteration(int lane);
+  // Makes `dispatch` the lane's running iteration (job: null when closed).
+  void StartRunning(int lane, const Dispatch& dispatch, const JobState* job, int key);
+  // Whether `job` may be started behind a running iteration (lookahead).
+  bool MayStage(const JobState& job) const;
   void Tick() { state_.now = clock_->Now(); }
 
   std::shared_ptr<Clock> clock_;

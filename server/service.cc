@@ -95,7 +95,12 @@ absl::StatusOr<std::unique_ptr<Service>> Service::Create(const DaemonOptions& op
       mem.reserve_bytes = in_use + static_cast<uint64_t>(options.max_lanes) * 352 * kMiB + 512 * kMiB;
     }
     ASSIGN_OR_RETURN(rt->memory, memory::DeviceMemory::Create(*dev, mem));
-    ASSIGN_OR_RETURN(rt->scheduler, sched::CreateScheduler({.policy = options.policy}));
+    // One iteration per lane runs; max_inflight_per_lane - 1 more may wait
+    // behind it on the lane's stream (the scheduler's lookahead).
+    ASSIGN_OR_RETURN(rt->scheduler,
+                     sched::CreateScheduler({.policy = options.policy,
+                                             .max_lanes = options.max_lanes,
+                                             .lookahead = options.max_inflight_per_lane - 1}));
     rt->device = std::move(dev);
     rt->executor = std::make_unique<Executor>(info.name);
     TLOG_INFO("device ready")

@@ -186,14 +186,17 @@ void Service::DispatchAll(DeviceRuntime& dev) {
   for (int lane = 0; lane < static_cast<int>(dev.lanes.size()); ++lane) {
     Lane& l = dev.lanes[lane];
     while (l.outstanding < static_cast<int>(l.slots.size())) {
+      // Old arena ranges are released when the lane drains: stage nothing
+      // more behind a running iteration until then.
+      if (l.outstanding > 0 && dev.memory->HasRetired(lane)) break;
       std::optional<sched::Dispatch> next = dev.scheduler->Next(lane);
       if (!next) break;
       auto j = jobs_.find(next->job);
       Job* job = j == jobs_.end() ? nullptr : j->second.get();
       auto q = job == nullptr ? decltype(job->queued)::iterator() : job->queued.find(next->ticket);
       if (job == nullptr || q == job->queued.end() || job->state != JobState::kRunning) {
-        // Nothing to run for that ticket: give the lane back.
-        dev.scheduler->OnIterationAborted(next->job, lane);
+        // Nothing to run for that ticket: give the dispatch back.
+        dev.scheduler->CancelDispatch(next->job, lane);
         continue;
       }
       QueuedIteration it = std::move(q->second);
@@ -220,7 +223,7 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
     auto host = dev.device->AllocateHost(bytes);
     if (!host.ok()) {
       ReplyError(it.reply, host.status());
-      dev.scheduler->OnIterationAborted(job.id, lane);
+      dev.scheduler->CancelDispatch(job.id, lane);
       return;
     }
     slot.host = *host;

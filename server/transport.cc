@@ -35,7 +35,16 @@ absl::StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(const Transpo
     if (options.max_message_bytes > 0) {
       t->router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options.max_message_bytes * 2 + 65536));
     }
-    t->router_.bind(options.endpoint);
+    // An ipc socket is created 0660 (nobody sees it with the process's
+    // default mode, even between bind and the chmod below).
+    const mode_t old_mask = ::umask(0117);
+    try {
+      t->router_.bind(options.endpoint);
+    } catch (...) {
+      ::umask(old_mask);
+      throw;
+    }
+    ::umask(old_mask);
   } catch (const zmq::error_t& e) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.endpoint, ": ", e.what()));
   }

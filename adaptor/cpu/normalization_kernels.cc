@@ -1,6 +1,6 @@
-// Reference CPU kernels of softmax and layer normalization. Row sums,
-// means and variances accumulate in double and round once to the tensor's
-// dtype.
+// Reference CPU kernels of softmax (_softmax, _safe_softmax) and layer
+// normalization. Row sums, means and variances accumulate in double and
+// round once to the tensor's dtype.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -18,9 +18,11 @@ absl::StatusOr<DimSplit> SplitAtDimAttr(const KernelArgs& args, const Shape& sha
   return SplitAtDim(shape, d);
 }
 
-// out = exp(x - max) / sum(exp(x - max)) over `dim`. The output may be the
-// input's buffer: each slice is read fully before it is written.
-absl::Status SoftmaxKernel(const KernelArgs& args) {
+// out = exp(x - max) / sum(exp(x - max)) over `dim`. A slice whose inputs
+// are all -inf is NaN, or zeros with `zero_if_all_neg_inf` (_safe_softmax).
+// The output may be the input's buffer: each slice is read fully before it
+// is written.
+absl::Status Softmax(const KernelArgs& args, bool zero_if_all_neg_inf) {
   const TensorArg& in = args.inputs[0];
   const TensorArg& out = args.outputs[0];
   ASSIGN_OR_RETURN(DimSplit split, SplitAtDimAttr(args, in.type.shape));
@@ -41,6 +43,11 @@ absl::Status SoftmaxKernel(const KernelArgs& args) {
           max = std::max(max, v);
         }
         if (nan) max = std::numeric_limits<double>::quiet_NaN();
+        // Without a NaN, the max is -inf exactly when every input is.
+        if (zero_if_all_neg_inf && max == -std::numeric_limits<double>::infinity()) {
+          for (int64_t d = 0; d < split.size; ++d) y[base + d * inner] = T(0);
+          continue;
+        }
         double sum = 0.0;
         for (int64_t d = 0; d < split.size; ++d) {
           e[d] = std::exp(static_cast<double>(x[base + d * inner]) - max);
@@ -52,6 +59,9 @@ absl::Status SoftmaxKernel(const KernelArgs& args) {
     return absl::OkStatus();
   });
 }
+
+absl::Status SoftmaxKernel(const KernelArgs& args) { return Softmax(args, false); }
+absl::Status SafeSoftmaxKernel(const KernelArgs& args) { return Softmax(args, true); }
 
 // grad_input = output * (grad_output - sum(grad_output * output)) over dim.
 absl::Status SoftmaxBackwardKernel(const KernelArgs& args) {
@@ -178,6 +188,7 @@ absl::Status LayerNormBackwardKernel(const KernelArgs& args) {
 
 void AddNormalizationKernels(CpuKernelTable& table) {
   table["_softmax"] = SoftmaxKernel;
+  table["_safe_softmax"] = SafeSoftmaxKernel;
   table["_softmax_backward_data"] = SoftmaxBackwardKernel;
   table["native_layer_norm"] = LayerNormKernel;
   table["native_layer_norm_backward"] = LayerNormBackwardKernel;

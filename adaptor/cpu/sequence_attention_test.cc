@@ -1,7 +1,8 @@
 // The reference CPU kernels of the LSTM, transformer and Adam/AdamW op
-// families, part two (softmax, layer norm, bmm, attention, and an LSTM cell
-// step built from the decomposed ops): forwards against double computations
-// written here, backwards against central finite differences (float64).
+// families, part two (softmax, safe softmax, layer norm, bmm, attention, and
+// an LSTM cell step built from the decomposed ops): forwards against double
+// computations written here, backwards against central finite differences
+// (float64).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -80,6 +81,120 @@ TEST_F(SequenceKernelTest, SoftmaxAndLayerNormBackwardsMatchFiniteDifferences) {
   Tensor dx = MustRun("native_layer_norm_backward", attrs, {g, x, plain[1], plain[2]})[0];
   ExpectGradient(dx, NumericGradient(Forward("native_layer_norm", attrs), {x}, 0, g.Values()),
                  "layer norm grad_input without affine");
+}
+
+// _safe_softmax in double: softmax over `dim`, except that a slice of all
+// -inf is zeros; a slice with a NaN is NaN.
+std::vector<double> ReferenceSafeSoftmax(const Tensor& x, int dim) {
+  const Shape& shape = x.type.shape;
+  std::vector<double> out(x.numel());
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    std::vector<int64_t> other = Unravel(i, shape);
+    std::vector<double> slice(shape[dim]);
+    for (int64_t j = 0; j < shape[dim]; ++j) {
+      other[dim] = j;
+      slice[j] = x.Get(Ravel(other, shape));
+    }
+    if (std::any_of(slice.begin(), slice.end(), [](double v) { return std::isnan(v); })) {
+      out[i] = NAN;
+      continue;
+    }
+    const double mx = *std::max_element(slice.begin(), slice.end());
+    if (mx == -INFINITY) {
+      out[i] = 0.0;
+      continue;
+    }
+    double sum = 0;
+    for (double v : slice) sum += std::exp(v - mx);
+    out[i] = std::exp(x.Get(i) - mx) / sum;
+  }
+  return out;
+}
+
+// Sets the elements of the slice of `x` along `dim` through the element at
+// `index` to `value` where `pick(j)` holds (j: the position along dim).
+template <typename Pick>
+void SetSlice(Tensor& x, int dim, std::vector<int64_t> index, double value, Pick pick) {
+  for (int64_t j = 0; j < x.type.shape[dim]; ++j) {
+    index[dim] = j;
+    if (pick(j)) x.Set(Ravel(index, x.type.shape), value);
+  }
+}
+
+// Random [3, 5, 6] input with, along `dim`: one slice all -inf, one with
+// every other element -inf, one with a single finite element, one of -inf
+// and a NaN. The four slices pass through elements that differ in every
+// coordinate, so they are distinct whatever `dim` is.
+Tensor MaskedSoftmaxInput(Tensor x, int dim) {
+  SetSlice(x, dim, {0, 0, 0}, -INFINITY, [](int64_t) { return true; });
+  SetSlice(x, dim, {2, 4, 5}, -INFINITY, [](int64_t j) { return j % 2 == 0; });
+  SetSlice(x, dim, {1, 2, 3}, -INFINITY, [](int64_t j) { return j != 1; });
+  SetSlice(x, dim, {0, 1, 2}, -INFINITY, [](int64_t) { return true; });
+  SetSlice(x, dim, {0, 1, 2}, NAN, [](int64_t j) { return j == 1; });
+  return x;
+}
+
+TEST_F(SequenceKernelTest, SafeSoftmaxZeroesSlicesOfAllNegativeInfinity) {
+  const Shape shape = {3, 5, 6};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (int dim : {2, 1, 0, -1}) {
+      const int d = dim < 0 ? dim + 3 : dim;
+      const std::string what = std::string(DTypeName(dtype)) + " dim " + std::to_string(dim);
+      const Tensor x = MaskedSoftmaxInput(Random(dtype, shape, -4, 4), d);
+      const std::vector<double> expected = ReferenceSafeSoftmax(x, d);
+      // The reference itself: the fully masked slice is zeros, the others sum to 1.
+      EXPECT_EQ(expected[0], 0.0) << what;
+      const Attrs attrs = MakeAttrs({{"dim", int64_t{dim}}});
+      ExpectClose(MustRun("_safe_softmax", attrs, {x})[0], expected, "_safe_softmax " + what);
+      ExpectClose(MustRun("_safe_softmax", attrs, {x}, /*in_place=*/true)[0], expected,
+                  "_safe_softmax in place " + what);
+      ExpectClose(MustRun("_safe_softmax", MakeAttrs({{"dim", int64_t{dim}}, {"dtype", dtype}}), {x})[0], expected,
+                  "_safe_softmax with dtype " + what);
+      // _softmax agrees except on the fully masked slices, which it leaves NaN.
+      std::vector<double> plain = expected;
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        std::vector<int64_t> at = Unravel(i, shape);
+        at[d] = 0;
+        if (at == std::vector<int64_t>{0, 0, 0}) plain[i] = NAN;
+      }
+      ExpectClose(MustRun("_softmax", attrs, {x})[0], plain, "_softmax " + what);
+    }
+  }
+}
+
+TEST_F(SequenceKernelTest, SafeSoftmaxRegistryRules) {
+  const OpDef* def = OpRegistry::Global().Find("_safe_softmax");
+  ASSERT_NE(def, nullptr);
+  EXPECT_EQ(def->alias, AliasKind::kNone);
+  const TensorType f32{DType::kFloat32, {4, 7}};
+  auto ok = def->infer(MakeAttrs({{"dim", int64_t{-1}}, {"dtype", DType::kFloat32}}), {f32});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(*ok, std::vector<TensorType>{f32});
+  auto converting = def->infer(MakeAttrs({{"dim", int64_t{1}}, {"dtype", DType::kFloat64}}), {f32});
+  EXPECT_EQ(converting.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(converting.status().message().find("_safe_softmax: attribute 'dtype' is float64"), std::string::npos)
+      << converting.status();
+  EXPECT_NE(converting.status().message().find("_to_copy"), std::string::npos) << converting.status();
+  EXPECT_FALSE(def->infer(MakeAttrs({{"dim", int64_t{2}}}), {f32}).ok());
+  EXPECT_FALSE(def->infer(MakeAttrs({{"dim", int64_t{0}}}), {TensorType{DType::kInt64, {4, 7}}}).ok());
+  EXPECT_FALSE(def->infer({}, {f32}).ok());  // dim is required
+}
+
+// Its backward is _softmax_backward_data on its output, masked slices
+// included (their gradient is zero).
+TEST_F(SequenceKernelTest, SafeSoftmaxBackwardMatchesFiniteDifferences) {
+  for (int dim : {2, 0}) {
+    Tensor x = Random(DType::kFloat64, {3, 5, 6}, -2, 2);
+    SetSlice(x, dim, {0, 0, 0}, -INFINITY, [](int64_t) { return true; });
+    SetSlice(x, dim, {2, 4, 5}, -INFINITY, [](int64_t j) { return j % 2 == 0; });
+    const Attrs attrs = MakeAttrs({{"dim", int64_t{dim}}});
+    Tensor y = MustRun("_safe_softmax", attrs, {x})[0];
+    Tensor g = Random(DType::kFloat64, {3, 5, 6});
+    const Attrs back = MakeAttrs({{"dim", int64_t{dim}}, {"input_dtype", DType::kFloat64}});
+    ExpectGradient(MustRun("_softmax_backward_data", back, {g, y})[0],
+                   NumericGradient(Forward("_safe_softmax", attrs), {x}, 0, g.Values()),
+                   "_safe_softmax backward dim " + std::to_string(dim));
+  }
 }
 
 // ---- attention ----

@@ -1,10 +1,27 @@
-// Batch normalization on CUDA: one block per channel (grid-stride over
-// channels), which reduces the channel's statistics or gradient sums in
-// double (per-thread partial sums, then a block reduction) and then writes
-// the channel's output in a second pass, so forward and backward are one
-// launch each and need no scratch memory. The formulas are the CPU
-// kernels' (adaptor/cpu/batch_norm_kernels.cc); the variance is two-pass
-// (sum of squared deviations from the mean), not E[x^2] - E[x]^2.
+// Batch normalization on CUDA. Each channel's elements (outer rows of
+// `inner` contiguous elements) are cut into chunks of kChunkElements, and
+// each chunk is one block's work in the streaming kernels, so even a layer
+// with few channels fills the GPU (64 channels of [32, 64, 112, 112] are
+// 6272 blocks). An op is a short sequence of launches on one stream:
+//   forward:  [training] statistics (per chunk: mean and sum of squared
+//             deviations, two-pass in registers) -> finalize (a warp per
+//             channel merges the chunks, writes the saved and running
+//             statistics and the channel's scale and shift) -> apply
+//             (out = x * scale + shift);
+//   backward: [when needed] gradient sums (per chunk: sum(dy) and
+//             sum(dy * (x - mean))) -> finalize (a warp per channel:
+//             grad_weight, grad_bias and grad_input's coefficients) ->
+//             [grad_input] apply.
+// The partial results and coefficients live in the caller's scratch buffer
+// (BatchNormScratchBytes). Every sum has a fixed order (per thread, then a
+// fixed shuffle tree, then chunks in order), so results are deterministic;
+// no atomics. All arithmetic is in double, like the CPU kernels
+// (adaptor/cpu/batch_norm_kernels.cc), whose formulas these are: the
+// variance is exact two-pass within a chunk, and the chunks merge as
+// M2 = sum(M2_j + n_j * (mean_j - mean)^2), which is the two-pass variance
+// of the whole channel up to rounding. Loads and stores are 16 bytes wide
+// when `inner` is a multiple of the vector width and the tensors are
+// 16-byte aligned, one element wide otherwise.
 #include <cmath>
 
 #include "adaptor/cuda/cnn_launch.h"
@@ -13,157 +30,535 @@
 namespace tandem::cuda {
 namespace {
 
-constexpr int kBatchNormThreads = 512;
-constexpr int64_t kMaxChannelBlocks = int64_t{1} << 20;
+constexpr int kBatchNormThreads = 256;
+constexpr int kElementsPerThread = 16;
+constexpr int64_t kChunkElements = int64_t{kBatchNormThreads} * kElementsPerThread;  // 4096
+constexpr int kWarpsPerBlock = kBatchNormThreads / 32;
+constexpr int64_t kMaxGrid = int64_t{1} << 30;
 
-// Calls f(offset) for every element of channel c, the block's threads
-// striding over them: row by row when rows are at least a block wide,
-// otherwise over the flattened (n, i) space.
-template <typename F>
-__device__ __forceinline__ void ForEachInChannel(const BatchNormLaunchParams& p, int64_t c, F&& f) {
-  if (p.inner >= blockDim.x) {
-    for (int64_t n = 0; n < p.outer; ++n) {
-      const int64_t base = (n * p.channels + c) * p.inner;
-      for (int64_t i = threadIdx.x; i < p.inner; i += blockDim.x) f(base + i);
+// `kWidth` consecutive elements, loaded and stored as one access (16 bytes
+// when kWidth is Vec16<T>::kCount).
+template <typename T, int kWidth>
+struct alignas(sizeof(T) * kWidth) Pack {
+  T v[kWidth];
+};
+
+// How the streaming kernels walk the tensor, in units of kWidth elements
+// (computed on the host for the launch's width). Block b handles chunk
+// b % chunks of channel b / chunks; its thread t takes the chunk's units
+// t, t + kBatchNormThreads, t + 2 * kBatchNormThreads, ..., so that a
+// warp's accesses are consecutive units of a row.
+struct ChunkGeometry {
+  int64_t channels = 0;
+  int64_t count = 0;          // elements per channel: outer * inner
+  int64_t chunks = 0;         // chunks (blocks) per channel
+  int64_t row_units = 0;      // units of one row (inner / width)
+  int64_t channel_units = 0;  // outer * row_units
+  int64_t chunk_units = 0;    // kChunkElements / width
+  int64_t row_stride = 0;     // units from a row of a channel to its next row: channels * row_units
+  int64_t step_rows = 0;      // kBatchNormThreads units of a channel as whole rows ...
+  int64_t step_col = 0;       // ... and the rest (< row_units)
+};
+
+int64_t ChunksPerChannel(const BatchNormLaunchParams& p) {
+  return (p.outer * p.inner + kChunkElements - 1) / kChunkElements;
+}
+
+ChunkGeometry GeometryFor(const BatchNormLaunchParams& p, int width) {
+  ChunkGeometry g;
+  g.channels = p.channels;
+  g.count = p.outer * p.inner;
+  g.chunks = ChunksPerChannel(p);
+  g.row_units = p.inner / width;
+  g.channel_units = p.outer * g.row_units;
+  g.chunk_units = kChunkElements / width;
+  g.row_stride = p.channels * g.row_units;
+  g.step_rows = kBatchNormThreads / g.row_units;
+  g.step_col = kBatchNormThreads % g.row_units;
+  return g;
+}
+
+// Elements in chunk `j` of a channel of `count` elements.
+__host__ __device__ __forceinline__ int64_t ChunkCount(int64_t count, int64_t j) {
+  const int64_t rest = count - j * kChunkElements;
+  return rest < kChunkElements ? rest : kChunkElements;
+}
+
+// A thread's position in the tensor: `offset` units from its start, at unit
+// `col` of its row.
+struct UnitCursor {
+  int64_t offset;
+  int64_t col;
+
+  // Moves kBatchNormThreads units on in the channel (onto later rows when
+  // the row ends). Pure arithmetic: moving past the channel's end is
+  // harmless as long as nothing is accessed there.
+  __device__ __forceinline__ void Advance(const ChunkGeometry& g) {
+    offset += g.step_rows * g.row_stride + g.step_col;
+    col += g.step_col;
+    if (col >= g.row_units) {
+      col -= g.row_units;
+      offset += g.row_stride - g.row_units;
     }
+  }
+};
+
+// The calling thread's first unit in chunk `chunk` of channel `c`, and how
+// many of its kUnits units exist (the channel's last chunk may be short).
+template <int kUnits>
+__device__ __forceinline__ int StartCursor(const ChunkGeometry& g, int64_t c, int64_t chunk, UnitCursor* cursor) {
+  const int64_t u = chunk * g.chunk_units + threadIdx.x;  // unit index within the channel
+  if (u >= g.channel_units) {
+    cursor->offset = 0;
+    cursor->col = 0;
+    return 0;
+  }
+  int64_t row, col;
+  if (g.channel_units <= int64_t{0xffffffff}) {
+    const uint32_t q = static_cast<uint32_t>(u) / static_cast<uint32_t>(g.row_units);
+    row = q;
+    col = u - static_cast<int64_t>(q) * g.row_units;
   } else {
-    const int64_t count = p.outer * p.inner;
-    for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
-      const int64_t n = j / p.inner;
-      f((n * p.channels + c) * p.inner + (j - n * p.inner));
+    row = u / g.row_units;
+    col = u - row * g.row_units;
+  }
+  cursor->offset = row * g.row_stride + c * g.row_units + col;
+  cursor->col = col;
+  const int64_t left = (g.channel_units - u - 1) / kBatchNormThreads + 1;
+  return left < kUnits ? static_cast<int>(left) : kUnits;
+}
+
+// Per chunk: its mean and its sum of squared deviations from that mean
+// (two passes over the values held in registers), into partials[2 * b] and
+// partials[2 * b + 1] for block-chunk b = c * chunks + chunk.
+template <typename T, int kWidth>
+__global__ void __launch_bounds__(kBatchNormThreads)
+    BatchNormStatsKernel(ChunkGeometry g, const T* x, double* partials) {
+  constexpr int kUnits = kElementsPerThread / kWidth;
+  __shared__ double shared[32];
+  const Pack<T, kWidth>* in = reinterpret_cast<const Pack<T, kWidth>*>(x);
+  const int64_t blocks = g.channels * g.chunks;
+  for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    const int64_t c = b / g.chunks;
+    const int64_t chunk = b - c * g.chunks;
+    UnitCursor cursor;
+    const int valid = StartCursor<kUnits>(g, c, chunk, &cursor);
+    Pack<T, kWidth> v[kUnits];
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+      if (k < valid) {
+        v[k] = in[cursor.offset];
+      } else {
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) v[k].v[e] = T(0);
+      }
+      cursor.Advance(g);
+    }
+    double sum = 0.0;
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) sum += static_cast<double>(v[k].v[e]);  // absent units hold 0
+    }
+    const double n = static_cast<double>(ChunkCount(g.count, chunk));
+    const double mean = BlockSum(sum, shared) / n;
+    double m2 = 0.0;
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+      if (k < valid) {
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) {
+          const double d = static_cast<double>(v[k].v[e]) - mean;
+          m2 += d * d;
+        }
+      }
+    }
+    m2 = BlockSum(m2, shared);
+    if (threadIdx.x == 0) {
+      partials[2 * b] = mean;
+      partials[2 * b + 1] = m2;
     }
   }
 }
 
+// A warp per channel: the channel's statistics (training: merged from the
+// chunks' partials; eval: the running ones), the saved and running
+// statistics, and coeffs[2c], coeffs[2c + 1] = scale, shift.
 template <typename T>
 __global__ void __launch_bounds__(kBatchNormThreads)
-    BatchNormForwardKernel(BatchNormLaunchParams p, BatchNormForwardOperands op) {
-  __shared__ double shared[32];
-  const T* x = static_cast<const T*>(op.x);
+    BatchNormForwardFinalizeKernel(BatchNormLaunchParams p, int64_t chunks, BatchNormForwardOperands op,
+                                   const double* partials, double* coeffs) {
   const T* weight = static_cast<const T*>(op.weight);
   const T* bias = static_cast<const T*>(op.bias);
   const T* running_mean = static_cast<const T*>(op.running_mean);
   const T* running_var = static_cast<const T*>(op.running_var);
-  T* out = static_cast<T*>(op.out);
   T* new_running_mean = static_cast<T*>(op.new_running_mean);
   T* new_running_var = static_cast<T*>(op.new_running_var);
-  const double count = static_cast<double>(p.outer * p.inner);
-  for (int64_t c = blockIdx.x; c < p.channels; c += gridDim.x) {
+  const int lane = threadIdx.x % 32;
+  const int64_t count_elements = p.outer * p.inner;
+  const double count = static_cast<double>(count_elements);
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; c < p.channels;
+       c += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
     double mean, invstd;
     if (p.training) {
+      const double* part = partials + 2 * c * chunks;
       double sum = 0.0;
-      ForEachInChannel(p, c, [&](int64_t i) { sum += static_cast<double>(x[i]); });
-      sum = BlockSum(sum, shared);
-      mean = sum / count;
-      double var_sum = 0.0;
-      ForEachInChannel(p, c, [&](int64_t i) {
-        const double d = static_cast<double>(x[i]) - mean;
-        var_sum += d * d;
-      });
-      var_sum = BlockSum(var_sum, shared);
-      invstd = 1.0 / sqrt(var_sum / count + p.eps);
-      if (threadIdx.x == 0) {
+      for (int64_t j = lane; j < chunks; j += 32) {
+        sum += static_cast<double>(ChunkCount(count_elements, j)) * part[2 * j];
+      }
+      mean = WarpSum(sum) / count;
+      double m2 = 0.0;
+      for (int64_t j = lane; j < chunks; j += 32) {
+        const double d = part[2 * j] - mean;
+        m2 += part[2 * j + 1] + static_cast<double>(ChunkCount(count_elements, j)) * d * d;
+      }
+      m2 = WarpSum(m2);
+      invstd = 1.0 / sqrt(m2 / count + p.eps);
+      if (lane == 0) {
         static_cast<T*>(op.save_mean)[c] = static_cast<T>(mean);
         static_cast<T*>(op.save_invstd)[c] = static_cast<T>(invstd);
         if (new_running_mean != nullptr) {
           new_running_mean[c] =
               static_cast<T>((1.0 - p.momentum) * static_cast<double>(running_mean[c]) + p.momentum * mean);
           new_running_var[c] = static_cast<T>((1.0 - p.momentum) * static_cast<double>(running_var[c]) +
-                                              p.momentum * var_sum / (count - 1.0));
+                                              p.momentum * m2 / (count - 1.0));
         }
       }
     } else {
       mean = static_cast<double>(running_mean[c]);
       invstd = 1.0 / sqrt(static_cast<double>(running_var[c]) + p.eps);
-      if (threadIdx.x == 0 && new_running_mean != nullptr) {
+      if (lane == 0 && new_running_mean != nullptr) {
         new_running_mean[c] = running_mean[c];
         new_running_var[c] = running_var[c];
       }
     }
-    const double scale = invstd * static_cast<double>(weight[c]);
-    const double shift = static_cast<double>(bias[c]) - mean * scale;
-    ForEachInChannel(p, c, [&](int64_t i) { out[i] = static_cast<T>(static_cast<double>(x[i]) * scale + shift); });
+    if (lane == 0) {
+      const double scale = invstd * static_cast<double>(weight[c]);
+      coeffs[2 * c] = scale;
+      coeffs[2 * c + 1] = static_cast<double>(bias[c]) - mean * scale;
+    }
   }
 }
 
+// out = x * scale + shift, a chunk per block. Each thread loads all its
+// units before storing any, so `out` may be `x`.
+template <typename T, int kWidth>
+__global__ void __launch_bounds__(kBatchNormThreads)
+    BatchNormApplyKernel(ChunkGeometry g, const double* coeffs, const T* x, T* out) {
+  constexpr int kUnits = kElementsPerThread / kWidth;
+  const Pack<T, kWidth>* in = reinterpret_cast<const Pack<T, kWidth>*>(x);
+  Pack<T, kWidth>* y = reinterpret_cast<Pack<T, kWidth>*>(out);
+  const int64_t blocks = g.channels * g.chunks;
+  for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    const int64_t c = b / g.chunks;
+    const int64_t chunk = b - c * g.chunks;
+    const double scale = coeffs[2 * c];
+    const double shift = coeffs[2 * c + 1];
+    UnitCursor start;
+    const int valid = StartCursor<kUnits>(g, c, chunk, &start);
+    UnitCursor cursor = start;
+    Pack<T, kWidth> v[kUnits];
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+      if (k < valid) v[k] = in[cursor.offset];
+      cursor.Advance(g);
+    }
+    cursor = start;
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+      if (k < valid) {
+        Pack<T, kWidth> o;
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) o.v[e] = static_cast<T>(static_cast<double>(v[k].v[e]) * scale + shift);
+        y[cursor.offset] = o;
+      }
+      cursor.Advance(g);
+    }
+  }
+}
+
+// Per chunk: sum(dy) and sum(dy * (x - mean)) with the channel's given
+// mean, into partials[2 * b] and partials[2 * b + 1].
+template <typename T, int kWidth>
+__global__ void __launch_bounds__(kBatchNormThreads)
+    BatchNormGradSumsKernel(ChunkGeometry g, const T* grad_output, const T* x, const T* mean_in,
+                            double* partials) {
+  constexpr int kUnits = kElementsPerThread / kWidth;
+  __shared__ double shared[32];
+  const Pack<T, kWidth>* dy = reinterpret_cast<const Pack<T, kWidth>*>(grad_output);
+  const Pack<T, kWidth>* in = reinterpret_cast<const Pack<T, kWidth>*>(x);
+  const int64_t blocks = g.channels * g.chunks;
+  for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    const int64_t c = b / g.chunks;
+    const int64_t chunk = b - c * g.chunks;
+    const double mean = static_cast<double>(mean_in[c]);
+    UnitCursor cursor;
+    const int valid = StartCursor<kUnits>(g, c, chunk, &cursor);
+    Pack<T, kWidth> gv[kUnits], xv[kUnits];
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+      if (k < valid) {
+        gv[k] = dy[cursor.offset];
+        xv[k] = in[cursor.offset];
+      }
+      cursor.Advance(g);
+    }
+    double sum_dy = 0.0, sum_dy_xmu = 0.0;
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+      if (k < valid) {
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) {
+          const double gd = static_cast<double>(gv[k].v[e]);
+          sum_dy += gd;
+          sum_dy_xmu += gd * (static_cast<double>(xv[k].v[e]) - mean);
+        }
+      }
+    }
+    sum_dy = BlockSum(sum_dy, shared);
+    sum_dy_xmu = BlockSum(sum_dy_xmu, shared);
+    if (threadIdx.x == 0) {
+      partials[2 * b] = sum_dy;
+      partials[2 * b + 1] = sum_dy_xmu;
+    }
+  }
+}
+
+// A warp per channel: sum_dy and sum_dy_xmu over the chunks (zero when
+// `partials` is null: no gradient output needs them), grad_weight and
+// grad_bias, and, when grad_input is wanted, its coefficients
+// coeffs[4c .. 4c + 3] = mean, sum_dy / n, sum_dy_xmu / n * invstd^2,
+// invstd * weight.
 template <typename T>
 __global__ void __launch_bounds__(kBatchNormThreads)
-    BatchNormBackwardKernel(BatchNormLaunchParams p, BatchNormBackwardOperands op) {
-  __shared__ double shared[32];
-  const T* dy = static_cast<const T*>(op.grad_output);
-  const T* x = static_cast<const T*>(op.x);
-  const T* weight = static_cast<const T*>(op.weight);
+    BatchNormBackwardFinalizeKernel(BatchNormLaunchParams p, int64_t chunks, BatchNormBackwardOperands op,
+                                    const double* partials, double* coeffs) {
   const T* mean_in = static_cast<const T*>(op.mean);
   const T* invstd_in = static_cast<const T*>(op.invstd);
-  T* grad_input = static_cast<T*>(op.grad_input);
   T* grad_weight = static_cast<T*>(op.grad_weight);
   T* grad_bias = static_cast<T*>(op.grad_bias);
+  const int lane = threadIdx.x % 32;
   const double count = static_cast<double>(p.outer * p.inner);
-  for (int64_t c = blockIdx.x; c < p.channels; c += gridDim.x) {
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; c < p.channels;
+       c += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
     const double mean = static_cast<double>(mean_in[c]);
     const double invstd = p.training ? static_cast<double>(invstd_in[c])
                                      : 1.0 / sqrt(static_cast<double>(invstd_in[c]) + p.eps);
     double sum_dy = 0.0, sum_dy_xmu = 0.0;
-    ForEachInChannel(p, c, [&](int64_t i) {
-      const double g = static_cast<double>(dy[i]);
-      sum_dy += g;
-      sum_dy_xmu += g * (static_cast<double>(x[i]) - mean);
-    });
-    sum_dy = BlockSum(sum_dy, shared);
-    sum_dy_xmu = BlockSum(sum_dy_xmu, shared);
-    if (threadIdx.x == 0) {
+    if (partials != nullptr) {
+      const double* part = partials + 2 * c * chunks;
+      for (int64_t j = lane; j < chunks; j += 32) {
+        sum_dy += part[2 * j];
+        sum_dy_xmu += part[2 * j + 1];
+      }
+      sum_dy = WarpSum(sum_dy);
+      sum_dy_xmu = WarpSum(sum_dy_xmu);
+    }
+    if (lane == 0) {
       if (grad_weight != nullptr) grad_weight[c] = static_cast<T>(sum_dy_xmu * invstd);
       if (grad_bias != nullptr) grad_bias[c] = static_cast<T>(sum_dy);
-    }
-    if (grad_input == nullptr) continue;
-    const double w = static_cast<double>(weight[c]);
-    if (p.training) {
-      const double mean_dy = sum_dy / count;
-      const double k = sum_dy_xmu / count * invstd * invstd;
-      ForEachInChannel(p, c, [&](int64_t i) {
-        const double xmu = static_cast<double>(x[i]) - mean;
-        grad_input[i] = static_cast<T>((static_cast<double>(dy[i]) - mean_dy - xmu * k) * invstd * w);
-      });
-    } else {
-      ForEachInChannel(p, c, [&](int64_t i) { grad_input[i] = static_cast<T>(static_cast<double>(dy[i]) * invstd * w); });
+      if (op.grad_input != nullptr) {
+        coeffs[4 * c] = mean;
+        coeffs[4 * c + 1] = sum_dy / count;
+        coeffs[4 * c + 2] = sum_dy_xmu / count * invstd * invstd;
+        coeffs[4 * c + 3] = invstd * static_cast<double>(static_cast<const T*>(op.weight)[c]);
+      }
     }
   }
 }
 
-unsigned ChannelBlocks(int64_t channels) {
-  return static_cast<unsigned>(channels < kMaxChannelBlocks ? channels : kMaxChannelBlocks);
+// grad_input, a chunk per block: training (dy - mean_dy - (x - mean) * k) *
+// invstd * weight; eval dy * invstd * weight (x is not read). Each thread
+// loads all its units before storing any, so grad_input may be dy or x.
+template <typename T, int kWidth, bool kTraining>
+__global__ void __launch_bounds__(kBatchNormThreads)
+    BatchNormGradInputKernel(ChunkGeometry g, const double* coeffs, const T* grad_output, const T* x,
+                             T* grad_input) {
+  constexpr int kUnits = kElementsPerThread / kWidth;
+  const Pack<T, kWidth>* dy = reinterpret_cast<const Pack<T, kWidth>*>(grad_output);
+  const Pack<T, kWidth>* in = reinterpret_cast<const Pack<T, kWidth>*>(x);
+  Pack<T, kWidth>* dx = reinterpret_cast<Pack<T, kWidth>*>(grad_input);
+  const int64_t blocks = g.channels * g.chunks;
+  for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    const int64_t c = b / g.chunks;
+    const int64_t chunk = b - c * g.chunks;
+    const double mean = coeffs[4 * c];
+    const double mean_dy = coeffs[4 * c + 1];
+    const double k_xmu = coeffs[4 * c + 2];
+    const double scale = coeffs[4 * c + 3];
+    UnitCursor start;
+    const int valid = StartCursor<kUnits>(g, c, chunk, &start);
+    UnitCursor cursor = start;
+    Pack<T, kWidth> gv[kUnits], xv[kUnits];
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+      if (k < valid) {
+        gv[k] = dy[cursor.offset];
+        if constexpr (kTraining) xv[k] = in[cursor.offset];
+      }
+      cursor.Advance(g);
+    }
+    cursor = start;
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+      if (k < valid) {
+        Pack<T, kWidth> o;
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) {
+          const double gd = static_cast<double>(gv[k].v[e]);
+          if constexpr (kTraining) {
+            const double xmu = static_cast<double>(xv[k].v[e]) - mean;
+            o.v[e] = static_cast<T>((gd - mean_dy - xmu * k_xmu) * scale);
+          } else {
+            o.v[e] = static_cast<T>(gd * scale);
+          }
+        }
+        dx[cursor.offset] = o;
+      }
+      cursor.Advance(g);
+    }
+  }
+}
+
+// The vector width (elements per 16 bytes) when `inner` is a multiple of it
+// and every pointer is 16-byte aligned (null ones are ignored), else 1.
+template <typename T>
+int WidthFor(int64_t inner, const void* a, const void* b = nullptr, const void* c = nullptr) {
+  constexpr int kVector = Vec16<T>::kCount;
+  if (inner % kVector != 0) return 1;
+  for (const void* ptr : {a, b, c}) {
+    if (ptr != nullptr && !Aligned16(ptr)) return 1;
+  }
+  return kVector;
+}
+
+unsigned ChunkGrid(const ChunkGeometry& g) {
+  const int64_t blocks = g.channels * g.chunks;
+  return static_cast<unsigned>(blocks < kMaxGrid ? blocks : kMaxGrid);
+}
+
+unsigned FinalizeGrid(int64_t channels) {
+  const int64_t blocks = (channels + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  return static_cast<unsigned>(blocks < kMaxGrid ? blocks : kMaxGrid);
+}
+
+// Where the scratch buffer's parts start: 2 * channels * chunks partials,
+// then 4 coefficients per channel.
+double* PartialsOf(void* scratch) { return static_cast<double*>(scratch); }
+double* CoeffsOf(void* scratch, const BatchNormLaunchParams& p) {
+  return static_cast<double*>(scratch) + 2 * p.channels * ChunksPerChannel(p);
+}
+
+template <typename T>
+cudaError_t Forward(const BatchNormLaunchParams& p, const BatchNormForwardOperands& op, void* scratch,
+                    cudaStream_t stream) {
+  constexpr int kVector = Vec16<T>::kCount;
+  const int64_t chunks = ChunksPerChannel(p);
+  double* partials = PartialsOf(scratch);
+  double* coeffs = CoeffsOf(scratch, p);
+  const T* x = static_cast<const T*>(op.x);
+  if (p.training && chunks > 0) {
+    const int width = WidthFor<T>(p.inner, op.x);
+    const ChunkGeometry g = GeometryFor(p, width);
+    if (width == kVector) {
+      BatchNormStatsKernel<T, kVector><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, x, partials);
+    } else {
+      BatchNormStatsKernel<T, 1><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, x, partials);
+    }
+    if (const cudaError_t error = LaunchError(); error != cudaSuccess) return error;
+  }
+  BatchNormForwardFinalizeKernel<T>
+      <<<FinalizeGrid(p.channels), kBatchNormThreads, 0, stream>>>(p, chunks, op, partials, coeffs);
+  if (const cudaError_t error = LaunchError(); error != cudaSuccess) return error;
+  if (chunks == 0) return cudaSuccess;
+  const int width = WidthFor<T>(p.inner, op.x, op.out);
+  const ChunkGeometry g = GeometryFor(p, width);
+  T* out = static_cast<T*>(op.out);
+  if (width == kVector) {
+    BatchNormApplyKernel<T, kVector><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, coeffs, x, out);
+  } else {
+    BatchNormApplyKernel<T, 1><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, coeffs, x, out);
+  }
+  return LaunchError();
+}
+
+template <typename T, bool kTraining>
+void LaunchGradInput(const ChunkGeometry& g, int width, const double* coeffs, const T* dy, const T* x, T* dx,
+                     cudaStream_t stream) {
+  constexpr int kVector = Vec16<T>::kCount;
+  if (width == kVector) {
+    BatchNormGradInputKernel<T, kVector, kTraining>
+        <<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, coeffs, dy, x, dx);
+  } else {
+    BatchNormGradInputKernel<T, 1, kTraining><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, coeffs, dy, x, dx);
+  }
+}
+
+template <typename T>
+cudaError_t Backward(const BatchNormLaunchParams& p, const BatchNormBackwardOperands& op, void* scratch,
+                     cudaStream_t stream) {
+  constexpr int kVector = Vec16<T>::kCount;
+  const int64_t chunks = ChunksPerChannel(p);
+  double* coeffs = CoeffsOf(scratch, p);
+  const T* dy = static_cast<const T*>(op.grad_output);
+  const T* x = static_cast<const T*>(op.x);
+  const bool need_sums =
+      op.grad_weight != nullptr || op.grad_bias != nullptr || (p.training && op.grad_input != nullptr);
+  double* partials = nullptr;
+  if (need_sums) {
+    partials = PartialsOf(scratch);
+    if (chunks > 0) {
+      const int width = WidthFor<T>(p.inner, op.grad_output, op.x);
+      const ChunkGeometry g = GeometryFor(p, width);
+      const T* mean = static_cast<const T*>(op.mean);
+      if (width == kVector) {
+        BatchNormGradSumsKernel<T, kVector><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, dy, x, mean, partials);
+      } else {
+        BatchNormGradSumsKernel<T, 1><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, dy, x, mean, partials);
+      }
+      if (const cudaError_t error = LaunchError(); error != cudaSuccess) return error;
+    }
+  }
+  BatchNormBackwardFinalizeKernel<T>
+      <<<FinalizeGrid(p.channels), kBatchNormThreads, 0, stream>>>(p, chunks, op, partials, coeffs);
+  if (const cudaError_t error = LaunchError(); error != cudaSuccess) return error;
+  if (op.grad_input == nullptr || chunks == 0) return cudaSuccess;
+  const int width = p.training ? WidthFor<T>(p.inner, op.grad_output, op.x, op.grad_input)
+                               : WidthFor<T>(p.inner, op.grad_output, op.grad_input);
+  const ChunkGeometry g = GeometryFor(p, width);
+  T* dx = static_cast<T*>(op.grad_input);
+  if (p.training) {
+    LaunchGradInput<T, true>(g, width, coeffs, dy, x, dx, stream);
+  } else {
+    LaunchGradInput<T, false>(g, width, coeffs, dy, x, dx, stream);
+  }
+  return LaunchError();
 }
 
 }  // namespace
 
+size_t BatchNormScratchBytes(const BatchNormLaunchParams& p) {
+  return static_cast<size_t>(2 * p.channels * ChunksPerChannel(p) + 4 * p.channels) * sizeof(double);
+}
+
 cudaError_t LaunchBatchNormForward(DType dtype, const BatchNormLaunchParams& p, const BatchNormForwardOperands& op,
-                                   cudaStream_t stream) {
+                                   void* scratch, cudaStream_t stream) {
   if (p.channels == 0) return cudaSuccess;
   switch (dtype) {
-    case DType::kFloat32:
-      BatchNormForwardKernel<float><<<ChannelBlocks(p.channels), kBatchNormThreads, 0, stream>>>(p, op);
-      break;
-    case DType::kFloat64:
-      BatchNormForwardKernel<double><<<ChannelBlocks(p.channels), kBatchNormThreads, 0, stream>>>(p, op);
-      break;
+    case DType::kFloat32: return Forward<float>(p, op, scratch, stream);
+    case DType::kFloat64: return Forward<double>(p, op, scratch, stream);
     default: return cudaErrorInvalidValue;
   }
-  return LaunchError();
 }
 
 cudaError_t LaunchBatchNormBackward(DType dtype, const BatchNormLaunchParams& p,
-                                    const BatchNormBackwardOperands& op, cudaStream_t stream) {
+                                    const BatchNormBackwardOperands& op, void* scratch, cudaStream_t stream) {
   if (p.channels == 0) return cudaSuccess;
   switch (dtype) {
-    case DType::kFloat32:
-      BatchNormBackwardKernel<float><<<ChannelBlocks(p.channels), kBatchNormThreads, 0, stream>>>(p, op);
-      break;
-    case DType::kFloat64:
-      BatchNormBackwardKernel<double><<<ChannelBlocks(p.channels), kBatchNormThreads, 0, stream>>>(p, op);
-      break;
+    case DType::kFloat32: return Backward<float>(p, op, scratch, stream);
+    case DType::kFloat64: return Backward<double>(p, op, scratch, stream);
     default: return cudaErrorInvalidValue;
   }
-  return LaunchError();
 }
 
 }  // namespace tandem::cuda

@@ -1,16 +1,85 @@
 // CUDA kernels of batch normalization (batch_norm_kernels.cu):
 // native_batch_norm, _native_batch_norm_legit_functional and
-// native_batch_norm_backward, one launch each. Input lists as in the
+// native_batch_norm_backward, a few launches each. Input lists as in the
 // registry (adaptor/ops/batch_norm_ops.cc).
+//
+// Scratch: the launches keep per-chunk partial sums and per-channel
+// coefficients in a device buffer owned by the stream (a CudaStream
+// attachment), shared by every batch norm on the stream (they run in
+// stream order). It grows the first time a larger layer runs on the
+// stream, which is an op-by-op run; an iteration being captured into a CUDA
+// graph only finds a large enough buffer (if not, the kernel fails with
+// FAILED_PRECONDITION and the capture is abandoned rather than allocating
+// inside it). A grown buffer never frees the old one while the stream
+// lives: graphs captured earlier on the stream may still use it.
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "adaptor/cuda/cnn_launch.h"
 #include "adaptor/cuda/kernel_util.h"
 #include "adaptor/ops/cnn_rules.h"
 #include "base/status_macros.h"
+#include "device/cuda/cuda_stream.h"
 
 namespace tandem::cuda {
 namespace {
 
 bool IsFloat(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kFloat64; }
+
+bool Capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// A stream's batch-norm scratch buffer.
+class BatchNormScratch final : public device::CudaStream::Attachment {
+ public:
+  static BatchNormScratch& For(device::CudaStream& stream) {
+    static const char kKey = 0;
+    if (auto* scratch = static_cast<BatchNormScratch*>(stream.attachment(&kKey))) return *scratch;
+    auto scratch = std::make_unique<BatchNormScratch>();
+    BatchNormScratch* raw = scratch.get();
+    stream.Attach(&kKey, std::move(scratch));
+    return *raw;
+  }
+
+  ~BatchNormScratch() override {
+    for (void* p : buffers_) cudaFree(p);
+  }
+
+  // A buffer of at least `bytes` (rounded up to whole MiB when it grows).
+  absl::StatusOr<void*> Get(const KernelArgs& args, size_t bytes, int ordinal, cudaStream_t stream) {
+    if (bytes <= bytes_ && !buffers_.empty()) return buffers_.back();
+    if (Capturing(stream)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          args.node->op, ": the batch-norm scratch must grow to ", bytes,
+          " bytes while the stream is being captured; the iteration must run op by op first"));
+    }
+    const size_t rounded = (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal));
+    void* p = nullptr;
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&p, rounded));
+    buffers_.push_back(p);
+    bytes_ = rounded;
+    return p;
+  }
+
+ private:
+  std::vector<void*> buffers_;  // the last is the current one
+  size_t bytes_ = 0;
+};
+
+absl::StatusOr<void*> ScratchFor(const CudaKernelContext& context, const KernelArgs& args,
+                                 const BatchNormLaunchParams& p) {
+  return BatchNormScratch::For(*context.stream)
+      .Get(args, BatchNormScratchBytes(p), context.stream->ordinal(), context.native);
+}
 
 BatchNormLaunchParams SplitOf(const Shape& input) {
   const ChannelSplit s = SplitChannels(input);
@@ -47,7 +116,10 @@ absl::Status BatchNormForwardKernel(const CudaKernelContext& context, const Kern
     op.new_running_mean = args.outputs[3].data;
     op.new_running_var = args.outputs[4].data;
   }
-  return Launched(args, LaunchBatchNormForward(input.type.dtype, p, op, context.native), input.type.dtype);
+  if (p.channels == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(void* scratch, ScratchFor(context, args, p));
+  return Launched(args, LaunchBatchNormForward(input.type.dtype, p, op, scratch, context.native),
+                  input.type.dtype);
 }
 
 // Inputs: grad_out, input, weight[, running_mean, running_var], save_mean,
@@ -75,7 +147,10 @@ absl::Status BatchNormBackwardKernel(const CudaKernelContext& context, const Ker
   op.grad_weight = out(1);
   op.grad_bias = out(2);
   if (op.grad_input == nullptr && op.grad_weight == nullptr && op.grad_bias == nullptr) return absl::OkStatus();
-  return Launched(args, LaunchBatchNormBackward(input.type.dtype, p, op, context.native), input.type.dtype);
+  if (p.channels == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(void* scratch, ScratchFor(context, args, p));
+  return Launched(args, LaunchBatchNormBackward(input.type.dtype, p, op, scratch, context.native),
+                  input.type.dtype);
 }
 
 }  // namespace

@@ -2,15 +2,17 @@
 // (pooling_kernels.cu) and batch normalization (batch_norm_kernels.cu).
 // Like launch.h: plain functions over raw device pointers and small
 // parameter structs, no absl types; the op wrappers (pooling_ops.cc,
-// batch_norm_ops.cc) parse attributes and check dtypes. Every launcher
-// enqueues on `stream` and returns the launch's error (cudaSuccess when
-// there is nothing to do; cudaErrorInvalidValue, without launching, for a
-// dtype other than float32 and float64). Thread-safe (stateless).
+// batch_norm_ops.cc) parse attributes, check dtypes and provide the batch
+// norm's scratch memory. Every launcher enqueues on `stream` and returns the
+// launch's error (cudaSuccess when there is nothing to do;
+// cudaErrorInvalidValue, without launching, for a dtype other than float32
+// and float64). Thread-safe (stateless).
 #ifndef TANDEM_ADAPTOR_CUDA_CNN_LAUNCH_H_
 #define TANDEM_ADAPTOR_CUDA_CNN_LAUNCH_H_
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "adaptor/dtype.h"
@@ -32,11 +34,13 @@ struct PoolLaunchParams {
 };
 
 // A thread per output: the window's maximum (a NaN wins, ties keep the
-// first) and its flat index h * W + w in the plane.
+// first) and its flat index h * W + w in the plane. 32-bit index arithmetic
+// (multiply-shift dividers) whenever the sizes allow.
 cudaError_t LaunchMaxPool2d(DType dtype, const PoolLaunchParams& p, const void* x, void* y, int64_t* indices,
                             cudaStream_t stream);
 // A thread per input element: the sum of the gradients of the windows
-// whose index names it (deterministic; no atomics). Indices are only
+// that hold it and whose index names it (deterministic; no atomics). Only
+// the windows that can hold the element are visited. Indices are only
 // compared, never used as addresses.
 cudaError_t LaunchMaxPool2dBackward(DType dtype, const PoolLaunchParams& p, const void* grad_output,
                                     const int64_t* indices, void* grad_input, cudaStream_t stream);
@@ -73,10 +77,18 @@ struct BatchNormForwardOperands {
   void* new_running_var = nullptr;
 };
 
-// A block per channel: the statistics (training), then the normalized
-// output of the channel.
+// Bytes of device scratch (8-byte aligned) that the batch-norm launchers
+// need for `p`: per-block partial sums, 2 doubles for each 4096-element
+// chunk of every channel, and 4 doubles per channel. The launches of one
+// call use it in stream order, so calls on one stream may share a buffer;
+// calls that may run concurrently (other streams) may not.
+size_t BatchNormScratchBytes(const BatchNormLaunchParams& p);
+
+// Training: per-chunk statistics, then a per-channel merge (saved and
+// running statistics), then out = x * scale + shift; eval: the merge step
+// reads the running statistics. `scratch` holds BatchNormScratchBytes(p).
 cudaError_t LaunchBatchNormForward(DType dtype, const BatchNormLaunchParams& p, const BatchNormForwardOperands& op,
-                                   cudaStream_t stream);
+                                   void* scratch, cudaStream_t stream);
 
 struct BatchNormBackwardOperands {
   const void* grad_output = nullptr;
@@ -89,10 +101,11 @@ struct BatchNormBackwardOperands {
   void* grad_bias = nullptr;
 };
 
-// A block per channel: sum(dy) and sum(dy * (x - mean)), then grad_input of
-// the channel.
+// Per-chunk sum(dy) and sum(dy * (x - mean)) (when grad_weight, grad_bias
+// or a training grad_input needs them), a per-channel merge (grad_weight,
+// grad_bias), then grad_input. `scratch` holds BatchNormScratchBytes(p).
 cudaError_t LaunchBatchNormBackward(DType dtype, const BatchNormLaunchParams& p,
-                                    const BatchNormBackwardOperands& op, cudaStream_t stream);
+                                    const BatchNormBackwardOperands& op, void* scratch, cudaStream_t stream);
 
 }  // namespace tandem::cuda
 

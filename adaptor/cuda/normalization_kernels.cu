@@ -1,10 +1,12 @@
 // Softmax and layer normalization kernels. Softmax: a warp per row (a block
 // past 1024 elements) when the dim is innermost, a thread per position
-// otherwise. Layer norm: a block per row for the forward and for grad_input
-// (two-pass mean and variance, float accumulation for float32), and a block
-// per 32 columns summing over rows for grad_weight and grad_bias
-// (deterministic: no atomics). Each row is read completely before any of
-// it is written, so softmax's backward may write over grad.
+// otherwise; the same kernels serve _softmax and _safe_softmax (a flag: a
+// slice of all -inf gives zeros instead of NaN). Layer norm: a block per row
+// for the forward and for grad_input (two-pass mean and variance, float
+// accumulation for float32), and a block per 32 columns summing over rows
+// for grad_weight and grad_bias (deterministic: no atomics). Each row is
+// read completely before any of it is written, so softmax's backward may
+// write over grad.
 #include <cmath>
 #include <limits>
 
@@ -20,9 +22,17 @@ __device__ __forceinline__ T WarpMaxNan(T v) {
   return v;
 }
 
-// kThreadsPerRow == 32: a warp per row; kThreads: a block per row.
+// The max of a slice (NaN if any input is) is -inf exactly when every
+// input is -inf.
+template <typename T>
+__device__ __forceinline__ bool AllNegInf(T max) {
+  return max == -std::numeric_limits<T>::infinity();
+}
+
+// kThreadsPerRow == 32: a warp per row; kThreads: a block per row. With
+// `zero_if_all_neg_inf`, a row of all -inf is written as zeros.
 template <typename T, int kThreadsPerRow>
-__global__ void SoftmaxRowKernel(int64_t rows, int64_t size, const T* in, T* out) {
+__global__ void SoftmaxRowKernel(int64_t rows, int64_t size, bool zero_if_all_neg_inf, const T* in, T* out) {
   constexpr int kRowsPerBlock = kThreads / kThreadsPerRow;
   __shared__ T shared[32];
   const int lane = threadIdx.x % kThreadsPerRow;
@@ -53,17 +63,26 @@ __global__ void SoftmaxRowKernel(int64_t rows, int64_t size, const T* in, T* out
     }
     if (active) {
       T* y = out + row * size;
-      for (int64_t j = lane; j < size; j += kThreadsPerRow) y[j] = exp(x[j] - m) / s;
+      if (zero_if_all_neg_inf && AllNegInf(m)) {
+        for (int64_t j = lane; j < size; j += kThreadsPerRow) y[j] = T(0);
+      } else {
+        for (int64_t j = lane; j < size; j += kThreadsPerRow) y[j] = exp(x[j] - m) / s;
+      }
     }
   }
 }
 
 template <typename T>
-__global__ void SoftmaxColumnKernel(int64_t outer, int64_t size, int64_t inner, const T* in, T* out) {
+__global__ void SoftmaxColumnKernel(int64_t outer, int64_t size, int64_t inner, bool zero_if_all_neg_inf, const T* in,
+                                    T* out) {
   for (int64_t p = GlobalThread(); p < outer * inner; p += GlobalStride()) {
     const int64_t base = (p / inner) * size * inner + p % inner;
     T m = -std::numeric_limits<T>::infinity();
     for (int64_t d = 0; d < size; ++d) m = MaxNan(m, in[base + d * inner]);
+    if (zero_if_all_neg_inf && AllNegInf(m)) {
+      for (int64_t d = 0; d < size; ++d) out[base + d * inner] = T(0);
+      continue;
+    }
     T s = 0;
     for (int64_t d = 0; d < size; ++d) s += exp(in[base + d * inner] - m);
     for (int64_t d = 0; d < size; ++d) out[base + d * inner] = exp(in[base + d * inner] - m) / s;
@@ -209,19 +228,21 @@ bool DispatchFloat(DType dtype, F&& f) {
 
 }  // namespace
 
-cudaError_t LaunchSoftmax(DType dtype, int64_t outer, int64_t size, int64_t inner, const void* in, void* out,
-                          cudaStream_t stream) {
+cudaError_t LaunchSoftmax(DType dtype, int64_t outer, int64_t size, int64_t inner, bool zero_if_all_neg_inf,
+                          const void* in, void* out, cudaStream_t stream) {
   if (outer * size * inner == 0) return cudaSuccess;
   const bool launched = DispatchFloat(dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* x = static_cast<const T*>(in);
     T* y = static_cast<T*>(out);
     if (inner == 1 && size <= 1024) {
-      SoftmaxRowKernel<T, 32><<<Blocks(outer, kThreads / 32), kThreads, 0, stream>>>(outer, size, x, y);
+      SoftmaxRowKernel<T, 32>
+          <<<Blocks(outer, kThreads / 32), kThreads, 0, stream>>>(outer, size, zero_if_all_neg_inf, x, y);
     } else if (inner == 1) {
-      SoftmaxRowKernel<T, kThreads><<<Blocks(outer, 1), kThreads, 0, stream>>>(outer, size, x, y);
+      SoftmaxRowKernel<T, kThreads><<<Blocks(outer, 1), kThreads, 0, stream>>>(outer, size, zero_if_all_neg_inf, x, y);
     } else {
-      SoftmaxColumnKernel<T><<<Blocks(outer * inner), kThreads, 0, stream>>>(outer, size, inner, x, y);
+      SoftmaxColumnKernel<T>
+          <<<Blocks(outer * inner), kThreads, 0, stream>>>(outer, size, inner, zero_if_all_neg_inf, x, y);
     }
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;

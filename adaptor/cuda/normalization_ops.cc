@@ -1,5 +1,5 @@
-// CUDA kernels of _softmax, _softmax_backward_data, native_layer_norm and
-// native_layer_norm_backward (normalization_kernels.cu).
+// CUDA kernels of _softmax, _safe_softmax, _softmax_backward_data,
+// native_layer_norm and native_layer_norm_backward (normalization_kernels.cu).
 #include <vector>
 
 #include "adaptor/cuda/kernel_util.h"
@@ -18,15 +18,25 @@ absl::StatusOr<DimSplit> SplitAtDimAttr(const KernelArgs& args, const Shape& sha
   return SplitAtDim(shape, d);
 }
 
-absl::Status SoftmaxKernel(const CudaKernelContext& context, const KernelArgs& args) {
+// _softmax and _safe_softmax (zero_if_all_neg_inf: a slice of all -inf
+// gives zeros, not NaN).
+absl::Status Softmax(const CudaKernelContext& context, const KernelArgs& args, bool zero_if_all_neg_inf) {
   const TensorArg& in = args.inputs[0];
   const TensorArg& out = args.outputs[0];
   if (!IsFloat(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);
   ASSIGN_OR_RETURN(DimSplit split, SplitAtDimAttr(args, in.type.shape));
   return Launched(args,
-                  LaunchSoftmax(out.type.dtype, split.outer, split.size, split.inner, in.data, out.data,
-                                context.native),
+                  LaunchSoftmax(out.type.dtype, split.outer, split.size, split.inner, zero_if_all_neg_inf, in.data,
+                                out.data, context.native),
                   out.type.dtype);
+}
+
+absl::Status SoftmaxKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  return Softmax(context, args, false);
+}
+
+absl::Status SafeSoftmaxKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  return Softmax(context, args, true);
 }
 
 absl::Status SoftmaxBackwardKernel(const CudaKernelContext& context, const KernelArgs& args) {
@@ -76,6 +86,7 @@ absl::Status LayerNormBackwardKernel(const CudaKernelContext& context, const Ker
 
 void AddNormalizationKernels(CudaKernelTable& table) {
   table["_softmax"] = SoftmaxKernel;
+  table["_safe_softmax"] = SafeSoftmaxKernel;
   table["_softmax_backward_data"] = SoftmaxBackwardKernel;
   table["native_layer_norm"] = LayerNormKernel;
   table["native_layer_norm_backward"] = LayerNormBackwardKernel;

@@ -168,8 +168,10 @@ cudaError_t LaunchStridedScatter(int element_bytes, int64_t n, const void* in, c
 
 // ---- softmax and layer norm (normalization_kernels.cu) ----
 
-cudaError_t LaunchSoftmax(DType dtype, int64_t outer, int64_t size, int64_t inner, const void* in, void* out,
-                          cudaStream_t stream);
+// Softmax over the middle dim of [outer, size, inner]; a slice of all -inf
+// is NaN, or zeros with `zero_if_all_neg_inf` (_safe_softmax).
+cudaError_t LaunchSoftmax(DType dtype, int64_t outer, int64_t size, int64_t inner, bool zero_if_all_neg_inf,
+                          const void* in, void* out, cudaStream_t stream);
 // grad_in = y * (grad - sum(grad * y)); grad_in may be grad.
 cudaError_t LaunchSoftmaxBackward(DType dtype, int64_t outer, int64_t size, int64_t inner, const void* grad,
                                   const void* y, void* grad_in, cudaStream_t stream);

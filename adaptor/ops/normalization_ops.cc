@@ -1,5 +1,6 @@
 // Registry entries of softmax and layer normalization: _softmax,
-// _softmax_backward_data, native_layer_norm, native_layer_norm_backward.
+// _safe_softmax, _softmax_backward_data, native_layer_norm,
+// native_layer_norm_backward.
 //
 // Optional tensors (layer norm's weight and bias) follow the registry's rule
 // that an absent one is left out and the inputs after it move up; since bias
@@ -82,11 +83,28 @@ absl::StatusOr<TypeList> LayerNormBackwardInfer(const Attrs& attrs, absl::Span<c
   return TypeList{in[1], affine, affine};
 }
 
+// _safe_softmax(self; dim, dtype=self's): the softmax family's rules. ATen's
+// dtype converts self before the softmax; only self's own dtype is taken,
+// since the backward (_softmax_backward_data with input_dtype = self's dtype)
+// does not mix precisions either.
+absl::StatusOr<TypeList> SafeSoftmaxInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
+  ASSIGN_OR_RETURN(TypeList out, ops::InferSoftmaxLike(attrs, in));
+  ASSIGN_OR_RETURN(DType dtype, attrs.GetDType("dtype", in[0].dtype));
+  if (dtype != in[0].dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("attribute 'dtype' is ", DTypeName(dtype), " but self is ",
+                                                   in[0].ToString(),
+                                                   "; convert self with _to_copy first (a converting softmax is "
+                                                   "not supported)"));
+  }
+  return out;
+}
+
 }  // namespace
 
 void RegisterNormalizationOps(OpRegistry& registry) {
   using ops::RegisterOp;
   RegisterOp(registry, "_softmax", 1, 1, 1, AliasKind::kNone, ops::InferSoftmaxLike);
+  RegisterOp(registry, "_safe_softmax", 1, 1, 1, AliasKind::kNone, SafeSoftmaxInfer);
   RegisterOp(registry, "_softmax_backward_data", 2, 2, 1, AliasKind::kInPlace,
              [](const Attrs& attrs, absl::Span<const TensorType> in) {
                return ops::InferSoftmaxLikeBackward(attrs, in, "softmax");

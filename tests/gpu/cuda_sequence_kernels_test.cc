@@ -5,6 +5,7 @@
 // seq 128). Each graph runs op by op and then as a replayed CUDA graph;
 // outputs are poisoned before each run, and a NaN never passes.
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -337,6 +338,63 @@ TEST(CudaSequenceKernels, SoftmaxAndLayerNormOfTheTransformer) {
     const std::vector<int> plain = g.Add("native_layer_norm", {x}, attrs);
     g.Add("native_layer_norm_backward", {dy, x, plain[1], plain[2]}, attrs);
     Check(g, kReduce32);
+  }
+}
+
+// Writes -inf into element `i` of a float32 or float64 feed.
+void SetNegInf(Bytes& feed, DType dtype, int64_t i) {
+  if (dtype == DType::kFloat32) {
+    reinterpret_cast<float*>(feed.data())[i] = -std::numeric_limits<float>::infinity();
+  } else {
+    reinterpret_cast<double*>(feed.data())[i] = -std::numeric_limits<double>::infinity();
+  }
+}
+
+// _safe_softmax on masked attention scores [batch, heads, L, S]: query rows
+// hidden from every key (all -inf: zeros, where _softmax gives NaN), keys
+// padded away (partly -inf rows), and scattered -inf; over the key dim (a
+// warp per row), over the heads dim (a thread per position; the padded keys
+// make whole slices -inf there too), and over a row past 1024 elements (a
+// block per row). Its backward is _softmax_backward_data.
+TEST(CudaSequenceKernels, SafeSoftmaxOfMaskedScores) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  const int64_t batch = 4, heads = 8, seq = 128, wide_size = 3000;
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    GraphMaker g;
+    const int scores = g.Feed({dtype, {batch, heads, seq, seq}});
+    const int grad = g.Feed({dtype, {batch, heads, seq, seq}});
+    const int y = g.Add1("_safe_softmax", {scores}, MakeAttrs({{"dim", int64_t{-1}}}));
+    g.Add1("_softmax_backward_data", {grad, y}, MakeAttrs({{"dim", int64_t{-1}}, {"input_dtype", dtype}}));
+    g.Add1("_safe_softmax", {scores}, MakeAttrs({{"dim", int64_t{1}}, {"dtype", dtype}}));
+    const int wide = g.Feed({dtype, {3, wide_size}});
+    g.Add1("_safe_softmax", {wide}, MakeAttrs({{"dim", int64_t{1}}}));
+
+    std::vector<Bytes> feeds = g.RandomFeeds(Rng());
+    Bytes& s = feeds[scores];
+    // Batch entry 0: two query rows hidden from every key, in every head.
+    for (int64_t q : {Dim(0, seq / 2 - 1), Dim(seq / 2, seq - 1)}) {
+      for (int64_t h = 0; h < heads; ++h) {
+        for (int64_t k = 0; k < seq; ++k) SetNegInf(s, dtype, ((0 * heads + h) * seq + q) * seq + k);
+      }
+    }
+    // Batch entry 1: keys from a random length on are padding.
+    const int64_t length = Dim(1, seq - 1);
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t q = 0; q < seq; ++q) {
+        for (int64_t k = length; k < seq; ++k) SetNegInf(s, dtype, ((1 * heads + h) * seq + q) * seq + k);
+      }
+    }
+    // Batch entries 2 and 3: about a tenth of the scores, scattered.
+    std::bernoulli_distribution scatter(0.1);
+    for (int64_t i = 2 * heads * seq * seq; i < batch * heads * seq * seq; ++i) {
+      if (scatter(Rng())) SetNegInf(s, dtype, i);
+    }
+    // The wide rows: row 1 all -inf, row 2 -inf up to a random length.
+    const int64_t wide_cut = Dim(1, wide_size - 1);
+    for (int64_t k = 0; k < wide_size; ++k) SetNegInf(feeds[wide], dtype, wide_size + k);
+    for (int64_t k = 0; k < wide_cut; ++k) SetNegInf(feeds[wide], dtype, 2 * wide_size + k);
+    Check(g, kReduce32, {}, feeds);
   }
 }
 

@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""A client process of the hosting benchmark (bench/inference/hosting.py starts it; not meant to be run by hand).
+
+It hosts one or more models (--models, a JSON list of {id, kind, batch}); each gets its own thread and, on
+"go", its own open-loop Poisson request stream.
+
+  --backend torch   each model runs in this process with PyTorch eager on --device: input copied to the device,
+                    forward under inference_mode, output copied back to the host (the time-slicing and MPS
+                    modes; for MPS the coordinator starts this process with the MPS pipe folder in its
+                    environment)
+  --backend tandem  each model is a tandem.torch.ServedModel (its own session) of the tandemd at --endpoint;
+                    this process never touches the GPU itself
+
+Latency is the client's wall time from a request's scheduled arrival to its result on the host, so a request
+that waits behind its model's previous one counts the wait (no coordinated omission); a request whose
+thread slept until its arrival counts from the moment the thread woke (the sleep's overshoot is the load
+generator's, not the server's). One request per model is
+in flight at a time: a model's stream is a FIFO queue in front of one server, in every mode alike.
+
+Protocol (JSON lines). Events on stdout: {"event": "ready", "prepare_s", "models": [{id, solo_ms, ...}]} once;
+{"event": "done", "models": [stats...]} after each go; {"event": "error", "message"}. Commands on stdin:
+{"cmd": "go", "ids", "start_at" (time.time() epoch), "warmup_s", "duration_s", "rate", "grace_s", "seed"},
+{"cmd": "quit"} (or end of input).
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import threading
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "models"))
+sys.path.insert(0, HERE)
+
+import bench_common as bc  # noqa: E402
+import torch  # noqa: E402
+
+import inference_models  # noqa: E402
+
+SOLO_REQUESTS = 10  # timed alone after the warm-up, reported as solo_ms
+WARMUP_REQUESTS = 5
+
+
+def emit(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def log(*parts):
+    print("  [worker]", *parts, file=sys.stderr, flush=True)
+
+
+class Hosted:
+    """One model and how to send it one request (call() returns the output on the host)."""
+
+    def __init__(self, spec, backend, device, endpoint, small):
+        self.spec = spec
+        model, x = inference_models.build(spec["kind"], spec["batch"], small, seed=1000 + spec["id"])
+        self.x = x
+        self.info = {"id": spec["id"]}
+        if backend == "tandem":
+            import tandem.torch
+            self.served = tandem.torch.serve(model, x, endpoint=endpoint,
+                                             name=f"m{spec['id']}-{spec['kind']}-b{spec['batch']}", device=device)
+            self.call = lambda: self.served(self.x)
+        else:
+            self.served = None
+            self.model = model.to(device)
+            self.device = device
+            self.call = self._torch_call
+
+    def _torch_call(self):
+        with torch.inference_mode():
+            return self.model(self.x.to(self.device)).cpu()
+
+    def warm_up(self):
+        for _ in range(WARMUP_REQUESTS):
+            self.call()
+        times = []
+        for _ in range(SOLO_REQUESTS):
+            start = time.perf_counter()
+            self.call()
+            times.append(time.perf_counter() - start)
+        times.sort()
+        self.info["solo_ms"] = round(times[len(times) // 2] * 1e3, 4)
+
+    def close(self):
+        if self.served is not None:
+            try:
+                self.served.close()
+            except Exception as e:  # the daemon may be gone
+                log(f"closing model {self.spec['id']}: {e}")
+
+
+def percentile(sorted_values, q):
+    """Nearest rank; +inf entries stand for requests that were never sent."""
+    if not sorted_values:
+        return None
+    return sorted_values[max(0, math.ceil(q * len(sorted_values)) - 1)]
+
+
+def run_stream(hosted, go, t0, out):
+    """Sends hosted's requests at their scheduled times from t0 (perf_counter) on; fills out with its stats."""
+    rate, warmup, duration, grace = go["rate"], go["warmup_s"], go["duration_s"], go["grace_s"]
+    rng = random.Random(int(go["seed"]) * 1000003 + hosted.spec["id"])
+    arrivals, t = [], rng.expovariate(rate)
+    while t < warmup + duration:
+        arrivals.append(t)
+        t += rng.expovariate(rate)
+    stop_at = t0 + warmup + duration + grace
+    latencies, failures, dropped, first_error = [], 0, 0, None
+    for k, a in enumerate(arrivals):
+        at = t0 + a
+        now = time.perf_counter()
+        if now < at:
+            time.sleep(at - now)
+            at = time.perf_counter()  # the sleep's overshoot is the load generator's, not the server's
+        elif now > stop_at:  # too far behind: what is left is never sent
+            dropped = sum(1 for b in arrivals[k:] if b >= warmup)
+            break
+        try:
+            hosted.call()
+            ok = True
+        except Exception as e:  # a failed request is a failure of the probe, not of the worker
+            ok = False
+            first_error = first_error or f"{type(e).__name__}: {e}"
+        done = time.perf_counter()
+        if a >= warmup:
+            if ok:
+                latencies.append(done - at)
+            else:
+                failures += 1
+    latencies.sort()
+    ranked = latencies + [math.inf] * dropped
+    p50, p99 = percentile(ranked, 0.5), percentile(ranked, 0.99)
+
+    def ms(v):
+        return None if v is None or math.isinf(v) else round(v * 1e3, 4)
+
+    out.update({"id": hosted.spec["id"], "kind": hosted.spec["kind"], "batch": hosted.spec["batch"],
+                "requests": len(latencies) + failures + dropped, "completed": len(latencies),
+                "failures": failures, "dropped": dropped,
+                "p50_ms": ms(p50), "p99_ms": ms(p99), "max_ms": ms(latencies[-1]) if latencies else None,
+                "mean_ms": ms(sum(latencies) / len(latencies)) if latencies else None,
+                "latencies_ms": [round(v * 1e3, 3) for v in latencies] if go.get("keep_latencies") else None})
+    if first_error:
+        out["error"] = first_error
+
+
+def go(models, cmd):
+    active = [models[i] for i in cmd["ids"]]
+    t0 = time.perf_counter() + (cmd["start_at"] - time.time())
+    results = [{} for _ in active]
+    threads = [threading.Thread(target=run_stream, args=(h, cmd, t0, r), daemon=True) for h, r in zip(active, results)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for h, r in zip(active, results):
+        if "id" not in r:  # the thread died before writing its stats
+            r.update({"id": h.spec["id"], "kind": h.spec["kind"], "batch": h.spec["batch"], "failures": 1,
+                      "error": "the stream thread failed"})
+    emit({"event": "done", "models": results})
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", choices=("torch", "tandem"), required=True)
+    p.add_argument("--device", choices=("cpu", "cuda"), required=True)
+    p.add_argument("--endpoint", default=None)
+    p.add_argument("--models", required=True, help="JSON list of {id, kind, batch}")
+    p.add_argument("--small", action="store_true")
+    args = p.parse_args()
+    bc.raise_on_signals()
+    torch.set_num_threads(1)  # many of these processes share the host's cores
+    if args.backend == "torch" and args.device == "cuda":
+        bc.like_for_like_numerics()
+    models = {}
+    try:
+        start = time.perf_counter()
+        for spec in json.loads(args.models):
+            models[spec["id"]] = Hosted(spec, args.backend, args.device, args.endpoint, args.small)
+        for h in models.values():
+            h.warm_up()
+        emit({"event": "ready", "prepare_s": round(time.perf_counter() - start, 3),
+              "models": [h.info for h in models.values()]})
+        for line in sys.stdin:
+            line = line.strip()
+            if not line:
+                continue
+            cmd = json.loads(line)
+            if cmd.get("cmd") == "quit":
+                break
+            if cmd.get("cmd") == "go":
+                go(models, cmd)
+            else:
+                emit({"event": "error", "message": f"unknown command {cmd.get('cmd')!r}"})
+    except bc.Terminated:
+        pass
+    except Exception as e:
+        traceback.print_exc()
+        emit({"event": "error", "message": f"{type(e).__name__}: {e}"})
+        return 1
+    finally:
+        for h in models.values():
+            h.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

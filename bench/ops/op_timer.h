@@ -1,0 +1,78 @@
+// Times OpRows (op_rows.h) on a CUDA device, the way the daemon runs a
+// job's iteration: a CUDA Program over buffers of every value, enqueued on
+// one stream; the first run goes op by op and is captured, later runs replay
+// the CUDA graph. Times come from device events around a batch of
+// back-to-back iterations (after a warm-up), one batch after another; a
+// row's time is the median over batches of the time per iteration.
+//
+// Feeds are filled by device-to-device copies from a pool of random floats
+// made once (FeedFiller), since making gigabytes of random numbers on the
+// host would take longer than the measurements.
+//
+// Everything runs on gpu_test::Gpu(), the first CUDA device (the device the
+// buffers of gpu_test::GpuRun live on). Not thread-safe; one row at a time.
+#ifndef TANDEM_BENCH_OPS_OP_TIMER_H_
+#define TANDEM_BENCH_OPS_OP_TIMER_H_
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "bench/ops/op_rows.h"
+#include "device/device.h"
+
+namespace tandem::bench {
+
+struct TimingOptions {
+  int iterations = 0;      // iterations per timed batch; 0: enough for about `batch_ms`
+  int batches = 5;         // timed batches; the row's time is their median
+  double batch_ms = 20.0;  // target length of a batch when `iterations` is 0
+  int warmup = 3;          // untimed iterations first (the first captures the graph)
+};
+
+struct Timing {
+  double ms = 0;                 // median over batches, ms per iteration
+  std::vector<double> batch_ms;  // each batch's ms per iteration
+  int iterations = 0;            // per batch
+};
+
+struct RowTiming {
+  Timing replay;          // CUDA graph replay (how the daemon runs iterations)
+  Timing eager;           // op by op, one launch per kernel (same iteration count)
+  bool replayed = false;  // false: the capture failed and `replay` ran op by op too
+};
+
+// Random float32 data resident on the device, copied into feeds.
+class FeedFiller {
+ public:
+  // FAILED_PRECONDITION without a CUDA device.
+  static absl::StatusOr<std::unique_ptr<FeedFiller>> Create(uint64_t seed);
+  ~FeedFiller();
+  FeedFiller(const FeedFiller&) = delete;
+  FeedFiller& operator=(const FeedFiller&) = delete;
+
+  // Fills feed `spec` of `graph` at `address`, on `stream`; returns after
+  // the stream has run the fill.
+  absl::Status Fill(device::Stream& stream, const Graph& graph, const FeedSpec& spec, void* address);
+
+ private:
+  FeedFiller(device::Device& device, uint64_t seed) : device_(device), rng_(seed) {}
+
+  device::Device& device_;
+  std::mt19937_64 rng_;
+  std::vector<void*> pools_;  // indexed by gpu_test::Fill; null for kLabels
+};
+
+// Times `row` (graph replay, then op by op). Errors: the registry rejected
+// the row's graph, a buffer did not fit, the Program or a kernel failed.
+absl::StatusOr<RowTiming> TimeRow(const OpRow& row, FeedFiller& filler, const TimingOptions& options);
+
+// Times a device-to-device copy of `bytes` (cudaMemcpyAsync): the bandwidth
+// reference of the memory-bound rows.
+absl::StatusOr<Timing> TimeDeviceCopy(int64_t bytes, const TimingOptions& options);
+
+}  // namespace tandem::bench
+
+#endif  // TANDEM_BENCH_OPS_OP_TIMER_H_
