@@ -3,6 +3,7 @@
 #
 #   deploy/bundle-gpu.sh                      # everything
 #   TARGETS="cuda_kernels_test tandemd" deploy/bundle-gpu.sh   # only these
+#   CONFIGURE=0 BUILD_DIR=build TARGETS=... deploy/bundle-gpu.sh  # an existing build as it is
 #
 # Build: ${BUILD_DIR:-build-gpu}, ${BUILD_TYPE:-Release}, CUDA for the H200
 # only: ${CUDA_ARCHITECTURES:-90-real}, machine code for sm_90 without PTX
@@ -27,8 +28,10 @@ bundle=${BUNDLE_DIR:-$root/.bundle}
 jobs=${JOBS:-2}
 max_mib=${MAX_BUNDLE_MIB:-60}
 
-cmake -S "$source_dir" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES:-90-real}" \
-  -DTANDEM_CUDA=ON -DTANDEM_TESTS=ON >/dev/null
+if [[ "${CONFIGURE:-1}" != 0 ]]; then
+  cmake -S "$source_dir" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES:-90-real}" \
+    -DTANDEM_CUDA=ON -DTANDEM_TESTS=ON >/dev/null
+fi
 if [[ -n "${TARGETS:-}" ]]; then
   # shellcheck disable=SC2086
   cmake --build "$build" -j "$jobs" --target $TARGETS
@@ -39,9 +42,14 @@ fi
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib"
 
-# Executables of the build (ELF, not under CMakeFiles).
+# Executables of the build (ELF, not under CMakeFiles); with TARGETS, only
+# those targets'.
+wanted=" ${TARGETS:-} "
 mapfile -t binaries < <(find "$build" -path '*/CMakeFiles' -prune -o -type f -perm -u+x -print |
-  while read -r f; do head -c 4 "$f" | grep -q $'\x7fELF' && echo "$f"; done | sort)
+  while read -r f; do
+    [[ -z "${TARGETS:-}" || "$wanted" == *" $(basename "$f") "* ]] || continue
+    head -c 4 "$f" | grep -q $'\x7fELF' && echo "$f"
+  done | sort)
 if [[ ${#binaries[@]} -eq 0 ]]; then
   echo "bundle-gpu: no executables in $build" >&2
   exit 1

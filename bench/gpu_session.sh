@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# One call on the GPU machine that runs the named stages in order, each under
+# its own time limit, and leaves their results in ${OUT:-/tmp/out}:
+#
+#   tests     the GPU tests of the bundle (GPU_TESTS: "binary[:gtest filter]"
+#             words; default every cuda_*_test and daemon_gpu_test)
+#   profile   the kernel profile of one step (bench/models/profile_step.py,
+#             PROFILE_MODELS, default resnet50)                       -> profile.json
+#   overhead  bench/models/overhead.py for OVERHEAD_MODELS (fcn5,resnet50) -> overhead.json
+#   ops       the op-level benchmark (bench/ops/run_op_bench.sh)       -> *-ops.json, *-ops.png
+#   pairs     bench/pairs/pair_matrix.py for PAIRS                     -> pairs.json
+#   hosting   bench/inference/run_hosting.sh                           -> hosting.json, hosting.png
+#
+#   bench/gpu_session.sh tests profile overhead          # on the GPU machine
+#
+# The bundle comes from deploy/bundle-gpu.sh: BUNDLE (default .bundle-lead),
+# or, when only BUNDLE_PACK (default .bundle-pack/bundle.tar.xz) exists, it is
+# unpacked there first (a packed bundle travels in a quarter of the room).
+# Everything a stage prints also goes to session.log. Per-stage limits in
+# seconds: TESTS_S, PROFILE_S, OVERHEAD_S, OPS_S, PAIRS_S, HOSTING_S.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+export OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/session.log") 2>&1
+bundle=${BUNDLE:-$root/.bundle-lead}
+pack=${BUNDLE_PACK:-$root/.bundle-pack/bundle.tar.xz}
+if [[ ! -x "$bundle/bin/tandemd" && -f "$pack" ]]; then
+  mkdir -p "$bundle" && tar -C "$bundle" -xJf "$pack" || exit 1
+fi
+# shellcheck disable=SC1091
+. "$bundle/env.sh"
+export BUNDLE=$bundle TANDEMD=$bundle/bin/tandemd TANDEM_LIB=$bundle/lib/libtandem.so MLP_TRAIN=$bundle/bin/mlp_train
+export PYTHONPATH=$root/adaptor/pytorch${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+python=${PYTHON:-}
+if [[ -z "$python" ]]; then
+  for candidate in /opt/torch/.venv/bin/python3 python3 /usr/bin/python3; do
+    if "$candidate" -c "import torch" 2>/dev/null; then python=$candidate; break; fi
+  done
+fi
+export TANDEM_GIT_COMMIT=${TANDEM_GIT_COMMIT:-$(git -C "$root" rev-parse HEAD 2>/dev/null || true)}
+nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader 2>/dev/null
+
+status=0
+stage() {  # stage NAME LIMIT COMMAND...
+  local name=$1 limit=$2
+  shift 2
+  echo "=== stage $name (limit ${limit} s) $(date -u +%H:%M:%S)"
+  local start=$SECONDS
+  timeout -k 10 "$limit" "$@"
+  local rc=$?
+  echo "=== stage $name: exit $rc after $((SECONDS - start)) s"
+  [[ $rc -eq 0 ]] || status=1
+}
+
+# shellcheck disable=SC2317  # run through bash -c
+run_tests() {
+  local words=${GPU_TESTS:-}
+  if [[ -z "$words" ]]; then
+    for t in "$bundle"/bin/cuda_*_test "$bundle"/bin/daemon_gpu_test; do
+      [[ -x "$t" ]] && words+=" $(basename "$t")"
+    done
+  fi
+  local failed=()
+  for word in $words; do
+    local binary=${word%%:*} filter=""
+    [[ "$word" == *:* ]] && filter="--gtest_filter=${word#*:}"
+    echo "--- $binary $filter"
+    "$bundle/bin/$binary" $filter --gtest_brief=1 || failed+=("$binary")
+  done
+  if [[ ${#failed[@]} -gt 0 ]]; then echo "GPU TESTS FAILED: ${failed[*]}"; return 1; fi
+  echo "GPU TESTS PASSED"
+}
+
+for name in "$@"; do
+  case $name in
+    tests) stage tests "${TESTS_S:-240}" bash -c "$(declare -f run_tests); bundle=$bundle GPU_TESTS='${GPU_TESTS:-}' run_tests" ;;
+    profile) stage profile "${PROFILE_S:-150}" "$python" "$root/bench/models/profile_step.py" \
+               --models "${PROFILE_MODELS:-resnet50}" --out "$OUT/profile.json" ;;
+    overhead) stage overhead "${OVERHEAD_S:-200}" "$python" "$root/bench/models/overhead.py" \
+                --models "${OVERHEAD_MODELS:-fcn5,resnet50}" --iters 30 --warmup 10 --agree_steps 5 \
+                --out "$OUT/overhead.json" ;;
+    ops) stage ops "${OPS_S:-200}" env PYTHON="$python" "$root/bench/ops/run_op_bench.sh" ;;
+    pairs) stage pairs "${PAIRS_S:-240}" "$python" "$root/bench/pairs/pair_matrix.py" \
+             --pairs "${PAIRS:-fcn5+fcn5,resnet50+resnet50,fcn5+resnet50}" --out "$OUT/pairs.json" ;;
+    hosting) stage hosting "${HOSTING_S:-280}" env PYTHON="$python" "$root/bench/inference/run_hosting.sh" ;;
+    *) echo "unknown stage '$name' (tests, profile, overhead, ops, pairs, hosting)"; status=1 ;;
+  esac
+done
+exit $status
