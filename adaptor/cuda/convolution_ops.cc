@@ -9,22 +9,26 @@
 // that flag into every convolution node it lowers). float64 in float64.
 //
 // Per stream (a CudaStream attachment): a cuDNN handle bound to the stream,
-// a cache of plans keyed by dtype and geometry (descriptors plus the
-// algorithm chosen for each direction, by cuDNN's heuristics
-// (cudnnGet*Algorithm_v7): the first result that succeeds, has the wanted
-// math type and needs at most kWorkspaceLimitBytes of workspace), and the
-// workspace. Choosing an algorithm and growing the workspace happen the
-// first time a shape runs on a stream, which is an op-by-op run; an
-// iteration being captured into a CUDA graph only finds cached plans and a
-// large enough workspace (if not, the kernel fails with
+// a cache of plans keyed by dtype, geometry and math mode (descriptors plus
+// the algorithm chosen for each direction: measured by cuDNN's search on the
+// call's own tensors, cudnnFind*AlgorithmEx, keeping the fastest
+// deterministic algorithm of the allowed math type that needs at most
+// kWorkspaceLimitBytes of workspace; TANDEM_CUDNN_ALGOS=heuristic takes
+// cuDNN's heuristics, cudnnGet*Algorithm_v7, instead), and the workspace.
+// Choosing an algorithm and growing the workspace happen the first time a
+// shape runs on a stream, which is an op-by-op run; an iteration being
+// captured into a CUDA graph only finds cached plans and a large enough
+// workspace (if not, the kernel fails with
 // FAILED_PRECONDITION and the capture is abandoned). A grown workspace
 // never frees the old buffer while the stream lives: graphs captured
 // earlier on the stream may still use it.
 #include <cudnn.h>
 
 #include <array>
+#include <cstdlib>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -182,7 +186,10 @@ absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const Conv2dGe
                                                         i(p.stride[0]), i(p.stride[1]), i(p.dilation[0]),
                                                         i(p.dilation[1]), CUDNN_CROSS_CORRELATION, plan->type));
   CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionGroupCount(plan->conv, i(p.groups)));
-  CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(plan->conv, CUDNN_FMA_MATH));
+  // The heuristics and the search only offer algorithms of the descriptor's
+  // math type: tensor-op math (TF32 for float32 data, no conversion to half)
+  // where the plan allows it.
+  CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(plan->conv, allow_tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
   int dims[4] = {};
   CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionNdForwardOutputDim(plan->conv, plan->x, plan->w, 4, dims));
   if (dims[0] != g.n || dims[1] != g.o || dims[2] != g.oh || dims[3] != g.ow) {
@@ -201,15 +208,85 @@ bool MathAllowed(const ConvPlan& plan, cudnnMathType_t math) {
   return plan.allow_tf32 && (math == CUDNN_DEFAULT_MATH || math == CUDNN_TENSOR_OP_MATH);
 }
 
-// The heuristics' results for `dir` as (algo, status, memory, math), best
-// first.
+// One algorithm cuDNN offers for a direction, best first.
 struct Candidate {
   int algo;
   cudnnStatus_t status;
   size_t memory;
   cudnnMathType_t math;
+  bool deterministic = true;
 };
 
+// The operands of one convolution call: what a measured search runs on.
+// `out` is the direction's output (y, dx or dw), which the search overwrites
+// and the call then computes again.
+struct ConvOperands {
+  const void* x = nullptr;
+  const void* w = nullptr;
+  const void* dy = nullptr;  // y for the forward
+  void* out = nullptr;
+};
+
+// How algorithms are chosen: measured by default (cuDNN runs each candidate
+// on the call's own tensors, the first time a shape runs on a stream: what
+// PyTorch does under cudnn.benchmark), or by cuDNN's heuristics alone with
+// TANDEM_CUDNN_ALGOS=heuristic in the daemon's environment.
+bool MeasureAlgorithms() {
+  static const bool measure = [] {
+    const char* mode = std::getenv("TANDEM_CUDNN_ALGOS");
+    return mode == nullptr || std::string(mode) != "heuristic";
+  }();
+  return measure;
+}
+
+template <typename Perf>
+void AppendMeasured(const std::vector<Perf>& perf, int returned, std::vector<Candidate>* out) {
+  for (int k = 0; k < returned; ++k) {
+    out->push_back({static_cast<int>(perf[k].algo), perf[k].status, perf[k].memory, perf[k].mathType,
+                    perf[k].determinism == CUDNN_DETERMINISTIC});
+  }
+}
+
+// cuDNN's search: every algorithm within `workspace_bytes` of workspace run
+// once on the operands, fastest first.
+absl::StatusOr<std::vector<Candidate>> MeasuredCandidates(CudnnState& state, const ConvPlan& plan, Direction dir,
+                                                          const ConvOperands& op, void* workspace,
+                                                          size_t workspace_bytes) {
+  std::vector<Candidate> out;
+  int max_count = 0, returned = 0;
+  switch (dir) {
+    case Direction::kForward: {
+      CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardAlgorithmMaxCount(state.handle, &max_count));
+      std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<size_t>(max_count));
+      CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionForwardAlgorithmEx(state.handle, plan.x, op.x, plan.w, op.w,
+                                                                   plan.conv, plan.y, op.out, max_count, &returned,
+                                                                   perf.data(), workspace, workspace_bytes));
+      AppendMeasured(perf, returned, &out);
+      break;
+    }
+    case Direction::kBackwardData: {
+      CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(state.handle, &max_count));
+      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<size_t>(max_count));
+      CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionBackwardDataAlgorithmEx(
+          state.handle, plan.w, op.w, plan.y, op.dy, plan.conv, plan.x, op.out, max_count, &returned, perf.data(),
+          workspace, workspace_bytes));
+      AppendMeasured(perf, returned, &out);
+      break;
+    }
+    case Direction::kBackwardFilter: {
+      CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(state.handle, &max_count));
+      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<size_t>(max_count));
+      CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+          state.handle, plan.x, op.x, plan.y, op.dy, plan.conv, plan.w, op.out, max_count, &returned, perf.data(),
+          workspace, workspace_bytes));
+      AppendMeasured(perf, returned, &out);
+      break;
+    }
+  }
+  return out;
+}
+
+// The heuristics' results for `dir`, best first.
 absl::StatusOr<std::vector<Candidate>> Candidates(CudnnState& state, const ConvPlan& plan, Direction dir) {
   std::vector<Candidate> out;
   int max_count = 0, returned = 0;
@@ -274,16 +351,25 @@ const char* DirectionName(Direction dir) {
   return "?";
 }
 
-// The plan's algorithm for `dir` (chosen now if new), with the descriptor's
-// math type set for it, and a workspace large enough for it.
+// The plan's algorithm for `dir` (chosen now if new: measured on `op`, or by
+// the heuristics), with the descriptor's math type set for it, and a
+// workspace large enough for it. Measured choices keep to deterministic
+// algorithms, so a replayed iteration computes what the op-by-op one did.
 absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t stream,
-                             void** workspace) {
+                             const ConvOperands& op, void** workspace) {
   std::optional<Algo>& slot = plan.algos[static_cast<int>(dir)];
   if (!slot.has_value()) {
     if (Capturing(stream)) return CaptureMiss("a new algorithm choice");
-    ASSIGN_OR_RETURN(std::vector<Candidate> candidates, Candidates(state, plan, dir));
+    std::vector<Candidate> candidates;
+    if (MeasureAlgorithms()) {
+      ASSIGN_OR_RETURN(void* search_space, state.Workspace(kWorkspaceLimitBytes, stream));
+      ASSIGN_OR_RETURN(candidates,
+                       MeasuredCandidates(state, plan, dir, op, search_space, kWorkspaceLimitBytes));
+    }
+    ASSIGN_OR_RETURN(std::vector<Candidate> heuristic, Candidates(state, plan, dir));
+    candidates.insert(candidates.end(), heuristic.begin(), heuristic.end());
     for (const Candidate& c : candidates) {
-      if (c.status != CUDNN_STATUS_SUCCESS || !MathAllowed(plan, c.math)) continue;
+      if (c.status != CUDNN_STATUS_SUCCESS || !MathAllowed(plan, c.math) || !c.deterministic) continue;
       CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(plan.conv, c.math));
       size_t bytes = 0;
       if (WorkspaceSize(state, plan, dir, c.algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
@@ -342,8 +428,9 @@ absl::Status ConvolutionKernel(const CudaKernelContext& context, const KernelArg
   ASSIGN_OR_RETURN(Setup s, SetUp(context, args, input, weight, &g));
   ConvPlan& plan = *s.plan;
   void* workspace = nullptr;
-  ASSIGN_OR_RETURN(Algo algo, Prepare(*s.state, plan, Direction::kForward, context.native, &workspace));
   const TensorArg& out = args.outputs[0];
+  ASSIGN_OR_RETURN(Algo algo, Prepare(*s.state, plan, Direction::kForward, context.native,
+                                      {.x = input.data, .w = weight.data, .out = out.data}, &workspace));
   CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(s.state->handle, kOne.of(plan), plan.x, input.data, plan.w,
                                                 weight.data, plan.conv,
                                                 static_cast<cudnnConvolutionFwdAlgo_t>(algo.algo), workspace,
@@ -367,7 +454,9 @@ absl::Status ConvolutionBackwardKernel(const CudaKernelContext& context, const K
   cudnnHandle_t handle = s.state->handle;
   if (args.outputs[0].numel() > 0) {
     void* workspace = nullptr;
-    ASSIGN_OR_RETURN(Algo algo, Prepare(*s.state, plan, Direction::kBackwardData, context.native, &workspace));
+    ASSIGN_OR_RETURN(Algo algo,
+                     Prepare(*s.state, plan, Direction::kBackwardData, context.native,
+                             {.w = weight.data, .dy = grad.data, .out = args.outputs[0].data}, &workspace));
     CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
         handle, kOne.of(plan), plan.w, weight.data, plan.y, grad.data, plan.conv,
         static_cast<cudnnConvolutionBwdDataAlgo_t>(algo.algo), workspace, algo.workspace, kZero.of(plan), plan.x,
@@ -375,7 +464,9 @@ absl::Status ConvolutionBackwardKernel(const CudaKernelContext& context, const K
   }
   if (args.outputs[1].numel() > 0) {
     void* workspace = nullptr;
-    ASSIGN_OR_RETURN(Algo algo, Prepare(*s.state, plan, Direction::kBackwardFilter, context.native, &workspace));
+    ASSIGN_OR_RETURN(Algo algo,
+                     Prepare(*s.state, plan, Direction::kBackwardFilter, context.native,
+                             {.x = input.data, .dy = grad.data, .out = args.outputs[1].data}, &workspace));
     CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
         handle, kOne.of(plan), plan.x, input.data, plan.y, grad.data, plan.conv,
         static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo.algo), workspace, algo.workspace, kZero.of(plan), plan.w,
