@@ -10,6 +10,7 @@
 #   ops       the op-level benchmark (bench/ops/run_op_bench.sh)       -> *-ops.json, *-ops.png
 #   pairs     bench/pairs/pair_matrix.py for PAIRS                     -> pairs.json
 #   hosting   bench/inference/run_hosting.sh                           -> hosting.json, hosting.png
+#   gap       the switch gap between two jobs in one lane (bench/models/switch_gap.py) -> switch_gap.json
 #
 #   bench/gpu_session.sh tests profile overhead          # on the GPU machine
 #
@@ -17,7 +18,7 @@
 # or, when only BUNDLE_PACK (default .bundle-pack/bundle.tar.xz) exists, it is
 # unpacked there first (a packed bundle travels in a quarter of the room).
 # Everything a stage prints also goes to session.log. Per-stage limits in
-# seconds: TESTS_S, PROFILE_S, OVERHEAD_S, OPS_S, PAIRS_S, HOSTING_S.
+# seconds: TESTS_S, PROFILE_S, OVERHEAD_S, OPS_S, PAIRS_S, HOSTING_S, GAP_S.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 export OUT=${OUT:-/tmp/out}
@@ -84,7 +85,8 @@ for name in "$@"; do
     pairs) stage pairs "${PAIRS_S:-240}" "$python" "$root/bench/pairs/pair_matrix.py" \
              --pairs "${PAIRS:-fcn5+fcn5,resnet50+resnet50,fcn5+resnet50}" --out "$OUT/pairs.json" ;;
     hosting) stage hosting "${HOSTING_S:-280}" env PYTHON="$python" "$root/bench/inference/run_hosting.sh" ;;
-    *) echo "unknown stage '$name' (tests, profile, overhead, ops, pairs, hosting)"; status=1 ;;
+    gap) stage gap "${GAP_S:-120}" "$python" "$root/bench/models/switch_gap.py" --out "$OUT/switch_gap.json" ;;
+    *) echo "unknown stage '$name' (tests, profile, overhead, ops, pairs, hosting, gap)"; status=1 ;;
   esac
 done
 exit $status

@@ -30,6 +30,10 @@ std::vector<uint64_t> Histogram::CumulativeCounts() const {
   return out;
 }
 
+std::vector<double> GapBuckets() {
+  return {1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2};
+}
+
 std::vector<double> SecondsBuckets() {
   return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 }
@@ -57,6 +61,11 @@ void ServiceMeasurements::OnIteration(int device, uint64_t job, double run_secon
   j.iteration_seconds.Observe(run_seconds);
   j.queue_seconds.Observe(queue_seconds);
   j.recent_device_seconds.Add(run_seconds, now_seconds, kShareWindowSeconds);
+}
+
+void ServiceMeasurements::OnLaneGap(int device, bool switched_job, double gap_seconds) {
+  DeviceMeasurements& d = devices_[device];
+  (switched_job ? d.switch_gap_seconds : d.same_job_gap_seconds).Observe(std::max(0.0, gap_seconds));
 }
 
 void ServiceMeasurements::OnError(absl::StatusCode code) { errors_by_code_[code]++; }

@@ -66,11 +66,21 @@ struct JobMeasurements {
   DecayingSum recent_device_seconds;
 };
 
+// Bounds for the device's idle time between two iterations of a lane: 1 us
+// to 10 ms.
+std::vector<double> GapBuckets();
+
 struct DeviceMeasurements {
   Histogram iteration_seconds{SecondsBuckets()};
   Histogram queue_seconds{SecondsBuckets()};
   double busy_seconds = 0;
   DecayingSum recent_device_seconds;
+  // Idle time of a lane's stream between an iteration and the next one,
+  // when the next was already waiting as the first finished (so the gap is
+  // the runtime's own cost, not a wait for work): switching to another
+  // job's iteration, or going on with the same job's.
+  Histogram switch_gap_seconds{GapBuckets()};
+  Histogram same_job_gap_seconds{GapBuckets()};
 };
 
 class ServiceMeasurements {
@@ -78,6 +88,8 @@ class ServiceMeasurements {
   // A successful iteration of `job` on device `device`: its device time and
   // its wait for its turn. `now_seconds` is any monotonic clock in seconds.
   void OnIteration(int device, uint64_t job, double run_seconds, double queue_seconds, double now_seconds);
+  // The idle time of a lane between two back-to-back iterations.
+  void OnLaneGap(int device, bool switched_job, double gap_seconds);
   void OnError(absl::StatusCode code);
   void OnConfigReload(bool ok);
   // Drops the measurements of jobs not in `live`.

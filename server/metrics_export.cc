@@ -80,6 +80,21 @@ std::string Service::RenderMetrics() {
     const DeviceMeasurements* d = device_measured(i);
     w.HistogramSamples("tandem_device_queue_wait_seconds", device_labels(i), d == nullptr ? empty : d->queue_seconds);
   }
+  const Histogram empty_gap(GapBuckets());
+  w.Family("tandem_lane_switch_gap_seconds", "histogram",
+           "idle device time on a lane between two different jobs' iterations, the second already waiting");
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    const DeviceMeasurements* d = device_measured(i);
+    w.HistogramSamples("tandem_lane_switch_gap_seconds", device_labels(i),
+                       d == nullptr ? empty_gap : d->switch_gap_seconds);
+  }
+  w.Family("tandem_lane_same_job_gap_seconds", "histogram",
+           "idle device time on a lane between two iterations of one job, the second already waiting");
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    const DeviceMeasurements* d = device_measured(i);
+    w.HistogramSamples("tandem_lane_same_job_gap_seconds", device_labels(i),
+                       d == nullptr ? empty_gap : d->same_job_gap_seconds);
+  }
   w.Family("tandem_device_memory_bytes", "gauge",
            "device memory by kind: capacity, reserve, persistent, lanes, retired, free");
   for (size_t i = 0; i < devices_.size(); ++i) {

@@ -114,8 +114,8 @@ class Service {
   void DispatchAll(DeviceRuntime& dev);
   void RebalanceLanes(DeviceRuntime& dev);
   void StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ticket, QueuedIteration it);
-  void OnIterationDone(DeviceRuntime& dev, int lane, int slot, uint64_t job_id, QueuedIteration it,
-                       absl::Status status);
+  void OnIterationDone(DeviceRuntime& dev, int lane, int slot, uint64_t job_id, const LaneGapProbe& probe,
+                       QueuedIteration it, absl::Status status);
   void StartReads(Job& job);
   void OnDeviceWorkDone(uint64_t job_id);
   std::vector<void*> AddressTable(const Job& job) const;

@@ -230,6 +230,11 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
     slot.capacity = bytes;
   }
   slot.busy = true;
+  LaneGapProbe probe;
+  probe.seq = l.next_seq++;
+  probe.was_waiting = l.outstanding > 0 || it.enqueued <= l.last_done_at;
+  probe.switched_job = probe.seq > 0 && l.last_started_job != job.id;
+  l.last_started_job = job.id;
   l.outstanding++;
   job.device_work++;
   job.inflight++;
@@ -264,38 +269,53 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
   Program* program = job.program.get();
   device::Event* start = slot.start.get();
   device::Event* end = slot.end.get();
+  const size_t ring_index = probe.seq % l.ring_begin.size();
+  device::Event* ring_begin = l.ring_begin[ring_index].get();
+  device::Event* ring_end = l.ring_end[ring_index].get();
   uint64_t job_id = job.id;
   DeviceRuntime* devp = &dev;
   dev.executor->Post([=, this, table = std::move(table), it = std::move(it)]() mutable {
-    absl::Status status;
+    absl::Status status = device->RecordEvent(*stream, *ring_begin);
     for (const Copy& c : feeds_in) {
       if (status.ok()) status = device->CopyToDevice(*stream, c.dst, c.src, c.bytes);
     }
     if (status.ok()) status = device->RecordEvent(*stream, *start);
     if (status.ok()) status = program->Enqueue(*stream, table);
     if (status.ok()) status = device->RecordEvent(*stream, *end);
+    if (status.ok()) status = device->RecordEvent(*stream, *ring_end);
     for (const Copy& c : fetches_out) {
       if (status.ok()) status = device->CopyToHost(*stream, c.dst, c.src, c.bytes);
     }
-    auto done = [this, devp, lane, slot_index, job_id, it = std::move(it)](absl::Status s) mutable {
-      loop_.Post("Executor.OnIterationDone", [this, devp, lane, slot_index, job_id, it = std::move(it), s]() mutable {
-        OnIterationDone(*devp, lane, slot_index, job_id, std::move(it), s);
-      });
+    auto done = [this, devp, lane, slot_index, job_id, probe, it = std::move(it)](absl::Status s) mutable {
+      loop_.Post("Executor.OnIterationDone",
+                 [this, devp, lane, slot_index, job_id, probe, it = std::move(it), s]() mutable {
+                   OnIterationDone(*devp, lane, slot_index, job_id, probe, std::move(it), s);
+                 });
     };
     if (status.ok()) status = device->OnComplete(*stream, done);
     if (!status.ok()) done(status);
   });
 }
 
-void Service::OnIterationDone(DeviceRuntime& dev, int lane, int slot_index, uint64_t job_id, QueuedIteration it,
-                              absl::Status status) {
+void Service::OnIterationDone(DeviceRuntime& dev, int lane, int slot_index, uint64_t job_id,
+                              const LaneGapProbe& probe, QueuedIteration it, absl::Status status) {
   Lane& l = dev.lanes[lane];
   StagingSlot& slot = l.slots[slot_index];
   double seconds = 0;
   if (status.ok()) {
     auto elapsed = dev.device->ElapsedSeconds(*slot.start, *slot.end);
     if (elapsed.ok()) seconds = *elapsed;
+    // The lane's idle time since the previous iteration, when this one was
+    // already waiting behind it.
+    if (probe.was_waiting && probe.seq > 0 && l.last_done_ok && l.last_done_seq == probe.seq - 1) {
+      const size_t ring = l.ring_end.size();
+      auto gap = dev.device->ElapsedSeconds(*l.ring_end[(probe.seq - 1) % ring], *l.ring_begin[probe.seq % ring]);
+      if (gap.ok()) measurements_.OnLaneGap(dev.index, probe.switched_job, *gap);
+    }
   }
+  l.last_done_ok = status.ok();
+  l.last_done_seq = probe.seq;
+  l.last_done_at = Clock::now();
   auto j = jobs_.find(job_id);
   Job* job = j == jobs_.end() ? nullptr : j->second.get();
   if (job != nullptr) {

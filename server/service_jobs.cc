@@ -45,6 +45,12 @@ absl::Status Service::EnsureLane(DeviceRuntime& dev, int lane) {
       ASSIGN_OR_RETURN(slot.start, dev.device->CreateEvent());
       ASSIGN_OR_RETURN(slot.end, dev.device->CreateEvent());
     }
+    for (size_t r = 0; r <= l.slots.size(); ++r) {
+      ASSIGN_OR_RETURN(auto begin, dev.device->CreateEvent());
+      ASSIGN_OR_RETURN(auto end, dev.device->CreateEvent());
+      l.ring_begin.push_back(std::move(begin));
+      l.ring_end.push_back(std::move(end));
+    }
     dev.lanes.push_back(std::move(l));
   }
   return absl::OkStatus();

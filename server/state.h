@@ -112,6 +112,28 @@ struct Lane {
   std::unique_ptr<device::Stream> stream;
   std::vector<StagingSlot> slots;
   int outstanding = 0;  // iterations enqueued, not completed
+  // The idle time between iterations: each iteration started on the lane
+  // gets a sequence number and records, in the ring entry seq % ring size,
+  // an event before its first copy (begin) and one after its last kernel
+  // (end). The ring has one entry more than the slots, so an iteration's end
+  // event is still its own when the next iteration completes.
+  std::vector<std::unique_ptr<device::Event>> ring_begin;
+  std::vector<std::unique_ptr<device::Event>> ring_end;
+  uint64_t next_seq = 0;
+  uint64_t last_started_job = 0;
+  bool last_done_ok = false;  // the last completed iteration recorded its end
+  uint64_t last_done_seq = 0;
+  std::chrono::steady_clock::time_point last_done_at{};  // when the loop saw it complete
+};
+
+// What an iteration needs at completion to measure the gap before it.
+struct LaneGapProbe {
+  uint64_t seq = 0;
+  // It was already waiting when the previous one finished: enqueued behind
+  // it on the stream, or queued in the daemon before its completion was
+  // seen. Only then is the gap the runtime's cost rather than a wait for work.
+  bool was_waiting = false;
+  bool switched_job = false;  // the previous one was another job's
 };
 
 struct DeviceRuntime {

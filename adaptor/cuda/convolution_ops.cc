@@ -11,8 +11,9 @@
 // Per stream (a CudaStream attachment): a cuDNN handle bound to the stream,
 // a cache of plans keyed by dtype, geometry and math mode (descriptors plus
 // the algorithm chosen for each direction: measured by cuDNN's search on the
-// call's own tensors, cudnnFind*AlgorithmEx, keeping the fastest
-// deterministic algorithm of the allowed math type that needs at most
+// call's own tensors, cudnnFind*AlgorithmEx, keeping the fastest algorithm
+// of the allowed math type (deterministic ones only when the node's
+// `deterministic` attribute is true) that needs at most
 // kWorkspaceLimitBytes of workspace; TANDEM_CUDNN_ALGOS=heuristic takes
 // cuDNN's heuristics, cudnnGet*Algorithm_v7, instead), and the workspace.
 // Choosing an algorithm and growing the workspace happen the first time a
@@ -74,6 +75,7 @@ struct ConvPlan {
   cudnnConvolutionDescriptor_t conv = nullptr;
   cudnnDataType_t type = CUDNN_DATA_FLOAT;
   bool allow_tf32 = false;       // float32 may use TF32 tensor cores
+  bool deterministic = false;    // only algorithms whose results do not vary run to run
   std::optional<Algo> algos[3];  // by Direction
 
   ~ConvPlan() {
@@ -85,12 +87,19 @@ struct ConvPlan {
   }
 };
 
-using PlanKey = std::array<int64_t, 16>;
+using PlanKey = std::array<int64_t, 17>;
 
-PlanKey KeyOf(DType dtype, const Conv2dGeometry& g, bool allow_tf32) {
+// How a node asks its convolution to compute (its attributes).
+struct MathMode {
+  bool allow_tf32 = false;
+  bool deterministic = false;
+};
+
+PlanKey KeyOf(DType dtype, const Conv2dGeometry& g, const MathMode& mode) {
   const Conv2dParams& p = g.params;
   return {static_cast<int64_t>(dtype), g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, p.stride[0], p.stride[1],
-          p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], p.groups, allow_tf32 ? 1 : 0};
+          p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], p.groups, mode.allow_tf32 ? 1 : 0,
+          mode.deterministic ? 1 : 0};
 }
 
 bool Capturing(cudaStream_t stream) {
@@ -156,10 +165,11 @@ absl::Status RequireInt(const Shape& shape, absl::string_view what) {
                                                " has 2^31 or more elements, past cuDNN's 32-bit limit"));
 }
 
-absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const Conv2dGeometry& g, bool allow_tf32,
+absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const Conv2dGeometry& g, MathMode mode,
                                   cudaStream_t stream) {
-  allow_tf32 = allow_tf32 && dtype == DType::kFloat32;
-  const PlanKey key = KeyOf(dtype, g, allow_tf32);
+  mode.allow_tf32 = mode.allow_tf32 && dtype == DType::kFloat32;
+  const bool allow_tf32 = mode.allow_tf32;
+  const PlanKey key = KeyOf(dtype, g, mode);
   auto it = state.plans.find(key);
   if (it != state.plans.end()) return it->second.get();
   if (Capturing(stream)) return CaptureMiss("a new convolution shape");
@@ -168,6 +178,7 @@ absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const Conv2dGe
   auto plan = std::make_unique<ConvPlan>();
   plan->type = dtype == DType::kFloat64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
   plan->allow_tf32 = allow_tf32;
+  plan->deterministic = mode.deterministic;
   const auto i = [](int64_t v) { return static_cast<int>(v); };
   const Conv2dParams& p = g.params;
   CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&plan->x));
@@ -240,7 +251,7 @@ bool MeasureAlgorithms() {
 }
 
 template <typename Perf>
-void AppendMeasured(const std::vector<Perf>& perf, int returned, std::vector<Candidate>* out) {
+void AppendPerf(const std::vector<Perf>& perf, int returned, std::vector<Candidate>* out) {
   for (int k = 0; k < returned; ++k) {
     out->push_back({static_cast<int>(perf[k].algo), perf[k].status, perf[k].memory, perf[k].mathType,
                     perf[k].determinism == CUDNN_DETERMINISTIC});
@@ -261,7 +272,7 @@ absl::StatusOr<std::vector<Candidate>> MeasuredCandidates(CudnnState& state, con
       CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionForwardAlgorithmEx(state.handle, plan.x, op.x, plan.w, op.w,
                                                                    plan.conv, plan.y, op.out, max_count, &returned,
                                                                    perf.data(), workspace, workspace_bytes));
-      AppendMeasured(perf, returned, &out);
+      AppendPerf(perf, returned, &out);
       break;
     }
     case Direction::kBackwardData: {
@@ -270,7 +281,7 @@ absl::StatusOr<std::vector<Candidate>> MeasuredCandidates(CudnnState& state, con
       CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionBackwardDataAlgorithmEx(
           state.handle, plan.w, op.w, plan.y, op.dy, plan.conv, plan.x, op.out, max_count, &returned, perf.data(),
           workspace, workspace_bytes));
-      AppendMeasured(perf, returned, &out);
+      AppendPerf(perf, returned, &out);
       break;
     }
     case Direction::kBackwardFilter: {
@@ -279,7 +290,7 @@ absl::StatusOr<std::vector<Candidate>> MeasuredCandidates(CudnnState& state, con
       CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionBackwardFilterAlgorithmEx(
           state.handle, plan.x, op.x, plan.y, op.dy, plan.conv, plan.w, op.out, max_count, &returned, perf.data(),
           workspace, workspace_bytes));
-      AppendMeasured(perf, returned, &out);
+      AppendPerf(perf, returned, &out);
       break;
     }
   }
@@ -296,9 +307,7 @@ absl::StatusOr<std::vector<Candidate>> Candidates(CudnnState& state, const ConvP
       std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<size_t>(max_count));
       CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardAlgorithm_v7(state.handle, plan.x, plan.w, plan.conv, plan.y,
                                                                    max_count, &returned, perf.data()));
-      for (int k = 0; k < returned; ++k) {
-        out.push_back({static_cast<int>(perf[k].algo), perf[k].status, perf[k].memory, perf[k].mathType});
-      }
+      AppendPerf(perf, returned, &out);
       break;
     }
     case Direction::kBackwardData: {
@@ -306,9 +315,7 @@ absl::StatusOr<std::vector<Candidate>> Candidates(CudnnState& state, const ConvP
       std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<size_t>(max_count));
       CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithm_v7(state.handle, plan.w, plan.y, plan.conv,
                                                                         plan.x, max_count, &returned, perf.data()));
-      for (int k = 0; k < returned; ++k) {
-        out.push_back({static_cast<int>(perf[k].algo), perf[k].status, perf[k].memory, perf[k].mathType});
-      }
+      AppendPerf(perf, returned, &out);
       break;
     }
     case Direction::kBackwardFilter: {
@@ -316,9 +323,7 @@ absl::StatusOr<std::vector<Candidate>> Candidates(CudnnState& state, const ConvP
       std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<size_t>(max_count));
       CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
           state.handle, plan.x, plan.y, plan.conv, plan.w, max_count, &returned, perf.data()));
-      for (int k = 0; k < returned; ++k) {
-        out.push_back({static_cast<int>(perf[k].algo), perf[k].status, perf[k].memory, perf[k].mathType});
-      }
+      AppendPerf(perf, returned, &out);
       break;
     }
   }
@@ -353,8 +358,10 @@ const char* DirectionName(Direction dir) {
 
 // The plan's algorithm for `dir` (chosen now if new: measured on `op`, or by
 // the heuristics), with the descriptor's math type set for it, and a
-// workspace large enough for it. Measured choices keep to deterministic
-// algorithms, so a replayed iteration computes what the op-by-op one did.
+// workspace large enough for it. A deterministic plan keeps to algorithms
+// whose results do not vary from run to run (PyTorch's
+// cudnn.deterministic); otherwise any algorithm may be chosen, as in
+// PyTorch by default.
 absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t stream,
                              const ConvOperands& op, void** workspace) {
   std::optional<Algo>& slot = plan.algos[static_cast<int>(dir)];
@@ -369,7 +376,8 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
     ASSIGN_OR_RETURN(std::vector<Candidate> heuristic, Candidates(state, plan, dir));
     candidates.insert(candidates.end(), heuristic.begin(), heuristic.end());
     for (const Candidate& c : candidates) {
-      if (c.status != CUDNN_STATUS_SUCCESS || !MathAllowed(plan, c.math) || !c.deterministic) continue;
+      if (c.status != CUDNN_STATUS_SUCCESS || !MathAllowed(plan, c.math)) continue;
+      if (plan.deterministic && !c.deterministic) continue;
       CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(plan.conv, c.math));
       size_t bytes = 0;
       if (WorkspaceSize(state, plan, dir, c.algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
@@ -413,10 +421,12 @@ absl::StatusOr<Setup> SetUp(const CudaKernelContext& context, const KernelArgs& 
   }
   ASSIGN_OR_RETURN(Conv2dParams params, ParseConv2dParams(args.node->attrs));
   ASSIGN_OR_RETURN(*geometry, Conv2dShape(params, input.type.shape, weight.type.shape));
-  ASSIGN_OR_RETURN(const bool allow_tf32, args.node->attrs.GetBool("allow_tf32", false));
+  MathMode mode;
+  ASSIGN_OR_RETURN(mode.allow_tf32, args.node->attrs.GetBool("allow_tf32", false));
+  ASSIGN_OR_RETURN(mode.deterministic, args.node->attrs.GetBool("deterministic", false));
   Setup s;
   ASSIGN_OR_RETURN(s.state, CudnnState::For(*context.stream));
-  ASSIGN_OR_RETURN(s.plan, PlanFor(*s.state, input.type.dtype, *geometry, allow_tf32, context.native));
+  ASSIGN_OR_RETURN(s.plan, PlanFor(*s.state, input.type.dtype, *geometry, mode, context.native));
   return s;
 }
 

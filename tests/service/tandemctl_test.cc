@@ -265,6 +265,13 @@ TEST_F(TandemctlTest, MetricsMoveWithRealIterations) {
   EXPECT_DOUBLE_EQ(after.at("tandem_device_busy_seconds_total{device=\"cpu\"}"),
                    after.at("tandem_device_iteration_seconds_sum{device=\"cpu\"}"));
   EXPECT_EQ(after.at("tandem_device_admissions_total{device=\"cpu\"}"), 1);
+  // With two iterations in flight, each next one waits behind the running one
+  // (lookahead): the idle gaps between them are measured, all of one job.
+  const double same_job_gaps = after.at("tandem_lane_same_job_gap_seconds_count{device=\"cpu\"}");
+  EXPECT_GE(same_job_gaps, 1);
+  EXPECT_LE(same_job_gaps, 39);
+  EXPECT_GE(after.at("tandem_lane_same_job_gap_seconds_sum{device=\"cpu\"}"), 0);
+  EXPECT_EQ(after.at("tandem_lane_switch_gap_seconds_count{device=\"cpu\"}"), 0);
   EXPECT_GT(after.at("tandem_requests_total"), 40);
 
   // Per-job series exist while a job runs, and move with it.

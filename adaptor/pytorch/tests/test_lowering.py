@@ -68,18 +68,20 @@ class LoweringTest(unittest.TestCase):
         model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 4 * 4, 3))
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         batch = (torch.randn(2, 3, 6, 6), torch.tensor([0, 2]))
-        saved = torch.backends.cudnn.allow_tf32
+        saved = torch.backends.cudnn.allow_tf32, torch.backends.cudnn.deterministic
         try:
-            for allowed in (True, False):
+            for allowed, deterministic in ((True, False), (False, True)):
                 torch.backends.cudnn.allow_tf32 = allowed
+                torch.backends.cudnn.deterministic = deterministic
                 _, lowered = tandem.torch.capture_training_job(model, F.cross_entropy, opt, batch)
                 convs = [n for n in lowered.graph["nodes"] if n["op"].startswith("convolution")]
                 self.assertEqual({n["op"] for n in convs}, {"convolution", "convolution_backward"})
                 self.assertTrue(all(n["attrs"]["allow_tf32"] == {"b": allowed} for n in convs))
+                self.assertTrue(all(n["attrs"]["deterministic"] == {"b": deterministic} for n in convs))
                 self.assertFalse(any("allow_tf32" in n.get("attrs", {}) for n in lowered.graph["nodes"]
                                      if not n["op"].startswith("convolution")))
         finally:
-            torch.backends.cudnn.allow_tf32 = saved
+            torch.backends.cudnn.allow_tf32, torch.backends.cudnn.deterministic = saved
 
     def test_state_read_behind_functional_call_is_refused(self):
         class CachedWeight(nn.Module):

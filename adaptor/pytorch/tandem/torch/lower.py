@@ -15,8 +15,10 @@ A few rewrites make the functional graph complete and the IR explicit:
 - `native_batch_norm` in training mode becomes
   `_native_batch_norm_legit_functional`, whose extra outputs (the updated
   running statistics) become updates of the persistent tensors;
-- convolution nodes carry `allow_tf32`: torch.backends.cudnn.allow_tf32 at
-  capture time, so the daemon's cuDNN math mode is the one PyTorch would use
+- convolution nodes carry `allow_tf32` (torch.backends.cudnn.allow_tf32 at
+  capture time) and `deterministic` (torch.backends.cudnn.deterministic or
+  torch.use_deterministic_algorithms), so the daemon's cuDNN settings are
+  the ones PyTorch would use
   (TF32 by default for convolutions; matrix products never use TF32, which is
   also PyTorch's default);
 - dead nodes are dropped.
@@ -254,8 +256,10 @@ class _Emitter:
                 if a is not None:
                     attrs[arg.name] = a
         if name in _CUDNN_CONVOLUTION_OPS:
-            # PyTorch's math mode for cuDNN convolutions at capture time (TF32 allowed by default).
+            # PyTorch's cuDNN settings at capture time (TF32 allowed and any algorithm by default).
             attrs["allow_tf32"] = {"b": bool(torch.backends.cudnn.allow_tf32)}
+            attrs["deterministic"] = {"b": bool(torch.backends.cudnn.deterministic
+                                                or torch.are_deterministic_algorithms_enabled())}
         return self.op(n, name, inputs, attrs)
 
 
