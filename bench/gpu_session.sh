@@ -10,6 +10,8 @@
 #   ops       the op-level benchmark (bench/ops/run_op_bench.sh)       -> *-ops.json, *-ops.png
 #   pairs     bench/pairs/pair_matrix.py for PAIRS                     -> pairs.json
 #   hosting   bench/inference/run_hosting.sh                           -> hosting.json, hosting.png
+#   memory    planner quality and density (bench/memory/planner_quality.py;
+#             reuses the overhead stage's captures)                    -> memory.json
 #   gap       the switch gap between two jobs in one lane (bench/models/switch_gap.py) -> switch_gap.json
 #
 #   bench/gpu_session.sh tests profile overhead          # on the GPU machine
@@ -40,6 +42,22 @@ if [[ -z "$python" ]]; then
   done
 fi
 export TANDEM_GIT_COMMIT=${TANDEM_GIT_COMMIT:-$(git -C "$root" rev-parse HEAD 2>/dev/null || true)}
+# The programs record the processes they start here (bench_common.record_pid);
+# whatever a stage leaves behind when it fails or times out is stopped on exit.
+# The overhead stage's captures are kept for the memory stage.
+work=$(mktemp -d /tmp/tandem-session-XXXXXX)
+export BENCH_PIDDIR=$work/pids BENCH_CAPTURE_CACHE=$work/captures
+mkdir -p "$BENCH_PIDDIR"
+# shellcheck disable=SC2317  # called by the EXIT trap
+cleanup() {
+  local pidfile
+  for pidfile in "$BENCH_PIDDIR"/*; do
+    [[ -e "$pidfile" ]] || continue
+    kill -TERM "$(basename "$pidfile")" 2>/dev/null && echo "session: stopped $(cat "$pidfile")"
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader 2>/dev/null
 
 status=0
@@ -85,8 +103,11 @@ for name in "$@"; do
     pairs) stage pairs "${PAIRS_S:-240}" "$python" "$root/bench/pairs/pair_matrix.py" \
              --pairs "${PAIRS:-fcn5+fcn5,resnet50+resnet50,fcn5+resnet50}" --out "$OUT/pairs.json" ;;
     hosting) stage hosting "${HOSTING_S:-280}" env PYTHON="$python" "$root/bench/inference/run_hosting.sh" ;;
+    memory) stage memory "${MEMORY_S:-150}" "$python" "$root/bench/memory/planner_quality.py" \
+              --models "${MEMORY_MODELS:-fcn5,resnet50,vgg19,lstm,transformer}" --density_s 8 \
+              --budget_s "$(( ${MEMORY_S:-150} - 30 ))" --out "$OUT/memory.json" ;;
     gap) stage gap "${GAP_S:-120}" "$python" "$root/bench/models/switch_gap.py" --out "$OUT/switch_gap.json" ;;
-    *) echo "unknown stage '$name' (tests, profile, overhead, ops, pairs, hosting, gap)"; status=1 ;;
+    *) echo "unknown stage '$name' (tests, profile, overhead, ops, pairs, hosting, memory, gap)"; status=1 ;;
   esac
 done
 exit $status
