@@ -25,6 +25,7 @@ const OpRegistry& OpRegistry::Global() {
     RegisterComparisonOps(*r);
     RegisterNormalizationOps(*r);
     RegisterAttentionOps(*r);
+    RegisterFusedOps(*r);
     return r;
   }();
   return *registry;

@@ -94,6 +94,7 @@ void RegisterActivationOps(OpRegistry& registry);
 void RegisterComparisonOps(OpRegistry& registry);
 void RegisterNormalizationOps(OpRegistry& registry);
 void RegisterAttentionOps(OpRegistry& registry);
+void RegisterFusedOps(OpRegistry& registry);  // fused_elementwise (graph passes)
 
 }  // namespace tandem
 

@@ -164,10 +164,22 @@ void Client::MaybeHeartbeatLocked() {
 void Client::ReceiveLocked(std::chrono::milliseconds timeout) {
   MaybeHeartbeatLocked();
   zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
-  zmq::poll(&item, 1, timeout);
+  try {
+    zmq::poll(&item, 1, timeout);
+  } catch (const zmq::error_t& e) {
+    // A signal handled by the process (Python's SIGINT handler, a
+    // profiler's timer) interrupts the wait; the caller's loop waits again.
+    if (e.num() != EINTR) throw;
+    return;
+  }
   while (true) {
     zmq::message_t msg;
-    if (!socket_.recv(msg, zmq::recv_flags::dontwait)) break;
+    try {
+      if (!socket_.recv(msg, zmq::recv_flags::dontwait)) break;
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+      break;
+    }
     last_heard_ = SteadyClock::now();
     v1::Response response;
     if (!response.ParseFromArray(msg.data(), static_cast<int>(msg.size()))) continue;

@@ -165,6 +165,13 @@ const std::vector<ConfigKey>& BuildKeys() {
          return absl::OkStatus();
        },
        [](const DaemonOptions& o) { return o.metrics_address; }},
+      {"fuse_elementwise", "true|false", "run each chain of elementwise ops of a job's graph as one kernel", false,
+       [](absl::string_view v, DaemonOptions* o) {
+         if (v != "true" && v != "false") return Expected("true or false");
+         o->fuse_elementwise = v == "true";
+         return absl::OkStatus();
+       },
+       [](const DaemonOptions& o) { return std::string(o.fuse_elementwise ? "true" : "false"); }},
   };
   return *keys;
 }

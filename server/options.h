@@ -27,6 +27,7 @@ struct DaemonOptions {
   std::string socket_group;      // group owning an ipc socket; empty: the daemon's
   int metrics_port = 0;          // Prometheus endpoint; 0: off
   std::string metrics_address = "127.0.0.1";
+  bool fuse_elementwise = true;  // fuse chains of elementwise nodes at registration
 };
 
 }  // namespace tandem::server

@@ -4,6 +4,8 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "adaptor/fold_transposes.h"
+#include "adaptor/fuse_elementwise.h"
 #include "adaptor/graph_builder.h"
 #include "base/log.h"
 #include "base/status_macros.h"
@@ -75,7 +77,14 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session,
                                                  " is out of range [0, ", sched::kMaxExpectedIterations, "]")));
     return;
   }
-  auto graph = BuildGraph(reg.graph(), reg.persistent());
+  // Transposes feeding matrix products are read in place by the products
+  // instead of being materialized (adaptor/fold_transposes.h).
+  v1::Graph wire_graph = reg.graph();
+  FoldTransposes(&wire_graph);
+  // Chains of elementwise nodes run as one kernel each
+  // (adaptor/fuse_elementwise.h).
+  if (options_.fuse_elementwise) FuseElementwise(reg.persistent(), &wire_graph);
+  auto graph = BuildGraph(wire_graph, reg.persistent());
   if (!graph.ok()) {
     fail(graph.status());
     return;

@@ -23,6 +23,7 @@ CpuKernelFn FindCpuKernel(absl::string_view op) {
     AddComparisonKernels(*t);
     AddNormalizationKernels(*t);
     AddAttentionKernels(*t);
+    AddFusedKernels(*t);
     return t;
   }();
   auto it = table->find(op);

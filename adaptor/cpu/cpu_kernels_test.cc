@@ -391,6 +391,59 @@ TEST_F(KernelTest, MmAndAddmm) {
   }
 }
 
+// Every byte of `actual`'s elements equals `expected`'s.
+void ExpectSameBits(const HostTensor& actual, const HostTensor& expected, const std::string& what) {
+  ASSERT_TRUE(actual.type == expected.type) << what << ": " << actual.type.ToString() << " vs "
+                                            << expected.type.ToString();
+  EXPECT_EQ(std::memcmp(actual.data(), expected.data(), actual.type.bytes()), 0) << what;
+}
+
+// transpose_a / transpose_b read an operand stored transposed: the result
+// equals, bit for bit, the product of the materialized transposes (same
+// terms added in the same order), and the double reference.
+TEST_F(KernelTest, MmAndAddmmReadTransposedOperands) {
+  const int64_t n = 9, k = 13, m = 6;
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    HostTensor a = Random(dtype, {n, k});
+    HostTensor b = Random(dtype, {k, m});
+    HostTensor a_t = MustRun("t", {}, {a})[0];  // [k, n]
+    HostTensor b_t = MustRun("t", {}, {b})[0];  // [m, k]
+    const std::vector<double> product = ReferenceMatmul(a, b);
+    const HostTensor plain = MustRun("mm", {}, {a, b})[0];
+    const std::vector<HostTensor> biases = {Random(dtype, {m}), Random(dtype, {n, m}), Random(dtype, {n, 1})};
+    for (bool trans_a : {false, true}) {
+      for (bool trans_b : {false, true}) {
+        const std::string what = std::string(DTypeName(dtype)) + " transpose_a=" + (trans_a ? "1" : "0") +
+                                 " transpose_b=" + (trans_b ? "1" : "0");
+        const Attrs flags = MakeAttrs({{"transpose_a", trans_a}, {"transpose_b", trans_b}});
+        const HostTensor& a_in = trans_a ? a_t : a;
+        const HostTensor& b_in = trans_b ? b_t : b;
+        auto out = MustRun("mm", flags, {a_in, b_in});
+        ASSERT_EQ(out.size(), 1u) << what;
+        ExpectSameBits(out[0], plain, "mm " + what);
+        ExpectClose(out[0], product, "mm " + what);
+        for (const HostTensor& bias : biases) {
+          Attrs attrs = flags;
+          attrs.Set("beta", 0.5);
+          attrs.Set("alpha", 2.0);
+          const std::string bias_what = what + " self " + ShapeString(bias.type.shape);
+          auto folded = MustRun("addmm", attrs, {bias, a_in, b_in});
+          auto unfolded = MustRun("addmm", MakeAttrs({{"beta", 0.5}, {"alpha", 2.0}}), {bias, a, b});
+          ASSERT_EQ(folded.size(), 1u) << bias_what;
+          ASSERT_EQ(unfolded.size(), 1u) << bias_what;
+          ExpectSameBits(folded[0], unfolded[0], "addmm " + bias_what);
+          std::vector<double> expected(product.size());
+          for (size_t i = 0; i < expected.size(); ++i) {
+            const auto index = Unravel(static_cast<int64_t>(i), {n, m});
+            expected[i] = 0.5 * Get(bias, BroadcastSource(index, bias.type.shape)) + 2.0 * product[i];
+          }
+          ExpectClose(folded[0], expected, "addmm " + bias_what);
+        }
+      }
+    }
+  }
+}
+
 TEST_F(KernelTest, MmOfAnMlpLayerIsFast) {
   HostTensor a = Random(DType::kFloat32, {256, 784});
   HostTensor b = Random(DType::kFloat32, {784, 128});

@@ -36,6 +36,7 @@ void AddActivationKernels(CpuKernelTable& table);
 void AddComparisonKernels(CpuKernelTable& table);
 void AddNormalizationKernels(CpuKernelTable& table);
 void AddAttentionKernels(CpuKernelTable& table);
+void AddFusedKernels(CpuKernelTable& table);
 
 inline absl::Status UnsupportedDType(const KernelArgs& args, DType dtype) {
   return absl::UnimplementedError(

@@ -22,6 +22,7 @@ CudaKernelFn FindCudaKernel(absl::string_view op) {
     AddComparisonKernels(*t);
     AddNormalizationKernels(*t);
     AddAttentionKernels(*t);
+    AddFusedKernels(*t);
     return t;
   }();
   auto it = table->find(op);

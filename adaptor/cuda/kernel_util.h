@@ -29,6 +29,7 @@ void AddActivationKernels(CudaKernelTable& table);
 void AddComparisonKernels(CudaKernelTable& table);
 void AddNormalizationKernels(CudaKernelTable& table);
 void AddAttentionKernels(CudaKernelTable& table);
+void AddFusedKernels(CudaKernelTable& table);
 
 inline absl::Status UnsupportedDType(const KernelArgs& args, DType dtype) {
   return absl::UnimplementedError(

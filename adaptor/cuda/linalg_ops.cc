@@ -1,7 +1,9 @@
 // CUDA kernels of mm and addmm (blas.h). addmm's `self` joins the product
 // the cheapest way its shape allows: a [m] or [1, m] bias with beta 1 as
 // cuBLASLt's bias epilogue (no extra pass), a full [n, m] self as the C
-// operand (beta * C), anything else broadcast into the output first.
+// operand (beta * C), anything else broadcast into the output first. The
+// transpose_a / transpose_b attributes become the library's transpose
+// flags: an operand stored transposed is read in place, never copied.
 #include "adaptor/cuda/blas.h"
 #include "adaptor/cuda/kernel_util.h"
 #include "adaptor/cuda/strided_layout.h"
@@ -12,24 +14,35 @@ namespace {
 
 bool IsFloat(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kFloat64; }
 
+// A spec with the product's dims, transpose flags and operands: op(a) [n, k]
+// @ op(b) [k, m] -> out [n, m], where a is stored [k, n] under transpose_a
+// and b is stored [m, k] under transpose_b.
+absl::StatusOr<MatmulSpec> ProductSpec(const KernelArgs& args, const TensorArg& a, const TensorArg& b,
+                                       const TensorArg& out) {
+  MatmulSpec spec;
+  ASSIGN_OR_RETURN(spec.trans_a, args.node->attrs.GetBool("transpose_a", false));
+  ASSIGN_OR_RETURN(spec.trans_b, args.node->attrs.GetBool("transpose_b", false));
+  spec.dtype = out.type.dtype;
+  spec.n = a.type.shape[spec.trans_a ? 1 : 0];
+  spec.k = a.type.shape[spec.trans_a ? 0 : 1];
+  spec.m = b.type.shape[spec.trans_b ? 0 : 1];
+  spec.a = a.data;
+  spec.b = b.data;
+  spec.out = out.data;
+  return spec;
+}
+
 absl::Status MmKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& a = args.inputs[0];
   const TensorArg& b = args.inputs[1];
   const TensorArg& out = args.outputs[0];
   if (!IsFloat(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);
   if (out.numel() == 0) return absl::OkStatus();
-  MatmulSpec spec;
-  spec.dtype = out.type.dtype;
-  spec.n = a.type.shape[0];
-  spec.k = a.type.shape[1];
-  spec.m = b.type.shape[1];
+  ASSIGN_OR_RETURN(MatmulSpec spec, ProductSpec(args, a, b, out));
   if (spec.k == 0) {  // an empty sum
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(out.data, 0, out.type.bytes(), context.native));
     return absl::OkStatus();
   }
-  spec.a = a.data;
-  spec.b = b.data;
-  spec.out = out.data;
   return Matmul(*context.stream, spec);
 }
 
@@ -54,14 +67,7 @@ absl::Status AddmmKernel(const CudaKernelContext& context, const KernelArgs& arg
   const TensorArg& out = args.outputs[0];
   if (!IsFloat(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);
   if (out.numel() == 0) return absl::OkStatus();
-  MatmulSpec spec;
-  spec.dtype = out.type.dtype;
-  spec.n = a.type.shape[0];
-  spec.k = a.type.shape[1];
-  spec.m = b.type.shape[1];
-  spec.a = a.data;
-  spec.b = b.data;
-  spec.out = out.data;
+  ASSIGN_OR_RETURN(MatmulSpec spec, ProductSpec(args, a, b, out));
   spec.alpha = alpha;
   if (spec.k == 0) {  // out = beta * self (NaNs in self ignored when beta == 0, as in PyTorch)
     if (beta == 0.0) {

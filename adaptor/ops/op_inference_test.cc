@@ -101,6 +101,47 @@ TEST(LinalgInferenceTest, MmInnerDimMismatchNamesBothShapes) {
               AllOf(HasSubstr("self is float32[5]"), HasSubstr("[2, 4]")));
 }
 
+TEST(LinalgInferenceTest, TransposeFlagsReadAnOperandStoredTransposed) {
+  const Attrs ta = MakeAttrs({{"transpose_a", true}});
+  const Attrs tb = MakeAttrs({{"transpose_b", true}});
+  const Attrs both = MakeAttrs({{"transpose_a", true}, {"transpose_b", true}});
+  const Attrs neither = MakeAttrs({{"transpose_a", false}, {"transpose_b", false}});
+  EXPECT_EQ(InferOne("mm", ta, {F32({784, 256}), F32({784, 128})}), F32({256, 128}));
+  EXPECT_EQ(InferOne("mm", tb, {F32({256, 784}), F32({128, 784})}), F32({256, 128}));
+  EXPECT_EQ(InferOne("mm", both, {F64({784, 256}), F64({128, 784})}), F64({256, 128}));
+  EXPECT_EQ(InferOne("mm", neither, {F32({256, 784}), F32({784, 128})}), F32({256, 128}));
+  EXPECT_EQ(InferOne("addmm", tb, {F32({128}), F32({256, 784}), F32({128, 784})}), F32({256, 128}));
+  EXPECT_EQ(InferOne("addmm", ta, {F32({256, 128}), F32({784, 256}), F32({784, 128})}), F32({256, 128}));
+  EXPECT_EQ(InferOne("addmm", both, {F64({256, 1}), F64({4, 256}), F64({3, 4})}), F64({256, 3}));
+  // Square inner dims: the flags decide the result's shape.
+  EXPECT_EQ(InferOne("mm", ta, {F32({3, 2}), F32({3, 3})}), F32({2, 3}));
+  EXPECT_EQ(InferOne("mm", tb, {F32({3, 3}), F32({2, 3})}), F32({3, 2}));
+}
+
+TEST(LinalgInferenceTest, TransposeFlagMismatchesNameTheFlag) {
+  const Attrs ta = MakeAttrs({{"transpose_a", true}});
+  const Attrs tb = MakeAttrs({{"transpose_b", true}});
+  // Shapes that fit without the flag no longer fit with it.
+  EXPECT_THAT(InferError("mm", ta, {F32({256, 784}), F32({784, 128})}),
+              AllOf(HasSubstr("mm: "), HasSubstr("self is float32[256, 784] (used transposed: transpose_a)"),
+                    HasSubstr("mat2 is float32[784, 128]"), HasSubstr("inner dims 256 and 784 differ")));
+  EXPECT_THAT(InferError("mm", tb, {F32({256, 784}), F32({784, 128})}),
+              AllOf(HasSubstr("mat2 is float32[784, 128] (used transposed: transpose_b)"),
+                    HasSubstr("inner dims 784 and 128 differ")));
+  EXPECT_THAT(InferError("addmm", tb, {F32({128}), F32({256, 784}), F32({784, 128})}),
+              AllOf(HasSubstr("addmm: "), HasSubstr("mat1 is float32[256, 784]"),
+                    HasSubstr("(used transposed: transpose_b)"), HasSubstr("inner dims 784 and 128 differ")));
+  // A self that does not broadcast to the product of the transposed operands.
+  EXPECT_THAT(InferError("addmm", ta, {F32({784}), F32({784, 256}), F32({784, 128})}),
+              AllOf(HasSubstr("self is float32[784]"), HasSubstr("[256, 128]"),
+                    HasSubstr("mat1 float32[784, 256] transposed")));
+  EXPECT_THAT(InferError("mm", tb, {F32({2, 3}), F64({4, 3})}), HasSubstr("dtypes must match"));
+  EXPECT_THAT(InferError("mm", MakeAttrs({{"transpose_a", std::string("yes")}}), {F32({2, 3}), F32({3, 2})}),
+              AllOf(HasSubstr("mm: "), HasSubstr("transpose_a"), HasSubstr("bool")));
+  EXPECT_THAT(InferError("addmm", MakeAttrs({{"transpose_b", 1.5}}), {F32({2}), F32({2, 3}), F32({3, 2})}),
+              AllOf(HasSubstr("transpose_b"), HasSubstr("bool")));
+}
+
 TEST(ElementwiseInferenceTest, BroadcastsLikePyTorch) {
   EXPECT_EQ(InferOne("add.Tensor", {}, {F32({4, 1, 3}), F32({2, 1})}), F32({4, 2, 3}));
   EXPECT_EQ(InferOne("mul.Tensor", {}, {F32({}), F32({5})}), F32({5}));

@@ -102,6 +102,73 @@ TEST(CudaKernels, AddmmEverySelfShape) {
   cuda::SetMatmulForceCublasForTesting(false);
 }
 
+// transpose_a / transpose_b (operands stored [k, n] / [m, k], read
+// transposed by the library) for mm and for addmm's three ways of adding
+// self (bias epilogue, full C, broadcast first), on both libraries.
+TEST(CudaKernels, MatmulTransposedOperandsBothLibraries) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  const std::vector<std::pair<bool, bool>> flags = {{true, false}, {false, true}, {true, true}};
+  for (bool force_cublas : {false, true}) {
+    cuda::SetMatmulForceCublasForTesting(force_cublas);
+    for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+      for (int trial = 0; trial < 2; ++trial) {
+        const int64_t n = trial == 0 ? 1 : Dim(2, 300), k = Dim(1, 700), m = Dim(2, 300);
+        for (const auto& [trans_a, trans_b] : flags) {
+          SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " op(a) [" << n << ", " << k << "] @ op(b) [" << k
+                                            << ", " << m << "] transpose_a=" << trans_a
+                                            << " transpose_b=" << trans_b << " cublas=" << force_cublas);
+          const Shape a_shape = trans_a ? Shape{k, n} : Shape{n, k};
+          const Shape b_shape = trans_b ? Shape{m, k} : Shape{k, m};
+          {
+            GraphMaker g;
+            const int a = g.Feed({dtype, a_shape});
+            const int b = g.Feed({dtype, b_shape});
+            const int out = g.Add1("mm", {a, b}, MakeAttrs({{"transpose_a", trans_a}, {"transpose_b", trans_b}}));
+            ASSERT_EQ(g.type(out).shape, (Shape{n, m}));
+            Check(g, kMatmul32);
+          }
+          const std::vector<std::pair<Shape, std::pair<double, double>>> selves = {
+              {{m}, {1.0, 1.0}}, {{n, m}, {0.5, 2.0}}, {{n, m}, {1.0, 1.0}}, {{n, 1}, {0.5, 2.0}}};
+          for (const auto& [self_shape, beta_alpha] : selves) {
+            SCOPED_TRACE(::testing::Message() << "addmm self " << ShapeString(self_shape) << " beta "
+                                              << beta_alpha.first << " alpha " << beta_alpha.second);
+            GraphMaker g;
+            const int self = g.Feed({dtype, self_shape});
+            const int a = g.Feed({dtype, a_shape});
+            const int b = g.Feed({dtype, b_shape});
+            g.Add1("addmm", {self, a, b},
+                   MakeAttrs({{"beta", beta_alpha.first},
+                              {"alpha", beta_alpha.second},
+                              {"transpose_a", trans_a},
+                              {"transpose_b", trans_b}}));
+            Check(g, kMatmul32);
+          }
+        }
+      }
+    }
+  }
+  cuda::SetMatmulForceCublasForTesting(false);
+}
+
+// A training step's two forms side by side: transposes folded into the
+// product, and materialized (t) before a plain product; both against the
+// CPU oracle, where they agree bit for bit.
+TEST(CudaKernels, MatmulTransposedOperandsBesideExplicitTransposes) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    const int64_t n = Dim(2, 200), k = Dim(2, 400), m = Dim(2, 200);
+    SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " [" << n << ", " << k << "] @ [" << k << ", " << m
+                                      << "]");
+    GraphMaker g;
+    const int a_t = g.Feed({dtype, {k, n}});
+    const int b_t = g.Feed({dtype, {m, k}});
+    const int bias = g.Feed({dtype, {m}});
+    g.Add1("addmm", {bias, a_t, b_t}, MakeAttrs({{"transpose_a", true}, {"transpose_b", true}}));
+    g.Add1("addmm", {bias, g.Add1("t", {a_t}), g.Add1("t", {b_t})});
+    Check(g, kMatmul32);
+  }
+}
+
 TEST(CudaKernels, BinaryOpsWithBroadcasting) {
   TANDEM_SKIP_WITHOUT_GPU();
   const int64_t a = Dim(1, 40), b = Dim(2, 70), c = Dim(2, 90);

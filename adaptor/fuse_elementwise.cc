@@ -1,0 +1,271 @@
+#include "adaptor/fuse_elementwise.h"
+
+#include <algorithm>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "adaptor/graph_builder.h"
+#include "adaptor/ops/fused_program.h"
+
+namespace tandem {
+namespace {
+
+// A fusable node, as one instruction of a fused program.
+struct Candidate {
+  FusedOpcode op;
+  double alpha = 1.0;
+  double other = 0.0;
+};
+
+std::optional<FusedOpcode> OpcodeOf(absl::string_view op) {
+  static const auto* opcodes = new absl::flat_hash_map<std::string, FusedOpcode>{
+      {"add.Tensor", FusedOpcode::kAdd},        {"sub.Tensor", FusedOpcode::kSub},
+      {"mul.Tensor", FusedOpcode::kMul},        {"div.Tensor", FusedOpcode::kDiv},
+      {"add.Scalar", FusedOpcode::kAddScalar},  {"sub.Scalar", FusedOpcode::kSubScalar},
+      {"mul.Scalar", FusedOpcode::kMulScalar},  {"div.Scalar", FusedOpcode::kDivScalar},
+      {"neg", FusedOpcode::kNeg},               {"sqrt", FusedOpcode::kSqrt},
+  };
+  auto it = opcodes->find(op);
+  if (it == opcodes->end()) return std::nullopt;
+  return it->second;
+}
+
+bool ReadsRegister(FusedOpcode op) {
+  return op == FusedOpcode::kAdd || op == FusedOpcode::kSub || op == FusedOpcode::kMul || op == FusedOpcode::kDiv;
+}
+bool HasAlpha(FusedOpcode op) {
+  return op == FusedOpcode::kAdd || op == FusedOpcode::kSub || op == FusedOpcode::kAddScalar ||
+         op == FusedOpcode::kSubScalar;
+}
+bool HasOther(FusedOpcode op) {
+  return op == FusedOpcode::kAddScalar || op == FusedOpcode::kSubScalar || op == FusedOpcode::kMulScalar ||
+         op == FusedOpcode::kDivScalar;
+}
+
+std::optional<Candidate> AsCandidate(const Graph& g, const Node& node) {
+  std::optional<FusedOpcode> op = OpcodeOf(node.op);
+  if (!op.has_value() || node.outputs.size() != 1) return std::nullopt;
+  if (node.inputs.size() != (ReadsRegister(*op) ? 2u : 1u)) return std::nullopt;
+  const TensorType& out = g.values[node.outputs[0]].type;
+  if (out.dtype != DType::kFloat32 && out.dtype != DType::kFloat64) return std::nullopt;
+  for (int v : node.inputs) {
+    const TensorType& in = g.values[v].type;
+    if (!(in == out) && !(in.rank() == 0 && in.dtype == out.dtype)) return std::nullopt;
+  }
+  Candidate c{*op};
+  if (HasAlpha(*op)) {
+    auto alpha = node.attrs.GetFloat("alpha", 1.0);
+    if (!alpha.ok()) return std::nullopt;
+    c.alpha = *alpha;
+  }
+  if (HasOther(*op)) {
+    auto other = node.attrs.GetFloat("other");
+    if (!other.ok()) return std::nullopt;
+    c.other = *other;
+  }
+  return c;
+}
+
+class DisjointSets {
+ public:
+  explicit DisjointSets(int n) : parent_(n) { std::iota(parent_.begin(), parent_.end(), 0); }
+  int Find(int x) {
+    while (parent_[x] != x) {
+      parent_[x] = parent_[parent_[x]];
+      x = parent_[x];
+    }
+    return x;
+  }
+  void Union(int a, int b) {
+    a = Find(a);
+    b = Find(b);
+    if (a != b) parent_[std::max(a, b)] = std::min(a, b);
+  }
+
+ private:
+  std::vector<int> parent_;
+};
+
+class Fuser {
+ public:
+  Fuser(const Graph& g, v1::Graph* wire) : g_(g), wire_(wire), readers_(g.values.size()), kept_(g.values.size()) {
+    for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
+      for (int v : g.nodes[i].inputs) readers_[v].push_back(i);
+    }
+    for (int v : g.fetchable) kept_[v] = true;
+    for (const auto& [target, v] : g.updates) kept_[v] = true;
+  }
+
+  void Run() {
+    const int num_nodes = static_cast<int>(g_.nodes.size());
+    std::vector<std::optional<Candidate>> candidates(num_nodes);
+    for (int i = 0; i < num_nodes; ++i) candidates[i] = AsCandidate(g_, g_.nodes[i]);
+    DisjointSets sets(num_nodes);
+    for (int i = 0; i < num_nodes; ++i) {
+      if (!candidates[i].has_value()) continue;
+      const TensorType& out = OutputType(i);
+      for (int v : g_.nodes[i].inputs) {
+        const int p = g_.values[v].producer;
+        if (p >= 0 && candidates[p].has_value() && OutputType(p) == out) sets.Union(i, p);
+      }
+    }
+    // Groups in order of their first node; members in node order.
+    std::vector<std::vector<int>> groups;
+    absl::flat_hash_map<int, size_t> group_of_root;
+    for (int i = 0; i < num_nodes; ++i) {
+      if (!candidates[i].has_value()) continue;
+      auto [it, inserted] = group_of_root.emplace(sets.Find(i), groups.size());
+      if (inserted) groups.emplace_back();
+      groups[it->second].push_back(i);
+    }
+
+    std::vector<int> part_of(num_nodes, -1);  // index into parts_
+    for (const std::vector<int>& group : groups) {
+      if (group.size() < 2) continue;
+      std::vector<int> part;
+      for (int i : group) {
+        if (!part.empty() && !CanExtend(part, i)) {
+          ClosePart(part, part_of);
+          part.clear();
+        }
+        part.push_back(i);
+      }
+      ClosePart(part, part_of);
+    }
+    if (parts_.empty()) return;
+
+    google::protobuf::RepeatedPtrField<v1::Node> nodes;
+    for (int i = 0; i < num_nodes; ++i) {
+      if (part_of[i] < 0) {
+        *nodes.Add() = std::move(*wire_->mutable_nodes(i));
+      } else if (parts_[part_of[i]].back() == i) {
+        *nodes.Add() = MakeFusedNode(parts_[part_of[i]], candidates);
+      }
+    }
+    wire_->mutable_nodes()->Swap(&nodes);
+  }
+
+ private:
+  const TensorType& OutputType(int node) const { return g_.values[g_.nodes[node].outputs[0]].type; }
+  int ValueOf(int node) const { return g_.nodes[node].outputs[0]; }
+
+  // Values of `part` read outside it (or fetched or updated), in node order.
+  std::vector<int> Outputs(const std::vector<int>& part) const {
+    std::vector<int> outputs;
+    for (int m : part) {
+      const int v = ValueOf(m);
+      bool outside = kept_[v];
+      for (int r : readers_[v]) outside = outside || !std::binary_search(part.begin(), part.end(), r);
+      if (outside) outputs.push_back(v);
+    }
+    return outputs;
+  }
+
+  // Distinct values read by `part` that it does not define, in first-read order.
+  std::vector<int> Inputs(const std::vector<int>& part) const {
+    std::vector<int> inputs;
+    for (int m : part) {
+      for (int v : g_.nodes[m].inputs) {
+        const int p = g_.values[v].producer;
+        if (p >= 0 && std::binary_search(part.begin(), part.end(), p)) continue;
+        if (std::find(inputs.begin(), inputs.end(), v) == inputs.end()) inputs.push_back(v);
+      }
+    }
+    return inputs;
+  }
+
+  // Whether node `next` (after every member) may join `part`: the limits
+  // hold, and no node outside the extended part that comes before `next`
+  // reads a value of the part (the fused node will sit at `next`).
+  bool CanExtend(const std::vector<int>& part, int next) const {
+    if (static_cast<int>(part.size()) + 1 > kFusedMaxInstructions) return false;
+    std::vector<int> extended = part;
+    extended.push_back(next);
+    for (int m : part) {
+      for (int r : readers_[ValueOf(m)]) {
+        if (r < next && !std::binary_search(part.begin(), part.end(), r)) return false;
+      }
+    }
+    return static_cast<int>(Inputs(extended).size()) <= kFusedMaxInputs &&
+           static_cast<int>(Outputs(extended).size()) <= kFusedMaxOutputs;
+  }
+
+  void ClosePart(const std::vector<int>& part, std::vector<int>& part_of) {
+    if (part.size() < 2) return;
+    for (int m : part) part_of[m] = static_cast<int>(parts_.size());
+    parts_.push_back(part);
+  }
+
+  v1::Node MakeFusedNode(const std::vector<int>& part, const std::vector<std::optional<Candidate>>& candidates) {
+    const std::vector<int> inputs = Inputs(part);
+    std::vector<int> outputs = Outputs(part);
+    if (outputs.empty()) outputs.push_back(ValueOf(part.back()));
+    const int num_inputs = static_cast<int>(inputs.size());
+    absl::flat_hash_map<int, int> register_of;  // value id -> register
+    for (int k = 0; k < num_inputs; ++k) register_of[inputs[k]] = k;
+
+    v1::Node fused;
+    fused.set_op(kFusedElementwiseOp);
+    for (int v : inputs) fused.add_inputs(g_.values[v].name);
+    v1::AttrValue code, consts, output_regs;
+    auto add_const = [&](double value) -> int64_t {
+      consts.mutable_floats()->add_values(value);
+      return consts.floats().values_size() - 1;
+    };
+    std::vector<std::string> labels;
+    for (size_t t = 0; t < part.size(); ++t) {
+      const Node& node = g_.nodes[part[t]];
+      const Candidate& c = *candidates[part[t]];
+      const int dst = num_inputs + static_cast<int>(t);
+      int64_t a = register_of.at(node.inputs[0]);
+      int64_t b = -1;
+      int64_t k = -1;
+      if (ReadsRegister(c.op)) b = register_of.at(node.inputs[1]);
+      if (HasOther(c.op)) b = add_const(c.other);
+      if (HasAlpha(c.op) && c.alpha != 1.0) k = add_const(c.alpha);
+      for (int64_t field : {static_cast<int64_t>(c.op), int64_t{dst}, a, b, k}) {
+        code.mutable_ints()->add_values(field);
+      }
+      register_of[ValueOf(part[t])] = dst;
+      labels.push_back(node.label.empty() ? node.op : node.label);
+    }
+    for (int v : outputs) {
+      fused.add_outputs(g_.values[v].name);
+      v1::TensorSpec* spec = fused.add_declared_outputs();
+      spec->set_name(g_.values[v].name);
+      TensorTypeToProto(g_.values[v].type, spec);
+      output_regs.mutable_ints()->add_values(register_of.at(v));
+    }
+    if (!consts.has_floats()) consts.mutable_floats();
+    (*fused.mutable_attrs())["code"] = std::move(code);
+    (*fused.mutable_attrs())["consts"] = std::move(consts);
+    (*fused.mutable_attrs())["outputs"] = std::move(output_regs);
+    fused.set_label(absl::StrCat("fused(", absl::StrJoin(labels, "; "), ")"));
+    return fused;
+  }
+
+  const Graph& g_;
+  v1::Graph* wire_;
+  std::vector<std::vector<int>> readers_;  // by value: reading nodes, ascending (a node may repeat)
+  std::vector<bool> kept_;                 // by value: fetched or updated
+  std::vector<std::vector<int>> parts_;    // each: members in node order
+};
+
+}  // namespace
+
+void FuseElementwise(const Graph& built, v1::Graph* graph) { Fuser(built, graph).Run(); }
+
+void FuseElementwise(const google::protobuf::RepeatedPtrField<v1::Tensor>& persistent, v1::Graph* graph) {
+  absl::StatusOr<Graph> built = BuildGraph(*graph, persistent);
+  if (!built.ok()) return;
+  FuseElementwise(*built, graph);
+}
+
+}  // namespace tandem

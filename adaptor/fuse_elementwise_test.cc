@@ -1,0 +1,428 @@
+// FuseElementwise: which nodes fuse, what is left alone, that the fused
+// graph stays valid (BuildGraph accepts it), and that it computes exactly
+// (bit for bit) what the unfused one does on the CPU backend.
+#include "adaptor/fuse_elementwise.h"
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "adaptor/cpu/cpu_program.h"
+#include "adaptor/graph_builder.h"
+#include "adaptor/ops/fused_program.h"
+#include "base/status_macros.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tandem.pb.h"
+
+namespace tandem {
+namespace {
+
+using Persistent = google::protobuf::RepeatedPtrField<v1::Tensor>;
+using Names = std::vector<std::string>;
+using ::testing::ElementsAre;
+
+void AddSpec(v1::TensorSpec* spec, const std::string& name, v1::DType dtype, const Shape& shape) {
+  spec->set_name(name);
+  spec->set_dtype(dtype);
+  for (int64_t d : shape) spec->add_shape(d);
+}
+
+v1::Node* AddNode(v1::Graph& g, const std::string& op, const Names& inputs, const std::string& output) {
+  v1::Node* node = g.add_nodes();
+  node->set_op(op);
+  node->set_label(output);
+  for (const std::string& in : inputs) node->add_inputs(in);
+  node->add_outputs(output);
+  return node;
+}
+
+v1::Node* WithFloat(v1::Node* node, const std::string& name, double value) {
+  (*node->mutable_attrs())[name].set_f(value);
+  return node;
+}
+
+void AddUpdate(v1::Graph& g, const std::string& persistent, const std::string& value) {
+  v1::Update* u = g.add_updates();
+  u->set_persistent(persistent);
+  u->set_value(value);
+}
+
+// Random values in [lo, hi) as bytes of `dtype`.
+std::string RandomBytes(v1::DType dtype, int64_t n, std::mt19937_64& rng, double lo = -2.0, double hi = 2.0) {
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::string bytes;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = dist(rng);
+    if (dtype == v1::FLOAT32) {
+      const float f = static_cast<float>(v);
+      bytes.append(reinterpret_cast<const char*>(&f), sizeof f);
+    } else {
+      bytes.append(reinterpret_cast<const char*>(&v), sizeof v);
+    }
+  }
+  return bytes;
+}
+
+void AddPersistent(Persistent& persistent, const std::string& name, v1::DType dtype, const Shape& shape,
+                   std::mt19937_64& rng) {
+  v1::Tensor* t = persistent.Add();
+  AddSpec(t->mutable_spec(), name, dtype, shape);
+  t->set_data(RandomBytes(dtype, NumElements(shape), rng));
+}
+
+using Contents = std::map<std::string, std::string>;
+
+// Builds and runs `wire` on the CPU; returns the bytes of every fetchable
+// tensor and of every persistent tensor after the run (updates applied).
+absl::StatusOr<Contents> RunOnCpu(const v1::Graph& wire, const Persistent& persistent, const Contents& feeds) {
+  ASSIGN_OR_RETURN(Graph graph, BuildGraph(wire, persistent));
+  std::vector<std::vector<uint64_t>> buffers(graph.values.size());
+  std::vector<void*> addresses;
+  for (size_t v = 0; v < graph.values.size(); ++v) {
+    buffers[v].assign(graph.values[v].type.bytes() / 8 + 1, 0);
+    addresses.push_back(buffers[v].data());
+  }
+  for (const v1::Tensor& t : persistent) {
+    std::memcpy(addresses[graph.Find(t.spec().name())], t.data().data(), t.data().size());
+  }
+  for (const auto& [name, bytes] : feeds) {
+    const int id = graph.Find(name);
+    if (id < 0 || graph.values[id].type.bytes() != bytes.size()) {
+      return absl::InvalidArgumentError("feed " + name + " does not fit the graph");
+    }
+    std::memcpy(addresses[id], bytes.data(), bytes.size());
+  }
+  RETURN_IF_ERROR(cpu::RunGraphOnCpu(graph, addresses));
+  Contents out;
+  auto read = [&](int id) {
+    out[graph.values[id].name] = std::string(static_cast<const char*>(addresses[id]), graph.values[id].type.bytes());
+  };
+  for (int id : graph.fetchable) read(id);
+  for (int id : graph.persistents) read(id);
+  return out;
+}
+
+// Random contents for every feed of `g`.
+Contents RandomFeeds(const v1::Graph& g, std::mt19937_64& rng, double lo = -2.0, double hi = 2.0) {
+  Contents feeds;
+  for (const v1::TensorSpec& f : g.feeds()) {
+    feeds[f.name()] = RandomBytes(f.dtype(), NumElements({f.shape().begin(), f.shape().end()}), rng, lo, hi);
+  }
+  return feeds;
+}
+
+// Fuses a copy of `g`; expects BuildGraph to accept the result and the
+// fused and unfused graphs to give the same bytes for every fetch and
+// persistent tensor on `trials` random inputs.
+v1::Graph FuseAndCompare(const v1::Graph& g, const Persistent& persistent, std::mt19937_64& rng, int trials = 3,
+                         double lo = -2.0, double hi = 2.0) {
+  EXPECT_TRUE(BuildGraph(g, persistent).ok()) << BuildGraph(g, persistent).status();
+  v1::Graph fused = g;
+  FuseElementwise(persistent, &fused);
+  auto built = BuildGraph(fused, persistent);
+  EXPECT_TRUE(built.ok()) << built.status() << "\n" << fused.DebugString();
+  for (int t = 0; t < trials; ++t) {
+    const Contents feeds = RandomFeeds(g, rng, lo, hi);
+    auto want = RunOnCpu(g, persistent, feeds);
+    auto got = RunOnCpu(fused, persistent, feeds);
+    EXPECT_TRUE(want.ok()) << want.status();
+    EXPECT_TRUE(got.ok()) << got.status();
+    if (!want.ok() || !got.ok()) break;
+    EXPECT_EQ(got->size(), want->size());
+    for (const auto& [name, bytes] : *want) {
+      auto it = got->find(name);
+      EXPECT_NE(it, got->end()) << name;
+      if (it != got->end()) {
+        EXPECT_TRUE(it->second == bytes) << name << " differs after fusion";
+      }
+    }
+  }
+  return fused;
+}
+
+const v1::Node* Producer(const v1::Graph& g, const std::string& output) {
+  for (const v1::Node& node : g.nodes()) {
+    for (const std::string& out : node.outputs()) {
+      if (out == output) return &node;
+    }
+  }
+  return nullptr;
+}
+
+Names InputsOf(const v1::Node* node) {
+  if (node == nullptr) return {};
+  return {node->inputs().begin(), node->inputs().end()};
+}
+Names OutputsOf(const v1::Node* node) {
+  if (node == nullptr) return {};
+  return {node->outputs().begin(), node->outputs().end()};
+}
+Names Ops(const v1::Graph& g) {
+  Names ops;
+  for (const v1::Node& node : g.nodes()) ops.push_back(node.op());
+  return ops;
+}
+int Instructions(const v1::Node& node) {
+  auto it = node.attrs().find("code");
+  return it == node.attrs().end() ? 0 : it->second.ints().values_size() / kFusedFieldsPerInstruction;
+}
+
+// SGD with momentum for one parameter `w` (buffer `w_buf`), lr a rank-0 feed.
+void AddSgdStep(v1::Graph& g, const std::string& w) {
+  WithFloat(AddNode(g, "mul.Scalar", {w + "_buf"}, w + "_m"), "other", 0.9);
+  AddNode(g, "add.Tensor", {w + "_m", w + "_grad"}, w + "_buf_new");
+  AddNode(g, "mul.Tensor", {w + "_buf_new", "lr"}, w + "_step");
+  AddNode(g, "sub.Tensor", {w, w + "_step"}, w + "_new");
+  AddUpdate(g, w + "_buf", w + "_buf_new");
+  AddUpdate(g, w, w + "_new");
+}
+
+TEST(FuseElementwiseTest, SgdStepsBecomeOneNodeEachWithTwoOutputs) {
+  for (v1::DType dtype : {v1::FLOAT32, v1::FLOAT64}) {
+    SCOPED_TRACE(v1::DType_Name(dtype));
+    std::mt19937_64 rng(7);
+    v1::Graph g;
+    Persistent persistent;
+    AddSpec(g.add_feeds(), "lr", dtype, {});
+    for (const auto& [w, shape] : std::vector<std::pair<std::string, Shape>>{{"w1", {5, 7}}, {"w2", {13}}}) {
+      AddPersistent(persistent, w, dtype, shape, rng);
+      AddPersistent(persistent, w + "_buf", dtype, shape, rng);
+      AddSpec(g.add_feeds(), w + "_grad", dtype, shape);
+      AddSgdStep(g, w);
+    }
+    ASSERT_EQ(g.nodes_size(), 8);
+    const v1::Graph fused = FuseAndCompare(g, persistent, rng);
+    EXPECT_THAT(Ops(fused), ElementsAre(kFusedElementwiseOp, kFusedElementwiseOp));
+    const v1::Node* node = Producer(fused, "w1_new");
+    ASSERT_NE(node, nullptr);
+    EXPECT_EQ(InputsOf(node), (Names{"w1_buf", "w1_grad", "lr", "w1"}));
+    EXPECT_EQ(OutputsOf(node), (Names{"w1_buf_new", "w1_new"}));
+    EXPECT_EQ(Instructions(*node), 4);
+    EXPECT_EQ(node->declared_outputs_size(), 2);
+    ASSERT_NE(Producer(fused, "w2_new"), nullptr);
+    EXPECT_EQ(Producer(fused, "w2_buf_new"), Producer(fused, "w2_new"));
+    // The intermediates read only inside a step are gone.
+    for (const char* gone : {"w1_m", "w1_step", "w2_m", "w2_step"}) EXPECT_EQ(Producer(fused, gone), nullptr);
+  }
+}
+
+TEST(FuseElementwiseTest, FetchedIntermediateBecomesAnOutput) {
+  std::mt19937_64 rng(11);
+  v1::Graph g;
+  AddSpec(g.add_feeds(), "x", v1::FLOAT32, {4, 6});
+  AddSpec(g.add_feeds(), "y", v1::FLOAT32, {4, 6});
+  WithFloat(WithFloat(AddNode(g, "add.Scalar", {"x"}, "a"), "other", 3.0), "alpha", 1.5);
+  AddNode(g, "sqrt", {"a"}, "b");
+  WithFloat(AddNode(g, "sub.Tensor", {"b", "y"}, "c"), "alpha", 0.3);
+  AddNode(g, "neg", {"c"}, "d");
+  g.add_fetches("a");
+  g.add_fetches("d");
+  const v1::Graph fused = FuseAndCompare(g, {}, rng, 3, 0.0, 4.0);
+  ASSERT_EQ(fused.nodes_size(), 1);
+  EXPECT_EQ(OutputsOf(&fused.nodes(0)), (Names{"a", "d"}));
+  EXPECT_EQ(Instructions(fused.nodes(0)), 4);
+}
+
+TEST(FuseElementwiseTest, NothingFusesAcrossANonFusableNode) {
+  std::mt19937_64 rng(13);
+  v1::Graph g;
+  AddSpec(g.add_feeds(), "x", v1::FLOAT32, {3, 5});
+  AddSpec(g.add_feeds(), "y", v1::FLOAT32, {3, 5});
+  AddNode(g, "add.Tensor", {"x", "y"}, "a");
+  AddNode(g, "relu", {"a"}, "r");
+  AddNode(g, "mul.Tensor", {"r", "y"}, "b");
+  WithFloat(AddNode(g, "sub.Scalar", {"b"}, "c"), "other", 1.0);
+  g.add_fetches("c");
+  const v1::Graph fused = FuseAndCompare(g, {}, rng);
+  EXPECT_THAT(Ops(fused), ElementsAre("add.Tensor", "relu", kFusedElementwiseOp));
+  EXPECT_EQ(InputsOf(Producer(fused, "c")), (Names{"r", "y"}));
+  EXPECT_EQ(OutputsOf(Producer(fused, "c")), (Names{"c"}));
+}
+
+TEST(FuseElementwiseTest, ReaderBetweenMembersSplitsTheChain) {
+  std::mt19937_64 rng(17);
+  v1::Graph g;
+  AddSpec(g.add_feeds(), "x", v1::FLOAT64, {6});
+  AddSpec(g.add_feeds(), "y", v1::FLOAT64, {6});
+  AddNode(g, "mul.Tensor", {"x", "y"}, "a");
+  AddNode(g, "sum", {"a"}, "s");  // rank 0, reads a between a and c
+  AddNode(g, "mul.Tensor", {"a", "s"}, "c");
+  AddNode(g, "add.Tensor", {"c", "x"}, "d");
+  g.add_fetches("d");
+  const v1::Graph fused = FuseAndCompare(g, {}, rng);
+  // a cannot join c: the fused node would sit after `sum`, which reads a.
+  EXPECT_THAT(Ops(fused), ElementsAre("mul.Tensor", "sum", kFusedElementwiseOp));
+  EXPECT_EQ(InputsOf(Producer(fused, "d")), (Names{"a", "s", "x"}));
+}
+
+TEST(FuseElementwiseTest, BroadcastOperandIsNotFused) {
+  std::mt19937_64 rng(19);
+  v1::Graph g;
+  AddSpec(g.add_feeds(), "x", v1::FLOAT32, {4, 5});
+  AddSpec(g.add_feeds(), "bias", v1::FLOAT32, {5});
+  AddSpec(g.add_feeds(), "one", v1::FLOAT32, {1});
+  AddNode(g, "add.Tensor", {"x", "bias"}, "a");
+  AddNode(g, "mul.Tensor", {"a", "one"}, "b");  // [1] broadcasts: not a rank-0 operand
+  WithFloat(AddNode(g, "mul.Scalar", {"a"}, "c"), "other", 2.0);
+  AddNode(g, "neg", {"c"}, "d");
+  g.add_fetches("b");
+  g.add_fetches("d");
+  const v1::Graph fused = FuseAndCompare(g, {}, rng);
+  EXPECT_THAT(Ops(fused), ElementsAre("add.Tensor", "mul.Tensor", kFusedElementwiseOp));
+  EXPECT_EQ(InputsOf(Producer(fused, "d")), (Names{"a"}));
+}
+
+TEST(FuseElementwiseTest, DtypeMixIsNotFused) {
+  std::mt19937_64 rng(23);
+  v1::Graph g;
+  AddSpec(g.add_feeds(), "x", v1::FLOAT32, {8});
+  AddSpec(g.add_feeds(), "lr", v1::FLOAT64, {});
+  AddNode(g, "mul.Tensor", {"x", "lr"}, "a");  // float32 result from a float64 rank-0
+  AddNode(g, "neg", {"a"}, "b");
+  AddSpec(g.add_feeds(), "z", v1::FLOAT64, {8});
+  AddNode(g, "neg", {"z"}, "c");
+  g.add_fetches("b");
+  g.add_fetches("c");
+  const v1::Graph fused = FuseAndCompare(g, {}, rng);
+  EXPECT_THAT(Ops(fused), ElementsAre("mul.Tensor", "neg", "neg"));
+}
+
+TEST(FuseElementwiseTest, RankZeroChainFusesAndAFullChainTakesItAsInput) {
+  std::mt19937_64 rng(29);
+  v1::Graph g;
+  AddSpec(g.add_feeds(), "lr", v1::FLOAT32, {});
+  AddSpec(g.add_feeds(), "x", v1::FLOAT32, {3, 3});
+  WithFloat(AddNode(g, "mul.Scalar", {"lr"}, "lr2"), "other", 0.5);
+  AddNode(g, "div.Tensor", {"lr2", "lr"}, "ratio");
+  AddNode(g, "mul.Tensor", {"x", "ratio"}, "a");
+  AddNode(g, "div.Tensor", {"a", "x"}, "b");
+  g.add_fetches("b");
+  const v1::Graph fused = FuseAndCompare(g, {}, rng);
+  ASSERT_THAT(Ops(fused), ElementsAre(kFusedElementwiseOp, kFusedElementwiseOp));
+  EXPECT_EQ(OutputsOf(&fused.nodes(0)), (Names{"ratio"}));
+  EXPECT_EQ(InputsOf(&fused.nodes(1)), (Names{"x", "ratio"}));
+}
+
+TEST(FuseElementwiseTest, LongChainsSplitAtTheLimits) {
+  std::mt19937_64 rng(31);
+  v1::Graph g;
+  AddSpec(g.add_feeds(), "x0", v1::FLOAT32, {9});
+  // 40 negations, then a sum of 12 feeds: over the instruction and input limits.
+  std::string prev = "x0";
+  for (int i = 0; i < 40; ++i) {
+    const std::string out = "n" + std::to_string(i);
+    AddNode(g, i % 3 == 2 ? "sqrt" : "neg", {prev}, out);  // sqrt after two negations
+    prev = out;
+  }
+  for (int i = 1; i <= 12; ++i) {
+    const std::string feed = "x" + std::to_string(i);
+    AddSpec(g.add_feeds(), feed, v1::FLOAT32, {9});
+    const std::string out = "s" + std::to_string(i);
+    AddNode(g, "add.Tensor", {prev, feed}, out);
+    prev = out;
+  }
+  g.add_fetches(prev);
+  const v1::Graph fused = FuseAndCompare(g, {}, rng, 2, 0.0, 1.0);
+  ASSERT_GE(fused.nodes_size(), 2);
+  int instructions = 0;
+  for (const v1::Node& node : fused.nodes()) {
+    ASSERT_EQ(node.op(), kFusedElementwiseOp);
+    EXPECT_LE(Instructions(node), kFusedMaxInstructions);
+    EXPECT_LE(node.inputs_size(), kFusedMaxInputs);
+    EXPECT_LE(node.outputs_size(), kFusedMaxOutputs);
+    instructions += Instructions(node);
+  }
+  EXPECT_EQ(instructions, 52);
+  EXPECT_EQ(fused.nodes_size(), 3);  // 32 negations and sqrts; 8 + 7 adds (8 inputs); 5 adds
+}
+
+TEST(FuseElementwiseTest, DeadChainKeepsItsLastValue) {
+  std::mt19937_64 rng(37);
+  v1::Graph g;
+  AddSpec(g.add_feeds(), "x", v1::FLOAT32, {4});
+  AddNode(g, "neg", {"x"}, "a");
+  AddNode(g, "neg", {"a"}, "b");
+  AddNode(g, "relu", {"x"}, "r");
+  g.add_fetches("r");
+  const v1::Graph fused = FuseAndCompare(g, {}, rng);
+  EXPECT_THAT(Ops(fused), ElementsAre(kFusedElementwiseOp, "relu"));
+  EXPECT_EQ(OutputsOf(&fused.nodes(0)), (Names{"b"}));
+}
+
+TEST(FuseElementwiseTest, InvalidGraphIsLeftUnchanged) {
+  v1::Graph g;
+  AddSpec(g.add_feeds(), "x", v1::FLOAT32, {4});
+  AddNode(g, "neg", {"x"}, "a");
+  AddNode(g, "neg", {"a"}, "b");
+  AddNode(g, "neg", {"missing"}, "c");
+  const v1::Graph before = g;
+  FuseElementwise(Persistent{}, &g);
+  EXPECT_EQ(g.SerializeAsString(), before.SerializeAsString());
+}
+
+// Random graphs of fusable and non-fusable nodes over one shape, with
+// rank-0 values and random fetches: the fused graph must build and match.
+TEST(FuseElementwiseTest, RandomGraphsStayValidAndExact) {
+  std::mt19937_64 rng(41);
+  const std::vector<std::string> binary = {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor"};
+  const std::vector<std::string> scalar = {"add.Scalar", "sub.Scalar", "mul.Scalar", "div.Scalar"};
+  int fused_nodes = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const v1::DType dtype = trial % 2 ? v1::FLOAT64 : v1::FLOAT32;
+    v1::Graph g;
+    Persistent persistent;
+    std::vector<std::string> full = {"p", "f0", "f1"};
+    std::vector<std::string> rank0 = {"lr"};
+    AddPersistent(persistent, "p", dtype, {3, 4}, rng);
+    AddSpec(g.add_feeds(), "f0", dtype, {3, 4});
+    AddSpec(g.add_feeds(), "f1", dtype, {3, 4});
+    AddSpec(g.add_feeds(), "lr", dtype, {});
+    auto pick = [&](const std::vector<std::string>& from) {
+      return from[std::uniform_int_distribution<size_t>(0, from.size() - 1)(rng)];
+    };
+    const int num_nodes = std::uniform_int_distribution<int>(5, 45)(rng);
+    for (int i = 0; i < num_nodes; ++i) {
+      const std::string out = "v" + std::to_string(i);
+      const int kind = std::uniform_int_distribution<int>(0, 9)(rng);
+      if (kind <= 3) {
+        const bool with_rank0 = std::uniform_int_distribution<int>(0, 3)(rng) == 0;
+        const std::string a = pick(full), b = with_rank0 ? pick(rank0) : pick(full);
+        v1::Node* node = AddNode(g, pick(binary), kind % 2 ? Names{a, b} : Names{b, a}, out);
+        if ((node->op() == "add.Tensor" || node->op() == "sub.Tensor") && kind == 0) WithFloat(node, "alpha", 0.7);
+      } else if (kind <= 5) {
+        v1::Node* node = WithFloat(AddNode(g, pick(scalar), {pick(full)}, out), "other", 1.25);
+        if (node->op() == "add.Scalar" || node->op() == "sub.Scalar") WithFloat(node, "alpha", -0.3);
+      } else if (kind == 6) {
+        AddNode(g, std::uniform_int_distribution<int>(0, 1)(rng) ? "neg" : "sqrt", {pick(full)}, out);
+      } else if (kind == 7) {
+        AddNode(g, "relu", {pick(full)}, out);
+      } else if (kind == 8) {
+        AddNode(g, "sum", {pick(full)}, out);
+        rank0.push_back(out);
+        continue;
+      } else {
+        // A rank-0 chain member: lr-derived numbers.
+        AddNode(g, pick(binary), {pick(rank0), pick(rank0)}, out);
+        rank0.push_back(out);
+        continue;
+      }
+      full.push_back(out);
+    }
+    for (const std::string& v : full) {
+      if (v[0] == 'v' && std::uniform_int_distribution<int>(0, 3)(rng) == 0) g.add_fetches(v);
+    }
+    g.add_fetches(full.back());
+    AddUpdate(g, "p", full.back() == "p" ? "f0" : full.back());
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << "\n" << g.DebugString());
+    const v1::Graph fused = FuseAndCompare(g, persistent, rng, 2);
+    for (const v1::Node& node : fused.nodes()) fused_nodes += node.op() == kFusedElementwiseOp;
+    if (HasFatalFailure() || HasNonfatalFailure()) break;
+  }
+  EXPECT_GT(fused_nodes, 20);  // the generator does make fusable chains
+}
+
+}  // namespace
+}  // namespace tandem

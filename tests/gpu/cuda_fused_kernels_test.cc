@@ -1,0 +1,251 @@
+// The fused_elementwise CUDA kernel against the CPU kernel (the oracle,
+// itself bit-for-bit the unfused CPU ops: adaptor/fuse_elementwise_test.cc),
+// on fresh random inputs (the seed is printed): float32 and float64, rank-0
+// operands, sizes that are and are not whole 16-byte vectors, in-place
+// outputs, and pointers that are not 16-byte aligned. The fused kernel also
+// matches the unfused CUDA kernels of the ops it replaces: bit for bit for
+// the SGD step (alpha 1, where every op rounds once either way).
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "adaptor/cpu/cpu_kernels.h"
+#include "adaptor/cuda/cuda_kernels.h"
+#include "adaptor/cuda/cuda_program_options.h"
+#include "adaptor/ops/fused_program.h"
+#include "gtest/gtest.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace tandem::gpu_test {
+namespace {
+
+constexpr double kElementwise32 = 1e-5;
+constexpr double kAny64 = 1e-12;
+
+constexpr int64_t Op(FusedOpcode op) { return static_cast<int64_t>(op); }
+
+Attrs FusedAttrs(std::vector<int64_t> code, std::vector<double> consts, std::vector<int64_t> outputs) {
+  Attrs attrs;
+  attrs.Set("code", std::move(code));
+  attrs.Set("consts", std::move(consts));
+  attrs.Set("outputs", std::move(outputs));
+  return attrs;
+}
+
+// Inputs (buf, grad, lr, w): buf' = 0.9 * buf + grad; w' = w - buf' * lr.
+Attrs SgdProgram() {
+  using enum FusedOpcode;
+  return FusedAttrs({Op(kMulScalar), 4, 0, 0, -1,  //
+                     Op(kAdd), 5, 4, 1, -1,        //
+                     Op(kMul), 6, 5, 2, -1,        //
+                     Op(kSub), 7, 3, 6, -1},
+                    {0.9}, {5, 7});
+}
+
+// Inputs (x, y > 0, z, s rank-0 > 0): every opcode, alphas other than 1.
+Attrs EveryOpcodeProgram() {
+  using enum FusedOpcode;
+  return FusedAttrs({Op(kAdd), 4, 0, 1, 0,         // x + 0.75 y
+                     Op(kSub), 5, 4, 2, 1,         // - 1.5 z
+                     Op(kMul), 6, 5, 3, -1,        // * s
+                     Op(kDiv), 7, 6, 1, -1,        // / y
+                     Op(kAddScalar), 8, 7, 2, 3,   // + 0.5 * 2.5
+                     Op(kSubScalar), 9, 8, 4, 5,   // - 3 * 1.25
+                     Op(kMulScalar), 10, 9, 6, -1, // * -0.7
+                     Op(kDivScalar), 11, 10, 7, -1,  // / 1.3
+                     Op(kNeg), 12, 11, -1, -1,     //
+                     Op(kSqrt), 13, 1, -1, -1,     // sqrt(y)
+                     Op(kAdd), 14, 12, 13, -1},
+                    {0.75, 1.5, 2.5, 0.5, 1.25, 3.0, -0.7, 1.3}, {7, 14, 13});
+}
+
+// Feeds -> CPU oracle; feeds -> GPU (op by op, then graph replay); every
+// node output compared with the oracle. Returns the GPU's values of the
+// last run.
+std::vector<Bytes> CheckAgainstCpu(const GraphMaker& maker, std::vector<std::pair<int, int>> alias = {}) {
+  const Graph& graph = maker.graph();
+  const std::vector<Bytes> feeds = maker.RandomFeeds(Rng());
+  auto ref = RunOnCpu(graph, feeds);
+  EXPECT_TRUE(ref.ok()) << ref.status();
+  if (!ref.ok()) return {};
+  GpuRun run(graph, alias);
+  auto program = cuda::CreateCudaProgram(graph, *Gpu(), cuda::CudaProgramOptions{});
+  EXPECT_TRUE(program.ok()) << program.status();
+  if (!program.ok()) return {};
+  std::vector<Bytes> out;
+  for (int pass = 0; pass < 2; ++pass) {
+    EXPECT_TRUE(run.Upload(feeds).ok());
+    const absl::Status status = run.RunIteration(**program);
+    EXPECT_TRUE(status.ok()) << status;
+    auto values = run.Download();
+    EXPECT_TRUE(values.ok()) << values.status();
+    if (!status.ok() || !values.ok()) return {};
+    out = *std::move(values);
+    for (size_t i = 0; i < graph.nodes.size(); ++i) {
+      for (int v : graph.nodes[i].outputs) {
+        const TensorType& type = graph.values[v].type;
+        EXPECT_TRUE(Matches(out[v], (*ref)[v], type, type.dtype == DType::kFloat64 ? kAny64 : kElementwise32))
+            << graph.nodes[i].Describe(static_cast<int>(i)) << " output " << type.ToString()
+            << (pass == 0 ? " (op by op)" : " (graph replay)");
+      }
+    }
+  }
+  return out;
+}
+
+// Element counts: one element, less than a vector, whole vectors, and
+// whole vectors plus a tail, small and large.
+const std::vector<int64_t> kSizes = {1, 3, 8, 1000, 4099, 1 << 18, (1 << 20) + 5};
+
+TEST(CudaFusedKernels, SgdStepMatchesCpuAndTheUnfusedKernelsExactly) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (int64_t n : kSizes) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " [" << n << "]");
+      GraphMaker g;
+      const int buf = g.Feed({dtype, {n}});
+      const int grad = g.Feed({dtype, {n}});
+      const int lr = g.Feed({dtype, {}}, Fill::kPositive);
+      const int w = g.Feed({dtype, {n}});
+      const std::vector<int> fused = g.Add("fused_elementwise", {buf, grad, lr, w}, SgdProgram());
+      ASSERT_EQ(fused.size(), 2u);
+      // The same step unfused.
+      const int m = g.Add1("mul.Scalar", {buf}, MakeAttrs({{"other", 0.9}}));
+      const int buf_new = g.Add1("add.Tensor", {m, grad});
+      const int step = g.Add1("mul.Tensor", {buf_new, lr});
+      const int w_new = g.Add1("sub.Tensor", {w, step});
+      const std::vector<Bytes> out = CheckAgainstCpu(g);
+      ASSERT_FALSE(out.empty());
+      EXPECT_TRUE(SameBytes(out[fused[0]], out[buf_new])) << "momentum buffer";
+      EXPECT_TRUE(SameBytes(out[fused[1]], out[w_new])) << "parameter";
+    }
+  }
+}
+
+TEST(CudaFusedKernels, EveryOpcodeWithRankZeroOperandMatchesCpu) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (int64_t n : kSizes) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " [" << n << "]");
+      GraphMaker g;
+      const int x = g.Feed({dtype, {n}});
+      const int y = g.Feed({dtype, {n}}, Fill::kPositive);
+      const int z = g.Feed({dtype, {n}}, Fill::kNonZero);
+      const int s = g.Feed({dtype, {}}, Fill::kPositive);
+      ASSERT_EQ(g.Add("fused_elementwise", {x, y, z, s}, EveryOpcodeProgram()).size(), 3u);
+      CheckAgainstCpu(g);
+    }
+  }
+}
+
+TEST(CudaFusedKernels, RankZeroOnlyAndMatrixShapes) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (const Shape& shape : std::vector<Shape>{{}, {7, 9}, {3, 5, 33}}) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " " << ShapeString(shape));
+      GraphMaker g;
+      const int buf = g.Feed({dtype, shape});
+      const int grad = g.Feed({dtype, shape});
+      const int lr = g.Feed({dtype, {}}, Fill::kPositive);
+      const int w = g.Feed({dtype, shape});
+      const std::vector<int> fused = g.Add("fused_elementwise", {buf, grad, lr, w}, SgdProgram());
+      ASSERT_EQ(fused.size(), 2u);
+      EXPECT_EQ(g.type(fused[1]).shape, shape);
+      CheckAgainstCpu(g);
+    }
+  }
+}
+
+// Output 0 on input 0's buffer, as the planner places it (AliasKind::kInPlace).
+TEST(CudaFusedKernels, InPlaceOutputMatchesCpu) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (int64_t n : {int64_t{5}, int64_t{4099}, int64_t{1} << 20}) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " [" << n << "]");
+      GraphMaker g;
+      const int buf = g.Feed({dtype, {n}});
+      const int grad = g.Feed({dtype, {n}});
+      const int lr = g.Feed({dtype, {}}, Fill::kPositive);
+      const int w = g.Feed({dtype, {n}});
+      const std::vector<int> fused = g.Add("fused_elementwise", {buf, grad, lr, w}, SgdProgram());
+      ASSERT_EQ(fused.size(), 2u);
+      CheckAgainstCpu(g, {{fused[0], buf}});
+    }
+  }
+}
+
+// Runs the CUDA kernel directly on buffers one element past a 256-byte
+// boundary (not 16-byte aligned: the one-element path), against the CPU
+// kernel on the same inputs.
+template <typename T>
+void CheckUnaligned(DType dtype, int64_t n, const Attrs& attrs, const std::vector<bool>& rank0, int outputs) {
+  SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " [" << n << "] unaligned");
+  Node node;
+  node.op = kFusedElementwiseOp;
+  node.def = OpRegistry::Global().Find(node.op);
+  node.attrs = attrs;
+  std::uniform_real_distribution<double> positive(0.5, 2.0);
+  std::vector<std::vector<T>> host_in(rank0.size()), cpu_out(outputs), gpu_out(outputs);
+  KernelArgs cpu_args, gpu_args;
+  cpu_args.node = gpu_args.node = &node;
+  std::vector<void*> allocations;
+  auto device_buffer = [&](int64_t count) -> T* {
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, (count + 1) * sizeof(T)), cudaSuccess);
+    allocations.push_back(p);
+    return static_cast<T*>(p) + 1;
+  };
+  for (size_t k = 0; k < rank0.size(); ++k) {
+    const TensorType type{dtype, rank0[k] ? Shape{} : Shape{n}};
+    host_in[k].resize(type.numel());
+    for (T& v : host_in[k]) v = static_cast<T>(positive(Rng()));
+    cpu_args.inputs.push_back({host_in[k].data(), type});
+    T* d = device_buffer(type.numel());
+    ASSERT_EQ(cudaMemcpy(d, host_in[k].data(), type.numel() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    gpu_args.inputs.push_back({d, type});
+  }
+  for (int o = 0; o < outputs; ++o) {
+    const TensorType type{dtype, {n}};
+    cpu_out[o].assign(n, T(0));
+    cpu_args.outputs.push_back({cpu_out[o].data(), type});
+    T* d = device_buffer(n);
+    ASSERT_EQ(cudaMemset(d, 0xFF, n * sizeof(T)), cudaSuccess);  // poison: unwritten outputs show
+    gpu_args.outputs.push_back({d, type});
+  }
+  const cpu::CpuKernelFn cpu_kernel = cpu::FindCpuKernel(kFusedElementwiseOp);
+  const cuda::CudaKernelFn cuda_kernel = cuda::FindCudaKernel(kFusedElementwiseOp);
+  ASSERT_NE(cpu_kernel, nullptr);
+  ASSERT_NE(cuda_kernel, nullptr);
+  ASSERT_TRUE(cpu_kernel(cpu_args).ok());
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  cuda::CudaKernelContext context;
+  context.native = stream;
+  const absl::Status launched = cuda_kernel(context, gpu_args);
+  EXPECT_TRUE(launched.ok()) << launched;
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  for (int o = 0; o < outputs; ++o) {
+    Bytes got(n * sizeof(T)), want(n * sizeof(T));
+    ASSERT_EQ(cudaMemcpy(got.data(), gpu_args.outputs[o].data, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    std::memcpy(want.data(), cpu_out[o].data(), want.size());
+    EXPECT_TRUE(Matches(got, want, {dtype, {n}}, dtype == DType::kFloat64 ? kAny64 : kElementwise32))
+        << "output " << o;
+  }
+  for (void* p : allocations) EXPECT_EQ(cudaFree(p), cudaSuccess);
+}
+
+TEST(CudaFusedKernels, UnalignedBuffersMatchCpu) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{4097}, int64_t{300001}}) {
+    CheckUnaligned<float>(DType::kFloat32, n, SgdProgram(), {false, false, true, false}, 2);
+    CheckUnaligned<double>(DType::kFloat64, n, SgdProgram(), {false, false, true, false}, 2);
+    CheckUnaligned<float>(DType::kFloat32, n, EveryOpcodeProgram(), {false, false, false, true}, 3);
+    CheckUnaligned<double>(DType::kFloat64, n, EveryOpcodeProgram(), {false, false, false, true}, 3);
+  }
+}
+
+}  // namespace
+}  // namespace tandem::gpu_test
