@@ -100,8 +100,9 @@ for name in "$@"; do
                 --models "${OVERHEAD_MODELS:-fcn5,resnet50}" --iters 30 --warmup 10 --agree_steps 5 \
                 --out "$OUT/overhead.json" ;;
     ops) stage ops "${OPS_S:-200}" env PYTHON="$python" "$root/bench/ops/run_op_bench.sh" ;;
-    pairs) stage pairs "${PAIRS_S:-240}" "$python" "$root/bench/pairs/pair_matrix.py" \
-             --pairs "${PAIRS:-fcn5+fcn5,resnet50+resnet50,fcn5+resnet50}" --out "$OUT/pairs.json" ;;
+    pairs) stage pairs "${PAIRS_S:-330}" "$python" "$root/bench/pairs/pair_matrix.py" \
+             --pairs "${PAIRS:-fcn5+fcn5,lstm+lstm,resnet50+resnet50,fcn5+vgg19,vgg19+lstm,fcn5+lstm}" \
+             --budget_s "$(( ${PAIRS_S:-330} - 20 ))" --out "$OUT/pairs.json" ;;
     hosting) stage hosting "${HOSTING_S:-280}" env PYTHON="$python" "$root/bench/inference/run_hosting.sh" ;;
     memory) stage memory "${MEMORY_S:-150}" "$python" "$root/bench/memory/planner_quality.py" \
               --models "${MEMORY_MODELS:-fcn5,resnet50,vgg19,lstm,transformer}" --density_s 8 \

@@ -14,7 +14,7 @@
 // call's own tensors, cudnnFind*AlgorithmEx, keeping the fastest algorithm
 // of the allowed math type (deterministic ones only when the node's
 // `deterministic` attribute is true) that needs at most
-// kWorkspaceLimitBytes of workspace; TANDEM_CUDNN_ALGOS=heuristic takes
+// WorkspaceLimitBytes() of workspace; TANDEM_CUDNN_ALGOS=heuristic takes
 // cuDNN's heuristics, cudnnGet*Algorithm_v7, instead), and the workspace.
 // Choosing an algorithm and growing the workspace happen the first time a
 // shape runs on a stream, which is an op-by-op run; an iteration being
@@ -41,8 +41,19 @@ namespace tandem::cuda {
 namespace {
 
 // The most workspace one convolution may use (algorithms that need more are
-// skipped).
-constexpr size_t kWorkspaceLimitBytes = size_t{256} << 20;
+// skipped): TANDEM_CUDNN_WORKSPACE_MIB in the daemon's environment, 1 GiB
+// by default (the fastest algorithms of VGG's 224x224 layers need several
+// hundred MiB). The search takes what the device can still give, halving
+// down to kMinSearchWorkspaceBytes.
+size_t WorkspaceLimitBytes() {
+  static const size_t limit = [] {
+    const char* mib = std::getenv("TANDEM_CUDNN_WORKSPACE_MIB");
+    const long value = mib != nullptr ? std::strtol(mib, nullptr, 10) : 0;
+    return value > 0 ? static_cast<size_t>(value) << 20 : size_t{1} << 30;
+  }();
+  return limit;
+}
+constexpr size_t kMinSearchWorkspaceBytes = size_t{64} << 20;
 
 absl::Status CudnnStatus(cudnnStatus_t status, absl::string_view call) {
   if (status == CUDNN_STATUS_SUCCESS) return absl::OkStatus();
@@ -138,13 +149,28 @@ class CudnnState final : public device::CudaStream::Attachment {
 
   // A workspace of at least `bytes` (nullptr for 0). Growing allocates a new
   // buffer and keeps the old one until the stream is destroyed.
+  // A workspace for an algorithm search: the largest of `limit`, limit / 2,
+  // ... down to kMinSearchWorkspaceBytes that can be had; its size in *bytes.
+  absl::StatusOr<void*> SearchWorkspace(size_t limit, cudaStream_t stream, size_t* bytes) {
+    for (size_t want = limit;; want /= 2) {
+      auto workspace = Workspace(want, stream);
+      if (workspace.ok() || want / 2 < kMinSearchWorkspaceBytes) {
+        *bytes = want;
+        return workspace;
+      }
+    }
+  }
+
   absl::StatusOr<void*> Workspace(size_t bytes, cudaStream_t stream) {
     if (bytes == 0) return static_cast<void*>(nullptr);
     if (bytes <= workspace_bytes_) return workspaces_.back();
     if (Capturing(stream)) return CaptureMiss("the workspace must grow");
     const size_t rounded = (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
     void* p = nullptr;
-    CUDA_RETURN_IF_ERROR(cudaMalloc(&p, rounded));
+    if (const cudaError_t error = cudaMalloc(&p, rounded); error != cudaSuccess) {
+      cudaGetLastError();  // an allocation failure is not sticky; leave none behind
+      return device::CudaStatus(error, "cudaMalloc (cuDNN workspace)");
+    }
     workspaces_.push_back(p);
     workspace_bytes_ = rounded;
     return p;
@@ -368,10 +394,12 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
   if (!slot.has_value()) {
     if (Capturing(stream)) return CaptureMiss("a new algorithm choice");
     std::vector<Candidate> candidates;
+    size_t limit = WorkspaceLimitBytes();
     if (MeasureAlgorithms()) {
-      ASSIGN_OR_RETURN(void* search_space, state.Workspace(kWorkspaceLimitBytes, stream));
-      ASSIGN_OR_RETURN(candidates,
-                       MeasuredCandidates(state, plan, dir, op, search_space, kWorkspaceLimitBytes));
+      size_t search_bytes = 0;
+      ASSIGN_OR_RETURN(void* search_space, state.SearchWorkspace(limit, stream, &search_bytes));
+      limit = search_bytes;
+      ASSIGN_OR_RETURN(candidates, MeasuredCandidates(state, plan, dir, op, search_space, search_bytes));
     }
     ASSIGN_OR_RETURN(std::vector<Candidate> heuristic, Candidates(state, plan, dir));
     candidates.insert(candidates.end(), heuristic.begin(), heuristic.end());
@@ -381,7 +409,7 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
       CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(plan.conv, c.math));
       size_t bytes = 0;
       if (WorkspaceSize(state, plan, dir, c.algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
-      if (bytes > kWorkspaceLimitBytes) continue;
+      if (bytes > limit) continue;
       slot = Algo{c.algo, c.math, bytes};
       break;
     }
@@ -389,7 +417,7 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
       return absl::UnimplementedError(absl::StrCat("convolution: cuDNN offers no ", DirectionName(dir),
                                                    plan.allow_tf32 ? " algorithm" : " algorithm without TF32",
                                                    " within ",
-                                                   kWorkspaceLimitBytes >> 20, " MiB of workspace"));
+                                                   limit >> 20, " MiB of workspace"));
     }
   }
   CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(plan.conv, slot->math));

@@ -82,8 +82,8 @@ def find_mlp_train(explicit):
 def run_once(args, device, inflight_per_lane):
     port = free_port()
     daemon = bc.Daemon(bc.find_tandemd(args.tandemd), device, policy="fair",
-                       extra_flags=["--max_lanes=1", f"--max_inflight_per_lane={inflight_per_lane}",
-                                    f"--metrics_port={port}"],
+                       extra_flags=[*bc.daemon_flags_for_large_models(), "--max_lanes=1",
+                                    f"--max_inflight_per_lane={inflight_per_lane}", f"--metrics_port={port}"],
                        name=f"tandemd-gap{inflight_per_lane}")
     shape = (["--inputs=16", "--hidden=32", "--layers=1", "--classes=4", "--batch=32"] if args.small else
              ["--inputs=784", "--hidden=4096", "--layers=4", "--classes=10", "--batch=256"])
