@@ -95,6 +95,7 @@ def run_once(args, device, inflight_per_lane):
             log = open(os.path.join(daemon.dir, f"job{k}.log"), "wb")
             p = subprocess.Popen([find_mlp_train(args.mlp_train), f"--endpoint={daemon.endpoint}", f"--name=job{k}",
                                   f"--iterations={args.iterations}", "--inflight=2", "--print_every=1000000",
+                                  "--eval_samples=0",
                                   *shape], stdout=log, stderr=subprocess.STDOUT)
             bc.record_pid(p.pid, f"mlp_train job{k}")
             trainers.append(p)
