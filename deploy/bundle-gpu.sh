@@ -89,6 +89,7 @@ rm -f "$bundle"/bin/libtandem.so*  # a library, not an executable
 
 strip --strip-unneeded "$bundle"/bin/* "$bundle"/lib/* 2>/dev/null || true
 
+commit=${TANDEM_GIT_COMMIT:-$(git -C "$source_dir" rev-parse HEAD 2>/dev/null || true)}
 cat > "$bundle/env.sh" <<'ENV'
 # Source this on the GPU machine: the bundle's libraries first, then the
 # machine's CUDA libraries and the cuDNN of its torch environment.
@@ -97,6 +98,9 @@ cudnn_dir=$(ls -d /opt/torch/.venv/lib/python3*/site-packages/nvidia/cudnn/lib 2
 export LD_LIBRARY_PATH="$bundle_dir/lib:/usr/local/cuda/lib64${cudnn_dir:+:$cudnn_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$bundle_dir/bin:$PATH"
 ENV
+# The commit the bundle was built from, for the benchmarks' results (the GPU
+# machine's copy of the tree may carry another checkout id).
+echo "export TANDEM_GIT_COMMIT=\${TANDEM_GIT_COMMIT:-$commit}" >> "$bundle/env.sh"
 
 cat > "$bundle/run-gpu-tests.sh" <<'RUN'
 #!/usr/bin/env bash

@@ -1,14 +1,16 @@
 // Internals of the CUDA backend shared by its source files (not for use
 // outside device/cuda): the stream implementation and the completion worker
-// that turns host callbacks into OnComplete calls.
+// that turns finished stream work into OnComplete calls.
 //
-// How OnComplete works: a host function enqueued with cudaLaunchHostFunc
-// only marks its completion ready (host functions must not call CUDA); the
-// device's completion worker thread then runs the completion's deferred
-// checks and its `done`. The driver never calls host functions once the
-// context has failed (a kernel fault), so the worker also polls the streams
-// of completions that have waited a while and fails them with the stream's
-// error: an OnComplete's `done` is called exactly once, whatever happens.
+// How OnComplete works: it records an event on the stream; the device's
+// completion worker thread polls the pending events (every 20 us while any
+// is pending) and, for each that has happened, runs the completion's
+// deferred checks and its `done`. No host function sits in the stream, so
+// the work enqueued behind a completion (the next iteration of a lane)
+// starts the moment the work before it ends. After a context failure (a
+// kernel fault) every query returns the error, and the worker fails the
+// completion with it: an OnComplete's `done` is called exactly once,
+// whatever happens.
 #ifndef TANDEM_DEVICE_CUDA_CUDA_INTERNAL_H_
 #define TANDEM_DEVICE_CUDA_CUDA_INTERNAL_H_
 
@@ -88,30 +90,32 @@ class CompletionWorker {
   void Forget(const CudaStreamImpl& stream);
 
  private:
+  // A completion is an event recorded on the stream (no host function in
+  // the stream: the stream never waits for the host, so work enqueued behind
+  // a completion starts the moment the work before it ends). The worker
+  // polls the pending events in order every kPollInterval while any is
+  // pending, and sleeps otherwise.
   struct Pending {
     CudaStreamImpl* stream = nullptr;
+    cudaEvent_t event = nullptr;
     std::vector<CudaStream::Check> checks;
     std::function<void(absl::Status)> done;
-    std::chrono::steady_clock::time_point since;
   };
-  struct HostArg {
-    CompletionWorker* worker;
-    uint64_t id;
-  };
-  static void OnHostCallback(void* arg);
   void Run();
   // Runs `pending`'s checks and calls its `done` (no lock held).
   static void Report(Pending pending, absl::Status status);
+  // An event for a completion: a recycled one, or a new one (mu_ held).
+  absl::StatusOr<cudaEvent_t> TakeEventLocked();
 
   const int ordinal_;
   std::mutex mu_;
   std::condition_variable cv_;       // wakes the worker
   std::condition_variable idle_cv_;  // wakes Forget()
   std::map<uint64_t, Pending> pending_;  // guarded by mu_
-  std::deque<uint64_t> ready_;           // guarded by mu_
+  std::vector<cudaEvent_t> free_events_;  // guarded by mu_
   uint64_t next_id_ = 1;                 // guarded by mu_
   int reporting_ = 0;                    // completions being reported; guarded by mu_
-  bool polling_ = false;                 // querying streams outside the lock; guarded by mu_
+  bool polling_ = false;                 // querying events outside the lock; guarded by mu_
   bool stopping_ = false;                // guarded by mu_
   std::thread thread_;  // last: starts after the fields above exist
 };

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
+#include "base/status_macros.h"
 #include "device/cuda/cuda_internal.h"
 #include "device/cuda/cuda_status.h"
 
@@ -17,9 +18,9 @@ cudaStream_t NativeStream(Stream& stream) { return static_cast<CudaStream&>(stre
 namespace cuda_internal {
 namespace {
 
-// How long a completion waits for its host callback before the worker asks
-// the stream whether the context has failed.
-constexpr auto kPollAfter = std::chrono::milliseconds(100);
+// How often the worker looks at the pending completions' events while any
+// is pending: the most a completion waits to be reported.
+constexpr auto kPollInterval = std::chrono::microseconds(20);
 
 uint64_t NextSerial() {
   static std::atomic<uint64_t> next{1};
@@ -134,36 +135,34 @@ CompletionWorker::~CompletionWorker() {
   }
   cv_.notify_all();
   thread_.join();
+  cudaSetDevice(ordinal_);
+  for (cudaEvent_t event : free_events_) cudaEventDestroy(event);
+}
+
+absl::StatusOr<cudaEvent_t> CompletionWorker::TakeEventLocked() {
+  if (!free_events_.empty()) {
+    cudaEvent_t event = free_events_.back();
+    free_events_.pop_back();
+    return event;
+  }
+  cudaEvent_t event = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  return event;
 }
 
 absl::Status CompletionWorker::Add(CudaStreamImpl& stream, std::vector<CudaStream::Check> checks,
                                    std::function<void(absl::Status)> done) {
-  uint64_t id;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    id = next_id_++;
-    pending_[id] = Pending{&stream, std::move(checks), std::move(done), std::chrono::steady_clock::now()};
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(cudaEvent_t event, TakeEventLocked());
+  if (const cudaError_t error = cudaEventRecord(event, stream.native()); error != cudaSuccess) {
+    free_events_.push_back(event);
+    return CudaStatus(error, "cudaEventRecord");
   }
-  auto arg = std::make_unique<HostArg>(HostArg{this, id});
-  cudaError_t error = cudaSetDevice(ordinal_);
-  if (error == cudaSuccess) error = cudaLaunchHostFunc(stream.native(), &OnHostCallback, arg.get());
-  if (error != cudaSuccess) {
-    std::lock_guard<std::mutex> lock(mu_);
-    pending_.erase(id);
-    return CudaStatus(error, "cudaLaunchHostFunc");
-  }
-  arg.release();  // owned by the callback now
+  const uint64_t id = next_id_++;
+  pending_[id] = Pending{&stream, event, std::move(checks), std::move(done)};
+  cv_.notify_all();
   return absl::OkStatus();
-}
-
-void CompletionWorker::OnHostCallback(void* raw) {
-  std::unique_ptr<HostArg> arg(static_cast<HostArg*>(raw));
-  CompletionWorker* worker = arg->worker;
-  {
-    std::lock_guard<std::mutex> lock(worker->mu_);
-    worker->ready_.push_back(arg->id);
-  }
-  worker->cv_.notify_all();
 }
 
 void CompletionWorker::Forget(const CudaStreamImpl& stream) {
@@ -182,50 +181,45 @@ void CompletionWorker::Report(Pending pending, absl::Status status) {
 }
 
 void CompletionWorker::Run() {
-  cudaSetDevice(ordinal_);  // for the stream queries below
+  cudaSetDevice(ordinal_);  // for the event queries below
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    cv_.wait_for(lock, kPollAfter, [this] { return stopping_ || !ready_.empty(); });
-    // Completions whose host callback ran.
-    while (!ready_.empty()) {
-      const uint64_t id = ready_.front();
-      ready_.pop_front();
-      auto it = pending_.find(id);
-      if (it == pending_.end()) continue;  // already failed by a poll
-      Pending pending = std::move(it->second);
-      pending_.erase(it);
-      ++reporting_;
-      lock.unlock();
-      Report(std::move(pending), absl::OkStatus());
-      lock.lock();
-      --reporting_;
-      idle_cv_.notify_all();
+    if (pending_.empty()) {
+      cv_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
+    } else {
+      cv_.wait_for(lock, kPollInterval, [this] { return stopping_; });
     }
     if (stopping_) break;
-    // Completions waiting long: has their stream's context failed?
-    const auto now = std::chrono::steady_clock::now();
-    std::vector<std::pair<uint64_t, cudaStream_t>> overdue;
-    for (const auto& [id, pending] : pending_) {
-      if (now - pending.since >= kPollAfter) overdue.emplace_back(id, pending.stream->native());
-    }
-    if (overdue.empty()) continue;
+    if (pending_.empty()) continue;
+    // Query the events outside the lock (Add may run meanwhile; it only adds
+    // later ids). A stream's completions end in order, and are reported in
+    // id order, so a stream's reports keep its order.
+    std::vector<std::pair<uint64_t, cudaEvent_t>> snapshot;
+    snapshot.reserve(pending_.size());
+    for (const auto& [id, pending] : pending_) snapshot.emplace_back(id, pending.event);
     polling_ = true;
     lock.unlock();
-    std::vector<std::pair<uint64_t, cudaError_t>> failed;
-    for (const auto& [id, native] : overdue) {
-      const cudaError_t error = cudaStreamQuery(native);
-      if (error != cudaSuccess && error != cudaErrorNotReady) failed.emplace_back(id, error);
+    std::vector<std::pair<uint64_t, cudaError_t>> ended;
+    for (const auto& [id, event] : snapshot) {
+      const cudaError_t error = cudaEventQuery(event);
+      if (error != cudaErrorNotReady) ended.emplace_back(id, error);
     }
     lock.lock();
     polling_ = false;
-    for (const auto& [id, error] : failed) {
+    for (const auto& [id, error] : ended) {
       auto it = pending_.find(id);
       if (it == pending_.end()) continue;
       Pending pending = std::move(it->second);
       pending_.erase(it);
+      // A failed context makes every query fail; the event is dropped then.
+      if (error == cudaSuccess) {
+        free_events_.push_back(pending.event);
+      } else {
+        cudaGetLastError();
+      }
       ++reporting_;
       lock.unlock();
-      Report(std::move(pending), CudaStatus(error, "stream"));
+      Report(std::move(pending), error == cudaSuccess ? absl::OkStatus() : CudaStatus(error, "stream"));
       lock.lock();
       --reporting_;
     }
@@ -236,6 +230,7 @@ void CompletionWorker::Run() {
   pending_.clear();
   lock.unlock();
   for (auto& [id, pending] : left) {
+    cudaEventDestroy(pending.event);
     pending.done(absl::CancelledError("the CUDA device was shut down before the work completed"));
   }
 }
