@@ -11,6 +11,7 @@
 
 #include "adaptor/cpu/cpu_program.h"
 #include "adaptor/graph_builder.h"
+#include "adaptor/wire_graph_test_util.h"
 #include "base/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -19,24 +20,11 @@
 namespace tandem {
 namespace {
 
-using Persistent = google::protobuf::RepeatedPtrField<v1::Tensor>;
+using testing::AddNode;
+using testing::AddSpec;
+using testing::Contents;
+using testing::Persistent;
 using google::protobuf::util::MessageDifferencer;
-
-void AddSpec(v1::TensorSpec* spec, const std::string& name, v1::DType dtype, const Shape& shape) {
-  spec->set_name(name);
-  spec->set_dtype(dtype);
-  for (int64_t d : shape) spec->add_shape(d);
-}
-
-v1::Node* AddNode(v1::Graph& g, const std::string& op, const std::vector<std::string>& inputs,
-                  const std::string& output) {
-  v1::Node* node = g.add_nodes();
-  node->set_op(op);
-  node->set_label(output);
-  for (const std::string& in : inputs) node->add_inputs(in);
-  node->add_outputs(output);
-  return node;
-}
 
 void SetBool(v1::Node* node, const std::string& name, bool value) { (*node->mutable_attrs())[name].set_b(value); }
 
@@ -136,38 +124,6 @@ Persistent RandomPersistent(v1::DType dtype, std::mt19937_64& rng) {
   return persistent;
 }
 
-using Contents = std::map<std::string, std::string>;
-
-// Builds and runs `wire` on the CPU with the persistent tensors' data and
-// `feeds` (bytes by name); returns the bytes of every fetchable tensor and
-// of every persistent tensor after the run (updates applied).
-absl::StatusOr<Contents> RunOnCpu(const v1::Graph& wire, const Persistent& persistent, const Contents& feeds) {
-  ASSIGN_OR_RETURN(Graph graph, BuildGraph(wire, persistent));
-  std::vector<std::vector<uint64_t>> buffers(graph.values.size());
-  std::vector<void*> addresses;
-  for (size_t v = 0; v < graph.values.size(); ++v) {
-    buffers[v].assign(graph.values[v].type.bytes() / 8 + 1, 0);
-    addresses.push_back(buffers[v].data());
-  }
-  for (const v1::Tensor& t : persistent) {
-    std::memcpy(addresses[graph.Find(t.spec().name())], t.data().data(), t.data().size());
-  }
-  for (const auto& [name, bytes] : feeds) {
-    const int id = graph.Find(name);
-    if (id < 0 || graph.values[id].type.bytes() != bytes.size()) {
-      return absl::InvalidArgumentError("feed " + name + " does not fit the graph");
-    }
-    std::memcpy(addresses[id], bytes.data(), bytes.size());
-  }
-  RETURN_IF_ERROR(cpu::RunGraphOnCpu(graph, addresses));
-  Contents out;
-  auto read = [&](int id) {
-    out[graph.values[id].name] = std::string(static_cast<const char*>(addresses[id]), graph.values[id].type.bytes());
-  };
-  for (int id : graph.fetchable) read(id);
-  for (int id : graph.persistents) read(id);
-  return out;
-}
 
 TEST(FoldTransposesTest, FoldsEveryTransposeFeedingAProductAndRemovesTheUnusedOnes) {
   v1::Graph g = EveryCase(v1::FLOAT64);
@@ -251,9 +207,9 @@ TEST_P(FoldTransposesRunTest, FoldedGraphComputesBitForBitTheSameOnTheCpu) {
     for (const v1::TensorSpec& feed : original.feeds()) {
       feeds[feed.name()] = RandomBytes(dtype, NumElements({feed.shape().begin(), feed.shape().end()}), rng);
     }
-    auto expected = RunOnCpu(original, persistent, feeds);
+    auto expected = testing::RunWireGraphOnCpu(original, persistent, feeds);
     ASSERT_TRUE(expected.ok()) << expected.status();
-    auto actual = RunOnCpu(folded, persistent, feeds);
+    auto actual = testing::RunWireGraphOnCpu(folded, persistent, feeds);
     ASSERT_TRUE(actual.ok()) << actual.status();
     ASSERT_EQ(actual->size(), expected->size());
     ASSERT_EQ(actual->size(), 15u);  // 11 fetches, 4 persistent tensors
@@ -334,9 +290,9 @@ TEST(FoldTransposesTest, AnEvenChainFeedingAnyOpIsReadAtItsSource) {
   EXPECT_EQ(CountTransposes(g), 1);
   std::mt19937_64 rng(5);
   const Contents feeds = {{"x", RandomBytes(v1::FLOAT64, 12, rng)}, {"w", RandomBytes(v1::FLOAT64, 15, rng)}};
-  auto expected = RunOnCpu(original, {}, feeds);
+  auto expected = testing::RunWireGraphOnCpu(original, {}, feeds);
   ASSERT_TRUE(expected.ok()) << expected.status();
-  auto actual = RunOnCpu(g, {}, feeds);
+  auto actual = testing::RunWireGraphOnCpu(g, {}, feeds);
   ASSERT_TRUE(actual.ok()) << actual.status();
   EXPECT_TRUE(*expected == *actual);
 }
@@ -420,8 +376,8 @@ TEST(FoldTransposesTest, BothOperandsReadingOneTranspose) {
 
   std::mt19937_64 rng(3);
   const Contents feeds = {{"x", RandomBytes(v1::FLOAT64, 9, rng)}};
-  auto expected = RunOnCpu(g, {}, feeds);
-  auto actual = RunOnCpu(folded, {}, feeds);
+  auto expected = testing::RunWireGraphOnCpu(g, {}, feeds);
+  auto actual = testing::RunWireGraphOnCpu(folded, {}, feeds);
   ASSERT_TRUE(expected.ok()) << expected.status();
   ASSERT_TRUE(actual.ok()) << actual.status();
   EXPECT_EQ(actual->at("sq"), expected->at("sq"));

@@ -11,6 +11,7 @@
 
 #include "adaptor/cpu/cpu_program.h"
 #include "adaptor/graph_builder.h"
+#include "adaptor/wire_graph_test_util.h"
 #include "adaptor/ops/fused_program.h"
 #include "base/status_macros.h"
 #include "gmock/gmock.h"
@@ -20,24 +21,12 @@
 namespace tandem {
 namespace {
 
-using Persistent = google::protobuf::RepeatedPtrField<v1::Tensor>;
+using testing::AddNode;
+using testing::AddSpec;
+using testing::Contents;
+using testing::Persistent;
 using Names = std::vector<std::string>;
 using ::testing::ElementsAre;
-
-void AddSpec(v1::TensorSpec* spec, const std::string& name, v1::DType dtype, const Shape& shape) {
-  spec->set_name(name);
-  spec->set_dtype(dtype);
-  for (int64_t d : shape) spec->add_shape(d);
-}
-
-v1::Node* AddNode(v1::Graph& g, const std::string& op, const Names& inputs, const std::string& output) {
-  v1::Node* node = g.add_nodes();
-  node->set_op(op);
-  node->set_label(output);
-  for (const std::string& in : inputs) node->add_inputs(in);
-  node->add_outputs(output);
-  return node;
-}
 
 v1::Node* WithFloat(v1::Node* node, const std::string& name, double value) {
   (*node->mutable_attrs())[name].set_f(value);
@@ -73,37 +62,6 @@ void AddPersistent(Persistent& persistent, const std::string& name, v1::DType dt
   t->set_data(RandomBytes(dtype, NumElements(shape), rng));
 }
 
-using Contents = std::map<std::string, std::string>;
-
-// Builds and runs `wire` on the CPU; returns the bytes of every fetchable
-// tensor and of every persistent tensor after the run (updates applied).
-absl::StatusOr<Contents> RunOnCpu(const v1::Graph& wire, const Persistent& persistent, const Contents& feeds) {
-  ASSIGN_OR_RETURN(Graph graph, BuildGraph(wire, persistent));
-  std::vector<std::vector<uint64_t>> buffers(graph.values.size());
-  std::vector<void*> addresses;
-  for (size_t v = 0; v < graph.values.size(); ++v) {
-    buffers[v].assign(graph.values[v].type.bytes() / 8 + 1, 0);
-    addresses.push_back(buffers[v].data());
-  }
-  for (const v1::Tensor& t : persistent) {
-    std::memcpy(addresses[graph.Find(t.spec().name())], t.data().data(), t.data().size());
-  }
-  for (const auto& [name, bytes] : feeds) {
-    const int id = graph.Find(name);
-    if (id < 0 || graph.values[id].type.bytes() != bytes.size()) {
-      return absl::InvalidArgumentError("feed " + name + " does not fit the graph");
-    }
-    std::memcpy(addresses[id], bytes.data(), bytes.size());
-  }
-  RETURN_IF_ERROR(cpu::RunGraphOnCpu(graph, addresses));
-  Contents out;
-  auto read = [&](int id) {
-    out[graph.values[id].name] = std::string(static_cast<const char*>(addresses[id]), graph.values[id].type.bytes());
-  };
-  for (int id : graph.fetchable) read(id);
-  for (int id : graph.persistents) read(id);
-  return out;
-}
 
 // Random contents for every feed of `g`.
 Contents RandomFeeds(const v1::Graph& g, std::mt19937_64& rng, double lo = -2.0, double hi = 2.0) {
@@ -126,8 +84,8 @@ v1::Graph FuseAndCompare(const v1::Graph& g, const Persistent& persistent, std::
   EXPECT_TRUE(built.ok()) << built.status() << "\n" << fused.DebugString();
   for (int t = 0; t < trials; ++t) {
     const Contents feeds = RandomFeeds(g, rng, lo, hi);
-    auto want = RunOnCpu(g, persistent, feeds);
-    auto got = RunOnCpu(fused, persistent, feeds);
+    auto want = testing::RunWireGraphOnCpu(g, persistent, feeds);
+    auto got = testing::RunWireGraphOnCpu(fused, persistent, feeds);
     EXPECT_TRUE(want.ok()) << want.status();
     EXPECT_TRUE(got.ok()) << got.status();
     if (!want.ok() || !got.ok()) break;
