@@ -26,51 +26,20 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 export OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/session.log") 2>&1
-bundle=${BUNDLE:-$root/.bundle-lead}
-pack=${BUNDLE_PACK:-$root/.bundle-pack/bundle.tar.xz}
-if [[ ! -x "$bundle/bin/tandemd" && -f "$pack" ]]; then
-  mkdir -p "$bundle" && tar -C "$bundle" -xJf "$pack" || exit 1
-fi
-# shellcheck disable=SC1091
-. "$bundle/env.sh"
-export BUNDLE=$bundle TANDEMD=$bundle/bin/tandemd TANDEM_LIB=$bundle/lib/libtandem.so MLP_TRAIN=$bundle/bin/mlp_train
-export PYTHONPATH=$root/adaptor/pytorch${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-python=${PYTHON:-}
-if [[ -z "$python" ]]; then
-  for candidate in /opt/torch/.venv/bin/python3 python3 /usr/bin/python3; do
-    if "$candidate" -c "import torch" 2>/dev/null; then python=$candidate; break; fi
-  done
-fi
-export TANDEM_GIT_COMMIT=${TANDEM_GIT_COMMIT:-$(git -C "$root" rev-parse HEAD 2>/dev/null || true)}
-# The programs record the processes they start here (bench_common.record_pid);
-# whatever a stage leaves behind when it fails or times out is stopped on exit.
-# The overhead stage's captures are kept for the memory stage.
-work=$(mktemp -d /tmp/tandem-session-XXXXXX)
-export BENCH_PIDDIR=$work/pids BENCH_CAPTURE_CACHE=$work/captures
-mkdir -p "$BENCH_PIDDIR"
-# shellcheck disable=SC2317  # called by the EXIT trap
-cleanup() {
-  local pidfile
-  for pidfile in "$BENCH_PIDDIR"/*; do
-    [[ -e "$pidfile" ]] || continue
-    kill -TERM "$(basename "$pidfile")" 2>/dev/null && echo "session: stopped $(cat "$pidfile")"
-  done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=bench/lib.sh
+. "$root/bench/lib.sh"
+bench_use_bundle session "${BUNDLE:-$root/.bundle-lead}" || exit 1
+bundle=$BUNDLE
+bench_python session || exit 1
+bench_commit
+# The programs record the processes they start in $work/pids; whatever a
+# stage leaves behind when it fails or times out is stopped on exit. The
+# overhead stage's captures are kept for the memory stage.
+bench_work session
+export BENCH_CAPTURE_CACHE=$work/captures
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader 2>/dev/null
 
-status=0
-stage() {  # stage NAME LIMIT COMMAND...
-  local name=$1 limit=$2
-  shift 2
-  echo "=== stage $name (limit ${limit} s) $(date -u +%H:%M:%S)"
-  local start=$SECONDS
-  timeout -k 10 "$limit" "$@"
-  local rc=$?
-  echo "=== stage $name: exit $rc after $((SECONDS - start)) s"
-  [[ $rc -eq 0 ]] || status=1
-}
+stage() { bench_stage session "$@"; }
 
 # shellcheck disable=SC2317  # run through bash -c
 run_tests() {

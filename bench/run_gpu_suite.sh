@@ -23,67 +23,17 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/out}
-bundle=${BUNDLE:-$root/.bundle}
-python=${PYTHON:-python3}
 mkdir -p "$out"
 stages=("$@")
 [[ ${#stages[@]} -eq 0 ]] && stages=(overhead pairs memory)
-
-work=$(mktemp -d /tmp/tandem-suite-XXXXXX)
-export BENCH_PIDDIR="$work/pids" BENCH_CAPTURE_CACHE="$work/captures"
-mkdir -p "$BENCH_PIDDIR" "$work/logs"
 exec > >(tee -a "$out/suite.log") 2>&1
-
-# shellcheck disable=SC2317  # called by the EXIT trap
-cleanup() {
-  local pidfile pid
-  for pidfile in "$BENCH_PIDDIR"/*; do
-    [[ -e "$pidfile" ]] || continue
-    pid=$(basename "$pidfile")
-    if kill -0 "$pid" 2>/dev/null; then
-      echo "suite: stopping $(cat "$pidfile") (pid $pid)"
-      kill -TERM "$pid" 2>/dev/null
-      sleep 2
-      kill -KILL "$pid" 2>/dev/null
-    fi
-    rm -f "$pidfile"
-  done
-  if [[ -e "$work/mps/pipe/control" ]] && command -v nvidia-cuda-mps-control >/dev/null; then
-    echo "suite: stopping the MPS control daemon"
-    echo quit | CUDA_MPS_PIPE_DIRECTORY="$work/mps/pipe" CUDA_MPS_LOG_DIRECTORY="$work/mps/log" \
-      timeout 30 nvidia-cuda-mps-control || true
-  fi
-  for f in "$work"/logs/*.log; do
-    [[ -s "$f" ]] || continue
-    echo "=== $(basename "$f") (last 40 lines)"
-    tail -n 40 "$f"
-  done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'echo "suite: interrupted"; exit 130' INT TERM HUP
-
-if [[ -f "$bundle/env.sh" ]]; then
-  # shellcheck disable=SC1091
-  . "$bundle/env.sh"
-  export TANDEMD="$bundle/bin/tandemd" TANDEM_LIB="$bundle/lib/libtandem.so"
-else
-  echo "suite: no bundle at $bundle (deploy/bundle-gpu.sh makes it); using TANDEMD=${TANDEMD:-} TANDEM_LIB=${TANDEM_LIB:-}"
-fi
-if [[ -z "${TANDEM_GIT_COMMIT:-}" ]] && command -v git >/dev/null; then
-  TANDEM_GIT_COMMIT=$(git -C "$root" rev-parse HEAD 2>/dev/null || true)
-fi
-export TANDEM_GIT_COMMIT=${TANDEM_GIT_COMMIT:-}
-export PYTHONUNBUFFERED=1
-if ! "$python" -c "import torch" 2>/dev/null; then
-  for candidate in /opt/torch/.venv/bin/python3 /usr/bin/python3; do
-    if [[ -x "$candidate" ]] && "$candidate" -c "import torch" 2>/dev/null; then
-      echo "suite: $python has no torch; using $candidate"
-      python=$candidate
-      break
-    fi
-  done
-fi
+# shellcheck source=bench/lib.sh
+. "$root/bench/lib.sh"
+bench_use_bundle suite "${BUNDLE:-$root/.bundle}" || exit 1
+bench_python suite || exit 1
+bench_commit
+bench_work suite
+export BENCH_CAPTURE_CACHE=$work/captures
 
 common=(--device "${DEVICE:-auto}" --log_dir "$work/logs")
 small=()
@@ -91,22 +41,11 @@ small=()
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader
 echo "suite: stages ${stages[*]}; results in $out"
 
-status=0
 budget() {  # a program's own budget: 40 s under the stage's limit, at least half of it
   local t=$1
   if (( t - 40 > t / 2 )); then echo $((t - 40)); else echo $((t / 2)); fi
 }
-run_stage() {  # name, time limit, command...
-  local name=$1 limit=$2
-  shift 2
-  echo "=== $name (limit ${limit} s): $*"
-  local start=$SECONDS
-  timeout -k 20 "$limit" "$@"
-  local rc=$?
-  echo "=== $name: exit $rc after $((SECONDS - start)) s"
-  [[ $rc -ne 0 ]] && status=1
-  return 0
-}
+run_stage() { bench_stage suite "$@"; }
 
 for stage in "${stages[@]}"; do
   case "$stage" in

@@ -21,34 +21,18 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${OUT:-/tmp/out}
-bundle=${BUNDLE:-$root/.bundle}
-python=${PYTHON:-python3}
 mkdir -p "$out"
 exec > >(tee -a "$out/ops.log") 2>&1
-
-if [[ -f "$bundle/env.sh" ]]; then
-  # shellcheck disable=SC1091
-  . "$bundle/env.sh"
-fi
-op_bench=${OP_BENCH:-$bundle/bin/op_bench}
+# shellcheck source=bench/lib.sh
+. "$root/bench/lib.sh"
+bench_use_bundle ops "${BUNDLE:-$root/.bundle}" || exit 1
+bench_python ops || exit 1
+bench_commit
+op_bench=${OP_BENCH:-$BUNDLE/bin/op_bench}
 if [[ ! -x "$op_bench" ]]; then
   echo "ops: no op_bench at $op_bench (deploy/bundle-gpu.sh builds it into the bundle; or set OP_BENCH)"
   exit 1
 fi
-if ! "$python" -c "import torch" 2>/dev/null; then
-  for candidate in /opt/torch/.venv/bin/python3 /usr/bin/python3; do
-    if [[ -x "$candidate" ]] && "$candidate" -c "import torch" 2>/dev/null; then
-      echo "ops: $python has no torch; using $candidate"
-      python=$candidate
-      break
-    fi
-  done
-fi
-if [[ -z "${TANDEM_GIT_COMMIT:-}" ]] && command -v git >/dev/null; then
-  TANDEM_GIT_COMMIT=$(git -C "$root" rev-parse HEAD 2>/dev/null || true)
-fi
-export TANDEM_GIT_COMMIT=${TANDEM_GIT_COMMIT:-}
-export PYTHONUNBUFFERED=1
 
 tandem_args=(--out="$out/tandem_ops.json")
 torch_args=(--out "$out/torch_ops.json" --device "${DEVICE:-cuda}")
@@ -66,22 +50,10 @@ if [[ "${SMALL:-0}" == 1 ]]; then
 fi
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader
 
-status=0
-run_stage() {  # name, time limit, command...
-  local name=$1 limit=$2
-  shift 2
-  echo "=== $name (limit ${limit} s): $*"
-  local start=$SECONDS
-  timeout -k 10 "$limit" "$@"
-  local rc=$?
-  echo "=== $name: exit $rc after $((SECONDS - start)) s"
-  [[ $rc -ne 0 ]] && status=1
-  return 0
-}
 # shellcheck disable=SC2086  # the extra flags are meant to split
-run_stage op_bench "${OP_BENCH_S:-100}" "$op_bench" "${tandem_args[@]}" ${OP_BENCH_ARGS:-}
+bench_stage ops op_bench "${OP_BENCH_S:-100}" "$op_bench" "${tandem_args[@]}" ${OP_BENCH_ARGS:-}
 # shellcheck disable=SC2086
-run_stage torch_ops "${TORCH_OPS_S:-100}" "$python" "$root/bench/ops/torch_ops.py" "${torch_args[@]}" ${TORCH_OPS_ARGS:-}
+bench_stage ops torch_ops "${TORCH_OPS_S:-100}" "$python" "$root/bench/ops/torch_ops.py" "${torch_args[@]}" ${TORCH_OPS_ARGS:-}
 if [[ -f "$out/tandem_ops.json" && -f "$out/torch_ops.json" ]]; then
   "$python" "$root/bench/ops/compare.py" "$out/tandem_ops.json" "$out/torch_ops.json" --out-dir "$out" || status=1
 else

@@ -37,83 +37,17 @@ mkdir -p "$out"
 stages=("$@")
 [[ ${#stages[@]} -eq 0 ]] && stages=(jct sweep qos)
 
+# shellcheck source=bench/lib.sh
+. "$root/bench/lib.sh"
 bundle=${BUNDLE:-$root/.bundle-lead}
-pack=${BUNDLE_PACK:-$root/.bundle-pack/bundle.tar.xz}
-if [[ "$bundle" != /none && ! -x "$bundle/bin/tandemd" && -f "$pack" ]]; then
-  mkdir -p "$bundle" && tar -C "$bundle" -xJf "$pack" || exit 1
-fi
-if [[ -z "${BUNDLE:-}" && ! -f "$bundle/env.sh" && -f "$root/.bundle/env.sh" ]]; then
+if [[ -z "${BUNDLE:-}" && ! -f "$bundle/env.sh" && ! -f "$root/.bundle-pack/bundle.tar.xz" && -f "$root/.bundle/env.sh" ]]; then
   bundle=$root/.bundle
 fi
-if [[ -f "$bundle/env.sh" ]]; then
-  # shellcheck disable=SC1091
-  . "$bundle/env.sh"
-  export TANDEMD=$bundle/bin/tandemd TANDEM_LIB=$bundle/lib/libtandem.so MLP_TRAIN=$bundle/bin/mlp_train
-else
-  echo "traces: no bundle at $bundle; using TANDEMD=${TANDEMD:-} TANDEM_LIB=${TANDEM_LIB:-}"
-  [[ -n "${TANDEMD:-}" ]] && TANDEMD=$(realpath "$TANDEMD") && export TANDEMD
-  [[ -n "${TANDEM_LIB:-}" ]] && TANDEM_LIB=$(realpath "$TANDEM_LIB") && export TANDEM_LIB
-fi
-python=${PYTHON:-}
-if [[ -z "$python" ]]; then
-  for candidate in /opt/torch/.venv/bin/python3 python3 /usr/bin/python3; do
-    if "$candidate" -c "import torch" 2>/dev/null; then python=$candidate; break; fi
-  done
-fi
-[[ -n "$python" ]] || { echo "traces: no Python with torch found (set PYTHON)"; exit 1; }
-if [[ -z "${TANDEM_GIT_COMMIT:-}" ]] && command -v git >/dev/null; then
-  TANDEM_GIT_COMMIT=$(git -C "$root" rev-parse HEAD 2>/dev/null || true)
-fi
-export TANDEM_GIT_COMMIT=${TANDEM_GIT_COMMIT:-} PYTHONUNBUFFERED=1
-
-work=$(mktemp -d /tmp/tandem-traces-XXXXXX)
-export BENCH_PIDDIR=$work/pids
-mkdir -p "$BENCH_PIDDIR" "$work/logs" "$work/specs"
-
-# shellcheck disable=SC2317  # called by the EXIT trap
-cleanup() {
-  local pidfile pid left=()
-  for pidfile in "$BENCH_PIDDIR"/*; do
-    [[ -e "$pidfile" ]] || continue
-    pid=$(basename "$pidfile")
-    if kill -0 "$pid" 2>/dev/null; then
-      echo "traces: stopping $(cat "$pidfile") (pid $pid)"
-      kill -TERM "$pid" 2>/dev/null
-      left+=("$pid")
-    fi
-    rm -f "$pidfile"
-  done
-  if [[ ${#left[@]} -gt 0 ]]; then
-    sleep 2
-    for pid in "${left[@]}"; do kill -KILL "$pid" 2>/dev/null; done
-  fi
-  if [[ -e "$work/mps/pipe/control" ]] && command -v nvidia-cuda-mps-control >/dev/null; then
-    echo "traces: stopping the MPS control daemon"
-    echo quit | CUDA_MPS_PIPE_DIRECTORY="$work/mps/pipe" CUDA_MPS_LOG_DIRECTORY="$work/mps/log" \
-      timeout 30 nvidia-cuda-mps-control || true
-  fi
-  for f in "$work"/logs/*.log; do
-    [[ -s "$f" ]] || continue
-    echo "=== $(basename "$f") (last 15 lines)"
-    tail -n 15 "$f"
-  done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-# A stage runs in the background so that a signal reaches this script at once
-# (bash runs traps only between foreground commands); it is passed on to the
-# stage's `timeout`, which passes it to the program and its process group.
-stage_pid=
-# shellcheck disable=SC2317  # called by the signal traps
-on_signal() {
-  echo "traces: interrupted"
-  if [[ -n "$stage_pid" ]]; then
-    kill -TERM "$stage_pid" 2>/dev/null
-    wait "$stage_pid"
-  fi
-  exit 130
-}
-trap on_signal INT TERM HUP
+bench_use_bundle traces "$bundle" || exit 1
+bench_python traces || exit 1
+bench_commit
+bench_work traces
+mkdir -p "$work/specs"
 
 common=(--device "${DEVICE:-auto}" --log_dir "$work/logs")
 small=()
@@ -121,20 +55,7 @@ small=()
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
 echo "traces: stages ${stages[*]}; python $python; results in $out"
 
-status=0
-stage() {  # stage NAME LIMIT COMMAND...
-  local name=$1 limit=$2
-  shift 2
-  echo "=== $name (limit ${limit} s) $(date -u +%H:%M:%S): $*"
-  local start=$SECONDS
-  timeout -k 20 "$limit" "$@" &
-  stage_pid=$!
-  wait "$stage_pid"
-  local rc=$?
-  stage_pid=
-  echo "=== $name: exit $rc after $((SECONDS - start)) s"
-  [[ $rc -eq 0 ]] || status=1
-}
+stage() { bench_stage traces "$@"; }
 
 for name in "${stages[@]}"; do
   case $name in
