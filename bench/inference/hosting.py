@@ -26,8 +26,6 @@ and tandem / mps (Salus: 42x and 7x).
 import argparse
 import json
 import os
-import queue
-import subprocess
 import sys
 import tempfile
 import threading
@@ -58,7 +56,7 @@ class ProbeFailed(Exception):
 
 # ---- worker processes ----
 
-class WorkerProc:
+class WorkerProc(bc.JsonLinesWorker):
     """One worker.py process hosting the models `specs`; its JSON events arrive on a queue."""
 
     def __init__(self, specs, backend, args, endpoint, env):
@@ -69,56 +67,7 @@ class WorkerProc:
             cmd.append(f"--endpoint={endpoint}")
         if args.small:
             cmd.append("--small")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
-                                     bufsize=1)
-        bc.record_pid(self.proc.pid, f"hosting worker {self.ids}")
-        self.events = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                self.events.put(json.loads(line))
-            except json.JSONDecodeError:
-                print(f"  [worker {self.ids}] {line}", file=sys.stderr, flush=True)
-        self.events.put({"event": "exit"})
-
-    def send(self, obj):
-        try:
-            self.proc.stdin.write(json.dumps(obj) + "\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError) as e:
-            raise ProbeFailed(f"worker {self.ids} is gone ({e})")
-
-    def expect(self, event, deadline):
-        """The next `event` before time.monotonic() reaches deadline; an error or exit raises ProbeFailed."""
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ProbeFailed(f"worker {self.ids}: no '{event}' in time")
-            try:
-                got = self.events.get(timeout=left)
-            except queue.Empty:
-                continue
-            if got.get("event") == event:
-                return got
-            if got.get("event") == "error":
-                raise ProbeFailed(f"worker {self.ids}: {got.get('message')}")
-            if got.get("event") == "exit":
-                raise ProbeFailed(f"worker {self.ids} exited (code {self.proc.poll()})")
-
-    def close(self):
-        if self.proc.poll() is None:
-            try:
-                self.send({"cmd": "quit"})
-                self.proc.wait(timeout=20)
-            except (ProbeFailed, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
-        bc.forget_pid(self.proc.pid)
+        super().__init__(cmd, f"hosting worker {self.ids}", env, lambda message, fatal: ProbeFailed(message))
 
 
 class Pool:

@@ -13,12 +13,14 @@ import datetime
 import json
 import os
 import platform
+import queue
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -440,3 +442,68 @@ def load_capture(cache_dir, name, small):
         log(f"  (could not read the cached capture of {name}: {e})")
         return None
     return saved["graph"], saved["persistent"], saved.get("capture_s")
+
+
+# ---- worker processes that talk JSON lines ----
+
+class JsonLinesWorker:
+    """A Python subprocess that reads one JSON command per line on stdin and writes one JSON event per line on
+    stdout ({"event": ...}); events arrive on a queue, a line that is not JSON is echoed to stderr, and an
+    {"event": "exit"} follows the last one. `failure(message, fatal)` builds the exception the caller's code
+    raises when the worker is gone, stuck, or reports an error event."""
+
+    def __init__(self, cmd, label, env, failure):
+        self.label = label
+        self.failure = failure
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
+                                     bufsize=1)
+        record_pid(self.proc.pid, label)
+        self.events = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                self.events.put(json.loads(line))
+            except json.JSONDecodeError:
+                print(f"  [{self.label}] {line}", file=sys.stderr, flush=True)
+        self.events.put({"event": "exit"})
+
+    def send(self, obj):
+        try:
+            self.proc.stdin.write(json.dumps(obj) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as e:
+            raise self.failure(f"{self.label} is gone ({e})", True)
+
+    def expect(self, event, deadline, skip_errors=False):
+        """The next `event` before time.monotonic() reaches `deadline`. An error event raises failure(...,
+        fatal=False) (or is skipped with skip_errors); the worker's exit or the deadline raise a fatal one."""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self.failure(f"{self.label}: no '{event}' in time", True)
+            try:
+                got = self.events.get(timeout=left)
+            except queue.Empty:
+                continue
+            if got.get("event") == event:
+                return got
+            if got.get("event") == "error" and not skip_errors:
+                raise self.failure(f"{self.label}: {got.get('message')}", False)
+            if got.get("event") == "exit":
+                raise self.failure(f"{self.label} exited (code {self.proc.poll()})", True)
+
+    def close(self):
+        """Asks the worker to quit; kills it if it does not within 20 s."""
+        if self.proc.poll() is None:
+            try:
+                self.send({"cmd": "quit"})
+                self.proc.wait(timeout=20)
+            except Exception:  # the worker's failure type, or a timeout
+                self.proc.kill()
+                self.proc.wait()
+        forget_pid(self.proc.pid)

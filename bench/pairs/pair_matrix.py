@@ -317,7 +317,7 @@ class ConfigFailed(Exception):
         self.fatal = fatal
 
 
-class WorkerProcess:
+class WorkerProcess(bc.JsonLinesWorker):
     """A worker subprocess and the events it sends."""
 
     def __init__(self, slot, args, env=None):
@@ -325,57 +325,12 @@ class WorkerProcess:
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", f"--slot={slot}", f"--device={args.device}"]
         if args.small:
             cmd.append("--small")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
-                                     bufsize=1)
-        bc.record_pid(self.proc.pid, f"pair_matrix worker {slot}")
-        self.events = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                self.events.put(json.loads(line))
-            except json.JSONDecodeError:
-                print(f"  [{self.slot}] {line}", file=sys.stderr, flush=True)
-        self.events.put({"event": "exit"})
-
-    def send(self, obj):
-        try:
-            self.proc.stdin.write(json.dumps(obj) + "\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError) as e:
-            raise ConfigFailed(f"worker {self.slot} is gone ({e})")
+        super().__init__(cmd, f"pair_matrix worker {slot}", env, ConfigFailed)
 
     def expect(self, event, timeout, skip_errors=False):
-        """The next `event` from the worker; an error event raises (or, with skip_errors, is skipped)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ConfigFailed(f"worker {self.slot}: no '{event}' within {timeout:.0f} s")
-            try:
-                got = self.events.get(timeout=left)
-            except queue.Empty:
-                continue
-            if got.get("event") == event:
-                return got
-            if got.get("event") == "error" and not skip_errors:
-                raise ConfigFailed(f"worker {self.slot}: {got.get('message')}", fatal=False)
-            if got.get("event") == "exit":
-                raise ConfigFailed(f"worker {self.slot} exited (code {self.proc.poll()})")
-
-    def close(self):
-        if self.proc.poll() is None:
-            try:
-                self.send({"cmd": "quit"})
-                self.proc.wait(timeout=20)
-            except (ConfigFailed, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
-        bc.forget_pid(self.proc.pid)
+        """The next `event` within `timeout` seconds; an error event raises a non-fatal ConfigFailed (or is
+        skipped with skip_errors)."""
+        return super().expect(event, time.monotonic() + timeout, skip_errors)
 
 
 class Workers:
