@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <random>
 
@@ -32,6 +33,14 @@ Client::Client(const ClientOptions& options, std::string endpoint)
   socket_.set(zmq::sockopt::sndhwm, 0);
   socket_.set(zmq::sockopt::rcvhwm, 0);
   last_heard_ = SteadyClock::now();
+  if (!IpcPath(endpoint_).empty()) {
+    const std::string address = absl::StrCat("inproc://tandem-client-monitor-", reinterpret_cast<uintptr_t>(this));
+    if (zmq_socket_monitor(socket_.handle(), address.c_str(), ZMQ_EVENT_DISCONNECTED) == 0) {
+      monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
+      monitor_.set(zmq::sockopt::linger, 0);
+      monitor_.connect(address);
+    }
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
@@ -163,9 +172,11 @@ void Client::MaybeHeartbeatLocked() {
 
 void Client::ReceiveLocked(std::chrono::milliseconds timeout) {
   MaybeHeartbeatLocked();
-  zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
+  zmq::pollitem_t items[2] = {{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0},
+                              {static_cast<void*>(monitor_), 0, ZMQ_POLLIN, 0}};
   try {
-    zmq::poll(&item, 1, timeout);
+    zmq::poll(items, monitor_ ? 2 : 1, timeout);
+    if (monitor_) DrainMonitorLocked();
   } catch (const zmq::error_t& e) {
     // A signal handled by the process (Python's SIGINT handler, a
     // profiler's timer) interrupts the wait; the caller's loop waits again.
@@ -185,6 +196,21 @@ void Client::ReceiveLocked(std::chrono::milliseconds timeout) {
     if (!response.ParseFromArray(msg.data(), static_cast<int>(msg.size()))) continue;
     if (discard_.erase(response.request_id()) > 0) continue;
     arrived_[response.request_id()] = std::move(response);
+  }
+}
+
+void Client::DrainMonitorLocked() {
+  while (true) {
+    // An event is two frames: 6 bytes (uint16 event, uint32 value), then the
+    // endpoint.
+    zmq::message_t event;
+    if (!monitor_.recv(event, zmq::recv_flags::dontwait)) return;
+    zmq::message_t address;
+    if (event.more()) (void)monitor_.recv(address, zmq::recv_flags::dontwait);
+    if (event.size() < sizeof(uint16_t)) continue;
+    uint16_t id = 0;
+    std::memcpy(&id, event.data(), sizeof(id));
+    if (id == ZMQ_EVENT_DISCONNECTED && hello_.session_id() != 0) peer_closed_ = true;
   }
 }
 
@@ -225,6 +251,11 @@ absl::StatusOr<v1::Response> Client::Wait(uint64_t request_id) {
       absl::Status status = StatusFromProto(response.status());
       if (!status.ok()) return status;
       return response;
+    }
+    if (peer_closed_) {
+      return absl::UnavailableError(absl::StrCat("tandemd at ", endpoint_, " stopped answering: it closed the "
+                                                 "connection (it exited or was restarted); restart it and "
+                                                 "register the job again"));
     }
     auto now = SteadyClock::now();
     if (now > deadline) {

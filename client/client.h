@@ -113,6 +113,8 @@ class Client {
   void MaybeHeartbeatLocked();
   // Receives whatever is readable within `timeout`; mu_ held.
   void ReceiveLocked(std::chrono::milliseconds timeout);
+  // Reads the monitor's pending events; mu_ held.
+  void DrainMonitorLocked();
 
   const ClientOptions options_;
   const std::string endpoint_;
@@ -121,6 +123,12 @@ class Client {
   std::mutex mu_;
   zmq::context_t context_;
   zmq::socket_t socket_;  // guarded by mu_
+  // On an ipc endpoint, the socket's disconnect events (zmq_socket_monitor):
+  // the daemon's end of a local socket closes only when it exits, so a
+  // disconnect after the handshake ends every call at once (UNAVAILABLE)
+  // instead of after the heartbeat silence limit.
+  zmq::socket_t monitor_;      // guarded by mu_; not connected on tcp
+  bool peer_closed_ = false;   // guarded by mu_
   uint64_t next_id_ = 1;  // guarded by mu_
   absl::flat_hash_map<uint64_t, v1::Response> arrived_;  // guarded by mu_
   absl::flat_hash_set<uint64_t> discard_;                // heartbeat ids; guarded by mu_
