@@ -29,7 +29,6 @@ import os
 import sys
 import tempfile
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "pairs"))
@@ -267,11 +266,7 @@ def main():
                 slots.close()
                 result["systems"]["mps"]["control_log_tail"] = mps.log_tail()
     except (Exception, KeyboardInterrupt, bc.Terminated) as e:
-        result["error"] = f"{type(e).__name__}: {e}"
-        bc.log(f"qos: stopped early: {e}")
-        if not isinstance(e, (KeyboardInterrupt, bc.Terminated)):
-            traceback.print_exc()
-        status = 1
+        status = tc.stopped_early("qos", result, e)
     finally:
         slots.close()
         if daemon is not None:

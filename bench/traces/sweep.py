@@ -22,10 +22,8 @@ device seconds while alone) / makespan; per job its learning rate, times, lane, 
 """
 
 import argparse
-import shutil
 import sys
 import tempfile
-import traceback
 
 import trace_common as tc
 
@@ -132,18 +130,9 @@ def main():
             save()
         compare(result)
     except (Exception, KeyboardInterrupt, bc.Terminated) as e:
-        result["error"] = f"{type(e).__name__}: {e}"
-        bc.log(f"sweep: stopped early: {e}")
-        if not isinstance(e, (KeyboardInterrupt, bc.Terminated)):
-            traceback.print_exc()
-        status = 1
+        status = tc.stopped_early("sweep", result, e)
     finally:
-        if daemon is not None:
-            daemon.stop()
-        if pool is not None:
-            pool.close()
-        if not args.spec_dir:
-            shutil.rmtree(spec_dir, ignore_errors=True)
+        tc.release(daemon, pool, None if args.spec_dir else spec_dir)
         save()
     bc.log(f"wrote {args.out}")
     return max(status, tc.draw(plot, result, tc.plot_path(args)))

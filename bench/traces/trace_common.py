@@ -16,10 +16,12 @@ Nothing here is thread-safe beyond the pool's reader threads; the programs use i
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import threading
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.dirname(HERE)
@@ -354,6 +356,25 @@ def summary(values):
     a = np.asarray(v, dtype=float)
     return {"n": len(v), "mean": round(float(a.mean()), 4), "median": round(float(np.median(a)), 4),
             "p90": round(float(np.percentile(a, 90)), 4), "max": round(float(a.max()), 4)}
+
+
+def stopped_early(name, result, error):
+    """Records why the program `name` stopped before its end, in `result` and the log; returns its exit status."""
+    result["error"] = f"{type(error).__name__}: {error}"
+    bc.log(f"{name}: stopped early: {error}")
+    if not isinstance(error, (KeyboardInterrupt, bc.Terminated)):
+        traceback.print_exc()
+    return 1
+
+
+def release(daemon, pool, scratch_spec_dir=None):
+    """Stops what a trace program holds (each may be None); removes its own spec folder, if it made one."""
+    if daemon is not None:
+        daemon.stop()
+    if pool is not None:
+        pool.close()
+    if scratch_spec_dir:
+        shutil.rmtree(scratch_spec_dir, ignore_errors=True)
 
 
 def start_daemon(args, policy, name, extra=()):
