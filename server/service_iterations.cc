@@ -267,22 +267,20 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
   device::Device* device = dev.device.get();
   device::Stream* stream = l.stream.get();
   Program* program = job.program.get();
-  device::Event* start = slot.start.get();
-  device::Event* end = slot.end.get();
-  const size_t ring_index = probe.seq % l.ring_begin.size();
-  device::Event* ring_begin = l.ring_begin[ring_index].get();
-  device::Event* ring_end = l.ring_end[ring_index].get();
+  const IterationEvents& events = l.events[probe.seq % l.events.size()];
+  device::Event* begin = events.begin.get();
+  device::Event* start = events.start.get();
+  device::Event* end = events.end.get();
   uint64_t job_id = job.id;
   DeviceRuntime* devp = &dev;
   dev.executor->Post([=, this, table = std::move(table), it = std::move(it)]() mutable {
-    absl::Status status = device->RecordEvent(*stream, *ring_begin);
+    absl::Status status = device->RecordEvent(*stream, *begin);
     for (const Copy& c : feeds_in) {
       if (status.ok()) status = device->CopyToDevice(*stream, c.dst, c.src, c.bytes);
     }
     if (status.ok()) status = device->RecordEvent(*stream, *start);
     if (status.ok()) status = program->Enqueue(*stream, table);
     if (status.ok()) status = device->RecordEvent(*stream, *end);
-    if (status.ok()) status = device->RecordEvent(*stream, *ring_end);
     for (const Copy& c : fetches_out) {
       if (status.ok()) status = device->CopyToHost(*stream, c.dst, c.src, c.bytes);
     }
@@ -303,13 +301,14 @@ void Service::OnIterationDone(DeviceRuntime& dev, int lane, int slot_index, uint
   StagingSlot& slot = l.slots[slot_index];
   double seconds = 0;
   if (status.ok()) {
-    auto elapsed = dev.device->ElapsedSeconds(*slot.start, *slot.end);
+    const IterationEvents& events = l.events[probe.seq % l.events.size()];
+    auto elapsed = dev.device->ElapsedSeconds(*events.start, *events.end);
     if (elapsed.ok()) seconds = *elapsed;
     // The lane's idle time since the previous iteration, when this one was
     // already waiting behind it.
     if (probe.was_waiting && probe.seq > 0 && l.last_done_ok && l.last_done_seq == probe.seq - 1) {
-      const size_t ring = l.ring_end.size();
-      auto gap = dev.device->ElapsedSeconds(*l.ring_end[(probe.seq - 1) % ring], *l.ring_begin[probe.seq % ring]);
+      const IterationEvents& previous = l.events[(probe.seq - 1) % l.events.size()];
+      auto gap = dev.device->ElapsedSeconds(*previous.end, *events.begin);
       if (gap.ok()) measurements_.OnLaneGap(dev.index, probe.switched_job, *gap);
     }
   }

@@ -43,15 +43,11 @@ absl::Status Service::EnsureLane(DeviceRuntime& dev, int lane) {
     Lane l;
     ASSIGN_OR_RETURN(l.stream, dev.device->CreateStream());
     l.slots.resize(options_.max_inflight_per_lane);
-    for (auto& slot : l.slots) {
-      ASSIGN_OR_RETURN(slot.start, dev.device->CreateEvent());
-      ASSIGN_OR_RETURN(slot.end, dev.device->CreateEvent());
-    }
-    for (size_t r = 0; r <= l.slots.size(); ++r) {
-      ASSIGN_OR_RETURN(auto begin, dev.device->CreateEvent());
-      ASSIGN_OR_RETURN(auto end, dev.device->CreateEvent());
-      l.ring_begin.push_back(std::move(begin));
-      l.ring_end.push_back(std::move(end));
+    l.events.resize(l.slots.size() + 1);
+    for (IterationEvents& e : l.events) {
+      ASSIGN_OR_RETURN(e.begin, dev.device->CreateEvent());
+      ASSIGN_OR_RETURN(e.start, dev.device->CreateEvent());
+      ASSIGN_OR_RETURN(e.end, dev.device->CreateEvent());
     }
     dev.lanes.push_back(std::move(l));
   }

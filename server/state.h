@@ -104,6 +104,14 @@ struct StagingSlot {
   void* host = nullptr;
   size_t capacity = 0;
   bool busy = false;
+};
+
+// The events one iteration records on its lane's stream: before its first
+// feed copy (begin), before its first kernel (start) and after its last
+// kernel (end). start..end is its device time; the previous iteration's end
+// to its begin is the lane's idle time between the two.
+struct IterationEvents {
+  std::unique_ptr<device::Event> begin;
   std::unique_ptr<device::Event> start;
   std::unique_ptr<device::Event> end;
 };
@@ -112,13 +120,10 @@ struct Lane {
   std::unique_ptr<device::Stream> stream;
   std::vector<StagingSlot> slots;
   int outstanding = 0;  // iterations enqueued, not completed
-  // The idle time between iterations: each iteration started on the lane
-  // gets a sequence number and records, in the ring entry seq % ring size,
-  // an event before its first copy (begin) and one after its last kernel
-  // (end). The ring has one entry more than the slots, so an iteration's end
-  // event is still its own when the next iteration completes.
-  std::vector<std::unique_ptr<device::Event>> ring_begin;
-  std::vector<std::unique_ptr<device::Event>> ring_end;
+  // Each iteration started on the lane gets a sequence number and records
+  // its events in events[seq % size]. There is one entry more than slots,
+  // so an iteration's entry is still its own when the next one completes.
+  std::vector<IterationEvents> events;
   uint64_t next_seq = 0;
   uint64_t last_started_job = 0;
   bool last_done_ok = false;  // the last completed iteration recorded its end
