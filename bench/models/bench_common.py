@@ -242,17 +242,23 @@ def forget_pid(pid):
 
 # ---- a private tandemd ----
 
-def find_tandemd(explicit=None):
-    """--tandemd, else $TANDEMD, else `tandemd` on PATH, else the newest build*/server/tandemd of the tree."""
-    for candidate in (explicit, os.environ.get("TANDEMD"), shutil.which("tandemd")):
+def find_binary(name, env_var, build_subdir, explicit=None):
+    """A program of the project: `explicit`, else $env_var, else `name` on PATH, else the newest
+    build*/<build_subdir>/<name> of the tree."""
+    for candidate in (explicit, os.environ.get(env_var), shutil.which(name)):
         if candidate:
             return candidate
     import glob
-    builds = glob.glob(os.path.join(REPO_ROOT, "build*", "server", "tandemd"))
+    builds = glob.glob(os.path.join(REPO_ROOT, "build*", build_subdir, name))
     builds.sort(key=os.path.getmtime, reverse=True)
     if not builds:
-        raise SystemExit("tandemd not found: pass --tandemd, set TANDEMD, or put the bundle's bin/ on PATH")
+        raise SystemExit(f"{name} not found: pass --{name}, set {env_var}, or put the bundle's bin/ on PATH")
     return builds[0]
+
+
+def find_tandemd(explicit=None):
+    """--tandemd, else $TANDEMD, else `tandemd` on PATH, else the newest build*/server/tandemd of the tree."""
+    return find_binary("tandemd", "TANDEMD", "server", explicit)
 
 
 class Daemon:

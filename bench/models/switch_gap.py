@@ -16,7 +16,6 @@ baseline). The figure to compare with is PipeSwitch-style process switching: 5-3
 
 import argparse
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -68,17 +67,6 @@ def histogram(samples, family):
             "p99_le_us": None if quantile(0.99) is None else quantile(0.99) * 1e6}
 
 
-def find_mlp_train(explicit):
-    for candidate in (explicit, os.environ.get("MLP_TRAIN"), shutil.which("mlp_train")):
-        if candidate:
-            return candidate
-    import glob
-    found = sorted(glob.glob(os.path.join(bc.REPO_ROOT, "build*", "examples", "mlp_train")), key=os.path.getmtime)
-    if not found:
-        raise SystemExit("mlp_train not found: pass --mlp_train or set MLP_TRAIN")
-    return found[-1]
-
-
 def run_once(args, device, inflight_per_lane):
     port = free_port()
     daemon = bc.Daemon(bc.find_tandemd(args.tandemd), device, policy="fair",
@@ -90,10 +78,11 @@ def run_once(args, device, inflight_per_lane):
     trainers = []
     try:
         daemon.start()
+        mlp_train = bc.find_binary("mlp_train", "MLP_TRAIN", "examples", args.mlp_train)
         start = time.monotonic()
         for k in range(2):
             log = open(os.path.join(daemon.dir, f"job{k}.log"), "wb")
-            p = subprocess.Popen([find_mlp_train(args.mlp_train), f"--endpoint={daemon.endpoint}", f"--name=job{k}",
+            p = subprocess.Popen([mlp_train, f"--endpoint={daemon.endpoint}", f"--name=job{k}",
                                   f"--iterations={args.iterations}", "--inflight=2", "--print_every=1000000",
                                   "--eval_samples=0",
                                   *shape], stdout=log, stderr=subprocess.STDOUT)
