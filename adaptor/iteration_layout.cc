@@ -2,8 +2,11 @@
 // place them (memory/arena_planner.h).
 //
 // Steps: node i runs at step i; feeds are live from step 0; a value is live
-// from its definition to its last reader; fetch and update sources stay live
-// to step N (= number of nodes: they are copied out after the last node).
+// from its definition to its last reader; fetched values stay live to step N
+// (= number of nodes: they are copied out after the last node), and update
+// sources to the node after which their update is copied
+// (adaptor/update_schedule.h). Sources computed straight into their
+// persistent tensor take no arena space at all.
 // Values that must share memory are merged into one buffer first:
 //   - kView: output 0 shares input 0's buffer when input 0 is ephemeral (and
 //     the output is no larger than the input);
@@ -16,8 +19,10 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "adaptor/update_schedule.h"
 #include "device/device.h"
 #include "memory/arena_planner.h"
 #include "memory/byte_format.h"
@@ -57,7 +62,14 @@ absl::StatusOr<IterationLayout> PlanIterationLayout(const Graph& graph) {
     }
     return absl::OkStatus();
   };
-  auto ephemeral = [&](int v) { return graph.values[v].kind != ValueKind::kPersistent; };
+  for (const auto& [persistent, v] : graph.updates) {
+    if (absl::Status s = check_id(v, "an update"); !s.ok()) return s;
+    if (absl::Status s = check_id(persistent, "an update"); !s.ok()) return s;
+  }
+  UpdateSchedule updates = ScheduleUpdates(graph);
+  auto ephemeral = [&](int v) {
+    return graph.values[v].kind != ValueKind::kPersistent && updates.stored_in[v] < 0;
+  };
 
   // Per value: first and last step it is live.
   std::vector<int> first(num_values, 0);
@@ -80,17 +92,13 @@ absl::StatusOr<IterationLayout> PlanIterationLayout(const Graph& graph) {
       last[v] = std::max(last[v], 0);
     }
   }
-  std::vector<bool> kept_to_end(num_values, false);
+  for (size_t k = 0; k < graph.updates.size(); ++k) {
+    const int v = graph.updates[k].second;
+    last[v] = std::max(last[v], updates.copy_after[k]);
+  }
   for (int v : graph.fetchable) {
     if (absl::Status s = check_id(v, "a fetch"); !s.ok()) return s;
-    kept_to_end[v] = true;
-  }
-  for (const auto& [persistent, v] : graph.updates) {
-    if (absl::Status s = check_id(v, "an update"); !s.ok()) return s;
-    kept_to_end[v] = true;
-  }
-  for (int v = 0; v < num_values; ++v) {
-    if (kept_to_end[v]) last[v] = end_step;
+    last[v] = end_step;
   }
 
   // Merge views and in-place outputs into their input's buffer, in node order
@@ -149,6 +157,7 @@ absl::StatusOr<IterationLayout> PlanIterationLayout(const Graph& graph) {
     layout.offset[v] = static_cast<int64_t>(plan.offsets[buffer_of[buffers.Find(v)]]);
   }
   layout.arena_bytes = plan.peak_bytes;
+  layout.stored_in = std::move(updates.stored_in);
   return layout;
 }
 

@@ -5,7 +5,8 @@
 // shares its input's buffer, an elementwise op may overwrite an input it is
 // the last reader of), so the exact peak is known at registration and no
 // allocation happens while an iteration runs. Offsets are aligned to
-// device::kDeviceAlignment. Persistent values are not in the arena.
+// device::kDeviceAlignment. Persistent values are not in the arena, nor are
+// new values of persistents computed in place of the old ones.
 #ifndef TANDEM_ADAPTOR_ITERATION_LAYOUT_H_
 #define TANDEM_ADAPTOR_ITERATION_LAYOUT_H_
 
@@ -18,7 +19,13 @@
 namespace tandem {
 
 struct IterationLayout {
-  std::vector<int64_t> offset;  // per value id: byte offset in the arena; -1 for persistents
+  // Per value id: byte offset in the arena; -1 for persistents and for the
+  // values in `stored_in`.
+  std::vector<int64_t> offset;
+  // Per value id: the persistent value whose storage it is computed in (an
+  // optimizer's new weights written in place, adaptor/update_schedule.h), or
+  // -1. Such a value's address is its persistent tensor's.
+  std::vector<int> stored_in;
   uint64_t arena_bytes = 0;     // the planned peak of one iteration
   uint64_t no_reuse_bytes = 0;  // sum of all ephemeral sizes: the bound without reuse
 };

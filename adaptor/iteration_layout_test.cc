@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "adaptor/graph_builder.h"
+#include "adaptor/update_schedule.h"
 #include "device/device.h"
 #include "memory/arena_planner.h"
 #include "memory/byte_format.h"
@@ -20,6 +21,10 @@ constexpr uint64_t kAlign = device::kDeviceAlignment;
 const OpDef kPlain{.name = "plain", .alias = AliasKind::kNone};
 const OpDef kView{.name = "view", .alias = AliasKind::kView};
 const OpDef kInPlace{.name = "inplace", .alias = AliasKind::kInPlace};
+// Names the update schedule looks at: an optimizer's fused update, and an op
+// whose kernel checks data.
+const OpDef kFused{.name = "fused_elementwise", .alias = AliasKind::kInPlace};
+const OpDef kCheck{.name = "nll_loss_forward", .alias = AliasKind::kNone};
 
 class GraphMaker {
  public:
@@ -60,8 +65,18 @@ uint64_t Bytes(const Graph& graph, int v) { return graph.values[v].type.bytes();
 // bytes (in 256-byte units) when it is defined; a view of an arena value
 // writes nothing (it is its input's bytes). Every read, and every fetch at
 // the end, must find the value's token still there; a node's output may not
-// overlap an input it is not allowed to alias. Returns the first problem.
+// overlap an input it is not allowed to alias; an update's source must be
+// intact when the update schedule copies it. Persistents: once one holds
+// its new value (copied, or computed in place), no node may read it and no
+// node that checks data may run. Returns the first problem.
 std::string Simulate(const Graph& graph, const IterationLayout& layout) {
+  const UpdateSchedule updates = ScheduleUpdates(graph);
+  std::vector<bool> changed(graph.values.size(), false);
+  int changed_count = 0;
+  auto change = [&](int persistent) {
+    if (!changed[persistent]) ++changed_count;
+    changed[persistent] = true;
+  };
   std::vector<int> token_of(graph.values.size());
   for (size_t v = 0; v < graph.values.size(); ++v) token_of[v] = static_cast<int>(v);
   std::vector<int> units(layout.arena_bytes / kAlign + 1, -1);
@@ -70,6 +85,7 @@ std::string Simulate(const Graph& graph, const IterationLayout& layout) {
     return std::make_pair(begin, begin + memory::AlignUp(Bytes(graph, v), kAlign) / kAlign);
   };
   auto write = [&](int v) {
+    if (layout.offset[v] < 0) return;  // computed in its persistent tensor
     auto [begin, end] = range(v);
     for (uint64_t u = begin; u < end; ++u) units[u] = token_of[v];
   };
@@ -86,6 +102,10 @@ std::string Simulate(const Graph& graph, const IterationLayout& layout) {
     const Node& node = graph.nodes[i];
     for (int v : node.inputs) {
       if (!intact(v)) return absl::StrCat("node ", i, " reads v", v, ", which was overwritten");
+      if (changed[v]) return absl::StrCat("node ", i, " reads persistent v", v, " after its update");
+    }
+    if (OpChecksData(node.op) && changed_count > 0) {
+      return absl::StrCat("node ", i, " checks data after a persistent changed");
     }
     for (size_t o = 0; o < node.outputs.size(); ++o) {
       const int out = node.outputs[o];
@@ -96,7 +116,7 @@ std::string Simulate(const Graph& graph, const IterationLayout& layout) {
       const bool writes = !(aliased_pair && node.def->alias == AliasKind::kView);
       for (size_t k = 0; writes && k < node.inputs.size(); ++k) {
         const int in = node.inputs[k];
-        if (layout.offset[in] < 0 || Bytes(graph, in) == 0 || Bytes(graph, out) == 0) continue;
+        if (layout.offset[in] < 0 || layout.offset[out] < 0 || Bytes(graph, in) == 0 || Bytes(graph, out) == 0) continue;
         if (aliased_pair && (k == 0 || in == node.inputs[0])) continue;
         auto [ib, ie] = range(in);
         auto [ob, oe] = range(out);
@@ -110,12 +130,14 @@ std::string Simulate(const Graph& graph, const IterationLayout& layout) {
         write(out);
       }
     }
+    for (int k : updates.after_node[i]) {
+      const auto& [target, v] = graph.updates[k];
+      if (!intact(v)) return absl::StrCat("update source v", v, " was overwritten before its copy");
+      change(target);
+    }
   }
   for (int v : graph.fetchable) {
     if (!intact(v)) return absl::StrCat("fetch v", v, " was overwritten before the end");
-  }
-  for (const auto& [persistent, v] : graph.updates) {
-    if (!intact(v)) return absl::StrCat("update source v", v, " was overwritten before the end");
   }
   return "";
 }
@@ -293,14 +315,105 @@ TEST(IterationLayoutTest, RegistryOpsShareBuffersThroughBuildGraph) {
   EXPECT_EQ(Simulate(*graph, *layout), "");
 }
 
+// An optimizer-like tail: each weight's new value is copied as soon as its
+// last reader and the last data check have run, so the new values of two
+// weights are never live at once.
+TEST(IterationLayoutTest, UpdatesAreCopiedAsSoonAsSafe) {
+  GraphMaker g;
+  const int w1 = g.Persistent(4096);
+  const int w2 = g.Persistent(4096);
+  const int x = g.Feed(64);
+  const int loss = g.Op(kCheck, {x}, 1);
+  const int n1 = g.Op(kPlain, {w1, x}, 4096);  // node 1: new w1
+  const int n2 = g.Op(kPlain, {w2, x}, 4096);  // node 2: new w2
+  const int tail = g.Op(kPlain, {x}, 1);        // node 3
+  g.graph.updates = {{w1, n1}, {w2, n2}};
+  g.Fetch(loss);
+  g.Fetch(tail);
+  const UpdateSchedule updates = ScheduleUpdates(g.graph);
+  EXPECT_EQ(updates.copy_after, (std::vector<int>{1, 2}));
+  EXPECT_EQ(updates.in_place, (std::vector<bool>{false, false}));
+  auto layout = PlanIterationLayout(g.graph);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  // n1 dies at its copy after node 1, so n2 takes its range: one 16-KiB
+  // buffer beside x and the loss (the tail reuses the freed range too).
+  EXPECT_EQ(layout->offset[n2], layout->offset[n1]);
+  EXPECT_EQ(layout->arena_bytes, 16384 + 2 * kAlign);
+  EXPECT_EQ(Simulate(g.graph, *layout), "");
+}
+
+TEST(IterationLayoutTest, UpdatesWaitForLaterReadersAndDataChecks) {
+  GraphMaker g;
+  const int w = g.Persistent(256);
+  const int x = g.Feed(256);
+  const int fresh = g.Op(kPlain, {w, x}, 256);  // node 0
+  g.Op(kPlain, {w}, 1);                         // node 1 reads the old w
+  const int checked = g.Op(kCheck, {x}, 1);     // node 2 may fail the iteration
+  g.Op(kPlain, {x}, 1);                         // node 3
+  g.graph.updates = {{w, fresh}};
+  g.Fetch(checked);
+  EXPECT_EQ(ScheduleUpdates(g.graph).copy_after, (std::vector<int>{2}));
+  g.graph.nodes[2].op = "plain";  // without the check: after the last reader
+  EXPECT_EQ(ScheduleUpdates(g.graph).copy_after, (std::vector<int>{1}));
+  g.Fetch(w);  // the old value is fetched at the end: the copy waits for it
+  EXPECT_EQ(ScheduleUpdates(g.graph).copy_after, (std::vector<int>{3}));
+}
+
+TEST(IterationLayoutTest, FusedUpdateIsComputedInItsPersistent) {
+  GraphMaker g;
+  const int w = g.Persistent(4096);
+  const int m = g.Persistent(4096);
+  const int x = g.Feed(4096);
+  const int loss = g.Op(kCheck, {x}, 1);          // node 0
+  const int grad = g.Op(kPlain, {x, w}, 4096);    // node 1
+  const int new_m = g.Op(kFused, {m, grad}, 4096);  // node 2
+  const int new_w = g.Op(kFused, {w, new_m}, 4096);  // node 3: reads new_m in m's storage
+  g.graph.updates = {{m, new_m}, {w, new_w}};
+  g.Fetch(loss);
+  const UpdateSchedule updates = ScheduleUpdates(g.graph);
+  EXPECT_EQ(updates.in_place, (std::vector<bool>{true, true}));
+  auto layout = PlanIterationLayout(g.graph);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->stored_in[new_m], m);
+  EXPECT_EQ(layout->stored_in[new_w], w);
+  EXPECT_EQ(layout->offset[new_m], -1);
+  EXPECT_EQ(layout->offset[new_w], -1);
+  // Only x and grad (and the loss) are in the arena.
+  EXPECT_EQ(layout->arena_bytes, 2 * 16384 + kAlign);
+  EXPECT_EQ(Simulate(g.graph, *layout), "");
+}
+
+TEST(IterationLayoutTest, FusedUpdateIsCopiedWhenWritingInPlaceIsUnsafe) {
+  // A data check after the fused node, a later reader of the old weight,
+  // another type: each keeps the value in the arena and copies it.
+  for (int variant = 0; variant < 3; ++variant) {
+    GraphMaker g;
+    const int w = g.Persistent(variant == 2 ? 2048 : 4096);
+    const int x = g.Feed(4096);
+    const int fresh = g.Op(kFused, {w, x}, 4096);  // node 0
+    const int later = g.Op(variant == 0 ? kCheck : kPlain, {variant == 1 ? w : x}, 1);  // node 1
+    g.graph.updates = {{w, fresh}};
+    g.Fetch(later);
+    const UpdateSchedule updates = ScheduleUpdates(g.graph);
+    EXPECT_FALSE(updates.in_place[0]) << "variant " << variant;
+    EXPECT_EQ(updates.copy_after[0], variant == 2 ? 0 : 1) << "variant " << variant;
+    auto layout = PlanIterationLayout(g.graph);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    EXPECT_GE(layout->offset[fresh], 0);
+    EXPECT_EQ(Simulate(g.graph, *layout), "") << "variant " << variant;
+  }
+}
+
 // Random graphs of plain, view and in-place nodes: the simulated run never
 // reads an overwritten value, offsets are aligned, and the arena is no
 // larger than the no-reuse bound.
 TEST(IterationLayoutTest, RandomGraphsRunCorrectlyOnTheirLayout) {
   std::mt19937_64 rng(5);
-  const OpDef* defs[] = {&kPlain, &kView, &kInPlace};
+  const OpDef* defs[] = {&kPlain, &kView, &kInPlace, &kCheck};
   int in_place_merges = 0;
   int view_merges = 0;
+  int early_updates = 0;
+  int in_place_updates = 0;
   for (int trial = 0; trial < 300; ++trial) {
     GraphMaker g;
     std::vector<int> pool;
@@ -310,7 +423,7 @@ TEST(IterationLayoutTest, RandomGraphsRunCorrectlyOnTheirLayout) {
     for (int i = 0; i < feeds; ++i) pool.push_back(g.Feed(1 + rng() % 2000));
     const int nodes = 1 + static_cast<int>(rng() % 40);
     for (int n = 0; n < nodes; ++n) {
-      const OpDef& def = *defs[rng() % 3];
+      const OpDef& def = *defs[rng() % 4];
       // Inputs mostly from recent values, so chains form.
       std::vector<int> inputs;
       const int arity = 1 + static_cast<int>(rng() % 3);
@@ -327,15 +440,38 @@ TEST(IterationLayoutTest, RandomGraphsRunCorrectlyOnTheirLayout) {
     for (int v : pool) {
       if (g.graph.values[v].kind != ValueKind::kPersistent && rng() % 6 == 0) g.Fetch(v);
     }
+    // Updates: each persistent gets a new value now and then, from an
+    // optimizer-like fused node over it and a recent value (or from any
+    // value); the fused node's output may be read later.
+    for (int p = 0; p < persistents; ++p) {
+      if (rng() % 3 == 0) continue;
+      int source = pool[p + (rng() % (pool.size() - p))];
+      if (rng() % 4 != 0) {
+        source = g.Op(kFused, {p, pool[pool.size() - 1 - rng() % std::min<size_t>(pool.size(), 3)]},
+                      g.graph.values[p].type.numel());
+        pool.push_back(source);
+        if (rng() % 3 == 0) pool.push_back(g.Op(kPlain, {source}, 1 + rng() % 2000));
+        if (rng() % 4 == 0) pool.push_back(g.Op(kCheck, {pool.back()}, 1));
+      }
+      if (source != p) g.graph.updates.emplace_back(p, source);
+    }
     g.Fetch(pool.back());
-    if (persistents > 0 && rng() % 2 == 0) g.graph.updates.emplace_back(pool[0], pool[pool.size() / 2]);
 
     auto layout = PlanIterationLayout(g.graph);
     ASSERT_TRUE(layout.ok()) << layout.status();
+    const UpdateSchedule updates = ScheduleUpdates(g.graph);
+    for (size_t k = 0; k < g.graph.updates.size(); ++k) {
+      if (updates.in_place[k]) {
+        ++in_place_updates;
+      } else if (updates.copy_after[k] < static_cast<int>(g.graph.nodes.size()) - 1) {
+        ++early_updates;
+      }
+    }
     for (size_t v = 0; v < g.graph.values.size(); ++v) {
       const bool persistent = g.graph.values[v].kind == ValueKind::kPersistent;
-      ASSERT_EQ(layout->offset[v] < 0, persistent) << "v" << v;
-      if (!persistent) {
+      ASSERT_EQ(layout->stored_in[v] >= 0, updates.stored_in[v] >= 0) << "v" << v;
+      ASSERT_EQ(layout->offset[v] < 0, persistent || layout->stored_in[v] >= 0) << "v" << v;
+      if (layout->offset[v] >= 0) {
         ASSERT_EQ(layout->offset[v] % static_cast<int64_t>(kAlign), 0) << "v" << v;
       }
     }
@@ -359,9 +495,11 @@ TEST(IterationLayoutTest, RandomGraphsRunCorrectlyOnTheirLayout) {
       }
     }
   }
-  // The generator exercised both kinds of sharing.
+  // The generator exercised both kinds of sharing and of early updates.
   EXPECT_GT(view_merges, 100);
   EXPECT_GT(in_place_merges, 50);
+  EXPECT_GT(early_updates, 30);
+  EXPECT_GT(in_place_updates, 30);
 }
 
 }  // namespace

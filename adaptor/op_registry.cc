@@ -26,6 +26,7 @@ const OpRegistry& OpRegistry::Global() {
     RegisterNormalizationOps(*r);
     RegisterAttentionOps(*r);
     RegisterFusedOps(*r);
+    RegisterRecurrentOps(*r);
     return r;
   }();
   return *registry;
@@ -64,6 +65,12 @@ std::vector<std::string> OpRegistry::Names() const {
   for (const auto& [name, def] : ops_) names.push_back(name);
   std::sort(names.begin(), names.end());
   return names;
+}
+
+bool OpChecksData(absl::string_view op) {
+  return op == "nll_loss_forward" || op == "nll_loss_backward" || op == "embedding" ||
+         op == "embedding_dense_backward" || op == "gather" || op == "scatter.value" || op == "scatter.src" ||
+         op == "index_select" || op == "index_put";
 }
 
 }  // namespace tandem

@@ -78,6 +78,12 @@ class OpRegistry {
   absl::flat_hash_map<std::string, std::shared_ptr<const OpDef>> ops_;
 };
 
+// Whether `op`'s kernels check data at run time (an index against its table,
+// a class label against the number of classes) and may fail an iteration that
+// registration accepted. Until the last such node has run, no persistent
+// tensor may change (adaptor/update_schedule.h). The same on every backend.
+bool OpChecksData(absl::string_view op);
+
 // Registration of the op families (one file each under adaptor/ops/).
 void RegisterElementwiseOps(OpRegistry& registry);
 void RegisterLinalgOps(OpRegistry& registry);
@@ -95,6 +101,7 @@ void RegisterComparisonOps(OpRegistry& registry);
 void RegisterNormalizationOps(OpRegistry& registry);
 void RegisterAttentionOps(OpRegistry& registry);
 void RegisterFusedOps(OpRegistry& registry);  // fused_elementwise (graph passes)
+void RegisterRecurrentOps(OpRegistry& registry);  // lstm, lstm_backward
 
 }  // namespace tandem
 

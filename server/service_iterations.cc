@@ -121,6 +121,7 @@ std::vector<void*> Service::AddressTable(const Job& job) const {
   char* arena = static_cast<char*>(job.device->memory->LaneArena(job.lane));
   for (size_t v = 0; v < g.values.size(); ++v) {
     if (job.layout.offset[v] >= 0) table[v] = arena + job.layout.offset[v];
+    if (job.layout.stored_in[v] >= 0) table[v] = table[job.layout.stored_in[v]];
   }
   return table;
 }

@@ -24,6 +24,7 @@ CpuKernelFn FindCpuKernel(absl::string_view op) {
     AddNormalizationKernels(*t);
     AddAttentionKernels(*t);
     AddFusedKernels(*t);
+    AddRecurrentKernels(*t);
     return t;
   }();
   auto it = table->find(op);

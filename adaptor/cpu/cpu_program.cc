@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "adaptor/cpu/cpu_kernels.h"
+#include "adaptor/update_schedule.h"
 #include "device/cpu_device.h"
 
 namespace tandem::cpu {
@@ -13,7 +14,7 @@ namespace {
 class CpuProgram final : public Program {
  public:
   CpuProgram(const Graph& graph, std::vector<CpuKernelFn> kernels)
-      : graph_(graph), kernels_(std::move(kernels)) {}
+      : graph_(graph), kernels_(std::move(kernels)), updates_(ScheduleUpdates(graph)) {}
 
   absl::Status Enqueue(device::Stream& stream, absl::Span<void* const> addresses) override {
     if (addresses.size() != graph_.values.size()) {
@@ -39,19 +40,27 @@ class CpuProgram final : public Program {
         return absl::Status(status.code(),
                             absl::StrCat(node.Describe(static_cast<int>(i)), ": ", status.message()));
       }
+      // Updates land once no later node reads the old value and no later
+      // node can fail the iteration (adaptor/update_schedule.h).
+      for (int k : updates_.after_node[i]) Apply(k, addresses);
     }
-    // Updates run only after every node succeeded.
-    for (const auto& [target, value] : graph_.updates) {
-      if (addresses[target] != addresses[value]) {
-        std::memmove(addresses[target], addresses[value], graph_.values[target].type.bytes());
-      }
+    if (graph_.nodes.empty()) {
+      for (size_t k = 0; k < graph_.updates.size(); ++k) Apply(static_cast<int>(k), addresses);
     }
     return absl::OkStatus();
   }
 
  private:
+  void Apply(int update, absl::Span<void* const> addresses) const {
+    const auto& [target, value] = graph_.updates[update];
+    if (addresses[target] != addresses[value]) {
+      std::memmove(addresses[target], addresses[value], graph_.values[target].type.bytes());
+    }
+  }
+
   const Graph& graph_;
   const std::vector<CpuKernelFn> kernels_;  // one per node
+  const UpdateSchedule updates_;
 };
 
 absl::StatusOr<std::vector<CpuKernelFn>> ResolveKernels(const Graph& graph) {

@@ -37,6 +37,7 @@ void AddComparisonKernels(CpuKernelTable& table);
 void AddNormalizationKernels(CpuKernelTable& table);
 void AddAttentionKernels(CpuKernelTable& table);
 void AddFusedKernels(CpuKernelTable& table);
+void AddRecurrentKernels(CpuKernelTable& table);
 
 inline absl::Status UnsupportedDType(const KernelArgs& args, DType dtype) {
   return absl::UnimplementedError(

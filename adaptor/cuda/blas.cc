@@ -36,6 +36,9 @@ absl::Status BlasStatus(cublasStatus_t status, absl::string_view call) {
     }                                                                                              \
   } while (0)
 
+// Elements between rows of out (and c).
+int64_t OutRowStride(const MatmulSpec& s) { return s.ld_out > 0 ? s.ld_out : s.m; }
+
 // Largest power of two up to 256 that divides the address (the alignment
 // cuBLASLt's heuristics ask about).
 uint32_t AlignmentOf(const void* p) {
@@ -46,7 +49,7 @@ uint32_t AlignmentOf(const void* p) {
 }
 
 // What selects an algorithm: the problem and the operands' alignments.
-using AlgoKey = std::array<int64_t, 13>;
+using AlgoKey = std::array<int64_t, 14>;
 
 // A stream's BLAS state: both handles, the workspace and the algorithms
 // chosen so far (nullopt: cuBLASLt had none, use classic cuBLAS).
@@ -141,7 +144,7 @@ absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s
   }
   BLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&descs.x, type, cm.x_rows, cm.x_cols, cm.x_rows));
   BLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&descs.y, type, cm.y_rows, cm.y_cols, cm.y_rows));
-  BLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&descs.d, type, s.m, s.n, s.m));
+  BLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&descs.d, type, s.m, s.n, OutRowStride(s)));
   if (s.batch > 1) {
     const int32_t count = static_cast<int32_t>(s.batch);
     const std::pair<cublasLtMatrixLayout_t, int64_t> layouts[3] = {
@@ -157,7 +160,7 @@ absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s
 
   const AlgoKey key = {static_cast<int64_t>(s.dtype), s.n, s.k, s.m, s.trans_a, s.trans_b, s.bias != nullptr,
                        AlignmentOf(s.a), AlignmentOf(s.b), AlignmentOf(c), AlignmentOf(s.out),
-                       s.bias != nullptr ? AlignmentOf(s.bias) : 0, s.batch};
+                       s.bias != nullptr ? AlignmentOf(s.bias) : 0, s.batch, OutRowStride(s)};
   auto it = state.algos.find(key);
   if (it == state.algos.end()) {
     BLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&descs.pref));
@@ -197,7 +200,7 @@ absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s
 // Classic cuBLAS: C must be D, so c or the broadcast bias goes into out
 // first.
 absl::Status ClassicMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s, Scalars scalars) {
-  if (s.n > INT_MAX || s.m > INT_MAX || s.k > INT_MAX) {
+  if (s.n > INT_MAX || s.m > INT_MAX || s.k > INT_MAX || OutRowStride(s) > INT_MAX) {
     return absl::UnimplementedError(absl::StrCat("matrix product [", s.n, ", ", s.k, "] @ [", s.k, ", ", s.m,
                                                  "] has a dim past cuBLAS's 32-bit limit"));
   }
@@ -213,8 +216,9 @@ absl::Status ClassicMatmul(BlasState& state, cudaStream_t stream, const MatmulSp
     scalars.f[1] = 1.0f;
     scalars.d[1] = 1.0;
   } else if (s.beta != 0.0 && s.c != nullptr && s.c != s.out) {
-    CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(s.out, s.c, static_cast<size_t>(s.n * s.m) * element, cudaMemcpyDeviceToDevice, stream));
+    const size_t pitch = static_cast<size_t>(OutRowStride(s)) * element;
+    CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(s.out, pitch, s.c, pitch, static_cast<size_t>(s.m) * element,
+                                           static_cast<size_t>(s.n), cudaMemcpyDeviceToDevice, stream));
   } else if (s.c == nullptr) {
     scalars.f[1] = 0.0f;
     scalars.d[1] = 0.0;
@@ -234,7 +238,7 @@ absl::Status ClassicMatmul(BlasState& state, cudaStream_t stream, const MatmulSp
   BLAS_RETURN_IF_ERROR(cublasGemmEx(state.blas, cm.x_op, cm.y_op, static_cast<int>(s.m), static_cast<int>(s.n),
                                     static_cast<int>(s.k), scalars.alpha(s.dtype), s.b, type,
                                     static_cast<int>(cm.x_rows), s.a, type, static_cast<int>(cm.y_rows),
-                                    scalars.beta(s.dtype), s.out, type, static_cast<int>(s.m),
+                                    scalars.beta(s.dtype), s.out, type, static_cast<int>(OutRowStride(s)),
                                     f32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_64F, CUBLAS_GEMM_DEFAULT));
   return absl::OkStatus();
 }
@@ -253,6 +257,9 @@ absl::Status Matmul(device::CudaStream& stream, const MatmulSpec& spec) {
   }
   if (spec.batch > 1 && (spec.c != nullptr || spec.bias != nullptr)) {
     return absl::InternalError("a batched Matmul takes no c or bias");
+  }
+  if (spec.ld_out != 0 && (spec.ld_out < spec.m || spec.bias != nullptr || spec.batch > 1)) {
+    return absl::InternalError("Matmul's ld_out must be 0 or at least m, and takes no bias or batches");
   }
   ASSIGN_OR_RETURN(BlasState * state, BlasState::For(stream));
   Scalars scalars;

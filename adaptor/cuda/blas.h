@@ -36,6 +36,11 @@ struct MatmulSpec {
   double beta = 0.0;
   const void* c = nullptr;     // [n, m], may be `out`; ignored when beta == 0
   const void* bias = nullptr;  // [m], added to every row; not with `c`
+  // Elements from one row of `out` (and of `c`) to the next; 0 means m
+  // (dense). A larger stride writes the first m columns of a wider
+  // row-major matrix (the LSTM's gate block inside its saved state). Not
+  // with `bias` or batches.
+  int64_t ld_out = 0;
   // Strided batches (bmm): `batch` products, product i reading a + i *
   // stride_a, b + i * stride_b and writing out + i * stride_out (strides in
   // elements). Not with `c` or `bias`.

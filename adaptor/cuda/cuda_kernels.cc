@@ -23,16 +23,11 @@ CudaKernelFn FindCudaKernel(absl::string_view op) {
     AddNormalizationKernels(*t);
     AddAttentionKernels(*t);
     AddFusedKernels(*t);
+    AddRecurrentKernels(*t);
     return t;
   }();
   auto it = table->find(op);
   return it == table->end() ? nullptr : it->second;
-}
-
-bool CudaKernelChecksData(absl::string_view op) {
-  return op == "nll_loss_forward" || op == "nll_loss_backward" || op == "embedding" ||
-         op == "embedding_dense_backward" || op == "gather" || op == "scatter.value" || op == "scatter.src" ||
-         op == "index_select" || op == "index_put";
 }
 
 }  // namespace tandem::cuda

@@ -36,9 +36,6 @@ using CudaKernelFn = absl::Status (*)(const CudaKernelContext& context, const Ke
 // nullptr when the op has no CUDA kernel.
 CudaKernelFn FindCudaKernel(absl::string_view op);
 
-// Whether the op's kernel checks data and may write the error word.
-bool CudaKernelChecksData(absl::string_view op);
-
 // What the bad value `value` that `node`'s kernel reported through the error
 // word means ("index 12000 is outside the rows [0, 10000) of weight"), for
 // the indexing ops (indexing_ops.cc); the node's description is not included.

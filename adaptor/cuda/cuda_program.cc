@@ -24,6 +24,7 @@
 #include "adaptor/cuda/cuda_kernels.h"
 #include "adaptor/cuda/cuda_program_options.h"
 #include "adaptor/cuda_program.h"
+#include "adaptor/update_schedule.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "device/cuda/cuda_status.h"
@@ -263,24 +264,35 @@ class CudaProgram final : public Program {
         return absl::Status(status.code(),
                             absl::StrCat(node.Describe(static_cast<int>(i)), ": ", status.message()));
       }
+      for (int k : updates_.after_node[i]) RETURN_IF_ERROR(EnqueueUpdate(k, state, addresses, native));
     }
-    if (events != nullptr) CUDA_RETURN_IF_ERROR(cudaEventRecord(events[graph_.nodes.size()], native));
-    // The updates (new weights into the persistent tensors), skipped on the
-    // device when a kernel reported bad data, so a failed iteration leaves
-    // the job's state as it was.
-    for (const auto& [target, value] : graph_.updates) {
-      if (addresses[target] == addresses[value]) continue;
-      const size_t bytes = graph_.values[target].type.bytes();
-      if (checks_data_) {
-        CUDA_RETURN_IF_ERROR(LaunchCopyUnlessError(state.error_word, addresses[value], addresses[target], bytes, native));
-      } else {
-        CUDA_RETURN_IF_ERROR(
-            cudaMemcpyAsync(addresses[target], addresses[value], bytes, cudaMemcpyDeviceToDevice, native));
+    if (graph_.nodes.empty()) {
+      for (size_t k = 0; k < graph_.updates.size(); ++k) {
+        RETURN_IF_ERROR(EnqueueUpdate(static_cast<int>(k), state, addresses, native));
       }
     }
+    if (events != nullptr) CUDA_RETURN_IF_ERROR(cudaEventRecord(events[graph_.nodes.size()], native));
     if (checks_data_) {
       CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(state.error_host, state.error_word, 2 * sizeof(int64_t),
                                            cudaMemcpyDeviceToHost, native));
+    }
+    return absl::OkStatus();
+  }
+
+  // One update (a new weight into its persistent tensor) as soon as the
+  // schedule allows (adaptor/update_schedule.h), skipped on the device when a
+  // kernel reported bad data, so a failed iteration leaves the job's state
+  // as it was. In-place updates have one address and need no copy.
+  absl::Status EnqueueUpdate(int update, LaneState& state, absl::Span<void* const> addresses,
+                             cudaStream_t native) {
+    const auto& [target, value] = graph_.updates[update];
+    if (addresses[target] == addresses[value]) return absl::OkStatus();
+    const size_t bytes = graph_.values[target].type.bytes();
+    if (checks_data_) {
+      CUDA_RETURN_IF_ERROR(LaunchCopyUnlessError(state.error_word, addresses[value], addresses[target], bytes, native));
+    } else {
+      CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(addresses[target], addresses[value], bytes, cudaMemcpyDeviceToDevice, native));
     }
     return absl::OkStatus();
   }
@@ -353,6 +365,7 @@ class CudaProgram final : public Program {
   device::Device& device_;
   const std::vector<CudaKernelFn> kernels_;  // one per node
   const bool checks_data_;                   // some node may write the error word
+  const UpdateSchedule updates_ = ScheduleUpdates(graph_);
   const CudaProgramOptions options_;
   absl::flat_hash_map<CudaStream*, std::unique_ptr<LaneState>> lanes_;
   bool capture_disabled_ = false;
@@ -381,7 +394,7 @@ absl::StatusOr<std::unique_ptr<Program>> CreateCudaProgram(const Graph& graph, d
                                                    ": the CUDA backend has no kernel for this op"));
     }
     kernels.push_back(fn);
-    checks_data = checks_data || CudaKernelChecksData(graph.nodes[i].op);
+    checks_data = checks_data || OpChecksData(graph.nodes[i].op);
   }
   return std::unique_ptr<Program>(new CudaProgram(graph, device, std::move(kernels), checks_data, options));
 }

@@ -30,6 +30,7 @@ void AddComparisonKernels(CudaKernelTable& table);
 void AddNormalizationKernels(CudaKernelTable& table);
 void AddAttentionKernels(CudaKernelTable& table);
 void AddFusedKernels(CudaKernelTable& table);
+void AddRecurrentKernels(CudaKernelTable& table);
 
 inline absl::Status UnsupportedDType(const KernelArgs& args, DType dtype) {
   return absl::UnimplementedError(

@@ -10,8 +10,10 @@ grad, and applies the optimizer's functional update (optim.OptimizerPlan);
 then traces it with make_fx over functionalize on the CPU. Module hooks label
 every node with the module that produced it (forward nodes) or with
 "backward" / "optimizer", so that the daemon can name the module behind an
-op it refuses. Tracing needs the step's control flow to depend on shapes
-only; anything else ends in a CaptureError that says so.
+op it refuses. Where PyTorch allows it (fused_rnn.available()), every
+nn.LSTM layer traces to one tandem::lstm op and one tandem::lstm_backward.
+Tracing needs the step's control flow to depend on shapes only; anything
+else ends in a CaptureError that says so.
 """
 
 import contextlib
@@ -22,7 +24,7 @@ import torch
 import torch.fx
 
 from tandem.errors import CaptureError
-from tandem.torch import compat
+from tandem.torch import compat, fused_rnn
 from tandem.torch.lower import Input, Output
 
 _label_state = threading.local()
@@ -104,6 +106,12 @@ def _rnn_weights_follow_attributes(module):
         for m in module.modules():
             if id(m) in saved:
                 m._flat_weights = saved.pop(id(m))
+
+
+def _fused_rnns(module):
+    """fused_rnn.fused_lstm(module) where the PyTorch version allows it: each nn.LSTM layer then traces to one
+    tandem::lstm op (and one tandem::lstm_backward) instead of its per-step ATen ops."""
+    return fused_rnn.fused_lstm(module) if fused_rnn.available() else contextlib.nullcontext()
 
 
 def _check_no_captured_state(gm, module):
@@ -231,7 +239,7 @@ def capture_training_step(model, loss_fn, plan, example_batch):
     flat_inputs += scalars
     flat_inputs += batch
 
-    with _labelled(cpu_model), _rnn_weights_follow_attributes(cpu_model):
+    with _labelled(cpu_model), _rnn_weights_follow_attributes(cpu_model), _fused_rnns(cpu_model):
         gm = _trace(step, [t.clone() for t in flat_inputs], "the training step")
     _check_no_captured_state(gm, cpu_model)
 
@@ -283,7 +291,7 @@ def capture_inference(model, example_inputs):
     flat_inputs = [t.detach().clone() for _, t in named] + data
     cpu_model.eval()
     try:
-        with _labelled(cpu_model), _rnn_weights_follow_attributes(cpu_model):
+        with _labelled(cpu_model), _rnn_weights_follow_attributes(cpu_model), _fused_rnns(cpu_model):
             gm = _trace(forward, [t.clone() for t in flat_inputs], "the model's forward pass")
         _check_no_captured_state(gm, cpu_model)
     finally:

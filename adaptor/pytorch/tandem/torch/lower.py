@@ -15,6 +15,9 @@ A few rewrites make the functional graph complete and the IR explicit:
 - `native_batch_norm` in training mode becomes
   `_native_batch_norm_legit_functional`, whose extra outputs (the updated
   running statistics) become updates of the persistent tensors;
+- Tandem's own ops (tandem::lstm, tandem::lstm_backward from fused_rnn.py)
+  become the registry ops of the same name, all their arguments inputs in
+  schema order, every output declared (used or not);
 - convolution nodes carry `allow_tf32` (torch.backends.cudnn.allow_tf32 at
   capture time) and `deterministic` (torch.backends.cudnn.deterministic or
   torch.use_deterministic_algorithms), so the daemon's cuDNN settings are
@@ -43,6 +46,8 @@ _SCALAR_VARIANTS = {"add.Tensor": "add.Scalar", "sub.Tensor": "sub.Scalar", "mul
 _BATCH_NORM_OPS = {"native_batch_norm"}
 # Ops whose CUDA kernels follow torch.backends.cudnn.allow_tf32 through an attribute.
 _CUDNN_CONVOLUTION_OPS = {"convolution", "convolution_backward"}
+# Ops of the `tandem` namespace (fused_rnn.py) -> registry op. Their arguments are all tensors.
+_TANDEM_OPS = {"tandem::lstm": "lstm", "tandem::lstm_backward": "lstm_backward"}
 # Functionalization's copying variants of ops the registry has under another name.
 _RENAMES = {"detach_copy": "clone", "alias_copy": "clone", "lift_fresh_copy": "clone"}
 
@@ -355,6 +360,9 @@ def lower(gm, inputs, outputs, example_inputs):
             raise CaptureError(
                 f"the traced step calls {n.target} ({n.meta.get('tandem_label', n.name)}), which is not an ATen op; "
                 "Tandem can only run steps that trace to ATen ops")
+        if n.target._schema.name in _TANDEM_OPS:
+            _lower_tandem_op(em, n)
+            continue
         name = op_name(n.target)
         if name == "copy_":
             raise CaptureError(f"internal: in-place copy into a non-input ({n.name}) in a functionalized graph")
@@ -390,6 +398,17 @@ def lower(gm, inputs, outputs, example_inputs):
         if value not in lowered.graph["fetches"]:
             lowered.graph["fetches"].append(value)
     return lowered
+
+
+def _lower_tandem_op(em, n):
+    """A tandem:: op: the registry op of the same name, its tensor arguments as inputs in schema order, no
+    attributes. Every output is named and declared, also those nothing reads (lstm_backward's grad_gates)."""
+    schema = n.target._schema
+    arguments = list(n.args) + [n.kwargs[a.name] for a in schema.arguments[len(n.args):] if a.name in n.kwargs]
+    if len(arguments) != len(schema.arguments) or not all(isinstance(a, torch.fx.Node) for a in arguments):
+        raise CaptureError(f"internal: {schema.name} node {n.name} does not have its {len(schema.arguments)} "
+                           "tensor arguments")
+    em.op(n, _TANDEM_OPS[schema.name], [em.ref(a) for a in arguments], {})
 
 
 # ---- batch norm ----

@@ -1,0 +1,65 @@
+// The launchers of the pointwise CUDA kernels of the fused LSTM layer
+// (recurrent_kernels.cu); the matrix products around them go through blas.h
+// (recurrent_ops.cc composes the op). Plain functions over raw float32
+// device pointers in the style of launch.h: each enqueues on `stream` and
+// returns the launch's error (cudaSuccess when there is nothing to do).
+// Gate order i, f, g, o; a step's state row n of `saved` (row stride 5H)
+// holds the gates in columns [0, 4H) and the cell state in [4H, 5H).
+// Thread-safe (stateless).
+#ifndef TANDEM_ADAPTOR_CUDA_RECURRENT_LAUNCH_H_
+#define TANDEM_ADAPTOR_CUDA_RECURRENT_LAUNCH_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace tandem::cuda {
+
+// One forward step over [batch, hidden]. On entry the gate columns of
+// `saved_t` hold x_t @ w_ih^T + h_{t-1} @ w_hh^T (no biases); the kernel adds
+// b_ih + b_hh, activates the gates in place, writes c_t into the cell
+// columns and h_t into y_t [batch, hidden], and, when h_n / c_n are not
+// null (the last step), h_t and c_t there too. c_prev row n starts at
+// c_prev + n * c_prev_stride (c0: stride H; the previous step's cell
+// columns: stride 5H).
+struct LstmForwardStep {
+  int64_t batch = 0, hidden = 0;
+  float* saved_t = nullptr;
+  const float* c_prev = nullptr;
+  int64_t c_prev_stride = 0;
+  const float* b_ih = nullptr;
+  const float* b_hh = nullptr;
+  float* y_t = nullptr;
+  float* h_n = nullptr;
+  float* c_n = nullptr;
+};
+cudaError_t LaunchLstmForwardStep(const LstmForwardStep& step, cudaStream_t stream);
+
+// One backward step over [batch, hidden]: dh = grad_y_t + dh_next,
+// dc = dc_next + dh * o * (1 - tanh(c_t)^2); writes the gate
+// pre-activation gradients into grad_gates_t [batch, 4H] and dc * f (the
+// cell gradient carried to step t-1) into dc_prev. dc_prev may be dc_next
+// (each element is read before it is written, by the same thread).
+// saved_t is the step's row block of saved (stride 5H); c_prev as in
+// LstmForwardStep.
+struct LstmBackwardStep {
+  int64_t batch = 0, hidden = 0;
+  const float* grad_y_t = nullptr;
+  const float* dh_next = nullptr;
+  const float* dc_next = nullptr;
+  const float* saved_t = nullptr;
+  const float* c_prev = nullptr;
+  int64_t c_prev_stride = 0;
+  float* grad_gates_t = nullptr;
+  float* dc_prev = nullptr;
+};
+cudaError_t LaunchLstmBackwardStep(const LstmBackwardStep& step, cudaStream_t stream);
+
+// out[j] = sum over r of in[r * cols + j] for in [rows, cols]: the bias
+// gradient from the gate gradients. Summed in float32 in a fixed order
+// (deterministic); no atomics, no scratch.
+cudaError_t LaunchColumnSums(int64_t rows, int64_t cols, const float* in, float* out, cudaStream_t stream);
+
+}  // namespace tandem::cuda
+
+#endif  // TANDEM_ADAPTOR_CUDA_RECURRENT_LAUNCH_H_
