@@ -83,8 +83,8 @@ while read -r so; do
 done < <(find "$build" -path '*/CMakeFiles' -prune -o -name 'libtandem*.so*' -type f -print)
 
 # The C ABI under its plain name too, for ctypes (TANDEM_LIB=lib/libtandem.so).
-so=$(ls "$bundle"/lib/libtandem.so.* 2>/dev/null | head -n 1)
-[[ -n "$so" && ! -e "$bundle/lib/libtandem.so" ]] && cp "$so" "$bundle/lib/libtandem.so"
+so=$(ls "$bundle"/lib/libtandem.so.* 2>/dev/null | head -n 1 || true)
+if [[ -n "$so" && ! -e "$bundle/lib/libtandem.so" ]]; then cp "$so" "$bundle/lib/libtandem.so"; fi
 rm -f "$bundle"/bin/libtandem.so*  # a library, not an executable
 
 strip --strip-unneeded "$bundle"/bin/* "$bundle"/lib/* 2>/dev/null || true
