@@ -241,6 +241,7 @@ def summarize_policy(trace, results):
     out = {"completed": len(complete), "jobs": jobs,
            "jct": tc.summary([r["jct_s"] for r in complete]),
            "slowdown": tc.summary([r["slowdown"] for r in complete])}
+    out["devices"] = sorted({r["device"] for r in jobs if r.get("device")})
     if complete:
         out["makespan_s"] = round(max(r["finish_s"] for r in complete) - min(r["arrival_s"] for r in jobs
                                                                              if "arrival_s" in r), 4)

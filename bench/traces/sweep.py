@@ -146,9 +146,10 @@ def summarize_mode(mode, lrs, results, iterations):
         out["makespan_s"] = round(max(j["finish_s"] for j in jobs) - min(j["arrival_s"] for j in jobs), 4)
         out["device_s"] = round(sum(j["device_s"] for j in jobs), 4)
         out["lanes"] = sorted({j["lane"] for j in jobs})
+        out["devices"] = sorted({j["device"] for j in jobs})
         out["register_s_total"] = round(sum(j["register_s"] for j in jobs), 4)
         bc.log(f"  {mode}: makespan {out['makespan_s']:.2f} s ({len(jobs)} jobs x {iterations} iterations), "
-               f"lanes {out['lanes']}")
+               f"lanes {out['lanes']} on {', '.join(out['devices'])}")
     else:
         bc.log(f"  {mode}: only {len(complete)}/{len(jobs)} jobs completed")
     return out

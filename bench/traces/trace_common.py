@@ -324,7 +324,7 @@ def replay(pool, daemon, jobs, deadline_s, sequential=False, log_prefix="  "):
             bc.log(f"{log_prefix}{jobs[k]['name']}: FAILED: {r['error']}")
         else:
             bc.log(f"{log_prefix}{jobs[k]['name']}: {r['iterations']} iterations, JCT {r['jct_s']:.2f} s "
-                   f"(lane {r['lane']}){' STOPPED' if r['stopped'] else ''}")
+                   f"({r['device']} lane {r['lane']}){' STOPPED' if r['stopped'] else ''}")
     return results, t0
 
 
@@ -342,7 +342,7 @@ def _job_result(job, ev, arrival, t0):
         "first_done_s": rel(ev["first_done"]), "finish_s": rel(end), "closed_s": rel(times.get("closed")),
         "jct_s": round(end - arrival, 4), "register_s": round(times["registered"] - times["received"], 4),
         "iterations": ev["iterations"], "stopped": ev["stopped"], "device_s": ev["device_s"],
-        "queue_s": ev["queue_s"], "lane": ev["lane"], "first_loss": ev["first_loss"], "last_loss": ev["last_loss"],
+        "queue_s": ev["queue_s"], "lane": ev["lane"], "device": ev.get("device", ""), "first_loss": ev["first_loss"], "last_loss": ev["last_loss"],
     }
 
 

@@ -191,7 +191,7 @@ class Worker:
             "iterations": len(done), "stopped": len(done) < int(cmd["iterations"]),
             "device_s": round(sum(d[1] for d in done), 6), "queue_s": round(sum(d[2] for d in done), 6),
             "first_loss": losses[0], "last_loss": losses[1],
-            "lane": int(response.get("lane", 0)),
+            "lane": int(response.get("lane", 0)), "device": response.get("device", ""),
             "persistent_bytes": int(response.get("persistent_bytes", 0)),
             "ephemeral_peak_bytes": int(response.get("ephemeral_peak_bytes", 0)),
         }
