@@ -11,6 +11,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "client/parallel_copy.h"
 #include "base/endpoint.h"
 #include "base/status_macros.h"
 #include "proto/status_convert.h"
@@ -322,7 +323,7 @@ absl::StatusOr<uint64_t> Client::SubmitIteration(uint64_t job_id, const std::vec
     std::optional<uint64_t> offset;
     if (shm_ring_ != nullptr && f.bytes >= options_.shared_memory_threshold) offset = shm_ring_->Allocate(id, f.bytes);
     if (offset) {
-      std::memcpy(shm_base_ + *offset, f.data, f.bytes);
+      ParallelCopy(shm_base_ + *offset, f.data, f.bytes);
       v1::SharedSlice* slice = t->mutable_shared();
       slice->set_region_id(shm_region_);
       slice->set_offset(*offset);
