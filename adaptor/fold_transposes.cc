@@ -74,9 +74,69 @@ absl::Span<const MatrixSlot> MatrixSlotsOf(const v1::Node& node) {
   return {};
 }
 
+// A product node's transpose flag as the op reads it (Attrs::GetBool), or
+// nullopt when the attribute is not a flag (BuildGraph reports it).
+std::optional<bool> Flag(const v1::Node& node, const char* attr) {
+  auto it = node.attrs().find(attr);
+  if (it == node.attrs().end()) return false;
+  if (it->second.value_case() == v1::AttrValue::kB) return it->second.b();
+  if (it->second.value_case() == v1::AttrValue::kI) return it->second.i() != 0;
+  return std::nullopt;
+}
+
+// t(mm(a, b)) -> mm(b, a) with both flags flipped and swapped ((op(A) op(B))^T
+// = op(B)^T op(A)^T), when the product's only use is that transpose: the
+// product then defines the transpose's output, and the transpose goes. A
+// traced linear layer's weight gradient comes out as t(mm(t(x), g)).
+void FoldTransposedProducts(v1::Graph* graph) {
+  const int num_nodes = graph->nodes_size();
+  const Definitions definitions = DefinitionsOf(*graph);
+  absl::flat_hash_map<absl::string_view, int> uses;
+  for (const v1::Node& node : graph->nodes()) {
+    for (const std::string& input : node.inputs()) ++uses[input];
+  }
+  for (const std::string& fetch : graph->fetches()) ++uses[fetch];
+  for (const v1::Update& update : graph->updates()) {
+    ++uses[update.persistent()];
+    ++uses[update.value()];
+  }
+  std::vector<bool> removed(num_nodes, false);
+  for (int i = 0; i < num_nodes; ++i) {
+    const v1::Node& transpose = graph->nodes(i);
+    if (!IsTranspose(transpose)) continue;
+    const std::optional<int> producer = Resolve(definitions, transpose.inputs(0), i);
+    if (!producer.has_value() || *producer < 0 || removed[*producer]) continue;
+    v1::Node& product = *graph->mutable_nodes(*producer);
+    if (product.op() != "mm" || product.inputs_size() != 2 || product.outputs_size() != 1) continue;
+    if (uses[product.outputs(0)] != 1) continue;
+    auto defined = definitions.find(transpose.outputs(0));
+    if (defined == definitions.end() || defined->second != i) continue;  // defined twice: BuildGraph refuses
+    const std::optional<bool> a = Flag(product, "transpose_a");
+    const std::optional<bool> b = Flag(product, "transpose_b");
+    if (!a.has_value() || !b.has_value()) continue;
+    std::string first = product.inputs(0);
+    product.set_inputs(0, product.inputs(1));
+    product.set_inputs(1, first);
+    (*product.mutable_attrs())["transpose_a"].set_b(!*b);
+    (*product.mutable_attrs())["transpose_b"].set_b(!*a);
+    product.set_outputs(0, transpose.outputs(0));
+    *product.mutable_declared_outputs() = transpose.declared_outputs();
+    removed[i] = true;
+  }
+  auto* nodes = graph->mutable_nodes();
+  int kept = 0;
+  for (int i = 0; i < num_nodes; ++i) {
+    if (removed[i]) continue;
+    if (kept != i) nodes->SwapElements(kept, i);
+    ++kept;
+  }
+  nodes->DeleteSubrange(kept, num_nodes - kept);
+}
+
 }  // namespace
 
 void FoldTransposes(v1::Graph* graph) {
+  FoldTransposedProducts(graph);
   const int num_nodes = graph->nodes_size();
   const Definitions definitions = DefinitionsOf(*graph);
   std::vector<TransposeSource> sources(num_nodes);

@@ -4,6 +4,12 @@
 // untransposed tensor through its transpose_a / transpose_b attribute
 // (docs/ops.md), as cuBLAS reads an operand transposed.
 //
+// First, a transpose of an `mm` result that nothing else reads becomes the
+// product itself: t(mm(a, b)) -> mm(b, a) with the two transpose flags
+// swapped and flipped (a traced linear layer's weight gradient comes out as
+// t(mm(t(x), grad))); the product then defines the transpose's output name
+// and declared type. Then:
+//
 // For each `mm` / `addmm` node and each of its matrix operands (mm's inputs
 // 0 and 1, addmm's inputs 1 and 2) produced by a `t` or `t_copy` node, the
 // operand becomes that node's input and the operand's transpose attribute

@@ -297,6 +297,44 @@ TEST(FoldTransposesTest, AnEvenChainFeedingAnyOpIsReadAtItsSource) {
   EXPECT_TRUE(*expected == *actual);
 }
 
+// A linear layer's weight gradient as torch 2.x traces it: t(mm(t(x), g)).
+// The outer transpose becomes the product (mm(g, x, transpose_a)); a product
+// read by anything besides the transpose stays as it is.
+TEST(FoldTransposesTest, ATransposedProductBecomesTheProduct) {
+  v1::Graph g = WithFeeds();  // x [3, 4], w [3, 5]
+  AddNode(g, "t", {"x"}, "xt");
+  AddNode(g, "mm", {"xt", "w"}, "xw");         // [4, 5], read only by the transpose
+  AddSpec(AddNode(g, "t_copy", {"xw"}, "grad")->add_declared_outputs(), "grad", v1::FLOAT64, {5, 4});
+  AddNode(g, "mm", {"xt", "w"}, "kept");       // also fetched: its transpose stays
+  AddNode(g, "t", {"kept"}, "kept_t");
+  AddNode(g, "relu", {"grad"}, "r");
+  for (const char* f : {"r", "kept", "kept_t"}) g.add_fetches(f);
+  const v1::Graph original = g;
+  FoldTransposes(&g);
+  const v1::Node* grad = Producer(g, "grad");
+  ASSERT_NE(grad, nullptr);
+  EXPECT_EQ(grad->op(), "mm");
+  EXPECT_EQ(InputsOf(grad), (std::vector<std::string>{"w", "x"}));
+  EXPECT_EQ(Flag(grad, "transpose_a"), "true");
+  EXPECT_EQ(Flag(grad, "transpose_b"), "false");
+  ASSERT_EQ(grad->declared_outputs_size(), 1);
+  EXPECT_EQ(grad->declared_outputs(0).shape_size(), 2);
+  EXPECT_EQ(Producer(g, "xw"), nullptr);
+  EXPECT_EQ(Producer(g, "kept_t")->op(), "t");
+  EXPECT_EQ(Producer(g, "kept")->op(), "mm");
+  std::mt19937_64 rng(9);
+  const Contents feeds = {{"x", RandomBytes(v1::FLOAT64, 12, rng)}, {"w", RandomBytes(v1::FLOAT64, 15, rng)}};
+  auto expected = testing::RunWireGraphOnCpu(original, {}, feeds);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  auto actual = testing::RunWireGraphOnCpu(g, {}, feeds);
+  ASSERT_TRUE(actual.ok()) << actual.status();
+  ASSERT_EQ(expected->size(), 3u);
+  for (const auto& [name, bytes] : *expected) {
+    ASSERT_EQ(actual->count(name), 1u) << name;
+    EXPECT_TRUE(actual->at(name) == bytes) << name << " differs after folding";
+  }
+}
+
 TEST(FoldTransposesTest, LeavesGraphsBuildGraphRefusesAsTheyAre) {
   {  // The transpose's input is defined after the transpose (but before the product).
     v1::Graph g = WithFeeds();
