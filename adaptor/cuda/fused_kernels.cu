@@ -1,12 +1,23 @@
 // The fused_elementwise kernel: a grid-stride loop that runs a short
-// straight-line program (fused_launch.h) at every element index.
+// straight-line program (fused_launch.h) over packs of elements.
 //
-// The program stays in the launch's parameter space (__grid_constant__:
-// read in place, uniformly across a warp, never copied per thread). The
-// register file is a per-thread array indexed by the program, so it lives in
-// thread-local memory (cached in L1); only the registers a program touches
-// are ever accessed. Inputs and outputs move as 16-byte vectors when every
-// non-scalar pointer is 16-byte aligned, one element at a time otherwise.
+// Evaluation is instruction-major: a thread takes a pack of 16 bytes of
+// elements (four float32, two float64) and runs each instruction over the
+// whole pack, so decoding an instruction (a uniform read of the launch's
+// parameter space) is paid once per pack, not once per element. The
+// program's registers are a per-thread column of packs in shared memory:
+// register s of thread t is pack s * blockDim.x + t, so a warp's accesses
+// to one register are consecutive 16-byte units (no bank conflicts), and
+// no thread ever reads another's column (no barriers). Before the launch,
+// the program's registers are renamed onto the fewest slots
+// (CompactRegisters: a value's slot is free after its last reader), which
+// sets the shared memory per thread; the block shrinks for programs with
+// many live values so that a block's file stays within 48 KiB.
+//
+// Inputs and outputs move as 16-byte vectors when every non-scalar pointer
+// is 16-byte aligned and the pack is whole, one element at a time otherwise
+// (unaligned buffers, the last n % pack elements). A rank-0 input is read
+// once per thread into its slot, which no other value ever takes.
 //
 // Rounding is pinned with intrinsics so that the compiler can neither fuse
 // nor split an operation: each instruction rounds exactly as the unfused
@@ -14,6 +25,9 @@
 // -fmad=true, -prec-div=true, -prec-sqrt=true): add/sub.Tensor's
 // `a ± alpha * b` is one fused multiply-add there, so it is one here; every
 // other op rounds once, IEEE round-to-nearest.
+#include <algorithm>
+#include <array>
+
 #include "adaptor/cuda/fused_launch.h"
 #include "adaptor/cuda/kernel_common.cuh"
 
@@ -31,97 +45,219 @@ __device__ __forceinline__ double Div(double x, double y) { return __ddiv_rn(x, 
 __device__ __forceinline__ float Sqrt(float x) { return __fsqrt_rn(x); }
 __device__ __forceinline__ double Sqrt(double x) { return __dsqrt_rn(x); }
 
-// Runs the program on the register file `r` (inputs already in place).
+// An instruction's constant in T: float32 programs read the copy rounded
+// on the host (exact: the constant is a float32 value held in a double).
+__device__ __forceinline__ float ParamOf(const FusedDeviceInstruction& ins, float) { return ins.param32; }
+__device__ __forceinline__ double ParamOf(const FusedDeviceInstruction& ins, double) { return ins.param; }
+
+// One instruction over a pack.
 template <typename T>
-__device__ __forceinline__ void RunProgram(const FusedLaunchParams& p, T* r) {
-  for (int i = 0; i < p.num_instructions; ++i) {
-    const FusedDeviceInstruction& ins = p.code[i];
-    const T x = r[ins.a];
-    const T param = static_cast<T>(ins.param);
-    T v;
-    switch (ins.op) {
-      case FusedDeviceOp::kFma: v = Fma(param, r[ins.b], x); break;
-      case FusedDeviceOp::kMul: v = Mul(x, r[ins.b]); break;
-      case FusedDeviceOp::kDiv: v = Div(x, r[ins.b]); break;
-      case FusedDeviceOp::kAddConst: v = Add(x, param); break;
-      case FusedDeviceOp::kMulConst: v = Mul(x, param); break;
-      case FusedDeviceOp::kDivConst: v = Div(x, param); break;
-      case FusedDeviceOp::kNeg: v = -x; break;
-      default: v = Sqrt(x); break;  // kSqrt
-    }
-    r[ins.dst] = v;
+__device__ __forceinline__ Vec16<T> Apply(const FusedDeviceInstruction& ins, const Vec16<T>& x, const Vec16<T>& y) {
+  constexpr int kWidth = Vec16<T>::kCount;
+  const T param = ParamOf(ins, T{});
+  Vec16<T> v;
+  switch (ins.op) {
+    case FusedDeviceOp::kFma:
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) v.v[e] = Fma(param, y.v[e], x.v[e]);
+      break;
+    case FusedDeviceOp::kMul:
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) v.v[e] = Mul(x.v[e], y.v[e]);
+      break;
+    case FusedDeviceOp::kDiv:
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) v.v[e] = Div(x.v[e], y.v[e]);
+      break;
+    case FusedDeviceOp::kAddConst:
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) v.v[e] = Add(x.v[e], param);
+      break;
+    case FusedDeviceOp::kMulConst:
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) v.v[e] = Mul(x.v[e], param);
+      break;
+    case FusedDeviceOp::kDivConst:
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) v.v[e] = Div(x.v[e], param);
+      break;
+    case FusedDeviceOp::kNeg:
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) v.v[e] = -x.v[e];
+      break;
+    default:  // kSqrt
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) v.v[e] = Sqrt(x.v[e]);
+      break;
   }
+  return v;
 }
 
-// Elements [begin, n), one at a time: the whole range without vectors, the
-// tail after the last full vector with them.
-template <typename T>
-__device__ __forceinline__ void RunElements(const FusedLaunchParams& p, T* r, int64_t begin) {
-  for (int64_t j = begin + GlobalThread(); j < p.n; j += GlobalStride()) {
+__host__ __device__ __forceinline__ bool ReadsB(FusedDeviceOp op) {
+  return op == FusedDeviceOp::kFma || op == FusedDeviceOp::kMul || op == FusedDeviceOp::kDiv;
+}
+
+// `aligned`: every non-scalar input and every output is 16-byte aligned.
+// kInputs >= p.num_inputs bounds the packs a thread holds while loading
+// (fewer registers for programs of few inputs).
+template <typename T, int kInputs>
+__global__ void FusedElementwiseKernel(const __grid_constant__ FusedLaunchParams p, bool aligned) {
+  using V = Vec16<T>;
+  constexpr int kWidth = V::kCount;
+  extern __shared__ __align__(16) unsigned char register_file[];  // one declaration for every T
+  V* file = reinterpret_cast<V*>(register_file) + threadIdx.x;    // slot s: file[s * stride]
+  const int stride = static_cast<int>(blockDim.x);
+  if (p.skip_if_error != nullptr && *p.skip_if_error != 0) return;
 #pragma unroll
-    for (int k = 0; k < kFusedLaunchMaxInputs; ++k) {
-      if (k < p.num_inputs && !p.scalar[k]) r[k] = static_cast<const T*>(p.inputs[k])[j];
+  for (int k = 0; k < kInputs; ++k) {
+    if (k < p.num_inputs && p.scalar[k]) {
+      V v;
+      const T value = *static_cast<const T*>(p.inputs[k]);
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) v.v[e] = value;
+      file[k * stride] = v;
     }
-    RunProgram(p, r);
+  }
+  const int64_t packs = (p.n + kWidth - 1) / kWidth;
+  for (int64_t i = GlobalThread(); i < packs; i += GlobalStride()) {
+    const int64_t first = i * kWidth;
+    const int count = p.n - first < kWidth ? static_cast<int>(p.n - first) : kWidth;
+    const bool whole = aligned && count == kWidth;
+    // Every input of the pack is read before any output is written, so an
+    // output may be an input's buffer.
+    V in[kInputs];
+#pragma unroll
+    for (int k = 0; k < kInputs; ++k) {
+      if (k >= p.num_inputs || p.scalar[k]) continue;
+      const T* src = static_cast<const T*>(p.inputs[k]);
+      if (whole) {
+        in[k] = reinterpret_cast<const V*>(src)[i];
+      } else {
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) in[k].v[e] = e < count ? src[first + e] : T(0);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kInputs; ++k) {
+      if (k < p.num_inputs && !p.scalar[k]) file[k * stride] = in[k];
+    }
+    for (int j = 0; j < p.num_instructions; ++j) {
+      const FusedDeviceInstruction& ins = p.code[j];
+      const V x = file[ins.a * stride];
+      const V y = ReadsB(ins.op) ? file[ins.b * stride] : x;
+      file[ins.dst * stride] = Apply<T>(ins, x, y);
+    }
 #pragma unroll
     for (int o = 0; o < kFusedLaunchMaxOutputs; ++o) {
-      if (o < p.num_outputs) static_cast<T*>(p.outputs[o])[j] = r[p.output_regs[o]];
+      if (o >= p.num_outputs) continue;
+      const V v = file[p.output_regs[o] * stride];
+      T* dst = static_cast<T*>(p.outputs[o]);
+      if (whole) {
+        reinterpret_cast<V*>(dst)[i] = v;
+      } else {
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) {
+          if (e < count) dst[first + e] = v.v[e];
+        }
+      }
     }
   }
 }
 
-template <typename T, bool kVector>
-__global__ void FusedElementwiseKernel(const __grid_constant__ FusedLaunchParams p) {
-  T r[kFusedLaunchMaxRegisters];
-#pragma unroll
-  for (int k = 0; k < kFusedLaunchMaxInputs; ++k) {
-    if (k < p.num_inputs && p.scalar[k]) r[k] = *static_cast<const T*>(p.inputs[k]);
+// Renames the registers of `p`'s program onto the fewest slots and returns
+// how many it uses, or -1 for a program that reads a register before
+// writing it (DecodeFusedProgram refuses those). Input k keeps slot k (a
+// rank-0 input for the whole program; others until their last reader);
+// each instruction's result takes the lowest slot free at that point, where
+// the slots of values whose last reader is that instruction already count
+// as free (the kernel reads an instruction's operands before writing its
+// result). Values that are outputs stay until the end.
+int CompactRegisters(FusedLaunchParams& p) {
+  constexpr int kNone = -1;
+  constexpr int kMaxValues = kFusedLaunchMaxInputs + kFusedLaunchMaxInstructions;
+  const int inputs = p.num_inputs;
+  const int count = p.num_instructions;
+  // Values: input k is value k, instruction j's result value inputs + j.
+  std::array<int, kFusedLaunchMaxRegisters> holder;  // register -> value in it
+  holder.fill(kNone);
+  for (int k = 0; k < inputs; ++k) holder[k] = k;
+  std::array<int, kFusedLaunchMaxInstructions> value_a{}, value_b{};
+  std::array<int, kMaxValues> last_use;
+  last_use.fill(kNone);
+  for (int j = 0; j < count; ++j) {
+    const FusedDeviceInstruction& ins = p.code[j];
+    value_a[j] = holder[ins.a];
+    value_b[j] = ReadsB(ins.op) ? holder[ins.b] : kNone;
+    if (value_a[j] == kNone || (ReadsB(ins.op) && value_b[j] == kNone)) return -1;
+    last_use[value_a[j]] = j;
+    if (value_b[j] != kNone) last_use[value_b[j]] = j;
+    holder[ins.dst] = inputs + j;
   }
-  if constexpr (!kVector) {
-    RunElements(p, r, 0);
-  } else {
-    using V = Vec16<T>;
-    constexpr int kCount = V::kCount;
-    const int64_t vectors = p.n / kCount;
-    for (int64_t i = GlobalThread(); i < vectors; i += GlobalStride()) {
-      V in[kFusedLaunchMaxInputs];
-#pragma unroll
-      for (int k = 0; k < kFusedLaunchMaxInputs; ++k) {
-        if (k < p.num_inputs && !p.scalar[k]) in[k] = static_cast<const V*>(p.inputs[k])[i];
-      }
-      V out[kFusedLaunchMaxOutputs];
-#pragma unroll
-      for (int e = 0; e < kCount; ++e) {
-#pragma unroll
-        for (int k = 0; k < kFusedLaunchMaxInputs; ++k) {
-          if (k < p.num_inputs && !p.scalar[k]) r[k] = in[k].v[e];
-        }
-        RunProgram(p, r);
-#pragma unroll
-        for (int o = 0; o < kFusedLaunchMaxOutputs; ++o) {
-          if (o < p.num_outputs) out[o].v[e] = r[p.output_regs[o]];
-        }
-      }
-      // Every input vector at i was read above, so an output on an input's
-      // buffer is safe.
-#pragma unroll
-      for (int o = 0; o < kFusedLaunchMaxOutputs; ++o) {
-        if (o < p.num_outputs) static_cast<V*>(p.outputs[o])[i] = out[o];
-      }
+  std::array<int, kFusedLaunchMaxOutputs> output_value{};
+  for (int o = 0; o < p.num_outputs; ++o) {
+    output_value[o] = holder[p.output_regs[o]];
+    if (output_value[o] == kNone) return -1;
+    last_use[output_value[o]] = count;  // live to the end
+  }
+  for (int k = 0; k < inputs; ++k) {
+    if (p.scalar[k]) last_use[k] = count;
+  }
+  std::array<int, kMaxValues> slot_of;
+  slot_of.fill(kNone);
+  std::array<bool, kFusedLaunchMaxRegisters> busy{};
+  for (int k = 0; k < inputs; ++k) {
+    slot_of[k] = k;
+    busy[k] = last_use[k] != kNone;  // an input nothing reads frees its slot at once
+  }
+  int used = inputs;
+  for (int j = 0; j < count; ++j) {
+    for (int value : {value_a[j], value_b[j]}) {
+      if (value != kNone && last_use[value] == j) busy[slot_of[value]] = false;
     }
-    RunElements(p, r, vectors * kCount);
+    // At most inputs + j < kFusedLaunchMaxRegisters values are live here,
+    // so a slot is free.
+    int slot = 0;
+    while (busy[slot]) ++slot;
+    const int value = inputs + j;
+    slot_of[value] = slot;
+    busy[slot] = last_use[value] != kNone;  // a result nothing reads frees its slot at once
+    used = std::max(used, slot + 1);
+    FusedDeviceInstruction& ins = p.code[j];
+    ins.a = slot_of[value_a[j]];
+    ins.b = value_b[j] != kNone ? slot_of[value_b[j]] : 0;
+    ins.dst = slot;
   }
+  for (int o = 0; o < p.num_outputs; ++o) p.output_regs[o] = slot_of[output_value[o]];
+  return used;
+}
+
+// Threads per block for a register file of `slots` packs per thread within
+// 48 KiB of shared memory (the most a block gets without opting in): 256
+// up to 12 slots, 128 up to 24, 64 up to kFusedLaunchMaxRegisters.
+int ThreadsFor(int slots) {
+  constexpr int kFileBytes = 48 * 1024;
+  int threads = kThreads;
+  while (threads > 32 && static_cast<int64_t>(slots) * threads * 16 > kFileBytes) threads /= 2;
+  return threads;
 }
 
 template <typename T>
-cudaError_t Run(const FusedLaunchParams& p, cudaStream_t stream) {
+cudaError_t Run(const FusedLaunchParams& params, cudaStream_t stream) {
+  FusedLaunchParams p = params;
+  const int slots = CompactRegisters(p);
+  if (slots < 0) return cudaErrorInvalidValue;
+  for (int j = 0; j < p.num_instructions; ++j) p.code[j].param32 = static_cast<float>(p.code[j].param);
   bool aligned = true;
   for (int k = 0; k < p.num_inputs; ++k) aligned = aligned && (p.scalar[k] || Aligned16(p.inputs[k]));
   for (int o = 0; o < p.num_outputs; ++o) aligned = aligned && Aligned16(p.outputs[o]);
-  if (aligned) {
-    FusedElementwiseKernel<T, true><<<Blocks(p.n / Vec16<T>::kCount + 1), kThreads, 0, stream>>>(p);
+  const int threads = ThreadsFor(slots);
+  const int64_t packs = (p.n + Vec16<T>::kCount - 1) / Vec16<T>::kCount;
+  const size_t file_bytes = static_cast<size_t>(slots) * threads * sizeof(Vec16<T>);
+  const int64_t blocks = Blocks(packs, threads);
+  if (p.num_inputs <= 4) {
+    FusedElementwiseKernel<T, 4><<<blocks, threads, file_bytes, stream>>>(p, aligned);
   } else {
-    FusedElementwiseKernel<T, false><<<Blocks(p.n), kThreads, 0, stream>>>(p);
+    FusedElementwiseKernel<T, kFusedLaunchMaxInputs><<<blocks, threads, file_bytes, stream>>>(p, aligned);
   }
   return LaunchError();
 }
@@ -133,6 +269,15 @@ cudaError_t LaunchFusedElementwise(DType dtype, const FusedLaunchParams& params,
       params.num_instructions > kFusedLaunchMaxInstructions || params.num_outputs < 1 ||
       params.num_outputs > kFusedLaunchMaxOutputs) {
     return cudaErrorInvalidValue;
+  }
+  for (int j = 0; j < params.num_instructions; ++j) {
+    const FusedDeviceInstruction& ins = params.code[j];
+    for (int r : {ins.dst, ins.a, ins.b}) {
+      if (r < 0 || r >= kFusedLaunchMaxRegisters) return cudaErrorInvalidValue;
+    }
+  }
+  for (int o = 0; o < params.num_outputs; ++o) {
+    if (params.output_regs[o] < 0 || params.output_regs[o] >= kFusedLaunchMaxRegisters) return cudaErrorInvalidValue;
   }
   if (params.n == 0) return cudaSuccess;
   switch (dtype) {

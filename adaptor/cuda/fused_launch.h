@@ -34,6 +34,7 @@ struct FusedDeviceInstruction {
   int32_t a = 0;
   int32_t b = 0;  // read only by kFma, kMul, kDiv
   double param = 0.0;
+  float param32 = 0.0f;  // param as float32, for float32 programs (set by LaunchFusedElementwise)
 };
 
 // Registers 0..num_inputs-1 are the inputs at the element index; an input
@@ -51,12 +52,19 @@ struct FusedLaunchParams {
   void* outputs[kFusedLaunchMaxOutputs] = {};
   int32_t output_regs[kFusedLaunchMaxOutputs] = {};
   FusedDeviceInstruction code[kFusedLaunchMaxInstructions] = {};
+  // The lane's error word, or null: when a kernel earlier in the iteration
+  // reported bad data (word[0] != 0) the kernel writes nothing, so an output
+  // computed in place of a persistent tensor (an optimizer update,
+  // adaptor/update_schedule.h) keeps its old value.
+  const int64_t* skip_if_error = nullptr;
 };
 
 // Runs the program at every element index; output o may be the buffer of an
 // input (each thread reads all inputs at its indices before writing them).
-// Dtypes: float32, float64 (cudaErrorInvalidValue otherwise, without
-// launching).
+// The program runs as given up to a renaming of its registers (values keep
+// their order of evaluation and rounding). Dtypes: float32, float64
+// (cudaErrorInvalidValue otherwise, or for a register out of range or read
+// before it is written, without launching).
 cudaError_t LaunchFusedElementwise(DType dtype, const FusedLaunchParams& params, cudaStream_t stream);
 
 }  // namespace tandem::cuda

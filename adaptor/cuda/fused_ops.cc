@@ -74,6 +74,7 @@ absl::Status FusedElementwiseKernel(const CudaKernelContext& context, const Kern
   params.num_inputs = program.num_inputs;
   params.num_instructions = static_cast<int32_t>(program.code.size());
   params.num_outputs = static_cast<int32_t>(program.outputs.size());
+  params.skip_if_error = context.error.word;
   for (int k = 0; k < program.num_inputs; ++k) {
     params.inputs[k] = args.inputs[k].data;
     params.scalar[k] = args.inputs[k].type.rank() == 0;

@@ -43,22 +43,28 @@ bool DispatchFloat(DType dtype, F&& f) {
   }
 }
 
-// A thread per output element; the row's id is checked by every thread that
-// reads it, reported by the row's first.
-template <typename E>
-__global__ void EmbeddingKernel(int64_t count, int64_t rows, int64_t width, const E* weight, const int64_t* ids,
-                                E* out, ErrorWord error) {
-  const int64_t n = count * width;
-  for (int64_t i = GlobalThread(); i < n; i += GlobalStride()) {
-    const int64_t row = i / width;
-    const int64_t c = i - row * width;
-    const int64_t id = ids[row];
+// A warp per output row: the row's id is read by every lane and checked
+// before it addresses anything; a bad one is reported once (by lane 0) and
+// its output row is zeros. The row moves in units U: 16-byte vectors when
+// the row's bytes allow (LaunchEmbedding), single elements otherwise.
+template <typename U>
+__global__ void EmbeddingKernel(int64_t count, int64_t rows, int64_t row_units, const U* weight, const int64_t* ids,
+                                U* out, ErrorWord error) {
+  constexpr int kRowsPerBlock = kThreads / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
+  for (int64_t n = first; n < count; n += step) {
+    const int64_t id = ids[n];
+    U* dst = out + n * row_units;
     if (id < 0 || id >= rows) {
-      if (c == 0) ReportBadIndex(error, id);
-      out[i] = E{};
+      if (lane == 0) ReportBadIndex(error, id);
+      for (int64_t j = lane; j < row_units; j += 32) dst[j] = U{};
       continue;
     }
-    out[i] = weight[id * width + c];
+    const U* src = weight + id * row_units;
+#pragma unroll 4
+    for (int64_t j = lane; j < row_units; j += 32) dst[j] = src[j];
   }
 }
 
@@ -186,11 +192,19 @@ __global__ void StridedScatterKernel(int64_t n, const E* in, StridedOperand layo
 cudaError_t LaunchEmbedding(int element_bytes, int64_t count, int64_t rows, int64_t width, const void* weight,
                             const int64_t* ids, void* out, ErrorWord error, cudaStream_t stream) {
   if (count * width == 0) return cudaSuccess;
+  const int64_t row_bytes = width * element_bytes;
+  const int64_t blocks = Blocks(count, kThreads / 32);
+  const bool known_size = element_bytes == 1 || element_bytes == 2 || element_bytes == 4 || element_bytes == 8;
+  if (known_size && row_bytes % 16 == 0 && Aligned16(weight) && Aligned16(out)) {
+    EmbeddingKernel<uint4><<<blocks, kThreads, 0, stream>>>(count, rows, row_bytes / 16,
+                                                            static_cast<const uint4*>(weight), ids,
+                                                            static_cast<uint4*>(out), error);
+    return LaunchError();
+  }
   const bool launched = DispatchBytes(element_bytes, [&](auto tag) {
     using E = decltype(tag);
-    EmbeddingKernel<E><<<Blocks(count * width), kThreads, 0, stream>>>(count, rows, width,
-                                                                       static_cast<const E*>(weight), ids,
-                                                                       static_cast<E*>(out), error);
+    EmbeddingKernel<E><<<blocks, kThreads, 0, stream>>>(count, rows, width, static_cast<const E*>(weight), ids,
+                                                        static_cast<E*>(out), error);
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }

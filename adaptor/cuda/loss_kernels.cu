@@ -1,129 +1,13 @@
-// The classification loss path: log_softmax and its backward (a warp or a
-// block per row when the dim is innermost), nll_loss forward (one block) and
+// The classification loss path after log_softmax (whose kernels are
+// softmax's, normalization_kernels.cu): nll_loss forward (one block) and
 // backward (one thread per element of grad_input). Class labels are data:
 // each is checked before it indexes anything, and a bad one is reported
 // through the error word (launch.h) and skipped.
-#include <cmath>
-#include <limits>
-
 #include "adaptor/cuda/kernel_common.cuh"
 #include "adaptor/cuda/launch.h"
 
 namespace tandem::cuda {
 namespace {
-
-__device__ __forceinline__ float Exp(float x) { return expf(x); }
-__device__ __forceinline__ double Exp(double x) { return exp(x); }
-__device__ __forceinline__ float Log(float x) { return logf(x); }
-__device__ __forceinline__ double Log(double x) { return log(x); }
-
-// Row max with NaN propagation, over lanes [lane, size) stepping by `step`.
-template <typename T>
-__device__ __forceinline__ T PartialMax(const T* x, int64_t size, int lane, int step) {
-  T m = -std::numeric_limits<T>::infinity();
-  for (int64_t j = lane; j < size; j += step) m = MaxNan(m, x[j]);
-  return m;
-}
-
-template <typename T>
-__device__ __forceinline__ T WarpMaxNan(T v) {
-  for (int offset = 16; offset > 0; offset /= 2) v = MaxNan(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-
-// kThreadsPerRow == 32: a warp per row; kThreads: a block per row.
-template <typename T, int kThreadsPerRow>
-__global__ void LogSoftmaxRowKernel(int64_t rows, int64_t size, const T* in, T* out) {
-  constexpr int kRowsPerBlock = kThreads / kThreadsPerRow;
-  __shared__ T shared[32];
-  const int lane = threadIdx.x % kThreadsPerRow;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
-  const int64_t rounds = (rows + step - 1) / step;
-  for (int64_t round = 0; round < rounds; ++round) {
-    const int64_t row = first + round * step;
-    const bool active = row < rows;
-    const T* x = in + (active ? row : 0) * size;
-    T m = active ? PartialMax(x, size, lane, kThreadsPerRow) : -std::numeric_limits<T>::infinity();
-    if constexpr (kThreadsPerRow == 32) {
-      m = WarpMaxNan(m);
-    } else {
-      m = BlockMax(m, shared, -std::numeric_limits<T>::infinity());
-    }
-    T s = 0;
-    if (active) {
-      for (int64_t j = lane; j < size; j += kThreadsPerRow) s += Exp(x[j] - m);
-    }
-    if constexpr (kThreadsPerRow == 32) {
-      s = WarpSum(s);
-    } else {
-      s = BlockSum(s, shared);
-    }
-    if (active) {
-      const T shift = m + Log(s);
-      T* y = out + row * size;
-      for (int64_t j = lane; j < size; j += kThreadsPerRow) y[j] = x[j] - shift;
-    }
-  }
-}
-
-// The dim is not innermost: a thread per (outer, inner) position.
-template <typename T>
-__global__ void LogSoftmaxColumnKernel(int64_t outer, int64_t size, int64_t inner, const T* in, T* out) {
-  for (int64_t p = GlobalThread(); p < outer * inner; p += GlobalStride()) {
-    const int64_t base = (p / inner) * size * inner + p % inner;
-    T m = -std::numeric_limits<T>::infinity();
-    for (int64_t d = 0; d < size; ++d) m = MaxNan(m, in[base + d * inner]);
-    T s = 0;
-    for (int64_t d = 0; d < size; ++d) s += Exp(in[base + d * inner] - m);
-    const T shift = m + Log(s);
-    for (int64_t d = 0; d < size; ++d) out[base + d * inner] = in[base + d * inner] - shift;
-  }
-}
-
-template <typename T, int kThreadsPerRow>
-__global__ void LogSoftmaxBackwardRowKernel(int64_t rows, int64_t size, const T* grad, const T* output, T* grad_in) {
-  constexpr int kRowsPerBlock = kThreads / kThreadsPerRow;
-  __shared__ T shared[32];
-  const int lane = threadIdx.x % kThreadsPerRow;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
-  const int64_t rounds = (rows + step - 1) / step;
-  for (int64_t round = 0; round < rounds; ++round) {
-    const int64_t row = first + round * step;
-    const bool active = row < rows;
-    const int64_t base = (active ? row : 0) * size;
-    T s = 0;
-    if (active) {
-      for (int64_t j = lane; j < size; j += kThreadsPerRow) s += grad[base + j];
-    }
-    // The sum is complete before any element is written (grad_in may be grad).
-    if constexpr (kThreadsPerRow == 32) {
-      s = WarpSum(s);
-    } else {
-      s = BlockSum(s, shared);
-    }
-    if (active) {
-      for (int64_t j = lane; j < size; j += kThreadsPerRow) {
-        grad_in[base + j] = grad[base + j] - Exp(output[base + j]) * s;
-      }
-    }
-  }
-}
-
-template <typename T>
-__global__ void LogSoftmaxBackwardColumnKernel(int64_t outer, int64_t size, int64_t inner, const T* grad,
-                                               const T* output, T* grad_in) {
-  for (int64_t p = GlobalThread(); p < outer * inner; p += GlobalStride()) {
-    const int64_t base = (p / inner) * size * inner + p % inner;
-    T s = 0;
-    for (int64_t d = 0; d < size; ++d) s += grad[base + d * inner];
-    for (int64_t d = 0; d < size; ++d) {
-      const int64_t at = base + d * inner;
-      grad_in[at] = grad[at] - Exp(output[at]) * s;
-    }
-  }
-}
 
 __device__ __forceinline__ void ReportBadValue(const ErrorWord& error, int64_t value) {
   if (error.word == nullptr) return;
@@ -205,43 +89,6 @@ bool DispatchFloat(DType dtype, F&& f) {
 }
 
 }  // namespace
-
-cudaError_t LaunchLogSoftmax(DType dtype, int64_t outer, int64_t size, int64_t inner, const void* in, void* out,
-                             cudaStream_t stream) {
-  if (outer * size * inner == 0) return cudaSuccess;
-  const bool launched = DispatchFloat(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const T* x = static_cast<const T*>(in);
-    T* y = static_cast<T*>(out);
-    if (inner == 1 && size <= 1024) {
-      LogSoftmaxRowKernel<T, 32><<<Blocks(outer, kThreads / 32), kThreads, 0, stream>>>(outer, size, x, y);
-    } else if (inner == 1) {
-      LogSoftmaxRowKernel<T, kThreads><<<Blocks(outer, 1), kThreads, 0, stream>>>(outer, size, x, y);
-    } else {
-      LogSoftmaxColumnKernel<T><<<Blocks(outer * inner), kThreads, 0, stream>>>(outer, size, inner, x, y);
-    }
-  });
-  return launched ? LaunchError() : cudaErrorInvalidValue;
-}
-
-cudaError_t LaunchLogSoftmaxBackward(DType dtype, int64_t outer, int64_t size, int64_t inner, const void* grad,
-                                     const void* output, void* grad_in, cudaStream_t stream) {
-  if (outer * size * inner == 0) return cudaSuccess;
-  const bool launched = DispatchFloat(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const T* g = static_cast<const T*>(grad);
-    const T* o = static_cast<const T*>(output);
-    T* r = static_cast<T*>(grad_in);
-    if (inner == 1 && size <= 1024) {
-      LogSoftmaxBackwardRowKernel<T, 32><<<Blocks(outer, kThreads / 32), kThreads, 0, stream>>>(outer, size, g, o, r);
-    } else if (inner == 1) {
-      LogSoftmaxBackwardRowKernel<T, kThreads><<<Blocks(outer, 1), kThreads, 0, stream>>>(outer, size, g, o, r);
-    } else {
-      LogSoftmaxBackwardColumnKernel<T><<<Blocks(outer * inner), kThreads, 0, stream>>>(outer, size, inner, g, o, r);
-    }
-  });
-  return launched ? LaunchError() : cudaErrorInvalidValue;
-}
 
 cudaError_t LaunchNllLossForward(DType dtype, const NllParams& params, const void* self, const int64_t* target,
                                  const void* weight, void* loss, void* total_weight, cudaStream_t stream) {

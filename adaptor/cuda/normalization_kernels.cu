@@ -1,26 +1,40 @@
-// Softmax and layer normalization kernels. Softmax: a warp per row (a block
-// past 1024 elements) when the dim is innermost, a thread per position
-// otherwise; the same kernels serve _softmax and _safe_softmax (a flag: a
-// slice of all -inf gives zeros instead of NaN). Layer norm: a block per row
-// for the forward and for grad_input (two-pass mean and variance, float
-// accumulation for float32), and a block per 32 columns summing over rows
-// for grad_weight and grad_bias (deterministic: no atomics). Each row is
-// read completely before any of it is written, so softmax's backward may
-// write over grad.
+// Softmax, log_softmax and layer normalization kernels.
+//
+// Softmax and log_softmax share one templated kernel per shape of the work
+// (kLog picks the formula), forward and backward:
+//   - the dim innermost and the row a whole number of 16-byte packs that
+//     fits a row tile (row_kernels.cuh: a warp per row up to 1024 float32
+//     elements, taking 2 short rows at once, a block per row up to 4096
+//     elements): the row is read once into registers, reduced with shuffles
+//     and written from the registers;
+//   - longer rows of packs up to 48 KiB: a block per row with the row (the
+//     backward: grad) cached in shared memory, so that each tensor is read
+//     from global memory once (the softmax backward reads y twice);
+//   - the dim innermost otherwise: a warp per row up to 1024 elements, a
+//     block per row past that, reading the row once per pass;
+//   - the dim not innermost: a thread per (outer, inner) position.
+// The same kernels serve _softmax and _safe_softmax (a flag: a slice of all
+// -inf gives zeros instead of NaN). Every thread reads all its elements of
+// a row before the row's reductions and writes only elements it read, so
+// the backward may write over grad.
+//
+// Layer norm (kernels in layer_norm_kernels.cuh): the forward (tiles up to
+// 8192 float32 elements) and grad_input (up to 4096) take the same row
+// shapes, other rows a block per row; grad_weight and grad_bias are column
+// sums over the rows by a cluster of blocks per column tile
+// (cluster_reduce.cuh: deterministic, no atomics).
 #include <cmath>
 #include <limits>
 
+#include "adaptor/cuda/cluster_reduce.cuh"
 #include "adaptor/cuda/kernel_common.cuh"
+#include "adaptor/cuda/launch.h"
+#include "adaptor/cuda/layer_norm_kernels.cuh"
+#include "adaptor/cuda/row_kernels.cuh"
 #include "adaptor/cuda/sequence_launch.h"
 
 namespace tandem::cuda {
 namespace {
-
-template <typename T>
-__device__ __forceinline__ T WarpMaxNan(T v) {
-  for (int offset = 16; offset > 0; offset /= 2) v = MaxNan(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
 
 // The max of a slice (NaN if any input is) is -inf exactly when every
 // input is -inf.
@@ -29,191 +43,369 @@ __device__ __forceinline__ bool AllNegInf(T max) {
   return max == -std::numeric_limits<T>::infinity();
 }
 
-// kThreadsPerRow == 32: a warp per row; kThreads: a block per row. With
-// `zero_if_all_neg_inf`, a row of all -inf is written as zeros.
-template <typename T, int kThreadsPerRow>
-__global__ void SoftmaxRowKernel(int64_t rows, int64_t size, bool zero_if_all_neg_inf, const T* in, T* out) {
-  constexpr int kRowsPerBlock = kThreads / kThreadsPerRow;
+// ---- softmax and log_softmax, forward ----
+
+// A row tile per row, kRows rows per warp or block at once: y = exp(x -
+// max) / sum (kLog: x - max - log(sum)). With `zero_if_all_neg_inf`
+// (softmax only), a row of all -inf is zeros.
+template <typename T, bool kLog, int kThreadsPerRow, int kPacks, int kRows>
+__global__ void __launch_bounds__(kThreads)
+    SoftmaxTileKernel(int64_t rows, int64_t size, bool zero_if_all_neg_inf, const T* in, T* out) {
+  using Tile = RowTile<T, kThreadsPerRow, kPacks>;
+  constexpr int kWidth = Tile::kWidth;
   __shared__ T shared[32];
-  const int lane = threadIdx.x % kThreadsPerRow;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
-  const int64_t rounds = (rows + step - 1) / step;
-  for (int64_t round = 0; round < rounds; ++round) {
-    const int64_t row = first + round * step;
-    const bool active = row < rows;
-    const T* x = in + (active ? row : 0) * size;
-    T m = -std::numeric_limits<T>::infinity();
-    if (active) {
-      for (int64_t j = lane; j < size; j += kThreadsPerRow) m = MaxNan(m, x[j]);
+  const RowWalk<kThreadsPerRow, kRows> walk(rows);
+  const int lane = walk.lane;
+  const int64_t row_packs = size / kWidth;
+  for (int64_t base = walk.first; base < rows; base += walk.step) {
+    Tile x[kRows];
+    T m[kRows], s[kRows];
+#pragma unroll
+    for (int q = 0; q < kRows; ++q) {
+      const int64_t row = walk.Row(base, q);
+      if (walk.Active(row)) x[q].Load(in + row * size, lane, row_packs);
     }
-    if constexpr (kThreadsPerRow == 32) {
-      m = WarpMaxNan(m);
-    } else {
-      m = BlockMax(m, shared, -std::numeric_limits<T>::infinity());
-    }
-    T s = 0;
-    if (active) {
-      for (int64_t j = lane; j < size; j += kThreadsPerRow) s += exp(x[j] - m);
-    }
-    if constexpr (kThreadsPerRow == 32) {
-      s = WarpSum(s);
-    } else {
-      s = BlockSum(s, shared);
-    }
-    if (active) {
-      T* y = out + row * size;
-      if (zero_if_all_neg_inf && AllNegInf(m)) {
-        for (int64_t j = lane; j < size; j += kThreadsPerRow) y[j] = T(0);
-      } else {
-        for (int64_t j = lane; j < size; j += kThreadsPerRow) y[j] = exp(x[j] - m) / s;
+#pragma unroll
+    for (int q = 0; q < kRows; ++q) {
+      m[q] = -std::numeric_limits<T>::infinity();
+      if (!walk.Active(walk.Row(base, q))) continue;
+#pragma unroll
+      for (int k = 0; k < kPacks; ++k) {
+        if (!Tile::Has(k, lane, row_packs)) continue;
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) m[q] = MaxNan(m[q], x[q].pack[k].v[e]);
       }
+    }
+#pragma unroll
+    for (int q = 0; q < kRows; ++q) m[q] = RowMax<kThreadsPerRow>(m[q], shared);
+#pragma unroll
+    for (int q = 0; q < kRows; ++q) {
+      s[q] = 0;
+      if (!walk.Active(walk.Row(base, q))) continue;
+#pragma unroll
+      for (int k = 0; k < kPacks; ++k) {
+        if (!Tile::Has(k, lane, row_packs)) continue;
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) {
+          const T shifted = x[q].pack[k].v[e] - m[q];
+          if constexpr (kLog) {
+            s[q] += Exp(shifted);
+          } else {
+            x[q].pack[k].v[e] = Exp(shifted);  // kept for the output
+            s[q] += x[q].pack[k].v[e];
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kRows; ++q) s[q] = RowSum<kThreadsPerRow>(s[q], shared);
+#pragma unroll
+    for (int q = 0; q < kRows; ++q) {
+      const int64_t row = walk.Row(base, q);
+      if (!walk.Active(row)) continue;
+      const bool zeros = !kLog && zero_if_all_neg_inf && AllNegInf(m[q]);
+      // softmax scales by 1 / sum (one division per row, not per element).
+      const T shift = kLog ? m[q] + Log(s[q]) : T(0);
+      const T scale = kLog ? T(0) : T(1) / s[q];
+#pragma unroll
+      for (int k = 0; k < kPacks; ++k) {
+        if (!Tile::Has(k, lane, row_packs)) continue;
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) {
+          T& v = x[q].pack[k].v[e];
+          if constexpr (kLog) {
+            v = v - shift;
+          } else {
+            v = zeros ? T(0) : v * scale;  // v is NaN in a row of all -inf
+          }
+        }
+      }
+      x[q].Store(out + row * size, lane, row_packs);
     }
   }
 }
 
-template <typename T>
+// Rows too long for a tile but of at most kLongRowBytes: a block per row,
+// the row cached in shared memory. Pass 1 reads it from global memory (four
+// 16-byte loads in flight per thread) into the cache and finds the max;
+// pass 2 sums the exponentials from the cache (softmax keeps them there);
+// pass 3 writes the output.
+constexpr int kLongRowThreads = 512;
+constexpr int64_t kLongRowBytes = 48 * 1024;  // the most shared memory a block gets without opting in
+
+template <typename T, bool kLog>
+__global__ void __launch_bounds__(kLongRowThreads)
+    SoftmaxLongRowKernel(int64_t rows, int64_t size, bool zero_if_all_neg_inf, const T* in, T* out) {
+  using V = Vec16<T>;
+  constexpr int kWidth = V::kCount;
+  extern __shared__ __align__(16) unsigned char row_cache[];  // one declaration for every T
+  V* cache = reinterpret_cast<V*>(row_cache);
+  __shared__ T shared[32];
+  const int64_t packs = size / kWidth;
+  const int64_t threads = blockDim.x;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const V* x = reinterpret_cast<const V*>(in + row * size);
+    T m = -std::numeric_limits<T>::infinity();
+    int64_t j = threadIdx.x;
+    for (; j + 3 * threads < packs; j += 4 * threads) {
+      V v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) v[u] = x[j + u * threads];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        cache[j + u * threads] = v[u];
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) m = MaxNan(m, v[u].v[e]);
+      }
+    }
+    for (; j < packs; j += threads) {
+      const V v = x[j];
+      cache[j] = v;
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) m = MaxNan(m, v.v[e]);
+    }
+    // Each thread reads back only the packs it cached itself, so the
+    // reductions' barriers are the only ones the cache needs.
+    m = BlockMax(m, shared, -std::numeric_limits<T>::infinity());
+    T s = 0;
+    for (j = threadIdx.x; j < packs; j += threads) {
+      V v = cache[j];
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) {
+        const T ex = Exp(v.v[e] - m);
+        s += ex;
+        v.v[e] = ex;
+      }
+      if constexpr (!kLog) cache[j] = v;
+    }
+    s = BlockSum(s, shared);
+    const bool zeros = !kLog && zero_if_all_neg_inf && AllNegInf(m);
+    const T shift = kLog ? m + Log(s) : T(0);
+    const T scale = kLog ? T(0) : T(1) / s;
+    V* y = reinterpret_cast<V*>(out + row * size);
+    for (j = threadIdx.x; j < packs; j += threads) {
+      V v = cache[j];
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) {
+        if constexpr (kLog) {
+          v.v[e] = v.v[e] - shift;
+        } else {
+          v.v[e] = zeros ? T(0) : v.v[e] * scale;  // NaN in a row of all -inf
+        }
+      }
+      y[j] = v;
+    }
+  }
+}
+
+// Any contiguous row, one element at a time: a max pass, a sum pass and a
+// write pass over global memory.
+template <typename T, bool kLog, int kThreadsPerRow>
+__global__ void __launch_bounds__(kThreads)
+    SoftmaxLoopKernel(int64_t rows, int64_t size, bool zero_if_all_neg_inf, const T* in, T* out) {
+  __shared__ T shared[32];
+  const RowWalk<kThreadsPerRow, 1> walk(rows);
+  const int lane = walk.lane;
+  // The row is the same for every thread of its warp or block.
+  for (int64_t row = walk.first; row < rows; row += walk.step) {
+    const T* x = in + row * size;
+    T m = -std::numeric_limits<T>::infinity();
+    for (int64_t j = lane; j < size; j += kThreadsPerRow) m = MaxNan(m, x[j]);
+    m = RowMax<kThreadsPerRow>(m, shared);
+    T s = 0;
+    for (int64_t j = lane; j < size; j += kThreadsPerRow) s += Exp(x[j] - m);
+    s = RowSum<kThreadsPerRow>(s, shared);
+    T* y = out + row * size;
+    if constexpr (kLog) {
+      const T shift = m + Log(s);
+      for (int64_t j = lane; j < size; j += kThreadsPerRow) y[j] = x[j] - shift;
+    } else if (zero_if_all_neg_inf && AllNegInf(m)) {
+      for (int64_t j = lane; j < size; j += kThreadsPerRow) y[j] = T(0);
+    } else {
+      for (int64_t j = lane; j < size; j += kThreadsPerRow) y[j] = Exp(x[j] - m) / s;
+    }
+  }
+}
+
+// The dim is not innermost: a thread per (outer, inner) position.
+template <typename T, bool kLog>
 __global__ void SoftmaxColumnKernel(int64_t outer, int64_t size, int64_t inner, bool zero_if_all_neg_inf, const T* in,
                                     T* out) {
   for (int64_t p = GlobalThread(); p < outer * inner; p += GlobalStride()) {
     const int64_t base = (p / inner) * size * inner + p % inner;
     T m = -std::numeric_limits<T>::infinity();
     for (int64_t d = 0; d < size; ++d) m = MaxNan(m, in[base + d * inner]);
-    if (zero_if_all_neg_inf && AllNegInf(m)) {
+    T s = 0;
+    for (int64_t d = 0; d < size; ++d) s += Exp(in[base + d * inner] - m);
+    if constexpr (kLog) {
+      const T shift = m + Log(s);
+      for (int64_t d = 0; d < size; ++d) out[base + d * inner] = in[base + d * inner] - shift;
+    } else if (zero_if_all_neg_inf && AllNegInf(m)) {
       for (int64_t d = 0; d < size; ++d) out[base + d * inner] = T(0);
-      continue;
-    }
-    T s = 0;
-    for (int64_t d = 0; d < size; ++d) s += exp(in[base + d * inner] - m);
-    for (int64_t d = 0; d < size; ++d) out[base + d * inner] = exp(in[base + d * inner] - m) / s;
-  }
-}
-
-template <typename T, int kThreadsPerRow>
-__global__ void SoftmaxBackwardRowKernel(int64_t rows, int64_t size, const T* grad, const T* y, T* grad_in) {
-  constexpr int kRowsPerBlock = kThreads / kThreadsPerRow;
-  __shared__ T shared[32];
-  const int lane = threadIdx.x % kThreadsPerRow;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
-  const int64_t rounds = (rows + step - 1) / step;
-  for (int64_t round = 0; round < rounds; ++round) {
-    const int64_t row = first + round * step;
-    const bool active = row < rows;
-    const int64_t base = (active ? row : 0) * size;
-    T s = 0;
-    if (active) {
-      for (int64_t j = lane; j < size; j += kThreadsPerRow) s += grad[base + j] * y[base + j];
-    }
-    if constexpr (kThreadsPerRow == 32) {
-      s = WarpSum(s);
     } else {
-      s = BlockSum(s, shared);
-    }
-    if (active) {
-      for (int64_t j = lane; j < size; j += kThreadsPerRow) grad_in[base + j] = y[base + j] * (grad[base + j] - s);
+      for (int64_t d = 0; d < size; ++d) out[base + d * inner] = Exp(in[base + d * inner] - m) / s;
     }
   }
 }
 
-template <typename T>
+// ---- softmax and log_softmax, backward ----
+// softmax: grad_in = y * (grad - sum(grad * y));
+// log_softmax: grad_in = grad - exp(y) * sum(grad).
+
+template <typename T, bool kLog>
+__device__ __forceinline__ T BackwardTerm(T g, T y) {
+  if constexpr (kLog) {
+    return g;
+  } else {
+    return g * y;
+  }
+}
+
+template <typename T, bool kLog>
+__device__ __forceinline__ T BackwardValue(T g, T y, T s) {
+  if constexpr (kLog) {
+    return g - Exp(y) * s;
+  } else {
+    return y * (g - s);
+  }
+}
+
+template <typename T, bool kLog, int kThreadsPerRow, int kPacks, int kRows>
+__global__ void __launch_bounds__(kThreads)
+    SoftmaxBackwardTileKernel(int64_t rows, int64_t size, const T* grad, const T* y, T* grad_in) {
+  using Tile = RowTile<T, kThreadsPerRow, kPacks>;
+  constexpr int kWidth = Tile::kWidth;
+  __shared__ T shared[32];
+  const RowWalk<kThreadsPerRow, kRows> walk(rows);
+  const int lane = walk.lane;
+  const int64_t row_packs = size / kWidth;
+  for (int64_t base = walk.first; base < rows; base += walk.step) {
+    Tile g[kRows], o[kRows];
+    T s[kRows];
+#pragma unroll
+    for (int q = 0; q < kRows; ++q) {
+      const int64_t row = walk.Row(base, q);
+      if (!walk.Active(row)) continue;
+      g[q].Load(grad + row * size, lane, row_packs);
+      o[q].Load(y + row * size, lane, row_packs);
+    }
+#pragma unroll
+    for (int q = 0; q < kRows; ++q) {
+      s[q] = 0;
+      if (!walk.Active(walk.Row(base, q))) continue;
+#pragma unroll
+      for (int k = 0; k < kPacks; ++k) {
+        if (!Tile::Has(k, lane, row_packs)) continue;
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) s[q] += BackwardTerm<T, kLog>(g[q].pack[k].v[e], o[q].pack[k].v[e]);
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kRows; ++q) s[q] = RowSum<kThreadsPerRow>(s[q], shared);
+#pragma unroll
+    for (int q = 0; q < kRows; ++q) {
+      const int64_t row = walk.Row(base, q);
+      if (!walk.Active(row)) continue;
+#pragma unroll
+      for (int k = 0; k < kPacks; ++k) {
+        if (!Tile::Has(k, lane, row_packs)) continue;
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) {
+          g[q].pack[k].v[e] = BackwardValue<T, kLog>(g[q].pack[k].v[e], o[q].pack[k].v[e], s[q]);
+        }
+      }
+      g[q].Store(grad_in + row * size, lane, row_packs);
+    }
+  }
+}
+
+// Rows too long for a tile but of at most kLongRowBytes: a block per row,
+// grad cached in shared memory. Pass 1 reads grad (softmax: and y) from
+// global memory, four 16-byte loads in flight per thread, caching grad;
+// pass 2 reads y from global memory and grad from the cache. log_softmax
+// reads each tensor once; softmax reads y twice (the second time mostly
+// from L2).
+template <typename T, bool kLog>
+__global__ void __launch_bounds__(kLongRowThreads)
+    SoftmaxBackwardLongRowKernel(int64_t rows, int64_t size, const T* grad, const T* y, T* grad_in) {
+  using V = Vec16<T>;
+  constexpr int kWidth = V::kCount;
+  extern __shared__ __align__(16) unsigned char row_cache[];  // one declaration for every T
+  V* cache = reinterpret_cast<V*>(row_cache);
+  __shared__ T shared[32];
+  const int64_t packs = size / kWidth;
+  const int64_t threads = blockDim.x;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const V* g = reinterpret_cast<const V*>(grad + row * size);
+    const V* o = reinterpret_cast<const V*>(y + row * size);
+    T s = 0;
+    int64_t j = threadIdx.x;
+    for (; j + 3 * threads < packs; j += 4 * threads) {
+      V gv[4], ov[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        gv[u] = g[j + u * threads];
+        if constexpr (!kLog) ov[u] = o[j + u * threads];
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        cache[j + u * threads] = gv[u];
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) s += BackwardTerm<T, kLog>(gv[u].v[e], kLog ? T(0) : ov[u].v[e]);
+      }
+    }
+    for (; j < packs; j += threads) {
+      const V gv = g[j];
+      V ov;
+      if constexpr (!kLog) ov = o[j];
+      cache[j] = gv;
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) s += BackwardTerm<T, kLog>(gv.v[e], kLog ? T(0) : ov.v[e]);
+    }
+    // The sum is complete before any element is written (grad_in may be
+    // grad); each thread reads back only the packs it cached itself.
+    s = BlockSum(s, shared);
+    V* r = reinterpret_cast<V*>(grad_in + row * size);
+    for (j = threadIdx.x; j < packs; j += threads) {
+      V gv = cache[j];
+      const V ov = o[j];
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) gv.v[e] = BackwardValue<T, kLog>(gv.v[e], ov.v[e], s);
+      r[j] = gv;
+    }
+  }
+}
+
+template <typename T, bool kLog, int kThreadsPerRow>
+__global__ void __launch_bounds__(kThreads)
+    SoftmaxBackwardLoopKernel(int64_t rows, int64_t size, const T* grad, const T* y, T* grad_in) {
+  __shared__ T shared[32];
+  const RowWalk<kThreadsPerRow, 1> walk(rows);
+  const int lane = walk.lane;
+  // The row is the same for every thread of its warp or block.
+  for (int64_t row = walk.first; row < rows; row += walk.step) {
+    const int64_t base = row * size;
+    T s = 0;
+    for (int64_t j = lane; j < size; j += kThreadsPerRow) s += BackwardTerm<T, kLog>(grad[base + j], y[base + j]);
+    // The sum is complete before any element is written (grad_in may be grad).
+    s = RowSum<kThreadsPerRow>(s, shared);
+    for (int64_t j = lane; j < size; j += kThreadsPerRow) {
+      grad_in[base + j] = BackwardValue<T, kLog>(grad[base + j], y[base + j], s);
+    }
+  }
+}
+
+template <typename T, bool kLog>
 __global__ void SoftmaxBackwardColumnKernel(int64_t outer, int64_t size, int64_t inner, const T* grad, const T* y,
                                             T* grad_in) {
   for (int64_t p = GlobalThread(); p < outer * inner; p += GlobalStride()) {
     const int64_t base = (p / inner) * size * inner + p % inner;
     T s = 0;
-    for (int64_t d = 0; d < size; ++d) s += grad[base + d * inner] * y[base + d * inner];
+    for (int64_t d = 0; d < size; ++d) s += BackwardTerm<T, kLog>(grad[base + d * inner], y[base + d * inner]);
     for (int64_t d = 0; d < size; ++d) {
       const int64_t at = base + d * inner;
-      grad_in[at] = y[at] * (grad[at] - s);
+      grad_in[at] = BackwardValue<T, kLog>(grad[at], y[at], s);
     }
-  }
-}
-
-// A block per row.
-template <typename T>
-__global__ void LayerNormKernel(int64_t rows, int64_t cols, T eps, const T* x, const T* weight, const T* bias, T* y,
-                                T* mean_out, T* rstd_out) {
-  __shared__ T shared[32];
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const T* xr = x + row * cols;
-    T sum = 0;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += xr[c];
-    const T mean = BlockSum(sum, shared) / static_cast<T>(cols);
-    T sq = 0;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      const T d = xr[c] - mean;
-      sq += d * d;
-    }
-    const T rstd = T(1) / sqrt(BlockSum(sq, shared) / static_cast<T>(cols) + eps);
-    T* yr = y + row * cols;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      T v = (xr[c] - mean) * rstd;
-      if (weight != nullptr) v *= weight[c];
-      if (bias != nullptr) v += bias[c];
-      yr[c] = v;
-    }
-    if (threadIdx.x == 0) {
-      mean_out[row] = mean;
-      rstd_out[row] = rstd;
-    }
-  }
-}
-
-// grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w.
-template <typename T>
-__global__ void LayerNormBackwardRowKernel(int64_t rows, int64_t cols, const T* grad, const T* x, const T* mean,
-                                           const T* rstd, const T* weight, T* grad_x) {
-  __shared__ T shared[32];
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const T m = mean[row], s = rstd[row];
-    const int64_t base = row * cols;
-    T sum_g = 0, sum_gx = 0;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      const T g = weight != nullptr ? grad[base + c] * weight[c] : grad[base + c];
-      sum_g += g;
-      sum_gx += g * (x[base + c] - m) * s;
-    }
-    const T n = static_cast<T>(cols);
-    const T mean_g = BlockSum(sum_g, shared) / n;
-    const T mean_gx = BlockSum(sum_gx, shared) / n;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      const T g = weight != nullptr ? grad[base + c] * weight[c] : grad[base + c];
-      grad_x[base + c] = s * (g - mean_g - (x[base + c] - m) * s * mean_gx);
-    }
-  }
-}
-
-constexpr int kColumnTile = 32;
-constexpr int kRowGroups = 16;
-
-// A block per 32 columns: grad_weight = sum over rows of dy * xhat,
-// grad_bias = sum of dy.
-template <typename T>
-__global__ void LayerNormBackwardColumnKernel(int64_t rows, int64_t cols, const T* grad, const T* x, const T* mean,
-                                              const T* rstd, T* grad_weight, T* grad_bias) {
-  __shared__ T dw[kRowGroups][kColumnTile + 1];
-  __shared__ T db[kRowGroups][kColumnTile + 1];
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColumnTile + threadIdx.x;
-  T sw = 0, sb = 0;
-  if (c < cols) {
-    for (int64_t r = threadIdx.y; r < rows; r += kRowGroups) {
-      const T d = grad[r * cols + c];
-      sw += d * (x[r * cols + c] - mean[r]) * rstd[r];
-      sb += d;
-    }
-  }
-  dw[threadIdx.y][threadIdx.x] = sw;
-  db[threadIdx.y][threadIdx.x] = sb;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < cols) {
-    T tw = 0, tb = 0;
-    for (int g = 0; g < kRowGroups; ++g) {
-      tw += dw[g][threadIdx.x];
-      tb += db[g][threadIdx.x];
-    }
-    grad_weight[c] = tw;
-    grad_bias[c] = tb;
   }
 }
 
@@ -226,45 +418,96 @@ bool DispatchFloat(DType dtype, F&& f) {
   }
 }
 
-}  // namespace
-
-cudaError_t LaunchSoftmax(DType dtype, int64_t outer, int64_t size, int64_t inner, bool zero_if_all_neg_inf,
-                          const void* in, void* out, cudaStream_t stream) {
+template <bool kLog>
+cudaError_t SoftmaxForward(DType dtype, int64_t outer, int64_t size, int64_t inner, bool zero_if_all_neg_inf,
+                           const void* in, void* out, cudaStream_t stream) {
   if (outer * size * inner == 0) return cudaSuccess;
   const bool launched = DispatchFloat(dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* x = static_cast<const T*>(in);
     T* y = static_cast<T*>(out);
-    if (inner == 1 && size <= 1024) {
-      SoftmaxRowKernel<T, 32>
-          <<<Blocks(outer, kThreads / 32), kThreads, 0, stream>>>(outer, size, zero_if_all_neg_inf, x, y);
-    } else if (inner == 1) {
-      SoftmaxRowKernel<T, kThreads><<<Blocks(outer, 1), kThreads, 0, stream>>>(outer, size, zero_if_all_neg_inf, x, y);
-    } else {
-      SoftmaxColumnKernel<T>
+    if (inner != 1) {
+      SoftmaxColumnKernel<T, kLog>
           <<<Blocks(outer * inner), kThreads, 0, stream>>>(outer, size, inner, zero_if_all_neg_inf, x, y);
+      return;
+    }
+    const bool vectorizable = AllAligned16({in, out}) && size % Vec16<T>::kCount == 0;
+    const bool tiled =
+        DispatchRowTile<T, 4>(size, vectorizable, [&]<int kThreadsPerRow, int kPacks, int kRows>() {
+          SoftmaxTileKernel<T, kLog, kThreadsPerRow, kPacks, kRows>
+              <<<RowBlocks<kThreadsPerRow, kRows>(outer), kThreads, 0, stream>>>(outer, size, zero_if_all_neg_inf, x,
+                                                                                 y);
+        });
+    if (tiled) return;
+    const int64_t row_bytes = size * static_cast<int64_t>(sizeof(T));
+    if (vectorizable && row_bytes <= kLongRowBytes) {
+      SoftmaxLongRowKernel<T, kLog><<<Blocks(outer, 1), kLongRowThreads, row_bytes, stream>>>(
+          outer, size, zero_if_all_neg_inf, x, y);
+    } else if (size <= 1024) {
+      SoftmaxLoopKernel<T, kLog, 32>
+          <<<RowBlocks<32, 1>(outer), kThreads, 0, stream>>>(outer, size, zero_if_all_neg_inf, x, y);
+    } else {
+      SoftmaxLoopKernel<T, kLog, kThreads>
+          <<<RowBlocks<kThreads, 1>(outer), kThreads, 0, stream>>>(outer, size, zero_if_all_neg_inf, x, y);
     }
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }
 
-cudaError_t LaunchSoftmaxBackward(DType dtype, int64_t outer, int64_t size, int64_t inner, const void* grad,
-                                  const void* y, void* grad_in, cudaStream_t stream) {
+template <bool kLog>
+cudaError_t SoftmaxBackward(DType dtype, int64_t outer, int64_t size, int64_t inner, const void* grad, const void* y,
+                            void* grad_in, cudaStream_t stream) {
   if (outer * size * inner == 0) return cudaSuccess;
   const bool launched = DispatchFloat(dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* g = static_cast<const T*>(grad);
     const T* o = static_cast<const T*>(y);
     T* r = static_cast<T*>(grad_in);
-    if (inner == 1 && size <= 1024) {
-      SoftmaxBackwardRowKernel<T, 32><<<Blocks(outer, kThreads / 32), kThreads, 0, stream>>>(outer, size, g, o, r);
-    } else if (inner == 1) {
-      SoftmaxBackwardRowKernel<T, kThreads><<<Blocks(outer, 1), kThreads, 0, stream>>>(outer, size, g, o, r);
+    if (inner != 1) {
+      SoftmaxBackwardColumnKernel<T, kLog><<<Blocks(outer * inner), kThreads, 0, stream>>>(outer, size, inner, g, o, r);
+      return;
+    }
+    const bool tiled = DispatchRowTile<T, 4>(size, AllAligned16({grad, y, grad_in}),
+                                             [&]<int kThreadsPerRow, int kPacks, int kRows>() {
+                                               SoftmaxBackwardTileKernel<T, kLog, kThreadsPerRow, kPacks, kRows>
+                                                   <<<RowBlocks<kThreadsPerRow, kRows>(outer), kThreads, 0, stream>>>(
+                                                       outer, size, g, o, r);
+                                             });
+    if (tiled) return;
+    const int64_t row_bytes = size * static_cast<int64_t>(sizeof(T));
+    if (AllAligned16({grad, y, grad_in}) && size % Vec16<T>::kCount == 0 && row_bytes <= kLongRowBytes) {
+      SoftmaxBackwardLongRowKernel<T, kLog><<<Blocks(outer, 1), kLongRowThreads, row_bytes, stream>>>(outer, size, g,
+                                                                                                    o, r);
+    } else if (size <= 1024) {
+      SoftmaxBackwardLoopKernel<T, kLog, 32><<<RowBlocks<32, 1>(outer), kThreads, 0, stream>>>(outer, size, g, o, r);
     } else {
-      SoftmaxBackwardColumnKernel<T><<<Blocks(outer * inner), kThreads, 0, stream>>>(outer, size, inner, g, o, r);
+      SoftmaxBackwardLoopKernel<T, kLog, kThreads>
+          <<<RowBlocks<kThreads, 1>(outer), kThreads, 0, stream>>>(outer, size, g, o, r);
     }
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+cudaError_t LaunchSoftmax(DType dtype, int64_t outer, int64_t size, int64_t inner, bool zero_if_all_neg_inf,
+                          const void* in, void* out, cudaStream_t stream) {
+  return SoftmaxForward<false>(dtype, outer, size, inner, zero_if_all_neg_inf, in, out, stream);
+}
+
+cudaError_t LaunchSoftmaxBackward(DType dtype, int64_t outer, int64_t size, int64_t inner, const void* grad,
+                                  const void* y, void* grad_in, cudaStream_t stream) {
+  return SoftmaxBackward<false>(dtype, outer, size, inner, grad, y, grad_in, stream);
+}
+
+cudaError_t LaunchLogSoftmax(DType dtype, int64_t outer, int64_t size, int64_t inner, const void* in, void* out,
+                             cudaStream_t stream) {
+  return SoftmaxForward<true>(dtype, outer, size, inner, false, in, out, stream);
+}
+
+cudaError_t LaunchLogSoftmaxBackward(DType dtype, int64_t outer, int64_t size, int64_t inner, const void* grad,
+                                     const void* output, void* grad_in, cudaStream_t stream) {
+  return SoftmaxBackward<true>(dtype, outer, size, inner, grad, output, grad_in, stream);
 }
 
 cudaError_t LaunchLayerNorm(DType dtype, int64_t rows, int64_t cols, double eps, const void* x, const void* weight,
@@ -272,9 +515,20 @@ cudaError_t LaunchLayerNorm(DType dtype, int64_t rows, int64_t cols, double eps,
   if (rows == 0) return cudaSuccess;
   const bool launched = DispatchFloat(dtype, [&](auto tag) {
     using T = decltype(tag);
-    LayerNormKernel<T><<<Blocks(rows, 1), kThreads, 0, stream>>>(
-        rows, cols, static_cast<T>(eps), static_cast<const T*>(x), static_cast<const T*>(weight),
-        static_cast<const T*>(bias), static_cast<T*>(y), static_cast<T*>(mean), static_cast<T*>(rstd));
+    const T* px = static_cast<const T*>(x);
+    const Affine<T> affine{static_cast<const T*>(weight), static_cast<const T*>(bias)};
+    T* py = static_cast<T*>(y);
+    T* pm = static_cast<T*>(mean);
+    T* pr = static_cast<T*>(rstd);
+    const T e = static_cast<T>(eps);
+    const bool tiled = DispatchRowTile<T, 8>(
+        cols, AllAligned16({x, weight, bias, y}), [&]<int kThreadsPerRow, int kPacks, int kRows>() {
+          LayerNormTileKernel<T, kThreadsPerRow, kPacks, kRows>
+              <<<RowBlocks<kThreadsPerRow, kRows>(rows), kThreads, 0, stream>>>(rows, cols, e, px, affine, py, pm, pr);
+        });
+    if (!tiled) {
+      LayerNormLoopKernel<T><<<Blocks(rows, 1), kThreads, 0, stream>>>(rows, cols, e, px, affine, py, pm, pr);
+    }
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }
@@ -283,23 +537,31 @@ cudaError_t LaunchLayerNormBackward(DType dtype, int64_t rows, int64_t cols, con
                                     const void* mean, const void* rstd, const void* weight, void* grad_x,
                                     void* grad_weight, void* grad_bias, cudaStream_t stream) {
   if (cols == 0) return cudaSuccess;
+  cudaError_t error = cudaSuccess;
   const bool launched = DispatchFloat(dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* g = static_cast<const T*>(grad);
     const T* px = static_cast<const T*>(x);
     const T* pm = static_cast<const T*>(mean);
     const T* pr = static_cast<const T*>(rstd);
+    const T* pw = static_cast<const T*>(weight);
+    T* dx = static_cast<T*>(grad_x);
     if (rows > 0) {
-      LayerNormBackwardRowKernel<T><<<Blocks(rows, 1), kThreads, 0, stream>>>(
-          rows, cols, g, px, pm, pr, static_cast<const T*>(weight), static_cast<T*>(grad_x));
+      const bool tiled = DispatchRowTile<T, 4>(
+          cols, AllAligned16({grad, x, weight, grad_x}), [&]<int kThreadsPerRow, int kPacks, int kRows>() {
+            LayerNormBackwardTileKernel<T, kThreadsPerRow, kPacks, kRows>
+                <<<RowBlocks<kThreadsPerRow, kRows>(rows), kThreads, 0, stream>>>(rows, cols, g, px, pm, pr, pw, dx);
+          });
+      if (!tiled) {
+        LayerNormBackwardLoopKernel<T><<<Blocks(rows, 1), kThreads, 0, stream>>>(rows, cols, g, px, pm, pr, pw, dx);
+      }
+      error = LaunchError();
+      if (error != cudaSuccess) return;
     }
-    const dim3 block(kColumnTile, kRowGroups);
-    const unsigned grid = static_cast<unsigned>((cols + kColumnTile - 1) / kColumnTile);
-    LayerNormBackwardColumnKernel<T><<<grid, block, 0, stream>>>(rows, cols, g, px, pm, pr,
-                                                                 static_cast<T*>(grad_weight),
-                                                                 static_cast<T*>(grad_bias));
+    const LayerNormGradSums<T> sums{cols, g, px, pm, pr, static_cast<T*>(grad_weight), static_cast<T*>(grad_bias)};
+    error = LaunchColumnSum(1, rows, cols, sums, AllAligned16({grad, x}), stream);
   });
-  return launched ? LaunchError() : cudaErrorInvalidValue;
+  return launched ? error : cudaErrorInvalidValue;
 }
 
 }  // namespace tandem::cuda

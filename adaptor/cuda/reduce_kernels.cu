@@ -1,12 +1,20 @@
 // Sum and mean over dims. The wrappers collapse the reduced dims into one
-// middle dim when they are adjacent ([outer, size, inner]); this file has a
-// row kernel (inner == 1: a warp or a block per output), a column kernel
-// (inner > 1: 32 adjacent outputs per block, the reduced dim split over the
-// block's rows), and two kernels for scattered reduced dims: a thread per
-// output when each output sums few elements, a block per output when each
-// sums many (the [N, C, H, W] -> [C] shape of per-channel statistics).
+// middle dim when they are adjacent ([outer, size, inner]). Kernels:
+//   - inner == 1, rows up to 1024 elements: a warp per output;
+//   - inner == 1, longer rows: a row is a channel of one run for the
+//     cluster channel sum below (a cluster of blocks shares a row when the
+//     rows are few);
+//   - inner > 1: a cluster column sum (cluster_reduce.cuh: a cluster of
+//     blocks per 32 adjacent outputs shares the reduced dim);
+//   - scattered reduced dims, many elements per output: a cluster of blocks
+//     per output when the outputs are one kept dim between two reduced runs
+//     (the [N, C, H, W] -> [C] shape of per-channel statistics), a block per
+//     output for other layouts;
+//   - scattered reduced dims, few elements per output: a thread per output.
+// Every sum has a fixed order (no atomics), so results repeat bit for bit.
 #include <type_traits>
 
+#include "adaptor/cuda/cluster_reduce.cuh"
 #include "adaptor/cuda/kernel_common.cuh"
 #include "adaptor/cuda/launch.h"
 
@@ -28,61 +36,60 @@ __device__ __forceinline__ Out Finish(Acc sum, int64_t count, bool mean) {
   return static_cast<Out>(sum);
 }
 
-// One warp per row (threads_per_row == 32) or one block per row.
-template <typename In, typename Out, int kThreadsPerRow>
+// A warp per row (rows of up to 1024 elements).
+template <typename In, typename Out>
 __global__ void RowReduceKernel(int64_t rows, int64_t size, bool mean, const In* in, Out* out) {
   using Acc = AccOf<In, Out>;
-  constexpr int kRowsPerBlock = kThreads / kThreadsPerRow;
-  __shared__ Acc shared[32];
-  const int lane = threadIdx.x % kThreadsPerRow;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
+  constexpr int kRowsPerBlock = kThreads / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   const int64_t step = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
-  // Every thread of the block runs the same number of iterations (BlockSum
-  // synchronizes the block).
-  const int64_t rounds = (rows + step - 1) / step;
-  for (int64_t round = 0; round < rounds; ++round) {
-    const int64_t row = first + round * step;
+  for (int64_t row = first; row < rows; row += step) {
+    // The whole warp takes the row (WarpSum needs every lane).
+    const In* x = in + row * size;
     Acc acc = 0;
-    if (row < rows) {
-      const In* x = in + row * size;
-      for (int64_t j = lane; j < size; j += kThreadsPerRow) acc += static_cast<Acc>(x[j]);
-    }
-    if constexpr (kThreadsPerRow == 32) {
-      acc = WarpSum(acc);
-    } else {
-      acc = BlockSum(acc, shared);
-    }
-    if (lane == 0 && row < rows) out[row] = Finish<Acc, Out>(acc, size, mean);
+    for (int64_t j = lane; j < size; j += 32) acc += static_cast<Acc>(x[j]);
+    acc = WarpSum(acc);
+    if (lane == 0) out[row] = Finish<Acc, Out>(acc, size, mean);
   }
 }
 
-constexpr int kColumnRows = 8;
-
-// Block (32, kColumnRows): 32 adjacent outputs of one outer slice.
+// The column sums of [outer, size, inner] over the middle dim.
 template <typename In, typename Out>
-__global__ void ColumnReduceKernel(int64_t outer, int64_t size, int64_t inner, bool mean, const In* in, Out* out) {
+struct MiddleSums {
+  using Element = In;
   using Acc = AccOf<In, Out>;
-  __shared__ Acc partial[kColumnRows][33];
-  const int64_t column_blocks = (inner + 31) / 32;
-  for (int64_t b = blockIdx.x; b < outer * column_blocks; b += gridDim.x) {
-    const int64_t o = b / column_blocks;
-    const int64_t c = (b % column_blocks) * 32 + threadIdx.x;
-    Acc acc = 0;
-    if (c < inner) {
-      const In* x = in + o * size * inner + c;
-      for (int64_t r = threadIdx.y; r < size; r += kColumnRows) acc += static_cast<Acc>(x[r * inner]);
-    }
-    partial[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < inner) {
-      Acc total = 0;
+  static constexpr int kSums = 1;
+  int64_t size;
+  int64_t inner;
+  bool mean;
+  const In* in;
+  Out* out;
+
+  template <int kVec>
+  __device__ __forceinline__ void Add(int64_t slab, int64_t row, int64_t col, Acc (&acc)[kVec][1]) const {
+    In v[kVec];
+    LoadColumns<kVec>(in + (slab * size + row) * inner + col, v);
 #pragma unroll
-      for (int r = 0; r < kColumnRows; ++r) total += partial[r][threadIdx.x];
-      out[o * inner + c] = Finish<Acc, Out>(total, size, mean);
-    }
-    __syncthreads();
+    for (int c = 0; c < kVec; ++c) acc[c][0] += static_cast<Acc>(v[c]);
   }
-}
+  template <int kVec>
+  __device__ __forceinline__ void Store(int64_t slab, int64_t col, const Acc (&total)[kVec][1]) const {
+#pragma unroll
+    for (int c = 0; c < kVec; ++c) out[slab * inner + col + c] = Finish<Acc, Out>(total[c][0], size, mean);
+  }
+};
+
+// Stores a channel's total (ChannelSum's finish).
+template <typename Acc, typename Out>
+struct StoreChannel {
+  bool mean;
+  Out* out;
+
+  __device__ __forceinline__ void operator()(int64_t channel, Acc total, int64_t count) const {
+    out[channel] = Finish<Acc, Out>(total, count, mean);
+  }
+};
 
 template <typename In, typename Out>
 __global__ void GeneralReduceKernel(int64_t out_n, StridedOperand kept, StridedOperand reduced, int64_t count,
@@ -153,26 +160,33 @@ bool DispatchPair(DType out_dtype, DType in_dtype, F&& f) {
 cudaError_t LaunchReduceMiddle(DType out_dtype, DType in_dtype, int64_t outer, int64_t size, int64_t inner,
                                bool mean, const void* in, void* out, cudaStream_t stream) {
   if (outer * inner == 0) return cudaSuccess;
+  cudaError_t error = cudaSuccess;
   const bool launched = DispatchPair(out_dtype, in_dtype, [&](auto in_tag, auto out_tag) {
     using In = decltype(in_tag);
     using Out = decltype(out_tag);
     const In* x = static_cast<const In*>(in);
     Out* y = static_cast<Out*>(out);
-    if (inner == 1) {
-      if (size <= 1024) {
-        constexpr int kRowsPerBlock = kThreads / 32;
-        RowReduceKernel<In, Out, 32>
-            <<<Blocks(outer, kRowsPerBlock), kThreads, 0, stream>>>(outer, size, mean, x, y);
-      } else {
-        RowReduceKernel<In, Out, kThreads><<<Blocks(outer, 1), kThreads, 0, stream>>>(outer, size, mean, x, y);
-      }
+    if (inner == 1 && size <= 1024) {
+      constexpr int kRowsPerBlock = kThreads / 32;
+      RowReduceKernel<In, Out><<<Blocks(outer, kRowsPerBlock), kThreads, 0, stream>>>(outer, size, mean, x, y);
+    } else if (inner == 1) {
+      // Long rows: each row is a "channel" of one run, so a cluster of
+      // blocks shares a row when there are few rows.
+      ChannelSumShape shape;
+      shape.channels = outer;
+      shape.channel_stride = size;
+      shape.rows = 1;
+      shape.row_stride = size;
+      shape.row_units = size;
+      error = LaunchChannelSum<In, AccOf<In, Out>>(shape, x, StoreChannel<AccOf<In, Out>, Out>{mean, y}, stream);
+      return;
     } else {
-      const int64_t blocks = outer * ((inner + 31) / 32);
-      ColumnReduceKernel<In, Out><<<Blocks(blocks, 1), dim3(32, kColumnRows), 0, stream>>>(outer, size, inner, mean,
-                                                                                          x, y);
+      error = LaunchColumnSum(outer, size, inner, MiddleSums<In, Out>{size, inner, mean, x, y}, Aligned16(in), stream);
+      return;
     }
+    error = LaunchError();
   });
-  return launched ? LaunchError() : cudaErrorInvalidValue;
+  return launched ? error : cudaErrorInvalidValue;
 }
 
 cudaError_t LaunchReduceGeneral(DType out_dtype, DType in_dtype, int64_t out_n, const StridedOperand& kept,
@@ -181,6 +195,7 @@ cudaError_t LaunchReduceGeneral(DType out_dtype, DType in_dtype, int64_t out_n, 
   if (out_n == 0) return cudaSuccess;
   int64_t count = 1;
   for (int d = 0; d < reduced.rank; ++d) count *= reduced.sizes[d];
+  cudaError_t error = cudaSuccess;
   const bool launched = DispatchPair(out_dtype, in_dtype, [&](auto in_tag, auto out_tag) {
     using In = decltype(in_tag);
     using Out = decltype(out_tag);
@@ -188,6 +203,17 @@ cudaError_t LaunchReduceGeneral(DType out_dtype, DType in_dtype, int64_t out_n, 
     Out* y = static_cast<Out*>(out);
     if (count < kBlockPerOutputMinCount || reduced.rank == 0) {
       GeneralReduceKernel<In, Out><<<Blocks(out_n), kThreads, 0, stream>>>(out_n, kept, reduced, count, mean, x, y);
+      error = LaunchError();
+      return;
+    }
+    if (kept.rank == 1 && reduced.rank == 2 && reduced.strides[1] == 1) {
+      ChannelSumShape shape;
+      shape.channels = kept.sizes[0];
+      shape.channel_stride = kept.strides[0];
+      shape.rows = reduced.sizes[0];
+      shape.row_stride = reduced.strides[0];
+      shape.row_units = reduced.sizes[1];
+      error = LaunchChannelSum<In, AccOf<In, Out>>(shape, x, StoreChannel<AccOf<In, Out>, Out>{mean, y}, stream);
       return;
     }
     StridedOperand rows = reduced;
@@ -196,8 +222,9 @@ cudaError_t LaunchReduceGeneral(DType out_dtype, DType in_dtype, int64_t out_n, 
     const int64_t row_stride = reduced.strides[rows.rank];
     BlockPerOutputReduceKernel<In, Out><<<Blocks(out_n, 1), kThreads, 0, stream>>>(
         out_n, kept, rows, count / row_size, row_size, row_stride, mean, x, y);
+    error = LaunchError();
   });
-  return launched ? LaunchError() : cudaErrorInvalidValue;
+  return launched ? error : cudaErrorInvalidValue;
 }
 
 }  // namespace tandem::cuda

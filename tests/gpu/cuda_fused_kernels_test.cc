@@ -7,7 +7,9 @@
 // the SGD step (alpha 1, where every op rounds once either way).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -59,6 +61,95 @@ Attrs EveryOpcodeProgram() {
                      Op(kSqrt), 13, 1, -1, -1,     // sqrt(y)
                      Op(kAdd), 14, 12, 13, -1},
                     {0.75, 1.5, 2.5, 0.5, 1.25, 3.0, -0.7, 1.3}, {7, 14, 13});
+}
+
+// Inputs x0..x6 and a rank-0 x7, all positive: 14 products x[j % 7] *
+// x[(j + 1) % 7] kept live while a sum runs over them, then x0..x4 added:
+// about 20 values live at once (the kernel's widest register file). Outputs:
+// the sum, the first and the last product.
+Attrs WideProgram() {
+  using enum FusedOpcode;
+  std::vector<int64_t> code;
+  int next = 8;
+  for (int j = 0; j < 14; ++j) code.insert(code.end(), {Op(kMul), next++, j % 7, (j + 1) % 7, -1});
+  int sum = 8;
+  for (int j = 1; j < 14; ++j) {
+    code.insert(code.end(), {Op(kAdd), next, sum, 8 + j, -1});
+    sum = next++;
+  }
+  for (int k = 0; k < 5; ++k) {
+    code.insert(code.end(), {Op(kAdd), next, sum, k, 0});  // + 0.5 * x[k]
+    sum = next++;
+  }
+  return FusedAttrs(std::move(code), {0.5}, {sum, 8, 21});
+}
+
+// A random program of positive values (every opcode but sub and neg, with
+// positive constants; mul and div take an input as their second operand, so
+// magnitudes stay within a factor of about 3 per instruction) over 1 to 8
+// inputs, input 0 a tensor and each other one rank-0 with odds 1 in 4, with
+// 1 to 32 instructions that write new registers or overwrite earlier
+// results, and 1 to 4 outputs.
+struct RandomProgram {
+  Attrs attrs;
+  std::vector<bool> rank0;
+  int outputs = 0;
+};
+
+RandomProgram MakeRandomProgram(std::mt19937_64& rng) {
+  using enum FusedOpcode;
+  auto pick = [&](size_t n) { return static_cast<int>(std::uniform_int_distribution<size_t>(0, n - 1)(rng)); };
+  std::uniform_real_distribution<double> positive(0.5, 2.0);
+  RandomProgram program;
+  const int inputs = 1 + pick(kFusedMaxInputs);
+  program.rank0.push_back(false);
+  for (int k = 1; k < inputs; ++k) program.rank0.push_back(pick(4) == 0);
+  std::vector<int64_t> code;
+  std::vector<double> consts;
+  auto add_const = [&]() {
+    consts.push_back(positive(rng));
+    return static_cast<int64_t>(consts.size() - 1);
+  };
+  std::vector<int> readable;
+  for (int k = 0; k < inputs; ++k) readable.push_back(k);
+  std::vector<int> written;
+  int next = inputs;
+  const FusedOpcode opcodes[] = {kAdd, kMul, kDiv, kAddScalar, kMulScalar, kDivScalar, kSqrt};
+  const int count = 1 + pick(kFusedMaxInstructions);
+  for (int j = 0; j < count; ++j) {
+    const FusedOpcode op = opcodes[pick(std::size(opcodes))];
+    const int a = readable[pick(readable.size())];
+    int64_t b = -1, k = -1;
+    switch (op) {
+      case kAdd:
+        b = readable[pick(readable.size())];
+        k = pick(2) == 0 ? -1 : add_const();
+        break;
+      case kMul:
+      case kDiv: b = pick(inputs); break;
+      case kAddScalar:
+        b = add_const();
+        k = pick(2) == 0 ? -1 : add_const();
+        break;
+      case kMulScalar:
+      case kDivScalar: b = add_const(); break;
+      default: break;  // kSqrt
+    }
+    int dst;
+    if (!written.empty() && pick(3) == 0) {
+      dst = written[pick(written.size())];
+    } else {
+      dst = next++;
+      written.push_back(dst);
+      readable.push_back(dst);
+    }
+    code.insert(code.end(), {Op(op), dst, a, b, k});
+  }
+  std::shuffle(written.begin(), written.end(), rng);
+  program.outputs = 1 + pick(std::min<size_t>(written.size(), kFusedMaxOutputs));
+  std::vector<int64_t> outputs(written.begin(), written.begin() + program.outputs);
+  program.attrs = FusedAttrs(std::move(code), std::move(consts), std::move(outputs));
+  return program;
 }
 
 // Feeds -> CPU oracle; feeds -> GPU (op by op, then graph replay); every
@@ -245,6 +336,43 @@ TEST(CudaFusedKernels, UnalignedBuffersMatchCpu) {
     CheckUnaligned<float>(DType::kFloat32, n, EveryOpcodeProgram(), {false, false, false, true}, 3);
     CheckUnaligned<double>(DType::kFloat64, n, EveryOpcodeProgram(), {false, false, false, true}, 3);
   }
+}
+
+// Programs of every length, input count and register pattern: random
+// programs (fresh each run; the seed is printed) against the CPU, through
+// graphs and on unaligned buffers, and the widest register file.
+TEST(CudaFusedKernels, RandomProgramsMatchCpu) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (int trial = 0; trial < 24; ++trial) {
+    const RandomProgram program = MakeRandomProgram(Rng());
+    for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+      for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{4099}, (int64_t{1} << 18) + 3}) {
+        SCOPED_TRACE(::testing::Message() << "program " << trial << " " << DTypeName(dtype) << " [" << n << "] "
+                                          << program.rank0.size() << " inputs");
+        GraphMaker g;
+        std::vector<int> inputs;
+        for (bool rank0 : program.rank0) inputs.push_back(g.Feed({dtype, rank0 ? Shape{} : Shape{n}}, Fill::kPositive));
+        ASSERT_EQ(g.Add("fused_elementwise", inputs, program.attrs).size(), static_cast<size_t>(program.outputs));
+        CheckAgainstCpu(g);
+      }
+    }
+    for (int64_t n : {int64_t{7}, int64_t{4097}}) {
+      CheckUnaligned<float>(DType::kFloat32, n, program.attrs, program.rank0, program.outputs);
+      CheckUnaligned<double>(DType::kFloat64, n, program.attrs, program.rank0, program.outputs);
+    }
+  }
+  const std::vector<bool> rank0 = {false, false, false, false, false, false, false, true};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (int64_t n : {int64_t{5}, int64_t{4099}, int64_t{1} << 20}) {
+      SCOPED_TRACE(::testing::Message() << "wide program " << DTypeName(dtype) << " [" << n << "]");
+      GraphMaker g;
+      std::vector<int> inputs;
+      for (bool r : rank0) inputs.push_back(g.Feed({dtype, r ? Shape{} : Shape{n}}, Fill::kPositive));
+      ASSERT_EQ(g.Add("fused_elementwise", inputs, WideProgram()).size(), 3u);
+      CheckAgainstCpu(g);
+    }
+  }
+  CheckUnaligned<float>(DType::kFloat32, 4097, WideProgram(), rank0, 3);
 }
 
 }  // namespace

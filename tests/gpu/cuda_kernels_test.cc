@@ -361,6 +361,81 @@ TEST(CudaKernels, Reductions) {
   }
 }
 
+// The cluster reductions: per-channel sums of [N, C, H, W] over N, H and W
+// with spatial sizes that are and are not whole 16-byte units (a cluster of
+// 1 to 8 blocks per channel), column sums over the rows of tall and short
+// matrices and of a middle dim, and long rows (a row is one channel), in
+// every dtype they take.
+TEST(CudaKernels, ClusterReductions) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  const std::vector<Shape> nchw = {
+      {32, 8, 9, 9}, {8, 16, 28, 28}, {Dim(20, 40), 64, 56, 56}, {3, 5, 33, 31}, {Dim(1, 3), 3, 224, 224}};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kInt64}) {
+    for (const Shape& shape : nchw) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " " << ShapeString(shape));
+      GraphMaker g;
+      const int x = g.Feed({dtype, shape});
+      if (dtype != DType::kInt64) g.Add1("mean.dim", {x}, MakeAttrs({{"dim", std::vector<int64_t>{0, 2, 3}}}));
+      g.Add1("sum.dim_IntList", {x}, MakeAttrs({{"dim", std::vector<int64_t>{0, 2, 3}}, {"keepdim", true}}));
+      Check(g, kReduction32);
+    }
+  }
+  const std::vector<std::pair<Shape, std::vector<int64_t>>> cases = {
+      {{Dim(3000, 5000), Dim(100, 700)}, {0}},
+      {{4096, 2048}, {0}},
+      {{Dim(2, 7), 4100}, {0}},
+      {{Dim(2, 5), Dim(200, 900), Dim(33, 70)}, {1}},
+      {{Dim(1, 3), Dim(100000, 300000)}, {1}},
+      {{Dim(100, 400), 1000}, {0, 1}}};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kInt64}) {
+    for (const auto& [shape, dims] : cases) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " " << ShapeString(shape) << " dims "
+                                        << ::testing::PrintToString(dims));
+      GraphMaker g;
+      const int x = g.Feed({dtype, shape});
+      g.Add1("sum.dim_IntList", {x}, MakeAttrs({{"dim", dims}}));
+      if (dtype != DType::kInt64) g.Add1("mean.dim", {x}, MakeAttrs({{"dim", dims}, {"keepdim", true}}));
+      Check(g, kReduction32);
+    }
+  }
+}
+
+// No reduction depends on timing: two runs of one graph (op by op, then a
+// graph replay) give the same bits, on inputs large enough that every
+// reduction spreads over several blocks.
+TEST(CudaKernels, ReductionsRepeatBitForBit) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  GraphMaker g;
+  const int image = g.Feed({DType::kFloat32, {32, 64, 56, 56}});
+  g.Add1("mean.dim", {image}, MakeAttrs({{"dim", std::vector<int64_t>{0, 2, 3}}}));
+  const int matrix = g.Feed({DType::kFloat32, {4096, 2048}});
+  g.Add1("sum.dim_IntList", {matrix}, MakeAttrs({{"dim", std::vector<int64_t>{0}}}));
+  g.Add1("sum", {matrix});
+  const Graph& graph = g.graph();
+  auto program = cuda::CreateCudaProgram(graph, *Gpu(), cuda::CudaProgramOptions{});
+  ASSERT_TRUE(program.ok()) << program.status();
+  GpuRun run(graph);
+  const std::vector<Bytes> feeds = g.RandomFeeds(Rng());
+  std::vector<std::vector<Bytes>> outs;
+  for (int pass = 0; pass < 2; ++pass) {
+    ASSERT_TRUE(run.Upload(feeds).ok());
+    const absl::Status status = run.RunIteration(**program);
+    ASSERT_TRUE(status.ok()) << status;
+    auto out = run.Download();
+    ASSERT_TRUE(out.ok()) << out.status();
+    outs.push_back(*std::move(out));
+  }
+  EXPECT_EQ(cuda::GetCudaProgramStats(**program).graph_launches, 1);
+  auto ref = RunOnCpu(graph, feeds);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  for (const Node& node : graph.nodes) {
+    for (int v : node.outputs) {
+      EXPECT_TRUE(SameBytes(outs[0][v], outs[1][v])) << node.op;
+      EXPECT_TRUE(Matches(outs[0][v], (*ref)[v], graph.values[v].type, kReduction32)) << node.op;
+    }
+  }
+}
+
 TEST(CudaKernels, ShapeOps) {
   TANDEM_SKIP_WITHOUT_GPU();
   const int64_t a = Dim(1, 6), b = Dim(1, 50), c = Dim(1, 70), d = Dim(1, 5);

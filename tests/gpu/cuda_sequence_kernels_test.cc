@@ -341,6 +341,151 @@ TEST(CudaSequenceKernels, SoftmaxAndLayerNormOfTheTransformer) {
   }
 }
 
+// Softmax and log_softmax, forward and backward, over the innermost dim at
+// row lengths that take every kernel shape: a warp's row tile of 1, 2, 4
+// and 8 packs (36, 128, 512, 1000 float32 elements), a block's of 2, 8 and
+// 16 (2048, 5000, 10000), rows too long for any tile (20000) and rows that
+// are no whole number of 16-byte packs (37, 1001: one element at a time).
+// Row counts are random and include counts that leave part of a block
+// without a row.
+TEST(CudaSequenceKernels, SoftmaxFamilyAtEveryRowLength) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (int64_t size : {36, 37, 128, 512, 1000, 1001, 2048, 5000, 10000, 20000}) {
+      const int64_t rows = size > 4096 ? Dim(1, 12) : Dim(1, 300);
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " [" << rows << ", " << size << "]");
+      GraphMaker g;
+      const int x = g.Feed({dtype, {rows, size}});
+      const int grad = g.Feed({dtype, {rows, size}});
+      const Attrs dim = MakeAttrs({{"dim", int64_t{1}}});
+      const Attrs backward = MakeAttrs({{"dim", int64_t{1}}, {"input_dtype", dtype}});
+      const int y = g.Add1("_softmax", {x}, dim);
+      g.Add1("_softmax_backward_data", {grad, y}, backward);
+      g.Add1("_safe_softmax", {x}, dim);
+      const int lsm = g.Add1("_log_softmax", {x}, MakeAttrs({{"dim", int64_t{1}}, {"half_to_float", false}}));
+      g.Add1("_log_softmax_backward_data", {grad, lsm}, backward);
+      Check(g, kReduce32);
+    }
+  }
+}
+
+// Layer norm forward and backward at row lengths that take every kernel
+// shape (as above), with and without weight and bias, and a tall input
+// (4096 rows) whose grad_weight and grad_bias spread over a cluster of
+// blocks.
+TEST(CudaSequenceKernels, LayerNormAtEveryRowLength) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (int64_t cols : {36, 37, 512, 1000, 3000, 20000}) {
+      const int64_t rows = cols > 4096 ? Dim(1, 9) : Dim(1, 200);
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " [" << rows << ", " << cols << "]");
+      GraphMaker g;
+      const int x = g.Feed({dtype, {rows, cols}});
+      const int dy = g.Feed({dtype, {rows, cols}});
+      const int w = g.Feed({dtype, {cols}}, Fill::kPositive);
+      const int b = g.Feed({dtype, {cols}});
+      const Attrs attrs = MakeAttrs({{"normalized_shape", std::vector<int64_t>{cols}}, {"eps", 1e-5}});
+      const std::vector<int> ln = g.Add("native_layer_norm", {x, w, b}, attrs);
+      g.Add("native_layer_norm_backward", {dy, x, ln[1], ln[2], w, b}, attrs);
+      const std::vector<int> plain = g.Add("native_layer_norm", {x}, attrs);
+      g.Add("native_layer_norm_backward", {dy, x, plain[1], plain[2]}, attrs);
+      Check(g, kReduce32);
+    }
+  }
+  GraphMaker g;
+  const Shape shape = {4096, 512};
+  const int x = g.Feed({DType::kFloat32, shape});
+  const int dy = g.Feed({DType::kFloat32, shape});
+  const int w = g.Feed({DType::kFloat32, {512}}, Fill::kPositive);
+  const int b = g.Feed({DType::kFloat32, {512}});
+  const Attrs attrs = MakeAttrs({{"normalized_shape", std::vector<int64_t>{512}}, {"eps", 1e-5}});
+  const std::vector<int> ln = g.Add("native_layer_norm", {x, w, b}, attrs);
+  g.Add("native_layer_norm_backward", {dy, x, ln[1], ln[2], w, b}, attrs);
+  Check(g, kReduce32);
+}
+
+// Pointwise ops over contiguous operands move 16-byte packs: element counts
+// that are and are not whole packs (the last n % 4 elements one at a time)
+// or whole steps of four packs, a rank-0 operand beside packed ones, and a
+// broadcast operand (no packs).
+TEST(CudaSequenceKernels, PointwisePacksAndTails) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    // At least 7 elements: the error is relative to the norm of the result,
+    // which a single element near gelu_backward's zero makes tiny.
+    for (int64_t n : {int64_t{7}, int64_t{4099}, (int64_t{1} << 20) + 5}) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " [" << n << "]");
+      GraphMaker g;
+      const int x = g.Feed({dtype, {n}});
+      const int grad = g.Feed({dtype, {n}});
+      const int pos = g.Feed({dtype, {n}}, Fill::kPositive);
+      const int s = g.Feed({dtype, {}});
+      for (const char* approximate : {"none", "tanh"}) {
+        const Attrs attrs = MakeAttrs({{"approximate", std::string(approximate)}});
+        g.Add1("gelu", {x}, attrs);
+        g.Add1("gelu_backward", {grad, x}, attrs);
+      }
+      g.Add1("addcmul", {s, x, pos}, MakeAttrs({{"value", 0.5}}));
+      g.Add1("addcdiv", {x, s, pos}, MakeAttrs({{"value", -0.25}}));
+      g.Add1("lerp.Tensor", {x, grad, pos});
+      g.Add1("maximum", {x, grad});
+      Check(g, kPointwise32);
+    }
+  }
+  GraphMaker g;
+  const int64_t rows = Dim(2, 50), cols = 4 * Dim(1, 300);
+  const int x = g.Feed({DType::kFloat32, {rows, cols}});
+  const int row = g.Feed({DType::kFloat32, {cols}});
+  g.Add1("addcmul", {x, row, x}, MakeAttrs({{"value", 0.5}}));
+  const int ints = g.Feed({DType::kInt64, {4099}});
+  g.Add1("clamp", {ints}, MakeAttrs({{"min", int64_t{-7}}, {"max", int64_t{9}}}));
+  Check(g, kPointwise32);
+}
+
+// Embedding rows move as 16-byte units when a row's bytes are a whole
+// number of them (width 1024 or 4 float32, 2 float64) and one element at a
+// time otherwise (width 7 or 3); bad ids in both kinds fail the iteration
+// with the value, and the next iteration is right.
+TEST(CudaSequenceKernels, EmbeddingOfEveryRowWidth) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  const std::vector<std::pair<DType, int64_t>> widths = {{DType::kFloat32, 1024}, {DType::kFloat32, 4},
+                                                         {DType::kFloat32, 7},    {DType::kFloat32, 3},
+                                                         {DType::kFloat64, 2},    {DType::kFloat64, 3}};
+  for (const auto& [dtype, width] : widths) {
+    SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " width " << width);
+    const int64_t vocab = Dim(50, 3000);
+    GraphMaker g;
+    const int weight = g.Feed({dtype, {vocab, width}});
+    const int ids = g.Feed({DType::kInt64, {Dim(1, 70), Dim(1, 40)}}, Fill::kLabels, vocab);
+    g.Add1("embedding", {weight, ids});
+    Check(g, kPointwise32);
+
+    const Graph& graph = g.graph();
+    auto program = cuda::CreateCudaProgram(graph, *Gpu(), cuda::CudaProgramOptions{});
+    ASSERT_TRUE(program.ok()) << program.status();
+    GpuRun run(graph);
+    std::vector<Bytes> feeds = g.RandomFeeds(Rng());
+    auto* id = reinterpret_cast<int64_t*>(feeds[ids].data());
+    const int64_t bad = Dim(0, 1) == 0 ? vocab : -Dim(1, 5);
+    id[feeds[ids].size() / sizeof(int64_t) - 1] = bad;
+    ASSERT_TRUE(run.Upload(feeds).ok());
+    absl::Status s = run.RunIteration(**program);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find(absl::StrCat("index ", bad, " ")), absl::string_view::npos) << s;
+    const std::vector<Bytes> good = g.RandomFeeds(Rng());
+    auto ref = RunOnCpu(graph, good);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    ASSERT_TRUE(run.Upload(good).ok());
+    s = run.RunIteration(**program);
+    ASSERT_TRUE(s.ok()) << s;
+    auto out = run.Download();
+    ASSERT_TRUE(out.ok());
+    for (const Node& node : graph.nodes) {
+      for (int v : node.outputs) EXPECT_TRUE(SameBytes((*out)[v], (*ref)[v])) << node.op;
+    }
+  }
+}
+
 // Writes -inf into element `i` of a float32 or float64 feed.
 void SetNegInf(Bytes& feed, DType dtype, int64_t i) {
   if (dtype == DType::kFloat32) {

@@ -1,0 +1,169 @@
+// Building blocks of the row-wise kernels over a [rows, size] tensor whose
+// rows are contiguous (softmax, log_softmax and their backwards, layer norm;
+// normalization_kernels.cu): a row belongs to a warp (kThreadsPerRow = 32,
+// kThreads / 32 warps per block, each taking kRows rows at once) or to a
+// whole block (kThreadsPerRow = kThreads), which loads it once into
+// registers as 16-byte packs, reduces
+// over it with warp shuffles (and shared memory across the warps of a
+// block), and writes its results from the registers: one pass over global
+// memory. A "row tile" is that register space: kPacks packs per thread, so a
+// row of up to kThreadsPerRow * kPacks * Vec16<T>::kCount elements fits.
+// Pack j of a row (elements [j * W, j * W + W)) is pack k = j /
+// kThreadsPerRow of thread j % kThreadsPerRow, so a warp's loads are
+// consecutive 16-byte units. Header-only; device code and the host-side
+// choice of a tile.
+#ifndef TANDEM_ADAPTOR_CUDA_ROW_KERNELS_CUH_
+#define TANDEM_ADAPTOR_CUDA_ROW_KERNELS_CUH_
+
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+
+#include "adaptor/cuda/kernel_common.cuh"
+
+namespace tandem::cuda {
+
+__device__ __forceinline__ float Exp(float x) { return expf(x); }
+__device__ __forceinline__ double Exp(double x) { return exp(x); }
+__device__ __forceinline__ float Log(float x) { return logf(x); }
+__device__ __forceinline__ double Log(double x) { return log(x); }
+
+// A row tile: the calling thread's packs of one row.
+template <typename T, int kThreadsPerRow, int kPacks>
+struct RowTile {
+  static constexpr int kWidth = Vec16<T>::kCount;
+  using Pack = Vec16<T>;
+
+  Pack pack[kPacks];
+
+  // Whether the thread's pack k exists in a row of `row_packs` packs.
+  __device__ __forceinline__ static bool Has(int k, int lane, int64_t row_packs) {
+    return lane + static_cast<int64_t>(k) * kThreadsPerRow < row_packs;
+  }
+
+  // Loads the thread's packs of `row` (16-byte aligned); absent packs are
+  // left unset and must not be read.
+  __device__ __forceinline__ void Load(const T* row, int lane, int64_t row_packs) {
+    const Pack* p = reinterpret_cast<const Pack*>(row);
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      if (Has(k, lane, row_packs)) pack[k] = p[lane + k * kThreadsPerRow];
+    }
+  }
+
+  __device__ __forceinline__ void Store(T* row, int lane, int64_t row_packs) const {
+    Pack* p = reinterpret_cast<Pack*>(row);
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      if (Has(k, lane, row_packs)) p[lane + k * kThreadsPerRow] = pack[k];
+    }
+  }
+};
+
+// Sum and NaN-propagating max over the threads of a row (every thread of the
+// row gets the result). A block-wide row synchronizes the block, so every
+// thread of the block must call these the same number of times.
+template <int kThreadsPerRow, typename T>
+__device__ __forceinline__ T RowSum(T v, T* shared) {
+  if constexpr (kThreadsPerRow == 32) {
+    return WarpSum(v);
+  } else {
+    return BlockSum(v, shared);
+  }
+}
+
+template <int kThreadsPerRow, typename T>
+__device__ __forceinline__ T RowMax(T v, T* shared) {
+  if constexpr (kThreadsPerRow == 32) {
+    for (int offset = 16; offset > 0; offset /= 2) v = MaxNan(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+  } else {
+    return BlockMax(v, shared, -std::numeric_limits<T>::infinity());
+  }
+}
+
+// The rows of the calling thread's warp or block, kRows at a time (a warp
+// takes kRows consecutive rows together, so that short rows keep several
+// loads in flight per thread). A kernel walks
+//   for (base = walk.first; base < rows; base += walk.step)
+// over rows Row(base, q), q < kRows: `base` is the same for every thread of
+// a row's warp or block, so a block-wide row's threads run the same
+// iterations (its reductions synchronize the block); a row past the end
+// (Active false) takes part in the reductions without touching memory.
+template <int kThreadsPerRow, int kRows>
+struct RowWalk {
+  static constexpr int kGroupsPerBlock = kThreads / kThreadsPerRow;
+  int64_t rows;
+  int64_t first;
+  int64_t step;
+  int lane;
+
+  __device__ __forceinline__ explicit RowWalk(int64_t row_count) : rows(row_count) {
+    lane = static_cast<int>(threadIdx.x) % kThreadsPerRow;
+    first = (static_cast<int64_t>(blockIdx.x) * kGroupsPerBlock + threadIdx.x / kThreadsPerRow) * kRows;
+    step = static_cast<int64_t>(gridDim.x) * kGroupsPerBlock * kRows;
+  }
+  __device__ __forceinline__ int64_t Row(int64_t base, int q) const { return base + q; }
+  __device__ __forceinline__ bool Active(int64_t row) const { return row < rows; }
+};
+
+// Calls `launch.template operator()<kThreadsPerRow, kPacks, kRows>()` with
+// the smallest row tile that holds a row of `size` elements of T, and
+// returns true; returns false (launching nothing) when the row cannot be
+// loaded in packs (`vectorizable` false: the size is not a whole number of
+// packs or a pointer is not 16-byte aligned) or is longer than the largest
+// tile. Warp tiles hold up to 8 packs per thread (1024 float32), taking 2
+// rows at once with 1 or 2 packs per thread (measured on an H200: rows of
+// 128 float32 ran 3-8% faster than one at a time); block tiles 2 to
+// kMaxBlockPacks packs per thread (4096 float32 elements at 4).
+template <typename T, int kMaxBlockPacks, typename Launch>
+bool DispatchRowTile(int64_t size, bool vectorizable, Launch&& launch) {
+  constexpr int64_t kWidth = Vec16<T>::kCount;
+  if (!vectorizable || size % kWidth != 0) return false;
+  const int64_t packs = size / kWidth;
+  if (packs <= 32) {
+    launch.template operator()<32, 1, 2>();
+  } else if (packs <= 64) {
+    launch.template operator()<32, 2, 2>();
+  } else if (packs <= 128) {
+    launch.template operator()<32, 4, 1>();
+  } else if (packs <= 256) {
+    launch.template operator()<32, 8, 1>();
+  } else if (packs <= 2 * kThreads) {
+    launch.template operator()<kThreads, 2, 1>();
+  } else if (packs <= 4 * kThreads) {
+    if constexpr (kMaxBlockPacks < 4) {
+      return false;
+    } else {
+      launch.template operator()<kThreads, 4, 1>();
+    }
+  } else if (packs <= 8 * kThreads) {
+    if constexpr (kMaxBlockPacks < 8) {
+      return false;
+    } else {
+      launch.template operator()<kThreads, 8, 1>();
+    }
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Blocks for `rows` rows with kThreadsPerRow threads per row, kRows rows
+// per warp.
+template <int kThreadsPerRow, int kRows>
+inline int64_t RowBlocks(int64_t rows) {
+  return Blocks(rows, (kThreads / kThreadsPerRow) * kRows);
+}
+
+// Whether every non-null pointer is 16-byte aligned.
+inline bool AllAligned16(std::initializer_list<const void*> pointers) {
+  for (const void* p : pointers) {
+    if (p != nullptr && !Aligned16(p)) return false;
+  }
+  return true;
+}
+
+}  // namespace tandem::cuda
+
+#endif  // TANDEM_ADAPTOR_CUDA_ROW_KERNELS_CUH_
