@@ -3,11 +3,15 @@
 //
 // The executor gives it the address of every value for this iteration
 // (persistent tensors in the persistent pool, feeds and intermediates in the
-// lane's arena, as the memory layout placed them), and it enqueues the whole
-// iteration on a stream. Errors raised by kernels (bad indices) surface when
-// the stream's OnComplete reports.
+// lane's arena, as the memory layout placed them), and it enqueues the
+// iteration on a stream: whole (Enqueue), or in consecutive ranges of nodes
+// (EnqueueNodes), so that the executor can pause a best-effort iteration
+// between two ranges while a high-priority one runs (op-granularity
+// preemption, docs/scheduling.md). Errors raised by kernels (bad indices)
+// surface when the stream's OnComplete reports.
 //
-// Not thread-safe: one iteration of a job is enqueued at a time.
+// Not thread-safe: one iteration of a job is enqueued at a time, from one
+// thread (the device's executor).
 #ifndef TANDEM_ADAPTOR_PROGRAM_H_
 #define TANDEM_ADAPTOR_PROGRAM_H_
 
@@ -30,6 +34,27 @@ class Program {
   // label) must leave the persistent tensors unchanged: its updates are
   // skipped, and the stream's next OnComplete reports INVALID_ARGUMENT.
   virtual absl::Status Enqueue(device::Stream& stream, absl::Span<void* const> addresses) = 0;
+
+  // Enqueues nodes [begin, end) of the graph on `stream`, with the updates
+  // the update schedule places after them (adaptor/update_schedule.h). An
+  // iteration run in ranges covers [0, num_nodes) with consecutive ranges
+  // (each one's begin is the previous one's end), all on one stream with one
+  // address table, and nothing else of this program in between; it has the
+  // whole iteration's results and semantics, bit for bit. A range with
+  // begin == 0 starts the iteration and one with end == num_nodes ends it (a
+  // graph without nodes is the single range [0, 0)). Other work may run on
+  // the stream between two ranges if it leaves the iteration's addresses
+  // alone.
+  //
+  // Bad data: the iteration leaves the persistent tensors unchanged and
+  // fails. The CPU backend fails the range holding the node that found it
+  // (its OnComplete reports INVALID_ARGUMENT) and turns every later range of
+  // that iteration into a no-op that fails with ABORTED; the CUDA backend
+  // reports it at the OnComplete after the last range. Callers stop
+  // enqueueing ranges after a failure. INVALID_ARGUMENT for a range outside
+  // [0, num_nodes].
+  virtual absl::Status EnqueueNodes(device::Stream& stream, absl::Span<void* const> addresses, int begin,
+                                    int end) = 0;
 };
 
 // Resolves every node's kernel for `device`'s backend; UNIMPLEMENTED naming

@@ -172,6 +172,27 @@ const std::vector<ConfigKey>& BuildKeys() {
          return absl::OkStatus();
        },
        [](const DaemonOptions& o) { return std::string(o.fuse_elementwise ? "true" : "false"); }},
+      {"preemption", "iteration|op",
+       "how policy=priority preempts a lower-priority iteration when a higher-priority one arrives: iteration "
+       "(never mid-iteration) or op (it pauses at the next segment boundary)",
+       false, [](absl::string_view v, DaemonOptions* o) { return OneOf(v, {"iteration", "op"}, &o->preemption); },
+       [](const DaemonOptions& o) { return o.preemption; }},
+      {"preemption_segment_nodes", "N",
+       "with preemption=op: nodes of a preemptible iteration enqueued per segment (smaller: quicker yields, more "
+       "round trips)",
+       false,
+       [](absl::string_view v, DaemonOptions* o) {
+         return ParseInt(v, 1, 1 << 20, &o->preemption_segment_nodes);
+       },
+       [](const DaemonOptions& o) { return absl::StrCat(o.preemption_segment_nodes); }},
+      {"preemption_segments_in_flight", "N",
+       "with preemption=op: segments of one iteration enqueued at once (1: a yield takes effect after the running "
+       "segment, but the device idles for a round trip between segments; 2 hides that round trip)",
+       false,
+       [](absl::string_view v, DaemonOptions* o) {
+         return ParseInt(v, 1, 4, &o->preemption_segments_in_flight);
+       },
+       [](const DaemonOptions& o) { return absl::StrCat(o.preemption_segments_in_flight); }},
   };
   return *keys;
 }

@@ -50,6 +50,11 @@ std::string Service::RenderMetrics() {
   }
   w.Family("tandem_iterations_total", "counter", "iterations completed successfully on every device");
   w.Sample("tandem_iterations_total", {}, static_cast<double>(iterations_));
+  w.Family("tandem_iteration_yields_total", "counter",
+           "pauses of a lower-priority iteration at a segment boundary for a higher-priority one (preemption=op)");
+  uint64_t yields = 0;
+  for (const auto& dev : devices_) yields += dev->yields;
+  w.Sample("tandem_iteration_yields_total", {}, static_cast<double>(yields));
   w.Family("tandem_config_reloads_total", "counter", "config reloads (SIGHUP) by result");
   w.Sample("tandem_config_reloads_total", {{"result", "ok"}}, static_cast<double>(measurements_.reloads_ok()));
   w.Sample("tandem_config_reloads_total", {{"result", "error"}}, static_cast<double>(measurements_.reloads_failed()));
@@ -94,6 +99,16 @@ std::string Service::RenderMetrics() {
     const DeviceMeasurements* d = device_measured(i);
     w.HistogramSamples("tandem_lane_same_job_gap_seconds", device_labels(i),
                        d == nullptr ? empty_gap : d->same_job_gap_seconds);
+  }
+  w.Family("tandem_device_segments_total", "counter",
+           "segments of preemptible iterations enqueued on the device (preemption=op)");
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    w.Sample("tandem_device_segments_total", device_labels(i), static_cast<double>(devices_[i]->segments));
+  }
+  w.Family("tandem_device_segment_gap_seconds_total", "counter",
+           "idle device time between consecutive segments of an iteration, pauses excluded (preemption=op)");
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    w.Sample("tandem_device_segment_gap_seconds_total", device_labels(i), devices_[i]->segment_gap_seconds);
   }
   w.Family("tandem_device_memory_bytes", "gauge",
            "device memory by kind: capacity, reserve, persistent, lanes, retired, free");
@@ -142,6 +157,9 @@ std::string Service::RenderMetrics() {
   job_sample("tandem_job_device_seconds_total", "counter", "device time of the job's iterations",
              [](const Job& j) { return j.device_seconds; });
   job_sample("tandem_job_priority", "gauge", "the job's priority", [](const Job& j) { return j.hints.priority(); });
+  job_sample("tandem_job_iteration_yields_total", "counter",
+             "pauses of the job's iterations for a higher-priority one (preemption=op)",
+             [](const Job& j) { return j.yields; });
   job_sample("tandem_job_gpu_time_share", "gauge",
              "the job's share of its device's iteration time over the last ~30 s (0..1)",
              [&](const Job& j) { return measurements_.GpuTimeShare(j.device->index, j.id, now); });

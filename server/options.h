@@ -28,6 +28,12 @@ struct DaemonOptions {
   int metrics_port = 0;          // Prometheus endpoint; 0: off
   std::string metrics_address = "127.0.0.1";
   bool fuse_elementwise = true;  // fuse chains of elementwise nodes at registration
+  // How PRIORITY preempts a lower-priority iteration: "iteration" (never
+  // mid-iteration) or "op" (it runs in segments and pauses between two while
+  // a higher-priority iteration runs; docs/scheduling.md).
+  std::string preemption = "iteration";
+  int preemption_segment_nodes = 32;      // op preemption: nodes per segment
+  int preemption_segments_in_flight = 2;  // op preemption: segments enqueued at once
 };
 
 }  // namespace tandem::server

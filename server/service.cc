@@ -101,6 +101,7 @@ absl::StatusOr<std::unique_ptr<Service>> Service::Create(const DaemonOptions& op
     // behind it on the lane's stream (the scheduler's lookahead).
     ASSIGN_OR_RETURN(rt->scheduler,
                      sched::CreateScheduler({.policy = options.policy,
+                                             .preemption = options.preemption,
                                              .max_lanes = options.max_lanes,
                                              .lookahead = options.max_inflight_per_lane - 1}));
     rt->device = std::move(dev);
@@ -110,7 +111,8 @@ absl::StatusOr<std::unique_ptr<Service>> Service::Create(const DaemonOptions& op
         .With("description", info.description)
         .With("capacity_mib", info.capacity_bytes / kMiB)
         .With("reserve_mib", mem.reserve_bytes / kMiB)
-        .With("policy", options.policy);
+        .With("policy", options.policy)
+        .With("preemption", options.preemption);
     service->devices_.push_back(std::move(rt));
   }
   return service;

@@ -116,9 +116,39 @@ class Service {
   void StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ticket, QueuedIteration it);
   void OnIterationDone(DeviceRuntime& dev, int lane, int slot, uint64_t job_id, const LaneGapProbe& probe,
                        QueuedIteration it, absl::Status status);
+  // The end of any iteration, whole or segmented, that ran `run_seconds` on
+  // the device: the reply, the measurements, the scheduler's report, and
+  // the slot and lane freed.
+  void FinishIteration(DeviceRuntime& dev, int lane, int slot, uint64_t job_id, const LaneGapProbe& probe,
+                       QueuedIteration it, absl::Status status, double run_seconds);
   void StartReads(Job& job);
   void OnDeviceWorkDone(uint64_t job_id);
   std::vector<void*> AddressTable(const Job& job) const;
+
+  // service_iterations.cc: op-granularity preemption. An iteration that may
+  // have to yield runs in segments (state.h, SegmentedIteration); before
+  // each one the loop asks the scheduler whether to pause.
+  // Whether an iteration of `job` starting now on lane `l` runs in segments:
+  // preemption=op under PRIORITY, a job of higher priority on the device,
+  // more nodes than a segment, and nothing else on the lane's stream.
+  bool RunsInSegments(const DeviceRuntime& dev, const Job& job, const Lane& l) const;
+  absl::Status EnsureSegmentEvents(DeviceRuntime& dev, Lane& l);
+  // Enqueues segments of the lane's segmented iteration until enough are in
+  // flight, it is done, or the scheduler says yield (then it parks).
+  void AdvanceSegments(DeviceRuntime& dev, int lane);
+  void EnqueueSegment(DeviceRuntime& dev, int lane, SegmentedIteration& run);
+  void OnSegmentDone(DeviceRuntime& dev, int lane, uint64_t seq, int segment, absl::Status status);
+  // Resumes a parked segmented iteration once ShouldYield turned false
+  // (DispatchAll, after every event).
+  void MaybeResumeSegments(DeviceRuntime& dev, int lane);
+  void FinishSegmentedIteration(DeviceRuntime& dev, int lane);
+  // Whether one of `job`'s iterations runs in segments now (its reads wait
+  // for its end, so that they never see half an iteration's updates).
+  bool HasSegmentedIteration(const Job& job) const;
+  // `job` began closing: its segmented iteration, if any, enqueues nothing
+  // more and ends with CANCELLED once no segment is in flight (a parked one
+  // on the next turn of the loop), so the job's memory and lane are freed.
+  void StopSegmentedIteration(Job& job, const char* reason);
 
   DaemonOptions options_;  // the live keys change on reload (ApplyLiveOptions)
   EventLoop& loop_;

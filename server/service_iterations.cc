@@ -1,10 +1,12 @@
 // Iterations and reads: validation, queueing, dispatch onto lane streams,
 // completion.
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "adaptor/graph_builder.h"
 #include "base/log.h"
+#include "base/status_macros.h"
 #include "device/device.h"
 #include "server/service.h"
 
@@ -186,7 +188,13 @@ void Service::DispatchAll(DeviceRuntime& dev) {
   if (shutting_down_) return;
   for (int lane = 0; lane < static_cast<int>(dev.lanes.size()); ++lane) {
     Lane& l = dev.lanes[lane];
-    while (l.outstanding < static_cast<int>(l.slots.size())) {
+    // A segmented iteration owns its lane until it ends: a parked one may
+    // go on now, and nothing is staged behind it.
+    if (l.segmented != nullptr) {
+      MaybeResumeSegments(dev, lane);
+      continue;
+    }
+    while (l.outstanding < static_cast<int>(l.slots.size()) && l.segmented == nullptr) {
       // Old arena ranges are released when the lane drains: stage nothing
       // more behind a running iteration until then.
       if (l.outstanding > 0 && dev.memory->HasRetired(lane)) break;
@@ -230,6 +238,16 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
     slot.host = *host;
     slot.capacity = bytes;
   }
+  bool segmented = RunsInSegments(dev, job, l);
+  if (segmented) {
+    if (absl::Status s = EnsureSegmentEvents(dev, l); !s.ok()) {
+      // Still correct as a whole iteration, only not preemptible.
+      TLOG_WARNING("iteration runs whole: no events for its segments")
+          .With("job", job.id)
+          .With("status", s.ToString());
+      segmented = false;
+    }
+  }
   slot.busy = true;
   LaneGapProbe probe;
   probe.seq = l.next_seq++;
@@ -241,12 +259,7 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
   job.inflight++;
   job.dispatched++;
 
-  struct Copy {
-    void* dst;
-    const void* src;
-    size_t bytes;
-  };
-  std::vector<Copy> feeds_in, fetches_out;
+  std::vector<StagedCopy> feeds_in, fetches_out;
   std::vector<void*> table = AddressTable(job);
   char* staging = static_cast<char*>(slot.host);
   for (int i = 0; i < run.feeds_size(); ++i) {
@@ -265,6 +278,22 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
     fetches_out.push_back({staging + layout.fetch_offsets[i], table[v], g.values[v].type.bytes()});
   }
 
+  if (segmented) {
+    auto segments = std::make_unique<SegmentedIteration>();
+    segments->job = job.id;
+    segments->slot = slot_index;
+    segments->probe = probe;
+    segments->it = std::move(it);
+    segments->table = std::make_shared<const std::vector<void*>>(std::move(table));
+    segments->feeds = std::move(feeds_in);
+    segments->fetches = std::move(fetches_out);
+    segments->num_nodes = static_cast<int>(g.nodes.size());
+    segments->segment_nodes = options_.preemption_segment_nodes;
+    l.segmented = std::move(segments);
+    AdvanceSegments(dev, lane);
+    return;
+  }
+
   device::Device* device = dev.device.get();
   device::Stream* stream = l.stream.get();
   Program* program = job.program.get();
@@ -276,13 +305,13 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
   DeviceRuntime* devp = &dev;
   dev.executor->Post([=, this, table = std::move(table), it = std::move(it)]() mutable {
     absl::Status status = device->RecordEvent(*stream, *begin);
-    for (const Copy& c : feeds_in) {
+    for (const StagedCopy& c : feeds_in) {
       if (status.ok()) status = device->CopyToDevice(*stream, c.dst, c.src, c.bytes);
     }
     if (status.ok()) status = device->RecordEvent(*stream, *start);
     if (status.ok()) status = program->Enqueue(*stream, table);
     if (status.ok()) status = device->RecordEvent(*stream, *end);
-    for (const Copy& c : fetches_out) {
+    for (const StagedCopy& c : fetches_out) {
       if (status.ok()) status = device->CopyToHost(*stream, c.dst, c.src, c.bytes);
     }
     auto done = [this, devp, lane, slot_index, job_id, probe, it = std::move(it)](absl::Status s) mutable {
@@ -298,15 +327,25 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
 
 void Service::OnIterationDone(DeviceRuntime& dev, int lane, int slot_index, uint64_t job_id,
                               const LaneGapProbe& probe, QueuedIteration it, absl::Status status) {
-  Lane& l = dev.lanes[lane];
-  StagingSlot& slot = l.slots[slot_index];
   double seconds = 0;
   if (status.ok()) {
+    const Lane& l = dev.lanes[lane];
     const IterationEvents& events = l.events[probe.seq % l.events.size()];
     auto elapsed = dev.device->ElapsedSeconds(*events.start, *events.end);
     if (elapsed.ok()) seconds = *elapsed;
+  }
+  FinishIteration(dev, lane, slot_index, job_id, probe, std::move(it), std::move(status), seconds);
+}
+
+void Service::FinishIteration(DeviceRuntime& dev, int lane, int slot_index, uint64_t job_id,
+                              const LaneGapProbe& probe, QueuedIteration it, absl::Status status,
+                              double seconds) {
+  Lane& l = dev.lanes[lane];
+  StagingSlot& slot = l.slots[slot_index];
+  if (status.ok()) {
     // The lane's idle time since the previous iteration, when this one was
     // already waiting behind it.
+    const IterationEvents& events = l.events[probe.seq % l.events.size()];
     if (probe.was_waiting && probe.seq > 0 && l.last_done_ok && l.last_done_seq == probe.seq - 1) {
       const IterationEvents& previous = l.events[(probe.seq - 1) % l.events.size()];
       auto gap = dev.device->ElapsedSeconds(*previous.end, *events.begin);
@@ -386,7 +425,8 @@ void Service::OnReadTensor(const PendingReply& to, Session& session, const v1::R
 }
 
 void Service::StartReads(Job& job) {
-  while (!job.reads.empty() && job.state == JobState::kRunning && job.dispatched >= job.reads.front().after_dispatched) {
+  while (!job.reads.empty() && job.state == JobState::kRunning &&
+         job.dispatched >= job.reads.front().after_dispatched && !HasSegmentedIteration(job)) {
     PendingRead read = job.reads.front();
     job.reads.pop_front();
     DeviceRuntime& dev = *job.device;
@@ -427,6 +467,199 @@ void Service::StartReads(Job& job) {
       if (!s.ok()) done(s);
     });
   }
+}
+
+// --- Op-granularity preemption --------------------------------------------
+//
+// A segmented iteration is enqueued `preemption_segment_nodes` nodes at a
+// time (Program::EnqueueNodes), with up to `preemption_segments_in_flight`
+// segments on the stream at once. Each segment's completion comes back to
+// the loop, which asks the scheduler whether to go on: ShouldYield(lane)
+// true parks the iteration (OnIterationYielded) with its lane, arena and
+// slot held; DispatchAll, which runs after every event, resumes it
+// (OnIterationResumed) once ShouldYield turns false. The first segment also
+// makes the feed copies and the last one the fetch copies, so the iteration
+// ends like a whole one (FinishIteration), with the sum of its segments'
+// device times as its run time.
+
+bool Service::RunsInSegments(const DeviceRuntime& dev, const Job& job, const Lane& l) const {
+  if (options_.preemption != "op" || l.outstanding > 0) return false;
+  if (static_cast<int>(job.graph->nodes.size()) <= options_.preemption_segment_nodes) return false;
+  if (dev.scheduler->policy() != "priority") return false;
+  // Jobs of the highest priority present never yield (and are the only
+  // ones the scheduler stages behind a running iteration): they keep the
+  // whole-iteration path, a captured graph's replay on CUDA.
+  for (const auto& [id, other] : jobs_) {
+    if (other->device == &dev && other->state != JobState::kClosing &&
+        other->hints.priority() > job.hints.priority()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+absl::Status Service::EnsureSegmentEvents(DeviceRuntime& dev, Lane& l) {
+  if (!l.segment_events.empty()) return absl::OkStatus();
+  std::vector<SegmentEvents> events(options_.preemption_segments_in_flight + 1);
+  for (SegmentEvents& e : events) {
+    ASSIGN_OR_RETURN(e.start, dev.device->CreateEvent());
+    ASSIGN_OR_RETURN(e.end, dev.device->CreateEvent());
+  }
+  l.segment_events = std::move(events);
+  return absl::OkStatus();
+}
+
+bool Service::HasSegmentedIteration(const Job& job) const {
+  if (job.device == nullptr || job.lane < 0 || job.lane >= static_cast<int>(job.device->lanes.size())) return false;
+  const SegmentedIteration* run = job.device->lanes[job.lane].segmented.get();
+  return run != nullptr && run->job == job.id;
+}
+
+void Service::AdvanceSegments(DeviceRuntime& dev, int lane) {
+  SegmentedIteration& run = *dev.lanes[lane].segmented;
+  while (run.status.ok() && !run.parked && run.next_node < run.num_nodes &&
+         run.in_flight < options_.preemption_segments_in_flight) {
+    if (dev.scheduler->ShouldYield(lane)) {
+      dev.scheduler->OnIterationYielded(lane);
+      run.parked = true;
+      dev.yields++;
+      auto j = jobs_.find(run.job);
+      if (j != jobs_.end()) j->second->yields++;
+      TLOG_DEBUG("iteration yields")
+          .With("job", run.job)
+          .With("lane", lane)
+          .With("next_node", run.next_node)
+          .With("nodes", run.num_nodes);
+      return;
+    }
+    EnqueueSegment(dev, lane, run);
+  }
+}
+
+void Service::MaybeResumeSegments(DeviceRuntime& dev, int lane) {
+  SegmentedIteration& run = *dev.lanes[lane].segmented;
+  if (!run.parked || !run.status.ok() || dev.scheduler->ShouldYield(lane)) return;
+  dev.scheduler->OnIterationResumed(lane);
+  run.parked = false;
+  run.resumed = true;
+  TLOG_DEBUG("iteration resumes").With("job", run.job).With("lane", lane).With("next_node", run.next_node);
+  AdvanceSegments(dev, lane);
+}
+
+void Service::EnqueueSegment(DeviceRuntime& dev, int lane, SegmentedIteration& run) {
+  Lane& l = dev.lanes[lane];
+  const int begin_node = run.next_node;
+  const int end_node = std::min(run.num_nodes, begin_node + run.segment_nodes);
+  const int segment = run.next_segment++;
+  const bool first = segment == 0;
+  const bool last = end_node == run.num_nodes;
+  run.next_node = end_node;
+  run.in_flight++;
+  dev.segments++;
+  SegmentEvents& events = l.segment_events[segment % l.segment_events.size()];
+  events.follows_pause = run.resumed;
+  run.resumed = false;
+  const IterationEvents& whole = l.events[run.probe.seq % l.events.size()];
+
+  std::vector<StagedCopy> feeds;
+  if (first) feeds = std::move(run.feeds);
+  std::vector<StagedCopy> fetches;
+  if (last) fetches = run.fetches;
+  device::Device* device = dev.device.get();
+  device::Stream* stream = l.stream.get();
+  // The job outlives its iteration: device_work keeps a closing job.
+  Program* program = jobs_.at(run.job)->program.get();
+  device::Event* begin = whole.begin.get();
+  device::Event* start = whole.start.get();
+  device::Event* end = whole.end.get();
+  device::Event* segment_start = events.start.get();
+  device::Event* segment_end = events.end.get();
+  DeviceRuntime* devp = &dev;
+  const uint64_t seq = run.probe.seq;
+  dev.executor->Post([=, this, table = run.table, feeds = std::move(feeds), fetches = std::move(fetches)]() {
+    absl::Status status;
+    if (first) {
+      status = device->RecordEvent(*stream, *begin);
+      for (const StagedCopy& c : feeds) {
+        if (status.ok()) status = device->CopyToDevice(*stream, c.dst, c.src, c.bytes);
+      }
+      if (status.ok()) status = device->RecordEvent(*stream, *start);
+    }
+    if (status.ok()) status = device->RecordEvent(*stream, *segment_start);
+    if (status.ok()) status = program->EnqueueNodes(*stream, *table, begin_node, end_node);
+    if (status.ok()) status = device->RecordEvent(*stream, *segment_end);
+    if (last) {
+      if (status.ok()) status = device->RecordEvent(*stream, *end);
+      for (const StagedCopy& c : fetches) {
+        if (status.ok()) status = device->CopyToHost(*stream, c.dst, c.src, c.bytes);
+      }
+    }
+    auto done = [this, devp, lane, seq, segment](absl::Status s) {
+      loop_.Post("Executor.OnSegmentDone",
+                 [this, devp, lane, seq, segment, s]() { OnSegmentDone(*devp, lane, seq, segment, s); });
+    };
+    if (status.ok()) status = device->OnComplete(*stream, done);
+    if (!status.ok()) done(status);
+  });
+}
+
+void Service::OnSegmentDone(DeviceRuntime& dev, int lane, uint64_t seq, int segment, absl::Status status) {
+  if (shutting_down_) return;
+  Lane& l = dev.lanes[lane];
+  SegmentedIteration* run = l.segmented.get();
+  if (run == nullptr || run->probe.seq != seq) {
+    TLOG_ERROR("a segment completed for no segmented iteration").With("lane", lane).With("seq", seq);
+    return;
+  }
+  run->in_flight--;
+  if (status.ok()) {
+    const SegmentEvents& events = l.segment_events[segment % l.segment_events.size()];
+    auto elapsed = dev.device->ElapsedSeconds(*events.start, *events.end);
+    if (elapsed.ok()) run->run_seconds += *elapsed;
+    // The device's idle time since the previous segment: the round trip
+    // through the loop that segments in flight are meant to hide.
+    if (segment > 0 && !events.follows_pause) {
+      const SegmentEvents& previous = l.segment_events[(segment - 1) % l.segment_events.size()];
+      auto gap = dev.device->ElapsedSeconds(*previous.end, *events.start);
+      if (gap.ok() && *gap > 0) dev.segment_gap_seconds += *gap;
+    }
+  } else if (run->status.ok()) {
+    run->status = status;
+  }
+  if (run->in_flight == 0 && (!run->status.ok() || run->next_node == run->num_nodes)) {
+    FinishSegmentedIteration(dev, lane);
+    return;
+  }
+  const bool was_parked = run->parked;
+  AdvanceSegments(dev, lane);
+  // A pause is an event for the scheduler (the lane no longer counts as
+  // running): offer the free lanes again.
+  if (!was_parked && run->parked) DispatchAll(dev);
+}
+
+void Service::FinishSegmentedIteration(DeviceRuntime& dev, int lane) {
+  std::unique_ptr<SegmentedIteration> run = std::move(dev.lanes[lane].segmented);
+  // A parked iteration that ends (its job closed) needs no resume: the
+  // scheduler's done or abort report ends the pause too.
+  FinishIteration(dev, lane, run->slot, run->job, run->probe, std::move(run->it), run->status, run->run_seconds);
+}
+
+void Service::StopSegmentedIteration(Job& job, const char* reason) {
+  if (!HasSegmentedIteration(job)) return;
+  DeviceRuntime* dev = job.device;
+  const int lane = job.lane;
+  SegmentedIteration& run = *dev->lanes[lane].segmented;
+  if (run.status.ok()) run.status = absl::CancelledError(absl::StrCat("job ", job.id, " closed: ", reason));
+  if (run.in_flight > 0) return;  // ends when its last segment in flight completes
+  // Parked: nothing will complete. It ends on the next turn of the loop,
+  // since the caller still uses `job`, which the end may erase.
+  const uint64_t seq = run.probe.seq;
+  loop_.Post("Service.EndParkedIteration", [this, dev, lane, seq]() {
+    if (shutting_down_) return;
+    const SegmentedIteration* parked = dev->lanes[lane].segmented.get();
+    if (parked == nullptr || parked->probe.seq != seq || parked->in_flight > 0) return;
+    FinishSegmentedIteration(*dev, lane);
+  });
 }
 
 }  // namespace tandem::server

@@ -296,6 +296,8 @@ void Service::BeginCloseJob(Job& job, const char* reason) {
       ReplyError(r.reply, absl::CancelledError(absl::StrCat("job ", job.id, " closed: ", reason)));
     }
     job.reads.clear();
+    // An iteration paused for a higher priority would hold the job forever.
+    StopSegmentedIteration(job, reason);
   }
   MaybeFinishClose(job);
 }

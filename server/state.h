@@ -14,6 +14,7 @@
 
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "adaptor/graph.h"
 #include "adaptor/iteration_layout.h"
 #include "adaptor/program.h"
@@ -95,6 +96,7 @@ struct Job {
   uint64_t done = 0;        // iterations completed successfully
   uint64_t failed = 0;
   double device_seconds = 0;
+  uint64_t yields = 0;  // pauses of its iterations for a higher priority (op preemption)
   std::vector<PendingReply> close_replies;  // answered when the job is gone
 };
 
@@ -116,6 +118,60 @@ struct IterationEvents {
   std::unique_ptr<device::Event> end;
 };
 
+// What an iteration needs at completion to measure the gap before it.
+struct LaneGapProbe {
+  uint64_t seq = 0;
+  // It was already waiting when the previous one finished: enqueued behind
+  // it on the stream, or queued in the daemon before its completion was
+  // seen. Only then is the gap the runtime's cost rather than a wait for work.
+  bool was_waiting = false;
+  bool switched_job = false;  // the previous one was another job's
+};
+
+// A copy between host staging memory (a slot, a shared region) and the
+// device: a feed before an iteration's first node, a fetch after its last.
+struct StagedCopy {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t bytes = 0;
+};
+
+// An iteration enqueued in segments of nodes, so that it can pause between
+// two of them while a higher-priority iteration runs (op-granularity
+// preemption, docs/scheduling.md). It owns its lane from start to end: the
+// lane's arena holds its ephemeral tensors the whole time, so nothing else
+// starts or is staged on the lane meanwhile. Owned by the lane; loop only.
+struct SegmentedIteration {
+  uint64_t job = 0;
+  int slot = 0;
+  LaneGapProbe probe;
+  QueuedIteration it;
+  // One address table for every segment (the lane's arena may be replaced
+  // while the iteration runs; the old one stays until the lane drains).
+  std::shared_ptr<const std::vector<void*>> table;
+  std::vector<StagedCopy> feeds;    // made by the first segment
+  std::vector<StagedCopy> fetches;  // made by the last segment
+  int num_nodes = 0;
+  int segment_nodes = 1;
+  int next_node = 0;        // the first node not enqueued yet
+  int next_segment = 0;     // index of the next segment to enqueue
+  int in_flight = 0;        // segments enqueued whose completion was not seen
+  bool parked = false;      // yielded: no segment is enqueued until ShouldYield turns false
+  bool resumed = false;     // the next segment follows a pause (its gap is not idle time)
+  double run_seconds = 0;   // the completed segments' device time
+  // The first failure (a segment's, or the job closing); no segment is
+  // enqueued after it, and the iteration ends once none is in flight.
+  absl::Status status;
+};
+
+// Per segment: events around its nodes, for its device time and the idle
+// time before it.
+struct SegmentEvents {
+  std::unique_ptr<device::Event> start;
+  std::unique_ptr<device::Event> end;
+  bool follows_pause = false;  // the segment was enqueued on a resume
+};
+
 struct Lane {
   std::unique_ptr<device::Stream> stream;
   std::vector<StagingSlot> slots;
@@ -129,16 +185,12 @@ struct Lane {
   bool last_done_ok = false;  // the last completed iteration recorded its end
   uint64_t last_done_seq = 0;
   std::chrono::steady_clock::time_point last_done_at{};  // when the loop saw it complete
-};
-
-// What an iteration needs at completion to measure the gap before it.
-struct LaneGapProbe {
-  uint64_t seq = 0;
-  // It was already waiting when the previous one finished: enqueued behind
-  // it on the stream, or queued in the daemon before its completion was
-  // seen. Only then is the gap the runtime's cost rather than a wait for work.
-  bool was_waiting = false;
-  bool switched_job = false;  // the previous one was another job's
+  // The iteration running in segments, or null.
+  std::unique_ptr<SegmentedIteration> segmented;
+  // Segment k of an iteration records its events in segment_events[k % size]
+  // (segments in flight + 1 entries, made on first use): the entry of the
+  // segment before a completing one is still intact.
+  std::vector<SegmentEvents> segment_events;
 };
 
 struct DeviceRuntime {
@@ -148,6 +200,12 @@ struct DeviceRuntime {
   std::unique_ptr<sched::Scheduler> scheduler;
   std::vector<Lane> lanes;  // by lane index; grows as memory opens lanes
   uint64_t iterations = 0;
+  // Op-granularity preemption: pauses of a segmented iteration, segments
+  // run, and the device's idle time between consecutive segments of an
+  // iteration (pauses excluded): what running in segments costs.
+  uint64_t yields = 0;
+  uint64_t segments = 0;
+  double segment_gap_seconds = 0;
   // Last: destroyed first, so its thread stops before the streams go.
   std::unique_ptr<Executor> executor;
 };

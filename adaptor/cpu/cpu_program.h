@@ -1,5 +1,6 @@
-// The CPU backend of Program: the whole iteration is one work item on the
-// lane's CPU stream, running each node's reference kernel in order.
+// The CPU backend of Program: an iteration (or a range of its nodes,
+// Program::EnqueueNodes) is one work item on the lane's CPU stream, running
+// each node's reference kernel in order on the stream's thread.
 #ifndef TANDEM_ADAPTOR_CPU_CPU_PROGRAM_H_
 #define TANDEM_ADAPTOR_CPU_CPU_PROGRAM_H_
 

@@ -9,6 +9,13 @@
 // and the bad value. Both steps are part of the captured graph. If the next
 // iteration is enqueued before any completion took the check, the check is
 // flushed into the stream first (one host callback), so no error is lost.
+//
+// Ranges (Program::EnqueueNodes): an iteration cut into ranges runs op by
+// op. The zeroing of the error word belongs to the range that starts at node
+// 0, the read-back and the deferred check to the range that ends at the last
+// node, so the word spans the whole iteration: a bad label in any range
+// skips every update after it (in this range or a later one) and fails the
+// completion that follows the last range.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -63,6 +70,46 @@ class CudaProgram final : public Program {
   }
 
   absl::Status Enqueue(device::Stream& stream, absl::Span<void* const> addresses) override {
+    ASSIGN_OR_RETURN(CudaStream * cuda_stream, CheckAndSelect(stream, addresses));
+    ASSIGN_OR_RETURN(LaneState * state, StateFor(*cuda_stream));
+    RETURN_IF_ERROR(BeginIteration(*cuda_stream));
+    if (options_.profile_nodes) {
+      RETURN_IF_ERROR(EnqueueProfiled(*cuda_stream, *state, addresses));
+    } else {
+      RETURN_IF_ERROR(EnqueueFast(*cuda_stream, *state, addresses));
+    }
+    EndIteration(*cuda_stream, *state);
+    return absl::OkStatus();
+  }
+
+  // Ranges run op by op, never from a captured graph: a graph per range
+  // would multiply captures (and the addresses they pin) by the ranges an
+  // iteration is cut into, and ranged iterations are best-effort work that
+  // may pause between ranges anyway. Not profiled (profile_nodes).
+  absl::Status EnqueueNodes(device::Stream& stream, absl::Span<void* const> addresses, int begin,
+                            int end) override {
+    const int num_nodes = static_cast<int>(graph_.nodes.size());
+    if (begin < 0 || begin > end || end > num_nodes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("node range [", begin, ", ", end, ") is outside the graph's ", num_nodes, " nodes"));
+    }
+    ASSIGN_OR_RETURN(CudaStream * cuda_stream, CheckAndSelect(stream, addresses));
+    ASSIGN_OR_RETURN(LaneState * state, StateFor(*cuda_stream));
+    if (begin == 0) {
+      RETURN_IF_ERROR(BeginIteration(*cuda_stream));
+      ++stats_.op_by_op_runs;
+    }
+    RETURN_IF_ERROR(LaunchNodes(*cuda_stream, *state, addresses, begin, end));
+    if (end == num_nodes) EndIteration(*cuda_stream, *state);
+    return absl::OkStatus();
+  }
+
+  const CudaProgramStats& stats() const { return stats_; }
+
+ private:
+  // Checks an address table against the graph and `stream` against the
+  // device, and makes the device current; the stream as a CudaStream.
+  absl::StatusOr<CudaStream*> CheckAndSelect(device::Stream& stream, absl::Span<void* const> addresses) {
     if (addresses.size() != graph_.values.size()) {
       return absl::InternalError(absl::StrCat("address table has ", addresses.size(), " entries; the graph has ",
                                               graph_.values.size(), " values"));
@@ -79,27 +126,29 @@ class CudaProgram final : public Program {
                                               cuda_stream->ordinal()));
     }
     CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_stream->ordinal()));
-    ASSIGN_OR_RETURN(LaneState * state, StateFor(*cuda_stream));
-    if (checks_data_ && cuda_stream->HasDeferredChecks(this)) {
+    return cuda_stream;
+  }
+
+  // Host side of an iteration's start, once per iteration (whole or in
+  // ranges), before its first node is enqueued.
+  absl::Status BeginIteration(CudaStream& stream) {
+    if (checks_data_ && stream.HasDeferredChecks(this)) {
       // The last iteration's error word has not been checked yet, and this
       // iteration will overwrite its host copy.
-      RETURN_IF_ERROR(cuda_stream->FlushDeferredChecks());
-    }
-    if (options_.profile_nodes) {
-      RETURN_IF_ERROR(EnqueueProfiled(*cuda_stream, *state, addresses));
-    } else {
-      RETURN_IF_ERROR(EnqueueFast(*cuda_stream, *state, addresses));
-    }
-    if (checks_data_) {
-      const int64_t* host = state->error_host;
-      cuda_stream->DeferCheck(this, [this, host] { return CheckErrorWord(host); });
+      RETURN_IF_ERROR(stream.FlushDeferredChecks());
     }
     return absl::OkStatus();
   }
 
-  const CudaProgramStats& stats() const { return stats_; }
+  // Host side of an iteration's end, once per iteration, after its last
+  // node (and the read-back of the error word) was enqueued: the check of
+  // the word runs at the stream's next completion.
+  void EndIteration(CudaStream& stream, const LaneState& state) {
+    if (!checks_data_) return;
+    const int64_t* host = state.error_host;
+    stream.DeferCheck(this, [this, host] { return CheckErrorWord(host); });
+  }
 
- private:
   // A graph replay when the address table is the captured one, else an
   // op-by-op run followed by a capture.
   absl::Status EnqueueFast(CudaStream& stream, LaneState& state, absl::Span<void* const> addresses) {
@@ -110,7 +159,7 @@ class CudaProgram final : public Program {
       CUDA_RETURN_IF_ERROR(cudaGraphLaunch(state.exec, stream.native()));
       ++stats_.graph_launches;
     } else {
-      RETURN_IF_ERROR(EnqueueNodes(stream, state, addresses));
+      RETURN_IF_ERROR(LaunchNodes(stream, state, addresses, 0, static_cast<int>(graph_.nodes.size())));
       ++stats_.op_by_op_runs;
       if (options_.use_graphs && !capture_disabled_) {
         absl::Status captured = Capture(stream, state, addresses);
@@ -137,7 +186,8 @@ class CudaProgram final : public Program {
       for (cudaEvent_t& e : profile_events_) CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
       node_seconds_.assign(graph_.nodes.size(), 0.0);
     }
-    RETURN_IF_ERROR(EnqueueNodes(stream, state, addresses, profile_events_.data()));
+    RETURN_IF_ERROR(
+        LaunchNodes(stream, state, addresses, 0, static_cast<int>(graph_.nodes.size()), profile_events_.data()));
     ++stats_.op_by_op_runs;
     CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream.native()));
     if (profiled_runs_++ == 0) return absl::OkStatus();
@@ -236,13 +286,17 @@ class CudaProgram final : public Program {
     state.error_host = nullptr;
   }
 
-  // Enqueues the iteration kernel by kernel (also what stream capture
-  // records). With `events` (nodes + 1 of them), records events[i] before
-  // node i and the last after the last node.
-  absl::Status EnqueueNodes(CudaStream& stream, LaneState& state, absl::Span<void* const> addresses,
-                            cudaEvent_t* events = nullptr) {
+  // Enqueues nodes [begin, end) kernel by kernel, each followed by the
+  // updates scheduled after it (a whole iteration is [0, nodes): also what
+  // stream capture records). The range that starts the iteration zeroes the
+  // error word first; the one that ends it copies the word to the host last.
+  // With `events` (nodes + 1 of them), records events[i] before node i and
+  // events[end] after the last node.
+  absl::Status LaunchNodes(CudaStream& stream, LaneState& state, absl::Span<void* const> addresses, int begin,
+                           int end, cudaEvent_t* events = nullptr) {
     const cudaStream_t native = stream.native();
-    if (checks_data_) {
+    const int num_nodes = static_cast<int>(graph_.nodes.size());
+    if (checks_data_ && begin == 0) {
       CUDA_RETURN_IF_ERROR(cudaMemsetAsync(state.error_word, 0, 2 * sizeof(int64_t), native));
     }
     CudaKernelContext context;
@@ -250,7 +304,7 @@ class CudaProgram final : public Program {
     context.native = native;
     context.error.word = state.error_word;
     KernelArgs args;
-    for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+    for (int i = begin; i < end; ++i) {
       const Node& node = graph_.nodes[i];
       args.node = &node;
       args.inputs.clear();
@@ -261,18 +315,17 @@ class CudaProgram final : public Program {
       if (events != nullptr) CUDA_RETURN_IF_ERROR(cudaEventRecord(events[i], native));
       absl::Status status = kernels_[i](context, args);
       if (!status.ok()) {
-        return absl::Status(status.code(),
-                            absl::StrCat(node.Describe(static_cast<int>(i)), ": ", status.message()));
+        return absl::Status(status.code(), absl::StrCat(node.Describe(i), ": ", status.message()));
       }
       for (int k : updates_.after_node[i]) RETURN_IF_ERROR(EnqueueUpdate(k, state, addresses, native));
     }
-    if (graph_.nodes.empty()) {
+    if (num_nodes == 0) {
       for (size_t k = 0; k < graph_.updates.size(); ++k) {
         RETURN_IF_ERROR(EnqueueUpdate(static_cast<int>(k), state, addresses, native));
       }
     }
-    if (events != nullptr) CUDA_RETURN_IF_ERROR(cudaEventRecord(events[graph_.nodes.size()], native));
-    if (checks_data_) {
+    if (events != nullptr) CUDA_RETURN_IF_ERROR(cudaEventRecord(events[end], native));
+    if (checks_data_ && end == num_nodes) {
       CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(state.error_host, state.error_word, 2 * sizeof(int64_t),
                                            cudaMemcpyDeviceToHost, native));
     }
@@ -303,7 +356,7 @@ class CudaProgram final : public Program {
   absl::Status Capture(CudaStream& stream, LaneState& state, absl::Span<void* const> addresses) {
     const cudaStream_t native = stream.native();
     CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(native, cudaStreamCaptureModeThreadLocal));
-    absl::Status recorded = EnqueueNodes(stream, state, addresses);
+    absl::Status recorded = LaunchNodes(stream, state, addresses, 0, static_cast<int>(graph_.nodes.size()));
     cudaGraph_t graph = nullptr;
     const cudaError_t ended = cudaStreamEndCapture(native, &graph);
     if (!recorded.ok() || ended != cudaSuccess) {
