@@ -24,7 +24,9 @@ TEST(DaemonOnGpu, BadLabelFailsOnlyItsIterationAndTheNeighbourTrainsOn) {
     std::printf("no GPU: skipping\n");
     GTEST_SKIP() << "no GPU";
   }
-  DaemonProcess daemon({"--device=cuda", "--policy=fair"});
+  // One GPU, so that both jobs share its context (on a machine with several
+  // the daemon would place the second job on another GPU).
+  DaemonProcess daemon({"--device=cuda", "--gpus=0", "--policy=fair"});
   // float32 on the GPU against the double reference.
   GoodTrainer good(daemon.endpoint(), 1e-4);
   good.Step(3);
