@@ -425,9 +425,9 @@ def save_capture(cache_dir, name, small, lowered, capture_seconds):
     try:
         os.makedirs(cache_dir, exist_ok=True)
         path = _capture_cache_path(cache_dir, name, small)
-        torch.save({"graph": lowered.graph, "persistent": lowered.persistent, "capture_s": capture_seconds},
-                   path + ".tmp")
-        os.replace(path + ".tmp", path)
+        tmp = f"{path}.{os.getpid()}.tmp"  # programs running side by side may save the same model
+        torch.save({"graph": lowered.graph, "persistent": lowered.persistent, "capture_s": capture_seconds}, tmp)
+        os.replace(tmp, path)
     except (OSError, RuntimeError) as e:
         log(f"  (could not cache the capture of {name}: {e})")
 

@@ -180,6 +180,9 @@ def main():
                         "training job runs (the next iteration waits behind the running one), 1 leaves the "
                         "device a gap after each iteration (the round trip, plus --think_ms)")
     p.add_argument("--think_ms", type=float, default=0.0, help="pause of the high-priority job between iterations")
+    p.add_argument("--preemption", choices=("iteration", "op"), default="iteration",
+                   help="tandemd's --preemption: best-effort iterations pause only between iterations, or between "
+                        "ranges of ops (docs/scheduling.md)")
     p.add_argument("--solo_s", type=float, default=1.0, help="timed seconds of a solo run (sets the iterations)")
     p.add_argument("--warmup_s", type=float, default=0.5)
     p.add_argument("--min_iters", type=int, default=5)
@@ -217,7 +220,7 @@ def main():
                          "max_best_effort": args.max_best_effort, "hp_depths": args.hp_depths,
                          "think_ms": args.think_ms, "be_depth": args.depth, "solo_s": args.solo_s,
                          "warmup_s": args.warmup_s, "min_iters": args.min_iters, "systems": systems,
-                         "small": args.small, "tandem_policy": "priority",
+                         "small": args.small, "tandem_policy": "priority", "preemption": args.preemption,
                          "optimizer": f"SGD lr={bc.LR} momentum={bc.MOMENTUM}", **bc.numerics()},
               "systems": {}}
 
@@ -243,7 +246,7 @@ def main():
     try:
         if "tandem" in systems:
             bc.log("== tandem (policy priority)")
-            daemon = tc.start_daemon(args, "priority", "tandemd-qos")
+            daemon = tc.start_daemon(args, "priority", "tandemd-qos", extra=[f"--preemption={args.preemption}"])
             measure_system("tandem", args, slots, result, daemon.endpoint, deadline("tandem"))
             daemon.stop()
             daemon = None
