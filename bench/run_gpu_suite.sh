@@ -18,19 +18,24 @@
 #   bench/run_gpu_suite.sh                 # on the GPU machine: everything, < 10 minutes
 #   bench/run_gpu_suite.sh pairs qos       # some stages, in this order
 #
-# Each stage runs under a time limit (seconds; the defaults add up to 520):
-# OVERHEAD_S 90, PAIRS_S 140, MEMORY_S 50, JCT_S 70, SWEEP_S 40, QOS_S 50,
-# GAP_S 20, HOSTING_S 60 (HOSTING_COUNTS: the model counts probed, default
-# 4,8,16). Each program gets a budget under its limit and skips
-# what would not fit, so a slow stage still writes its JSON. Captured jobs are
-# cached between stages (BENCH_CAPTURE_CACHE).
+# Each stage runs under a time limit (seconds): OVERHEAD_S 90, PAIRS_S 180,
+# MEMORY_S 90, JCT_S 90, SWEEP_S 50, QOS_S 80, GAP_S 20, HOSTING_S 120
+# (HOSTING_COUNTS: the model counts probed, default 4,8,16). Each program
+# gets a budget under its limit and skips what would not fit, so a slow
+# stage still writes its JSON. Captured jobs are cached between stages
+# (BENCH_CAPTURE_CACHE). The limits come from a run on the H200 in which
+# tighter ones left the trace and hosting stages mostly skipped.
 #
-# GPUs: the stages that compare with PyTorch processes (overhead, pairs,
-# memory, qos, gap, hosting) run on one GPU, SUITE_GPU (default 0, through
-# CUDA_VISIBLE_DEVICES), so that every baseline sees the same device. The
-# trace stages (jct, sweep) give tandemd every GPU of the machine: on a
-# machine with several, the daemon places each job on the GPU with the most
-# free memory, and the results name each job's device.
+# GPUs: the stages that compare with PyTorch processes run on one GPU each
+# (through CUDA_VISIBLE_DEVICES), so that every baseline sees the same
+# device. With two or more GPUs the suite runs two groups side by side:
+# overhead, pairs, qos, gap on GPU 0 and memory, hosting on GPU 1 (the
+# groups never share a GPU), then jct and sweep with tandemd on every GPU
+# (it places each job on the GPU with the most free memory; the results name
+# each job's device): about 8 minutes. With one GPU the stages run one after
+# another (about 12 minutes at these limits; SUITE_BUDGET_S=570 scales every
+# limit down to fit 10 minutes, with more of each stage skipped). SUITE_GPU
+# (default 0) picks the GPU of a one-GPU run; SUITE_PARALLEL=0 forces one.
 #
 # Results in ${OUT:-/tmp/out}: <stage>.json and its plot per stage,
 # <date>-<gpu>.json (every stage in one file, with the machine, the commit
@@ -70,63 +75,100 @@ if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version --format=csv,noheader
   gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 fi
-one_gpu=(env "CUDA_VISIBLE_DEVICES=${SUITE_GPU:-0}")
-[[ "$gpus" -eq 0 ]] && one_gpu=(env)
 common=(--device "${DEVICE:-auto}" --log_dir "$work/logs")
 small=()
 [[ "${SMALL:-0}" == 1 ]] && small=(--small)
-echo "suite: stages ${stages[*]}; $gpus GPU(s); results in $out"
+parallel=0
+[[ "$gpus" -ge 2 && "${SUITE_PARALLEL:-1}" == 1 ]] && parallel=1
+echo "suite: stages ${stages[*]}; $gpus GPU(s); $([[ $parallel == 1 ]] && echo "two groups side by side" || echo "one stage at a time"); results in $out"
 
+# A stage's limit: its default or override, scaled by SUITE_BUDGET_S / the
+# sum of every stage's limit when SUITE_BUDGET_S is set.
+declare -A limit=([overhead]=${OVERHEAD_S:-90} [pairs]=${PAIRS_S:-180} [memory]=${MEMORY_S:-90}
+                  [jct]=${JCT_S:-90} [sweep]=${SWEEP_S:-50} [qos]=${QOS_S:-80} [gap]=${GAP_S:-20}
+                  [hosting]=${HOSTING_S:-120})
+if [[ -n "${SUITE_BUDGET_S:-}" ]]; then
+  total=0
+  for name in "${stages[@]}"; do total=$((total + ${limit[$name]:-0})); done
+  if (( total > SUITE_BUDGET_S )); then
+    for name in "${!limit[@]}"; do limit[$name]=$(( limit[$name] * SUITE_BUDGET_S / total )); done
+  fi
+fi
 budget() {  # a program's own budget: 15 s under the stage's limit, at least 3/4 of it
   local t=$1
   if (( t - 15 > t * 3 / 4 )); then echo $((t - 15)); else echo $((t * 3 / 4)); fi
 }
-stage() { bench_stage suite "$@"; }
 
-for name in "${stages[@]}"; do
+# run_stage NAME GPU: GPU is an index, or "all" (every GPU the machine has).
+run_stage() {
+  local name=$1 gpu=$2 t=${limit[$1]:-0}
+  local on=(env)
+  [[ "$gpus" -gt 0 && "$gpu" != all ]] && on=(env "CUDA_VISIBLE_DEVICES=$gpu")
   case "$name" in
     overhead)
-      t=${OVERHEAD_S:-90}
-      stage overhead "$t" "${one_gpu[@]}" "$python" "$root/bench/models/overhead.py" "${common[@]}" "${small[@]}" \
-        --iters 30 --warmup 10 --depths 2 --agree_steps 5 --budget_s "$(budget "$t")" --out "$out/overhead.json" ;;
+      bench_stage suite overhead "$t" "${on[@]}" "$python" "$root/bench/models/overhead.py" "${common[@]}" \
+        "${small[@]}" --iters 30 --warmup 10 --depths 2 --agree_steps 5 --budget_s "$(budget "$t")" \
+        --out "$out/overhead.json" ;;
     pairs)
-      t=${PAIRS_S:-140}
-      stage pairs "$t" "${one_gpu[@]}" "$python" "$root/bench/pairs/pair_matrix.py" "${common[@]}" "${small[@]}" \
-        --mps_dir "$work/mps" --priority "" --solo_s 0.6 --warmup_s 0.3 --max_config_s 12 --min_config_s 3 \
-        --budget_s "$(budget "$t")" --out "$out/pairs.json" ;;
+      bench_stage suite pairs "$t" "${on[@]}" "$python" "$root/bench/pairs/pair_matrix.py" "${common[@]}" \
+        "${small[@]}" --mps_dir "$work/mps-$gpu" --priority "" --solo_s 0.6 --warmup_s 0.3 --max_config_s 12 \
+        --min_config_s 3 --budget_s "$(budget "$t")" --out "$out/pairs.json" ;;
     memory)
-      t=${MEMORY_S:-50}
-      stage memory "$t" "${one_gpu[@]}" "$python" "$root/bench/memory/planner_quality.py" "${common[@]}" \
+      bench_stage suite memory "$t" "${on[@]}" "$python" "$root/bench/memory/planner_quality.py" "${common[@]}" \
         "${small[@]}" --density_s 3 --budget_s "$(budget "$t")" --out "$out/memory.json" ;;
     jct)
-      t=${JCT_S:-70}
-      stage jct "$t" "$python" "$root/bench/traces/jct.py" "${common[@]}" "${small[@]}" --spec_dir "$work/specs" \
-        --calibrate_s 0.5 --budget_s "$(budget "$t")" --out "$out/jct.json" ;;
+      bench_stage suite jct "$t" "${on[@]}" "$python" "$root/bench/traces/jct.py" "${common[@]}" "${small[@]}" \
+        --spec_dir "$work/specs" --calibrate_s 0.5 --budget_s "$(budget "$t")" --out "$out/jct.json" ;;
     sweep)
-      t=${SWEEP_S:-40}
-      stage sweep "$t" "$python" "$root/bench/traces/sweep.py" "${common[@]}" "${small[@]}" --spec_dir "$work/specs" \
-        --calibrate_s 0.5 --budget_s "$(budget "$t")" --out "$out/sweep.json" ;;
+      bench_stage suite sweep "$t" "${on[@]}" "$python" "$root/bench/traces/sweep.py" "${common[@]}" "${small[@]}" \
+        --spec_dir "$work/specs" --calibrate_s 0.5 --budget_s "$(budget "$t")" --out "$out/sweep.json" ;;
     qos)
-      t=${QOS_S:-50}
-      stage qos "$t" "${one_gpu[@]}" "$python" "$root/bench/traces/qos.py" "${common[@]}" "${small[@]}" \
-        --mps_dir "$work/mps" --hp_depths 2 --solo_s 0.6 --warmup_s 0.3 --max_config_s 8 --min_config_s 3 \
+      bench_stage suite qos "$t" "${on[@]}" "$python" "$root/bench/traces/qos.py" "${common[@]}" "${small[@]}" \
+        --mps_dir "$work/mps-$gpu" --hp_depths 2 --solo_s 0.6 --warmup_s 0.3 --max_config_s 8 --min_config_s 3 \
         --budget_s "$(budget "$t")" --out "$out/qos.json" ;;
     gap)
-      t=${GAP_S:-20}
-      stage gap "$t" "${one_gpu[@]}" "$python" "$root/bench/models/switch_gap.py" --device "${DEVICE:-auto}" \
+      bench_stage suite gap "$t" "${on[@]}" "$python" "$root/bench/models/switch_gap.py" --device "${DEVICE:-auto}" \
         "${small[@]}" --iterations 200 --timeout_s "$((t - 2))" --out "$out/switch_gap.json" ;;
     hosting)
-      t=${HOSTING_S:-60}
-      counts=${HOSTING_COUNTS:-4,8,16}
+      local counts=${HOSTING_COUNTS:-4,8,16}
       [[ "${SMALL:-0}" == 1 ]] && counts=${HOSTING_COUNTS:-2,4}
-      stage hosting "$t" "${one_gpu[@]}" "$python" "$root/bench/inference/hosting.py" "${common[@]}" "${small[@]}" \
-        --mps_dir "$work/mps" --duration_s 1.5 --warmup_s 0.3 --counts "$counts" --budget_s "$(budget "$t")" \
-        --out "$out/hosting.json" --plot "$out/hosting.png" ;;
+      bench_stage suite hosting "$t" "${on[@]}" "$python" "$root/bench/inference/hosting.py" "${common[@]}" \
+        "${small[@]}" --mps_dir "$work/mps-$gpu" --duration_s 1.5 --warmup_s 0.3 --counts "$counts" \
+        --budget_s "$(budget "$t")" --out "$out/hosting.json" --plot "$out/hosting.png" ;;
     *)
       echo "suite: unknown stage '$name' (overhead, pairs, memory, jct, sweep, qos, gap, hosting)"
       status=1 ;;
   esac
-done
+}
+# The stages of `stages` that are in the given list, in the given order.
+pick() { local s w; for w in "$@"; do for s in "${stages[@]}"; do [[ "$s" == "$w" ]] && echo "$w"; done; done; }
+# Runs stages one after another on one GPU; returns 1 when one failed.
+run_group() {
+  local gpu=$1 name
+  shift
+  for name in "$@"; do run_stage "$name" "$gpu"; done
+  return "$status"
+}
+
+if [[ $parallel == 1 ]]; then
+  mapfile -t group_a < <(pick overhead pairs qos gap)
+  mapfile -t group_b < <(pick memory hosting)
+  mapfile -t group_all < <(pick jct sweep)
+  for name in "${stages[@]}"; do
+    case " ${group_a[*]} ${group_b[*]} ${group_all[*]} " in *" $name "*) ;; *) run_stage "$name" 0 ;; esac
+  done
+  run_group 0 "${group_a[@]}" &
+  pid_a=$!
+  run_group 1 "${group_b[@]}" &
+  pid_b=$!
+  wait "$pid_a" || status=1
+  wait "$pid_b" || status=1
+  for name in "${group_all[@]}"; do run_stage "$name" all; done
+else
+  for name in "${stages[@]}"; do
+    case "$name" in jct|sweep) run_stage "$name" all ;; *) run_stage "$name" "${SUITE_GPU:-0}" ;; esac
+  done
+fi
 
 # One file with everything, named for bench/results/<date>-<gpu>.json, and the plots.
 SUITE_COMMAND="bench/run_gpu_suite.sh ${stages[*]}" SUITE_GPUS="$gpus" SUITE_S=$(( $(date +%s) - suite_start )) \
