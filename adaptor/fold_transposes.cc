@@ -74,6 +74,36 @@ absl::Span<const MatrixSlot> MatrixSlotsOf(const v1::Node& node) {
   return {};
 }
 
+// How often each name is read: by node inputs, fetches and updates (both
+// sides of an update count).
+using Uses = absl::flat_hash_map<absl::string_view, int>;
+
+Uses UsesOf(const v1::Graph& graph) {
+  Uses uses;
+  for (const v1::Node& node : graph.nodes()) {
+    for (const std::string& input : node.inputs()) ++uses[input];
+  }
+  for (const std::string& fetch : graph.fetches()) ++uses[fetch];
+  for (const v1::Update& update : graph.updates()) {
+    ++uses[update.persistent()];
+    ++uses[update.value()];
+  }
+  return uses;
+}
+
+// Drops the nodes marked `removed`, keeping the others' order.
+void RemoveNodes(v1::Graph* graph, const std::vector<bool>& removed) {
+  auto* nodes = graph->mutable_nodes();
+  const int num_nodes = nodes->size();
+  int kept = 0;
+  for (int i = 0; i < num_nodes; ++i) {
+    if (removed[i]) continue;
+    if (kept != i) nodes->SwapElements(kept, i);
+    ++kept;
+  }
+  nodes->DeleteSubrange(kept, num_nodes - kept);
+}
+
 // A product node's transpose flag as the op reads it (Attrs::GetBool), or
 // nullopt when the attribute is not a flag (BuildGraph reports it).
 std::optional<bool> Flag(const v1::Node& node, const char* attr) {
@@ -91,15 +121,7 @@ std::optional<bool> Flag(const v1::Node& node, const char* attr) {
 void FoldTransposedProducts(v1::Graph* graph) {
   const int num_nodes = graph->nodes_size();
   const Definitions definitions = DefinitionsOf(*graph);
-  absl::flat_hash_map<absl::string_view, int> uses;
-  for (const v1::Node& node : graph->nodes()) {
-    for (const std::string& input : node.inputs()) ++uses[input];
-  }
-  for (const std::string& fetch : graph->fetches()) ++uses[fetch];
-  for (const v1::Update& update : graph->updates()) {
-    ++uses[update.persistent()];
-    ++uses[update.value()];
-  }
+  Uses uses = UsesOf(*graph);
   std::vector<bool> removed(num_nodes, false);
   for (int i = 0; i < num_nodes; ++i) {
     const v1::Node& transpose = graph->nodes(i);
@@ -123,14 +145,7 @@ void FoldTransposedProducts(v1::Graph* graph) {
     *product.mutable_declared_outputs() = transpose.declared_outputs();
     removed[i] = true;
   }
-  auto* nodes = graph->mutable_nodes();
-  int kept = 0;
-  for (int i = 0; i < num_nodes; ++i) {
-    if (removed[i]) continue;
-    if (kept != i) nodes->SwapElements(kept, i);
-    ++kept;
-  }
-  nodes->DeleteSubrange(kept, num_nodes - kept);
+  RemoveNodes(graph, removed);
 }
 
 }  // namespace
@@ -161,19 +176,9 @@ void FoldTransposes(v1::Graph* graph) {
       const std::optional<int> producer = Resolve(definitions, node.inputs(slot.input), i);
       if (!producer.has_value() || *producer < 0 || sources[*producer].source == nullptr) continue;
       const TransposeSource& source = sources[*producer];
-      auto* attrs = node.mutable_attrs();
-      auto attr = attrs->find(slot.attr);
-      bool transposed = false;  // the attribute as the op reads it (Attrs::GetBool)
-      if (attr != attrs->end()) {
-        if (attr->second.value_case() == v1::AttrValue::kB) {
-          transposed = attr->second.b();
-        } else if (attr->second.value_case() == v1::AttrValue::kI) {
-          transposed = attr->second.i() != 0;
-        } else {
-          continue;  // not a flag: BuildGraph reports it
-        }
-      }
-      if (source.odd) (*attrs)[slot.attr].set_b(!transposed);
+      const std::optional<bool> transposed = Flag(node, slot.attr);
+      if (!transposed.has_value()) continue;  // not a flag: BuildGraph reports it
+      if (source.odd) (*node.mutable_attrs())[slot.attr].set_b(!*transposed);
       node.set_inputs(slot.input, *source.source);
       lost_use[*producer] = true;
     }
@@ -191,15 +196,7 @@ void FoldTransposes(v1::Graph* graph) {
   }
 
   // Uses after folding; fetches and updates count as uses that never go.
-  absl::flat_hash_map<absl::string_view, int> uses;
-  for (const v1::Node& node : graph->nodes()) {
-    for (const std::string& input : node.inputs()) ++uses[input];
-  }
-  for (const std::string& fetch : graph->fetches()) ++uses[fetch];
-  for (const v1::Update& update : graph->updates()) {
-    ++uses[update.persistent()];
-    ++uses[update.value()];
-  }
+  Uses uses = UsesOf(*graph);
 
   // Backwards, so that removing a transpose can free the transpose feeding
   // it (which comes earlier) before that one is looked at.
@@ -216,14 +213,7 @@ void FoldTransposes(v1::Graph* graph) {
     if (producer.has_value() && *producer >= 0) lost_use[*producer] = true;
   }
 
-  auto* nodes = graph->mutable_nodes();
-  int kept = 0;
-  for (int i = 0; i < num_nodes; ++i) {
-    if (removed[i]) continue;
-    if (kept != i) nodes->SwapElements(kept, i);
-    ++kept;
-  }
-  nodes->DeleteSubrange(kept, num_nodes - kept);
+  RemoveNodes(graph, removed);
 }
 
 }  // namespace tandem

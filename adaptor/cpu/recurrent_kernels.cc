@@ -27,19 +27,11 @@
 #include <vector>
 
 #include "adaptor/cpu/kernel_util.h"
+#include "adaptor/ops/lstm_shape.h"
 #include "base/status_macros.h"
 
 namespace tandem::cpu {
 namespace {
-
-struct LstmShape {
-  int64_t t, b, i, h;
-};
-
-// T, B, I from x [T, B, I]; H from h0 [B, H] (the registry checked the rest).
-LstmShape ShapeOf(const TensorArg& x, const TensorArg& h0) {
-  return {x.type.shape[0], x.type.shape[1], x.type.shape[2], h0.type.shape[1]};
-}
 
 double Sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
 
@@ -69,7 +61,7 @@ absl::Status Float32Only(const KernelArgs& args) {
 // Inputs: x, h0, c0, w_ih, w_hh, b_ih, b_hh. Outputs: y, h_n, c_n, saved.
 absl::Status LstmKernel(const KernelArgs& args) {
   RETURN_IF_ERROR(Float32Only(args));
-  const LstmShape s = ShapeOf(args.inputs[0], args.inputs[1]);
+  const LstmShape s = LstmShapeOf(args.inputs[0], args.inputs[1]);
   const float* x = args.inputs[0].as<const float>();
   const float* h0 = args.inputs[1].as<const float>();
   const float* c0 = args.inputs[2].as<const float>();
@@ -121,7 +113,7 @@ absl::Status LstmKernel(const KernelArgs& args) {
 // grad_gates.
 absl::Status LstmBackwardKernel(const KernelArgs& args) {
   RETURN_IF_ERROR(Float32Only(args));
-  const LstmShape s = ShapeOf(args.inputs[3], args.inputs[4]);
+  const LstmShape s = LstmShapeOf(args.inputs[3], args.inputs[4]);
   const float* grad_y = args.inputs[0].as<const float>();
   const float* grad_h_n = args.inputs[1].as<const float>();
   const float* grad_c_n = args.inputs[2].as<const float>();

@@ -25,19 +25,11 @@
 #include "adaptor/cuda/blas.h"
 #include "adaptor/cuda/kernel_util.h"
 #include "adaptor/cuda/recurrent_launch.h"
+#include "adaptor/ops/lstm_shape.h"
 #include "base/status_macros.h"
 
 namespace tandem::cuda {
 namespace {
-
-struct LstmShape {
-  int64_t t, b, i, h;
-};
-
-// T, B, I from x [T, B, I]; H from h0 [B, H].
-LstmShape ShapeOf(const TensorArg& x, const TensorArg& h0) {
-  return {x.type.shape[0], x.type.shape[1], x.type.shape[2], h0.type.shape[1]};
-}
 
 absl::Status Float32Only(const KernelArgs& args) {
   for (const TensorArg& t : args.inputs) {
@@ -72,7 +64,7 @@ MatmulSpec Accumulating(MatmulSpec spec) {
 // Inputs: x, h0, c0, w_ih, w_hh, b_ih, b_hh. Outputs: y, h_n, c_n, saved.
 absl::Status LstmKernel(const CudaKernelContext& context, const KernelArgs& args) {
   RETURN_IF_ERROR(Float32Only(args));
-  const LstmShape s = ShapeOf(args.inputs[0], args.inputs[1]);
+  const LstmShape s = LstmShapeOf(args.inputs[0], args.inputs[1]);
   const float* x = args.inputs[0].as<const float>();
   const float* h0 = args.inputs[1].as<const float>();
   const float* c0 = args.inputs[2].as<const float>();
@@ -115,7 +107,7 @@ absl::Status LstmKernel(const CudaKernelContext& context, const KernelArgs& args
 // grad_gates.
 absl::Status LstmBackwardKernel(const CudaKernelContext& context, const KernelArgs& args) {
   RETURN_IF_ERROR(Float32Only(args));
-  const LstmShape s = ShapeOf(args.inputs[3], args.inputs[4]);
+  const LstmShape s = LstmShapeOf(args.inputs[3], args.inputs[4]);
   const float* grad_y = args.inputs[0].as<const float>();
   const float* x = args.inputs[3].as<const float>();
   const float* h0 = args.inputs[4].as<const float>();
