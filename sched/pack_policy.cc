@@ -5,40 +5,13 @@
 
 namespace tandem::sched {
 
-bool PackPolicy::Clash(const SchedState& state, int key_a, int key_b) const {
-  const std::optional<bool> pays = state.interference.SideBySidePays(key_a, key_b, margin_);
+bool MeasuredToClash(const SchedState& state, int key_a, int key_b, double margin) {
+  const std::optional<bool> pays = state.interference.SideBySidePays(key_a, key_b, margin);
   return pays.has_value() && !*pays;
 }
 
-const JobState* PackPolicy::ProbeTarget(const SchedState& state) const {
-  const JobState* target = nullptr;
-  for (const LaneState& lane : state.lanes) {
-    for (const JobState* job : lane.jobs) {
-      if (!job->has_queued() || (target != nullptr && job->arrival_seq > target->arrival_seq)) {
-        continue;
-      }
-      if (state.interference.Solo(job->key)) continue;
-      auto it = probes_.find(job->key);
-      if (it != probes_.end() && it->second >= max_probes_per_key_) continue;
-      target = job;
-    }
-  }
-  return target;
-}
-
-std::optional<JobId> PackPolicy::Pick(const SchedState& state, int lane) {
-  if (const JobState* probe = ProbeTarget(state)) {
-    // Everything else waits until the probe iteration can run alone.
-    if (probe->lane() != lane || state.overlap.RunningCount() > 0) return std::nullopt;
-    ++probes_[probe->key];
-    return probe->id;
-  }
-  const JobState* oldest = OldestQueued(state, lane);
-  if (oldest == nullptr) return std::nullopt;
-  return oldest->id;
-}
-
-int PackPolicy::ChooseLane(const SchedState& state, const JobParams& params, int num_lanes) const {
+int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes, double margin,
+                int max_lanes) {
   const std::optional<int> key = params.interference_key.empty()
                                      ? std::nullopt
                                      : state.interference.Find(params.interference_key);
@@ -48,7 +21,7 @@ int PackPolicy::ChooseLane(const SchedState& state, const JobParams& params, int
     double worst_gain = std::numeric_limits<double>::infinity();
     for (int lane = 0; lane < num_lanes && lane < state.LaneCount(); ++lane) {
       for (const JobState* job : state.lanes[lane].jobs) {
-        if (!Clash(state, *key, job->key)) continue;
+        if (!MeasuredToClash(state, *key, job->key, margin)) continue;
         const double gain = 1.0 / *state.interference.R(*key, job->key) +
                             1.0 / *state.interference.R(job->key, *key);
         if (gain < worst_gain) {
@@ -61,7 +34,7 @@ int PackPolicy::ChooseLane(const SchedState& state, const JobParams& params, int
   }
   const int empty = FirstEmptyLane(state, num_lanes);
   if (empty >= 0) return empty;
-  if (num_lanes < max_lanes_) return num_lanes;
+  if (num_lanes < max_lanes) return num_lanes;
   int fewest_lane = 0;
   size_t fewest = std::numeric_limits<size_t>::max();
   for (int lane = 0; lane < num_lanes; ++lane) {
@@ -72,6 +45,47 @@ int PackPolicy::ChooseLane(const SchedState& state, const JobParams& params, int
     }
   }
   return fewest_lane;
+}
+
+const JobState* SoloProbes::Target(const SchedState& state) const {
+  const JobState* target = nullptr;
+  for (const LaneState& lane : state.lanes) {
+    for (const JobState* job : lane.jobs) {
+      if (!job->has_queued() || (target != nullptr && job->arrival_seq > target->arrival_seq)) {
+        continue;
+      }
+      if (state.interference.Solo(job->key)) continue;
+      auto it = started_.find(job->key);
+      if (it != started_.end() && it->second >= max_probes_per_key_) continue;
+      target = job;
+    }
+  }
+  return target;
+}
+
+bool SoloProbes::Decide(const SchedState& state, int lane, std::optional<JobId>* pick) {
+  const JobState* probe = Target(state);
+  if (probe == nullptr) return false;
+  // Everything else waits until the probe iteration can run alone.
+  if (probe->lane() != lane || state.overlap.RunningCount() > 0) {
+    *pick = std::nullopt;
+  } else {
+    ++started_[probe->key];
+    *pick = probe->id;
+  }
+  return true;
+}
+
+std::optional<JobId> PackPolicy::Pick(const SchedState& state, int lane) {
+  std::optional<JobId> probe;
+  if (probes_.Decide(state, lane, &probe)) return probe;
+  const JobState* oldest = OldestQueued(state, lane);
+  if (oldest == nullptr) return std::nullopt;
+  return oldest->id;
+}
+
+int PackPolicy::ChooseLane(const SchedState& state, const JobParams& params, int num_lanes) const {
+  return PackLaneFor(state, params, num_lanes, margin_, max_lanes_);
 }
 
 int PackPolicy::ClashesOutside(const SchedState& state, const LaneView& lanes, const JobState& job,

@@ -37,12 +37,45 @@
 
 namespace tandem::sched {
 
+// PACK's decision rules, shared with the policies that pack (srtf_pack).
+
+// True when keys a and b are measured to be better off taking turns
+// (SideBySidePays is false); false while the pair is unmeasured.
+bool MeasuredToClash(const SchedState& state, int key_a, int key_b, double margin);
+
+// PACK's lane for a new job: a lane holding a job it is measured to clash
+// with (the worst clash first); else an empty lane; else a new lane
+// (num_lanes) while fewer than max_lanes exist; else the lane with the
+// fewest jobs.
+int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes, double margin,
+                int max_lanes);
+
+// Solo probes: r is measured against a key's solo time, so a job whose key
+// has none yet runs iterations alone first (the other lanes drain), at most
+// max_probes_per_key per key. Owned by one policy; not thread-safe.
+class SoloProbes {
+ public:
+  explicit SoloProbes(int max_probes_per_key) : max_probes_per_key_(max_probes_per_key) {}
+
+  // True when a probe is due; then *pick is the decision for `lane`: the
+  // probe's job (counted as a probe started), or nullopt while the lane must
+  // wait for it. False (and *pick untouched) when no probe is due.
+  bool Decide(const SchedState& state, int lane, std::optional<JobId>* pick);
+
+ private:
+  // The oldest job with a queued iteration whose key still needs a probe.
+  const JobState* Target(const SchedState& state) const;
+
+  const int max_probes_per_key_;
+  absl::flat_hash_map<int, int> started_;  // per key: probe iterations started
+};
+
 class PackPolicy : public Policy {
  public:
   explicit PackPolicy(const SchedulerOptions& options)
       : margin_(options.pack_margin),
         max_lanes_(options.max_lanes),
-        max_probes_per_key_(4 * options.min_interference_samples) {}
+        probes_(4 * options.min_interference_samples) {}
 
   absl::string_view name() const override { return "pack"; }
   std::optional<JobId> Pick(const SchedState& state, int lane) override;
@@ -50,11 +83,9 @@ class PackPolicy : public Policy {
   std::vector<LaneChange> Rebalance(const SchedState& state, int num_lanes) const override;
 
  private:
-  // True when a and b are measured to be better off taking turns.
-  bool Clash(const SchedState& state, int key_a, int key_b) const;
-  // The oldest job with a queued iteration whose key still needs a solo
-  // probe; nullptr when none does.
-  const JobState* ProbeTarget(const SchedState& state) const;
+  bool Clash(const SchedState& state, int key_a, int key_b) const {
+    return MeasuredToClash(state, key_a, key_b, margin_);
+  }
   // Jobs per lane, as a Rebalance in progress sees them.
   using LaneView = std::vector<std::vector<const JobState*>>;
   // Clashing partners of `job` in lanes other than `lane` (-1: in all lanes).
@@ -63,8 +94,7 @@ class PackPolicy : public Policy {
 
   const double margin_;
   const int max_lanes_;
-  const int max_probes_per_key_;
-  absl::flat_hash_map<int, int> probes_;  // per key: probe iterations started
+  SoloProbes probes_;
 };
 
 }  // namespace tandem::sched

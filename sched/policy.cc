@@ -7,6 +7,7 @@
 #include "sched/fifo_policy.h"
 #include "sched/pack_policy.h"
 #include "sched/priority_policy.h"
+#include "sched/srtf_pack_policy.h"
 #include "sched/srtf_policy.h"
 
 namespace tandem::sched {
@@ -18,6 +19,7 @@ absl::StatusOr<std::unique_ptr<Policy>> CreatePolicy(absl::string_view name,
   if (name == "fair") return std::make_unique<FairPolicy>(options.fair_window_seconds);
   if (name == "srtf") return std::make_unique<SrtfPolicy>();
   if (name == "pack") return std::make_unique<PackPolicy>(options);
+  if (name == "srtf_pack") return std::make_unique<SrtfPackPolicy>(options);
   return absl::InvalidArgumentError(absl::StrCat("unknown scheduling policy '", std::string(name),
                                                  "'; valid: ", absl::StrJoin(PolicyNames(), ", ")));
 }

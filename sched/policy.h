@@ -1,5 +1,6 @@
 // The tiny interface every scheduling policy implements, one policy per file
-// (fifo_policy, pack_policy, fair_policy, srtf_policy, priority_policy).
+// (fifo_policy, pack_policy, fair_policy, srtf_policy, priority_policy,
+// srtf_pack_policy).
 //
 // A policy decides; SchedulerImpl does the bookkeeping (queues, lanes,
 // measurements) and calls the policy with the current state. Pick(lane) is

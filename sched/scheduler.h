@@ -117,7 +117,7 @@ struct PairInterference {
 };
 
 struct SchedulerOptions {
-  // "fifo", "pack", "fair", "srtf" or "priority".
+  // "fifo", "pack", "fair", "srtf", "priority" or "srtf_pack".
   std::string policy = "fifo";
   // Null: a SteadyClock of the scheduler's own.
   std::shared_ptr<Clock> clock;

@@ -336,7 +336,7 @@ std::vector<PairInterference> SchedulerImpl::Interference() const {
   return state_.interference.Pairs();
 }
 
-std::vector<std::string> PolicyNames() { return {"fifo", "pack", "fair", "srtf", "priority"}; }
+std::vector<std::string> PolicyNames() { return {"fifo", "pack", "fair", "srtf", "priority", "srtf_pack"}; }
 
 absl::StatusOr<std::unique_ptr<Scheduler>> CreateScheduler(const SchedulerOptions& options) {
   if (options.preemption != "iteration" && options.preemption != "op") {

@@ -101,7 +101,7 @@ const std::vector<ConfigKey>& BuildKeys() {
          return absl::OkStatus();
        },
        [](const DaemonOptions& o) { return absl::StrJoin(o.gpus, ","); }},
-      {"policy", "fifo|pack|fair|srtf|priority", "scheduling policy of every device", true,
+      {"policy", "fifo|pack|fair|srtf|priority|srtf_pack", "scheduling policy of every device", true,
        [](absl::string_view v, DaemonOptions* o) { return OneOf(v, sched::PolicyNames(), &o->policy); },
        [](const DaemonOptions& o) { return o.policy; }},
       {"log_level", "debug|info|warning|error", "least severe log lines written", true,

@@ -14,7 +14,7 @@ struct DaemonOptions {
   std::string endpoint;          // empty: DaemonDefaultEndpoint()
   std::string device = "auto";   // auto | cpu | cuda
   std::vector<int> gpus;         // CUDA ordinals to use; empty: all
-  std::string policy = "pack";   // fifo | pack | fair | srtf | priority
+  std::string policy = "pack";   // fifo | pack | fair | srtf | priority | srtf_pack
   std::string log_level = "info";  // debug | info | warning | error
   uint64_t max_message_bytes = uint64_t{256} << 20;
   double session_timeout_seconds = 30;

@@ -90,7 +90,7 @@ TEST_P(TwoJobsTraining, BothMatchDoublePrecisionReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryPolicy, TwoJobsTraining,
-                         ::testing::Values("fifo", "fair", "pack", "srtf", "priority"),
+                         ::testing::Values("fifo", "fair", "pack", "srtf", "priority", "srtf_pack"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

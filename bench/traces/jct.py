@@ -36,7 +36,7 @@ import trace_common as tc
 
 bc = tc.bc
 
-POLICIES = ("fifo", "fair", "pack", "srtf")
+POLICIES = ("fifo", "fair", "pack", "srtf", "srtf_pack")
 LENGTH_CLASSES = ("short", "medium", "long")
 
 
@@ -205,7 +205,7 @@ def main():
             daemon = tc.start_daemon(args, policy, f"tandemd-jct-{policy}")
             jobs = []
             for j in trace:
-                hints = {"expected_iterations": str(j["iterations"])} if policy == "srtf" else {}
+                hints = {"expected_iterations": str(j["iterations"])} if policy.startswith("srtf") else {}
                 jobs.append({"worker": j["id"], "spec": specs[j["model"]], "name": f"{policy}-{j['id']}-{j['model']}",
                              "iterations": j["iterations"], "arrival_s": j["arrival_s"], "hints": hints,
                              "depth": args.depth})

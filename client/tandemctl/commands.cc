@@ -341,7 +341,7 @@ absl::Status ValidateCommand(const std::string& command, const std::vector<std::
     if (!absl::SimpleAtoi(args[1], &priority)) return Usage(absl::StrCat("'", args[1], "' is not an integer priority"));
   } else if (command == "set-policy") {
     if (args.size() != 1) {
-      return Usage("set-policy takes a policy name: tandemctl set-policy fifo|pack|fair|srtf|priority");
+      return Usage("set-policy takes a policy name: tandemctl set-policy fifo|pack|fair|srtf|priority|srtf_pack");
     }
   } else if (command == "kill") {
       RETURN_IF_ERROR(ParseJobId(args[0]).status());

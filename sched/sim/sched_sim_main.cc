@@ -20,7 +20,7 @@
 #include "sched/sim/simulator.h"
 #include "sched/sim/trace.h"
 
-ABSL_FLAG(std::string, policy, "fifo", "fifo, pack, fair, srtf or priority");
+ABSL_FLAG(std::string, policy, "fifo", "fifo, pack, fair, srtf, priority or srtf_pack");
 ABSL_FLAG(std::string, preemption, "iteration", "PRIORITY's preemption: iteration or op");
 ABSL_FLAG(int, max_lanes, 4, "most lanes on the device");
 ABSL_FLAG(std::string, trace, "", "trace CSV to run (else one is generated)");
