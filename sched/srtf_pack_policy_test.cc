@@ -58,11 +58,9 @@ std::vector<JobId> FinishOrder(const SimResult& result) {
 }
 
 const JobResult& ById(const SimResult& result, JobId id) {
-  for (const JobResult& job : result.jobs) {
-    if (job.id == id) return job;
-  }
-  ADD_FAILURE() << "no job " << id;
-  return result.jobs.front();
+  const JobResult* job = result.Job(id);
+  if (job == nullptr) ADD_FAILURE() << "no job " << id;
+  return job != nullptr ? *job : result.jobs.front();
 }
 
 // The long job arrives first; shorter jobs arrive while it runs. Remaining

@@ -99,6 +99,14 @@ struct SimResult {
   int lanes_used = 0;
   double cpu_seconds = 0;                      // host time the simulation took
   std::vector<PairInterference> interference;  // what the scheduler measured
+
+  // The result of job `id`, or null when the trace had no such job.
+  const JobResult* Job(JobId id) const {
+    for (const JobResult& job : jobs) {
+      if (job.id == id) return &job;
+    }
+    return nullptr;
+  }
 };
 
 class Simulator {

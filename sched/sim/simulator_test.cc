@@ -34,11 +34,9 @@ SimOptions WithPolicy(const std::string& policy) {
 }
 
 const JobResult& ById(const SimResult& result, JobId id) {
-  for (const JobResult& job : result.jobs) {
-    if (job.id == id) return job;
-  }
-  ADD_FAILURE() << "no job " << id;
-  return result.jobs.front();
+  const JobResult* job = result.Job(id);
+  if (job == nullptr) ADD_FAILURE() << "no job " << id;
+  return job != nullptr ? *job : result.jobs.front();
 }
 
 // Every job ran all its iterations, never faster than alone, and no lane ran
