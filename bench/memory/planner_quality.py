@@ -311,10 +311,7 @@ def main():
             ratios(out)
             save()
     except (Exception, KeyboardInterrupt, bc.Terminated) as e:
-        result["error"] = f"{type(e).__name__}: {e}"
-        bc.log(f"planner quality: stopped early: {e}")
-        if not isinstance(e, (KeyboardInterrupt, bc.Terminated)):
-            traceback.print_exc()
+        bc.stopped_early("planner quality", result, e)
     finally:
         if daemon is not None:
             if not daemon.alive():

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -169,6 +170,15 @@ def metadata(device):
         "git_commit": git_commit(),
         "command": " ".join(shlex.quote(a) for a in [sys.executable] + sys.argv),
     }
+
+
+def stopped_early(name, result, error):
+    """Records why the program `name` stopped before its end, in `result` and the log; returns its exit status."""
+    result["error"] = f"{type(error).__name__}: {error}"
+    log(f"{name}: stopped early: {error}")
+    if not isinstance(error, (KeyboardInterrupt, Terminated)):
+        traceback.print_exc()
+    return 1
 
 
 def write_json(path, obj):

@@ -343,10 +343,7 @@ def main():
             result["elapsed_s"] = round(budget.elapsed(), 1)
             bc.write_json(args.out, result)
     except (Exception, KeyboardInterrupt, bc.Terminated) as e:
-        result["error"] = f"{type(e).__name__}: {e}"
-        bc.log(f"overhead: stopped early: {e}")
-        if not isinstance(e, (KeyboardInterrupt, bc.Terminated)):
-            traceback.print_exc()
+        bc.stopped_early("overhead", result, e)
     finally:
         if daemon is not None:
             if not daemon.alive():

@@ -685,10 +685,7 @@ def main():
                 workers.close()
                 result["systems"]["mps"]["control_log_tail"] = mps.log_tail()
     except (Exception, KeyboardInterrupt, bc.Terminated) as e:
-        result["error"] = f"{type(e).__name__}: {e}"
-        bc.log(f"pair matrix: stopped early: {e}")
-        if not isinstance(e, (KeyboardInterrupt, bc.Terminated)):
-            traceback.print_exc()
+        bc.stopped_early("pair matrix", result, e)
     finally:
         workers.close()
         if daemon is not None:

@@ -221,7 +221,7 @@ def main():
             save()
         compare(result)
     except (Exception, KeyboardInterrupt, bc.Terminated) as e:
-        status = tc.stopped_early("jct", result, e)
+        status = bc.stopped_early("jct", result, e)
     finally:
         tc.release(daemon, pool, None if args.spec_dir else spec_dir)
         save()

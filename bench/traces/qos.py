@@ -269,7 +269,7 @@ def main():
                 slots.close()
                 result["systems"]["mps"]["control_log_tail"] = mps.log_tail()
     except (Exception, KeyboardInterrupt, bc.Terminated) as e:
-        status = tc.stopped_early("qos", result, e)
+        status = bc.stopped_early("qos", result, e)
     finally:
         slots.close()
         if daemon is not None:

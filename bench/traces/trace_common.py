@@ -21,7 +21,6 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.dirname(HERE)
@@ -356,15 +355,6 @@ def summary(values):
     a = np.asarray(v, dtype=float)
     return {"n": len(v), "mean": round(float(a.mean()), 4), "median": round(float(np.median(a)), 4),
             "p90": round(float(np.percentile(a, 90)), 4), "max": round(float(a.max()), 4)}
-
-
-def stopped_early(name, result, error):
-    """Records why the program `name` stopped before its end, in `result` and the log; returns its exit status."""
-    result["error"] = f"{type(error).__name__}: {error}"
-    bc.log(f"{name}: stopped early: {error}")
-    if not isinstance(error, (KeyboardInterrupt, bc.Terminated)):
-        traceback.print_exc()
-    return 1
 
 
 def release(daemon, pool, scratch_spec_dir=None):
