@@ -3,12 +3,14 @@
 //
 // Data errors: when the graph has ops that check data (class labels), each
 // iteration starts by zeroing the Program's device error word on the lane
-// stream and ends by copying it to pinned host memory; the copy is checked
-// when the stream's next completion reports (a deferred check, cuda_stream.h),
-// and a set word fails that completion with INVALID_ARGUMENT naming the node
-// and the bad value. Both steps are part of the captured graph. If the next
-// iteration is enqueued before any completion took the check, the check is
-// flushed into the stream first (one host callback), so no error is lost.
+// stream (part of the captured graph) and ends by copying it to a pinned
+// host slot of its own (after the graph: the slot changes per iteration,
+// error_slots.h); the copy is checked when the stream's next completion
+// reports (a deferred check, cuda_stream.h), and a set word fails that
+// completion with INVALID_ARGUMENT naming the node and the bad value. A
+// slot is written again only after its check ran or was flushed into the
+// stream ahead of the write, so no error is lost or misattributed however
+// far the enqueuing runs ahead of the completions.
 //
 // Ranges (Program::EnqueueNodes): an iteration cut into ranges runs op by
 // op. The zeroing of the error word belongs to the range that starts at node
@@ -19,9 +21,12 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -30,6 +35,7 @@
 #include "absl/strings/str_format.h"
 #include "adaptor/cuda/cuda_kernels.h"
 #include "adaptor/cuda/cuda_program_options.h"
+#include "adaptor/cuda/error_slots.h"
 #include "adaptor/cuda_program.h"
 #include "adaptor/update_schedule.h"
 #include "base/log.h"
@@ -43,11 +49,19 @@ namespace {
 
 using device::CudaStream;
 
+// Host slots for the error word's read-backs: more than a lane keeps
+// iterations in flight, so a read-back never waits for a check.
+constexpr int kErrorSlots = 16;
+// How long a read-back waits for a free slot before the iteration fails
+// (only when completions stopped reporting).
+constexpr auto kErrorSlotWait = std::chrono::seconds(5);
+
 // What the Program keeps per stream it ran on.
 struct LaneState {
   uint64_t stream_serial = 0;
   int64_t* error_word = nullptr;  // device int64[2]
-  int64_t* error_host = nullptr;  // pinned int64[2]: the word as of the last copy
+  int64_t* error_host = nullptr;  // pinned int64[2 * kErrorSlots]: one read-back per slot
+  std::shared_ptr<ErrorSlots> error_slots;  // shared with the deferred checks
   std::vector<void*> captured;    // the address table `exec` was captured with
   cudaGraphExec_t exec = nullptr;
 };
@@ -72,14 +86,12 @@ class CudaProgram final : public Program {
   absl::Status Enqueue(device::Stream& stream, absl::Span<void* const> addresses) override {
     ASSIGN_OR_RETURN(CudaStream * cuda_stream, CheckAndSelect(stream, addresses));
     ASSIGN_OR_RETURN(LaneState * state, StateFor(*cuda_stream));
-    RETURN_IF_ERROR(BeginIteration(*cuda_stream));
     if (options_.profile_nodes) {
       RETURN_IF_ERROR(EnqueueProfiled(*cuda_stream, *state, addresses));
     } else {
       RETURN_IF_ERROR(EnqueueFast(*cuda_stream, *state, addresses));
     }
-    EndIteration(*cuda_stream, *state);
-    return absl::OkStatus();
+    return EndIteration(*cuda_stream, *state);
   }
 
   // Ranges run op by op, never from a captured graph: a graph per range
@@ -95,12 +107,9 @@ class CudaProgram final : public Program {
     }
     ASSIGN_OR_RETURN(CudaStream * cuda_stream, CheckAndSelect(stream, addresses));
     ASSIGN_OR_RETURN(LaneState * state, StateFor(*cuda_stream));
-    if (begin == 0) {
-      RETURN_IF_ERROR(BeginIteration(*cuda_stream));
-      ++stats_.op_by_op_runs;
-    }
+    if (begin == 0) ++stats_.op_by_op_runs;
     RETURN_IF_ERROR(LaunchNodes(*cuda_stream, *state, addresses, begin, end));
-    if (end == num_nodes) EndIteration(*cuda_stream, *state);
+    if (end == num_nodes) return EndIteration(*cuda_stream, *state);
     return absl::OkStatus();
   }
 
@@ -129,24 +138,42 @@ class CudaProgram final : public Program {
     return cuda_stream;
   }
 
-  // Host side of an iteration's start, once per iteration (whole or in
-  // ranges), before its first node is enqueued.
-  absl::Status BeginIteration(CudaStream& stream) {
-    if (checks_data_ && stream.HasDeferredChecks(this)) {
-      // The last iteration's error word has not been checked yet, and this
-      // iteration will overwrite its host copy.
-      RETURN_IF_ERROR(stream.FlushDeferredChecks());
+  // An iteration's end, once per iteration, after its last node was
+  // enqueued: the read-back of the error word into a slot of its own, whose
+  // check runs at the stream's next completion.
+  absl::Status EndIteration(CudaStream& stream, LaneState& state) {
+    if (!checks_data_) return absl::OkStatus();
+    std::optional<ErrorSlots::Claim> claim = state.error_slots->TakeSlot(stream.HasDeferredChecks(this));
+    const auto deadline = std::chrono::steady_clock::now() + kErrorSlotWait;
+    while (!claim.has_value()) {
+      // Every slot's check waits for a completion that has not reported.
+      if (std::chrono::steady_clock::now() > deadline) {
+        return absl::DeadlineExceededError(absl::StrCat("the data checks of ", kErrorSlots,
+                                                        " iterations waited ", kErrorSlotWait.count(),
+                                                        " s for their completions"));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      claim = state.error_slots->TakeSlot(stream.HasDeferredChecks(this));
     }
+    std::shared_ptr<ErrorSlots> slots = state.error_slots;
+    absl::Status status = claim->flush_first ? stream.FlushDeferredChecks() : absl::OkStatus();
+    int64_t* host = state.error_host + 2 * claim->slot;
+    if (status.ok()) {
+      status = device::CudaStatus(
+          cudaMemcpyAsync(host, state.error_word, 2 * sizeof(int64_t), cudaMemcpyDeviceToHost, stream.native()),
+          "cudaMemcpyAsync");
+    }
+    if (!status.ok()) {
+      slots->Release(claim->slot, claim->generation);
+      return status;
+    }
+    stream.DeferCheck(this, [this, host, slots, claim = *claim] {
+      absl::Status checked = CheckErrorWord(host);
+      slots->Release(claim.slot, claim.generation);
+      return checked;
+    });
+    slots->Deferred(*claim);
     return absl::OkStatus();
-  }
-
-  // Host side of an iteration's end, once per iteration, after its last
-  // node (and the read-back of the error word) was enqueued: the check of
-  // the word runs at the stream's next completion.
-  void EndIteration(CudaStream& stream, const LaneState& state) {
-    if (!checks_data_) return;
-    const int64_t* host = state.error_host;
-    stream.DeferCheck(this, [this, host] { return CheckErrorWord(host); });
   }
 
   // A graph replay when the address table is the captured one, else an
@@ -263,14 +290,14 @@ class CudaProgram final : public Program {
       if (checks_data_) {
         ASSIGN_OR_RETURN(void* word, device_.Allocate(2 * sizeof(int64_t)));
         state->error_word = static_cast<int64_t*>(word);
-        auto host = device_.AllocateHost(2 * sizeof(int64_t));
+        auto host = device_.AllocateHost(2 * sizeof(int64_t) * kErrorSlots);
         if (!host.ok()) {
           device_.Free(word);
           return host.status();
         }
         state->error_host = static_cast<int64_t*>(*host);
-        state->error_host[0] = 0;
-        state->error_host[1] = 0;
+        std::fill(state->error_host, state->error_host + 2 * kErrorSlots, 0);
+        state->error_slots = std::make_shared<ErrorSlots>(kErrorSlots);
       }
       slot = std::move(state);
     }
@@ -289,7 +316,7 @@ class CudaProgram final : public Program {
   // Enqueues nodes [begin, end) kernel by kernel, each followed by the
   // updates scheduled after it (a whole iteration is [0, nodes): also what
   // stream capture records). The range that starts the iteration zeroes the
-  // error word first; the one that ends it copies the word to the host last.
+  // error word first (EndIteration reads it back after the last range).
   // With `events` (nodes + 1 of them), records events[i] before node i and
   // events[end] after the last node.
   absl::Status LaunchNodes(CudaStream& stream, LaneState& state, absl::Span<void* const> addresses, int begin,
@@ -325,10 +352,6 @@ class CudaProgram final : public Program {
       }
     }
     if (events != nullptr) CUDA_RETURN_IF_ERROR(cudaEventRecord(events[end], native));
-    if (checks_data_ && end == num_nodes) {
-      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(state.error_host, state.error_word, 2 * sizeof(int64_t),
-                                           cudaMemcpyDeviceToHost, native));
-    }
     return absl::OkStatus();
   }
 
