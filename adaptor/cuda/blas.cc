@@ -49,7 +49,7 @@ uint32_t AlignmentOf(const void* p) {
 }
 
 // What selects an algorithm: the problem and the operands' alignments.
-using AlgoKey = std::array<int64_t, 14>;
+using AlgoKey = std::array<int64_t, 15>;
 
 // A stream's BLAS state: both handles, the workspace and the algorithms
 // chosen so far (nullopt: cuBLASLt had none, use classic cuBLAS).
@@ -114,6 +114,13 @@ ColumnMajor ToColumnMajor(const MatmulSpec& s) {
   return c;
 }
 
+bool UsesTf32(const MatmulSpec& s) { return s.allow_tf32 && s.dtype == DType::kFloat32; }
+
+cublasComputeType_t ComputeType(const MatmulSpec& s) {
+  if (s.dtype != DType::kFloat32) return CUBLAS_COMPUTE_64F;
+  return UsesTf32(s) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
 // Host scalars in the compute type.
 struct Scalars {
   float f[2];
@@ -129,8 +136,7 @@ absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s
   const ColumnMajor cm = ToColumnMajor(s);
   const bool use_c = s.beta != 0.0 && s.c != nullptr;
   LtDescs descs;
-  BLAS_RETURN_IF_ERROR(
-      cublasLtMatmulDescCreate(&descs.op, f32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_64F, type));
+  BLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&descs.op, ComputeType(s), type));
   BLAS_RETURN_IF_ERROR(
       cublasLtMatmulDescSetAttribute(descs.op, CUBLASLT_MATMUL_DESC_TRANSA, &cm.x_op, sizeof(cm.x_op)));
   BLAS_RETURN_IF_ERROR(
@@ -160,7 +166,7 @@ absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s
 
   const AlgoKey key = {static_cast<int64_t>(s.dtype), s.n, s.k, s.m, s.trans_a, s.trans_b, s.bias != nullptr,
                        AlignmentOf(s.a), AlignmentOf(s.b), AlignmentOf(c), AlignmentOf(s.out),
-                       s.bias != nullptr ? AlignmentOf(s.bias) : 0, s.batch, OutRowStride(s)};
+                       s.bias != nullptr ? AlignmentOf(s.bias) : 0, s.batch, OutRowStride(s), UsesTf32(s)};
   auto it = state.algos.find(key);
   if (it == state.algos.end()) {
     BLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&descs.pref));
@@ -232,14 +238,14 @@ absl::Status ClassicMatmul(BlasState& state, cudaStream_t stream, const MatmulSp
         state.blas, cm.x_op, cm.y_op, static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k),
         scalars.alpha(s.dtype), s.b, type, static_cast<int>(cm.x_rows), s.stride_b, s.a, type,
         static_cast<int>(cm.y_rows), s.stride_a, scalars.beta(s.dtype), s.out, type, static_cast<int>(s.m),
-        s.stride_out, static_cast<int>(s.batch), f32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_64F, CUBLAS_GEMM_DEFAULT));
+        s.stride_out, static_cast<int>(s.batch), ComputeType(s), CUBLAS_GEMM_DEFAULT));
     return absl::OkStatus();
   }
   BLAS_RETURN_IF_ERROR(cublasGemmEx(state.blas, cm.x_op, cm.y_op, static_cast<int>(s.m), static_cast<int>(s.n),
                                     static_cast<int>(s.k), scalars.alpha(s.dtype), s.b, type,
                                     static_cast<int>(cm.x_rows), s.a, type, static_cast<int>(cm.y_rows),
                                     scalars.beta(s.dtype), s.out, type, static_cast<int>(OutRowStride(s)),
-                                    f32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_64F, CUBLAS_GEMM_DEFAULT));
+                                    ComputeType(s), CUBLAS_GEMM_DEFAULT));
   return absl::OkStatus();
 }
 

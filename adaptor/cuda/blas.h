@@ -2,7 +2,9 @@
 // when cuBLASLt offers no algorithm), for adaptor/cuda's mm and addmm.
 //
 // float32 products accumulate in float32 with no TF32 (PyTorch's default
-// for float32 matmul); float64 in float64. Row-major operands map onto the
+// for float32 matmul) unless a spec allows TF32 tensor cores (what PyTorch's
+// cuDNN RNNs use under torch.backends.cudnn.allow_tf32, its default);
+// float64 in float64. Row-major operands map onto the
 // column-major libraries by computing out^T = op(b)^T op(a)^T, which needs
 // no copies.
 //
@@ -32,6 +34,9 @@ struct MatmulSpec {
   const void* a = nullptr;
   const void* b = nullptr;
   void* out = nullptr;
+  // float32 only: inputs may be rounded to TF32 on tensor cores (10-bit
+  // mantissa, float32 accumulation).
+  bool allow_tf32 = false;
   double alpha = 1.0;
   double beta = 0.0;
   const void* c = nullptr;     // [n, m], may be `out`; ignored when beta == 0

@@ -1,7 +1,10 @@
 // CUDA kernels of the fused LSTM layer, lstm and lstm_backward (registry
 // entries and formulas: adaptor/ops/recurrent_ops.cc), composed of float32
-// matrix products (blas.h: cuBLASLt, no TF32, as mm and addmm) and the step
-// kernels of recurrent_kernels.cu, all on the context's stream:
+// matrix products (blas.h: cuBLASLt as mm and addmm; TF32 tensor cores when
+// the node's `allow_tf32` attribute is true, as PyTorch's cuDNN LSTM under
+// torch.backends.cudnn.allow_tf32, its default, which the PyTorch adaptor
+// copies onto the node) and the step kernels of recurrent_kernels.cu, all on
+// the context's stream:
 //
 //   forward:  one product for every step's input projection, x viewed
 //             [T*B, I] times w_ih^T, written straight into the gate columns
@@ -61,9 +64,30 @@ MatmulSpec Accumulating(MatmulSpec spec) {
   return spec;
 }
 
+// The node's products: whether they may use TF32, and enqueuing one.
+class Products {
+ public:
+  static absl::StatusOr<Products> Of(const CudaKernelContext& context, const KernelArgs& args) {
+    ASSIGN_OR_RETURN(bool tf32, args.node->attrs.GetBool("allow_tf32", false));
+    return Products(context, tf32);
+  }
+
+  absl::Status Run(MatmulSpec spec) const {
+    spec.allow_tf32 = tf32_;
+    return Matmul(*context_.stream, spec);
+  }
+
+ private:
+  Products(const CudaKernelContext& context, bool tf32) : context_(context), tf32_(tf32) {}
+
+  const CudaKernelContext& context_;
+  bool tf32_;
+};
+
 // Inputs: x, h0, c0, w_ih, w_hh, b_ih, b_hh. Outputs: y, h_n, c_n, saved.
 absl::Status LstmKernel(const CudaKernelContext& context, const KernelArgs& args) {
   RETURN_IF_ERROR(Float32Only(args));
+  ASSIGN_OR_RETURN(const Products products, Products::Of(context, args));
   const LstmShape s = LstmShapeOf(args.inputs[0], args.inputs[1]);
   const float* x = args.inputs[0].as<const float>();
   const float* h0 = args.inputs[1].as<const float>();
@@ -77,7 +101,7 @@ absl::Status LstmKernel(const CudaKernelContext& context, const KernelArgs& args
   // Gates of every step, before the recurrent term: x @ w_ih^T.
   MatmulSpec projection = Product(s.t * s.b, s.i, G, x, false, w_ih, true, saved);
   projection.ld_out = S;
-  RETURN_IF_ERROR(Matmul(*context.stream, projection));
+  RETURN_IF_ERROR(products.Run(projection));
 
   LstmForwardStep step;
   step.batch = s.b;
@@ -89,7 +113,7 @@ absl::Status LstmKernel(const CudaKernelContext& context, const KernelArgs& args
     const float* h_prev = t == 0 ? h0 : y + (t - 1) * s.b * H;
     MatmulSpec recurrent = Accumulating(Product(s.b, H, G, h_prev, false, w_hh, true, saved_t));
     recurrent.ld_out = S;
-    RETURN_IF_ERROR(Matmul(*context.stream, recurrent));
+    RETURN_IF_ERROR(products.Run(recurrent));
     step.saved_t = saved_t;
     step.c_prev = t == 0 ? c0 : saved_t - s.b * S + G;
     step.c_prev_stride = t == 0 ? H : S;
@@ -107,6 +131,7 @@ absl::Status LstmKernel(const CudaKernelContext& context, const KernelArgs& args
 // grad_gates.
 absl::Status LstmBackwardKernel(const CudaKernelContext& context, const KernelArgs& args) {
   RETURN_IF_ERROR(Float32Only(args));
+  ASSIGN_OR_RETURN(const Products products, Products::Of(context, args));
   const LstmShape s = LstmShapeOf(args.inputs[3], args.inputs[4]);
   const float* grad_y = args.inputs[0].as<const float>();
   const float* x = args.inputs[3].as<const float>();
@@ -136,19 +161,19 @@ absl::Status LstmBackwardKernel(const CudaKernelContext& context, const KernelAr
     step.grad_gates_t = grad_gates + t * s.b * G;
     RETURN_IF_ERROR(Launched(args, LaunchLstmBackwardStep(step, context.native), DType::kFloat32));
     // dh of h_{t-1} = grad_gates[t] @ w_hh; after step 0, grad_h0.
-    RETURN_IF_ERROR(Matmul(*context.stream, Product(s.b, G, H, step.grad_gates_t, false, w_hh, false, grad_h0)));
+    RETURN_IF_ERROR(products.Run(Product(s.b, G, H, step.grad_gates_t, false, w_hh, false, grad_h0)));
   }
 
   const int64_t rows = s.t * s.b;
   RETURN_IF_ERROR(
-      Matmul(*context.stream, Product(rows, G, s.i, grad_gates, false, w_ih, false, args.outputs[0].as<float>())));
+      products.Run(Product(rows, G, s.i, grad_gates, false, w_ih, false, args.outputs[0].as<float>())));
   RETURN_IF_ERROR(
-      Matmul(*context.stream, Product(G, rows, s.i, grad_gates, true, x, false, args.outputs[3].as<float>())));
+      products.Run(Product(G, rows, s.i, grad_gates, true, x, false, args.outputs[3].as<float>())));
   float* grad_w_hh = args.outputs[4].as<float>();
-  RETURN_IF_ERROR(Matmul(*context.stream, Product(G, s.b, H, grad_gates, true, h0, false, grad_w_hh)));
+  RETURN_IF_ERROR(products.Run(Product(G, s.b, H, grad_gates, true, h0, false, grad_w_hh)));
   if (s.t > 1) {
-    RETURN_IF_ERROR(Matmul(*context.stream,
-                           Accumulating(Product(G, rows - s.b, H, grad_gates + s.b * G, true, y, false, grad_w_hh))));
+    RETURN_IF_ERROR(
+        products.Run(Accumulating(Product(G, rows - s.b, H, grad_gates + s.b * G, true, y, false, grad_w_hh))));
   }
   return Launched(args, LaunchColumnSums(rows, G, grad_gates, args.outputs[5].as<float>(), context.native),
                   DType::kFloat32);

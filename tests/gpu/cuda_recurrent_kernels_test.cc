@@ -5,8 +5,11 @@
 // language model's layer (T=35, B=64, I=H=1024). Each graph runs op by op
 // and then as a replayed CUDA graph (the op must be capturable); outputs are
 // poisoned (NaN bytes) before each run, and a NaN never passes. The float32
-// products must not use TF32: its 10-bit mantissa would miss these bounds
-// by an order of magnitude.
+// products must not use TF32 by default: its 10-bit mantissa would miss
+// these bounds by an order of magnitude. With the node attribute
+// allow_tf32 (PyTorch's default for its cuDNN LSTM) the reference layer is
+// checked against TF32 bounds, and its forward must miss the float32 bound
+// (the attribute takes effect).
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -25,6 +28,9 @@ namespace {
 // and sums over T*B rows).
 constexpr double kForward32 = 2e-5;
 constexpr double kBackward32 = 1e-4;
+// TF32 rounds products' inputs to a 10-bit mantissa (2^-11 relative).
+constexpr double kForwardTf32 = 5e-3;
+constexpr double kBackwardTf32 = 2e-2;
 
 struct Dims {
   int64_t t, b, i, h;
@@ -86,15 +92,15 @@ std::vector<int> ForwardFeeds(GraphMaker& g, const Dims& d, Fill weights) {
 
 // lstm, then lstm_backward over its outputs with random incoming gradients
 // (nonzero grad_h_n and grad_c_n).
-GraphMaker ForwardAndBackward(const Dims& d, Fill weights) {
+GraphMaker ForwardAndBackward(const Dims& d, Fill weights, const Attrs& attrs = {}) {
   GraphMaker g;
   const std::vector<int> in = ForwardFeeds(g, d, weights);
-  const std::vector<int> out = g.Add("lstm", in);
+  const std::vector<int> out = g.Add("lstm", in, attrs);
   const DType f32 = DType::kFloat32;
   const int grad_y = g.Feed({f32, {d.t, d.b, d.h}});
   const int grad_h_n = g.Feed({f32, {d.b, d.h}}, Fill::kNonZero);
   const int grad_c_n = g.Feed({f32, {d.b, d.h}}, Fill::kNonZero);
-  g.Add("lstm_backward", {grad_y, grad_h_n, grad_c_n, in[0], in[1], in[2], in[3], in[4], out[0], out[3]});
+  g.Add("lstm_backward", {grad_y, grad_h_n, grad_c_n, in[0], in[1], in[2], in[3], in[4], out[0], out[3]}, attrs);
   return g;
 }
 
@@ -133,6 +139,30 @@ TEST(CudaRecurrentKernels, ReferenceLayerForward) {
   GraphMaker g;
   g.Add("lstm", ForwardFeeds(g, d, Fill::kSmall));
   Check(g, kForward32);
+}
+
+TEST(CudaRecurrentKernels, ReferenceLayerWithTf32) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  const Dims d{35, 64, 1024, 1024};
+  SCOPED_TRACE(Describe(d));
+  const GraphMaker maker = ForwardAndBackward(d, Fill::kSmall, MakeAttrs({{"allow_tf32", true}}));
+  Check(maker, kBackwardTf32);
+  // The forward's y within TF32's bound but not float32's.
+  const Graph& graph = maker.graph();
+  const std::vector<Bytes> feeds = maker.RandomFeeds(Rng());
+  auto ref = RunOnCpu(graph, feeds);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  GpuRun run(graph);
+  auto program = cuda::CreateCudaProgram(graph, *Gpu(), cuda::CudaProgramOptions{});
+  ASSERT_TRUE(program.ok()) << program.status();
+  ASSERT_TRUE(run.Upload(feeds).ok());
+  ASSERT_TRUE(run.RunIteration(**program).ok());
+  auto out = run.Download();
+  ASSERT_TRUE(out.ok()) << out.status();
+  const int y = graph.nodes[0].outputs[0];
+  const TensorType& type = graph.values[y].type;
+  EXPECT_TRUE(Matches((*out)[y], (*ref)[y], type, kForwardTf32));
+  EXPECT_FALSE(Matches((*out)[y], (*ref)[y], type, kForward32)) << "allow_tf32 did not change the products";
 }
 
 }  // namespace

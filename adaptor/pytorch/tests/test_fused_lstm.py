@@ -265,13 +265,14 @@ class FusedCaptureTest(unittest.TestCase):
         for n in forward:
             self.assertEqual(len(n["inputs"]), 7)
             self.assertEqual(len(n["outputs"]), 4)
-            self.assertNotIn("attrs", n)
+            # PyTorch's cuDNN setting at capture time (TF32 by default), as on convolutions.
+            self.assertEqual(n["attrs"], {"allow_tf32": {"b": torch.backends.cudnn.allow_tf32}})
             self.assertEqual([d["name"] for d in n["declared_outputs"]], n["outputs"])
             self.assertEqual(n["declared_outputs"][3]["shape"], ["4", "3", "40"])  # saved: [T, B, 5H]
         for n in backward:
             self.assertEqual(len(n["inputs"]), 10)
             self.assertEqual(len(n["outputs"]), 7)
-            self.assertNotIn("attrs", n)
+            self.assertEqual(n["attrs"], {"allow_tf32": {"b": torch.backends.cudnn.allow_tf32}})
             # grad_gates is read by nothing but is still an output, declared [T, B, 4H].
             self.assertEqual(n["declared_outputs"][6]["name"], n["outputs"][6])
             self.assertEqual(n["declared_outputs"][6]["shape"], ["4", "3", "32"])

@@ -17,13 +17,14 @@ A few rewrites make the functional graph complete and the IR explicit:
   running statistics) become updates of the persistent tensors;
 - Tandem's own ops (tandem::lstm, tandem::lstm_backward from fused_rnn.py)
   become the registry ops of the same name, all their arguments inputs in
-  schema order, every output declared (used or not);
+  schema order, every output declared (used or not), with `allow_tf32` as
+  convolutions (PyTorch's cuDNN LSTM follows that flag too);
 - convolution nodes carry `allow_tf32` (torch.backends.cudnn.allow_tf32 at
   capture time) and `deterministic` (torch.backends.cudnn.deterministic or
   torch.use_deterministic_algorithms), so the daemon's cuDNN settings are
   the ones PyTorch would use
-  (TF32 by default for convolutions; matrix products never use TF32, which is
-  also PyTorch's default);
+  (TF32 by default for convolutions and the fused LSTM; other matrix
+  products never use TF32, which is also PyTorch's default);
 - dead nodes are dropped.
 
 Nothing here talks to the daemon; the result is checked by the daemon's
@@ -401,14 +402,17 @@ def lower(gm, inputs, outputs, example_inputs):
 
 
 def _lower_tandem_op(em, n):
-    """A tandem:: op: the registry op of the same name, its tensor arguments as inputs in schema order, no
-    attributes. Every output is named and declared, also those nothing reads (lstm_backward's grad_gates)."""
+    """A tandem:: op: the registry op of the same name, its tensor arguments as inputs in schema order, and
+    `allow_tf32`. Every output is named and declared, also those nothing reads (lstm_backward's grad_gates)."""
     schema = n.target._schema
     arguments = list(n.args) + [n.kwargs[a.name] for a in schema.arguments[len(n.args):] if a.name in n.kwargs]
     if len(arguments) != len(schema.arguments) or not all(isinstance(a, torch.fx.Node) for a in arguments):
         raise CaptureError(f"internal: {schema.name} node {n.name} does not have its {len(schema.arguments)} "
                            "tensor arguments")
-    em.op(n, _TANDEM_OPS[schema.name], [em.ref(a) for a in arguments], {})
+    # The CUDA kernels' matrix products follow torch.backends.cudnn.allow_tf32 at capture time, as PyTorch's
+    # cuDNN LSTM does (TF32 by default).
+    em.op(n, _TANDEM_OPS[schema.name], [em.ref(a) for a in arguments],
+          {"allow_tf32": {"b": bool(torch.backends.cudnn.allow_tf32)}})
 
 
 # ---- batch norm ----
