@@ -40,6 +40,9 @@ struct DeviceInfo {
   std::string name;          // "cpu" or "cuda:N"; how clients name it
   std::string description;   // e.g. "NVIDIA H200, cc 9.0, 132 SMs"
   uint64_t capacity_bytes = 0;  // memory this device offers to Tandem
+  // Stream priority levels above the default that CreateStreamWithPriority
+  // can give (CUDA: the device's stream priority range; 0: none).
+  int stream_priority_levels = 0;
 };
 
 // An ordered queue of device work. Backend-specific subclasses carry the
@@ -78,6 +81,16 @@ class Device {
   virtual void UnregisterHost(void* ptr) = 0;
 
   virtual absl::StatusOr<std::unique_ptr<Stream>> CreateStream() = 0;
+  // A stream whose work the device schedules ahead of lower levels' where
+  // both have work ready (CUDA: the hardware dispatches the higher
+  // stream's thread blocks first as SMs free up; running blocks are not
+  // preempted). `level` 0 is the default; it is clamped to
+  // [0, info().stream_priority_levels]. Devices without priorities give a
+  // plain stream.
+  virtual absl::StatusOr<std::unique_ptr<Stream>> CreateStreamWithPriority(int level) {
+    (void)level;
+    return CreateStream();
+  }
   virtual absl::StatusOr<std::unique_ptr<Event>> CreateEvent() = 0;
 
   // Enqueued copies and fills; asynchronous with respect to the caller.

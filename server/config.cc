@@ -177,6 +177,16 @@ const std::vector<ConfigKey>& BuildKeys() {
        "(never mid-iteration) or op (it pauses at the next segment boundary)",
        false, [](absl::string_view v, DaemonOptions* o) { return OneOf(v, {"iteration", "op"}, &o->preemption); },
        [](const DaemonOptions& o) { return o.preemption; }},
+      {"stream_priorities", "true|false",
+       "with policy=priority: give the lanes of higher-priority jobs higher GPU stream priorities, so their "
+       "kernels' thread blocks are dispatched ahead of best-effort work running beside them",
+       false,
+       [](absl::string_view v, DaemonOptions* o) {
+         if (v != "true" && v != "false") return Expected("true or false");
+         o->stream_priorities = v == "true";
+         return absl::OkStatus();
+       },
+       [](const DaemonOptions& o) { return std::string(o.stream_priorities ? "true" : "false"); }},
       {"preemption_segment_nodes", "N",
        "with preemption=op: nodes of a preemptible iteration enqueued per segment (smaller: quicker yields, more "
        "round trips)",

@@ -34,6 +34,9 @@ struct DaemonOptions {
   std::string preemption = "iteration";
   int preemption_segment_nodes = 32;      // op preemption: nodes per segment
   int preemption_segments_in_flight = 2;  // op preemption: segments enqueued at once
+  // Under PRIORITY, lanes of higher-priority jobs get higher device stream
+  // priorities where the device has them (CUDA).
+  bool stream_priorities = true;
 };
 
 }  // namespace tandem::server

@@ -106,7 +106,16 @@ class Service {
   void BeginCloseJob(Job& job, const char* reason);
   void MaybeFinishClose(Job& job);
   DeviceRuntime* ChooseDevice(const v1::JobHints& hints, absl::Status* error);
+
+  // service_lanes.cc: lanes and their streams.
   absl::Status EnsureLane(DeviceRuntime& dev, int lane);
+  // Under PRIORITY (and stream_priorities), each lane's stream priority
+  // level follows its jobs (server/lane_priority.h). Called by DispatchAll:
+  // recomputes the wanted levels when jobs or priorities changed, and
+  // replaces a lane's stream by one of its wanted level only while the lane
+  // is idle (nothing of any of its jobs on the stream), so no work is
+  // reordered. The old stream is destroyed on the executor thread.
+  void MatchLaneStreamLevels(DeviceRuntime& dev);
 
   // service_iterations.cc: iterations and reads.
   void OnRunIteration(const PendingReply& to, Session& session, std::shared_ptr<const v1::Request> request);

@@ -65,6 +65,7 @@ void Service::OnSetPriority(const PendingReply& to, const v1::SetPriorityRequest
     }
   }
   job->hints.set_priority(set.priority());
+  if (job->device != nullptr) job->device->lane_levels_stale = true;
   TLOG_INFO("job priority set").With("job", job->id).With("name", job->name).With("priority", set.priority())
       .With("previous", previous);
   v1::Response response;
@@ -153,6 +154,7 @@ void Service::FillDeviceDetails(const DeviceRuntime& dev, v1::DeviceStats* stats
   stats->set_jobs_refused(m.jobs_refused);
   stats->set_retired_bytes(m.retired_bytes);
   stats->set_largest_free_bytes(m.largest_free_bytes);
+  stats->set_stream_priority_levels(static_cast<uint32_t>(dev.device->info().stream_priority_levels));
   for (const memory::LaneStats& lane : m.lanes) {
     v1::LaneInfo* l = stats->add_lane_info();
     l->set_lane(static_cast<uint32_t>(lane.lane));
@@ -161,6 +163,7 @@ void Service::FillDeviceDetails(const DeviceRuntime& dev, v1::DeviceStats* stats
     for (memory::JobId job : lane.jobs) l->add_jobs(job);
     if (lane.lane >= 0 && lane.lane < static_cast<int>(dev.lanes.size())) {
       l->set_running_iterations(static_cast<uint32_t>(dev.lanes[lane.lane].outstanding));
+      l->set_stream_level(static_cast<uint32_t>(dev.lanes[lane.lane].stream_level));
     }
   }
   if (const DeviceMeasurements* d = measurements_.Device(dev.index); d != nullptr) {
@@ -185,7 +188,10 @@ void Service::ApplyLiveOptions(const DaemonOptions& fresh, const std::vector<std
       }
       TLOG_INFO("policy changed").With("policy", fresh.policy).With("previous", options_.policy);
       options_.policy = fresh.policy;
-      for (auto& dev : devices_) DispatchAll(*dev);
+      for (auto& dev : devices_) {
+        dev->lane_levels_stale = true;  // stream priorities apply under PRIORITY only
+        DispatchAll(*dev);
+      }
     } else if (key == "log_level") {
       LogLevel level;
       if (ParseLogLevel(fresh.log_level, &level)) {

@@ -180,12 +180,14 @@ void Service::RebalanceLanes(DeviceRuntime& dev) {
         .With("from", change.from_lane)
         .With("to", change.to_lane);
     job.lane = change.to_lane;
+    dev.lane_levels_stale = true;
   }
 }
 
 void Service::DispatchAll(DeviceRuntime& dev) {
   // The scheduler's contract: after every event, offer every free lane.
   if (shutting_down_) return;
+  MatchLaneStreamLevels(dev);
   for (int lane = 0; lane < static_cast<int>(dev.lanes.size()); ++lane) {
     Lane& l = dev.lanes[lane];
     // A segmented iteration owns its lane until it ends: a parked one may

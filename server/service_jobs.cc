@@ -38,22 +38,6 @@ DeviceRuntime* Service::ChooseDevice(const v1::JobHints& hints, absl::Status* er
   return nullptr;
 }
 
-absl::Status Service::EnsureLane(DeviceRuntime& dev, int lane) {
-  while (static_cast<int>(dev.lanes.size()) <= lane) {
-    Lane l;
-    ASSIGN_OR_RETURN(l.stream, dev.device->CreateStream());
-    l.slots.resize(options_.max_inflight_per_lane);
-    l.events.resize(l.slots.size() + 1);
-    for (IterationEvents& e : l.events) {
-      ASSIGN_OR_RETURN(e.begin, dev.device->CreateEvent());
-      ASSIGN_OR_RETURN(e.start, dev.device->CreateEvent());
-      ASSIGN_OR_RETURN(e.end, dev.device->CreateEvent());
-    }
-    dev.lanes.push_back(std::move(l));
-  }
-  return absl::OkStatus();
-}
-
 void Service::OnRegisterJob(const PendingReply& to, Session& session,
                             std::shared_ptr<const v1::Request> request) {
   const v1::RegisterJobRequest& reg = request->register_job();
@@ -158,6 +142,7 @@ absl::Status Service::Admit(Job& job) {
     dev.memory->Release(job.id);
     return s;
   }
+  dev.lane_levels_stale = true;
   return absl::OkStatus();
 }
 
@@ -283,6 +268,7 @@ void Service::OnCloseJob(const PendingReply& to, Session& session, uint64_t job_
 void Service::BeginCloseJob(Job& job, const char* reason) {
   if (job.state != JobState::kClosing) {
     job.state = JobState::kClosing;
+    job.device->lane_levels_stale = true;
     TLOG_INFO("job closing").With("job", job.id).With("name", job.name).With("reason", reason);
     DeviceRuntime& dev = *job.device;
     std::vector<sched::Ticket> dropped = dev.scheduler->RemoveJob(job.id);
@@ -307,6 +293,7 @@ void Service::MaybeFinishClose(Job& job) {
   uint64_t id = job.id;
   DeviceRuntime& dev = *job.device;
   dev.memory->Release(id);
+  dev.lane_levels_stale = true;
   auto s = sessions_.find(job.session);
   if (s != sessions_.end()) s->second->jobs.erase(id);
   std::vector<PendingReply> replies = std::move(job.close_replies);

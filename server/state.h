@@ -174,6 +174,8 @@ struct SegmentEvents {
 
 struct Lane {
   std::unique_ptr<device::Stream> stream;
+  int stream_level = 0;         // the stream's priority level (device.h)
+  int wanted_stream_level = 0;  // what its jobs call for (lane_priority.h)
   std::vector<StagingSlot> slots;
   int outstanding = 0;  // iterations enqueued, not completed
   // Each iteration started on the lane gets a sequence number and records
@@ -200,6 +202,9 @@ struct DeviceRuntime {
   std::unique_ptr<sched::Scheduler> scheduler;
   std::vector<Lane> lanes;  // by lane index; grows as memory opens lanes
   uint64_t iterations = 0;
+  // Jobs, lanes or priorities changed since the lanes' wanted stream levels
+  // were computed.
+  bool lane_levels_stale = true;
   // Op-granularity preemption: pauses of a segmented iteration, segments
   // run, and the device's idle time between consecutive segments of an
   // iteration (pauses excluded): what running in segments costs.

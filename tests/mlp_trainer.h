@@ -32,12 +32,15 @@ inline examples::MlpJobOptions GoodJob() {
 // The well-behaved client: one MLP job, stepped a few iterations at a time.
 class GoodTrainer {
  public:
-  explicit GoodTrainer(const std::string& endpoint, double tolerance = 1e-4)
+  // `priority`: the job's scheduling priority hint.
+  explicit GoodTrainer(const std::string& endpoint, double tolerance = 1e-4, int priority = 0)
       : options_(GoodJob()), data_(options_.shape, options_.seed), tolerance_(tolerance) {
     auto c = client::Client::Connect({.endpoint = endpoint, .name = "good"});
     EXPECT_TRUE(c.ok()) << c.status();
     client_ = *std::move(c);
-    auto job = client_->RegisterJob(examples::BuildMlpTrainingJob(options_));
+    v1::RegisterJobRequest request = examples::BuildMlpTrainingJob(options_);
+    request.mutable_hints()->set_priority(priority);
+    auto job = client_->RegisterJob(std::move(request));
     EXPECT_TRUE(job.ok()) << job.status();
     job_ = job->job_id();
     MlpReferenceOptions ref;

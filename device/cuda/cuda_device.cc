@@ -6,6 +6,7 @@
 // touches the GPU first makes its GPU current.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -140,10 +141,15 @@ class CudaDevice final : public Device {
     }
   }
 
-  absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
+  absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override { return CreateStreamWithPriority(0); }
+
+  absl::StatusOr<std::unique_ptr<Stream>> CreateStreamWithPriority(int level) override {
     RETURN_IF_ERROR(MakeCurrent());
+    int least = 0, greatest = 0;  // CUDA: lower numbers are higher priorities
+    CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    const int priority = std::max(greatest, least - std::clamp(level, 0, info_.stream_priority_levels));
     cudaStream_t stream = nullptr;
-    CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, priority));
     return std::unique_ptr<Stream>(new CudaStreamImpl(info_.ordinal, stream, &worker_));
   }
 
@@ -248,6 +254,9 @@ absl::StatusOr<DeviceInfo> Describe(int ordinal) {
   info.description = absl::StrFormat("%s, cc %d.%d, %d SMs, %.1f GiB", prop.name, prop.major, prop.minor,
                                      prop.multiProcessorCount, static_cast<double>(total_bytes) / (1 << 30));
   info.capacity_bytes = total_bytes;
+  int least = 0, greatest = 0;
+  CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  info.stream_priority_levels = least - greatest;
   return info;
 }
 

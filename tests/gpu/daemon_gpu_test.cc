@@ -2,7 +2,12 @@
 // label gets INVALID_ARGUMENT naming the op and the value, while another
 // job training beside it on the same GPU (same CUDA context) keeps exactly
 // the losses of the double-precision reference; the bad job itself recovers
-// on its next good batch. Skipped, with a message, where no GPU exists.
+// on its next good batch. Under PRIORITY, the lane of a higher-priority job
+// gets a higher CUDA stream priority once it is idle, and both jobs keep
+// their reference losses across the change of stream. Skipped, with a
+// message, where no GPU exists.
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -66,6 +71,45 @@ TEST(DaemonOnGpu, BadLabelFailsOnlyItsIterationAndTheNeighbourTrainsOn) {
   auto first = (*bad)->RunIteration(job->job_id(), feeds, {"loss"});
   ASSERT_TRUE(first.ok()) << first.status();
   good.Step(3);
+  ASSERT_TRUE(daemon.Alive()) << daemon.Log();
+}
+
+TEST(DaemonOnGpu, HigherPriorityLaneGetsAHigherStreamPriority) {
+  if (device::CudaDeviceCount() == 0) {
+    std::printf("no GPU: skipping\n");
+    GTEST_SKIP() << "no GPU";
+  }
+  DaemonProcess daemon({"--device=cuda", "--gpus=0", "--policy=priority"});
+  GoodTrainer best_effort(daemon.endpoint(), 1e-4, /*priority=*/0);
+  best_effort.Step(2);
+  GoodTrainer urgent(daemon.endpoint(), 1e-4, /*priority=*/3);
+  // The urgent job's lane was opened at the default level; its stream is
+  // replaced once the lane is idle (before its next iteration): the first
+  // iteration runs on one stream, the later ones on the new one.
+  for (int round = 0; round < 3; ++round) {
+    urgent.Step(2);
+    best_effort.Step(2);
+  }
+  auto stats = urgent.client().Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->devices_size(), 1);
+  const v1::DeviceStats& dev = stats->devices(0);
+  ASSERT_GT(dev.stream_priority_levels(), 0u) << "a CUDA device has stream priorities";
+  const uint32_t want = std::min<uint32_t>(3, dev.stream_priority_levels());
+  int seen = 0;
+  for (const v1::LaneInfo& lane : dev.lane_info()) {
+    for (uint64_t job : lane.jobs()) {
+      if (job == urgent.job()) {
+        EXPECT_EQ(lane.stream_level(), want) << "lane " << lane.lane();
+        ++seen;
+      }
+      if (job == best_effort.job()) {
+        EXPECT_EQ(lane.stream_level(), 0u) << "lane " << lane.lane();
+        ++seen;
+      }
+    }
+  }
+  EXPECT_EQ(seen, 2);
   ASSERT_TRUE(daemon.Alive()) << daemon.Log();
 }
 
