@@ -183,6 +183,9 @@ def main():
     p.add_argument("--preemption", choices=("iteration", "op"), default="iteration",
                    help="tandemd's --preemption: best-effort iterations pause only between iterations, or between "
                         "ranges of ops (docs/scheduling.md)")
+    p.add_argument("--stream_priorities", choices=("true", "false"), default="true",
+                   help="tandemd's --stream_priorities: the high-priority job's lane runs on a higher CUDA stream "
+                        "priority (its kernels' blocks are dispatched first), or all lanes at the default")
     p.add_argument("--solo_s", type=float, default=1.0, help="timed seconds of a solo run (sets the iterations)")
     p.add_argument("--warmup_s", type=float, default=0.5)
     p.add_argument("--min_iters", type=int, default=5)
@@ -221,6 +224,7 @@ def main():
                          "think_ms": args.think_ms, "be_depth": args.depth, "solo_s": args.solo_s,
                          "warmup_s": args.warmup_s, "min_iters": args.min_iters, "systems": systems,
                          "small": args.small, "tandem_policy": "priority", "preemption": args.preemption,
+                         "stream_priorities": args.stream_priorities == "true",
                          "optimizer": f"SGD lr={bc.LR} momentum={bc.MOMENTUM}", **bc.numerics()},
               "systems": {}}
 
@@ -246,7 +250,8 @@ def main():
     try:
         if "tandem" in systems:
             bc.log("== tandem (policy priority)")
-            daemon = tc.start_daemon(args, "priority", "tandemd-qos", extra=[f"--preemption={args.preemption}"])
+            daemon = tc.start_daemon(args, "priority", "tandemd-qos", extra=[f"--preemption={args.preemption}",
+                                                                                f"--stream_priorities={args.stream_priorities}"])
             measure_system("tandem", args, slots, result, daemon.endpoint, deadline("tandem"))
             daemon.stop()
             daemon = None
