@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "adaptor/cpu/cpu_program.h"
 #include "adaptor/graph_builder.h"
 #include "adaptor/wire_graph_test_util.h"
@@ -271,14 +272,14 @@ TEST(FuseElementwiseTest, LongChainsSplitAtTheLimits) {
   // 40 negations, then a sum of 12 feeds: over the instruction and input limits.
   std::string prev = "x0";
   for (int i = 0; i < 40; ++i) {
-    const std::string out = "n" + std::to_string(i);
+    const std::string out = absl::StrCat("n", i);
     AddNode(g, i % 3 == 2 ? "sqrt" : "neg", {prev}, out);  // sqrt after two negations
     prev = out;
   }
   for (int i = 1; i <= 12; ++i) {
-    const std::string feed = "x" + std::to_string(i);
+    const std::string feed = absl::StrCat("x", i);
     AddSpec(g.add_feeds(), feed, v1::FLOAT32, {9});
-    const std::string out = "s" + std::to_string(i);
+    const std::string out = absl::StrCat("s", i);
     AddNode(g, "add.Tensor", {prev, feed}, out);
     prev = out;
   }
@@ -343,7 +344,7 @@ TEST(FuseElementwiseTest, RandomGraphsStayValidAndExact) {
     };
     const int num_nodes = std::uniform_int_distribution<int>(5, 45)(rng);
     for (int i = 0; i < num_nodes; ++i) {
-      const std::string out = "v" + std::to_string(i);
+      const std::string out = absl::StrCat("v", i);
       const int kind = std::uniform_int_distribution<int>(0, 9)(rng);
       if (kind <= 3) {
         const bool with_rank0 = std::uniform_int_distribution<int>(0, 3)(rng) == 0;
