@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "adaptor/cpu/broadcast_map.h"
+#include "adaptor/cpu/half_kernels.h"
 #include "adaptor/cpu/kernel_util.h"
 #include "adaptor/ops/dropout_mask.h"
 #include "base/status_macros.h"
@@ -254,8 +255,8 @@ void AddActivationKernels(CpuKernelTable& table) {
   table["exp"] = UnaryKernel<Unary::kExp>;
   table["log"] = UnaryKernel<Unary::kLog>;
   table["rsqrt"] = UnaryKernel<Unary::kRsqrt>;
-  table["gelu"] = GeluKernel;
-  table["gelu_backward"] = GeluBackwardKernel;
+  table["gelu"] = WithHalf<GeluKernel>;
+  table["gelu_backward"] = WithHalf<GeluBackwardKernel>;
   table["pow.Tensor_Scalar"] = PowTensorScalarKernel;
   table["pow.Scalar"] = PowScalarKernel;
   table["sigmoid_backward"] = ActivationBackwardKernel<true>;
@@ -267,8 +268,8 @@ void AddActivationKernels(CpuKernelTable& table) {
   table["addcdiv"] = AddcKernel<true>;
   table["lerp.Scalar"] = LerpScalarKernel;
   table["lerp.Tensor"] = LerpTensorKernel;
-  table["native_dropout"] = NativeDropoutKernel;
-  table["native_dropout_backward"] = NativeDropoutBackwardKernel;
+  table["native_dropout"] = WithHalf<NativeDropoutKernel>;
+  table["native_dropout_backward"] = WithHalf<NativeDropoutBackwardKernel>;
 }
 
 }  // namespace tandem::cpu

@@ -13,6 +13,7 @@
 #include <limits>
 #include <vector>
 
+#include "adaptor/cpu/half_kernels.h"
 #include "adaptor/cpu/kernel_util.h"
 #include "adaptor/ops/shape_rules.h"
 #include "base/status_macros.h"
@@ -259,7 +260,7 @@ absl::Status FlashAttentionBackwardKernel(const KernelArgs& args) {
 }  // namespace
 
 void AddAttentionKernels(CpuKernelTable& table) {
-  table["bmm"] = BmmKernel;
+  table["bmm"] = WithHalf<BmmKernel>;
   table["_scaled_dot_product_efficient_attention"] = EfficientAttentionKernel;
   table["_scaled_dot_product_efficient_attention_backward"] = EfficientAttentionBackwardKernel;
   table["_scaled_dot_product_flash_attention_for_cpu"] = FlashAttentionKernel;

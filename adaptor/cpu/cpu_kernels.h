@@ -1,6 +1,8 @@
 // Reference CPU kernels: one per registered op, plain loops (float math in
 // the tensor's dtype, accumulation in double where PyTorch accumulates in
 // wider precision). They are the correctness oracle for the CUDA kernels.
+// bfloat16 and float16 tensors, where an op takes them, run the float32
+// kernel on widened copies and round once at the end (half_kernels.h).
 //
 // A CPU kernel runs synchronously on the calling thread (a CPU stream's
 // worker) and returns INVALID_ARGUMENT for bad data (out-of-range indices).

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "adaptor/cpu/half_kernels.h"
 #include "adaptor/cpu/kernel_util.h"
 #include "adaptor/ops/shape_rules.h"
 #include "base/status_macros.h"
@@ -164,11 +165,12 @@ absl::Status ThresholdBackwardKernel(const KernelArgs& args) {
   });
 }
 
-// out (shape `out`, dtype To) = src broadcast and converted. Reads only src.
+// out (shape `out`, dtype To) = src broadcast and converted (16-bit floats
+// as half.h rounds). Reads only src.
 absl::Status ConvertingCopy(const KernelArgs& args, const TensorArg& src, const TensorArg& out) {
-  return DispatchStorable(args, out.type.dtype, [&](auto to_tag) {
+  return DispatchStorableOrHalf(args, out.type.dtype, [&](auto to_tag) {
     using To = decltype(to_tag);
-    return DispatchStorable(args, src.type.dtype, [&](auto from_tag) {
+    return DispatchStorableOrHalf(args, src.type.dtype, [&](auto from_tag) {
       using From = decltype(from_tag);
       To* o = out.as<To>();
       const From* s = src.as<const From>();
@@ -180,11 +182,11 @@ absl::Status ConvertingCopy(const KernelArgs& args, const TensorArg& src, const 
         }
       }
       if (src.numel() == n) {
-        for (int64_t i = 0; i < n; ++i) o[i] = Convert<To>(s[i]);
+        for (int64_t i = 0; i < n; ++i) o[i] = ConvertAny<To>(s[i]);
       } else {
         const Shape& shape = out.type.shape;
         ForEachIndex<1>(shape, {BroadcastStrides(src.type.shape, shape)},
-                        [&](int64_t i, const std::array<int64_t, 1>& off) { o[i] = Convert<To>(s[off[0]]); });
+                        [&](int64_t i, const std::array<int64_t, 1>& off) { o[i] = ConvertAny<To>(s[off[0]]); });
       }
       return absl::OkStatus();
     });
@@ -202,18 +204,19 @@ absl::Status ToCopyKernel(const KernelArgs& args) {
 }  // namespace
 
 void AddElementwiseKernels(CpuKernelTable& table) {
-  table["add.Tensor"] = ArithTensorKernel<Arith::kAdd>;
-  table["sub.Tensor"] = ArithTensorKernel<Arith::kSub>;
-  table["mul.Tensor"] = ArithTensorKernel<Arith::kMul>;
-  table["div.Tensor"] = ArithTensorKernel<Arith::kDiv>;
-  table["add.Scalar"] = ArithScalarKernel<Arith::kAdd>;
-  table["sub.Scalar"] = ArithScalarKernel<Arith::kSub>;
-  table["mul.Scalar"] = ArithScalarKernel<Arith::kMul>;
-  table["div.Scalar"] = ArithScalarKernel<Arith::kDiv>;
-  table["neg"] = NegKernel;
-  table["relu"] = ReluKernel;
+  // 16-bit floats run the float32 kernels (half_kernels.h); sqrt takes none.
+  table["add.Tensor"] = WithHalfBinary<ArithTensorKernel<Arith::kAdd>>;
+  table["sub.Tensor"] = WithHalfBinary<ArithTensorKernel<Arith::kSub>>;
+  table["mul.Tensor"] = WithHalfBinary<ArithTensorKernel<Arith::kMul>>;
+  table["div.Tensor"] = WithHalfBinary<ArithTensorKernel<Arith::kDiv>>;
+  table["add.Scalar"] = WithHalfScalarOther<ArithScalarKernel<Arith::kAdd>>;
+  table["sub.Scalar"] = WithHalfScalarOther<ArithScalarKernel<Arith::kSub>>;
+  table["mul.Scalar"] = WithHalfScalarOther<ArithScalarKernel<Arith::kMul>>;
+  table["div.Scalar"] = WithHalfScalarOther<ArithScalarKernel<Arith::kDiv>>;
+  table["neg"] = WithHalf<NegKernel>;
+  table["relu"] = WithHalf<ReluKernel>;
   table["sqrt"] = SqrtKernel;
-  table["threshold_backward"] = ThresholdBackwardKernel;
+  table["threshold_backward"] = WithHalf<ThresholdBackwardKernel>;
   table["copy"] = CopyKernel;
   table["_to_copy"] = ToCopyKernel;
 }

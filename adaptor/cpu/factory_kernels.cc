@@ -3,6 +3,7 @@
 // fill.Scalar's output may be its input (AliasKind::kInPlace).
 #include <string>
 
+#include "adaptor/cpu/half_kernels.h"
 #include "adaptor/cpu/kernel_util.h"
 #include "base/status_macros.h"
 
@@ -11,9 +12,9 @@ namespace {
 
 absl::Status Fill(const KernelArgs& args, double value) {
   const TensorArg& out = args.outputs[0];
-  return DispatchStorable(args, out.type.dtype, [&](auto tag) {
+  return DispatchStorableOrHalf(args, out.type.dtype, [&](auto tag) {
     using T = decltype(tag);
-    const T v = Convert<T>(value);
+    const T v = ConvertAny<T>(value);
     T* y = out.as<T>();
     const int64_t n = out.numel();
     for (int64_t i = 0; i < n; ++i) y[i] = v;

@@ -12,6 +12,7 @@
 #include <numeric>
 #include <vector>
 
+#include "adaptor/cpu/half_kernels.h"
 #include "adaptor/cpu/kernel_util.h"
 #include "adaptor/ops/shape_rules.h"
 #include "base/status_macros.h"
@@ -264,8 +265,8 @@ absl::Status ZerosKernel(const KernelArgs& args) {
 }  // namespace
 
 void AddIndexingKernels(CpuKernelTable& table) {
-  table["embedding"] = EmbeddingKernel;
-  table["embedding_dense_backward"] = EmbeddingBackwardKernel;
+  table["embedding"] = WithHalf<EmbeddingKernel>;
+  table["embedding_dense_backward"] = WithHalf<EmbeddingBackwardKernel>;
   table["gather"] = GatherKernel;
   table["scatter.value"] = ScatterKernel<false>;
   table["scatter.src"] = ScatterKernel<true>;

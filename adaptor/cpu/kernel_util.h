@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "adaptor/cpu/cpu_kernels.h"
+#include "adaptor/cpu/half.h"
 #include "adaptor/kernel.h"
 
 namespace tandem::cpu {
@@ -89,8 +90,11 @@ T LoadScalar(const TensorArg& t) {
     case DType::kInt64: return Convert<T>(*t.as<const int64_t>());
     case DType::kInt32: return Convert<T>(*t.as<const int32_t>());
     case DType::kBool: return Convert<T>(*t.as<const bool>());
-    default: return T{};
+    // A 16-bit rank-0 operand of a float32 or float64 op (exact in float).
+    case DType::kBFloat16: return Convert<T>(t.as<const BFloat16>()->ToFloat());
+    case DType::kFloat16: return Convert<T>(t.as<const Float16>()->ToFloat());
   }
+  return T{};
 }
 
 // Visits every index of `shape` in row-major order, calling

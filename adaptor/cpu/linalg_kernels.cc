@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "adaptor/cpu/half_kernels.h"
 #include "adaptor/cpu/kernel_util.h"
 #include "adaptor/ops/shape_rules.h"
 #include "base/status_macros.h"
@@ -112,8 +113,8 @@ absl::Status AddmmKernel(const KernelArgs& args) {
 }  // namespace
 
 void AddLinalgKernels(CpuKernelTable& table) {
-  table["mm"] = MmKernel;
-  table["addmm"] = AddmmKernel;
+  table["mm"] = WithHalf<MmKernel>;
+  table["addmm"] = WithHalf<AddmmKernel>;
 }
 
 }  // namespace tandem::cpu

@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "adaptor/cpu/half_kernels.h"
 #include "adaptor/cpu/kernel_util.h"
 #include "adaptor/ops/shape_rules.h"
 #include "base/status_macros.h"
@@ -178,10 +179,10 @@ absl::Status NllLossBackwardKernel(const KernelArgs& args) {
 }  // namespace
 
 void AddLossKernels(CpuKernelTable& table) {
-  table["_log_softmax"] = LogSoftmaxKernel;
-  table["_log_softmax_backward_data"] = LogSoftmaxBackwardKernel;
-  table["nll_loss_forward"] = NllLossForwardKernel;
-  table["nll_loss_backward"] = NllLossBackwardKernel;
+  table["_log_softmax"] = WithHalf<LogSoftmaxKernel>;
+  table["_log_softmax_backward_data"] = WithHalf<LogSoftmaxBackwardKernel>;
+  table["nll_loss_forward"] = WithHalf<NllLossForwardKernel>;
+  table["nll_loss_backward"] = WithHalf<NllLossBackwardKernel>;
 }
 
 }  // namespace tandem::cpu

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "adaptor/cpu/half_kernels.h"
 #include "adaptor/cpu/kernel_util.h"
 #include "adaptor/ops/shape_rules.h"
 #include "base/status_macros.h"
@@ -187,11 +188,11 @@ absl::Status LayerNormBackwardKernel(const KernelArgs& args) {
 }  // namespace
 
 void AddNormalizationKernels(CpuKernelTable& table) {
-  table["_softmax"] = SoftmaxKernel;
+  table["_softmax"] = WithHalf<SoftmaxKernel>;
   table["_safe_softmax"] = SafeSoftmaxKernel;
-  table["_softmax_backward_data"] = SoftmaxBackwardKernel;
-  table["native_layer_norm"] = LayerNormKernel;
-  table["native_layer_norm_backward"] = LayerNormBackwardKernel;
+  table["_softmax_backward_data"] = WithHalf<SoftmaxBackwardKernel>;
+  table["native_layer_norm"] = WithHalf<LayerNormKernel>;
+  table["native_layer_norm_backward"] = WithHalf<LayerNormBackwardKernel>;
 }
 
 }  // namespace tandem::cpu

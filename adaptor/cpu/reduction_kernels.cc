@@ -4,6 +4,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "adaptor/cpu/half_kernels.h"
 #include "adaptor/cpu/kernel_util.h"
 #include "adaptor/ops/shape_rules.h"
 #include "base/status_macros.h"
@@ -67,9 +68,9 @@ absl::Status MeanDimKernel(const KernelArgs& args) { return ReduceKernel<true>(a
 }  // namespace
 
 void AddReductionKernels(CpuKernelTable& table) {
-  table["sum"] = SumKernel;
-  table["sum.dim_IntList"] = SumDimKernel;
-  table["mean.dim"] = MeanDimKernel;
+  table["sum"] = WithHalf<SumKernel>;
+  table["sum.dim_IntList"] = WithHalf<SumDimKernel>;
+  table["mean.dim"] = WithHalf<MeanDimKernel>;
 }
 
 }  // namespace tandem::cpu

@@ -1,9 +1,11 @@
 // CUDA kernels of the activations and pointwise math (sigmoid, tanh, exp,
 // log, rsqrt, gelu, pow, the activation backwards, clamp, maximum/minimum,
-// addcmul/addcdiv, lerp) and of native_dropout and its backward.
+// addcmul/addcdiv, lerp) and of native_dropout and its backward. gelu, its
+// backward and the dropouts also take bfloat16 and float16 (half_launch.h).
 #include <string>
 #include <variant>
 
+#include "adaptor/cuda/half_launch.h"
 #include "adaptor/cuda/kernel_util.h"
 #include "adaptor/cuda/operand_layout.h"
 #include "adaptor/cuda/sequence_launch.h"
@@ -41,12 +43,30 @@ absl::Status PlainKernel(const CudaKernelContext& context, const KernelArgs& arg
   return Run(context, args, kOp, PointwiseParams{});
 }
 
+// gelu or gelu_backward of 16-bit tensors: the inputs have the output's
+// type (the registry's rule), so they are read contiguously.
+absl::Status RunHalfGelu(const CudaKernelContext& context, const KernelArgs& args, HalfPointwiseOp op) {
+  const TensorArg& out = args.outputs[0];
+  BinaryOperand a, b;
+  a.data = args.inputs[0].data;
+  if (args.inputs.size() > 1) b.data = args.inputs[1].data;
+  return Launched(args, LaunchHalfPointwise(op, out.type.dtype, out.numel(), a, b, 0.0f, out.data, context.native),
+                  out.type.dtype);
+}
+
 // The tanh form of gelu and its backward are separate kernels.
 template <PointwiseOp kExact, PointwiseOp kTanh>
 absl::Status GeluKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const absl::StatusOr<std::string> approximate = args.node->attrs.GetString("approximate", "none");
   if (!approximate.ok()) return approximate.status();
-  return Run(context, args, *approximate == "tanh" ? kTanh : kExact, PointwiseParams{});
+  const bool tanh_form = *approximate == "tanh";
+  if (IsHalfDType(args.outputs[0].type.dtype)) {
+    constexpr bool kBackward = kExact == PointwiseOp::kGeluBackward;
+    const HalfPointwiseOp op = kBackward ? (tanh_form ? HalfPointwiseOp::kGeluTanhBackward : HalfPointwiseOp::kGeluBackward)
+                                         : (tanh_form ? HalfPointwiseOp::kGeluTanh : HalfPointwiseOp::kGelu);
+    return RunHalfGelu(context, args, op);
+  }
+  return Run(context, args, tanh_form ? kTanh : kExact, PointwiseParams{});
 }
 
 // pow.Tensor_Scalar (exponent) and pow.Scalar (self: the base).
@@ -92,7 +112,8 @@ bool IsFloat(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::k
 absl::Status NativeDropoutKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const Attrs& attrs = args.node->attrs;
   const TensorArg& x = args.inputs[0];
-  if (!IsFloat(x.type.dtype)) return UnsupportedDType(args, x.type.dtype);
+  const bool half = IsHalfDType(x.type.dtype);
+  if (!IsFloat(x.type.dtype) && !half) return UnsupportedDType(args, x.type.dtype);
   ASSIGN_OR_RETURN(double p, attrs.GetFloat("p"));
   DropoutParams params;
   ASSIGN_OR_RETURN(params.train, attrs.GetBool("train", true));
@@ -100,6 +121,14 @@ absl::Status NativeDropoutKernel(const CudaKernelContext& context, const KernelA
   params.threshold = params.train ? dropout::Threshold(p) : 0;
   params.scale = params.train ? dropout::Scale(p) : 1.0;
   const int64_t* seed = args.inputs.size() > 1 ? args.inputs[1].as<const int64_t>() : nullptr;
+  if (half) {
+    // The scale as the CPU kernel rounds it for a float32 computation.
+    return Launched(args,
+                    LaunchHalfDropout(x.type.dtype, x.numel(), x.data, seed, params.train, params.attr_seed,
+                                      params.threshold, static_cast<float>(params.scale), args.outputs[0].data,
+                                      args.outputs[1].as<bool>(), context.native),
+                    x.type.dtype);
+  }
   return Launched(args,
                   LaunchNativeDropout(x.type.dtype, x.numel(), x.data, seed, params, args.outputs[0].data,
                                       args.outputs[1].as<bool>(), context.native),
@@ -108,8 +137,14 @@ absl::Status NativeDropoutKernel(const CudaKernelContext& context, const KernelA
 
 absl::Status NativeDropoutBackwardKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& grad = args.inputs[0];
-  if (!IsFloat(grad.type.dtype)) return UnsupportedDType(args, grad.type.dtype);
   ASSIGN_OR_RETURN(double scale, args.node->attrs.GetFloat("scale"));
+  if (IsHalfDType(grad.type.dtype)) {
+    return Launched(args,
+                    LaunchHalfDropoutBackward(grad.type.dtype, grad.numel(), grad.data, args.inputs[1].as<const bool>(),
+                                              static_cast<float>(scale), args.outputs[0].data, context.native),
+                    grad.type.dtype);
+  }
+  if (!IsFloat(grad.type.dtype)) return UnsupportedDType(args, grad.type.dtype);
   return Launched(args,
                   LaunchDropoutBackward(grad.type.dtype, grad.numel(), grad.data, args.inputs[1].as<const bool>(),
                                         scale, args.outputs[0].data, context.native),

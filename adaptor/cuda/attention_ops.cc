@@ -18,7 +18,9 @@ absl::Status BmmKernel(const CudaKernelContext& context, const KernelArgs& args)
   const TensorArg& a = args.inputs[0];
   const TensorArg& b = args.inputs[1];
   const TensorArg& out = args.outputs[0];
-  if (!IsFloat(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);
+  // bfloat16 and float16 too: Matmul accumulates them in float32.
+  const bool half = out.type.dtype == DType::kBFloat16 || out.type.dtype == DType::kFloat16;
+  if (!IsFloat(out.type.dtype) && !half) return UnsupportedDType(args, out.type.dtype);
   if (out.numel() == 0) return absl::OkStatus();
   MatmulSpec spec;
   spec.dtype = out.type.dtype;

@@ -116,27 +116,42 @@ ColumnMajor ToColumnMajor(const MatmulSpec& s) {
 
 bool UsesTf32(const MatmulSpec& s) { return s.allow_tf32 && s.dtype == DType::kFloat32; }
 
+bool IsHalf(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::kFloat16; }
+
+// float64 computes in float64; float32 and the 16-bit types in float32.
+bool ComputesInDouble(DType dtype) { return dtype == DType::kFloat64; }
+
 cublasComputeType_t ComputeType(const MatmulSpec& s) {
-  if (s.dtype != DType::kFloat32) return CUBLAS_COMPUTE_64F;
+  if (ComputesInDouble(s.dtype)) return CUBLAS_COMPUTE_64F;
   return UsesTf32(s) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
-// Host scalars in the compute type.
+// The storage type of the operands, the output and the bias.
+cudaDataType_t DataType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64: return CUDA_R_64F;
+    case DType::kBFloat16: return CUDA_R_16BF;
+    case DType::kFloat16: return CUDA_R_16F;
+    default: return CUDA_R_32F;
+  }
+}
+
+// Host scalars in the compute type (float for float32 and the 16-bit types).
 struct Scalars {
   float f[2];
   double d[2];
-  const void* alpha(DType t) const { return t == DType::kFloat32 ? static_cast<const void*>(&f[0]) : &d[0]; }
-  const void* beta(DType t) const { return t == DType::kFloat32 ? static_cast<const void*>(&f[1]) : &d[1]; }
+  const void* alpha(DType t) const { return ComputesInDouble(t) ? static_cast<const void*>(&d[0]) : &f[0]; }
+  const void* beta(DType t) const { return ComputesInDouble(t) ? static_cast<const void*>(&d[1]) : &f[1]; }
 };
 
 absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s, const Scalars& scalars,
                       bool* no_algorithm) {
-  const bool f32 = s.dtype == DType::kFloat32;
-  const cudaDataType_t type = f32 ? CUDA_R_32F : CUDA_R_64F;
+  const cudaDataType_t type = DataType(s.dtype);
+  const cudaDataType_t scale_type = ComputesInDouble(s.dtype) ? CUDA_R_64F : CUDA_R_32F;
   const ColumnMajor cm = ToColumnMajor(s);
   const bool use_c = s.beta != 0.0 && s.c != nullptr;
   LtDescs descs;
-  BLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&descs.op, ComputeType(s), type));
+  BLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&descs.op, ComputeType(s), scale_type));
   BLAS_RETURN_IF_ERROR(
       cublasLtMatmulDescSetAttribute(descs.op, CUBLASLT_MATMUL_DESC_TRANSA, &cm.x_op, sizeof(cm.x_op)));
   BLAS_RETURN_IF_ERROR(
@@ -229,8 +244,7 @@ absl::Status ClassicMatmul(BlasState& state, cudaStream_t stream, const MatmulSp
     scalars.f[1] = 0.0f;
     scalars.d[1] = 0.0;
   }
-  const bool f32 = s.dtype == DType::kFloat32;
-  const cudaDataType_t type = f32 ? CUDA_R_32F : CUDA_R_64F;
+  const cudaDataType_t type = DataType(s.dtype);
   const ColumnMajor cm = ToColumnMajor(s);
   if (s.batch > 1) {
     if (s.batch > INT_MAX) return absl::UnimplementedError("batched product past cuBLAS's 32-bit batch count");
@@ -254,7 +268,7 @@ absl::Status ClassicMatmul(BlasState& state, cudaStream_t stream, const MatmulSp
 void SetMatmulForceCublasForTesting(bool force) { g_force_cublas.store(force); }
 
 absl::Status Matmul(device::CudaStream& stream, const MatmulSpec& spec) {
-  if (spec.dtype != DType::kFloat32 && spec.dtype != DType::kFloat64) {
+  if (spec.dtype != DType::kFloat32 && spec.dtype != DType::kFloat64 && !IsHalf(spec.dtype)) {
     return absl::UnimplementedError(
         absl::StrCat("the CUDA matrix product has no kernel for dtype ", DTypeName(spec.dtype)));
   }

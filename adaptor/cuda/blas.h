@@ -4,7 +4,10 @@
 // float32 products accumulate in float32 with no TF32 (PyTorch's default
 // for float32 matmul) unless a spec allows TF32 tensor cores (what PyTorch's
 // cuDNN RNNs use under torch.backends.cudnn.allow_tf32, its default);
-// float64 in float64. Row-major operands map onto the
+// float64 in float64; bfloat16 and float16 (operands, output, c and bias
+// all of that type) accumulate in float32 with float32 alpha and beta and
+// round once into the output (CUBLAS_COMPUTE_32F, as PyTorch's half matmul
+// without reduced-precision reductions). Row-major operands map onto the
 // column-major libraries by computing out^T = op(b)^T op(a)^T, which needs
 // no copies.
 //
@@ -27,7 +30,7 @@ namespace tandem::cuda {
 // out[n, m] = alpha * op(a) @ op(b) + beta * c + bias, all row-major and
 // contiguous.
 struct MatmulSpec {
-  DType dtype = DType::kFloat32;  // float32 or float64
+  DType dtype = DType::kFloat32;  // float32, float64, bfloat16 or float16
   int64_t n = 0, k = 0, m = 0;
   bool trans_a = false;  // a is stored [k, n] (op(a) = a^T); else [n, k]
   bool trans_b = false;  // b is stored [m, k]; else [k, m]

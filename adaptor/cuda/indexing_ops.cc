@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "adaptor/cuda/half_launch.h"
 #include "adaptor/cuda/kernel_util.h"
 #include "adaptor/cuda/sequence_launch.h"
 #include "adaptor/cuda/strided_layout.h"
@@ -36,8 +37,15 @@ absl::Status EmbeddingBackwardKernel(const CudaKernelContext& context, const Ker
   const TensorArg& grad = args.inputs[0];
   const TensorArg& ids = args.inputs[1];
   const TensorArg& out = args.outputs[0];
-  if (!IsFloat(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);
   ASSIGN_OR_RETURN(int64_t padding_idx, args.node->attrs.GetInt("padding_idx", -1));
+  if (IsHalfDType(out.type.dtype)) {  // float32 sums without atomics (half_launch.h)
+    return Launched(args,
+                    LaunchHalfEmbeddingBackward(out.type.dtype, ids.numel(), out.type.shape[0], out.type.shape[1],
+                                                padding_idx < 0 ? -1 : padding_idx, grad.data,
+                                                ids.as<const int64_t>(), out.data, context.error, context.native),
+                    out.type.dtype);
+  }
+  if (!IsFloat(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);
   return Launched(args,
                   LaunchEmbeddingBackward(out.type.dtype, ids.numel(), out.type.shape[0], out.type.shape[1],
                                           padding_idx < 0 ? -1 : padding_idx, grad.data, ids.as<const int64_t>(),

@@ -4,6 +4,8 @@
 #ifndef TANDEM_ADAPTOR_CUDA_KERNEL_COMMON_CUH_
 #define TANDEM_ADAPTOR_CUDA_KERNEL_COMMON_CUH_
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -45,8 +47,11 @@ __device__ __forceinline__ T LoadConverted(const void* p, DType dtype) {
     case DType::kInt64: return Convert<T>(*static_cast<const int64_t*>(p));
     case DType::kInt32: return Convert<T>(*static_cast<const int32_t*>(p));
     case DType::kBool: return Convert<T>(*static_cast<const bool*>(p));
-    default: return T{};
+    // A 16-bit rank-0 operand of a float32 or float64 op (exact in float).
+    case DType::kBFloat16: return Convert<T>(__bfloat162float(*static_cast<const __nv_bfloat16*>(p)));
+    case DType::kFloat16: return Convert<T>(__half2float(*static_cast<const __half*>(p)));
   }
+  return T{};
 }
 
 // Element offset of output index `i` in an operand read with `s`.

@@ -5,6 +5,7 @@
 // transpose_a / transpose_b attributes become the library's transpose
 // flags: an operand stored transposed is read in place, never copied.
 #include "adaptor/cuda/blas.h"
+#include "adaptor/cuda/half_launch.h"
 #include "adaptor/cuda/kernel_util.h"
 #include "adaptor/cuda/strided_layout.h"
 #include "base/status_macros.h"
@@ -12,7 +13,11 @@
 namespace tandem::cuda {
 namespace {
 
-bool IsFloat(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kFloat64; }
+// The dtypes Matmul takes (blas.h): 16-bit floats accumulate in float32.
+bool IsFloat(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kBFloat16 ||
+         dtype == DType::kFloat16;
+}
 
 // A spec with the product's dims, transpose flags and operands: op(a) [n, k]
 // @ op(b) [k, m] -> out [n, m], where a is stored [k, n] under transpose_a
@@ -50,6 +55,15 @@ absl::Status MmKernel(const CudaKernelContext& context, const KernelArgs& args) 
 absl::Status BroadcastScaled(const CudaKernelContext& context, const KernelArgs& args, const TensorArg& self,
                              const TensorArg& out, double beta) {
   ASSIGN_OR_RETURN(StridedOperand layout, BroadcastLayout(self.type.shape, out.type.shape));
+  if (IsHalfDType(out.type.dtype)) {
+    BinaryOperand operand;
+    operand.data = self.data;
+    operand.layout = layout;
+    return Launched(args,
+                    LaunchHalfPointwise(HalfPointwiseOp::kMulConst, out.type.dtype, out.numel(), operand,
+                                        BinaryOperand{}, static_cast<float>(beta), out.data, context.native),
+                    out.type.dtype);
+  }
   ScalarParam param;
   param.f = beta;
   return Launched(args,

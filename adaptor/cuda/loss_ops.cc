@@ -1,6 +1,8 @@
 // CUDA kernels of the loss path: _log_softmax, its backward,
 // nll_loss_forward and nll_loss_backward. The nll kernels check every class
-// label on the GPU and report a bad one through the error word.
+// label on the GPU and report a bad one through the error word. bfloat16 and
+// float16 go to the 16-bit kernels (half_launch.h).
+#include "adaptor/cuda/half_launch.h"
 #include "adaptor/cuda/kernel_util.h"
 #include "adaptor/ops/shape_rules.h"
 #include "base/status_macros.h"
@@ -19,8 +21,14 @@ absl::StatusOr<DimSplit> SplitAtDimAttr(const KernelArgs& args, const Shape& sha
 absl::Status LogSoftmaxKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& in = args.inputs[0];
   const TensorArg& out = args.outputs[0];
-  if (!IsFloat(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);
   ASSIGN_OR_RETURN(DimSplit split, SplitAtDimAttr(args, in.type.shape));
+  if (IsHalfDType(out.type.dtype)) {
+    return Launched(args,
+                    LaunchHalfSoftmax(out.type.dtype, true, split.outer, split.size, split.inner, in.data, out.data,
+                                      context.native),
+                    out.type.dtype);
+  }
+  if (!IsFloat(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);
   return Launched(args,
                   LaunchLogSoftmax(out.type.dtype, split.outer, split.size, split.inner, in.data, out.data,
                                    context.native),
@@ -31,8 +39,14 @@ absl::Status LogSoftmaxBackwardKernel(const CudaKernelContext& context, const Ke
   const TensorArg& grad = args.inputs[0];
   const TensorArg& output = args.inputs[1];
   const TensorArg& out = args.outputs[0];
-  if (!IsFloat(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);
   ASSIGN_OR_RETURN(DimSplit split, SplitAtDimAttr(args, grad.type.shape));
+  if (IsHalfDType(out.type.dtype)) {
+    return Launched(args,
+                    LaunchHalfSoftmaxBackward(out.type.dtype, true, split.outer, split.size, split.inner, grad.data,
+                                              output.data, out.data, context.native),
+                    out.type.dtype);
+  }
+  if (!IsFloat(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);
   return Launched(args,
                   LaunchLogSoftmaxBackward(out.type.dtype, split.outer, split.size, split.inner, grad.data,
                                            output.data, out.data, context.native),
@@ -56,8 +70,14 @@ absl::Status NllLossForwardKernel(const CudaKernelContext& context, const Kernel
   const TensorArg& self = args.inputs[0];
   const TensorArg& target = args.inputs[1];
   const void* weight = args.inputs.size() > 2 ? args.inputs[2].data : nullptr;
-  if (!IsFloat(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
   ASSIGN_OR_RETURN(NllParams params, GetNllParams(context, args, self, target));
+  if (IsHalfDType(self.type.dtype)) {
+    return Launched(args,
+                    LaunchHalfNllLossForward(self.type.dtype, params, self.data, target.as<const int64_t>(), weight,
+                                             args.outputs[0].data, args.outputs[1].data, context.native),
+                    self.type.dtype);
+  }
+  if (!IsFloat(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
   return Launched(args,
                   LaunchNllLossForward(self.type.dtype, params, self.data, target.as<const int64_t>(), weight,
                                        args.outputs[0].data, args.outputs[1].data, context.native),
@@ -71,8 +91,14 @@ absl::Status NllLossBackwardKernel(const CudaKernelContext& context, const Kerne
   const TensorArg& target = args.inputs[2];
   const TensorArg& total_weight = args.inputs[3];
   const void* weight = args.inputs.size() > 4 ? args.inputs[4].data : nullptr;
-  if (!IsFloat(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
   ASSIGN_OR_RETURN(NllParams params, GetNllParams(context, args, self, target));
+  if (IsHalfDType(self.type.dtype)) {
+    return Launched(args,
+                    LaunchHalfNllLossBackward(self.type.dtype, params, grad_output.data, target.as<const int64_t>(),
+                                              total_weight.data, weight, args.outputs[0].data, context.native),
+                    self.type.dtype);
+  }
+  if (!IsFloat(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
   return Launched(args,
                   LaunchNllLossBackward(self.type.dtype, params, grad_output.data, target.as<const int64_t>(),
                                         total_weight.data, weight, args.outputs[0].data, context.native),

@@ -1,7 +1,9 @@
 // CUDA kernels of _softmax, _safe_softmax, _softmax_backward_data,
-// native_layer_norm and native_layer_norm_backward (normalization_kernels.cu).
+// native_layer_norm and native_layer_norm_backward (normalization_kernels.cu;
+// bfloat16 and float16 through half_launch.h, but not _safe_softmax).
 #include <vector>
 
+#include "adaptor/cuda/half_launch.h"
 #include "adaptor/cuda/kernel_util.h"
 #include "adaptor/cuda/sequence_launch.h"
 #include "adaptor/ops/shape_rules.h"
@@ -23,8 +25,14 @@ absl::StatusOr<DimSplit> SplitAtDimAttr(const KernelArgs& args, const Shape& sha
 absl::Status Softmax(const CudaKernelContext& context, const KernelArgs& args, bool zero_if_all_neg_inf) {
   const TensorArg& in = args.inputs[0];
   const TensorArg& out = args.outputs[0];
-  if (!IsFloat(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);
   ASSIGN_OR_RETURN(DimSplit split, SplitAtDimAttr(args, in.type.shape));
+  if (IsHalfDType(out.type.dtype) && !zero_if_all_neg_inf) {
+    return Launched(args,
+                    LaunchHalfSoftmax(out.type.dtype, false, split.outer, split.size, split.inner, in.data, out.data,
+                                      context.native),
+                    out.type.dtype);
+  }
+  if (!IsFloat(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);
   return Launched(args,
                   LaunchSoftmax(out.type.dtype, split.outer, split.size, split.inner, zero_if_all_neg_inf, in.data,
                                 out.data, context.native),
@@ -42,8 +50,14 @@ absl::Status SafeSoftmaxKernel(const CudaKernelContext& context, const KernelArg
 absl::Status SoftmaxBackwardKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& grad = args.inputs[0];
   const TensorArg& out = args.outputs[0];
-  if (!IsFloat(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);
   ASSIGN_OR_RETURN(DimSplit split, SplitAtDimAttr(args, grad.type.shape));
+  if (IsHalfDType(out.type.dtype)) {
+    return Launched(args,
+                    LaunchHalfSoftmaxBackward(out.type.dtype, false, split.outer, split.size, split.inner, grad.data,
+                                              args.inputs[1].data, out.data, context.native),
+                    out.type.dtype);
+  }
+  if (!IsFloat(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);
   return Launched(args,
                   LaunchSoftmaxBackward(out.type.dtype, split.outer, split.size, split.inner, grad.data,
                                         args.inputs[1].data, out.data, context.native),
@@ -59,11 +73,18 @@ absl::StatusOr<std::pair<int64_t, int64_t>> Rows(const KernelArgs& args, const T
 
 absl::Status LayerNormKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& x = args.inputs[0];
-  if (!IsFloat(x.type.dtype)) return UnsupportedDType(args, x.type.dtype);
   ASSIGN_OR_RETURN(double eps, args.node->attrs.GetFloat("eps"));
   ASSIGN_OR_RETURN(auto dims, Rows(args, x));
   const void* weight = args.inputs.size() > 1 ? args.inputs[1].data : nullptr;
   const void* bias = args.inputs.size() > 2 ? args.inputs[2].data : nullptr;
+  if (IsHalfDType(x.type.dtype)) {  // mean and rstd are float32 (the registry's rule)
+    return Launched(args,
+                    LaunchHalfLayerNorm(x.type.dtype, dims.first, dims.second, eps, x.data, weight, bias,
+                                        args.outputs[0].data, args.outputs[1].as<float>(),
+                                        args.outputs[2].as<float>(), context.native),
+                    x.type.dtype);
+  }
+  if (!IsFloat(x.type.dtype)) return UnsupportedDType(args, x.type.dtype);
   return Launched(args,
                   LaunchLayerNorm(x.type.dtype, dims.first, dims.second, eps, x.data, weight, bias,
                                   args.outputs[0].data, args.outputs[1].data, args.outputs[2].data, context.native),
@@ -72,9 +93,17 @@ absl::Status LayerNormKernel(const CudaKernelContext& context, const KernelArgs&
 
 absl::Status LayerNormBackwardKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& x = args.inputs[1];
-  if (!IsFloat(x.type.dtype)) return UnsupportedDType(args, x.type.dtype);
   ASSIGN_OR_RETURN(auto dims, Rows(args, x));
   const void* weight = args.inputs.size() > 4 ? args.inputs[4].data : nullptr;
+  if (IsHalfDType(x.type.dtype)) {
+    return Launched(args,
+                    LaunchHalfLayerNormBackward(x.type.dtype, dims.first, dims.second, args.inputs[0].data, x.data,
+                                                args.inputs[2].as<const float>(), args.inputs[3].as<const float>(),
+                                                weight, args.outputs[0].data, args.outputs[1].data,
+                                                args.outputs[2].data, context.native),
+                    x.type.dtype);
+  }
+  if (!IsFloat(x.type.dtype)) return UnsupportedDType(args, x.type.dtype);
   return Launched(args,
                   LaunchLayerNormBackward(x.type.dtype, dims.first, dims.second, args.inputs[0].data, x.data,
                                           args.inputs[2].data, args.inputs[3].data, weight, args.outputs[0].data,

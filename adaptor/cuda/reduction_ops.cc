@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "adaptor/cuda/half_launch.h"
 #include "adaptor/cuda/kernel_util.h"
 #include "adaptor/ops/shape_rules.h"
 #include "base/status_macros.h"
@@ -26,9 +27,18 @@ absl::Status Reduce(const CudaKernelContext& context, const KernelArgs& args, co
                     bool mean) {
   const TensorArg& in = args.inputs[0];
   const TensorArg& out = args.outputs[0];
-  if (!IsNumeric(in.type.dtype)) return UnsupportedDType(args, in.type.dtype);
-  if (!IsNumeric(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);
+  // 16-bit floats (on either side) take the 16-bit kernels, whose empty
+  // sums are 0 (mean: NaN) without a separate fill.
+  const bool half = IsHalfDType(in.type.dtype) || IsHalfDType(out.type.dtype);
+  if (!IsNumeric(in.type.dtype) && !IsHalfDType(in.type.dtype)) return UnsupportedDType(args, in.type.dtype);
+  if (!IsNumeric(out.type.dtype) && !IsHalfDType(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);
   if (out.numel() == 0) return absl::OkStatus();
+  if (half && in.numel() == 0) {
+    return Launched(args,
+                    LaunchHalfReduceMiddle(out.type.dtype, in.type.dtype, out.numel(), 0, 1, mean, in.data, out.data,
+                                           context.native),
+                    in.type.dtype);
+  }
   if (in.numel() == 0) {
     // Every output sums an empty slice: 0, or 0 / 0 for a mean.
     const double value = mean ? std::numeric_limits<double>::quiet_NaN() : 0.0;
@@ -65,6 +75,12 @@ absl::Status Reduce(const CudaKernelContext& context, const KernelArgs& args, co
         outer *= runs[r].size;  // nothing reduced: a converting copy through the row kernel
       }
     }
+    if (half) {
+      return Launched(args,
+                      LaunchHalfReduceMiddle(out.type.dtype, in.type.dtype, outer, size, inner, mean, in.data,
+                                             out.data, context.native),
+                      in.type.dtype);
+    }
     return Launched(args,
                     LaunchReduceMiddle(out.type.dtype, in.type.dtype, outer, size, inner, mean, in.data, out.data,
                                        context.native),
@@ -80,6 +96,12 @@ absl::Status Reduce(const CudaKernelContext& context, const KernelArgs& args, co
     target.sizes[target.rank] = runs[r].size;
     target.strides[target.rank] = strides[r];
     ++target.rank;
+  }
+  if (half) {
+    return Launched(args,
+                    LaunchHalfReduceGeneral(out.type.dtype, in.type.dtype, out.numel(), kept, reduced, mean, in.data,
+                                            out.data, context.native),
+                    in.type.dtype);
   }
   return Launched(args,
                   LaunchReduceGeneral(out.type.dtype, in.type.dtype, out.numel(), kept, reduced, mean, in.data,

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <vector>
 
+#include "adaptor/cuda/half_launch.h"
 #include "adaptor/cuda/kernel_util.h"
 #include "adaptor/cuda/strided_layout.h"
 #include "adaptor/ops/shape_rules.h"
@@ -81,6 +82,11 @@ absl::Status Fill(const CudaKernelContext& context, const KernelArgs& args, doub
     if (out.type.bytes() == 0) return absl::OkStatus();
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(out.data, 0, out.type.bytes(), context.native));
     return absl::OkStatus();
+  }
+  if (IsHalfDType(out.type.dtype)) {  // rounded through float, as the CPU kernel rounds it
+    return Launched(args,
+                    LaunchHalfFill(out.type.dtype, out.numel(), static_cast<float>(value), out.data, context.native),
+                    out.type.dtype);
   }
   return Launched(args, LaunchFill(out.type.dtype, out.numel(), value, out.data, context.native), out.type.dtype);
 }

@@ -3,7 +3,8 @@
 // rsqrt, gelu, pow), the activation backwards, clamp, maximum/minimum,
 // addcmul/addcdiv, lerp, and native_dropout with its backward.
 //
-// Float ops take float32 and float64; the broadcasting ones follow the
+// Float ops take float32 and float64 (gelu, gelu_backward, native_dropout and
+// its backward also bfloat16 and float16); the broadcasting ones follow the
 // binary elementwise type rule (equal dtypes, or a rank-0 operand of another
 // dtype converted to the result's).
 #include "absl/strings/str_cat.h"
@@ -65,7 +66,7 @@ absl::Status CheckApproximate(const Attrs& attrs) {
 
 absl::StatusOr<TypeList> GeluInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
   RETURN_IF_ERROR(CheckApproximate(attrs));
-  RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kFloatTypes));
+  RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kFloatAndHalfTypes));
   return TypeList{in[0]};
 }
 
@@ -83,11 +84,13 @@ absl::StatusOr<TypeList> PowScalarInfer(const Attrs& attrs, absl::Span<const Ten
 }
 
 // sigmoid_backward(grad_output, output), tanh_backward(grad_output, output),
-// gelu_backward(grad_output, self): equal float types.
+// gelu_backward(grad_output, self): equal float types (gelu_backward also
+// bfloat16 and float16).
 InferFn ActivationBackwardInfer(const char* second, bool gelu) {
   return [=](const Attrs& attrs, absl::Span<const TensorType> in) -> absl::StatusOr<TypeList> {
     if (gelu) RETURN_IF_ERROR(CheckApproximate(attrs));
-    RETURN_IF_ERROR(ops::RequireDType("grad_output", in[0], ops::kFloatTypes));
+    RETURN_IF_ERROR(
+        ops::RequireDType("grad_output", in[0], gelu ? absl::Span<const DType>(ops::kFloatAndHalfTypes) : ops::kFloatTypes));
     if (!(in[0] == in[1])) {
       return absl::InvalidArgumentError(absl::StrCat("grad_output is ", in[0].ToString(), " but ", second, " is ",
                                                      in[1].ToString(), "; they must have the same type"));
@@ -141,7 +144,7 @@ absl::StatusOr<TypeList> LerpTensorInfer(const Attrs&, absl::Span<const TensorTy
 // native_dropout(input[, seed]; p, train, seed): (output, mask bool). The
 // optional second input is an int64 rank-0 seed (a per-iteration feed).
 absl::StatusOr<TypeList> NativeDropoutInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
-  RETURN_IF_ERROR(ops::RequireDType("input", in[0], ops::kFloatTypes));
+  RETURN_IF_ERROR(ops::RequireDType("input", in[0], ops::kFloatAndHalfTypes));
   ASSIGN_OR_RETURN(double p, attrs.GetFloat("p"));
   if (!(p >= 0.0 && p <= 1.0)) {
     return absl::InvalidArgumentError(absl::StrCat("attribute 'p' is ", p, "; expected a probability in [0, 1]"));
@@ -158,7 +161,7 @@ absl::StatusOr<TypeList> NativeDropoutInfer(const Attrs& attrs, absl::Span<const
 // native_dropout_backward(grad_output, mask; scale).
 absl::StatusOr<TypeList> NativeDropoutBackwardInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
   RETURN_IF_ERROR(attrs.GetFloat("scale").status());
-  RETURN_IF_ERROR(ops::RequireDType("grad_output", in[0], ops::kFloatTypes));
+  RETURN_IF_ERROR(ops::RequireDType("grad_output", in[0], ops::kFloatAndHalfTypes));
   if (in[1].dtype != DType::kBool || in[1].shape != in[0].shape) {
     return absl::InvalidArgumentError(absl::StrCat("grad_output is ", in[0].ToString(), " but mask is ",
                                                    in[1].ToString(), "; expected a bool mask of the same shape"));

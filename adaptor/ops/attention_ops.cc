@@ -23,7 +23,7 @@ namespace {
 using ops::TypeList;
 
 absl::StatusOr<TypeList> BmmInfer(const Attrs&, absl::Span<const TensorType> in) {
-  RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kFloatTypes));
+  RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kFloatAndHalfTypes));
   RETURN_IF_ERROR(ops::RequireRank("self", in[0], 3));
   RETURN_IF_ERROR(ops::RequireRank("mat2", in[1], 3));
   if (in[0].dtype != in[1].dtype || in[0].shape[0] != in[1].shape[0] || in[0].shape[2] != in[1].shape[1]) {

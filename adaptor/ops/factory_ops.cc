@@ -26,7 +26,7 @@ absl::StatusOr<Shape> SizeAttr(const Attrs& attrs) {
 
 absl::StatusOr<DType> DTypeAttr(const Attrs& attrs, DType fallback) {
   ASSIGN_OR_RETURN(DType dtype, attrs.GetDType("dtype", fallback));
-  RETURN_IF_ERROR(ops::RequireDTypeValue("attribute 'dtype'", dtype, ops::kStorableTypes));
+  RETURN_IF_ERROR(ops::RequireDTypeValue("attribute 'dtype'", dtype, ops::kStorableAndHalfTypes));
   return dtype;
 }
 
@@ -58,7 +58,7 @@ absl::StatusOr<TypeList> ScalarTensorInfer(const Attrs& attrs, absl::Span<const 
 
 absl::StatusOr<TypeList> FillInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
   RETURN_IF_ERROR(attrs.GetFloat("value").status());
-  RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kStorableTypes));
+  RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kStorableAndHalfTypes));
   return TypeList{in[0]};
 }
 

@@ -38,7 +38,7 @@ absl::StatusOr<int> DimAttr(const Attrs& attrs, absl::string_view input, const T
 // embedding(weight [V, D], indices int64; padding_idx, scale_grad_by_freq,
 // sparse): indices.shape + [D].
 absl::StatusOr<TypeList> EmbeddingInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
-  RETURN_IF_ERROR(ops::RequireDType("weight", in[0], ops::kStorableTypes));
+  RETURN_IF_ERROR(ops::RequireDType("weight", in[0], ops::kStorableAndHalfTypes));
   RETURN_IF_ERROR(ops::RequireRank("weight", in[0], 2));
   RETURN_IF_ERROR(RequireIndex("indices", in[1]));
   ASSIGN_OR_RETURN(bool sparse, attrs.GetBool("sparse", false));
@@ -53,7 +53,7 @@ absl::StatusOr<TypeList> EmbeddingInfer(const Attrs& attrs, absl::Span<const Ten
 // embedding_dense_backward(grad_output [..., D], indices [...];
 // num_weights, padding_idx, scale_grad_by_freq): [num_weights, D].
 absl::StatusOr<TypeList> EmbeddingBackwardInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
-  RETURN_IF_ERROR(ops::RequireDType("grad_output", in[0], ops::kFloatTypes));
+  RETURN_IF_ERROR(ops::RequireDType("grad_output", in[0], ops::kFloatAndHalfTypes));
   RETURN_IF_ERROR(RequireIndex("indices", in[1]));
   ASSIGN_OR_RETURN(int64_t num_weights, attrs.GetInt("num_weights"));
   ASSIGN_OR_RETURN(int64_t padding_idx, attrs.GetInt("padding_idx", -1));

@@ -124,20 +124,22 @@ absl::Status CheckSoftmaxDim(const Attrs& attrs, absl::string_view input, const 
 
 }  // namespace
 
-absl::StatusOr<TypeList> InferSoftmaxLike(const Attrs& attrs, absl::Span<const TensorType> in) {
-  RETURN_IF_ERROR(RequireDType("self", in[0], kFloatTypes));
+absl::StatusOr<TypeList> InferSoftmaxLike(const Attrs& attrs, absl::Span<const TensorType> in,
+                                          absl::Span<const DType> allowed) {
+  RETURN_IF_ERROR(RequireDType("self", in[0], allowed));
   RETURN_IF_ERROR(CheckSoftmaxDim(attrs, "self", in[0]));
   ASSIGN_OR_RETURN(bool half_to_float, attrs.GetBool("half_to_float", false));
   if (half_to_float) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("half_to_float=true needs a float16 self; self is ", in[0].ToString()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "half_to_float=true (a float32 result from a 16-bit self) is not supported; self is ", in[0].ToString(),
+        "; convert self with _to_copy first"));
   }
   return TypeList{in[0]};
 }
 
 absl::StatusOr<TypeList> InferSoftmaxLikeBackward(const Attrs& attrs, absl::Span<const TensorType> in,
-                                                  absl::string_view what) {
-  RETURN_IF_ERROR(RequireDType("grad_output", in[0], kFloatTypes));
+                                                  absl::string_view what, absl::Span<const DType> allowed) {
+  RETURN_IF_ERROR(RequireDType("grad_output", in[0], allowed));
   if (!(in[0] == in[1])) {
     return absl::InvalidArgumentError(absl::StrCat("grad_output is ", in[0].ToString(), " but output is ",
                                                    in[1].ToString(), "; they must have the same type"));

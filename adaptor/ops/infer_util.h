@@ -25,6 +25,16 @@ inline constexpr DType kNumericTypes[] = {DType::kFloat32, DType::kFloat64, DTyp
 // Types a copy or a fill can produce.
 inline constexpr DType kStorableTypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kInt32,
                                            DType::kBool};
+// The lists above plus the 16-bit floats (bfloat16, float16), for the ops
+// whose CPU and CUDA kernels both take them (computing in float32 and
+// rounding once when they store, as PyTorch does). An op opts in by naming
+// one of these; the others keep refusing 16-bit tensors at registration.
+inline constexpr DType kFloatAndHalfTypes[] = {DType::kFloat32, DType::kFloat64, DType::kBFloat16,
+                                               DType::kFloat16};
+inline constexpr DType kNumericAndHalfTypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt64,
+                                                 DType::kBFloat16, DType::kFloat16};
+inline constexpr DType kStorableAndHalfTypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kInt32,
+                                                  DType::kBool,    DType::kBFloat16, DType::kFloat16};
 
 // INVALID_ARGUMENT "<input> is <type>; <op> supports <list>" unless `type`'s
 // dtype is in `allowed`.
@@ -44,14 +54,17 @@ absl::StatusOr<DType> BinaryResultDType(absl::string_view a_name, const TensorTy
 // fine.
 absl::Status RequireScalarFits(const Attrs& attrs, absl::string_view name, absl::string_view input, DType dtype);
 
-// The rules of the softmax family (`_softmax`, `_log_softmax`): a float
-// self, a valid `dim`, half_to_float false; the output has self's type.
-absl::StatusOr<TypeList> InferSoftmaxLike(const Attrs& attrs, absl::Span<const TensorType> in);
-// Their backward ops: grad_output and output of one float type, a valid
+// The rules of the softmax family (`_softmax`, `_log_softmax`): a self of
+// an `allowed` dtype, a valid `dim`, half_to_float false; the output has
+// self's type.
+absl::StatusOr<TypeList> InferSoftmaxLike(const Attrs& attrs, absl::Span<const TensorType> in,
+                                          absl::Span<const DType> allowed = kFloatTypes);
+// Their backward ops: grad_output and output of one `allowed` type, a valid
 // `dim`, input_dtype (if given) equal to it. `what` names the op family in
 // errors ("softmax", "log-softmax").
 absl::StatusOr<TypeList> InferSoftmaxLikeBackward(const Attrs& attrs, absl::Span<const TensorType> in,
-                                                  absl::string_view what);
+                                                  absl::string_view what,
+                                                  absl::Span<const DType> allowed = kFloatTypes);
 
 // Wraps `infer` so that its errors read "<op>: <message>".
 InferFn WithOpName(std::string op, InferFn infer);

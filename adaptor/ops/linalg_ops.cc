@@ -1,4 +1,5 @@
-// Registry entries of the matrix products: mm and addmm.
+// Registry entries of the matrix products: mm and addmm, of float32,
+// float64, bfloat16 or float16 matrices (16-bit ones accumulate in float32).
 //
 // Both take optional bool attributes `transpose_a` and `transpose_b`
 // (default false): the first or second matrix operand is stored transposed
@@ -36,7 +37,7 @@ struct MatrixOperand {
 
 // op(a) [n, k] @ op(b) [k, m] -> [n, m].
 absl::StatusOr<TensorType> MatmulType(const MatrixOperand& a, const MatrixOperand& b) {
-  RETURN_IF_ERROR(ops::RequireDType(a.name, a.type, ops::kFloatTypes));
+  RETURN_IF_ERROR(ops::RequireDType(a.name, a.type, ops::kFloatAndHalfTypes));
   RETURN_IF_ERROR(ops::RequireRank(a.name, a.type, 2));
   RETURN_IF_ERROR(ops::RequireRank(b.name, b.type, 2));
   if (a.type.dtype != b.type.dtype) {

@@ -15,7 +15,7 @@ using ops::TypeList;
 // returns the shape of the unreduced loss ([N] or []).
 absl::StatusOr<Shape> CheckNllInputs(const Attrs& attrs, const TensorType& self, const TensorType& target,
                                      const TensorType* weight) {
-  RETURN_IF_ERROR(ops::RequireDType("self", self, ops::kFloatTypes));
+  RETURN_IF_ERROR(ops::RequireDType("self", self, ops::kFloatAndHalfTypes));
   if (self.rank() != 1 && self.rank() != 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("self is ", self.ToString(), "; expected [N, C] or [C] log-probabilities"));
@@ -68,10 +68,13 @@ absl::StatusOr<TypeList> NllLossBackwardInfer(const Attrs& attrs, absl::Span<con
 
 void RegisterLossOps(OpRegistry& registry) {
   using ops::RegisterOp;
-  RegisterOp(registry, "_log_softmax", 1, 1, 1, AliasKind::kNone, ops::InferSoftmaxLike);
+  RegisterOp(registry, "_log_softmax", 1, 1, 1, AliasKind::kNone,
+             [](const Attrs& attrs, absl::Span<const TensorType> in) {
+               return ops::InferSoftmaxLike(attrs, in, ops::kFloatAndHalfTypes);
+             });
   RegisterOp(registry, "_log_softmax_backward_data", 2, 2, 1, AliasKind::kInPlace,
              [](const Attrs& attrs, absl::Span<const TensorType> in) {
-               return ops::InferSoftmaxLikeBackward(attrs, in, "log-softmax");
+               return ops::InferSoftmaxLikeBackward(attrs, in, "log-softmax", ops::kFloatAndHalfTypes);
              });
   RegisterOp(registry, "nll_loss_forward", 2, 3, 2, AliasKind::kNone, NllLossForwardInfer);
   RegisterOp(registry, "nll_loss_backward", 4, 5, 1, AliasKind::kNone, NllLossBackwardInfer);

@@ -1,6 +1,7 @@
 // Registry entries of softmax and layer normalization: _softmax,
 // _safe_softmax, _softmax_backward_data, native_layer_norm,
-// native_layer_norm_backward.
+// native_layer_norm_backward. All but _safe_softmax also take bfloat16 and
+// float16 (layer norm's mean and rstd are then float32).
 //
 // Optional tensors (layer norm's weight and bias) follow the registry's rule
 // that an absent one is left out and the inputs after it move up; since bias
@@ -49,27 +50,35 @@ absl::Status CheckAffine(const Attrs& attrs, const TensorType& input, absl::Span
   return absl::OkStatus();
 }
 
+// The dtype of layer norm's statistics (mean, rstd): the input's, except
+// float32 for a 16-bit input (PyTorch's CUDA rule: statistics in the
+// accumulation type).
+DType LayerNormStatsDType(DType input) {
+  return input == DType::kBFloat16 || input == DType::kFloat16 ? DType::kFloat32 : input;
+}
+
 // native_layer_norm(input[, weight[, bias]]; normalized_shape, eps):
 // (output, mean, rstd).
 absl::StatusOr<TypeList> LayerNormInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
-  RETURN_IF_ERROR(ops::RequireDType("input", in[0], ops::kFloatTypes));
+  RETURN_IF_ERROR(ops::RequireDType("input", in[0], ops::kFloatAndHalfTypes));
   ASSIGN_OR_RETURN(Shape stats, LayerNormStatsShape(attrs, in[0]));
   RETURN_IF_ERROR(CheckAffine(attrs, in[0], in.subspan(1), {"weight", "bias"}));
   RETURN_IF_ERROR(attrs.GetFloat("eps").status());
-  return TypeList{in[0], {in[0].dtype, stats}, {in[0].dtype, stats}};
+  const DType stats_dtype = LayerNormStatsDType(in[0].dtype);
+  return TypeList{in[0], {stats_dtype, stats}, {stats_dtype, stats}};
 }
 
 // native_layer_norm_backward(grad_out, input, mean, rstd[, weight[, bias]];
 // normalized_shape, output_mask): (grad_input, grad_weight, grad_bias), all
 // three always computed (output_mask is accepted and not needed).
 absl::StatusOr<TypeList> LayerNormBackwardInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
-  RETURN_IF_ERROR(ops::RequireDType("input", in[1], ops::kFloatTypes));
+  RETURN_IF_ERROR(ops::RequireDType("input", in[1], ops::kFloatAndHalfTypes));
   if (!(in[0] == in[1])) {
     return absl::InvalidArgumentError(absl::StrCat("grad_out is ", in[0].ToString(), " but input is ",
                                                    in[1].ToString(), "; they must have the same type"));
   }
   ASSIGN_OR_RETURN(Shape stats, LayerNormStatsShape(attrs, in[1]));
-  const TensorType stats_type{in[1].dtype, stats};
+  const TensorType stats_type{LayerNormStatsDType(in[1].dtype), stats};
   for (int k : {2, 3}) {
     if (!(in[k] == stats_type)) {
       return absl::InvalidArgumentError(absl::StrCat(k == 2 ? "mean" : "rstd", " is ", in[k].ToString(),
@@ -103,11 +112,14 @@ absl::StatusOr<TypeList> SafeSoftmaxInfer(const Attrs& attrs, absl::Span<const T
 
 void RegisterNormalizationOps(OpRegistry& registry) {
   using ops::RegisterOp;
-  RegisterOp(registry, "_softmax", 1, 1, 1, AliasKind::kNone, ops::InferSoftmaxLike);
+  RegisterOp(registry, "_softmax", 1, 1, 1, AliasKind::kNone,
+             [](const Attrs& attrs, absl::Span<const TensorType> in) {
+               return ops::InferSoftmaxLike(attrs, in, ops::kFloatAndHalfTypes);
+             });
   RegisterOp(registry, "_safe_softmax", 1, 1, 1, AliasKind::kNone, SafeSoftmaxInfer);
   RegisterOp(registry, "_softmax_backward_data", 2, 2, 1, AliasKind::kInPlace,
              [](const Attrs& attrs, absl::Span<const TensorType> in) {
-               return ops::InferSoftmaxLikeBackward(attrs, in, "softmax");
+               return ops::InferSoftmaxLikeBackward(attrs, in, "softmax", ops::kFloatAndHalfTypes);
              });
   RegisterOp(registry, "native_layer_norm", 1, 3, 3, AliasKind::kNone, LayerNormInfer);
   RegisterOp(registry, "native_layer_norm_backward", 4, 6, 3, AliasKind::kNone, LayerNormBackwardInfer);

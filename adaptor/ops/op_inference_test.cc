@@ -309,8 +309,10 @@ TEST(FactoryInferenceTest, Constants) {
               HasSubstr("missing attribute 'fill_value'"));
   EXPECT_THAT(InferError("zeros", MakeAttrs({{"size", std::vector<int64_t>{2, -3}}}), {}),
               HasSubstr("negative dim -3"));
-  EXPECT_THAT(InferError("ones", MakeAttrs({{"size", std::vector<int64_t>{2}}, {"dtype", DType::kFloat16}}), {}),
-              HasSubstr("float16"));
+  EXPECT_EQ(InferOne("ones", MakeAttrs({{"size", std::vector<int64_t>{2}}, {"dtype", DType::kFloat16}}), {}),
+            (TensorType{DType::kFloat16, {2}}));
+  // An op without 16-bit kernels still refuses them, naming the dtype.
+  EXPECT_THAT(InferError("sqrt", {}, {TensorType{DType::kBFloat16, {2}}}), HasSubstr("bfloat16"));
 }
 
 TEST(ShapeRulesTest, Helpers) {

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "adaptor/cpu/cpu_program.h"
+#include "adaptor/cpu/half.h"
 #include "adaptor/op_registry.h"
 #include "device/cuda_device.h"
 
@@ -98,6 +99,18 @@ Attrs MakeAttrs(std::initializer_list<std::pair<std::string, AttrValue>> values)
 
 namespace {
 
+// A random float of `fill` from the uniform `u` in [-1, 1).
+double FloatOf(Fill fill, double u) {
+  switch (fill) {
+    case Fill::kUniform: return u;
+    case Fill::kPositive: return 1.25 + 0.75 * u;
+    case Fill::kNonZero: return (u < 0 ? -1.0 : 1.0) * (1.0 + 0.5 * std::fabs(u));
+    case Fill::kLabels: return 0.0;
+    case Fill::kSmall: return 0.02 * u;
+  }
+  return 0.0;
+}
+
 template <typename T>
 void FillTyped(Bytes& bytes, Fill fill, int64_t labels_upper, std::mt19937_64& rng) {
   T* p = reinterpret_cast<T*>(bytes.data());
@@ -105,7 +118,9 @@ void FillTyped(Bytes& bytes, Fill fill, int64_t labels_upper, std::mt19937_64& r
   std::uniform_real_distribution<double> unit(-1.0, 1.0);
   for (size_t i = 0; i < n; ++i) {
     const double u = unit(rng);
-    if constexpr (std::is_floating_point_v<T>) {
+    if constexpr (kIsHalf<T>) {
+      p[i] = T(FloatOf(fill, u));
+    } else if constexpr (std::is_floating_point_v<T>) {
       switch (fill) {
         case Fill::kUniform: p[i] = static_cast<T>(u); break;
         case Fill::kPositive: p[i] = static_cast<T>(1.25 + 0.75 * u); break;
@@ -141,7 +156,8 @@ std::vector<Bytes> GraphMaker::RandomFeeds(std::mt19937_64& rng) const {
       case DType::kInt64: FillTyped<int64_t>(bytes, spec.fill, spec.labels_upper, rng); break;
       case DType::kInt32: FillTyped<int32_t>(bytes, spec.fill, spec.labels_upper, rng); break;
       case DType::kBool: FillTyped<bool>(bytes, spec.fill, spec.labels_upper, rng); break;
-      default: ADD_FAILURE() << "no random fill for " << value.type.ToString(); break;
+      case DType::kBFloat16: FillTyped<BFloat16>(bytes, spec.fill, spec.labels_upper, rng); break;
+      case DType::kFloat16: FillTyped<Float16>(bytes, spec.fill, spec.labels_upper, rng); break;
     }
   }
   return feeds;
@@ -252,6 +268,16 @@ absl::Status WaitForCompletion(device::Device& device, device::Stream& stream) {
 
 namespace {
 
+// Element i of a float tensor as a double (16-bit types widened).
+template <typename T>
+double At(const T* p, size_t i) {
+  if constexpr (kIsHalf<T>) {
+    return p[i].ToFloat();
+  } else {
+    return static_cast<double>(p[i]);
+  }
+}
+
 template <typename T>
 ::testing::AssertionResult MatchFloats(const Bytes& out, const Bytes& ref, double tolerance) {
   const T* o = reinterpret_cast<const T*>(out.data());
@@ -259,31 +285,31 @@ template <typename T>
   const size_t n = out.size() / sizeof(T);
   double diff = 0, norm = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (std::isnan(o[i])) {
+    if (std::isnan(At(o, i))) {
       uint8_t poison[sizeof(T)];
       std::memset(poison, 0xFF, sizeof(T));
       const bool unwritten = std::memcmp(&o[i], poison, sizeof(T)) == 0;
       return ::testing::AssertionFailure() << "element " << i << " of " << n << " is NaN"
                                            << (unwritten ? " (never written: still the poison bytes)" : "")
-                                           << "; reference " << r[i];
+                                           << "; reference " << At(r, i);
     }
-    const double d = static_cast<double>(o[i]) - static_cast<double>(r[i]);
+    const double d = At(o, i) - At(r, i);
     diff += d * d;
-    norm += static_cast<double>(r[i]) * static_cast<double>(r[i]);
+    norm += At(r, i) * At(r, i);
   }
   const double error = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
   if (!(error <= tolerance)) {
     size_t worst = 0;
     double worst_abs = -1;
     for (size_t i = 0; i < n; ++i) {
-      const double a = std::fabs(static_cast<double>(o[i]) - static_cast<double>(r[i]));
+      const double a = std::fabs(At(o, i) - At(r, i));
       if (a > worst_abs) {
         worst_abs = a;
         worst = i;
       }
     }
     return ::testing::AssertionFailure() << "relative error " << error << " > " << tolerance << "; worst element "
-                                         << worst << ": " << o[worst] << " vs " << r[worst];
+                                         << worst << ": " << At(o, worst) << " vs " << At(r, worst);
   }
   return ::testing::AssertionSuccess() << "relative error " << error;
 }
@@ -297,6 +323,8 @@ template <typename T>
   switch (type.dtype) {
     case DType::kFloat32: return MatchFloats<float>(out, ref, tolerance);
     case DType::kFloat64: return MatchFloats<double>(out, ref, tolerance);
+    case DType::kBFloat16: return MatchFloats<BFloat16>(out, ref, tolerance);
+    case DType::kFloat16: return MatchFloats<Float16>(out, ref, tolerance);
     default: return SameBytes(out, ref);
   }
 }

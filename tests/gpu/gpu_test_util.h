@@ -109,9 +109,10 @@ class GpuRun {
 // Waits for everything enqueued on `stream` so far through OnComplete.
 absl::Status WaitForCompletion(device::Device& device, device::Stream& stream);
 
-// Whether `out` matches `ref` (both of `type`): for floats, no NaN and no
-// poison (0xFF bytes) in `out`, and ||out - ref|| / ||ref|| <= tolerance;
-// other dtypes exactly.
+// Whether `out` matches `ref` (both of `type`): for floats (bfloat16 and
+// float16 compared as their float32 values), no NaN and no poison (0xFF
+// bytes, a NaN in every float type) in `out`, and ||out - ref|| / ||ref|| <=
+// tolerance; other dtypes exactly.
 ::testing::AssertionResult Matches(const Bytes& out, const Bytes& ref, const TensorType& type, double tolerance);
 
 // Bitwise equality.

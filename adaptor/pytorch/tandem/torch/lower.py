@@ -182,7 +182,9 @@ class _Emitter:
     def constant(self, n):
         value = self.values[n]
         label = n.meta.get("tandem_label", "")
-        if value.dim() == 0 and value.dtype in (torch.float32, torch.float64, torch.int64, torch.int32, torch.bool):
+        # A rank-0 constant of any IR dtype (16-bit floats too: their values are exact as Python floats)
+        # becomes a scalar_tensor node rather than a persistent tensor.
+        if value.dim() == 0 and value.dtype in dtypes.TO_CODE:
             name = self.fresh(n.name)
             s = value.item()
             attr = {"i": str(int(s))} if isinstance(s, (bool, int)) else {"f": _float_attr(s)}
