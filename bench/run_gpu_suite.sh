@@ -130,11 +130,13 @@ run_stage() {
       bench_stage suite gap "$t" "${on[@]}" "$python" "$root/bench/models/switch_gap.py" --device "${DEVICE:-auto}" \
         "${small[@]}" --iterations 200 --timeout_s "$((t - 2))" --out "$out/switch_gap.json" ;;
     hosting)
-      local counts=${HOSTING_COUNTS:-4,8,16}
-      [[ "${SMALL:-0}" == 1 ]] && counts=${HOSTING_COUNTS:-2,4}
+      # The search (4, 16, 64, 128, 256 models, then bisection) in an even share of the budget per mode;
+      # HOSTING_COUNTS=4,8,16 probes fixed counts instead.
+      local counts=()
+      [[ -n "${HOSTING_COUNTS:-}" ]] && counts=(--counts "$HOSTING_COUNTS")
       bench_stage suite hosting "$t" "${on[@]}" "$python" "$root/bench/inference/hosting.py" "${common[@]}" \
-        "${small[@]}" --mps_dir "$work/mps-$gpu" --duration_s 1.5 --warmup_s 0.3 --counts "$counts" \
-        --budget_s "$(budget "$t")" --out "$out/hosting.json" --plot "$out/hosting.png" ;;
+        "${small[@]}" --mps_dir "$work/mps-$gpu" "${counts[@]}" --budget_s "$(budget "$t")" \
+        --out "$out/hosting.json" --plot "$out/hosting.png" ;;
     *)
       echo "suite: unknown stage '$name' (overhead, pairs, memory, jct, sweep, qos, gap, hosting)"
       status=1 ;;

@@ -4,27 +4,31 @@
 Each hosted model (slot i: a small MLP, a small CNN or ResNet-18 at 64x64, batch drawn from 1-16; see
 inference_models.py) gets an open-loop Poisson request stream of --rate requests/s; a request's latency is the
 client's wall time from its scheduled arrival to its result on the host. A probe runs N models at once for
---warmup_s + --duration_s and passes when every model's p99 over the timed window is <= --p99_ms and no request
-failed or was left unsent. Modes:
+--warmup_s + --duration_s (default: --min_requests / --rate, so that each model's p99 rests on about 100
+requests) and passes when every model's p99 over the timed window is <= --p99_ms and no request failed or was
+left unsent. Modes:
 
-  tandem     one tandemd; N tandem.torch.ServedModels, one client process per model by default
-             (--models_per_proc K puts K models, one thread each, in one process)
+  tandem     one tandemd; N tandem.torch.ServedModels, each its own job with its own weights, --models_per_proc
+             (16) per client process, one thread each; a process captures each distinct (kind, batch) once
   timeslice  N PyTorch processes, one model each, eager on the GPU, no MPS (the GPU's time-slicing)
   mps        the same N processes as clients of an MPS control daemon the program starts (pipe and log folders
-             under --mps_dir) and always stops, also on errors and signals
+             under --mps_dir) and always stops, also on errors and signals; at most --mps_max_clients (48)
 
-Per mode the largest N that passes is searched: from --start, doubling up to --max_count, then bisection until
-the bracket is within --resolution of the count that passed (or the counts of --counts, each probed). Worker
-processes are kept between probes, so probe N reuses the N models of the probes before it. A model alone is the
-"no sharing" baseline: one model per GPU, count 1 by definition; the JSON reports Salus's two ratios, tandem / 1
-and tandem / mps (Salus: 42x and 7x).
+Per mode the largest N that passes is searched (hosting_search.py): 4, 16, 64, then doubling up to
+--max_count, each clipped to the mode's cap (memory, the MPS client limit), then bisection until the bracket is
+within --resolution of the passing count (or exactly the counts of --counts). The workers of the next
+--spawn_ahead counts start in the background (SCHED_IDLE) while a probe runs; a probe that fails while workers
+were starting is repeated once with them paused (SIGSTOP), and only the repeat counts. Each mode gets an even
+share of what is left of --budget_s, so one slow mode cannot starve the others; the JSON says per mode why its
+search stopped (stop_reason) and whether its count is only a lower bound. A model alone is the "no sharing"
+baseline: one model per GPU, count 1 by definition; the JSON reports Salus's two ratios, tandem / 1 and
+tandem / mps (Salus: 42x and 7x).
 
-    python3 bench/inference/hosting.py --out /tmp/out/hosting.json --plot /tmp/out/hosting.png   # GPU, ~4 min
+    python3 bench/inference/hosting.py --out /tmp/out/hosting.json --plot /tmp/out/hosting.png   # GPU, ~2 min
     python3 bench/inference/hosting.py --device cpu --small --modes tandem,timeslice --out /tmp/h.json
 """
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -39,99 +43,22 @@ sys.path.insert(0, os.path.join(BENCH, "models"))
 sys.path.insert(0, HERE)
 
 import bench_common as bc  # noqa: E402
-import torch  # noqa: E402
+import torch  # noqa: E402,F401  (bench_common's numerics; imported before the workers start)
 
 import inference_models  # noqa: E402
 from hosting_plot import plot  # noqa: E402
+from hosting_pool import MemoryWatch, Pool, ProbeFailed, can_start_idle, gpu_memory_mib  # noqa: E402
+from hosting_search import BUDGET, CAPPED, FAIL, PASS, ahead_of, ladder, search  # noqa: E402
 from pair_matrix import Mps, mps_unavailable_reason  # noqa: E402
 
 MODES = ("tandem", "timeslice", "mps")
-WORKER = os.path.join(HERE, "worker.py")
 SALUS = {"over_noshare": 42, "over_mps": 7}
-
-
-class ProbeFailed(Exception):
-    """A probe could not run (a worker did not start or died). The pool is closed; the next probe starts fresh."""
-
-
-# ---- worker processes ----
-
-class WorkerProc(bc.JsonLinesWorker):
-    """One worker.py process hosting the models `specs`; its JSON events arrive on a queue."""
-
-    def __init__(self, specs, backend, args, endpoint, env):
-        self.ids = [s["id"] for s in specs]
-        cmd = [sys.executable, WORKER, f"--backend={backend}", f"--device={args.device}",
-               f"--models={json.dumps(specs)}"]
-        if endpoint:
-            cmd.append(f"--endpoint={endpoint}")
-        if args.small:
-            cmd.append("--small")
-        super().__init__(cmd, f"hosting worker {self.ids}", env, lambda message, fatal: ProbeFailed(message))
-
-
-class Pool:
-    """The worker processes of one mode: worker j hosts slots [j*K, (j+1)*K). ensure(n) starts what is missing."""
-
-    def __init__(self, backend, args, specs, endpoint=None, env=None, per_proc=1):
-        self.backend, self.args, self.specs = backend, args, specs
-        self.endpoint, self.env, self.per_proc = endpoint, env, per_proc
-        self.workers = []
-        self.solo_ms = {}
-        self.spawn_s_per_worker = None
-
-    def covered(self):
-        return len(self.workers) * self.per_proc
-
-    def ensure(self, n):
-        """Starts workers until slots 0..n-1 are hosted and warm; ProbeFailed (and a closed pool) otherwise."""
-        if n > len(self.specs):
-            raise ValueError(f"{n} models asked for, {len(self.specs)} slots")
-        start = time.monotonic()
-        new = []
-        try:
-            while self.covered() < n:
-                first = self.covered()
-                w = WorkerProc(self.specs[first:first + self.per_proc], self.backend, self.args, self.endpoint,
-                               self.env)
-                self.workers.append(w)
-                new.append(w)
-            deadline = time.monotonic() + self.args.prepare_timeout
-            for w in new:
-                ready = w.expect("ready", deadline)
-                for m in ready["models"]:
-                    self.solo_ms[m["id"]] = m.get("solo_ms")
-        except ProbeFailed:
-            self.close()
-            raise
-        if new:
-            self.spawn_s_per_worker = (time.monotonic() - start) / len(new)
-            bc.log(f"    {len(new)} worker(s) started in {time.monotonic() - start:.1f} s")
-
-    def estimate_spawn_s(self, n):
-        missing = max(0, -(-(n - self.covered()) // self.per_proc))
-        return missing * (self.spawn_s_per_worker or 1.0)
-
-    def go(self, n, cmd):
-        """Runs slots 0..n-1 with `cmd`; their stats, in slot order."""
-        active = [w for w in self.workers if w.ids[0] < n]
-        try:
-            for w in active:
-                w.send({**cmd, "ids": [i for i in w.ids if i < n]})
-            deadline = time.monotonic() + (cmd["start_at"] - time.time()) + cmd["warmup_s"] + cmd["duration_s"] + \
-                cmd["grace_s"] + 60
-            models = []
-            for w in active:
-                models += w.expect("done", deadline)["models"]
-        except ProbeFailed:
-            self.close()
-            raise
-        return sorted(models, key=lambda m: m["id"])
-
-    def close(self):
-        for w in self.workers:
-            w.close()
-        self.workers = []
+START_DELAY_S = 0.3
+# Growth steps whose workers start while a probe runs (--spawn_ahead). A tandem worker hosts 16 models and
+# registering them costs the GPU little, so tandem starts every count up to 256 at once (4, 16, 64, 128, 256:
+# four steps beyond the first); the one-process-per-model modes start two steps ahead (each process holds a
+# CUDA context).
+SPAWN_AHEAD = {"tandem": 4, "timeslice": 2, "mps": 2}
 
 
 # ---- one probe ----
@@ -182,11 +109,15 @@ def summarize_probe(n, models, args, pool):
     }
 
 
+def probe_seconds(args, n):
+    """Wall seconds one probe of n models may take (start delay, window, grace, collection)."""
+    return START_DELAY_S + 0.002 * n + args.warmup_s + args.duration_s + args.grace_s + 0.5
+
+
 def run_probe(n, pool, args, stats_client, device):
     started = time.monotonic()
-    pool.ensure(n)
     before = daemon_stats(stats_client)
-    start_at = time.time() + 0.5 + 0.005 * n
+    start_at = time.time() + START_DELAY_S + 0.002 * n  # every worker has its command by then
     cmd = {"cmd": "go", "start_at": start_at, "warmup_s": args.warmup_s, "duration_s": args.duration_s,
            "rate": args.rate, "grace_s": args.grace_s, "seed": args.seed + n}
     mem = {}
@@ -195,9 +126,9 @@ def run_probe(n, pool, args, stats_client, device):
         delay = start_at + args.warmup_s + args.duration_s / 2 - time.time()
         if delay > 0:
             time.sleep(delay)
-        smi = bc.nvidia_smi(["memory.used"])
-        if smi:
-            mem["gpu_mem_used_mib"] = int(float(smi["memory.used"]))
+        used = gpu_memory_mib()
+        if used:
+            mem["gpu_mem_used_mib"] = used[0]
 
     sampler = None
     if device == "cuda":
@@ -218,63 +149,18 @@ def run_probe(n, pool, args, stats_client, device):
     return out
 
 
-# ---- the search ----
-
-def search(probe, args, out, deadline, pool, save):
-    """Fills out["probes"] and out["hosted"]: the largest count that passed (0 if none)."""
-    probes = out["probes"]
-
-    def attempt(n):
-        need = args.warmup_s + args.duration_s + args.grace_s + 3 + pool.estimate_spawn_s(n)
-        if time.monotonic() + need > deadline:
-            out["search"] = f"stopped before N={n}: over this mode's share of the budget"
-            bc.log(f"  N={n}: skipped (budget)")
-            return None
-        try:
-            r = probe(n)
-        except ProbeFailed as e:
-            r = {"n": n, "pass": False, "error": str(e)}
-        probes.append(r)
-        save()
-        if "error" in r:
-            bc.log(f"  N={n:3d}: FAILED: {r['error']}")
-        else:
-            p99 = "unbounded" if r["p99_ms_max"] is None else f"{r['p99_ms_max']:.2f} ms"
-            bc.log(f"  N={n:3d}: {'pass' if r['pass'] else 'FAIL'}  worst p99 {p99}, median p50 "
-                   f"{r['p50_ms_median']} ms, {r['models_over_target']} over target, {r['failures']} failed, "
-                   f"{r['dropped']} unsent, {r['served_rps']:.0f}/{r['offered_rps']:.0f} req/s ({r['wall_s']} s)")
-        return r["pass"]
-
-    if args.counts:
-        passed = [n for n in args.counts if attempt(n)]
-        out["hosted"] = max(passed) if passed else 0
-        out["search"] = out.get("search", "counts")
+def log_probe(r, note=""):
+    if "error" in r:
+        bc.log(f"  N={r['n']:3d}: FAILED: {r['error']}{note}")
         return
-    lo, hi, n = 0, None, min(args.start, args.max_count)
-    while True:
-        ok = attempt(n)
-        if ok is None:
-            break
-        if not ok:
-            hi = n
-            break
-        lo = n
-        if n >= args.max_count:
-            out["at_cap"] = True
-            break
-        n = min(2 * n, args.max_count)
-    while hi is not None and hi - lo > max(1, lo * args.resolution) and "search" not in out:
-        n = (lo + hi) // 2
-        ok = attempt(n)
-        if ok is None:
-            break
-        lo, hi = (n, hi) if ok else (lo, n)
-    out["hosted"] = lo
-    out["first_failing"] = hi
-    out.setdefault("search", "done")
+    p99 = "unbounded" if r["p99_ms_max"] is None else f"{r['p99_ms_max']:.2f} ms"
+    bg = f", {r['background_starting']} worker(s) starting meanwhile" if r.get("background_starting") else ""
+    bc.log(f"  N={r['n']:3d}: {'pass' if r['pass'] else 'FAIL'}  worst p99 {p99}, median p50 "
+           f"{r['p50_ms_median']} ms, {r['models_over_target']} over target, {r['failures']} failed, "
+           f"{r['dropped']} unsent, {r['served_rps']:.0f}/{r['offered_rps']:.0f} req/s ({r['wall_s']} s{bg}){note}")
 
 
-# ---- modes ----
+# ---- the tandem mode's check of each kind ----
 
 def preflight(args, endpoint, kinds, result):
     """Serves one model of each kind through tandemd and checks its output against PyTorch on the CPU. A kind
@@ -307,50 +193,155 @@ def preflight(args, endpoint, kinds, result):
     return kept
 
 
+# ---- modes ----
+
+def spawned_first(args, cap_count, steps):
+    """The count whose workers start before the first probe."""
+    if args.counts:
+        return min(args.counts[0], cap_count)
+    if args.prespawn:
+        return cap_count
+    return ahead_of(min(args.start, cap_count), cap_count, steps)
+
+
+def trim_models(out):
+    """Keeps every model's numbers only in the probes at the hosted and the first failing count (the others
+    keep their worst model): the JSON stays small at hundreds of models."""
+    keep = {out.get("hosted"), out.get("first_failing")}
+    for p in out.get("probes", []):
+        if p.get("n") not in keep or p.get("discarded"):
+            p.pop("models", None)
+
+
 def run_mode(mode, args, state, result, deadline, save):
+    """Searches how many models `mode` hosts, probing only while time.monotonic() + a probe < `deadline`."""
     out = result["modes"][mode] = {"probes": []}
-    daemon = mps = pool = stats_client = None
+    probes = out["probes"]
+    began = time.monotonic()
+    daemon = mps = pool = stats_client = watch = None
+    idle = args.idle_start and can_start_idle()
+    out["background_start"] = "SCHED_IDLE" if idle else "normal"
+    static_cap = min(args.max_count, args.mps_max_clients if mode == "mps" else args.max_count)
+    steps = args.spawn_ahead if args.spawn_ahead is not None else SPAWN_AHEAD[mode]
+    out["spawn_ahead"] = steps
+
+    def new_pool(backend, **kw):
+        p = Pool(backend, args, state["specs"], idle=idle, **kw)
+        for k, c in enumerate(ladder(min(args.start, static_cap), spawned_first(args, static_cap, steps))):
+            p.spawn(c, idle=k > 0)  # one spawn per count: the first probe waits only for its own workers
+        return p
+
     try:
         if mode == "tandem":
             flags = ["--session_timeout=600", *args.tandemd_flags]
             daemon = bc.Daemon(bc.find_tandemd(args.tandemd), args.device, args.tandem_policy, flags,
                                log_dir=args.log_dir, name="tandemd-hosting").start()
             out["tandemd_flags"] = daemon.flags
-            if not args.no_preflight:
-                state["kinds"] = preflight(args, daemon.endpoint, state["kinds"], result)
-                state["specs"] = inference_models.slot_specs(args.max_count, state["kinds"], args.batches, args.seed)
-                result["config"]["kinds"] = state["kinds"]
+            out["models_per_proc"] = args.models_per_proc
+            pool = new_pool("tandem", endpoint=daemon.endpoint, per_proc=args.models_per_proc)
+            if not args.no_preflight:  # while the workers start
+                kinds = preflight(args, daemon.endpoint, state["kinds"], result)
+                if kinds != state["kinds"]:  # the mix changes for every mode: start again with it
+                    pool.close()
+                    state["kinds"] = kinds
+                    state["specs"] = inference_models.slot_specs(args.max_count, kinds, args.batches, args.seed)
+                    result["config"]["kinds"] = kinds
+                    pool = new_pool("tandem", endpoint=daemon.endpoint, per_proc=args.models_per_proc)
             import tandem
             stats_client = tandem.Client(endpoint=daemon.endpoint, name="hosting-stats")
-            pool = Pool("tandem", args, state["specs"], endpoint=daemon.endpoint, per_proc=args.models_per_proc)
-            out["models_per_proc"] = args.models_per_proc
         else:
             env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_MPS_")}
             if mode == "mps":
                 mps = Mps(args.mps_dir or tempfile.mkdtemp(prefix="tandem-bench-mps-"))
                 mps.start()
                 env = mps.env
-            if args.device == "cuda":
-                smi = bc.nvidia_smi(["memory.used"])
-                out["gpu_mem_used_before_mib"] = int(float(smi["memory.used"])) if smi else None
-            pool = Pool("torch", args, state["specs"], env=env)
+                out["mps_max_clients"] = args.mps_max_clients
+            watch = MemoryWatch(gpu=args.device == "cuda")
+            if watch.base.get("gpu"):
+                out["gpu_mem_used_before_mib"] = watch.base["gpu"][0]
+            pool = new_pool("torch", env=env)
         out["specs"] = state["specs"]
-        if args.prespawn:
+        out["setup_s"] = round(time.monotonic() - began, 2)
+
+        def cap():
+            options = [(args.max_count, "max_count")]
+            if mode == "mps":
+                options.append((args.mps_max_clients, "mps_client_limit"))
+            failed = pool.cap_from_failure()
+            if failed:
+                options.append(failed[:2])
+            fits = watch.limit() if watch else None
+            if fits:
+                options.append((fits[0], "memory"))
+            return min(options, key=lambda o: o[0])
+
+        def attempt(n):
+            background = len(pool.preparing())
             try:
-                pool.ensure(args.max_count)
-            except ProbeFailed as e:  # e.g. the daemon cannot admit them all: each probe starts its own
-                out["prespawn_error"] = str(e)
-                bc.log(f"  starting {args.max_count} workers failed ({e}); each probe starts its workers")
-        def probe(n):
+                r = run_probe(n, pool, args, stats_client, args.device)
+            except ProbeFailed as e:
+                return {"n": n, "pass": False, "error": str(e)}
+            r["background_starting"] = background
+            return r
+
+        def probe(n, ahead):
             if daemon is not None and not daemon.alive():
                 raise RuntimeError(f"tandemd exited: {daemon.log_tail(1500)}")
-            return run_probe(n, pool, args, stats_client, args.device)
+            need = probe_seconds(args, n)
+            if time.monotonic() + need > deadline:
+                bc.log(f"  N={n}: skipped (budget: {max(0.0, deadline - time.monotonic()):.1f} s left of this "
+                       f"mode's share, a probe takes {need:.1f} s)")
+                return BUDGET
+            if ahead:
+                for c in ladder(n, ahead):
+                    pool.spawn(c)
+            ready = pool.wait_ready(n, deadline - need)
+            if ready == "capped":
+                return CAPPED
+            if ready == "budget":
+                bc.log(f"  N={n}: skipped (budget: its workers were not ready within this mode's share)")
+                out["budget_note"] = f"the workers of N={n} were not ready within this mode's share"
+                return BUDGET
+            if watch:
+                watch.measure([w.proc.pid for w in pool.workers if w.state == "ready"], quiet=not pool.preparing())
+            r = attempt(n)
+            if not r["pass"] and r.get("background_starting") and time.monotonic() + need <= deadline:
+                r["discarded"] = (f"failed while {r['background_starting']} worker(s) were starting; repeated "
+                                  "with them paused")
+                probes.append(r)
+                log_probe(r, "  -> repeated with them paused")
+                paused = pool.pause_preparing()
+                try:
+                    r = attempt(n)
+                finally:
+                    pool.resume(paused)
+                r.update(repeat=True, background_paused=len(paused), background_starting=0)
+            probes.append(r)
+            save()
+            log_probe(r)
+            if "error" in r:
+                return CAPPED  # the pool marked the worker that failed: the cap is below n now
+            if not r["pass"]:
+                pool.kill_preparing()  # they host counts above a failing one: no probe needs them any more
+            return PASS if r["pass"] else FAIL
 
-        search(probe, args, out, deadline, pool, save)
-        bc.log(f"  {mode}: hosts {out['hosted']} model(s){' (the cap)' if out.get('at_cap') else ''}")
+        searched = time.monotonic()
+        out.update(search(probe, cap, args.start, args.resolution, counts=args.counts,
+                          ahead_steps=steps))
+        out["search_s"] = round(time.monotonic() - searched, 2)
+        count, reason = cap()
+        out["cap"] = {"count": count, "reason": reason}
+        if reason == "memory" and watch.limit():
+            out["cap"]["detail"] = watch.limit()[1]
+        bc.log(f"  {mode}: {out['search']}")
     finally:
         if pool is not None:
+            out["workers"] = pool.summary()
+            closing = time.monotonic()
             pool.close()
+            out["close_s"] = round(time.monotonic() - closing, 2)
+        if watch is not None:
+            out["memory"] = watch.summary()
         if stats_client is not None:
             stats_client.close()
         if daemon is not None:
@@ -360,19 +351,38 @@ def run_mode(mode, args, state, result, deadline, save):
         if mps is not None:
             out["mps_control_log_tail"] = mps.log_tail()
             mps.stop()
+        trim_models(out)
+        out["mode_s"] = round(time.monotonic() - began, 2)
+
+
+def ratio_bound(tandem_lower, other_lower):
+    """How a ratio tandem / other relates to the ratio of the capacities."""
+    return {(False, False): "bracketed", (True, False): "lower_bound", (False, True): "upper_bound",
+            (True, True): "unknown"}[(tandem_lower, other_lower)]
 
 
 def summary(result):
-    hosted = {m: r.get("hosted") for m, r in result["modes"].items() if r.get("hosted") is not None}
-    at_cap = {m: bool(r.get("at_cap")) for m, r in result["modes"].items()}
-    s = {"noshare": 1, "hosted": hosted, "at_cap": at_cap, "salus_reported": SALUS,
+    modes = result["modes"]
+    hosted = {m: r.get("hosted") for m, r in modes.items() if r.get("hosted") is not None}
+    at_cap = {m: bool(r.get("at_cap")) for m, r in modes.items()}
+    lower = {m: bool(modes[m].get("lower_bound", True)) for m in hosted}
+    s = {"noshare": 1, "hosted": hosted, "at_cap": at_cap, "hosted_is_lower_bound": lower,
+         "stop_reason": {m: modes[m].get("stop_reason") for m in hosted}, "salus_reported": SALUS,
          "definitions": {"noshare": "one model per GPU at a time: 1 by definition",
                          "tandem_over_noshare": "tandem hosted count / 1 (Salus: 42x)",
                          "tandem_over_mps": "tandem hosted count / mps hosted count (Salus: 7x)",
                          "tandem_over_timeslice": "tandem hosted count / timeslice hosted count",
-                         "lower_bound": "a ratio is a lower bound when tandem reached the cap (--max_count)"}}
-    for mode, r in result["modes"].items():  # what the GPU held at the hosted count
-        at = next((p for p in r.get("probes", []) if p.get("n") == r.get("hosted") and "error" not in p), None)
+                         "hosted_is_lower_bound": "per mode: the search stopped without reaching the mode's "
+                                                  "capacity (at --max_count, out of time, or a worker failed); "
+                                                  "false when a failing count brackets it or the mode can host "
+                                                  "no more (memory, MPS client limit)",
+                         "lower_bound": "tandem's count is a lower bound (hosted_is_lower_bound of tandem)",
+                         "ratio_bounds": "per ratio: bracketed (both counts bracketed, within --resolution), "
+                                         "lower_bound (tandem's count is a lower bound), upper_bound (the "
+                                         "other's is), unknown (both are)"}}
+    for mode, r in modes.items():  # what the GPU held at the hosted count
+        at = next((p for p in r.get("probes", []) if p.get("n") == r.get("hosted") and "error" not in p
+                   and not p.get("discarded")), None)
         if at is None:
             continue
         if "tandemd" in at:
@@ -386,15 +396,18 @@ def summary(result):
     t = hosted.get("tandem")
     if t is not None:
         s["tandem_over_noshare"] = t
+        bounds = {"tandem_over_noshare": "lower_bound" if lower["tandem"] else "bracketed"}
         for other in ("mps", "timeslice"):
             if hosted.get(other):
                 s[f"tandem_over_{other}"] = round(t / hosted[other], 3)
-        s["lower_bound"] = at_cap.get("tandem", False)
+                bounds[f"tandem_over_{other}"] = ratio_bound(lower["tandem"], lower[other])
+        s["ratio_bounds"] = bounds
+        s["lower_bound"] = lower["tandem"]
     result["summary"] = s
     return s
 
 
-def parse_args():
+def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of tandem,timeslice,mps")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
@@ -402,22 +415,30 @@ def parse_args():
     p.add_argument("--kinds", default=None, help="model kinds, round-robin over slots (default mlp,cnn,resnet18; "
                                                  "--small: mlp,cnn)")
     p.add_argument("--batches", default="1,2,4,8,16", help="batch sizes each slot draws from")
-    p.add_argument("--rate", type=float, default=None, help="requests/s per model (default 40; --small 20)")
+    p.add_argument("--rate", type=float, default=40.0, help="requests/s per model")
     p.add_argument("--p99_ms", type=float, default=20.0, help="latency target of every model's p99")
-    p.add_argument("--duration_s", type=float, default=None, help="timed seconds per probe (default 4; --small 2)")
-    p.add_argument("--warmup_s", type=float, default=None, help="untimed seconds before (default 0.5)")
+    p.add_argument("--min_requests", type=int, default=100,
+                   help="timed requests per model a probe's p99 rests on: --duration_s defaults to this / --rate")
+    p.add_argument("--duration_s", type=float, default=None, help="timed seconds per probe (default: see above)")
+    p.add_argument("--warmup_s", type=float, default=0.3, help="untimed seconds before")
     p.add_argument("--grace_s", type=float, default=1.0,
                    help="a request not yet sent this long after the window is counted as unsent (a failed probe)")
-    p.add_argument("--start", type=int, default=None, help="first count probed (default 4; --small 2)")
-    p.add_argument("--max_count", type=int, default=None, help="most models probed (default 64; --small 4)")
+    p.add_argument("--start", type=int, default=4, help="first count probed")
+    p.add_argument("--max_count", type=int, default=None, help="most models probed (default 256; --small 32)")
     p.add_argument("--resolution", type=float, default=0.25,
                    help="stop bisecting when the bracket is within this fraction of the passing count (0: exact)")
     p.add_argument("--counts", default=None, help="probe exactly these counts instead of searching, e.g. 8,16,32")
-    p.add_argument("--models_per_proc", type=int, default=1,
-                   help="tandem mode: models per client process (one thread each); 1: a process per model")
-    p.add_argument("--prespawn", action=argparse.BooleanOptionalAction, default=None,
-                   help="start the workers of --max_count models before the first probe (default: only with "
-                        "--small; otherwise each probe starts the workers it adds)")
+    p.add_argument("--models_per_proc", type=int, default=16,
+                   help="tandem mode: models per client process, one thread each (1: a process per model)")
+    p.add_argument("--spawn_ahead", type=int, default=None,
+                   help="growth steps whose workers start (in the background) while the current count is probed "
+                        f"(default per mode: {', '.join(f'{m} {k}' for m, k in SPAWN_AHEAD.items())})")
+    p.add_argument("--prespawn", action="store_true", help="start the workers of every count up to the cap at once")
+    p.add_argument("--idle_start", action=argparse.BooleanOptionalAction, default=True,
+                   help="start workers under SCHED_IDLE, back to normal once due or ready (only as root, who may "
+                        "switch back)")
+    p.add_argument("--mps_max_clients", type=int, default=48,
+                   help="the MPS server's client limit per GPU (48 on Volta and later unless configured)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tandemd", default=None, help="tandemd binary (default: $TANDEMD, PATH, build tree)")
     p.add_argument("--tandem_policy", default="pack", help="tandemd's --policy")
@@ -426,25 +447,24 @@ def parse_args():
     p.add_argument("--no_preflight", action="store_true", help="skip the tandem mode's per-kind check")
     p.add_argument("--log_dir", default=None, help="where tandemd's log goes (default: a temporary folder)")
     p.add_argument("--mps_dir", default=None, help="MPS pipe/log folders go here (default: a new folder in /tmp)")
-    p.add_argument("--prepare_timeout", type=float, default=300, help="s for new workers to capture/load and warm up")
     p.add_argument("--budget_s", type=float, default=None,
-                   help="total seconds, shared evenly among the modes still to run (default 225; --small: none)")
+                   help="total seconds, shared evenly among the modes still to run (default 105; --small: none)")
+    p.add_argument("--close_reserve_s", type=float, default=4.0,
+                   help="seconds of each mode's share kept for stopping its workers and daemons")
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--plot", default=None, help="PNG of p99 vs N per mode")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     small_or = lambda small, full: small if args.small else full  # noqa: E731
     args.kinds = [k for k in (args.kinds or small_or("mlp,cnn", "mlp,cnn,resnet18")).split(",") if k]
     for k in args.kinds:
         if k not in inference_models.KINDS:
             p.error(f"--kinds: unknown {k!r}; one of {', '.join(inference_models.KINDS)}")
     args.batches = [int(b) for b in args.batches.split(",") if b]
-    args.rate = args.rate if args.rate is not None else small_or(20.0, 40.0)
-    args.duration_s = args.duration_s if args.duration_s is not None else small_or(2.0, 4.0)
-    args.warmup_s = args.warmup_s if args.warmup_s is not None else 0.5
-    args.start = args.start if args.start is not None else small_or(2, 4)
-    args.max_count = args.max_count if args.max_count is not None else small_or(4, 64)
-    args.prespawn = args.prespawn if args.prespawn is not None else args.small
-    args.budget_s = args.budget_s if args.budget_s is not None else small_or(0, 225)
+    if args.rate <= 0 or args.min_requests < 1:
+        p.error("--rate and --min_requests must be positive")
+    args.duration_s = args.duration_s if args.duration_s is not None else args.min_requests / args.rate
+    args.max_count = args.max_count if args.max_count is not None else small_or(32, 256)
+    args.budget_s = args.budget_s if args.budget_s is not None else small_or(0, 105)
     args.counts = sorted({int(c) for c in args.counts.split(",") if c}) if args.counts else None
     if args.counts:
         args.max_count = max(args.max_count, max(args.counts))
@@ -454,8 +474,8 @@ def parse_args():
         if m not in MODES:
             p.error(f"--modes: unknown {m!r}; one of {', '.join(MODES)}")
     args.modes = [m for m in MODES if m in modes]  # tandem first (its preflight sets the mix), MPS last
-    if args.models_per_proc < 1 or args.rate <= 0 or args.start < 1 or args.max_count < 1:
-        p.error("--models_per_proc, --rate, --start and --max_count must be positive")
+    if min(args.models_per_proc, args.start, args.max_count, args.mps_max_clients) < 1 or (args.spawn_ahead or 0) < 0:
+        p.error("--models_per_proc, --start, --max_count and --mps_max_clients must be positive")
     return args
 
 
@@ -469,9 +489,11 @@ def main():
         "config": {"modes": args.modes, "small": args.small, "kinds": args.kinds,
                    "kind_descriptions": {k: inference_models.describe(k, args.small) for k in args.kinds},
                    "batches": args.batches, "rate_per_model": args.rate, "p99_target_ms": args.p99_ms,
-                   "warmup_s": args.warmup_s, "duration_s": args.duration_s, "grace_s": args.grace_s,
-                   "start": args.start, "max_count": args.max_count, "resolution": args.resolution,
-                   "counts": args.counts, "prespawn": args.prespawn, "models_per_proc": args.models_per_proc, "seed": args.seed,
+                   "min_requests": args.min_requests, "warmup_s": args.warmup_s, "duration_s": args.duration_s,
+                   "grace_s": args.grace_s, "start": args.start, "max_count": args.max_count,
+                   "resolution": args.resolution, "counts": args.counts, "spawn_ahead": args.spawn_ahead,
+                   "prespawn": args.prespawn, "models_per_proc": args.models_per_proc,
+                   "mps_max_clients": args.mps_max_clients, "seed": args.seed,
                    "tandem_policy": args.tandem_policy, "tandemd_flags": args.tandemd_flags,
                    "budget_s": args.budget_s, "dtype": "float32", "tf32": False},
         "preflight": {}, "kinds_dropped": {}, "modes": {},
@@ -485,22 +507,24 @@ def main():
 
     bc.log(f"hosting: modes {', '.join(args.modes)} on {result['meta']['gpu']}; kinds {', '.join(args.kinds)}, "
            f"batches {args.batches}, {args.rate:g} req/s per model, p99 target {args.p99_ms:g} ms, "
-           f"{args.warmup_s:g}+{args.duration_s:g} s per probe")
+           f"{args.warmup_s:g}+{args.duration_s:g} s per probe, up to {args.max_count} models")
     status = 0
+    runnable = list(args.modes)
+    if "mps" in runnable and mps_unavailable_reason(args.device):
+        reason = mps_unavailable_reason(args.device)
+        result["modes"]["mps"] = {"skipped": reason}
+        bc.log(f"== mps skipped: {reason}")
+        runnable.remove("mps")
     try:
-        for k, mode in enumerate(args.modes):
-            if mode == "mps":
-                reason = mps_unavailable_reason(args.device)
-                if reason:
-                    result["modes"]["mps"] = {"skipped": reason}
-                    bc.log(f"== mps skipped: {reason}")
-                    continue
-            deadline = time.monotonic() + budget.left() / (len(args.modes) - k)
-            bc.log(f"== {mode}")
+        for k, mode in enumerate(runnable):
+            share = budget.left() / (len(runnable) - k)  # an even share of what is left: no mode starves
+            deadline = time.monotonic() + share - args.close_reserve_s
+            bc.log(f"== {mode}" + (f" ({share:.0f} s)" if share != float("inf") else ""))
             try:
                 run_mode(mode, args, state, result, deadline, save)
             except (Exception, KeyboardInterrupt, bc.Terminated) as e:
                 result["modes"][mode]["error"] = f"{type(e).__name__}: {e}"
+                result["modes"][mode].setdefault("stop_reason", "error")
                 bc.log(f"  {mode}: stopped: {e}")
                 status = 1
                 if isinstance(e, (KeyboardInterrupt, bc.Terminated)):
@@ -511,6 +535,7 @@ def main():
         result["error"] = f"{type(e).__name__}: {e}"
         status = 1
     finally:
+        result["modes"] = {m: result["modes"][m] for m in args.modes if m in result["modes"]}
         s = summary(result)
         save()
     print_summary(result, s)
@@ -534,12 +559,12 @@ def print_summary(result, s):
         elif r.get("hosted") is None:
             bc.log(f"{mode:11s} {'-':>6s}   {r.get('error', 'no result')}")
         else:
-            note = " (cap)" if r.get("at_cap") else ""
-            bc.log(f"{mode:11s} {r['hosted']:6d}{note}   {r.get('search', '')}")
+            count = f"{'>=' if r.get('lower_bound') else ''}{r['hosted']}"
+            bc.log(f"{mode:11s} {count:>6s}   {r.get('search', '')} [{r.get('mode_s')} s]")
     for key in ("tandem_over_noshare", "tandem_over_mps", "tandem_over_timeslice"):
         if key in s:
-            bound = " (lower bound: tandem at the cap)" if s.get("lower_bound") else ""
-            bc.log(f"{key}: {s[key]}{bound}")
+            bound = s.get("ratio_bounds", {}).get(key, "")
+            bc.log(f"{key}: {s[key]} ({bound})")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 # records in $BENCH_PIDDIR, the MPS control daemon by its private pipe folder).
 #
 #   deploy/bundle-gpu.sh                   # on the build machine (carry .bundle)
-#   bench/inference/run_hosting.sh         # on the GPU machine: about 4 minutes
+#   bench/inference/run_hosting.sh         # on the GPU machine: at most 4.5 minutes (75 s per mode)
 #   bench/inference/run_hosting.sh --rate 100 --p99_ms 10     # extra flags go to hosting.py
 #
 # Environment: BUNDLE (default .bundle: bin/tandemd, lib/libtandem.so, env.sh), OUT (default /tmp/out; gets

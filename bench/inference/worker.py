@@ -8,30 +8,41 @@ It hosts one or more models (--models, a JSON list of {id, kind, batch}); each g
                     forward under inference_mode, output copied back to the host (the time-slicing and MPS
                     modes; for MPS the coordinator starts this process with the MPS pipe folder in its
                     environment)
-  --backend tandem  each model is a tandem.torch.ServedModel (its own session) of the tandemd at --endpoint;
+  --backend tandem  each model is a tandem.torch.ServedModel (its own session and job, with its own weights)
+                    of the tandemd at --endpoint; each distinct (kind, batch) is captured and lowered once
+                    and registered for every model of that spec (tandem.torch.serve_lowered), and the last
+                    model of each spec is checked against its own eager forward on the CPU ("checks");
                     this process never touches the GPU itself
 
 Latency is the client's wall time from a request's scheduled arrival to its result on the host, so a request
 that waits behind its model's previous one counts the wait (no coordinated omission); a request whose
 thread slept until its arrival counts from the moment the thread woke (the sleep's overshoot is the load
-generator's, not the server's). One request per model is
-in flight at a time: a model's stream is a FIFO queue in front of one server, in every mode alike.
+generator's, not the server's). One request per model is in flight at a time: a model's stream is a FIFO queue
+in front of one server, in every mode alike.
 
-Protocol (JSON lines). Events on stdout: {"event": "ready", "prepare_s", "models": [{id, solo_ms, ...}]} once;
+--serve_nice V: the process was started under SCHED_IDLE so that its start-up takes CPU time only from idle
+cores; once ready it puts every thread under the normal policy at niceness V (the coordinator's), so that
+serving competes on equal terms.
+
+Protocol (JSON lines). Events on stdout: {"event": "ready", "import_s", "prepare_s", "models": [{id, solo_ms}],
+and for tandem "captures", "capture_s", "checks": [{id, kind, batch, max_rel_diff}]} once;
 {"event": "done", "models": [stats...]} after each go; {"event": "error", "message"}. Commands on stdin:
 {"cmd": "go", "ids", "start_at" (time.time() epoch), "warmup_s", "duration_s", "rate", "grace_s", "seed"},
 {"cmd": "quit"} (or end of input).
 """
 
-import argparse
-import json
-import math
-import os
-import random
-import sys
-import threading
 import time
-import traceback
+
+IMPORT_START = time.perf_counter()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import random  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import traceback  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "models"))
@@ -41,6 +52,7 @@ import bench_common as bc  # noqa: E402
 import torch  # noqa: E402
 
 import inference_models  # noqa: E402
+from hosting_pool import run_normally  # noqa: E402
 
 SOLO_REQUESTS = 10  # timed alone after the warm-up, reported as solo_ms
 WARMUP_REQUESTS = 5
@@ -56,17 +68,21 @@ def log(*parts):
 
 
 class Hosted:
-    """One model and how to send it one request (call() returns the output on the host)."""
+    """One model and how to send it one request (call() returns the output on the host). With backend tandem,
+    `lowered` is (capture, lowered graph) of the model's spec from tandem.torch.capture_serving(): the model is
+    registered with its own weights, without capturing again."""
 
-    def __init__(self, spec, backend, device, endpoint, small):
+    def __init__(self, spec, backend, device, endpoint, small, built=None, lowered=None):
         self.spec = spec
-        model, x = inference_models.build(spec["kind"], spec["batch"], small, seed=1000 + spec["id"])
+        model, x = built or inference_models.build(spec["kind"], spec["batch"], small, seed=1000 + spec["id"])
         self.x = x
         self.info = {"id": spec["id"]}
         if backend == "tandem":
             import tandem.torch
-            self.served = tandem.torch.serve(model, x, endpoint=endpoint,
-                                             name=f"m{spec['id']}-{spec['kind']}-b{spec['batch']}", device=device)
+            self.model = model  # kept for the check against eager PyTorch
+            self.served = tandem.torch.serve_lowered(*lowered, model=model, endpoint=endpoint,
+                                                     name=f"m{spec['id']}-{spec['kind']}-b{spec['batch']}",
+                                                     device=device)
             self.call = lambda: self.served(self.x)
         else:
             self.served = None
@@ -88,6 +104,13 @@ class Hosted:
             times.append(time.perf_counter() - start)
         times.sort()
         self.info["solo_ms"] = round(times[len(times) // 2] * 1e3, 4)
+
+    def check(self):
+        """max |served - eager| / max |eager| of this model's output on its input (eager on the CPU)."""
+        with torch.no_grad():
+            ref = self.model(self.x)
+        out = self.served(self.x)
+        return float((out - ref).abs().max() / ref.abs().max().clamp_min(1e-12))
 
     def close(self):
         if self.served is not None:
@@ -152,6 +175,32 @@ def run_stream(hosted, go, t0, out):
         out["error"] = first_error
 
 
+def prepare_tandem(specs, args, models):
+    """Registers the tandem models of `specs` into `models` (by id; the caller closes them, also after an
+    error), each (kind, batch) captured once; returns the capture stats."""
+    import tandem.torch
+    groups = {}
+    for spec in specs:
+        groups.setdefault((spec["kind"], spec["batch"]), []).append(spec)
+    stats = {"captures": 0, "capture_s": 0.0, "checks": []}
+    for (kind, batch), group in groups.items():
+        first = inference_models.build(kind, batch, args.small, seed=1000 + group[0]["id"])
+        start = time.perf_counter()
+        lowered = tandem.torch.capture_serving(*first)
+        stats["capture_s"] += time.perf_counter() - start
+        stats["captures"] += 1
+        for k, spec in enumerate(group):
+            models[spec["id"]] = Hosted(spec, "tandem", args.device, args.endpoint, args.small,
+                                        built=first if k == 0 else None, lowered=lowered)
+        last = models[group[-1]["id"]]  # registered with weights other than the captured ones, if k > 0
+        stats["checks"].append({"id": last.spec["id"], "kind": kind, "batch": batch,
+                                "max_rel_diff": last.check()})
+        for spec in group:
+            models[spec["id"]].model = None  # the weights live in the daemon now
+    stats["capture_s"] = round(stats["capture_s"], 3)
+    return stats
+
+
 def go(models, cmd):
     active = [models[i] for i in cmd["ids"]]
     t0 = time.perf_counter() + (cmd["start_at"] - time.time())
@@ -175,20 +224,34 @@ def main():
     p.add_argument("--endpoint", default=None)
     p.add_argument("--models", required=True, help="JSON list of {id, kind, batch}")
     p.add_argument("--small", action="store_true")
+    p.add_argument("--serve_nice", type=int, default=None, help="once ready: normal policy at this niceness")
+    p.add_argument("--prepare_threads", type=int, default=4,
+                   help="tandem: torch CPU threads while capturing (serving uses 1)")
     args = p.parse_args()
     bc.raise_on_signals()
-    torch.set_num_threads(1)  # many of these processes share the host's cores
+    import_s = time.perf_counter() - IMPORT_START
+    # Many of these processes share the host's cores; a tandem worker computes on the CPU only to capture.
+    torch.set_num_threads(max(1, min(args.prepare_threads, os.cpu_count() or 1)) if args.backend == "tandem"
+                          else 1)
     if args.backend == "torch" and args.device == "cuda":
         bc.like_for_like_numerics()
     models = {}
     try:
         start = time.perf_counter()
-        for spec in json.loads(args.models):
-            models[spec["id"]] = Hosted(spec, args.backend, args.device, args.endpoint, args.small)
+        specs = json.loads(args.models)
+        extra = {}
+        if args.backend == "tandem":
+            extra = prepare_tandem(specs, args, models)
+            torch.set_num_threads(1)
+        else:
+            for spec in specs:
+                models[spec["id"]] = Hosted(spec, args.backend, args.device, args.endpoint, args.small)
         for h in models.values():
             h.warm_up()
-        emit({"event": "ready", "prepare_s": round(time.perf_counter() - start, 3),
-              "models": [h.info for h in models.values()]})
+        if args.serve_nice is not None:
+            run_normally(os.getpid(), args.serve_nice)
+        emit({"event": "ready", "import_s": round(import_s, 3), "prepare_s": round(time.perf_counter() - start, 3),
+              "models": [h.info for h in models.values()], **extra})
         for line in sys.stdin:
             line = line.strip()
             if not line:
@@ -213,4 +276,7 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # the models are closed: skip the interpreter's (and torch's) slow teardown

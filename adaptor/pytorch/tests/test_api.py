@@ -131,6 +131,47 @@ class ServeTest(unittest.TestCase):
             with self.assertRaises(tandem.BatchError):
                 served(x[:2])
 
+    def test_one_capture_serves_models_with_their_own_weights(self):
+        torch.manual_seed(0)
+        first, _, make_batch = models.tiny("resnet50")
+        x, _ = make_batch(torch.Generator().manual_seed(5))
+        others = []
+        for seed in (1, 2):
+            torch.manual_seed(seed)
+            model, _, _ = models.tiny("resnet50")
+            model.train()
+            with torch.no_grad():
+                model(x)  # running statistics of its own
+            others.append(model.eval())
+        first.eval()
+        capture, lowered = tandem.torch.capture_serving(first, x)
+        served = [tandem.torch.serve_lowered(capture, lowered, model=m, endpoint=_daemon.endpoint)
+                  for m in [first] + others]
+        try:
+            outputs = [s(x) for s in served]
+            for model, out in zip([first] + others, outputs):
+                with torch.no_grad():
+                    expected = model(x)
+                self.assertLessEqual(relative_error(out, expected), 1e-4)
+            # Each job holds its own weights: the outputs differ where the models do.
+            self.assertGreater(relative_error(outputs[1], outputs[2]), 1e-2)
+            self.assertEqual(len({s.job_id for s in served}), 3)
+        finally:
+            for s in served:
+                s.close()
+
+    def test_serve_lowered_refuses_another_architecture(self):
+        torch.manual_seed(0)
+        model, _, make_batch = models.tiny("mlp")
+        x, _ = make_batch(torch.Generator().manual_seed(6))
+        capture, lowered = tandem.torch.capture_serving(model, x)
+        wider = models.mlp(inputs=12, hidden=24, classes=5, batch=6)[0]
+        with self.assertRaises(tandem.CaptureError):
+            tandem.torch.serve_lowered(capture, lowered, model=wider, endpoint=_daemon.endpoint)
+        deeper = torch.nn.Sequential(*model, torch.nn.Linear(5, 5))
+        with self.assertRaises(tandem.CaptureError):
+            tandem.torch.serve_lowered(capture, lowered, model=deeper, endpoint=_daemon.endpoint)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -10,13 +10,15 @@
 train() traces forward, loss, backward and the optimizer's update (SGD,
 Adam or AdamW, read from the optimizer object) into one ATen graph on the
 CPU, lowers it to Tandem's IR and registers it; serve() does the same for a
-forward pass. See docs/pytorch.md.
+forward pass (capture_serving() + serve_lowered() capture once and register
+many models of one architecture, each with its own weights). See
+docs/pytorch.md.
 """
 
 from tandem.errors import (BatchError, CaptureError, DaemonUnavailableError, IterationError, JobClosedError,
                            RegistrationError, TandemError, UnsupportedOpError)
 from tandem.torch.capture import capture_inference, capture_training_step
-from tandem.torch.job import ServedModel, StepHandle, TrainingJob
+from tandem.torch.job import ServedModel, StepHandle, TrainingJob, weights_for
 from tandem.torch.lower import lower
 from tandem.torch.optim import OptimizerPlan
 
@@ -69,15 +71,32 @@ def serve(model, example_input, endpoint=None, name=None, priority=0, device=Non
     """Captures model(*example_input) in eval mode and registers it with tandemd. Returns a ServedModel:
     calling it with inputs of the example's shapes runs the forward pass in the daemon and returns torch
     tensors (structured like the model's output)."""
-    inputs = _as_tuple(example_input)
-    capture = capture_inference(model, inputs)
-    lowered = lower(capture.gm, capture.inputs, capture.outputs, capture.flat_inputs)
+    capture, lowered = capture_serving(model, example_input)
     name = name or f"{type(model).__name__}-serve"
     return ServedModel(capture, lowered, endpoint, name, _hints(priority, 0, device))
+
+
+def capture_serving(model, example_input):
+    """The captured and lowered forward pass of model(*example_input) in eval mode, without a daemon:
+    (capture, lowered), for serve_lowered()."""
+    capture = capture_inference(model, _as_tuple(example_input))
+    lowered = lower(capture.gm, capture.inputs, capture.outputs, capture.flat_inputs)
+    return capture, lowered
+
+
+def serve_lowered(capture, lowered, model=None, endpoint=None, name=None, priority=0, device=None):
+    """Registers a forward pass from capture_serving() with tandemd as a new job, without capturing again.
+    With `model` (of the captured architecture: parameters and buffers of the same names, shapes and dtypes;
+    else CaptureError) the job holds that model's weights, so one capture serves any number of models of one
+    architecture and input shape, each its own job with its own weights; without, the captured model's.
+    Returns a ServedModel, as serve()."""
+    persistent = None if model is None else weights_for(capture, lowered, model)
+    name = name or f"{type(model).__name__ if model is not None else 'model'}-serve"
+    return ServedModel(capture, lowered, endpoint, name, _hints(priority, 0, device), persistent=persistent)
 
 
 __all__ = [
     "BatchError", "CaptureError", "DaemonUnavailableError", "IterationError", "JobClosedError",
     "RegistrationError", "ServedModel", "StepHandle", "TandemError", "TrainingJob", "UnsupportedOpError",
-    "capture_training_job", "serve", "train",
+    "capture_serving", "capture_training_job", "serve", "serve_lowered", "train",
 ]

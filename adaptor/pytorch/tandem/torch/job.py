@@ -167,11 +167,36 @@ class TrainingJob:
             pass
 
 
+def weights_for(capture, lowered, model):
+    """lowered.persistent with every parameter and buffer replaced by `model`'s tensor of the same name: the
+    initial persistent tensors of a job that runs the captured graph with `model`'s weights. Constants of the
+    graph (persistent tensors that are not parameters or buffers) are kept. Raises CaptureError when `model`
+    is not of the captured architecture: a parameter or buffer missing, extra, or of another shape or dtype."""
+    captured = {i.name: i.tensor for i in capture.inputs if i.kind == "persistent"}
+    own = dict(model.named_parameters())
+    own.update(model.named_buffers())
+    missing = sorted(set(captured) - set(own))
+    extra = sorted(set(own) - set(captured))
+    if missing or extra:
+        raise errors.CaptureError(
+            f"the model is not of the captured architecture: missing {missing[:5]}, not in the capture "
+            f"{extra[:5]}; capture this model with tandem.torch.capture_serving() instead")
+    for name, tensor in own.items():
+        want = captured[name]
+        if tensor.dtype != want.dtype or tuple(tensor.shape) != tuple(want.shape):
+            raise errors.CaptureError(
+                f"the model's '{name}' is {tensor.dtype}{list(tensor.shape)} but the capture's is "
+                f"{want.dtype}{list(want.shape)}; capture this model with tandem.torch.capture_serving() instead")
+    return [(n, own[n].detach() if n in own else t) for n, t in lowered.persistent]
+
+
 class ServedModel:
     """A model's forward pass registered with tandemd; call it like the model. Build it with
-    tandem.torch.serve()."""
+    tandem.torch.serve() (or serve_lowered(), which reuses one capture for many models of one architecture).
+    `persistent` ([(name, tensor)], default lowered.persistent) are the job's initial persistent tensors; the
+    capture and the lowered graph are only read, so any number of ServedModels may share them."""
 
-    def __init__(self, capture, lowered, endpoint, name, hints):
+    def __init__(self, capture, lowered, endpoint, name, hints, persistent=None):
         from torch.utils._pytree import tree_unflatten
         self._unflatten = tree_unflatten
         self._capture = capture
@@ -180,7 +205,8 @@ class ServedModel:
         self._input_specs = [(n, *feed_specs[n]) for n in capture.input_names]
         self._fetches = [lowered.fetch_names[o.name] for o in capture.outputs]
         request = {"name": name, "graph": lowered.graph, "hints": hints}
-        persistent = [dtypes.host_tensor(n, t) for n, t in lowered.persistent]
+        persistent = [dtypes.host_tensor(n, t) for n, t in (lowered.persistent if persistent is None
+                                                             else persistent)]
         self._session = _Session(endpoint, name, request, persistent)
         self._iteration = 0
         self.name = name
