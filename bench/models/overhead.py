@@ -84,14 +84,40 @@ def timed_loop(fn, device, warmup, iters):
     return (time.perf_counter() - start) / iters
 
 
-def measure_pytorch(name, model, loss_fn, batches, device, args, out):
-    step = EagerStep(model, loss_fn, batches[0], device)
+def eager_losses(step, batches, device):
     losses = []
-    for x, y in batches[:args.agree_steps]:
+    for x, y in batches:
         step.set_batch((x, y))
         bc.sync(device)  # the host buffer is rewritten: the previous copy must be done
         losses.append(float(step()))
-    out["eager_losses"] = losses
+    return losses
+
+
+def perturbed(model, seed=0):
+    """A copy of `model` whose floating-point parameters and buffers are each moved by about one float32
+    rounding step (relative 2^-23, random sign): what a different but equally exact order of float32
+    operations does to them."""
+    copy_ = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for t in list(copy_.parameters()) + list(copy_.buffers()):
+            if t.is_floating_point():
+                sign = torch.randint(0, 2, t.shape, generator=g).to(t.dtype) * 2 - 1
+                t.mul_(1 + sign * 2.0 ** -23)
+    return copy_
+
+
+def measure_pytorch(name, model, loss_fn, batches, device, args, out):
+    # PyTorch's own spread over the agreement steps: the same steps from weights one rounding step away.
+    # Training amplifies such differences at a rate that depends on the model and its learning rate, so
+    # Tandem's difference from PyTorch is judged against this spread (float32 tolerance, measured).
+    reference = perturbed(model) if args.agree_spread and args.agree_steps >= 2 else None
+    step = EagerStep(model, loss_fn, batches[0], device)
+    out["eager_losses"] = eager_losses(step, batches[:args.agree_steps], device)
+    if reference is not None:
+        spread_step = EagerStep(reference, loss_fn, batches[0], device)
+        out["perturbed_eager_losses"] = eager_losses(spread_step, batches[:args.agree_steps], device)
+        del spread_step, reference
     step.set_batch(batches[0])
     bc.sync(device)
     eager = timed_loop(step, device, args.warmup, args.iters)
@@ -241,6 +267,18 @@ def agreement(out):
     out["agreement"] = {"steps": len(rel), "max_rel_diff": max(rel), "rel_diff": rel}
     bc.log(f"  loss agreement over {len(rel)} steps: max relative difference {max(rel):.2e} "
            f"(first loss: Tandem {tan[0]:.6f}, eager {eager[0]:.6f}; last: {tan[-1]:.6f} vs {eager[-1]:.6f})")
+    spread = out.get("perturbed_eager_losses")
+    if spread:
+        srel = [abs(a - e) / max(abs(e), 1e-12) for a, e in zip(spread, eager)]
+        n = min(len(rel), len(srel))
+        a = out["agreement"]
+        a["pytorch_spread_rel_diff"] = srel
+        a["pytorch_spread_max_rel_diff"] = max(srel)
+        # Within float32 tolerance: no further from PyTorch than PyTorch is from itself after a one-rounding-
+        # step change of its weights (twice that, as both are single samples of the same spread), or 1e-5.
+        a["within_float32_tolerance"] = max(rel[:n]) <= max(2 * max(srel[:n]), 1e-5)
+        bc.log(f"  PyTorch against itself from weights one rounding step away: max relative difference "
+               f"{max(srel):.2e}; Tandem within float32 tolerance: {a['within_float32_tolerance']}")
 
 
 def ratios(out):
@@ -297,6 +335,9 @@ def main():
     p.add_argument("--depths", default="1,2,3", help="iterations in flight through tandemd")
     p.add_argument("--report_depth", type=int, default=2, help="the depth whose wall time is 'tandem_ms'")
     p.add_argument("--agree_steps", type=int, default=10, help="steps of the loss-agreement check")
+    p.add_argument("--agree_spread", type=int, default=1,
+                   help="1: also run the agreement steps in PyTorch from weights one float32 rounding step away, "
+                        "the measured tolerance of the check")
     p.add_argument("--tandemd", default=None, help="tandemd binary (default: $TANDEMD, PATH, build tree)")
     p.add_argument("--endpoint", default=None, help="use this running tandemd instead of starting one")
     p.add_argument("--no_tandem", action="store_true", help="PyTorch only")
@@ -315,6 +356,7 @@ def main():
     result = {"meta": bc.metadata(device),
               "config": {"models": names, "small": args.small, "warmup": args.warmup, "iters": args.iters,
                          "depths": args.depths, "report_depth": args.report_depth, "agree_steps": args.agree_steps,
+                         "agree_spread": bool(args.agree_spread),
                          "optimizer": f"SGD lr={bc.LR} momentum={bc.MOMENTUM}", "dtype": "float32",
                          **bc.numerics(), "cudnn_benchmark": torch.backends.cudnn.benchmark},
               "models": {}}

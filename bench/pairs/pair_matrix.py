@@ -520,15 +520,22 @@ class Mps:
 
     def __init__(self, base_dir):
         self.base = base_dir
-        self.env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=os.path.join(base_dir, "pipe"),
-                        CUDA_MPS_LOG_DIRECTORY=os.path.join(base_dir, "log"))
+        # The control daemon serves the GPUs of CUDA_VISIBLE_DEVICES; its clients see those GPUs numbered from
+        # 0 (a client left with CUDA_VISIBLE_DEVICES=1 beside a daemon of GPU 1 sees no GPU), so `env`, the
+        # clients' environment, renumbers them.
+        self.daemon_env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=os.path.join(base_dir, "pipe"),
+                               CUDA_MPS_LOG_DIRECTORY=os.path.join(base_dir, "log"))
+        self.env = dict(self.daemon_env)
+        visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        if visible:
+            self.env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(visible)))
         self.started = False
 
     def start(self):
         for d in ("pipe", "log"):
             os.makedirs(os.path.join(self.base, d), exist_ok=True)
         self.started = True  # from here on stop() runs even if -d fails half way
-        subprocess.run(["nvidia-cuda-mps-control", "-d"], env=self.env, check=True, timeout=30)
+        subprocess.run(["nvidia-cuda-mps-control", "-d"], env=self.daemon_env, check=True, timeout=30)
         bc.log(f"MPS control daemon started (pipe {self.env['CUDA_MPS_PIPE_DIRECTORY']})")
 
     def log_tail(self, chars=2000):
@@ -543,7 +550,7 @@ class Mps:
             return
         self.started = False
         try:
-            subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env=self.env, timeout=30)
+            subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env=self.daemon_env, timeout=30)
             bc.log("MPS control daemon stopped")
         except (OSError, subprocess.SubprocessError) as e:
             bc.log(f"stopping MPS failed: {e}")
