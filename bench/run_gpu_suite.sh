@@ -20,7 +20,7 @@
 #
 # Each stage runs under a time limit (seconds): OVERHEAD_S 90, PAIRS_S 180,
 # MEMORY_S 90, JCT_S 90, SWEEP_S 50, QOS_S 80, GAP_S 20, HOSTING_S 120
-# (HOSTING_COUNTS: the model counts probed, default 4,8,16). Each program
+# (hosting searches the count; HOSTING_COUNTS=4,8,16 probes fixed ones). Each program
 # gets a budget under its limit and skips what would not fit, so a slow
 # stage still writes its JSON. Captured jobs are cached between stages
 # (BENCH_CAPTURE_CACHE). The limits come from a run on the H200 in which
