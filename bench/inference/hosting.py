@@ -54,11 +54,13 @@ from pair_matrix import Mps, mps_unavailable_reason  # noqa: E402
 MODES = ("tandem", "timeslice", "mps")
 SALUS = {"over_noshare": 42, "over_mps": 7}
 START_DELAY_S = 0.3
-# Growth steps whose workers start while a probe runs (--spawn_ahead). A tandem worker hosts 16 models and
-# registering them costs the GPU little, so tandem starts every count up to 256 at once (4, 16, 64, 128, 256:
-# four steps beyond the first); the one-process-per-model modes start two steps ahead (each process holds a
-# CUDA context).
-SPAWN_AHEAD = {"tandem": 4, "timeslice": 2, "mps": 2}
+# Growth steps whose workers start while a probe runs (--spawn_ahead). Tandem starts none: on the H200 with
+# four steps ahead, the workers capturing, registering and checking 100 more models during the probes (each
+# check runs iterations in the daemon) made 16 models fail at p50 170 ms and the count came out 13; with none
+# it was 64 (bench/results/2026-11-30-h200-hosting-tandem.json). Its workers are ready in ~30 s anyway. The
+# one-process-per-model modes start two steps ahead: a process needs 8-9 s to start, which the budget could
+# not afford serially.
+SPAWN_AHEAD = {"tandem": 0, "timeslice": 2, "mps": 2}
 
 
 # ---- one probe ----
