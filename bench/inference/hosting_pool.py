@@ -245,7 +245,11 @@ class Pool:
                     w.idle = False
             limit = self.cap_from_failure()
             if limit and limit[0] < n:
-                return "capped"
+                # The cap is the lowest failing slot: a worker of a lower slot still starting may fail too (under
+                # load a later worker's failure can be seen first).
+                settled = all(w.state != "preparing" for w in self.workers if min(w.ids) < limit[0])
+                if settled or time.monotonic() >= deadline:
+                    return "capped"
             if self.ready_count() >= n:
                 waited = time.monotonic() - started
                 if waited > 0.5:

@@ -26,33 +26,10 @@ constexpr double kAny64 = 1e-12;
 // Feeds -> CPU oracle; feeds -> GPU (op by op, then graph replay); every
 // non-feed value compared.
 void Check(const GraphMaker& maker, double tolerance32) {
-  const Graph& graph = maker.graph();
-  const std::vector<Bytes> feeds = maker.RandomFeeds(Rng());
-  auto ref = RunOnCpu(graph, feeds);
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  GpuRun run(graph);
-  auto program = cuda::CreateCudaProgram(graph, *Gpu(), cuda::CudaProgramOptions{});
-  ASSERT_TRUE(program.ok()) << program.status();
-  for (int pass = 0; pass < 2; ++pass) {
-    ASSERT_TRUE(run.Upload(feeds).ok());
-    absl::Status status = run.RunIteration(**program);
-    ASSERT_TRUE(status.ok()) << status;
-    auto out = run.Download();
-    ASSERT_TRUE(out.ok()) << out.status();
-    for (size_t i = 0; i < graph.nodes.size(); ++i) {
-      for (int v : graph.nodes[i].outputs) {
-        const TensorType& type = graph.values[v].type;
-        const double tolerance = type.dtype == DType::kFloat64 ? kAny64 : tolerance32;
-        EXPECT_TRUE(Matches((*out)[v], (*ref)[v], type, tolerance))
-            << graph.nodes[i].Describe(static_cast<int>(i)) << " output " << type.ToString()
-            << (pass == 0 ? " (op by op)" : " (graph replay)");
-      }
-    }
-  }
-  const cuda::CudaProgramStats stats = cuda::GetCudaProgramStats(**program);
-  EXPECT_EQ(stats.op_by_op_runs, 1);
-  EXPECT_EQ(stats.graph_launches, 1);
-  EXPECT_EQ(stats.capture_failures, 0);
+  CompareWithCpu(maker, [&](const OutputPair& o) {
+    const double tolerance = o.type().dtype == DType::kFloat64 ? kAny64 : tolerance32;
+    EXPECT_TRUE(Matches(*o.gpu, *o.ref, o.type(), tolerance)) << o.Where();
+  });
 }
 
 struct ConvSpec {

@@ -42,34 +42,19 @@ enum class Compare { kTolerance, kExact };
 // with kExact), float32 within kFloat32Tolerance, others exactly.
 void Check(const GraphMaker& maker, double tolerance, Compare compare = Compare::kTolerance,
            std::vector<std::pair<int, int>> alias = {}) {
-  const Graph& graph = maker.graph();
-  const std::vector<Bytes> feeds = maker.RandomFeeds(Rng());
-  auto ref = RunOnCpu(graph, feeds);
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  GpuRun run(graph, alias);
-  auto program = cuda::CreateCudaProgram(graph, *Gpu(), cuda::CudaProgramOptions{});
-  ASSERT_TRUE(program.ok()) << program.status();
-  for (int pass = 0; pass < 2; ++pass) {
-    ASSERT_TRUE(run.Upload(feeds).ok());
-    absl::Status status = run.RunIteration(**program);
-    ASSERT_TRUE(status.ok()) << status;
-    auto out = run.Download();
-    ASSERT_TRUE(out.ok()) << out.status();
-    for (size_t i = 0; i < graph.nodes.size(); ++i) {
-      for (int v : graph.nodes[i].outputs) {
-        const TensorType& type = graph.values[v].type;
-        const bool half = type.dtype == DType::kBFloat16 || type.dtype == DType::kFloat16;
-        const std::string where = graph.nodes[i].Describe(static_cast<int>(i)) + " output " + type.ToString() +
-                                  (pass == 0 ? " (op by op)" : " (graph replay)");
+  CompareWithCpu(
+      maker,
+      [&](const OutputPair& o) {
+        const DType dtype = o.type().dtype;
+        const bool half = dtype == DType::kBFloat16 || dtype == DType::kFloat16;
         // Matches refuses NaN (inputs here are finite, so a NaN is a
         // failure); kExact adds bit-for-bit equality.
-        EXPECT_TRUE(Matches((*out)[v], (*ref)[v], type, half ? tolerance : kFloat32Tolerance)) << where;
+        EXPECT_TRUE(Matches(*o.gpu, *o.ref, o.type(), half ? tolerance : kFloat32Tolerance)) << o.Where();
         if (half && compare == Compare::kExact) {
-          EXPECT_TRUE(SameBytes((*out)[v], (*ref)[v])) << where;
+          EXPECT_TRUE(SameBytes(*o.gpu, *o.ref)) << o.Where();
         }
-      }
-    }
-  }
+      },
+      std::move(alias), /*feeds=*/{}, /*expect_capture=*/false);
 }
 
 class CudaHalfOps : public ::testing::TestWithParam<DType> {

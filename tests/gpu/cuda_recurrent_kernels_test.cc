@@ -10,8 +10,6 @@
 // allow_tf32 (PyTorch's default for its cuDNN LSTM) the reference layer is
 // checked against TF32 bounds, and its forward must miss the float32 bound
 // (the attribute takes effect).
-#include <chrono>
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -42,39 +40,11 @@ std::string Describe(const Dims& d) {
 }
 
 // Runs `maker`'s graph on the CPU and (op by op, then replayed) on the GPU,
-// and compares every node output. Prints the replay's time (enqueue to
-// completion, for orientation; nothing is asserted about it).
+// and compares every node output.
 void Check(const GraphMaker& maker, double tolerance) {
-  const Graph& graph = maker.graph();
-  const std::vector<Bytes> feeds = maker.RandomFeeds(Rng());
-  auto ref = RunOnCpu(graph, feeds);
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  GpuRun run(graph);
-  auto program = cuda::CreateCudaProgram(graph, *Gpu(), cuda::CudaProgramOptions{});
-  ASSERT_TRUE(program.ok()) << program.status();
-  for (int pass = 0; pass < 2; ++pass) {
-    ASSERT_TRUE(run.Upload(feeds).ok());
-    const auto start = std::chrono::steady_clock::now();
-    absl::Status status = run.RunIteration(**program);
-    const std::chrono::duration<double, std::milli> elapsed = std::chrono::steady_clock::now() - start;
-    ASSERT_TRUE(status.ok()) << status;
-    if (pass == 1) std::printf("graph replay: %.3f ms\n", elapsed.count());
-    auto out = run.Download();
-    ASSERT_TRUE(out.ok()) << out.status();
-    for (size_t i = 0; i < graph.nodes.size(); ++i) {
-      for (size_t k = 0; k < graph.nodes[i].outputs.size(); ++k) {
-        const int v = graph.nodes[i].outputs[k];
-        const TensorType& type = graph.values[v].type;
-        EXPECT_TRUE(Matches((*out)[v], (*ref)[v], type, tolerance))
-            << graph.nodes[i].Describe(static_cast<int>(i)) << " output " << k << " " << type.ToString()
-            << (pass == 0 ? " (op by op)" : " (graph replay)");
-      }
-    }
-  }
-  const cuda::CudaProgramStats stats = cuda::GetCudaProgramStats(**program);
-  EXPECT_EQ(stats.op_by_op_runs, 1);
-  EXPECT_EQ(stats.graph_launches, 1);
-  EXPECT_EQ(stats.capture_failures, 0);
+  CompareWithCpu(maker, [&](const OutputPair& o) {
+    EXPECT_TRUE(Matches(*o.gpu, *o.ref, o.type(), tolerance)) << o.Where();
+  });
 }
 
 // The forward's inputs; `weights` fills w_ih and w_hh (small for wide
@@ -146,23 +116,15 @@ TEST(CudaRecurrentKernels, ReferenceLayerWithTf32) {
   const Dims d{35, 64, 1024, 1024};
   SCOPED_TRACE(Describe(d));
   const GraphMaker maker = ForwardAndBackward(d, Fill::kSmall, MakeAttrs({{"allow_tf32", true}}));
-  Check(maker, kBackwardTf32);
-  // The forward's y within TF32's bound but not float32's.
-  const Graph& graph = maker.graph();
-  const std::vector<Bytes> feeds = maker.RandomFeeds(Rng());
-  auto ref = RunOnCpu(graph, feeds);
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  GpuRun run(graph);
-  auto program = cuda::CreateCudaProgram(graph, *Gpu(), cuda::CudaProgramOptions{});
-  ASSERT_TRUE(program.ok()) << program.status();
-  ASSERT_TRUE(run.Upload(feeds).ok());
-  ASSERT_TRUE(run.RunIteration(**program).ok());
-  auto out = run.Download();
-  ASSERT_TRUE(out.ok()) << out.status();
-  const int y = graph.nodes[0].outputs[0];
-  const TensorType& type = graph.values[y].type;
-  EXPECT_TRUE(Matches((*out)[y], (*ref)[y], type, kForwardTf32));
-  EXPECT_FALSE(Matches((*out)[y], (*ref)[y], type, kForward32)) << "allow_tf32 did not change the products";
+  const int y = maker.graph().nodes[0].outputs[0];
+  CompareWithCpu(maker, [&](const OutputPair& o) {
+    EXPECT_TRUE(Matches(*o.gpu, *o.ref, o.type(), kBackwardTf32)) << o.Where();
+    if (o.value == y) {
+      // The forward's y within TF32's bound but not float32's.
+      EXPECT_TRUE(Matches(*o.gpu, *o.ref, o.type(), kForwardTf32)) << o.Where();
+      EXPECT_FALSE(Matches(*o.gpu, *o.ref, o.type(), kForward32)) << o.Where() << ": allow_tf32 changed nothing";
+    }
+  });
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "adaptor/cpu/cpu_program.h"
+#include "adaptor/cuda/cuda_program_options.h"
 #include "adaptor/cpu/half.h"
 #include "adaptor/op_registry.h"
 #include "device/cuda_device.h"
@@ -338,6 +339,43 @@ template <typename T>
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+std::string OutputPair::Where() const {
+  return absl::StrCat(graph->nodes[node].Describe(node), " output ", type().ToString(),
+                      replay ? " (graph replay)" : " (op by op)");
+}
+
+void CompareWithCpu(const GraphMaker& maker, const std::function<void(const OutputPair&)>& check,
+                    std::vector<std::pair<int, int>> alias, std::vector<Bytes> feeds, bool expect_capture) {
+  const Graph& graph = maker.graph();
+  if (feeds.empty()) feeds = maker.RandomFeeds(Rng());
+  auto ref = RunOnCpu(graph, feeds);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  GpuRun run(graph, std::move(alias));
+  auto program = cuda::CreateCudaProgram(graph, *Gpu(), cuda::CudaProgramOptions{});
+  ASSERT_TRUE(program.ok()) << program.status();
+  int compared = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    ASSERT_TRUE(run.Upload(feeds).ok());
+    absl::Status status = run.RunIteration(**program);
+    ASSERT_TRUE(status.ok()) << status;
+    auto out = run.Download();
+    ASSERT_TRUE(out.ok()) << out.status();
+    for (size_t i = 0; i < graph.nodes.size(); ++i) {
+      for (int v : graph.nodes[i].outputs) {
+        check(OutputPair{&graph, static_cast<int>(i), v, &(*out)[v], &(*ref)[v], pass == 1});
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GT(compared, 0) << "the graph has no node output to compare";
+  if (expect_capture) {
+    const cuda::CudaProgramStats stats = cuda::GetCudaProgramStats(**program);
+    EXPECT_EQ(stats.op_by_op_runs, 1);
+    EXPECT_EQ(stats.graph_launches, 1);
+    EXPECT_EQ(stats.capture_failures, 0);
+  }
 }
 
 }  // namespace tandem::gpu_test

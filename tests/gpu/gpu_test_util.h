@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -114,6 +115,30 @@ absl::Status WaitForCompletion(device::Device& device, device::Stream& stream);
 // bytes, a NaN in every float type) in `out`, and ||out - ref|| / ||ref|| <=
 // tolerance; other dtypes exactly.
 ::testing::AssertionResult Matches(const Bytes& out, const Bytes& ref, const TensorType& type, double tolerance);
+
+// One node output after one GPU run, next to the CPU oracle's.
+struct OutputPair {
+  const Graph* graph = nullptr;
+  int node = 0;
+  int value = 0;
+  const Bytes* gpu = nullptr;
+  const Bytes* ref = nullptr;
+  bool replay = false;  // the second run, from the captured CUDA graph
+
+  const TensorType& type() const { return graph->values[value].type; }
+  // "node 3 (mm 'x') output float32[2, 3] (op by op)", for failure messages.
+  std::string Where() const;
+};
+
+// The GPU tests' comparison: `maker`'s graph on the CPU oracle and on the
+// GPU, op by op and then replayed from the captured CUDA graph, with `feeds`
+// (random ones when empty) and `alias` (as GpuRun); `check` is called for
+// every node output of both runs. Fails the test if a run fails, if no
+// output was compared, or (with `expect_capture`) unless the Program ran
+// once op by op, captured, and replayed once.
+void CompareWithCpu(const GraphMaker& maker, const std::function<void(const OutputPair&)>& check,
+                    std::vector<std::pair<int, int>> alias = {}, std::vector<Bytes> feeds = {},
+                    bool expect_capture = true);
 
 // Bitwise equality.
 ::testing::AssertionResult SameBytes(const Bytes& a, const Bytes& b);
