@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "adaptor/cpu/cpu_kernels.h"
+#include "adaptor/cpu/run_op_test_util.h"
 #include "adaptor/op_registry.h"
 #include "base/status_macros.h"
 #include "gmock/gmock.h"
@@ -74,26 +75,7 @@ absl::StatusOr<std::vector<TensorType>> Infer(const std::string& op, const Attrs
 // Runs `op` on the CPU kernel with outputs of the inferred types, poisoned
 // first so that unwritten outputs show.
 absl::StatusOr<std::vector<Tensor>> RunOp(const std::string& op, const Attrs& attrs, std::vector<Tensor> inputs) {
-  std::vector<TensorType> in_types;
-  for (const Tensor& t : inputs) in_types.push_back(t.type);
-  ASSIGN_OR_RETURN(std::vector<TensorType> out_types, Infer(op, attrs, in_types));
-  Node node;
-  node.op = op;
-  node.def = OpRegistry::Global().Find(op);
-  node.attrs = attrs;
-  KernelArgs args;
-  args.node = &node;
-  for (Tensor& t : inputs) args.inputs.push_back(TensorArg{t.data(), t.type});
-  std::vector<Tensor> outputs;
-  for (const TensorType& type : out_types) {
-    outputs.emplace_back(type);
-    std::memset(outputs.back().data(), 0xFF, outputs.back().storage.size() * 8);
-  }
-  for (Tensor& t : outputs) args.outputs.push_back(TensorArg{t.data(), t.type});
-  cpu::CpuKernelFn fn = cpu::FindCpuKernel(op);
-  if (fn == nullptr) return absl::UnimplementedError("no CPU kernel for " + op);
-  RETURN_IF_ERROR(fn(args));
-  return outputs;
+  return cpu::RunCpuOp(op, attrs, inputs, 0xFF);
 }
 
 std::vector<Tensor> MustRun(const std::string& op, const Attrs& attrs, std::vector<Tensor> inputs) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "adaptor/cpu/run_op_test_util.h"
 #include "adaptor/op_registry.h"
 #include "base/status_macros.h"
 #include "gmock/gmock.h"
@@ -88,40 +89,13 @@ class KernelTest : public ::testing::Test {
   std::mt19937_64 rng_{20260101};
 };
 
-// Runs `op` through FindCpuKernel with outputs of the inferred types. With
+// Runs `op` through FindCpuKernel with outputs of the inferred types,
+// poisoned first (0xA5 bytes catch unwritten outputs). With
 // `output_is_input`, output 0 is placed on input 0's buffer, as the planner
 // may do for kInPlace and kView ops.
 absl::StatusOr<std::vector<HostTensor>> RunOp(const std::string& op, const Attrs& attrs,
                                               std::vector<HostTensor> inputs, bool output_is_input = false) {
-  const OpDef* def = OpRegistry::Global().Find(op);
-  if (def == nullptr) return absl::NotFoundError("no op " + op);
-  std::vector<TensorType> in_types;
-  for (const HostTensor& t : inputs) in_types.push_back(t.type);
-  ASSIGN_OR_RETURN(std::vector<TensorType> out_types, def->infer(attrs, in_types));
-  Node node;
-  node.op = op;
-  node.def = def;
-  node.attrs = attrs;
-  KernelArgs args;
-  args.node = &node;
-  for (HostTensor& t : inputs) args.inputs.push_back(TensorArg{t.data(), t.type});
-  std::vector<HostTensor> outputs;
-  for (const TensorType& type : out_types) {
-    outputs.emplace_back(type);
-    std::memset(outputs.back().data(), 0xA5, outputs.back().storage.size() * 8);  // catches unwritten outputs
-  }
-  for (HostTensor& t : outputs) args.outputs.push_back(TensorArg{t.data(), t.type});
-  if (output_is_input) {
-    if (inputs.empty() || inputs[0].type.bytes() != outputs[0].type.bytes()) {
-      return absl::InternalError("output 0 cannot take input 0's place");
-    }
-    args.outputs[0].data = inputs[0].data();
-  }
-  cpu::CpuKernelFn fn = cpu::FindCpuKernel(op);
-  if (fn == nullptr) return absl::UnimplementedError("no CPU kernel for " + op);
-  RETURN_IF_ERROR(fn(args));
-  if (output_is_input) outputs[0].storage = inputs[0].storage;
-  return outputs;
+  return cpu::RunCpuOp(op, attrs, inputs, 0xA5, output_is_input);
 }
 
 std::vector<HostTensor> MustRun(const std::string& op, const Attrs& attrs, std::vector<HostTensor> inputs,

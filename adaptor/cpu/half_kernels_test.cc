@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "adaptor/cpu/cpu_kernels.h"
+#include "adaptor/cpu/run_op_test_util.h"
 #include "adaptor/op_registry.h"
 #include "base/status_macros.h"
 #include "gmock/gmock.h"
@@ -162,28 +163,7 @@ Attrs MakeAttrs(std::initializer_list<std::pair<std::string, AttrValue>> values)
 // first (0xFF bytes: NaN in every float type).
 absl::StatusOr<std::vector<HostTensor>> RunOp(const std::string& op, const Attrs& attrs,
                                               std::vector<HostTensor> inputs) {
-  const OpDef* def = OpRegistry::Global().Find(op);
-  if (def == nullptr) return absl::NotFoundError("no op " + op);
-  std::vector<TensorType> in_types;
-  for (const HostTensor& t : inputs) in_types.push_back(t.type);
-  ASSIGN_OR_RETURN(std::vector<TensorType> out_types, def->infer(attrs, in_types));
-  Node node;
-  node.op = op;
-  node.def = def;
-  node.attrs = attrs;
-  KernelArgs args;
-  args.node = &node;
-  for (HostTensor& t : inputs) args.inputs.push_back(TensorArg{t.data(), t.type});
-  std::vector<HostTensor> outputs;
-  for (const TensorType& type : out_types) {
-    outputs.emplace_back(type);
-    std::memset(outputs.back().data(), 0xFF, outputs.back().storage.size() * 8);
-  }
-  for (HostTensor& t : outputs) args.outputs.push_back(TensorArg{t.data(), t.type});
-  cpu::CpuKernelFn fn = cpu::FindCpuKernel(op);
-  if (fn == nullptr) return absl::UnimplementedError("no CPU kernel for " + op);
-  RETURN_IF_ERROR(fn(args));
-  return outputs;
+  return cpu::RunCpuOp(op, attrs, inputs, 0xFF);
 }
 
 std::vector<HostTensor> MustRun(const std::string& op, const Attrs& attrs, std::vector<HostTensor> inputs) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "adaptor/cpu/cpu_kernels.h"
+#include "adaptor/cpu/run_op_test_util.h"
 #include "adaptor/op_registry.h"
 #include "base/status_macros.h"
 #include "gtest/gtest.h"
@@ -77,33 +78,7 @@ inline Attrs MakeAttrs(std::vector<std::pair<std::string, AttrValue>> values) {
 // chance). With `in_place`, output 0 takes input 0's buffer.
 inline absl::StatusOr<std::vector<Tensor>> RunOp(const std::string& op, const Attrs& attrs, std::vector<Tensor> inputs,
                                                  bool in_place = false) {
-  const OpDef* def = OpRegistry::Global().Find(op);
-  if (def == nullptr) return absl::NotFoundError("no op " + op);
-  std::vector<TensorType> in_types;
-  for (const Tensor& t : inputs) in_types.push_back(t.type);
-  ASSIGN_OR_RETURN(std::vector<TensorType> out_types, def->infer(attrs, in_types));
-  Node node;
-  node.op = op;
-  node.def = def;
-  node.attrs = attrs;
-  KernelArgs args;
-  args.node = &node;
-  for (Tensor& t : inputs) args.inputs.push_back(TensorArg{t.data(), t.type});
-  std::vector<Tensor> outputs;
-  for (const TensorType& type : out_types) {
-    outputs.emplace_back(type);
-    std::memset(outputs.back().data(), 0xA5, outputs.back().storage.size() * 8);
-  }
-  for (Tensor& t : outputs) args.outputs.push_back(TensorArg{t.data(), t.type});
-  if (in_place) {
-    if (inputs[0].type.bytes() != outputs[0].type.bytes()) return absl::InternalError("cannot run in place");
-    args.outputs[0].data = inputs[0].data();
-  }
-  cpu::CpuKernelFn fn = cpu::FindCpuKernel(op);
-  if (fn == nullptr) return absl::UnimplementedError("no CPU kernel for " + op);
-  RETURN_IF_ERROR(fn(args));
-  if (in_place) outputs[0].storage = inputs[0].storage;
-  return outputs;
+  return cpu::RunCpuOp(op, attrs, inputs, 0xA5, in_place);
 }
 
 inline std::vector<Tensor> MustRun(const std::string& op, const Attrs& attrs, std::vector<Tensor> inputs,

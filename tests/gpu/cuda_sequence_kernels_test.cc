@@ -26,13 +26,7 @@ int64_t Dim(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64
 
 void Check(const GraphMaker& maker, double tolerance32, std::vector<std::pair<int, int>> alias = {},
            std::vector<Bytes> feeds = {}) {
-  CompareWithCpu(
-      maker,
-      [&](const OutputPair& o) {
-        const double tolerance = o.type().dtype == DType::kFloat64 ? kAny64 : tolerance32;
-        EXPECT_TRUE(Matches(*o.gpu, *o.ref, o.type(), tolerance)) << o.Where();
-      },
-      std::move(alias), std::move(feeds));
+  CompareWithCpuWithin(maker, tolerance32, kAny64, std::move(alias), std::move(feeds));
 }
 
 // Writes int64 `values` into feed `value` (row-major, cycling).

@@ -378,4 +378,15 @@ void CompareWithCpu(const GraphMaker& maker, const std::function<void(const Outp
   }
 }
 
+void CompareWithCpuWithin(const GraphMaker& maker, double tolerance32, double tolerance64,
+                          std::vector<std::pair<int, int>> alias, std::vector<Bytes> feeds) {
+  CompareWithCpu(
+      maker,
+      [&](const OutputPair& o) {
+        const double tolerance = o.type().dtype == DType::kFloat64 ? tolerance64 : tolerance32;
+        EXPECT_TRUE(Matches(*o.gpu, *o.ref, o.type(), tolerance)) << o.Where();
+      },
+      std::move(alias), std::move(feeds));
+}
+
 }  // namespace tandem::gpu_test

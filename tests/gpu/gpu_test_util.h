@@ -140,6 +140,11 @@ void CompareWithCpu(const GraphMaker& maker, const std::function<void(const Outp
                     std::vector<std::pair<int, int>> alias = {}, std::vector<Bytes> feeds = {},
                     bool expect_capture = true);
 
+// CompareWithCpu with Matches on every node output: float64 within
+// `tolerance64`, other floats within `tolerance32`, the rest exactly.
+void CompareWithCpuWithin(const GraphMaker& maker, double tolerance32, double tolerance64,
+                          std::vector<std::pair<int, int>> alias = {}, std::vector<Bytes> feeds = {});
+
 // Bitwise equality.
 ::testing::AssertionResult SameBytes(const Bytes& a, const Bytes& b);
 
