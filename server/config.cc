@@ -47,6 +47,14 @@ absl::Status ParseInt(absl::string_view value, int min, int max, int* out) {
   return absl::OkStatus();
 }
 
+absl::Status ParseBool(absl::string_view value, bool* out) {
+  if (value != "true" && value != "false") return Expected("true or false");
+  *out = value == "true";
+  return absl::OkStatus();
+}
+
+std::string BoolText(bool value) { return value ? "true" : "false"; }
+
 absl::Status ParseMiB(absl::string_view value, uint64_t min, uint64_t* bytes) {
   uint64_t mib = 0;
   RETURN_IF_ERROR(ParseUint(value, min, std::numeric_limits<uint64_t>::max() >> kMiBShift, &mib));
@@ -166,12 +174,8 @@ const std::vector<ConfigKey>& BuildKeys() {
        },
        [](const DaemonOptions& o) { return o.metrics_address; }},
       {"fuse_elementwise", "true|false", "run each chain of elementwise ops of a job's graph as one kernel", false,
-       [](absl::string_view v, DaemonOptions* o) {
-         if (v != "true" && v != "false") return Expected("true or false");
-         o->fuse_elementwise = v == "true";
-         return absl::OkStatus();
-       },
-       [](const DaemonOptions& o) { return std::string(o.fuse_elementwise ? "true" : "false"); }},
+       [](absl::string_view v, DaemonOptions* o) { return ParseBool(v, &o->fuse_elementwise); },
+       [](const DaemonOptions& o) { return BoolText(o.fuse_elementwise); }},
       {"preemption", "iteration|op",
        "how policy=priority preempts a lower-priority iteration when a higher-priority one arrives: iteration "
        "(never mid-iteration) or op (it pauses at the next segment boundary)",
@@ -181,12 +185,8 @@ const std::vector<ConfigKey>& BuildKeys() {
        "with policy=priority: give the lanes of higher-priority jobs higher GPU stream priorities, so their "
        "kernels' thread blocks are dispatched ahead of best-effort work running beside them",
        false,
-       [](absl::string_view v, DaemonOptions* o) {
-         if (v != "true" && v != "false") return Expected("true or false");
-         o->stream_priorities = v == "true";
-         return absl::OkStatus();
-       },
-       [](const DaemonOptions& o) { return std::string(o.stream_priorities ? "true" : "false"); }},
+       [](absl::string_view v, DaemonOptions* o) { return ParseBool(v, &o->stream_priorities); },
+       [](const DaemonOptions& o) { return BoolText(o.stream_priorities); }},
       {"preemption_segment_nodes", "N",
        "with preemption=op: nodes of a preemptible iteration enqueued per segment (smaller: quicker yields, more "
        "round trips)",
