@@ -9,26 +9,19 @@
 #include "sched/scheduler.h"
 #include "sched/sim/simulator.h"
 #include "sched/sim/trace.h"
+#include "sched/sim/trace_test_util.h"
 
 namespace tandem::sched {
 namespace {
 
 using sim::InterferenceTable;
+using sim::Job;
 using sim::JobResult;
 using sim::ModelCatalog;
 using sim::SimOptions;
 using sim::SimResult;
 using sim::Simulator;
 using sim::TraceJob;
-
-TraceJob Job(JobId id, double arrival, const std::string& model, int64_t iterations) {
-  TraceJob job;
-  job.id = id;
-  job.arrival_seconds = arrival;
-  job.model = model;
-  job.iterations = iterations;
-  return job;
-}
 
 InterferenceTable Uniform(double r) {
   InterferenceTable table(r);

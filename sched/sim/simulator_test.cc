@@ -6,18 +6,10 @@
 
 #include "gtest/gtest.h"
 #include "sched/sim/trace.h"
+#include "sched/sim/trace_test_util.h"
 
 namespace tandem::sched::sim {
 namespace {
-
-TraceJob Job(JobId id, double arrival, const std::string& model, int64_t iterations) {
-  TraceJob job;
-  job.id = id;
-  job.arrival_seconds = arrival;
-  job.model = model;
-  job.iterations = iterations;
-  return job;
-}
 
 SimResult RunOrDie(const SimOptions& options, const std::vector<TraceJob>& trace,
                    InterferenceTable table = InterferenceTable::Preset("mps").value()) {
