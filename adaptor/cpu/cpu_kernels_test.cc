@@ -24,16 +24,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-// A host tensor with 8-byte aligned storage.
-struct HostTensor {
-  TensorType type;
-  std::vector<uint64_t> storage;
-
-  explicit HostTensor(TensorType t) : type(std::move(t)), storage(type.bytes() / 8 + 1) {}
-  void* data() { return storage.data(); }
-  const void* data() const { return storage.data(); }
-  int64_t numel() const { return type.numel(); }
-};
+using HostTensor = cpu::TestTensor;
 
 double Get(const HostTensor& t, int64_t i) {
   switch (t.type.dtype) {

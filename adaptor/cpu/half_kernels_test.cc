@@ -105,13 +105,7 @@ TEST(HalfConversion, DoublesAndIntegersGoThroughFloat) {
 
 // ---- kernels ----
 
-struct HostTensor {
-  TensorType type;
-  std::vector<uint64_t> storage;
-  explicit HostTensor(TensorType t) : type(std::move(t)), storage(type.bytes() / 8 + 1) {}
-  void* data() { return storage.data(); }
-  const void* data() const { return storage.data(); }
-};
+using HostTensor = cpu::TestTensor;
 
 double Get(const HostTensor& t, int64_t i) {
   const void* p = t.data();

@@ -1,14 +1,15 @@
-// The CPU kernel tests' way to run one op: its kernel (FindCpuKernel) on
-// outputs of the registry's inferred types, poisoned first so that an
-// output the kernel leaves unwritten shows, optionally with output 0 on
-// input 0's buffer (as the planner places kInPlace and kView ops). Test-only;
-// header-only; thread-compatible.
+// The CPU kernel tests' host tensor (TestTensor) and their way to run one
+// op: its kernel (FindCpuKernel) on outputs of the registry's inferred
+// types, poisoned first so that an output the kernel leaves unwritten shows,
+// optionally with output 0 on input 0's buffer (as the planner places
+// kInPlace and kView ops). Test-only; header-only; thread-compatible.
 #ifndef TANDEM_ADAPTOR_CPU_RUN_OP_TEST_UTIL_H_
 #define TANDEM_ADAPTOR_CPU_RUN_OP_TEST_UTIL_H_
 
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -21,6 +22,18 @@
 #include "base/status_macros.h"
 
 namespace tandem::cpu {
+
+// A test's host tensor: `type` and 8-byte aligned storage for it (one word
+// more than it needs, so that even an empty tensor has an address).
+struct TestTensor {
+  TensorType type;
+  std::vector<uint64_t> storage;
+
+  explicit TestTensor(TensorType t) : type(std::move(t)), storage(type.bytes() / 8 + 1) {}
+  void* data() { return storage.data(); }
+  const void* data() const { return storage.data(); }
+  int64_t numel() const { return type.numel(); }
+};
 
 // `T` is a test's host tensor: T(TensorType) allocates it, `type`,
 // `data()`, and `storage` (a vector of 8-byte words). `poison` fills every
