@@ -32,9 +32,11 @@
 # overhead, pairs, qos, gap on GPU 0 and memory, hosting on GPU 1 (the
 # groups never share a GPU, and each keeps to half of the cores), then jct and sweep with tandemd on every GPU
 # (it places each job on the GPU with the most free memory; the results name
-# each job's device): about 8 minutes. With one GPU the stages run one after
-# another (about 13.5 minutes at these limits; SUITE_BUDGET_S=570 scales every
-# limit down to fit 10 minutes, with more of each stage skipped). SUITE_GPU
+# each job's device): about 8.5 minutes. With one GPU the stages run one after
+# another, the memory stage only when named, and their limits (12 minutes
+# in all) are scaled down to fit SUITE_BUDGET_S (default 550 on one GPU:
+# within 10 minutes, with more of each stage skipped; SUITE_BUDGET_S= keeps
+# the full limits). SUITE_GPU
 # (default 0) picks the GPU of a one-GPU run; SUITE_PARALLEL=0 forces one.
 #
 # Results in ${OUT:-/tmp/out}: <stage>.json and its plot per stage,
@@ -55,6 +57,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 stages=("$@")
+default_stages=1
+[[ ${#stages[@]} -gt 0 ]] && default_stages=0
 [[ ${#stages[@]} -eq 0 ]] && stages=(overhead pairs memory jct sweep qos gap hosting)
 exec > >(tee -a "$out/suite.log") 2>&1
 suite_start=$(date +%s)
@@ -80,20 +84,35 @@ small=()
 [[ "${SMALL:-0}" == 1 ]] && small=(--small)
 parallel=0
 [[ "$gpus" -ge 2 && "${SUITE_PARALLEL:-1}" == 1 ]] && parallel=1
+# One GPU runs the stages one after another: within 10 minutes unless told
+# otherwise, and without the memory stage unless named (planner quality is
+# not a sharing comparison; with two GPUs it runs beside the others for free).
+if [[ $parallel == 0 ]]; then
+  [[ -z "${SUITE_BUDGET_S+set}" ]] && SUITE_BUDGET_S=550
+  [[ $default_stages == 1 ]] && stages=(overhead pairs jct sweep qos gap hosting)
+fi
 echo "suite: stages ${stages[*]}; $gpus GPU(s); $([[ $parallel == 1 ]] && echo "two groups side by side" || echo "one stage at a time"); results in $out"
 
-# A stage's limit: its default or override, scaled by SUITE_BUDGET_S / the
-# sum of every stage's limit when SUITE_BUDGET_S is set.
+# A stage's limit: its default or override; when SUITE_BUDGET_S is set and
+# the chosen stages' limits add up to more, the limits over 30 s are scaled
+# down so that the sum fits (a short stage such as gap keeps its limit: it
+# would skip everything under a scaled one).
 declare -A limit=([overhead]=${OVERHEAD_S:-90} [pairs]=${PAIRS_S:-180} [memory]=${MEMORY_S:-90}
                   [jct]=${JCT_S:-90} [sweep]=${SWEEP_S:-50} [qos]=${QOS_S:-80} [gap]=${GAP_S:-20}
                   [hosting]=${HOSTING_S:-210})
 if [[ -n "${SUITE_BUDGET_S:-}" ]]; then
-  total=0
-  for name in "${stages[@]}"; do total=$((total + ${limit[$name]:-0})); done
-  if (( total > SUITE_BUDGET_S )); then
-    for name in "${!limit[@]}"; do limit[$name]=$(( limit[$name] * SUITE_BUDGET_S / total )); done
+  total=0 fixed=0
+  for name in "${stages[@]}"; do
+    total=$((total + ${limit[$name]:-0}))
+    (( ${limit[$name]:-0} <= 30 )) && fixed=$((fixed + ${limit[$name]:-0}))
+  done
+  if (( total > SUITE_BUDGET_S && SUITE_BUDGET_S > fixed )); then
+    for name in "${!limit[@]}"; do
+      (( limit[$name] > 30 )) && limit[$name]=$(( limit[$name] * (SUITE_BUDGET_S - fixed) / (total - fixed) ))
+    done
   fi
 fi
+echo "suite: stage limits (s): $(for name in "${stages[@]}"; do printf '%s %s  ' "$name" "${limit[$name]:-?}"; done)"
 budget() {  # a program's own budget: 15 s under the stage's limit, at least 3/4 of it
   local t=$1
   if (( t - 15 > t * 3 / 4 )); then echo $((t - 15)); else echo $((t * 3 / 4)); fi
