@@ -64,6 +64,7 @@ std::string RowJson(const Report& report, const RowResult& r) {
       absl::StrCat("\"shapes\": ", JsonString(row.shapes)),
       absl::StrCat("\"flops\": ", JsonNumber(row.flops)),
       absl::StrCat("\"bytes\": ", JsonNumber(row.bytes)),
+      absl::StrCat("\"ops_per_run\": ", row.ops_per_run),
   };
   if (!r.error.empty()) {
     fields.push_back("\"ms\": null");

@@ -264,10 +264,15 @@ void AddLayerNormRows(const std::string& name, const Shape& shape, std::vector<O
 
 void AddEmbeddingRows(const std::string& name, int64_t vocab, int64_t width, const Shape& tokens,
                       std::vector<OpRow>& rows) {
+  // The error word's clear and read-back cost as much as a small gather;
+  // eight copies per iteration spread it as a training iteration does.
+  constexpr int kCopies = 8;
   OpRow fwd = NewRow(name + ".fwd", "embedding", RowKind::kMemory);
+  fwd.ops_per_run = kCopies;
   const int weight = Feed(fwd, {kF32, {vocab, width}});
   const int indices = Feed(fwd, {DType::kInt64, tokens}, Fill::kLabels, vocab);
   const int out = fwd.graph.Add1("embedding", {weight, indices});
+  for (int i = 1; i < kCopies; ++i) fwd.graph.Add1("embedding", {weight, indices});
   fwd.shapes = absl::StrCat("weight", Dims({vocab, width}), " indices", Dims(tokens));
   // Only the gathered rows of the table are read: as many bytes as written.
   fwd.bytes = BytesOf(fwd.graph, {indices}) + 2 * BytesOf(fwd.graph, {out});
@@ -276,11 +281,13 @@ void AddEmbeddingRows(const std::string& name, int64_t vocab, int64_t width, con
   Shape grad_shape = tokens;
   grad_shape.push_back(width);
   OpRow bwd = NewRow(name + ".bwd", "embedding_dense_backward", RowKind::kMemory);
+  bwd.ops_per_run = kCopies;
   const int grad = Feed(bwd, {kF32, grad_shape});
   const int bindices = Feed(bwd, {DType::kInt64, tokens}, Fill::kLabels, vocab);
-  const int table =
-      bwd.graph.Add1("embedding_dense_backward", {grad, bindices},
-                     MakeAttrs({{"num_weights", vocab}, {"padding_idx", int64_t{-1}}, {"scale_grad_by_freq", false}}));
+  const Attrs backward_attrs =
+      MakeAttrs({{"num_weights", vocab}, {"padding_idx", int64_t{-1}}, {"scale_grad_by_freq", false}});
+  const int table = bwd.graph.Add1("embedding_dense_backward", {grad, bindices}, backward_attrs);
+  for (int i = 1; i < kCopies; ++i) bwd.graph.Add1("embedding_dense_backward", {grad, bindices}, backward_attrs);
   bwd.shapes = absl::StrCat("dy", Dims(grad_shape), " indices", Dims(tokens), " num_weights ", vocab);
   bwd.bytes = BytesOf(bwd.graph, {grad, bindices, table});
   rows.push_back(std::move(bwd));

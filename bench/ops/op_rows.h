@@ -69,6 +69,12 @@ struct OpRow {
   RowKind kind = RowKind::kMemory;
   double flops = 0;  // compute rows: floating-point operations of one run
   double bytes = 0;  // memory rows: bytes read + bytes written by one run
+  // How many independent copies of the op `graph` runs per iteration; times
+  // are reported per copy. More than one for the ops that check their data
+  // (embedding's ids): their iteration clears and reads back the job's error
+  // word, a fixed cost that a training iteration pays once for all its ops,
+  // not once per op.
+  int ops_per_run = 1;
 
   gpu_test::GraphMaker graph;
   std::vector<FeedSpec> feeds;  // one per feed of `graph`

@@ -211,6 +211,12 @@ absl::StatusOr<RowTiming> TimeRow(const OpRow& row, FeedFiller& filler, const Ti
       ASSIGN_OR_RETURN(timing.eager, TimeEnqueued(*gpu, run.stream(), enqueue, options, timing.replay.iterations));
     }
   }
+  if (row.ops_per_run > 1) {  // per copy of the op
+    for (Timing* t : {&timing.replay, &timing.eager}) {
+      t->ms /= row.ops_per_run;
+      for (double& ms : t->batch_ms) ms /= row.ops_per_run;
+    }
+  }
   return timing;
 }
 
