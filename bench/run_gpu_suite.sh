@@ -73,6 +73,9 @@ bench_python suite || exit 1
 bench_commit
 bench_work suite
 export BENCH_CAPTURE_CACHE=$work/captures
+# Job specs, captured once per run: the JCT and sweep stages (--spec_dir) and
+# the pair and QoS workers (this variable) register their Tandem jobs from them.
+export BENCH_SPEC_DIR=$work/specs
 
 gpus=0
 if command -v nvidia-smi >/dev/null; then

@@ -49,6 +49,7 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "models"))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "traces"))  # job specs (trace_common, trace_worker)
 
 import bench_common as bc  # noqa: E402
 import torch  # noqa: E402
@@ -120,6 +121,58 @@ class TandemRunner:
         self.job.close()
 
 
+class SpecHandle:
+    def __init__(self, client, pending):
+        self.client, self.pending = client, pending
+
+    def wait(self):
+        return self.client.wait(self.pending).run_seconds
+
+
+class SpecRunner:
+    """A training job registered with tandemd from a saved job spec (trace_common.save_job_spec): the same graph,
+    weights, batches and optimizer scalars as a capture, captured once per suite run ($BENCH_SPEC_DIR) instead
+    of once per worker process and stage."""
+
+    loaded = {}  # folder -> JobSpec, kept for the worker's later configurations
+
+    def __init__(self, folder, endpoint, name, hints):
+        import tandem
+        import trace_worker
+        if folder not in SpecRunner.loaded:
+            SpecRunner.loaded[folder] = trace_worker.JobSpec(folder)
+        self.spec = SpecRunner.loaded[folder]
+        self.scalars = self.spec.scalars()
+        self.client = tandem.Client(endpoint=endpoint, name=name)
+        try:
+            self.job_id, self.registration = self.client.register_job(
+                {"name": name, "graph": self.spec.graph, "hints": hints}, self.spec.persistent)
+        except Exception:
+            self.client.close()
+            raise
+        self.i = 0
+
+    def submit(self):
+        feeds = self.scalars + self.spec.batches[self.i % len(self.spec.batches)]
+        self.i += 1
+        return SpecHandle(self.client, self.client.submit(self.job_id, feeds, [self.spec.loss_name], self.i))
+
+    def close(self):
+        self.client.close()
+
+
+def spec_folder(model, small, log):
+    """The saved spec of `model` in $BENCH_SPEC_DIR (captured now when no process of this run has yet), or
+    None without that variable."""
+    spec_dir = os.environ.get("BENCH_SPEC_DIR")
+    if not spec_dir:
+        return None
+    import trace_common
+    folder, capture_s = trace_common.save_job_spec(spec_dir, model, small)
+    log(f"{model}: spec {'cached' if capture_s is None else f'captured in {capture_s:.2f} s'}")
+    return folder
+
+
 class Worker:
     def __init__(self, slot, small, device):
         self.slot = slot
@@ -180,7 +233,14 @@ class Worker:
                 self.native[model] = NativeRunner(model, self.small, self.device)
             self.runner = self.native[model]
         else:
-            if model not in self.captured:
+            hints = {"device": self.device}
+            if cmd.get("priority"):
+                hints["priority"] = int(cmd["priority"])
+            folder = spec_folder(model, self.small, self.log) if model not in self.captured else None
+            if folder is not None:
+                self.runner = SpecRunner(folder, cmd["endpoint"], f"{model}-{self.slot}", hints)
+                info["registration"] = self.runner.registration
+            if folder is None and model not in self.captured:
                 import tandem.torch
                 m, loss_fn, make_batch = bc.build_model(model, self.small)
                 batches = bc.make_batches(make_batch, 4)
@@ -190,11 +250,9 @@ class Worker:
                 if hasattr(lowered, "values"):
                     lowered.values = {}  # PyTorch's value of every intermediate, kept for debugging only
                 self.captured[model] = (capture, lowered, batches)
-            hints = {"device": self.device}
-            if cmd.get("priority"):
-                hints["priority"] = int(cmd["priority"])
-            self.runner = TandemRunner(self.captured[model], cmd["endpoint"], f"{model}-{self.slot}", hints)
-            info["registration"] = self.runner.job.registration
+            if folder is None:
+                self.runner = TandemRunner(self.captured[model], cmd["endpoint"], f"{model}-{self.slot}", hints)
+                info["registration"] = self.runner.job.registration
         for _ in range(2):  # first iterations: lazy initialization, cuDNN/cuBLAS handles
             self.runner.submit().wait()
         info["prepare_s"] = round(time.perf_counter() - start, 3)
@@ -280,7 +338,7 @@ class Worker:
         self.emit(stopped)
 
     def release(self):
-        if isinstance(self.runner, TandemRunner):
+        if isinstance(self.runner, (TandemRunner, SpecRunner)):
             try:
                 self.runner.close()
             except Exception as e:  # the daemon may be gone already

@@ -42,8 +42,18 @@ def spec_path(spec_dir, model, small):
 def save_job_spec(spec_dir, model, small, batch_count=2):
     """Captures `model`'s training step (SGD with momentum, the reference sizes or tiny) and saves it as a spec
     folder; returns (folder, capture seconds, or None when it was cached)."""
-    import tandem.torch
+    import fcntl
     folder = spec_path(spec_dir, model, small)
+    os.makedirs(spec_dir, exist_ok=True)
+    # Processes of one run (pair and QoS workers side by side) capture a model once: the first holds the lock
+    # while it captures, the others then find its folder.
+    with open(f"{folder}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _save_job_spec_locked(folder, model, small, batch_count)
+
+
+def _save_job_spec_locked(folder, model, small, batch_count):
+    import tandem.torch
     meta_file = os.path.join(folder, "meta.json")
     if os.path.exists(meta_file):
         with open(meta_file) as f:
