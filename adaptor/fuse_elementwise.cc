@@ -31,6 +31,7 @@ std::optional<FusedOpcode> OpcodeOf(absl::string_view op) {
       {"add.Scalar", FusedOpcode::kAddScalar},  {"sub.Scalar", FusedOpcode::kSubScalar},
       {"mul.Scalar", FusedOpcode::kMulScalar},  {"div.Scalar", FusedOpcode::kDivScalar},
       {"neg", FusedOpcode::kNeg},               {"sqrt", FusedOpcode::kSqrt},
+      {"maximum", FusedOpcode::kMaximum},       {"minimum", FusedOpcode::kMinimum},
   };
   auto it = opcodes->find(op);
   if (it == opcodes->end()) return std::nullopt;
@@ -38,7 +39,21 @@ std::optional<FusedOpcode> OpcodeOf(absl::string_view op) {
 }
 
 bool ReadsRegister(FusedOpcode op) {
-  return op == FusedOpcode::kAdd || op == FusedOpcode::kSub || op == FusedOpcode::kMul || op == FusedOpcode::kDiv;
+  return op == FusedOpcode::kAdd || op == FusedOpcode::kSub || op == FusedOpcode::kMul || op == FusedOpcode::kDiv ||
+         op == FusedOpcode::kMaximum || op == FusedOpcode::kMinimum;
+}
+
+bool IsHalfDType(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::kFloat16; }
+
+// Whether a fused program of output type `out` can read `in`: of `out`'s
+// type, or rank 0 of its dtype, or (16-bit `out` of rank > 0, whose fused
+// node has an input of rank > 0 that fixes its dtype) rank 0 of any float
+// dtype, converted as the unfused op converts it.
+bool FusableInput(const TensorType& in, const TensorType& out) {
+  if (in == out) return true;
+  if (in.rank() != 0) return false;
+  if (in.dtype == out.dtype) return true;
+  return IsHalfDType(out.dtype) && out.rank() > 0 && IsFloating(in.dtype);
 }
 bool HasAlpha(FusedOpcode op) {
   return op == FusedOpcode::kAdd || op == FusedOpcode::kSub || op == FusedOpcode::kAddScalar ||
@@ -54,10 +69,9 @@ std::optional<Candidate> AsCandidate(const Graph& g, const Node& node) {
   if (!op.has_value() || node.outputs.size() != 1) return std::nullopt;
   if (node.inputs.size() != (ReadsRegister(*op) ? 2u : 1u)) return std::nullopt;
   const TensorType& out = g.values[node.outputs[0]].type;
-  if (out.dtype != DType::kFloat32 && out.dtype != DType::kFloat64) return std::nullopt;
+  if (out.dtype != DType::kFloat32 && out.dtype != DType::kFloat64 && !IsHalfDType(out.dtype)) return std::nullopt;
   for (int v : node.inputs) {
-    const TensorType& in = g.values[v].type;
-    if (!(in == out) && !(in.rank() == 0 && in.dtype == out.dtype)) return std::nullopt;
+    if (!FusableInput(g.values[v].type, out)) return std::nullopt;
   }
   Candidate c{*op};
   if (HasAlpha(*op)) {
@@ -129,15 +143,19 @@ class Fuser {
     std::vector<int> part_of(num_nodes, -1);  // index into parts_
     for (const std::vector<int>& group : groups) {
       if (group.size() < 2) continue;
-      std::vector<int> part;
-      for (int i : group) {
-        if (!part.empty() && !CanExtend(part, i)) {
-          ClosePart(part, part_of);
-          part.clear();
+      size_t next = 0;
+      while (next < group.size()) {
+        std::vector<int> part = {group[next]};
+        while (next + part.size() < group.size() && CanExtend(part, group[next + part.size()])) {
+          part.push_back(group[next + part.size()]);
         }
-        part.push_back(i);
+        // A value read only by later members is no output, so the output
+        // count can fall as a part grows (an optimizer step's intermediate
+        // values): the part is the longest prefix within the limit.
+        while (part.size() > 1 && static_cast<int>(Outputs(part).size()) > kFusedMaxOutputs) part.pop_back();
+        ClosePart(part, part_of);
+        next += part.size();
       }
-      ClosePart(part, part_of);
     }
     if (parts_.empty()) return;
 
@@ -181,9 +199,11 @@ class Fuser {
     return inputs;
   }
 
-  // Whether node `next` (after every member) may join `part`: the limits
-  // hold, and no node outside the extended part that comes before `next`
-  // reads a value of the part (the fused node will sit at `next`).
+  // Whether node `next` (after every member) may join `part`: the
+  // instruction and input limits hold (both only grow with the part), and
+  // no node outside the extended part that comes before `next` reads a
+  // value of the part (the fused node will sit at `next`). The output limit
+  // is the caller's.
   bool CanExtend(const std::vector<int>& part, int next) const {
     if (static_cast<int>(part.size()) + 1 > kFusedMaxInstructions) return false;
     std::vector<int> extended = part;
@@ -193,8 +213,7 @@ class Fuser {
         if (r < next && !std::binary_search(part.begin(), part.end(), r)) return false;
       }
     }
-    return static_cast<int>(Inputs(extended).size()) <= kFusedMaxInputs &&
-           static_cast<int>(Outputs(extended).size()) <= kFusedMaxOutputs;
+    return static_cast<int>(Inputs(extended).size()) <= kFusedMaxInputs;
   }
 
   void ClosePart(const std::vector<int>& part, std::vector<int>& part_of) {

@@ -1,8 +1,14 @@
 // FuseElementwise: which nodes fuse, what is left alone, that the fused
 // graph stays valid (BuildGraph accepts it), and that it computes exactly
-// (bit for bit) what the unfused one does on the CPU backend.
+// (bit for bit) what the unfused one does on the CPU backend — float32,
+// float64, and bfloat16 / float16 chains (optimizer steps of 16-bit models
+// with float32 step sizes; random graphs on fresh random data, the seed
+// printed).
 #include "adaptor/fuse_elementwise.h"
 
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
@@ -11,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "adaptor/cpu/cpu_program.h"
+#include "adaptor/cpu/half.h"
 #include "adaptor/graph_builder.h"
 #include "adaptor/wire_graph_test_util.h"
 #include "adaptor/ops/fused_program.h"
@@ -49,6 +56,9 @@ std::string RandomBytes(v1::DType dtype, int64_t n, std::mt19937_64& rng, double
     if (dtype == v1::FLOAT32) {
       const float f = static_cast<float>(v);
       bytes.append(reinterpret_cast<const char*>(&f), sizeof f);
+    } else if (dtype == v1::BFLOAT16 || dtype == v1::FLOAT16) {
+      const uint16_t h = dtype == v1::BFLOAT16 ? BFloat16(v).bits : Float16(v).bits;
+      bytes.append(reinterpret_cast<const char*>(&h), sizeof h);
     } else {
       bytes.append(reinterpret_cast<const char*>(&v), sizeof v);
     }
@@ -364,6 +374,220 @@ TEST(FuseElementwiseTest, RandomGraphsStayValidAndExact) {
         continue;
       } else {
         // A rank-0 chain member: lr-derived numbers.
+        AddNode(g, pick(binary), {pick(rank0), pick(rank0)}, out);
+        rank0.push_back(out);
+        continue;
+      }
+      full.push_back(out);
+    }
+    for (const std::string& v : full) {
+      if (v[0] == 'v' && std::uniform_int_distribution<int>(0, 3)(rng) == 0) g.add_fetches(v);
+    }
+    g.add_fetches(full.back());
+    AddUpdate(g, "p", full.back() == "p" ? "f0" : full.back());
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << "\n" << g.DebugString());
+    const v1::Graph fused = FuseAndCompare(g, persistent, rng, 2);
+    for (const v1::Node& node : fused.nodes()) fused_nodes += node.op() == kFusedElementwiseOp;
+    if (HasFatalFailure() || HasNonfatalFailure()) break;
+  }
+  EXPECT_GT(fused_nodes, 20);  // the generator does make fusable chains
+}
+
+// ---- 16-bit chains ----
+
+// A seed per process (TANDEM_TEST_SEED replays one), printed.
+uint64_t FreshSeed() {
+  static const uint64_t seed = [] {
+    const char* fixed = std::getenv("TANDEM_TEST_SEED");
+    const uint64_t s = fixed != nullptr ? std::strtoull(fixed, nullptr, 10) : std::random_device{}();
+    std::printf("fuse_elementwise_test 16-bit seed: %llu (TANDEM_TEST_SEED replays it)\n",
+                static_cast<unsigned long long>(s));
+    return s;
+  }();
+  return seed;
+}
+
+const std::vector<v1::DType> kHalfTypes = {v1::BFLOAT16, v1::FLOAT16};
+
+struct AdamOptions {
+  bool lerp_form = false;  // torch >= 2.0's exp_avg update (optim.py)
+  bool decoupled_decay = false;  // AdamW: p * (1 - lr * weight_decay), a rank-0 feed
+  bool amsgrad = false;
+};
+
+// One parameter's Adam / AdamW step as the PyTorch adaptor lowers it
+// (adaptor/pytorch/tandem/torch/optim.py): state `w_m`, `w_v` (and
+// `w_vmax`), float32 rank-0 feeds `step_size`, `bc2_sqrt` and `decay`.
+void AddAdamStep(v1::Graph& g, const std::string& w, const AdamOptions& o) {
+  const double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  std::string p = w;
+  if (o.decoupled_decay) {
+    AddNode(g, "mul.Tensor", {w, "decay"}, w + "_decayed");
+    p = w + "_decayed";
+  }
+  if (o.lerp_form) {
+    AddNode(g, "sub.Tensor", {w + "_grad", w + "_m"}, w + "_diff");
+    WithFloat(AddNode(g, "mul.Scalar", {w + "_diff"}, w + "_step_m"), "other", 1 - beta1);
+    AddNode(g, "add.Tensor", {w + "_m", w + "_step_m"}, w + "_m_new");
+  } else {
+    WithFloat(AddNode(g, "mul.Scalar", {w + "_m"}, w + "_m_scaled"), "other", beta1);
+    WithFloat(AddNode(g, "add.Tensor", {w + "_m_scaled", w + "_grad"}, w + "_m_new"), "alpha", 1 - beta1);
+  }
+  WithFloat(AddNode(g, "mul.Scalar", {w + "_v"}, w + "_v_scaled"), "other", beta2);
+  WithFloat(AddNode(g, "mul.Scalar", {w + "_grad"}, w + "_g_scaled"), "other", 1 - beta2);
+  AddNode(g, "mul.Tensor", {w + "_g_scaled", w + "_grad"}, w + "_g2");
+  AddNode(g, "add.Tensor", {w + "_v_scaled", w + "_g2"}, w + "_v_new");
+  std::string second = w + "_v_new";
+  if (o.amsgrad) {
+    AddNode(g, "maximum", {w + "_vmax", w + "_v_new"}, w + "_vmax_new");
+    second = w + "_vmax_new";
+    AddUpdate(g, w + "_vmax", second);
+  }
+  AddNode(g, "sqrt", {second}, w + "_root");
+  AddNode(g, "div.Tensor", {w + "_root", "bc2_sqrt"}, w + "_root_scaled");
+  WithFloat(AddNode(g, "add.Scalar", {w + "_root_scaled"}, w + "_denom"), "other", eps);
+  AddNode(g, "mul.Tensor", {"step_size", w + "_m_new"}, w + "_step");
+  AddNode(g, "div.Tensor", {w + "_step", w + "_denom"}, w + "_update");
+  AddNode(g, "sub.Tensor", {p, w + "_update"}, w + "_new");
+  AddUpdate(g, w + "_m", w + "_m_new");
+  AddUpdate(g, w + "_v", w + "_v_new");
+  AddUpdate(g, w, w + "_new");
+}
+
+// Persistent `name` of `shape` with values in [lo, hi).
+void AddPersistentIn(Persistent& persistent, const std::string& name, v1::DType dtype, const Shape& shape,
+                     std::mt19937_64& rng, double lo, double hi) {
+  v1::Tensor* t = persistent.Add();
+  AddSpec(t->mutable_spec(), name, dtype, shape);
+  t->set_data(RandomBytes(dtype, NumElements(shape), rng, lo, hi));
+}
+
+// A 16-bit model's optimizer step (SGD with momentum, and every form of
+// Adam the adaptor lowers) fuses into one node per parameter, reading the
+// float32 step sizes as rank-0 inputs, and the fused graph computes the
+// same bits as the unfused one.
+TEST(FuseElementwiseTest, SixteenBitOptimizerStepsFuseIntoOneNodePerParameter) {
+  std::mt19937_64 rng(FreshSeed());
+  const std::vector<std::pair<std::string, Shape>> params = {{"w1", {5, 7}}, {"w2", {300}}};
+  for (v1::DType dtype : kHalfTypes) {
+    SCOPED_TRACE(v1::DType_Name(dtype));
+    {
+      SCOPED_TRACE("sgd");
+      v1::Graph g;
+      Persistent persistent;
+      AddSpec(g.add_feeds(), "lr", v1::FLOAT32, {});
+      for (const auto& [w, shape] : params) {
+        AddPersistent(persistent, w, dtype, shape, rng);
+        AddPersistent(persistent, w + "_buf", dtype, shape, rng);
+        AddSpec(g.add_feeds(), w + "_grad", dtype, shape);
+        AddSgdStep(g, w);
+      }
+      const v1::Graph fused = FuseAndCompare(g, persistent, rng, 3, 0.01, 0.3);
+      EXPECT_THAT(Ops(fused), ElementsAre(kFusedElementwiseOp, kFusedElementwiseOp));
+      const v1::Node* node = Producer(fused, "w1_new");
+      ASSERT_NE(node, nullptr);
+      EXPECT_EQ(InputsOf(node), (Names{"w1_buf", "w1_grad", "lr", "w1"}));
+      EXPECT_EQ(OutputsOf(node), (Names{"w1_buf_new", "w1_new"}));
+    }
+    for (int form = 0; form < 4; ++form) {
+      const AdamOptions options{form % 2 == 1, form >= 2, form == 3};
+      SCOPED_TRACE(::testing::Message() << "adam lerp=" << options.lerp_form
+                                        << " decoupled_decay=" << options.decoupled_decay
+                                        << " amsgrad=" << options.amsgrad);
+      v1::Graph g;
+      Persistent persistent;
+      for (const char* scalar : {"step_size", "bc2_sqrt", "decay"}) AddSpec(g.add_feeds(), scalar, v1::FLOAT32, {});
+      for (const auto& [w, shape] : params) {
+        AddPersistent(persistent, w, dtype, shape, rng);
+        AddPersistent(persistent, w + "_m", dtype, shape, rng);
+        AddPersistentIn(persistent, w + "_v", dtype, shape, rng, 0.0, 0.1);
+        if (options.amsgrad) AddPersistentIn(persistent, w + "_vmax", dtype, shape, rng, 0.0, 0.1);
+        AddSpec(g.add_feeds(), w + "_grad", dtype, shape);
+        AddAdamStep(g, w, options);
+      }
+      // Step sizes and gradients of a real step's magnitude: positive
+      // feeds in [0.01, 0.3) (bc2_sqrt, decay: positive too).
+      const v1::Graph fused = FuseAndCompare(g, persistent, rng, 3, 0.01, 0.3);
+      EXPECT_THAT(Ops(fused), ElementsAre(kFusedElementwiseOp, kFusedElementwiseOp));
+      const v1::Node* node = Producer(fused, "w2_new");
+      ASSERT_NE(node, nullptr);
+      Names outputs = {"w2_m_new", "w2_v_new"};
+      if (options.amsgrad) outputs.push_back("w2_vmax_new");
+      outputs.push_back("w2_new");
+      EXPECT_EQ(OutputsOf(node), outputs);
+      EXPECT_EQ(node->inputs_size(), 5 + (options.decoupled_decay ? 1 : 0) + (options.amsgrad ? 1 : 0) + 1);
+      for (const v1::TensorSpec& spec : node->declared_outputs()) EXPECT_EQ(spec.dtype(), dtype) << spec.name();
+    }
+  }
+}
+
+// Rank-0 values of a 16-bit type fuse only with inputs of that very type
+// (a rank-0 fused node has no shaped input to fix its dtype); a float32
+// chain never takes a 16-bit rank-0 input.
+TEST(FuseElementwiseTest, SixteenBitDTypeMixesThatStayUnfused) {
+  std::mt19937_64 rng(FreshSeed());
+  v1::Graph g;
+  AddSpec(g.add_feeds(), "h", v1::BFLOAT16, {});
+  AddSpec(g.add_feeds(), "f16", v1::FLOAT16, {});
+  AddNode(g, "add.Tensor", {"h", "f16"}, "a");  // bfloat16[] from a float16[] operand
+  AddNode(g, "neg", {"a"}, "b");
+  AddSpec(g.add_feeds(), "x", v1::FLOAT32, {6});
+  AddNode(g, "mul.Tensor", {"x", "h"}, "c");  // float32 from a bfloat16 rank-0 operand
+  AddNode(g, "neg", {"c"}, "d");
+  AddNode(g, "neg", {"h"}, "e");  // a bfloat16[] chain of bfloat16[] inputs does fuse
+  AddNode(g, "mul.Tensor", {"e", "h"}, "f");
+  for (const char* fetch : {"b", "d", "f"}) g.add_fetches(fetch);
+  const v1::Graph fused = FuseAndCompare(g, {}, rng);
+  EXPECT_THAT(Ops(fused), ElementsAre("add.Tensor", "neg", "mul.Tensor", "neg", kFusedElementwiseOp));
+}
+
+// Random 16-bit graphs of fusable and non-fusable nodes over one shape,
+// with rank-0 operands of the 16-bit type, float32 and float64, maximum and
+// minimum, NaN from sqrt of negatives, and random fetches: the fused graph
+// must build and give the unfused graph's bits.
+TEST(FuseElementwiseTest, RandomSixteenBitGraphsStayValidAndExact) {
+  std::mt19937_64 rng(FreshSeed());
+  const std::vector<std::string> binary = {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "maximum",
+                                           "minimum"};
+  const std::vector<std::string> scalar = {"add.Scalar", "sub.Scalar", "mul.Scalar", "div.Scalar"};
+  int fused_nodes = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const v1::DType dtype = kHalfTypes[trial % 2];
+    v1::Graph g;
+    Persistent persistent;
+    std::vector<std::string> full = {"p", "f0", "f1"};
+    std::vector<std::string> rank0 = {"lr32", "lr64", "h"};
+    AddPersistent(persistent, "p", dtype, {3, 41}, rng);
+    AddSpec(g.add_feeds(), "f0", dtype, {3, 41});
+    AddSpec(g.add_feeds(), "f1", dtype, {3, 41});
+    AddSpec(g.add_feeds(), "lr32", v1::FLOAT32, {});
+    AddSpec(g.add_feeds(), "lr64", v1::FLOAT64, {});
+    AddSpec(g.add_feeds(), "h", dtype, {});
+    auto pick = [&](const std::vector<std::string>& from) {
+      return from[std::uniform_int_distribution<size_t>(0, from.size() - 1)(rng)];
+    };
+    const int num_nodes = std::uniform_int_distribution<int>(5, 45)(rng);
+    for (int i = 0; i < num_nodes; ++i) {
+      const std::string out = absl::StrCat("v", i);
+      const int kind = std::uniform_int_distribution<int>(0, 9)(rng);
+      if (kind <= 3) {
+        const bool with_rank0 = std::uniform_int_distribution<int>(0, 2)(rng) == 0;
+        const std::string a = pick(full), b = with_rank0 ? pick(rank0) : pick(full);
+        v1::Node* node = AddNode(g, pick(binary), kind % 2 ? Names{a, b} : Names{b, a}, out);
+        if ((node->op() == "add.Tensor" || node->op() == "sub.Tensor") && kind == 0) WithFloat(node, "alpha", 0.7);
+      } else if (kind <= 5) {
+        v1::Node* node = WithFloat(AddNode(g, pick(scalar), {pick(full)}, out), "other", 0.1);
+        if (node->op() == "add.Scalar" || node->op() == "sub.Scalar") WithFloat(node, "alpha", -0.3);
+      } else if (kind == 6) {
+        AddNode(g, std::uniform_int_distribution<int>(0, 1)(rng) ? "neg" : "sqrt", {pick(full)}, out);
+      } else if (kind == 7) {
+        AddNode(g, "relu", {pick(full)}, out);
+      } else if (kind == 8) {
+        AddNode(g, "sum", {pick(full)}, out);  // a 16-bit rank-0 value
+        rank0.push_back(out);
+        continue;
+      } else {
+        // Rank-0 arithmetic: float32, float64 or 16-bit by the type rule.
         AddNode(g, pick(binary), {pick(rank0), pick(rank0)}, out);
         rank0.push_back(out);
         continue;

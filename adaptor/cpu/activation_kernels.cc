@@ -2,7 +2,9 @@
 // tanh, exp, log, rsqrt, gelu, pow, the activation backwards, clamp,
 // maximum/minimum, addcmul/addcdiv, lerp and native_dropout (+ backward).
 // Math is done in the tensor's dtype, as PyTorch does; every kernel
-// tolerates output == input 0 (AliasKind::kInPlace).
+// tolerates output == input 0 (AliasKind::kInPlace). gelu, clamp,
+// maximum/minimum, addcmul/addcdiv and dropout also take bfloat16 and
+// float16 (half_kernels.h: float32 math, one rounding per result).
 #include <cmath>
 
 #include "adaptor/cpu/broadcast_map.h"
@@ -261,11 +263,11 @@ void AddActivationKernels(CpuKernelTable& table) {
   table["pow.Scalar"] = PowScalarKernel;
   table["sigmoid_backward"] = ActivationBackwardKernel<true>;
   table["tanh_backward"] = ActivationBackwardKernel<false>;
-  table["clamp"] = ClampKernel;
-  table["maximum"] = MaxMinKernel<true>;
-  table["minimum"] = MaxMinKernel<false>;
-  table["addcmul"] = AddcKernel<false>;
-  table["addcdiv"] = AddcKernel<true>;
+  table["clamp"] = WithHalfClamp<ClampKernel>;
+  table["maximum"] = WithHalfBinary<MaxMinKernel<true>>;
+  table["minimum"] = WithHalfBinary<MaxMinKernel<false>>;
+  table["addcmul"] = WithHalfBinary<AddcKernel<false>>;
+  table["addcdiv"] = WithHalfBinary<AddcKernel<true>>;
   table["lerp.Scalar"] = LerpScalarKernel;
   table["lerp.Tensor"] = LerpTensorKernel;
   table["native_dropout"] = WithHalf<NativeDropoutKernel>;

@@ -1,6 +1,7 @@
 // Reference CPU kernels of bmm and the scaled-dot-product attention ops (the
 // memory-efficient kernel's forms and the CPU flash kernel's forms, with
-// their backwards). Everything accumulates in double.
+// their backwards). Everything accumulates in double; bmm and the efficient
+// kernel's forms take bfloat16 and float16 through half_kernels.h.
 //
 // Attention, per batch entry b and query row i (E = head dim):
 //   s_ij = scale * q_i . k_j + mask_ij   (-inf where causal or a bool mask hides j)
@@ -261,8 +262,10 @@ absl::Status FlashAttentionBackwardKernel(const KernelArgs& args) {
 
 void AddAttentionKernels(CpuKernelTable& table) {
   table["bmm"] = WithHalf<BmmKernel>;
-  table["_scaled_dot_product_efficient_attention"] = EfficientAttentionKernel;
-  table["_scaled_dot_product_efficient_attention_backward"] = EfficientAttentionBackwardKernel;
+  // bfloat16 / float16: the float32 kernels on widened copies (half_kernels.h);
+  // the log-sum-exp is float32 then and passes through as it is.
+  table["_scaled_dot_product_efficient_attention"] = WithHalf<EfficientAttentionKernel>;
+  table["_scaled_dot_product_efficient_attention_backward"] = WithHalf<EfficientAttentionBackwardKernel>;
   table["_scaled_dot_product_flash_attention_for_cpu"] = FlashAttentionKernel;
   table["_scaled_dot_product_flash_attention_for_cpu_backward"] = FlashAttentionBackwardKernel;
 }

@@ -5,10 +5,15 @@
 // promotion would: to the tensor's float dtype for a float tensor; for an
 // integer (or bool) tensor, exactly in int64 when the number is an integer
 // and in float32 otherwise.
+//
+// The comparisons and where.self take bfloat16 and float16 through
+// half_kernels.h: widened to float32, with a rank-0 operand or a number
+// rounded to the 16-bit dtype they compare (or select) in first.
 #include <type_traits>
 #include <variant>
 
 #include "adaptor/cpu/broadcast_map.h"
+#include "adaptor/cpu/half_kernels.h"
 #include "adaptor/cpu/kernel_util.h"
 #include "adaptor/ops/shape_rules.h"
 #include "base/status_macros.h"
@@ -177,19 +182,19 @@ absl::Status AnyKernel(const KernelArgs& args) {
 }  // namespace
 
 void AddComparisonKernels(CpuKernelTable& table) {
-  table["eq.Tensor"] = CompareTensorKernel<Cmp::kEq>;
-  table["ne.Tensor"] = CompareTensorKernel<Cmp::kNe>;
-  table["lt.Tensor"] = CompareTensorKernel<Cmp::kLt>;
-  table["le.Tensor"] = CompareTensorKernel<Cmp::kLe>;
-  table["gt.Tensor"] = CompareTensorKernel<Cmp::kGt>;
-  table["ge.Tensor"] = CompareTensorKernel<Cmp::kGe>;
-  table["eq.Scalar"] = CompareScalarKernel<Cmp::kEq>;
-  table["ne.Scalar"] = CompareScalarKernel<Cmp::kNe>;
-  table["lt.Scalar"] = CompareScalarKernel<Cmp::kLt>;
-  table["le.Scalar"] = CompareScalarKernel<Cmp::kLe>;
-  table["gt.Scalar"] = CompareScalarKernel<Cmp::kGt>;
-  table["ge.Scalar"] = CompareScalarKernel<Cmp::kGe>;
-  table["where.self"] = WhereKernel;
+  table["eq.Tensor"] = WithHalfComparison<CompareTensorKernel<Cmp::kEq>>;
+  table["ne.Tensor"] = WithHalfComparison<CompareTensorKernel<Cmp::kNe>>;
+  table["lt.Tensor"] = WithHalfComparison<CompareTensorKernel<Cmp::kLt>>;
+  table["le.Tensor"] = WithHalfComparison<CompareTensorKernel<Cmp::kLe>>;
+  table["gt.Tensor"] = WithHalfComparison<CompareTensorKernel<Cmp::kGt>>;
+  table["ge.Tensor"] = WithHalfComparison<CompareTensorKernel<Cmp::kGe>>;
+  table["eq.Scalar"] = WithHalfComparisonScalar<CompareScalarKernel<Cmp::kEq>>;
+  table["ne.Scalar"] = WithHalfComparisonScalar<CompareScalarKernel<Cmp::kNe>>;
+  table["lt.Scalar"] = WithHalfComparisonScalar<CompareScalarKernel<Cmp::kLt>>;
+  table["le.Scalar"] = WithHalfComparisonScalar<CompareScalarKernel<Cmp::kLe>>;
+  table["gt.Scalar"] = WithHalfComparisonScalar<CompareScalarKernel<Cmp::kGt>>;
+  table["ge.Scalar"] = WithHalfComparisonScalar<CompareScalarKernel<Cmp::kGe>>;
+  table["where.self"] = WithHalfWhere<WhereKernel>;
   table["masked_fill.Scalar"] = MaskedFillKernel<false>;
   table["masked_fill.Tensor"] = MaskedFillKernel<true>;
   table["logical_not"] = LogicalNotKernel;

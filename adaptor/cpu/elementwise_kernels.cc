@@ -215,7 +215,7 @@ void AddElementwiseKernels(CpuKernelTable& table) {
   table["div.Scalar"] = WithHalfScalarOther<ArithScalarKernel<Arith::kDiv>>;
   table["neg"] = WithHalf<NegKernel>;
   table["relu"] = WithHalf<ReluKernel>;
-  table["sqrt"] = SqrtKernel;
+  table["sqrt"] = WithHalf<SqrtKernel>;
   table["threshold_backward"] = WithHalf<ThresholdBackwardKernel>;
   table["copy"] = CopyKernel;
   table["_to_copy"] = ToCopyKernel;

@@ -15,6 +15,7 @@
 #define TANDEM_ADAPTOR_CPU_HALF_KERNELS_H_
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "absl/status/status.h"
 #include "adaptor/cpu/cpu_kernels.h"
@@ -91,6 +92,54 @@ To ConvertAny(From value) {
   } else {
     return Convert<To>(value);
   }
+}
+
+// ---- comparisons, where and number-bounded ops (half_elementwise_kernels.cc) ----
+
+// RunWidened for an op whose operands (the inputs from `first_operand` on)
+// are combined in the dtype `compute` by the binary type rule: when
+// `compute` is 16-bit, a rank-0 operand of another dtype is first rounded to
+// it, as PyTorch converts such an operand to the common dtype. Inputs before
+// `first_operand` (where's bool condition) pass as they are.
+absl::Status RunWidenedOperands(const KernelArgs& args, CpuKernelFn kernel, DType compute, int first_operand);
+
+// RunWidened with the number attributes `names` that are present (clamp's
+// min and max, a .Scalar comparison's other) first rounded to the 16-bit
+// dtype of input 0, as PyTorch converts them to the tensor's dtype.
+absl::Status RunWidenedRoundingNumbers(const KernelArgs& args, CpuKernelFn kernel,
+                                       std::initializer_list<const char*> names);
+
+// The dtype a comparison of `a` and `b` computes in: theirs when equal, else
+// the one that is not rank 0 (of two rank-0 operands, the float, then the
+// wider one), as the comparison kernels choose it.
+DType ComparisonDType(const TensorType& a, const TensorType& b);
+
+// where.self(condition, self, other): self and other in the output's dtype.
+template <CpuKernelFn kKernel>
+absl::Status WithHalfWhere(const KernelArgs& args) {
+  if (!HasHalfTensor(args)) return kKernel(args);
+  return RunWidenedOperands(args, kKernel, args.outputs[0].type.dtype, /*first_operand=*/1);
+}
+
+// The .Tensor comparisons (bool results): both operands in ComparisonDType.
+template <CpuKernelFn kKernel>
+absl::Status WithHalfComparison(const KernelArgs& args) {
+  if (!HasHalfTensor(args)) return kKernel(args);
+  return RunWidenedOperands(args, kKernel, ComparisonDType(args.inputs[0].type, args.inputs[1].type), 0);
+}
+
+// The .Scalar comparisons: `other` rounded to the 16-bit tensor's dtype.
+template <CpuKernelFn kKernel>
+absl::Status WithHalfComparisonScalar(const KernelArgs& args) {
+  if (!HasHalfTensor(args)) return kKernel(args);
+  return RunWidenedRoundingNumbers(args, kKernel, {"other"});
+}
+
+// clamp: `min` and `max` rounded to the 16-bit tensor's dtype.
+template <CpuKernelFn kKernel>
+absl::Status WithHalfClamp(const KernelArgs& args) {
+  if (!HasHalfTensor(args)) return kKernel(args);
+  return RunWidenedRoundingNumbers(args, kKernel, {"min", "max"});
 }
 
 }  // namespace tandem::cpu

@@ -4,7 +4,9 @@
 //
 // Indices are data: every one is checked before anything is read or
 // written, and a bad one fails the kernel with INVALID_ARGUMENT naming the
-// op, the position and the value. Gradient sums (embedding_dense_backward)
+// op, the position and the value, in the same words for either index dtype
+// (int64 or int32: the kernels read an index tensor as its own type I,
+// dispatched per tensor). Gradient sums (embedding_dense_backward)
 // accumulate in double; index_put with accumulate adds in order, in the
 // tensor's dtype, as PyTorch's CPU kernel does.
 #include <algorithm>
@@ -26,10 +28,12 @@ absl::Status BadIndex(const KernelArgs& args, absl::string_view input, int64_t p
                                                  ", outside [0, ", size, ") (", what, ")"));
 }
 
-// Every index of `index` is in [0, size) (or, with `wrap`, in [-size, size)).
+// Every index of `index` (elements of type I) is in [0, size) (or, with
+// `wrap`, in [-size, size)).
+template <typename I>
 absl::Status CheckIndices(const KernelArgs& args, const TensorArg& index, absl::string_view input, int64_t size,
                           absl::string_view what, bool wrap = false) {
-  const int64_t* p = index.as<const int64_t>();
+  const I* p = index.as<const I>();
   for (int64_t i = 0; i < index.numel(); ++i) {
     const int64_t v = p[i];
     if (v >= size || v < (wrap ? -size : 0)) {
@@ -60,13 +64,18 @@ absl::Status EmbeddingKernel(const KernelArgs& args) {
   const TensorArg& indices = args.inputs[1];
   const int64_t rows = weight.type.shape[0];
   const int64_t width = weight.type.shape[1];
-  RETURN_IF_ERROR(CheckIndices(args, indices, "indices", rows, "the rows of weight"));
-  const int64_t* idx = indices.as<const int64_t>();
   const size_t row_bytes = static_cast<size_t>(width) * DTypeSize(weight.type.dtype);
   const auto* w = static_cast<const uint8_t*>(weight.data);
   auto* out = static_cast<uint8_t*>(args.outputs[0].data);
-  for (int64_t n = 0; n < indices.numel(); ++n) std::memcpy(out + n * row_bytes, w + idx[n] * row_bytes, row_bytes);
-  return absl::OkStatus();
+  return DispatchIndex(args, indices.type.dtype, [&](auto index_tag) {
+    using I = decltype(index_tag);
+    RETURN_IF_ERROR(CheckIndices<I>(args, indices, "indices", rows, "the rows of weight"));
+    const I* idx = indices.as<const I>();
+    for (int64_t n = 0; n < indices.numel(); ++n) {
+      std::memcpy(out + n * row_bytes, w + static_cast<int64_t>(idx[n]) * row_bytes, row_bytes);
+    }
+    return absl::OkStatus();
+  });
 }
 
 // grad_weight[v] = sum of grad_output rows whose index is v (padding_idx's
@@ -78,9 +87,15 @@ absl::Status EmbeddingBackwardKernel(const KernelArgs& args) {
   ASSIGN_OR_RETURN(int64_t padding_idx, args.node->attrs.GetInt("padding_idx", -1));
   const int64_t rows = out.type.shape[0];
   const int64_t width = out.type.shape[1];
-  RETURN_IF_ERROR(CheckIndices(args, indices, "indices", rows, "num_weights"));
-  const int64_t* idx = indices.as<const int64_t>();
-  std::vector<int64_t> order(static_cast<size_t>(indices.numel()));
+  // The ids as int64, checked.
+  std::vector<int64_t> idx(static_cast<size_t>(indices.numel()));
+  RETURN_IF_ERROR(DispatchIndex(args, indices.type.dtype, [&](auto index_tag) {
+    using I = decltype(index_tag);
+    RETURN_IF_ERROR(CheckIndices<I>(args, indices, "indices", rows, "num_weights"));
+    std::copy_n(indices.as<const I>(), idx.size(), idx.begin());
+    return absl::OkStatus();
+  }));
+  std::vector<int64_t> order(idx.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return idx[a] < idx[b]; });
   return DispatchFloat(args, out.type.dtype, [&](auto tag) {
@@ -121,16 +136,21 @@ absl::Status GatherKernel(const KernelArgs& args) {
   ASSIGN_OR_RETURN(int64_t dim_attr, args.node->attrs.GetInt("dim"));
   ASSIGN_OR_RETURN(int dim, NormalizeDim(dim_attr, self.type.rank()));
   const int64_t size = self.type.rank() == 0 ? 1 : self.type.shape[dim];
-  RETURN_IF_ERROR(CheckIndices(args, index, "index", size, "the size of self's dim"));
   const int64_t dim_stride = self.type.rank() == 0 ? 0 : ContiguousStrides(self.type.shape)[dim];
-  const int64_t* idx = index.as<const int64_t>();
-  return DispatchBytes(args, self.type.dtype, [&](auto tag) {
-    using E = decltype(tag);
-    const E* x = self.as<const E>();
-    E* y = out.as<E>();
-    ForEachIndex<1>(index.type.shape, {StridesWithoutDim(self.type.shape, dim)},
-                    [&](int64_t i, const std::array<int64_t, 1>& off) { y[i] = x[off[0] + idx[i] * dim_stride]; });
-    return absl::OkStatus();
+  return DispatchIndex(args, index.type.dtype, [&](auto index_tag) {
+    using I = decltype(index_tag);
+    RETURN_IF_ERROR(CheckIndices<I>(args, index, "index", size, "the size of self's dim"));
+    const I* idx = index.as<const I>();
+    return DispatchBytes(args, self.type.dtype, [&](auto tag) {
+      using E = decltype(tag);
+      const E* x = self.as<const E>();
+      E* y = out.as<E>();
+      ForEachIndex<1>(index.type.shape, {StridesWithoutDim(self.type.shape, dim)},
+                      [&](int64_t i, const std::array<int64_t, 1>& off) {
+                        y[i] = x[off[0] + static_cast<int64_t>(idx[i]) * dim_stride];
+                      });
+      return absl::OkStatus();
+    });
   });
 }
 
@@ -143,26 +163,29 @@ absl::Status ScatterKernel(const KernelArgs& args) {
   ASSIGN_OR_RETURN(int64_t dim_attr, args.node->attrs.GetInt("dim"));
   ASSIGN_OR_RETURN(int dim, NormalizeDim(dim_attr, self.type.rank()));
   const int64_t size = self.type.rank() == 0 ? 1 : self.type.shape[dim];
-  RETURN_IF_ERROR(CheckIndices(args, index, "index", size, "the size of self's dim"));
   double value = 0.0;
   if constexpr (!kSrc) {
     ASSIGN_OR_RETURN(value, args.node->attrs.GetFloat("value"));
   }
-  if (out.data != self.data) std::memmove(out.data, self.data, out.type.bytes());
   const int64_t dim_stride = self.type.rank() == 0 ? 0 : ContiguousStrides(self.type.shape)[dim];
-  const int64_t* idx = index.as<const int64_t>();
-  return DispatchStorable(args, self.type.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    T* y = out.as<T>();
-    const T fill = Convert<T>(value);
-    const T* src = kSrc ? args.inputs[2].as<const T>() : nullptr;
-    const std::vector<int64_t> src_strides =
-        kSrc ? ContiguousStrides(args.inputs[2].type.shape) : std::vector<int64_t>(index.type.rank(), 0);
-    ForEachIndex<2>(index.type.shape, {StridesWithoutDim(self.type.shape, dim), src_strides},
-                    [&](int64_t i, const std::array<int64_t, 2>& off) {
-                      y[off[0] + idx[i] * dim_stride] = kSrc ? src[off[1]] : fill;
-                    });
-    return absl::OkStatus();
+  return DispatchIndex(args, index.type.dtype, [&](auto index_tag) {
+    using I = decltype(index_tag);
+    RETURN_IF_ERROR(CheckIndices<I>(args, index, "index", size, "the size of self's dim"));
+    if (out.data != self.data) std::memmove(out.data, self.data, out.type.bytes());
+    const I* idx = index.as<const I>();
+    return DispatchStorable(args, self.type.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      T* y = out.as<T>();
+      const T fill = Convert<T>(value);
+      const T* src = kSrc ? args.inputs[2].as<const T>() : nullptr;
+      const std::vector<int64_t> src_strides =
+          kSrc ? ContiguousStrides(args.inputs[2].type.shape) : std::vector<int64_t>(index.type.rank(), 0);
+      ForEachIndex<2>(index.type.shape, {StridesWithoutDim(self.type.shape, dim), src_strides},
+                      [&](int64_t i, const std::array<int64_t, 2>& off) {
+                        y[off[0] + static_cast<int64_t>(idx[i]) * dim_stride] = kSrc ? src[off[1]] : fill;
+                      });
+      return absl::OkStatus();
+    });
   });
 }
 
@@ -172,22 +195,26 @@ absl::Status IndexSelectKernel(const KernelArgs& args) {
   ASSIGN_OR_RETURN(int64_t dim_attr, args.node->attrs.GetInt("dim"));
   ASSIGN_OR_RETURN(int dim, NormalizeDim(dim_attr, self.type.rank()));
   const DimSplit split = SplitAtDim(self.type.shape, dim);
-  RETURN_IF_ERROR(CheckIndices(args, index, "index", split.size, "the size of self's dim"));
-  const int64_t* idx = index.as<const int64_t>();
   const int64_t n = index.numel();
   const size_t chunk = static_cast<size_t>(split.inner) * DTypeSize(self.type.dtype);
   const auto* x = static_cast<const uint8_t*>(self.data);
   auto* y = static_cast<uint8_t*>(args.outputs[0].data);
-  for (int64_t o = 0; o < split.outer; ++o) {
-    for (int64_t j = 0; j < n; ++j) {
-      std::memcpy(y + (o * n + j) * chunk, x + (o * split.size + idx[j]) * chunk, chunk);
+  return DispatchIndex(args, index.type.dtype, [&](auto index_tag) {
+    using I = decltype(index_tag);
+    RETURN_IF_ERROR(CheckIndices<I>(args, index, "index", split.size, "the size of self's dim"));
+    const I* idx = index.as<const I>();
+    for (int64_t o = 0; o < split.outer; ++o) {
+      for (int64_t j = 0; j < n; ++j) {
+        std::memcpy(y + (o * n + j) * chunk, x + (o * split.size + static_cast<int64_t>(idx[j])) * chunk, chunk);
+      }
     }
-  }
-  return absl::OkStatus();
+    return absl::OkStatus();
+  });
 }
 
 // out = self; out[i_0[b], ..., i_{k-1}[b], :] (+)= values[b, :] over the
-// broadcast index shape B. Negative indices count from the end.
+// broadcast index shape B. Negative indices count from the end. Each index
+// tensor has its own dtype (int64 or int32).
 absl::Status IndexPutKernel(const KernelArgs& args) {
   const TensorArg& self = args.inputs[0];
   const TensorArg& values = args.inputs.back();
@@ -198,8 +225,10 @@ absl::Status IndexPutKernel(const KernelArgs& args) {
   Shape index_shape;
   for (int j = 0; j < k; ++j) {
     const TensorArg& index = args.inputs[1 + j];
-    RETURN_IF_ERROR(CheckIndices(args, index, absl::StrCat("indices[", j, "]"), shape[j],
-                                 absl::StrCat("the size of self's dim ", j), /*wrap=*/true));
+    RETURN_IF_ERROR(DispatchIndex(args, index.type.dtype, [&](auto index_tag) {
+      return CheckIndices<decltype(index_tag)>(args, index, absl::StrCat("indices[", j, "]"), shape[j],
+                                               absl::StrCat("the size of self's dim ", j), /*wrap=*/true);
+    }));
     ASSIGN_OR_RETURN(index_shape, BroadcastShapes(index_shape, index.type.shape));
   }
   const std::vector<int64_t> self_strides = ContiguousStrides(shape);
@@ -207,12 +236,15 @@ absl::Status IndexPutKernel(const KernelArgs& args) {
   std::vector<int64_t> base(static_cast<size_t>(NumElements(index_shape)), 0);
   for (int j = 0; j < k; ++j) {
     const TensorArg& index = args.inputs[1 + j];
-    const int64_t* p = index.as<const int64_t>();
-    ForEachIndex<1>(index_shape, {BroadcastStrides(index.type.shape, index_shape)},
-                    [&](int64_t b, const std::array<int64_t, 1>& off) {
-                      const int64_t v = p[off[0]] < 0 ? p[off[0]] + shape[j] : p[off[0]];
-                      base[b] += v * self_strides[j];
-                    });
+    RETURN_IF_ERROR(DispatchIndex(args, index.type.dtype, [&](auto index_tag) {
+      const auto* p = index.as<const decltype(index_tag)>();
+      ForEachIndex<1>(index_shape, {BroadcastStrides(index.type.shape, index_shape)},
+                      [&](int64_t b, const std::array<int64_t, 1>& off) {
+                        const int64_t read = p[off[0]];
+                        base[b] += (read < 0 ? read + shape[j] : read) * self_strides[j];
+                      });
+      return absl::OkStatus();
+    }));
   }
   Shape target = index_shape;
   target.insert(target.end(), shape.begin() + k, shape.end());

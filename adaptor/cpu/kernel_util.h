@@ -71,6 +71,17 @@ absl::Status DispatchStorable(const KernelArgs& args, DType dtype, F&& f) {
   }
 }
 
+// Calls f(I{}) with I the C++ type of an index tensor's dtype (int64_t or
+// int32_t: the ops that index with data take both); UNIMPLEMENTED for others.
+template <typename F>
+absl::Status DispatchIndex(const KernelArgs& args, DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kInt64: return f(int64_t{});
+    case DType::kInt32: return f(int32_t{});
+    default: return UnsupportedDType(args, dtype);
+  }
+}
+
 // A C++ cast, except that bool is "nonzero".
 template <typename To, typename From>
 To Convert(From value) {

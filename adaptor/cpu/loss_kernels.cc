@@ -1,6 +1,7 @@
 // Reference CPU kernels of the loss path: _log_softmax and its backward,
 // nll_loss_forward and nll_loss_backward. Row sums and the loss accumulate in
-// double. Class labels are data: each is checked before it indexes anything.
+// double. Class labels (int64 or int32) are data: each is checked before it
+// indexes anything.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -89,10 +90,11 @@ absl::StatusOr<NllAttrs> GetNllAttrs(const KernelArgs& args) {
   return attrs;
 }
 
-// Every label is in [0, classes) or ignore_index; otherwise the first bad
-// one, by index and value.
+// Every label (of type I) is in [0, classes) or ignore_index; otherwise the
+// first bad one, by index and value.
+template <typename I>
 absl::Status CheckLabels(const KernelArgs& args, const TensorArg& target, int64_t classes, int64_t ignore_index) {
-  const int64_t* t = target.as<const int64_t>();
+  const I* t = target.as<const I>();
   for (int64_t i = 0; i < target.numel(); ++i) {
     if (t[i] != ignore_index && (t[i] < 0 || t[i] >= classes)) {
       return absl::InvalidArgumentError(absl::StrCat(args.node->op, ": target[", i, "] is ", t[i],
@@ -114,33 +116,37 @@ absl::Status NllLossForwardKernel(const KernelArgs& args) {
   const TensorArg* weight = args.inputs.size() > 2 ? &args.inputs[2] : nullptr;
   const int64_t classes = self.type.shape.back();
   const int64_t rows = target.numel();
-  RETURN_IF_ERROR(CheckLabels(args, target, classes, attrs.ignore_index));
-  return DispatchFloat(args, self.type.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const T* x = self.as<const T>();
-    const int64_t* t = target.as<const int64_t>();
-    const T* w = weight != nullptr ? weight->as<const T>() : nullptr;
-    T* loss = args.outputs[0].as<T>();
-    double total = 0.0;
-    double total_weight = 0.0;
-    for (int64_t i = 0; i < rows; ++i) {
-      double row_loss = 0.0;
-      if (t[i] != attrs.ignore_index) {
-        const double wi = w != nullptr ? static_cast<double>(w[t[i]]) : 1.0;
-        row_loss = -static_cast<double>(x[i * classes + t[i]]) * wi;
-        total_weight += wi;
+  return DispatchIndex(args, target.type.dtype, [&](auto index_tag) {
+    using I = decltype(index_tag);
+    RETURN_IF_ERROR(CheckLabels<I>(args, target, classes, attrs.ignore_index));
+    return DispatchFloat(args, self.type.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const T* x = self.as<const T>();
+      const I* t = target.as<const I>();
+      const T* w = weight != nullptr ? weight->as<const T>() : nullptr;
+      T* loss = args.outputs[0].as<T>();
+      double total = 0.0;
+      double total_weight = 0.0;
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t label = t[i];
+        double row_loss = 0.0;
+        if (label != attrs.ignore_index) {
+          const double wi = w != nullptr ? static_cast<double>(w[label]) : 1.0;
+          row_loss = -static_cast<double>(x[i * classes + label]) * wi;
+          total_weight += wi;
+        }
+        if (attrs.reduction == 0) loss[i] = static_cast<T>(row_loss);
+        total += row_loss;
       }
-      if (attrs.reduction == 0) loss[i] = static_cast<T>(row_loss);
-      total += row_loss;
-    }
-    if (attrs.reduction == 1) {
-      // All labels ignored: 0 / 0 = NaN, as in PyTorch.
-      loss[0] = static_cast<T>(total / total_weight);
-    } else if (attrs.reduction == 2) {
-      loss[0] = static_cast<T>(total);
-    }
-    *args.outputs[1].as<T>() = static_cast<T>(total_weight);
-    return absl::OkStatus();
+      if (attrs.reduction == 1) {
+        // All labels ignored: 0 / 0 = NaN, as in PyTorch.
+        loss[0] = static_cast<T>(total / total_weight);
+      } else if (attrs.reduction == 2) {
+        loss[0] = static_cast<T>(total);
+      }
+      *args.outputs[1].as<T>() = static_cast<T>(total_weight);
+      return absl::OkStatus();
+    });
   });
 }
 
@@ -156,23 +162,27 @@ absl::Status NllLossBackwardKernel(const KernelArgs& args) {
   const TensorArg* weight = args.inputs.size() > 4 ? &args.inputs[4] : nullptr;
   const int64_t classes = self.type.shape.back();
   const int64_t rows = target.numel();
-  RETURN_IF_ERROR(CheckLabels(args, target, classes, attrs.ignore_index));
-  return DispatchFloat(args, self.type.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const T* g = grad_output.as<const T>();
-    const int64_t* t = target.as<const int64_t>();
-    const T* w = weight != nullptr ? weight->as<const T>() : nullptr;
-    T* gi = args.outputs[0].as<T>();
-    const int64_t n = args.outputs[0].numel();
-    for (int64_t i = 0; i < n; ++i) gi[i] = T(0);
-    const double scale = attrs.reduction == 1 ? 1.0 / static_cast<double>(*total_weight.as<const T>()) : 1.0;
-    for (int64_t i = 0; i < rows; ++i) {
-      if (t[i] == attrs.ignore_index) continue;
-      const double wi = w != nullptr ? static_cast<double>(w[t[i]]) : 1.0;
-      const double gr = static_cast<double>(attrs.reduction == 0 ? g[i] : g[0]);
-      gi[i * classes + t[i]] = static_cast<T>(-wi * gr * scale);
-    }
-    return absl::OkStatus();
+  return DispatchIndex(args, target.type.dtype, [&](auto index_tag) {
+    using I = decltype(index_tag);
+    RETURN_IF_ERROR(CheckLabels<I>(args, target, classes, attrs.ignore_index));
+    return DispatchFloat(args, self.type.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const T* g = grad_output.as<const T>();
+      const I* t = target.as<const I>();
+      const T* w = weight != nullptr ? weight->as<const T>() : nullptr;
+      T* gi = args.outputs[0].as<T>();
+      const int64_t n = args.outputs[0].numel();
+      for (int64_t i = 0; i < n; ++i) gi[i] = T(0);
+      const double scale = attrs.reduction == 1 ? 1.0 / static_cast<double>(*total_weight.as<const T>()) : 1.0;
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t label = t[i];
+        if (label == attrs.ignore_index) continue;
+        const double wi = w != nullptr ? static_cast<double>(w[label]) : 1.0;
+        const double gr = static_cast<double>(attrs.reduction == 0 ? g[i] : g[0]);
+        gi[i * classes + label] = static_cast<T>(-wi * gr * scale);
+      }
+      return absl::OkStatus();
+    });
   });
 }
 

@@ -189,7 +189,7 @@ absl::Status LayerNormBackwardKernel(const KernelArgs& args) {
 
 void AddNormalizationKernels(CpuKernelTable& table) {
   table["_softmax"] = WithHalf<SoftmaxKernel>;
-  table["_safe_softmax"] = SafeSoftmaxKernel;
+  table["_safe_softmax"] = WithHalf<SafeSoftmaxKernel>;
   table["_softmax_backward_data"] = WithHalf<SoftmaxBackwardKernel>;
   table["native_layer_norm"] = WithHalf<LayerNormKernel>;
   table["native_layer_norm_backward"] = WithHalf<LayerNormBackwardKernel>;

@@ -1,10 +1,13 @@
 // CUDA kernels of the activations and pointwise math (sigmoid, tanh, exp,
 // log, rsqrt, gelu, pow, the activation backwards, clamp, maximum/minimum,
 // addcmul/addcdiv, lerp) and of native_dropout and its backward. gelu, its
-// backward and the dropouts also take bfloat16 and float16 (half_launch.h).
+// backward, clamp, maximum/minimum, addcmul/addcdiv and the dropouts also
+// take bfloat16 and float16 (half_launch.h).
+#include <optional>
 #include <string>
 #include <variant>
 
+#include "adaptor/cpu/half.h"
 #include "adaptor/cuda/half_launch.h"
 #include "adaptor/cuda/kernel_util.h"
 #include "adaptor/cuda/operand_layout.h"
@@ -24,6 +27,41 @@ ScalarParam NumberAttr(const Attrs& attrs, const char* name, double value) {
   return p;
 }
 
+// The 16-bit op of `op`, for the ops that have one.
+std::optional<HalfMathOp> HalfMathOpOf(PointwiseOp op) {
+  switch (op) {
+    case PointwiseOp::kClamp: return HalfMathOp::kClamp;
+    case PointwiseOp::kMaximum: return HalfMathOp::kMaximum;
+    case PointwiseOp::kMinimum: return HalfMathOp::kMinimum;
+    case PointwiseOp::kAddcmul: return HalfMathOp::kAddcmul;
+    case PointwiseOp::kAddcdiv: return HalfMathOp::kAddcdiv;
+    default: return std::nullopt;
+  }
+}
+
+// `value` rounded to the 16-bit `dtype`, as a float.
+float RoundedTo(DType dtype, double value) {
+  return dtype == DType::kBFloat16 ? BFloat16(value).ToFloat() : Float16(value).ToFloat();
+}
+
+// A 16-bit op: `value` (addcmul, addcdiv) stays a float32 number; clamp's
+// bounds are rounded to the 16-bit type, as PyTorch converts them.
+absl::Status RunHalf(const CudaKernelContext& context, const KernelArgs& args, PointwiseOp op,
+                     const PointwiseParams& params, const std::vector<BinaryOperand>& operands) {
+  const TensorArg& out = args.outputs[0];
+  const DType dtype = out.type.dtype;
+  const std::optional<HalfMathOp> half_op = HalfMathOpOf(op);
+  if (!half_op.has_value()) return UnsupportedDType(args, dtype);
+  HalfMathParams half;
+  half.value = static_cast<float>(params.p.f);
+  half.has_lo = params.has_lo;
+  half.has_hi = params.has_hi;
+  if (params.has_lo) half.lo = RoundedTo(dtype, params.lo.f);
+  if (params.has_hi) half.hi = RoundedTo(dtype, params.hi.f);
+  return Launched(args, LaunchHalfMath(*half_op, dtype, out.numel(), operands.data(), half, out.data, context.native),
+                  dtype);
+}
+
 absl::Status Run(const CudaKernelContext& context, const KernelArgs& args, PointwiseOp op,
                  const PointwiseParams& params) {
   const TensorArg& out = args.outputs[0];
@@ -32,6 +70,7 @@ absl::Status Run(const CudaKernelContext& context, const KernelArgs& args, Point
   for (const TensorArg& in : args.inputs) inputs.push_back(&in);
   ASSIGN_OR_RETURN(std::vector<BinaryOperand> operands,
                    BroadcastOperands(inputs, std::vector<DType>(inputs.size(), dtype), out.type.shape));
+  if (IsHalfDType(dtype)) return RunHalf(context, args, op, params, operands);
   return Launched(args,
                   LaunchPointwise(op, dtype, out.numel(), operands.data(), static_cast<int>(operands.size()),
                                   out.data, params, context.native),

@@ -1,9 +1,12 @@
 // CUDA kernels of bmm (cuBLASLt strided batches, no TF32) and of the
-// scaled-dot-product attention ops (fused kernels, attention_kernels.cu).
+// scaled-dot-product attention ops (fused kernels, attention_kernels.cu;
+// the efficient kernel's ops in bfloat16 and float16 through
+// half_launch.h, with a float32 log-sum-exp).
 #include <cmath>
 #include <vector>
 
 #include "adaptor/cuda/blas.h"
+#include "adaptor/cuda/half_launch.h"
 #include "adaptor/cuda/kernel_util.h"
 #include "adaptor/cuda/sequence_launch.h"
 #include "adaptor/ops/shape_rules.h"
@@ -79,15 +82,25 @@ absl::StatusOr<AttentionParams> Params(const KernelArgs& args, const TensorArg& 
   return p;
 }
 
+// Whether a 16-bit query's log-sum-exp `lse` is float32 (the registry's rule
+// for the efficient kernel's ops, the only 16-bit ones).
+bool HalfWithFloatLse(const TensorArg& q, const TensorArg& lse) {
+  return IsHalfDType(q.type.dtype) && lse.type.dtype == DType::kFloat32;
+}
+
 absl::Status Forward(const CudaKernelContext& context, const KernelArgs& args, const TensorArg* mask,
                      const TensorArg* lse) {
   const TensorArg& q = args.inputs[0];
-  if (!IsFloat(q.type.dtype)) return UnsupportedDType(args, q.type.dtype);
+  const bool half = lse != nullptr && HalfWithFloatLse(q, *lse);
+  if (!IsFloat(q.type.dtype) && !half) return UnsupportedDType(args, q.type.dtype);
   ASSIGN_OR_RETURN(AttentionParams p, Params(args, q, args.inputs[1], args.inputs[2], mask));
   p.lse_row = lse != nullptr ? lse->type.shape.back() : 0;
-  const cudaError_t error = LaunchAttentionForward(q.type.dtype, p, q.data, args.inputs[1].data, args.inputs[2].data,
-                                                   args.outputs[0].data, p.lse_row > 0 ? lse->data : nullptr,
-                                                   context.native);
+  void* lse_data = p.lse_row > 0 ? lse->data : nullptr;
+  const cudaError_t error =
+      half ? LaunchHalfAttentionForward(q.type.dtype, p, q.data, args.inputs[1].data, args.inputs[2].data,
+                                        args.outputs[0].data, static_cast<float*>(lse_data), context.native)
+           : LaunchAttentionForward(q.type.dtype, p, q.data, args.inputs[1].data, args.inputs[2].data,
+                                    args.outputs[0].data, lse_data, context.native);
   if (error == cudaErrorInvalidValue) {
     return absl::UnimplementedError(absl::StrCat(args.node->op, ": ", p.keys,
                                                  " keys do not fit the fused kernel's shared memory"));
@@ -110,16 +123,23 @@ absl::Status FlashAttentionKernel(const CudaKernelContext& context, const Kernel
 absl::Status Backward(const CudaKernelContext& context, const KernelArgs& args, const TensorArg* mask,
                       size_t out_input, size_t lse_input, const TensorArg* grad_bias) {
   const TensorArg& q = args.inputs[1];
-  if (!IsFloat(q.type.dtype)) return UnsupportedDType(args, q.type.dtype);
-  ASSIGN_OR_RETURN(AttentionParams p, Params(args, q, args.inputs[2], args.inputs[3], mask));
   const TensorArg& lse = args.inputs[lse_input];
+  const bool half = HalfWithFloatLse(q, lse);
+  if (!IsFloat(q.type.dtype) && !half) return UnsupportedDType(args, q.type.dtype);
+  ASSIGN_OR_RETURN(AttentionParams p, Params(args, q, args.inputs[2], args.inputs[3], mask));
   p.lse_row = lse.type.shape.back();
   const bool bias_full = grad_bias != nullptr && grad_bias->numel() == p.batch * p.rows * p.keys;
-  const cudaError_t error = LaunchAttentionBackward(
-      q.type.dtype, p, args.inputs[0].data, q.data, args.inputs[2].data, args.inputs[3].data,
-      args.inputs[out_input].data, lse.data, args.outputs[0].data, args.outputs[1].data, args.outputs[2].data,
-      grad_bias != nullptr ? grad_bias->data : nullptr, bias_full, grad_bias != nullptr ? grad_bias->numel() : 0,
-      context.native);
+  void* bias_data = grad_bias != nullptr ? grad_bias->data : nullptr;
+  const int64_t bias_numel = grad_bias != nullptr ? grad_bias->numel() : 0;
+  const cudaError_t error =
+      half ? LaunchHalfAttentionBackward(q.type.dtype, p, args.inputs[0].data, q.data, args.inputs[2].data,
+                                         args.inputs[3].data, args.inputs[out_input].data, lse.as<const float>(),
+                                         args.outputs[0].data, args.outputs[1].data, args.outputs[2].data, bias_data,
+                                         bias_numel, context.native)
+           : LaunchAttentionBackward(q.type.dtype, p, args.inputs[0].data, q.data, args.inputs[2].data,
+                                     args.inputs[3].data, args.inputs[out_input].data, lse.data,
+                                     args.outputs[0].data, args.outputs[1].data, args.outputs[2].data, bias_data,
+                                     bias_full, bias_numel, context.native);
   if (error == cudaErrorInvalidValue) {
     return absl::UnimplementedError(absl::StrCat(args.node->op, ": ", p.rows, " queries and ", p.keys,
                                                  " keys do not fit the fused kernels' shared memory"));

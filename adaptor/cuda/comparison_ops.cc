@@ -1,8 +1,13 @@
 // CUDA kernels of the comparisons, where.self, masked_fill, logical_not and
-// any, with the CPU kernels' type rules.
+// any, with the CPU kernels' type rules. The comparisons and where.self also
+// take bfloat16 and float16 (half_launch.h): compared as float32 values,
+// with a rank-0 operand of another dtype or a .Scalar number rounded to the
+// 16-bit type first.
 #include <variant>
 #include <vector>
 
+#include "adaptor/cpu/half.h"
+#include "adaptor/cuda/half_launch.h"
 #include "adaptor/cuda/kernel_util.h"
 #include "adaptor/cuda/operand_layout.h"
 #include "adaptor/cuda/sequence_launch.h"
@@ -30,9 +35,14 @@ template <CompareOp kOp>
 absl::Status CompareTensorKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& out = args.outputs[0];
   const DType dtype = CompareDType(args.inputs[0].type, args.inputs[1].type);
-  if (!IsStorable(dtype)) return UnsupportedDType(args, dtype);
+  if (!IsStorable(dtype) && !IsHalfDType(dtype)) return UnsupportedDType(args, dtype);
   ASSIGN_OR_RETURN(std::vector<BinaryOperand> operands,
                    BroadcastOperands({&args.inputs[0], &args.inputs[1]}, {dtype, dtype}, out.type.shape));
+  if (IsHalfDType(dtype)) {
+    return Launched(
+        args, LaunchHalfCompare(kOp, dtype, out.numel(), operands[0], operands[1], out.as<bool>(), context.native),
+        dtype);
+  }
   return Launched(
       args, LaunchCompare(kOp, dtype, out.numel(), operands[0], operands[1], out.as<bool>(), context.native), dtype);
 }
@@ -41,8 +51,15 @@ template <CompareOp kOp>
 absl::Status CompareScalarKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const Attrs& attrs = args.node->attrs;
   const TensorArg& in = args.inputs[0];
-  if (!IsStorable(in.type.dtype)) return UnsupportedDType(args, in.type.dtype);
   ASSIGN_OR_RETURN(double other, attrs.GetFloat("other"));
+  if (IsHalfDType(in.type.dtype)) {
+    const float rounded = in.type.dtype == DType::kBFloat16 ? BFloat16(other).ToFloat() : Float16(other).ToFloat();
+    return Launched(args,
+                    LaunchHalfCompareScalar(kOp, in.type.dtype, in.numel(), in.data, rounded,
+                                            args.outputs[0].as<bool>(), context.native),
+                    in.type.dtype);
+  }
+  if (!IsStorable(in.type.dtype)) return UnsupportedDType(args, in.type.dtype);
   auto it = attrs.values().find("other");
   const bool int_number = it != attrs.values().end() && std::holds_alternative<int64_t>(it->second);
   ScalarParam param;
@@ -57,10 +74,15 @@ absl::Status CompareScalarKernel(const CudaKernelContext& context, const KernelA
 absl::Status WhereKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& out = args.outputs[0];
   const DType dtype = out.type.dtype;
-  if (!IsStorable(dtype)) return UnsupportedDType(args, dtype);
+  if (!IsStorable(dtype) && !IsHalfDType(dtype)) return UnsupportedDType(args, dtype);
   ASSIGN_OR_RETURN(std::vector<BinaryOperand> operands,
                    BroadcastOperands({&args.inputs[0], &args.inputs[1], &args.inputs[2]}, {DType::kBool, dtype, dtype},
                                      out.type.shape));
+  if (IsHalfDType(dtype)) {
+    return Launched(
+        args, LaunchHalfWhere(dtype, out.numel(), operands[0], operands[1], operands[2], out.data, context.native),
+        dtype);
+  }
   return Launched(
       args, LaunchWhere(dtype, out.numel(), operands[0], operands[1], operands[2], out.data, context.native), dtype);
 }

@@ -3,7 +3,7 @@
 // The arithmetic matches the CPU kernels: math in the tensor's dtype, a
 // scalar op's constant formed in that dtype (alpha * other) before use.
 // bfloat16 and float16 tensors go to the 16-bit kernels (half_launch.h),
-// which compute in float32 with float32 constants.
+// which compute in float32 with float32 constants (sqrt: LaunchHalfMath).
 #include <type_traits>
 
 #include "adaptor/cpu/half.h"
@@ -114,7 +114,7 @@ absl::Status RunBinary(const CudaKernelContext& context, const KernelArgs& args,
                   dtype);
 }
 
-// The 16-bit op of `op`; sqrt has none.
+// The 16-bit pointwise op of `op` (sqrt is LaunchHalfMath's).
 absl::StatusOr<HalfPointwiseOp> HalfOpOf(const KernelArgs& args, UnaryOp op, DType dtype) {
   switch (op) {
     case UnaryOp::kNeg: return HalfPointwiseOp::kNeg;
@@ -131,6 +131,14 @@ absl::Status RunUnary(const CudaKernelContext& context, const KernelArgs& args, 
   const TensorArg& in = args.inputs[0];
   const TensorArg& out = args.outputs[0];
   const DType dtype = out.type.dtype;
+  if (IsHalfDType(dtype) && op == UnaryOp::kSqrt) {
+    BinaryOperand a;
+    a.data = in.data;
+    return Launched(args,
+                    LaunchHalfMath(HalfMathOp::kSqrt, dtype, out.numel(), &a, HalfMathParams{}, out.data,
+                                   context.native),
+                    dtype);
+  }
   if (IsHalfDType(dtype)) {
     ASSIGN_OR_RETURN(HalfPointwiseOp half_op, HalfOpOf(args, op, dtype));
     BinaryOperand a;

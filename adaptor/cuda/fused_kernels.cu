@@ -2,8 +2,8 @@
 // straight-line program (fused_launch.h) over packs of elements.
 //
 // Evaluation is instruction-major: a thread takes a pack of 16 bytes of
-// elements (four float32, two float64) and runs each instruction over the
-// whole pack, so decoding an instruction (a uniform read of the launch's
+// register values (four float32, two float64) and runs each instruction
+// over the whole pack, so decoding an instruction (a uniform read of the launch's
 // parameter space) is paid once per pack, not once per element. The
 // program's registers are a per-thread column of packs in shared memory:
 // register s of thread t is pack s * blockDim.x + t, so a warp's accesses
@@ -14,22 +14,32 @@
 // sets the shared memory per thread; the block shrinks for programs with
 // many live values so that a block's file stays within 48 KiB.
 //
-// Inputs and outputs move as 16-byte vectors when every non-scalar pointer
-// is 16-byte aligned and the pack is whole, one element at a time otherwise
-// (unaligned buffers, the last n % pack elements). A rank-0 input is read
-// once per thread into its slot, which no other value ever takes.
+// Inputs and outputs move as whole packs (16 bytes; 8 for 16-bit tensors)
+// when every non-scalar pointer is aligned to a pack and the pack is whole,
+// one element at a time otherwise (unaligned buffers, the last n % pack
+// elements). A rank-0 input is read once per thread into its slot, which no
+// other value ever takes.
 //
 // Rounding is pinned with intrinsics so that the compiler can neither fuse
 // nor split an operation: each instruction rounds exactly as the unfused
 // kernel of its op does (elementwise_kernels.cu, built with nvcc's default
 // -fmad=true, -prec-div=true, -prec-sqrt=true): add/sub.Tensor's
 // `a ± alpha * b` is one fused multiply-add there, so it is one here; every
-// other op rounds once, IEEE round-to-nearest.
+// other op rounds once, IEEE round-to-nearest; maximum and minimum are
+// exact (NaN-propagating, as activation_kernels.cu).
+//
+// 16-bit programs (bfloat16, float16: storage type S) run on float32
+// registers (compute type T = float) as the unfused 16-bit kernels
+// (half_kernels.cu, half_elementwise_kernels.cu) do: a pack is four
+// elements, loaded as 8 bytes and widened exactly; each instruction's
+// float32 result is rounded to S at once (where the unfused op stores it);
+// a rank-0 input of another float dtype is rounded to S when read.
 #include <algorithm>
 #include <array>
+#include <type_traits>
 
 #include "adaptor/cuda/fused_launch.h"
-#include "adaptor/cuda/kernel_common.cuh"
+#include "adaptor/cuda/half_common.cuh"
 
 namespace tandem::cuda {
 namespace {
@@ -44,6 +54,65 @@ __device__ __forceinline__ float Div(float x, float y) { return __fdiv_rn(x, y);
 __device__ __forceinline__ double Div(double x, double y) { return __ddiv_rn(x, y); }
 __device__ __forceinline__ float Sqrt(float x) { return __fsqrt_rn(x); }
 __device__ __forceinline__ double Sqrt(double x) { return __dsqrt_rn(x); }
+template <typename T>
+__device__ __forceinline__ T Maximum(T x, T y) {
+  if (x != x) return x;
+  if (y != y) return y;
+  return x > y ? x : y;
+}
+template <typename T>
+__device__ __forceinline__ T Minimum(T x, T y) {
+  if (x != x) return x;
+  if (y != y) return y;
+  return x < y ? x : y;
+}
+
+// The elements of one pack as stored: S[kWidth], aligned to its size (16
+// bytes when S is T, 8 for a 16-bit S with float32 registers).
+template <typename S, typename T>
+struct alignas(sizeof(S) * Vec16<T>::kCount) StoredPack {
+  S v[Vec16<T>::kCount];
+};
+
+// A float32 register value rounded to the 16-bit storage type S (a no-op
+// for programs computing in their own dtype).
+template <typename S, typename T>
+__device__ __forceinline__ T RoundTo(T v) {
+  if constexpr (std::is_same_v<S, T>) {
+    return v;
+  } else {
+    return Widen(Narrow<S>(v));
+  }
+}
+
+template <typename S, typename T>
+__device__ __forceinline__ T Load(S v) {
+  if constexpr (std::is_same_v<S, T>) {
+    return v;
+  } else {
+    return Widen(v);
+  }
+}
+
+template <typename S, typename T>
+__device__ __forceinline__ S Store(T v) {
+  if constexpr (std::is_same_v<S, T>) {
+    return v;
+  } else {
+    return Narrow<S>(v);
+  }
+}
+
+// Input k's one element when it is a scalar (rank 0): of the program's
+// dtype, or for a 16-bit program of any float dtype, rounded to S.
+template <typename S, typename T>
+__device__ __forceinline__ T LoadScalarInput(const FusedLaunchParams& p, int k) {
+  if constexpr (std::is_same_v<S, T>) {
+    return *static_cast<const T*>(p.inputs[k]);
+  } else {
+    return RoundTo<S, T>(LoadAsFloat(p.inputs[k], p.scalar_dtype[k]));
+  }
+}
 
 // An instruction's constant in T: float32 programs read the copy rounded
 // on the host (exact: the constant is a float32 value held in a double).
@@ -85,6 +154,14 @@ __device__ __forceinline__ Vec16<T> Apply(const FusedDeviceInstruction& ins, con
 #pragma unroll
       for (int e = 0; e < kWidth; ++e) v.v[e] = -x.v[e];
       break;
+    case FusedDeviceOp::kMax:
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) v.v[e] = Maximum(x.v[e], y.v[e]);
+      break;
+    case FusedDeviceOp::kMin:
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) v.v[e] = Minimum(x.v[e], y.v[e]);
+      break;
     default:  // kSqrt
 #pragma unroll
       for (int e = 0; e < kWidth; ++e) v.v[e] = Sqrt(x.v[e]);
@@ -94,15 +171,17 @@ __device__ __forceinline__ Vec16<T> Apply(const FusedDeviceInstruction& ins, con
 }
 
 __host__ __device__ __forceinline__ bool ReadsB(FusedDeviceOp op) {
-  return op == FusedDeviceOp::kFma || op == FusedDeviceOp::kMul || op == FusedDeviceOp::kDiv;
+  return op == FusedDeviceOp::kFma || op == FusedDeviceOp::kMul || op == FusedDeviceOp::kDiv ||
+         op == FusedDeviceOp::kMax || op == FusedDeviceOp::kMin;
 }
 
-// `aligned`: every non-scalar input and every output is 16-byte aligned.
-// kInputs >= p.num_inputs bounds the packs a thread holds while loading
-// (fewer registers for programs of few inputs).
-template <typename T, int kInputs>
+// `aligned`: every non-scalar input and every output is aligned to a
+// StoredPack. kInputs >= p.num_inputs bounds the packs a thread holds while
+// loading (fewer registers for programs of few inputs).
+template <typename S, typename T, int kInputs>
 __global__ void FusedElementwiseKernel(const __grid_constant__ FusedLaunchParams p, bool aligned) {
   using V = Vec16<T>;
+  using P = StoredPack<S, T>;
   constexpr int kWidth = V::kCount;
   extern __shared__ __align__(16) unsigned char register_file[];  // one declaration for every T
   V* file = reinterpret_cast<V*>(register_file) + threadIdx.x;    // slot s: file[s * stride]
@@ -112,7 +191,7 @@ __global__ void FusedElementwiseKernel(const __grid_constant__ FusedLaunchParams
   for (int k = 0; k < kInputs; ++k) {
     if (k < p.num_inputs && p.scalar[k]) {
       V v;
-      const T value = *static_cast<const T*>(p.inputs[k]);
+      const T value = LoadScalarInput<S, T>(p, k);
 #pragma unroll
       for (int e = 0; e < kWidth; ++e) v.v[e] = value;
       file[k * stride] = v;
@@ -129,12 +208,14 @@ __global__ void FusedElementwiseKernel(const __grid_constant__ FusedLaunchParams
 #pragma unroll
     for (int k = 0; k < kInputs; ++k) {
       if (k >= p.num_inputs || p.scalar[k]) continue;
-      const T* src = static_cast<const T*>(p.inputs[k]);
+      const S* src = static_cast<const S*>(p.inputs[k]);
       if (whole) {
-        in[k] = reinterpret_cast<const V*>(src)[i];
+        const P pack = reinterpret_cast<const P*>(src)[i];
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) in[k].v[e] = Load<S, T>(pack.v[e]);
       } else {
 #pragma unroll
-        for (int e = 0; e < kWidth; ++e) in[k].v[e] = e < count ? src[first + e] : T(0);
+        for (int e = 0; e < kWidth; ++e) in[k].v[e] = e < count ? Load<S, T>(src[first + e]) : T(0);
       }
     }
 #pragma unroll
@@ -145,19 +226,25 @@ __global__ void FusedElementwiseKernel(const __grid_constant__ FusedLaunchParams
       const FusedDeviceInstruction& ins = p.code[j];
       const V x = file[ins.a * stride];
       const V y = ReadsB(ins.op) ? file[ins.b * stride] : x;
-      file[ins.dst * stride] = Apply<T>(ins, x, y);
+      V r = Apply<T>(ins, x, y);
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) r.v[e] = RoundTo<S, T>(r.v[e]);
+      file[ins.dst * stride] = r;
     }
 #pragma unroll
     for (int o = 0; o < kFusedLaunchMaxOutputs; ++o) {
       if (o >= p.num_outputs) continue;
       const V v = file[p.output_regs[o] * stride];
-      T* dst = static_cast<T*>(p.outputs[o]);
+      S* dst = static_cast<S*>(p.outputs[o]);
       if (whole) {
-        reinterpret_cast<V*>(dst)[i] = v;
+        P pack;
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) pack.v[e] = Store<S, T>(v.v[e]);
+        reinterpret_cast<P*>(dst)[i] = pack;
       } else {
 #pragma unroll
         for (int e = 0; e < kWidth; ++e) {
-          if (e < count) dst[first + e] = v.v[e];
+          if (e < count) dst[first + e] = Store<S, T>(v.v[e]);
         }
       }
     }
@@ -241,23 +328,28 @@ int ThreadsFor(int slots) {
   return threads;
 }
 
-template <typename T>
+bool AlignedTo(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// S: the tensors' storage type; T: the registers' type (S, or float32 for
+// a 16-bit S).
+template <typename S, typename T>
 cudaError_t Run(const FusedLaunchParams& params, cudaStream_t stream) {
   FusedLaunchParams p = params;
   const int slots = CompactRegisters(p);
   if (slots < 0) return cudaErrorInvalidValue;
   for (int j = 0; j < p.num_instructions; ++j) p.code[j].param32 = static_cast<float>(p.code[j].param);
+  constexpr size_t kPackBytes = sizeof(StoredPack<S, T>);
   bool aligned = true;
-  for (int k = 0; k < p.num_inputs; ++k) aligned = aligned && (p.scalar[k] || Aligned16(p.inputs[k]));
-  for (int o = 0; o < p.num_outputs; ++o) aligned = aligned && Aligned16(p.outputs[o]);
+  for (int k = 0; k < p.num_inputs; ++k) aligned = aligned && (p.scalar[k] || AlignedTo(p.inputs[k], kPackBytes));
+  for (int o = 0; o < p.num_outputs; ++o) aligned = aligned && AlignedTo(p.outputs[o], kPackBytes);
   const int threads = ThreadsFor(slots);
   const int64_t packs = (p.n + Vec16<T>::kCount - 1) / Vec16<T>::kCount;
   const size_t file_bytes = static_cast<size_t>(slots) * threads * sizeof(Vec16<T>);
   const int64_t blocks = Blocks(packs, threads);
   if (p.num_inputs <= 4) {
-    FusedElementwiseKernel<T, 4><<<blocks, threads, file_bytes, stream>>>(p, aligned);
+    FusedElementwiseKernel<S, T, 4><<<blocks, threads, file_bytes, stream>>>(p, aligned);
   } else {
-    FusedElementwiseKernel<T, kFusedLaunchMaxInputs><<<blocks, threads, file_bytes, stream>>>(p, aligned);
+    FusedElementwiseKernel<S, T, kFusedLaunchMaxInputs><<<blocks, threads, file_bytes, stream>>>(p, aligned);
   }
   return LaunchError();
 }
@@ -281,8 +373,10 @@ cudaError_t LaunchFusedElementwise(DType dtype, const FusedLaunchParams& params,
   }
   if (params.n == 0) return cudaSuccess;
   switch (dtype) {
-    case DType::kFloat32: return Run<float>(params, stream);
-    case DType::kFloat64: return Run<double>(params, stream);
+    case DType::kFloat32: return Run<float, float>(params, stream);
+    case DType::kFloat64: return Run<double, double>(params, stream);
+    case DType::kBFloat16: return Run<__nv_bfloat16, float>(params, stream);
+    case DType::kFloat16: return Run<__half, float>(params, stream);
     default: return cudaErrorInvalidValue;
   }
 }

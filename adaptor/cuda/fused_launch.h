@@ -26,13 +26,16 @@ inline constexpr int kFusedLaunchMaxRegisters = kFusedLaunchMaxInputs + kFusedLa
 //   kAddConst  x + param (add.Scalar: alpha * other; sub.Scalar: its negation)
 //   kMulConst, kDivConst  x * param, x / param
 //   kNeg, kSqrt  -x, sqrt(x) (IEEE round to nearest)
-enum class FusedDeviceOp : int32_t { kFma, kMul, kDiv, kAddConst, kMulConst, kDivConst, kNeg, kSqrt };
+//   kMax, kMin   NaN-propagating maximum / minimum of x and y
+// A 16-bit program computes in float32 (param: a float32 value) and rounds
+// each result to its 16-bit type at once.
+enum class FusedDeviceOp : int32_t { kFma, kMul, kDiv, kAddConst, kMulConst, kDivConst, kNeg, kSqrt, kMax, kMin };
 
 struct FusedDeviceInstruction {
   FusedDeviceOp op = FusedDeviceOp::kNeg;
   int32_t dst = 0;
   int32_t a = 0;
-  int32_t b = 0;  // read only by kFma, kMul, kDiv
+  int32_t b = 0;  // read only by kFma, kMul, kDiv, kMax, kMin
   double param = 0.0;
   float param32 = 0.0f;  // param as float32, for float32 programs (set by LaunchFusedElementwise)
 };
@@ -40,8 +43,9 @@ struct FusedDeviceInstruction {
 // Registers 0..num_inputs-1 are the inputs at the element index; an input
 // with `scalar` set is one element read once per thread (a rank-0 input).
 // Instructions write registers >= num_inputs; output o is register
-// output_regs[o]. All tensors are of one dtype with `n` elements (scalars
-// aside).
+// output_regs[o]. All tensors are of one dtype with `n` elements, except
+// that a scalar input of a 16-bit program may be of any float dtype
+// (`scalar_dtype`), rounded to the program's type when read.
 struct FusedLaunchParams {
   int64_t n = 0;
   int32_t num_inputs = 0;
@@ -49,6 +53,7 @@ struct FusedLaunchParams {
   int32_t num_outputs = 0;
   const void* inputs[kFusedLaunchMaxInputs] = {};
   bool scalar[kFusedLaunchMaxInputs] = {};
+  DType scalar_dtype[kFusedLaunchMaxInputs] = {};  // read by 16-bit programs only
   void* outputs[kFusedLaunchMaxOutputs] = {};
   int32_t output_regs[kFusedLaunchMaxOutputs] = {};
   FusedDeviceInstruction code[kFusedLaunchMaxInstructions] = {};
@@ -62,9 +67,9 @@ struct FusedLaunchParams {
 // Runs the program at every element index; output o may be the buffer of an
 // input (each thread reads all inputs at its indices before writing them).
 // The program runs as given up to a renaming of its registers (values keep
-// their order of evaluation and rounding). Dtypes: float32, float64
-// (cudaErrorInvalidValue otherwise, or for a register out of range or read
-// before it is written, without launching).
+// their order of evaluation and rounding). Dtypes: float32, float64,
+// bfloat16, float16 (cudaErrorInvalidValue otherwise, or for a register out
+// of range or read before it is written, without launching).
 cudaError_t LaunchFusedElementwise(DType dtype, const FusedLaunchParams& params, cudaStream_t stream);
 
 }  // namespace tandem::cuda

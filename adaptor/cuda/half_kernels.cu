@@ -71,10 +71,12 @@ constexpr bool IsBinary(HalfPointwiseOp op) { return op <= HalfPointwiseOp::kGel
 template <HalfPointwiseOp kOp>
 __device__ __forceinline__ float Apply(float a, float b, float p) {
   using Op = HalfPointwiseOp;
+  // a ± p * b is one fused multiply-add, pinned (nvcc would contract the
+  // sum but leave the difference to ptxas), as fused_kernels.cu computes it.
   if constexpr (kOp == Op::kAdd) {
-    return a + p * b;
+    return __fmaf_rn(p, b, a);
   } else if constexpr (kOp == Op::kSub) {
-    return a - p * b;
+    return __fmaf_rn(-p, b, a);
   } else if constexpr (kOp == Op::kMul) {
     return a * b;
   } else if constexpr (kOp == Op::kDiv) {

@@ -1,11 +1,12 @@
 // The launchers of the CUDA kernels for 16-bit float tensors (bfloat16 and
-// float16): half_kernels.cu (conversions, pointwise ops, dropout) and
-// half_row_kernels.cu (reductions, softmax, layer norm, nll loss, embedding
-// backward).
+// float16): half_kernels.cu (conversions, pointwise ops, dropout),
+// half_row_kernels.cu (reductions, softmax, layer norm, embedding
+// backward), half_attention_kernels.cu (attention, _safe_softmax) and
+// half_elementwise_kernels.cu (the optimizer step's math, comparisons, where).
 //
 // Every kernel loads 16-bit values, computes in float32 and rounds once when
 // it stores (to nearest, ties to even), which is PyTorch's rule for these
-// types; sums (reductions, softmax, layer norm statistics, nll loss, embedding
+// types; sums (reductions, softmax, layer norm statistics, embedding
 // gradients) accumulate in float32 in a fixed order, so results repeat bit
 // for bit. `dtype` arguments name the 16-bit type (kBFloat16 or kFloat16);
 // any other answers cudaErrorInvalidValue without launching. The same
@@ -19,6 +20,7 @@
 #include <cstdint>
 
 #include "adaptor/cuda/launch.h"
+#include "adaptor/cuda/sequence_launch.h"
 #include "adaptor/dtype.h"
 
 namespace tandem::cuda {
@@ -108,22 +110,78 @@ cudaError_t LaunchHalfLayerNormBackward(DType dtype, int64_t rows, int64_t cols,
                                         const void* x, const float* mean, const float* rstd, const void* weight,
                                         void* grad_input, void* grad_weight, void* grad_bias, cudaStream_t stream);
 
-// nll_loss of 16-bit log-probabilities (launch.h's NllParams); the loss and
-// total_weight are 16-bit, sums float32.
-cudaError_t LaunchHalfNllLossForward(DType dtype, const NllParams& params, const void* self, const int64_t* target,
-                                     const void* weight, void* loss, void* total_weight, cudaStream_t stream);
-cudaError_t LaunchHalfNllLossBackward(DType dtype, const NllParams& params, const void* grad_output,
-                                      const int64_t* target, const void* total_weight, const void* weight,
-                                      void* grad_input, cudaStream_t stream);
-
 // grad_weight [rows, width] = sum over the `count` ids of grad [count, width]
 // rows, id padding_idx skipped (-1: none): a block per weight row scans the
-// ids, so every sum runs in float32 in id order with no atomics, and every
-// row is written (zeros where no id points). A bad id is reported through
-// `error`.
+// ids (int64 or int32), so every sum runs in float32 in id order with no
+// atomics, and every row is written (zeros where no id points). A bad id is
+// reported through `error`.
 cudaError_t LaunchHalfEmbeddingBackward(DType dtype, int64_t count, int64_t rows, int64_t width,
-                                        int64_t padding_idx, const void* grad, const int64_t* ids,
+                                        int64_t padding_idx, const void* grad, IndexOperand ids,
                                         void* grad_weight, ErrorWord error, cudaStream_t stream);
+
+// ---- attention and _safe_softmax (half_attention_kernels.cu) ----
+
+// The memory-efficient attention's forward over 16-bit q, k, v (and a bool
+// or 16-bit float mask, as sequence_launch.h's AttentionParams): out
+// [batch, rows, value_head] (16-bit), lse [batch, lse_row] float32 (padding
+// written 0; null when params.lse_row is 0). Scores, softmax and products
+// in float32. cudaErrorInvalidValue, without launching, when keys + head
+// float32 values do not fit a block's shared memory.
+cudaError_t LaunchHalfAttentionForward(DType dtype, const AttentionParams& params, const void* q, const void* k,
+                                       const void* v, void* out, float* lse, cudaStream_t stream);
+// Its backward from the forward's float32 lse: grad_q, grad_k, grad_v, and
+// the bias gradient when grad_bias is not null (`bias_numel` elements of the
+// bias's shape; summed over its broadcast dims in float32, in a fixed order).
+cudaError_t LaunchHalfAttentionBackward(DType dtype, const AttentionParams& params, const void* grad_out,
+                                        const void* q, const void* k, const void* v, const void* out,
+                                        const float* lse, void* grad_q, void* grad_k, void* grad_v, void* grad_bias,
+                                        int64_t bias_numel, cudaStream_t stream);
+
+// _safe_softmax over the middle dim of [outer, size, inner]: the softmax,
+// except that a slice of all -inf gives zeros.
+cudaError_t LaunchHalfSafeSoftmax(DType dtype, int64_t outer, int64_t size, int64_t inner, const void* in,
+                                  void* out, cudaStream_t stream);
+
+// ---- the optimizer step's math, comparisons and where (half_elementwise_kernels.cu) ----
+// Operands as LaunchHalfPointwise's: contiguous of `dtype` (layout rank 0),
+// strided of `dtype`, or with `scalar` set one element of `scalar_dtype`
+// rounded to `dtype` (PyTorch converts a rank-0 operand of another dtype to
+// the common one; a 16-bit one is read as it is).
+
+enum class HalfMathOp {
+  kSqrt,     // (a): IEEE round to nearest
+  kClamp,    // (a): NaN stays NaN; below lo -> lo, then above hi -> hi (the bounds given)
+  kMaximum,  // (a, b): NaN-propagating
+  kMinimum,
+  kAddcmul,  // (self, t1, t2): self + value * t1 * t2
+  kAddcdiv,  // (self, t1, t2): self + value * t1 / t2
+};
+
+struct HalfMathParams {
+  float value = 1.0f;          // addcmul / addcdiv's value: a float32 number, as PyTorch uses it
+  float lo = 0.0f, hi = 0.0f;  // clamp's bounds, already rounded to the 16-bit type
+  bool has_lo = false, has_hi = false;
+};
+
+// out[i] = op(operands[0..arity) at i) over out's `n` elements of the 16-bit
+// `dtype`, in float32 as the float32 kernels of these ops compute
+// (activation_kernels.cu), rounded once.
+cudaError_t LaunchHalfMath(HalfMathOp op, DType dtype, int64_t n, const BinaryOperand* operands,
+                           const HalfMathParams& params, void* out, cudaStream_t stream);
+
+// out (bool) = a op b, both read as the 16-bit `dtype` and compared as
+// float32 values.
+cudaError_t LaunchHalfCompare(CompareOp op, DType dtype, int64_t n, const BinaryOperand& a, const BinaryOperand& b,
+                              bool* out, cudaStream_t stream);
+// out (bool) = x op other for x (n contiguous elements of `dtype`); `other`
+// is already rounded to `dtype`.
+cudaError_t LaunchHalfCompareScalar(CompareOp op, DType dtype, int64_t n, const void* x, float other, bool* out,
+                                    cudaStream_t stream);
+
+// out = cond ? a : b over n elements of `dtype`; cond is bool (strided or one
+// element). Values of `dtype` are copied bit for bit.
+cudaError_t LaunchHalfWhere(DType dtype, int64_t n, const BinaryOperand& cond, const BinaryOperand& a,
+                            const BinaryOperand& b, void* out, cudaStream_t stream);
 
 }  // namespace tandem::cuda
 

@@ -1,6 +1,7 @@
 // Kernels of 16-bit float tensors, part 2: everything that sums. Sum and
 // mean, softmax and log_softmax with their backwards, layer norm with its
-// backward, nll_loss with its backward, and embedding_dense_backward. Every
+// backward, and embedding_dense_backward (nll_loss of 16-bit values runs in
+// loss_kernels.cu with the float types, templated on its label type). Every
 // sum accumulates in float32 (float64 when a float64 tensor takes part) in a
 // fixed order, with no atomics, so a result repeats bit for bit; values are
 // rounded to 16 bits once, when stored.
@@ -287,75 +288,13 @@ __global__ void HalfLayerNormGradAffineKernel(int64_t rows, int64_t cols, const 
   }
 }
 
-// ---- nll_loss ----
-
-constexpr int kNllThreads = 512;
-
-__device__ __forceinline__ bool LabelValid(int64_t t, const NllParams& p) { return t >= 0 && t < p.classes; }
-
-template <typename H>
-__global__ void HalfNllLossForwardKernel(NllParams p, const H* self, const int64_t* target, const H* weight, H* loss,
-                                         H* total_weight) {
-  __shared__ float shared[32];
-  float sum = 0.0f;
-  float weights = 0.0f;
-  for (int64_t i = threadIdx.x; i < p.rows; i += blockDim.x) {
-    const int64_t t = target[i];
-    float row_loss = 0.0f;
-    if (t != p.ignore_index) {
-      if (LabelValid(t, p)) {
-        const float w = weight != nullptr ? Widen(weight[t]) : 1.0f;
-        row_loss = -Widen(self[i * p.classes + t]) * w;
-        weights += w;
-      } else {
-        ReportBadValue(p.error, t);
-      }
-    }
-    if (p.reduction == 0) loss[i] = Narrow<H>(row_loss);
-    sum += row_loss;
-  }
-  sum = BlockSum(sum, shared);
-  weights = BlockSum(weights, shared);
-  if (threadIdx.x == 0) {
-    if (p.reduction == 1) {
-      loss[0] = Narrow<H>(sum / weights);  // every label ignored: 0 / 0 = NaN, as in PyTorch
-    } else if (p.reduction == 2) {
-      loss[0] = Narrow<H>(sum);
-    }
-    *total_weight = Narrow<H>(weights);
-  }
-}
-
-template <typename H>
-__global__ void HalfNllLossBackwardKernel(NllParams p, const H* grad_output, const int64_t* target,
-                                          const H* total_weight, const H* weight, H* grad_input) {
-  const int64_t n = p.rows * p.classes;
-  const float scale = p.reduction == 1 ? 1.0f / Widen(*total_weight) : 1.0f;
-  for (int64_t idx = GlobalThread(); idx < n; idx += GlobalStride()) {
-    const int64_t i = idx / p.classes;
-    const int64_t c = idx - i * p.classes;
-    const int64_t t = target[i];
-    float value = 0.0f;
-    if (t != p.ignore_index) {
-      if (!LabelValid(t, p)) {
-        if (c == 0) ReportBadValue(p.error, t);
-      } else if (c == t) {
-        const float w = weight != nullptr ? Widen(weight[t]) : 1.0f;
-        const float g = Widen(p.reduction == 0 ? grad_output[i] : grad_output[0]);
-        value = -w * g * scale;
-      }
-    }
-    grad_input[idx] = Narrow<H>(value);
-  }
-}
-
 // ---- embedding backward ----
 
 constexpr int kIdChunk = kThreads;
 
-template <typename H>
+template <typename H, typename I>
 __global__ void HalfEmbeddingBackwardKernel(int64_t count, int64_t rows, int64_t width, int64_t padding_idx,
-                                            const H* grad, const int64_t* ids, H* grad_weight, ErrorWord error) {
+                                            const H* grad, const I* ids, H* grad_weight, ErrorWord error) {
   __shared__ int64_t chunk[kIdChunk];
   if (blockIdx.x == 0) {
     for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
@@ -526,43 +465,22 @@ cudaError_t LaunchHalfLayerNormBackward(DType dtype, int64_t rows, int64_t cols,
   return error;
 }
 
-cudaError_t LaunchHalfNllLossForward(DType dtype, const NllParams& params, const void* self, const int64_t* target,
-                                     const void* weight, void* loss, void* total_weight, cudaStream_t stream) {
-  const bool launched = DispatchHalf(dtype, [&](auto tag) {
-    using H = decltype(tag);
-    HalfNllLossForwardKernel<H><<<1, kNllThreads, 0, stream>>>(params, static_cast<const H*>(self), target,
-                                                               static_cast<const H*>(weight), static_cast<H*>(loss),
-                                                               static_cast<H*>(total_weight));
-  });
-  return launched ? LaunchError() : cudaErrorInvalidValue;
-}
-
-cudaError_t LaunchHalfNllLossBackward(DType dtype, const NllParams& params, const void* grad_output,
-                                      const int64_t* target, const void* total_weight, const void* weight,
-                                      void* grad_input, cudaStream_t stream) {
-  if (!IsHalfDType(dtype)) return cudaErrorInvalidValue;
-  const int64_t n = params.rows * params.classes;
-  if (n == 0) return cudaSuccess;
-  DispatchHalf(dtype, [&](auto tag) {
-    using H = decltype(tag);
-    HalfNllLossBackwardKernel<H><<<Blocks(n), kThreads, 0, stream>>>(
-        params, static_cast<const H*>(grad_output), target, static_cast<const H*>(total_weight),
-        static_cast<const H*>(weight), static_cast<H*>(grad_input));
-  });
-  return LaunchError();
-}
-
 cudaError_t LaunchHalfEmbeddingBackward(DType dtype, int64_t count, int64_t rows, int64_t width,
-                                        int64_t padding_idx, const void* grad, const int64_t* ids,
+                                        int64_t padding_idx, const void* grad, IndexOperand ids,
                                         void* grad_weight, ErrorWord error, cudaStream_t stream) {
   if (!IsHalfDType(dtype)) return cudaErrorInvalidValue;
   if (rows * width == 0) return cudaSuccess;
+  bool launched = false;
   DispatchHalf(dtype, [&](auto tag) {
     using H = decltype(tag);
-    HalfEmbeddingBackwardKernel<H><<<Blocks(rows, 1), kThreads, 0, stream>>>(
-        count, rows, width, padding_idx, static_cast<const H*>(grad), ids, static_cast<H*>(grad_weight), error);
+    launched = DispatchIndex(ids.dtype, [&](auto index_tag) {
+      using I = decltype(index_tag);
+      HalfEmbeddingBackwardKernel<H, I><<<Blocks(rows, 1), kThreads, 0, stream>>>(
+          count, rows, width, padding_idx, static_cast<const H*>(grad), static_cast<const I*>(ids.data),
+          static_cast<H*>(grad_weight), error);
+    });
   });
-  return LaunchError();
+  return launched ? LaunchError() : cudaErrorInvalidValue;
 }
 
 }  // namespace tandem::cuda

@@ -4,7 +4,10 @@
 //
 // Index values are data: each is checked before it addresses anything; a bad
 // one is skipped and reported through the error word (the first bad value of
-// the iteration wins), so nothing is read or written out of bounds.
+// the iteration wins), so nothing is read or written out of bounds. Index
+// tensors are int64 or int32: every kernel that reads one is a template over
+// its element type I (index_put, whose index tensors may mix the two, reads
+// each through LoadIndex).
 // Accumulating writes (embedding_dense_backward, index_put with accumulate)
 // are atomic adds in the tensor's float dtype: the sum's order, and so its
 // last bits, may differ between runs.
@@ -47,9 +50,9 @@ bool DispatchFloat(DType dtype, F&& f) {
 // before it addresses anything; a bad one is reported once (by lane 0) and
 // its output row is zeros. The row moves in units U: 16-byte vectors when
 // the row's bytes allow (LaunchEmbedding), single elements otherwise.
-template <typename U>
-__global__ void EmbeddingKernel(int64_t count, int64_t rows, int64_t row_units, const U* weight, const int64_t* ids,
-                                U* out, ErrorWord error) {
+template <typename U, typename I>
+__global__ void EmbeddingKernel(int64_t count, int64_t rows, int64_t row_units, const U* weight, const I* ids, U* out,
+                                ErrorWord error) {
   constexpr int kRowsPerBlock = kThreads / 32;
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
@@ -68,9 +71,9 @@ __global__ void EmbeddingKernel(int64_t count, int64_t rows, int64_t row_units, 
   }
 }
 
-template <typename T>
+template <typename T, typename I>
 __global__ void EmbeddingBackwardKernel(int64_t count, int64_t rows, int64_t width, int64_t padding_idx,
-                                        const T* grad, const int64_t* ids, T* grad_weight, ErrorWord error) {
+                                        const T* grad, const I* ids, T* grad_weight, ErrorWord error) {
   const int64_t n = count * width;
   for (int64_t i = GlobalThread(); i < n; i += GlobalStride()) {
     const int64_t row = i / width;
@@ -85,9 +88,8 @@ __global__ void EmbeddingBackwardKernel(int64_t count, int64_t rows, int64_t wid
   }
 }
 
-template <typename E>
-__global__ void GatherDimKernel(int64_t n, DimIndexing dims, const E* self, const int64_t* index, E* out,
-                                ErrorWord error) {
+template <typename E, typename I>
+__global__ void GatherDimKernel(int64_t n, DimIndexing dims, const E* self, const I* index, E* out, ErrorWord error) {
   for (int64_t i = GlobalThread(); i < n; i += GlobalStride()) {
     const int64_t v = index[i];
     if (v < 0 || v >= dims.dim_size) {
@@ -99,8 +101,8 @@ __global__ void GatherDimKernel(int64_t n, DimIndexing dims, const E* self, cons
   }
 }
 
-template <typename T>
-__global__ void ScatterDimKernel(int64_t n, DimIndexing dims, const int64_t* index, const T* src, T value, T* out,
+template <typename T, typename I>
+__global__ void ScatterDimKernel(int64_t n, DimIndexing dims, const I* index, const T* src, T value, T* out,
                                  ErrorWord error) {
   for (int64_t i = GlobalThread(); i < n; i += GlobalStride()) {
     const int64_t v = index[i];
@@ -113,9 +115,9 @@ __global__ void ScatterDimKernel(int64_t n, DimIndexing dims, const int64_t* ind
   }
 }
 
-template <typename E>
+template <typename E, typename I>
 __global__ void IndexSelectKernel(int64_t outer, int64_t size, int64_t inner, int64_t count, const E* self,
-                                  const int64_t* index, E* out, ErrorWord error) {
+                                  const I* index, E* out, ErrorWord error) {
   const int64_t n = outer * count * inner;
   for (int64_t i = GlobalThread(); i < n; i += GlobalStride()) {
     const int64_t c = i % inner;
@@ -144,6 +146,12 @@ __device__ __forceinline__ void Accumulate(T* p, T v) {
   }
 }
 
+// Element i of an index tensor of either index dtype, as int64.
+__device__ __forceinline__ int64_t LoadIndex(const IndexOperand& index, int64_t i) {
+  return index.dtype == DType::kInt32 ? static_cast<const int32_t*>(index.data)[i]
+                                      : static_cast<const int64_t*>(index.data)[i];
+}
+
 // A thread per (position, slice element).
 template <typename T>
 __global__ void IndexPutKernel(IndexPutParams params, const T* values, T* out, ErrorWord error) {
@@ -154,8 +162,9 @@ __global__ void IndexPutKernel(IndexPutParams params, const T* values, T* out, E
     int64_t target = t;
     bool ok = true;
     for (int j = 0; j < params.k; ++j) {
-      const int64_t* idx = params.index[j];
-      int64_t v = idx[params.index_layout[j].rank == 0 ? position : StridedOffset(params.index_layout[j], position)];
+      int64_t v = LoadIndex(params.index[j], params.index_layout[j].rank == 0
+                                                 ? position
+                                                 : StridedOffset(params.index_layout[j], position));
       if (v < -params.dim_size[j] || v >= params.dim_size[j]) {
         if (t == 0) ReportBadIndex(error, v);
         ok = false;
@@ -190,27 +199,33 @@ __global__ void StridedScatterKernel(int64_t n, const E* in, StridedOperand layo
 }  // namespace
 
 cudaError_t LaunchEmbedding(int element_bytes, int64_t count, int64_t rows, int64_t width, const void* weight,
-                            const int64_t* ids, void* out, ErrorWord error, cudaStream_t stream) {
+                            IndexOperand ids, void* out, ErrorWord error, cudaStream_t stream) {
   if (count * width == 0) return cudaSuccess;
   const int64_t row_bytes = width * element_bytes;
   const int64_t blocks = Blocks(count, kThreads / 32);
   const bool known_size = element_bytes == 1 || element_bytes == 2 || element_bytes == 4 || element_bytes == 8;
-  if (known_size && row_bytes % 16 == 0 && Aligned16(weight) && Aligned16(out)) {
-    EmbeddingKernel<uint4><<<blocks, kThreads, 0, stream>>>(count, rows, row_bytes / 16,
-                                                            static_cast<const uint4*>(weight), ids,
-                                                            static_cast<uint4*>(out), error);
-    return LaunchError();
-  }
-  const bool launched = DispatchBytes(element_bytes, [&](auto tag) {
-    using E = decltype(tag);
-    EmbeddingKernel<E><<<blocks, kThreads, 0, stream>>>(count, rows, width, static_cast<const E*>(weight), ids,
-                                                        static_cast<E*>(out), error);
+  const bool vectorized = known_size && row_bytes % 16 == 0 && Aligned16(weight) && Aligned16(out);
+  bool launched = false;
+  DispatchIndex(ids.dtype, [&](auto index_tag) {
+    using I = decltype(index_tag);
+    const I* id = static_cast<const I*>(ids.data);
+    if (vectorized) {
+      EmbeddingKernel<uint4, I><<<blocks, kThreads, 0, stream>>>(
+          count, rows, row_bytes / 16, static_cast<const uint4*>(weight), id, static_cast<uint4*>(out), error);
+      launched = true;
+      return;
+    }
+    launched = DispatchBytes(element_bytes, [&](auto tag) {
+      using E = decltype(tag);
+      EmbeddingKernel<E, I><<<blocks, kThreads, 0, stream>>>(count, rows, width, static_cast<const E*>(weight), id,
+                                                             static_cast<E*>(out), error);
+    });
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }
 
 cudaError_t LaunchEmbeddingBackward(DType dtype, int64_t count, int64_t rows, int64_t width, int64_t padding_idx,
-                                    const void* grad, const int64_t* ids, void* grad_weight, ErrorWord error,
+                                    const void* grad, IndexOperand ids, void* grad_weight, ErrorWord error,
                                     cudaStream_t stream) {
   const size_t bytes = static_cast<size_t>(rows * width) * DTypeSize(dtype);
   if (bytes > 0) {
@@ -218,51 +233,77 @@ cudaError_t LaunchEmbeddingBackward(DType dtype, int64_t count, int64_t rows, in
     if (zeroed != cudaSuccess) return zeroed;
   }
   if (count * width == 0) return cudaSuccess;
-  const bool launched = DispatchFloat(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    EmbeddingBackwardKernel<T><<<Blocks(count * width), kThreads, 0, stream>>>(
-        count, rows, width, padding_idx, static_cast<const T*>(grad), ids, static_cast<T*>(grad_weight), error);
+  bool launched = false;
+  DispatchIndex(ids.dtype, [&](auto index_tag) {
+    using I = decltype(index_tag);
+    launched = DispatchFloat(dtype, [&](auto tag) {
+      using T = decltype(tag);
+      EmbeddingBackwardKernel<T, I><<<Blocks(count * width), kThreads, 0, stream>>>(
+          count, rows, width, padding_idx, static_cast<const T*>(grad), static_cast<const I*>(ids.data),
+          static_cast<T*>(grad_weight), error);
+    });
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }
 
 cudaError_t LaunchGatherDim(int element_bytes, int64_t n, const DimIndexing& dims, const void* self,
-                            const int64_t* index, void* out, ErrorWord error, cudaStream_t stream) {
+                            IndexOperand index, void* out, ErrorWord error, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  const bool launched = DispatchBytes(element_bytes, [&](auto tag) {
-    using E = decltype(tag);
-    GatherDimKernel<E><<<Blocks(n), kThreads, 0, stream>>>(n, dims, static_cast<const E*>(self), index,
-                                                           static_cast<E*>(out), error);
+  bool launched = false;
+  DispatchIndex(index.dtype, [&](auto index_tag) {
+    using I = decltype(index_tag);
+    launched = DispatchBytes(element_bytes, [&](auto tag) {
+      using E = decltype(tag);
+      GatherDimKernel<E, I><<<Blocks(n), kThreads, 0, stream>>>(n, dims, static_cast<const E*>(self),
+                                                                static_cast<const I*>(index.data),
+                                                                static_cast<E*>(out), error);
+    });
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }
 
-cudaError_t LaunchScatterDim(DType dtype, int64_t n, const DimIndexing& dims, const int64_t* index, const void* src,
+cudaError_t LaunchScatterDim(DType dtype, int64_t n, const DimIndexing& dims, IndexOperand index, const void* src,
                              double value, void* out, ErrorWord error, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  const bool launched = DispatchStorable(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    ScatterDimKernel<T><<<Blocks(n), kThreads, 0, stream>>>(n, dims, index, static_cast<const T*>(src),
-                                                            Convert<T>(value), static_cast<T*>(out), error);
+  bool launched = false;
+  DispatchIndex(index.dtype, [&](auto index_tag) {
+    using I = decltype(index_tag);
+    launched = DispatchStorable(dtype, [&](auto tag) {
+      using T = decltype(tag);
+      ScatterDimKernel<T, I><<<Blocks(n), kThreads, 0, stream>>>(n, dims, static_cast<const I*>(index.data),
+                                                                 static_cast<const T*>(src), Convert<T>(value),
+                                                                 static_cast<T*>(out), error);
+    });
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }
 
 cudaError_t LaunchIndexSelect(int element_bytes, int64_t outer, int64_t size, int64_t inner, int64_t count,
-                              const void* self, const int64_t* index, void* out, ErrorWord error,
+                              const void* self, IndexOperand index, void* out, ErrorWord error,
                               cudaStream_t stream) {
   const int64_t n = outer * count * inner;
   if (n == 0) return cudaSuccess;
-  const bool launched = DispatchBytes(element_bytes, [&](auto tag) {
-    using E = decltype(tag);
-    IndexSelectKernel<E><<<Blocks(n), kThreads, 0, stream>>>(outer, size, inner, count, static_cast<const E*>(self),
-                                                             index, static_cast<E*>(out), error);
+  bool launched = false;
+  DispatchIndex(index.dtype, [&](auto index_tag) {
+    using I = decltype(index_tag);
+    launched = DispatchBytes(element_bytes, [&](auto tag) {
+      using E = decltype(tag);
+      IndexSelectKernel<E, I><<<Blocks(n), kThreads, 0, stream>>>(outer, size, inner, count,
+                                                                   static_cast<const E*>(self),
+                                                                   static_cast<const I*>(index.data),
+                                                                   static_cast<E*>(out), error);
+    });
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }
 
 cudaError_t LaunchIndexPut(DType dtype, const IndexPutParams& params, const void* values, void* out,
                            ErrorWord error, cudaStream_t stream) {
+  for (int j = 0; j < params.k; ++j) {
+    if (params.index[j].dtype != DType::kInt64 && params.index[j].dtype != DType::kInt32) {
+      return cudaErrorInvalidValue;
+    }
+  }
   const int64_t n = params.positions * params.slice;
   if (n == 0) return cudaSuccess;
   const bool launched = DispatchStorable(dtype, [&](auto tag) {

@@ -1,7 +1,8 @@
 // CUDA kernels of the ops that index with data (embedding and its backward,
 // gather, scatter, index_select, index_put), arange and the "empty"
-// constructors. Index values are checked on the GPU through the error word;
-// DescribeBadIndex turns a reported value into the iteration's message.
+// constructors. Index tensors are int64 or int32; their values are checked
+// on the GPU through the error word, and DescribeBadIndex turns a reported
+// value into the iteration's message.
 #include <cstring>
 #include <vector>
 
@@ -19,6 +20,8 @@ bool IsFloat(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::k
 
 int ElementBytes(DType dtype) { return static_cast<int>(DTypeSize(dtype)); }
 
+IndexOperand Indices(const TensorArg& index) { return IndexOperand{index.data, index.type.dtype}; }
+
 absl::Status CopySelf(const CudaKernelContext& context, const TensorArg& self, const TensorArg& out) {
   return CopyBytes(context, out.data, self.data, out.type.bytes());
 }
@@ -28,8 +31,8 @@ absl::Status EmbeddingKernel(const CudaKernelContext& context, const KernelArgs&
   const TensorArg& ids = args.inputs[1];
   return Launched(args,
                   LaunchEmbedding(ElementBytes(weight.type.dtype), ids.numel(), weight.type.shape[0],
-                                  weight.type.shape[1], weight.data, ids.as<const int64_t>(), args.outputs[0].data,
-                                  context.error, context.native),
+                                  weight.type.shape[1], weight.data, Indices(ids), args.outputs[0].data, context.error,
+                                  context.native),
                   weight.type.dtype);
 }
 
@@ -41,15 +44,15 @@ absl::Status EmbeddingBackwardKernel(const CudaKernelContext& context, const Ker
   if (IsHalfDType(out.type.dtype)) {  // float32 sums without atomics (half_launch.h)
     return Launched(args,
                     LaunchHalfEmbeddingBackward(out.type.dtype, ids.numel(), out.type.shape[0], out.type.shape[1],
-                                                padding_idx < 0 ? -1 : padding_idx, grad.data,
-                                                ids.as<const int64_t>(), out.data, context.error, context.native),
+                                                padding_idx < 0 ? -1 : padding_idx, grad.data, Indices(ids),
+                                                out.data, context.error, context.native),
                     out.type.dtype);
   }
   if (!IsFloat(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);
   return Launched(args,
                   LaunchEmbeddingBackward(out.type.dtype, ids.numel(), out.type.shape[0], out.type.shape[1],
-                                          padding_idx < 0 ? -1 : padding_idx, grad.data, ids.as<const int64_t>(),
-                                          out.data, context.error, context.native),
+                                          padding_idx < 0 ? -1 : padding_idx, grad.data, Indices(ids), out.data,
+                                          context.error, context.native),
                   out.type.dtype);
 }
 
@@ -82,8 +85,8 @@ absl::Status GatherKernel(const CudaKernelContext& context, const KernelArgs& ar
   const TensorArg& index = args.inputs[1];
   ASSIGN_OR_RETURN(DimIndexing dims, DimIndexingOf(args, self, index, nullptr));
   return Launched(args,
-                  LaunchGatherDim(ElementBytes(self.type.dtype), index.numel(), dims, self.data,
-                                  index.as<const int64_t>(), args.outputs[0].data, context.error, context.native),
+                  LaunchGatherDim(ElementBytes(self.type.dtype), index.numel(), dims, self.data, Indices(index),
+                                  args.outputs[0].data, context.error, context.native),
                   self.type.dtype);
 }
 
@@ -99,7 +102,7 @@ absl::Status ScatterKernel(const CudaKernelContext& context, const KernelArgs& a
   ASSIGN_OR_RETURN(DimIndexing dims, DimIndexingOf(args, self, index, src));
   RETURN_IF_ERROR(CopySelf(context, self, args.outputs[0]));
   return Launched(args,
-                  LaunchScatterDim(self.type.dtype, index.numel(), dims, index.as<const int64_t>(),
+                  LaunchScatterDim(self.type.dtype, index.numel(), dims, Indices(index),
                                    src != nullptr ? src->data : nullptr, value, args.outputs[0].data, context.error,
                                    context.native),
                   self.type.dtype);
@@ -113,7 +116,7 @@ absl::Status IndexSelectKernel(const CudaKernelContext& context, const KernelArg
   const DimSplit split = SplitAtDim(self.type.shape, dim);
   return Launched(args,
                   LaunchIndexSelect(ElementBytes(self.type.dtype), split.outer, split.size, split.inner, index.numel(),
-                                    self.data, index.as<const int64_t>(), args.outputs[0].data, context.error,
+                                    self.data, Indices(index), args.outputs[0].data, context.error,
                                     context.native),
                   self.type.dtype);
 }
@@ -137,7 +140,7 @@ absl::Status IndexPutKernel(const CudaKernelContext& context, const KernelArgs& 
   }
   for (int j = 0; j < params.k; ++j) {
     const TensorArg& index = args.inputs[1 + j];
-    params.index[j] = index.as<const int64_t>();
+    params.index[j] = Indices(index);
     ASSIGN_OR_RETURN(params.index_layout[j], BroadcastLayout(index.type.shape, index_shape));
     params.dim_size[j] = shape[j];
     params.dim_stride[j] = self_strides[j];

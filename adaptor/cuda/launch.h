@@ -38,6 +38,26 @@ struct ErrorWord {
   int32_t node = 0;
 };
 
+// An index tensor's elements on the device: int64 or int32, as PyTorch's
+// index-taking ops accept (token ids, class labels, gather indices). The
+// launchers that take one answer cudaErrorInvalidValue, without launching,
+// for another dtype.
+struct IndexOperand {
+  const void* data = nullptr;
+  DType dtype = DType::kInt64;
+};
+
+// Calls f(I{}) with I the C++ type of an index dtype (int64_t or int32_t);
+// false, without calling f, for any other dtype.
+template <typename F>
+bool DispatchIndex(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kInt64: f(int64_t{}); return true;
+    case DType::kInt32: f(int32_t{}); return true;
+    default: return false;
+  }
+}
+
 // ---- elementwise (elementwise_kernels.cu) ----
 
 // A number attribute in both forms, so that integer kernels get it exactly
@@ -133,12 +153,14 @@ struct NllParams {
   ErrorWord error;
 };
 // Outputs: loss ([rows] for none, else one element) and total_weight (one
-// element). weight may be null.
-cudaError_t LaunchNllLossForward(DType dtype, const NllParams& params, const void* self, const int64_t* target,
+// element). weight may be null. `dtype`: float32, float64, bfloat16 or
+// float16 (16-bit values are summed in float32 and rounded once, as
+// PyTorch's opmath does); `target`: int64 or int32 labels.
+cudaError_t LaunchNllLossForward(DType dtype, const NllParams& params, const void* self, IndexOperand target,
                                  const void* weight, void* loss, void* total_weight, cudaStream_t stream);
 // grad_input [rows, classes], fully written.
 cudaError_t LaunchNllLossBackward(DType dtype, const NllParams& params, const void* grad_output,
-                                  const int64_t* target, const void* total_weight, const void* weight,
+                                  IndexOperand target, const void* total_weight, const void* weight,
                                   void* grad_input, cudaStream_t stream);
 
 }  // namespace tandem::cuda

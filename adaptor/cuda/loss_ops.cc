@@ -1,7 +1,8 @@
 // CUDA kernels of the loss path: _log_softmax, its backward,
-// nll_loss_forward and nll_loss_backward. The nll kernels check every class
-// label on the GPU and report a bad one through the error word. bfloat16 and
-// float16 go to the 16-bit kernels (half_launch.h).
+// nll_loss_forward and nll_loss_backward. The nll kernels take int64 or int32
+// class labels, check every one on the GPU and report a bad one through the
+// error word; they serve the 16-bit floats too (launch.h). bfloat16 and
+// float16 log_softmax go to the 16-bit kernels (half_launch.h).
 #include "adaptor/cuda/half_launch.h"
 #include "adaptor/cuda/kernel_util.h"
 #include "adaptor/ops/shape_rules.h"
@@ -11,6 +12,8 @@ namespace tandem::cuda {
 namespace {
 
 bool IsFloat(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kFloat64; }
+
+IndexOperand Labels(const TensorArg& target) { return IndexOperand{target.data, target.type.dtype}; }
 
 absl::StatusOr<DimSplit> SplitAtDimAttr(const KernelArgs& args, const Shape& shape) {
   ASSIGN_OR_RETURN(int64_t dim, args.node->attrs.GetInt("dim"));
@@ -71,15 +74,9 @@ absl::Status NllLossForwardKernel(const CudaKernelContext& context, const Kernel
   const TensorArg& target = args.inputs[1];
   const void* weight = args.inputs.size() > 2 ? args.inputs[2].data : nullptr;
   ASSIGN_OR_RETURN(NllParams params, GetNllParams(context, args, self, target));
-  if (IsHalfDType(self.type.dtype)) {
-    return Launched(args,
-                    LaunchHalfNllLossForward(self.type.dtype, params, self.data, target.as<const int64_t>(), weight,
-                                             args.outputs[0].data, args.outputs[1].data, context.native),
-                    self.type.dtype);
-  }
-  if (!IsFloat(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
+  if (!IsFloat(self.type.dtype) && !IsHalfDType(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
   return Launched(args,
-                  LaunchNllLossForward(self.type.dtype, params, self.data, target.as<const int64_t>(), weight,
+                  LaunchNllLossForward(self.type.dtype, params, self.data, Labels(target), weight,
                                        args.outputs[0].data, args.outputs[1].data, context.native),
                   self.type.dtype);
 }
@@ -92,16 +89,10 @@ absl::Status NllLossBackwardKernel(const CudaKernelContext& context, const Kerne
   const TensorArg& total_weight = args.inputs[3];
   const void* weight = args.inputs.size() > 4 ? args.inputs[4].data : nullptr;
   ASSIGN_OR_RETURN(NllParams params, GetNllParams(context, args, self, target));
-  if (IsHalfDType(self.type.dtype)) {
-    return Launched(args,
-                    LaunchHalfNllLossBackward(self.type.dtype, params, grad_output.data, target.as<const int64_t>(),
-                                              total_weight.data, weight, args.outputs[0].data, context.native),
-                    self.type.dtype);
-  }
-  if (!IsFloat(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
+  if (!IsFloat(self.type.dtype) && !IsHalfDType(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
   return Launched(args,
-                  LaunchNllLossBackward(self.type.dtype, params, grad_output.data, target.as<const int64_t>(),
-                                        total_weight.data, weight, args.outputs[0].data, context.native),
+                  LaunchNllLossBackward(self.type.dtype, params, grad_output.data, Labels(target), total_weight.data,
+                                        weight, args.outputs[0].data, context.native),
                   self.type.dtype);
 }
 

@@ -1,6 +1,6 @@
 // CUDA kernels of _softmax, _safe_softmax, _softmax_backward_data,
 // native_layer_norm and native_layer_norm_backward (normalization_kernels.cu;
-// bfloat16 and float16 through half_launch.h, but not _safe_softmax).
+// bfloat16 and float16 through half_launch.h).
 #include <vector>
 
 #include "adaptor/cuda/half_launch.h"
@@ -26,10 +26,13 @@ absl::Status Softmax(const CudaKernelContext& context, const KernelArgs& args, b
   const TensorArg& in = args.inputs[0];
   const TensorArg& out = args.outputs[0];
   ASSIGN_OR_RETURN(DimSplit split, SplitAtDimAttr(args, in.type.shape));
-  if (IsHalfDType(out.type.dtype) && !zero_if_all_neg_inf) {
+  if (IsHalfDType(out.type.dtype)) {
     return Launched(args,
-                    LaunchHalfSoftmax(out.type.dtype, false, split.outer, split.size, split.inner, in.data, out.data,
-                                      context.native),
+                    zero_if_all_neg_inf
+                        ? LaunchHalfSafeSoftmax(out.type.dtype, split.outer, split.size, split.inner, in.data,
+                                                out.data, context.native)
+                        : LaunchHalfSoftmax(out.type.dtype, false, split.outer, split.size, split.inner, in.data,
+                                            out.data, context.native),
                     out.type.dtype);
   }
   if (!IsFloat(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);

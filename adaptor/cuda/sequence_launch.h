@@ -107,15 +107,16 @@ cudaError_t LaunchAny(DType dtype, int64_t outer, int64_t size, int64_t inner, c
 
 // ---- indexing (indexing_kernels.cu) ----
 // Index values are checked on the GPU: a bad one is skipped and reported
-// through the error word (launch.h).
+// through the error word (launch.h). Index tensors are int64 or int32
+// (launch.h's IndexOperand).
 
 // out[n, :] = weight[ids[n], :] for weight [rows, width] (element_bytes 1-8).
 cudaError_t LaunchEmbedding(int element_bytes, int64_t count, int64_t rows, int64_t width, const void* weight,
-                            const int64_t* ids, void* out, ErrorWord error, cudaStream_t stream);
+                            IndexOperand ids, void* out, ErrorWord error, cudaStream_t stream);
 // grad_weight (zeroed here) [rows, width] += grad[n, :] at ids[n], except
 // ids equal to padding_idx (atomic adds in the float dtype).
 cudaError_t LaunchEmbeddingBackward(DType dtype, int64_t count, int64_t rows, int64_t width, int64_t padding_idx,
-                                    const void* grad, const int64_t* ids, void* grad_weight, ErrorWord error,
+                                    const void* grad, IndexOperand ids, void* grad_weight, ErrorWord error,
                                     cudaStream_t stream);
 
 // The index tensor of gather / scatter over `index_layout` (index's shape;
@@ -129,23 +130,24 @@ struct DimIndexing {
 };
 // out[i] = self[self_offset(i) + index[i] * dim_stride].
 cudaError_t LaunchGatherDim(int element_bytes, int64_t n, const DimIndexing& dims, const void* self,
-                            const int64_t* index, void* out, ErrorWord error, cudaStream_t stream);
+                            IndexOperand index, void* out, ErrorWord error, cudaStream_t stream);
 // out (already a copy of self)[self_offset(i) + index[i] * dim_stride] =
 // src[src_offset(i)] (or the `value` element when src is null).
-cudaError_t LaunchScatterDim(DType dtype, int64_t n, const DimIndexing& dims, const int64_t* index, const void* src,
+cudaError_t LaunchScatterDim(DType dtype, int64_t n, const DimIndexing& dims, IndexOperand index, const void* src,
                              double value, void* out, ErrorWord error, cudaStream_t stream);
 // out[o, j, :] = self[o, index[j], :] over [outer, size, inner].
 cudaError_t LaunchIndexSelect(int element_bytes, int64_t outer, int64_t size, int64_t inner, int64_t count,
-                              const void* self, const int64_t* index, void* out, ErrorWord error,
+                              const void* self, IndexOperand index, void* out, ErrorWord error,
                               cudaStream_t stream);
 
 // index_put on out (already a copy of self): k index tensors over the
 // broadcast index shape (layouts over it), values read through
-// `values_layout` over the target shape [positions, slice].
+// `values_layout` over the target shape [positions, slice]. Each index
+// tensor has its own dtype (int64 and int32 ones may mix).
 inline constexpr int kMaxIndexTensors = 4;
 struct IndexPutParams {
   int k = 0;
-  const int64_t* index[kMaxIndexTensors] = {};
+  IndexOperand index[kMaxIndexTensors];
   StridedOperand index_layout[kMaxIndexTensors];  // over the broadcast index shape
   int64_t dim_size[kMaxIndexTensors] = {};
   int64_t dim_stride[kMaxIndexTensors] = {};

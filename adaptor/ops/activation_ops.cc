@@ -3,8 +3,9 @@
 // rsqrt, gelu, pow), the activation backwards, clamp, maximum/minimum,
 // addcmul/addcdiv, lerp, and native_dropout with its backward.
 //
-// Float ops take float32 and float64 (gelu, gelu_backward, native_dropout and
-// its backward also bfloat16 and float16); the broadcasting ones follow the
+// Float ops take float32 and float64 (gelu, gelu_backward, clamp,
+// maximum/minimum, addcmul/addcdiv, native_dropout and its backward also
+// bfloat16 and float16); the broadcasting ones follow the
 // binary elementwise type rule (equal dtypes, or a rank-0 operand of another
 // dtype converted to the result's).
 #include "absl/strings/str_cat.h"
@@ -18,14 +19,17 @@ namespace {
 
 using ops::TypeList;
 
-absl::Span<const DType> Allowed(bool float_only) {
+// The dtypes of an op: floats (and int64 unless float_only); the 16-bit
+// floats too where `half` (kernels on both backends take them).
+absl::Span<const DType> Allowed(bool float_only, bool half = false) {
+  if (half) return float_only ? absl::Span<const DType>(ops::kFloatAndHalfTypes) : ops::kNumericAndHalfTypes;
   return float_only ? absl::Span<const DType>(ops::kFloatTypes) : absl::Span<const DType>(ops::kNumericTypes);
 }
 
 // The dtype and broadcast shape of inputs `names` (all of `in`), pairwise by
 // the binary rule against the first.
 absl::StatusOr<TensorType> BroadcastAll(absl::Span<const TensorType> in, std::initializer_list<const char*> names,
-                                        bool float_only) {
+                                        bool float_only, bool half = false) {
   const char* const* name = names.begin();
   TensorType result = in[0];
   std::string result_name = name[0];
@@ -41,7 +45,7 @@ absl::StatusOr<TensorType> BroadcastAll(absl::Span<const TensorType> in, std::in
     result = TensorType{dtype, *shape};
     result_name = absl::StrCat(result_name, " and ", name[k]);
   }
-  RETURN_IF_ERROR(ops::RequireDTypeValue("the result", result.dtype, Allowed(float_only)));
+  RETURN_IF_ERROR(ops::RequireDTypeValue("the result", result.dtype, Allowed(float_only, half)));
   return result;
 }
 
@@ -101,7 +105,7 @@ InferFn ActivationBackwardInfer(const char* second, bool gelu) {
 
 // clamp(self; min, max): numbers, at least one given.
 absl::StatusOr<TypeList> ClampInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
-  RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kNumericTypes));
+  RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kNumericAndHalfTypes));
   if (!attrs.Has("min") && !attrs.Has("max")) {
     return absl::InvalidArgumentError("at least one of the attributes 'min' and 'max' must be given");
   }
@@ -115,14 +119,14 @@ absl::StatusOr<TypeList> ClampInfer(const Attrs& attrs, absl::Span<const TensorT
 
 // maximum, minimum: self, other broadcast.
 absl::StatusOr<TypeList> MaxMinInfer(const Attrs&, absl::Span<const TensorType> in) {
-  ASSIGN_OR_RETURN(TensorType out, BroadcastAll(in, {"self", "other"}, false));
+  ASSIGN_OR_RETURN(TensorType out, BroadcastAll(in, {"self", "other"}, false, /*half=*/true));
   return TypeList{out};
 }
 
 // addcmul / addcdiv: self + value * tensor1 (* or /) tensor2, broadcast.
 InferFn AddcInfer(bool float_only) {
   return [=](const Attrs& attrs, absl::Span<const TensorType> in) -> absl::StatusOr<TypeList> {
-    ASSIGN_OR_RETURN(TensorType out, BroadcastAll(in, {"self", "tensor1", "tensor2"}, float_only));
+    ASSIGN_OR_RETURN(TensorType out, BroadcastAll(in, {"self", "tensor1", "tensor2"}, float_only, /*half=*/true));
     RETURN_IF_ERROR(attrs.GetFloat("value", 1.0).status());
     RETURN_IF_ERROR(ops::RequireScalarFits(attrs, "value", "the result", out.dtype));
     return TypeList{out};

@@ -9,6 +9,10 @@
 // query i when j > i (top-left aligned, as PyTorch). Dropout inside attention
 // is not supported (dropout_p must be 0). The philox seed and offset outputs
 // of the efficient kernel are int64 rank-0 zeros (there is no dropout).
+//
+// bmm and the efficient kernel's ops also take bfloat16 and float16 (the
+// flash kernel's stay float32/float64). The efficient kernel's log-sum-exp
+// is then float32, as PyTorch's: its softmax statistics stay in float32.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -33,11 +37,12 @@ absl::StatusOr<TypeList> BmmInfer(const Attrs&, absl::Span<const TensorType> in)
   return TypeList{{in[0].dtype, {in[0].shape[0], in[0].shape[1], in[1].shape[2]}}};
 }
 
-// Checks query, key, value (and the mask, when given) and returns the
-// output's type.
+// Checks query (of an `allowed` dtype), key, value (and the mask, when
+// given) and returns the output's type.
 absl::StatusOr<TensorType> AttentionOutput(const TensorType& q, const TensorType& k, const TensorType& v,
-                                           const TensorType* mask, bool float_mask_only) {
-  RETURN_IF_ERROR(ops::RequireDType("query", q, ops::kFloatTypes));
+                                           const TensorType* mask, bool float_mask_only,
+                                           absl::Span<const DType> allowed = ops::kFloatTypes) {
+  RETURN_IF_ERROR(ops::RequireDType("query", q, allowed));
   if (q.rank() < 2 || k.rank() != q.rank() || v.rank() != q.rank() || k.dtype != q.dtype || v.dtype != q.dtype) {
     return absl::InvalidArgumentError(absl::StrCat("query is ", q.ToString(), ", key ", k.ToString(), ", value ",
                                                    v.ToString(), "; expected one dtype and one rank >= 2"));
@@ -87,28 +92,35 @@ Shape BatchShape(const TensorType& q, int64_t last) {
 // The efficient kernel pads its log-sum-exp rows to a multiple of 32.
 int64_t PaddedRows(int64_t rows) { return (rows + 31) / 32 * 32; }
 
+// The efficient kernel's log-sum-exp dtype: the query's, except float32 for
+// a 16-bit query.
+DType LogSumExpDType(DType query) {
+  return query == DType::kBFloat16 || query == DType::kFloat16 ? DType::kFloat32 : query;
+}
+
 // _scaled_dot_product_efficient_attention(query, key, value[, attn_bias];
 // compute_log_sumexp, dropout_p, is_causal, scale):
 // (output, log_sumexp, philox_seed, philox_offset).
 absl::StatusOr<TypeList> EfficientAttentionInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
   RETURN_IF_ERROR(CheckNoDropout(attrs));
   ASSIGN_OR_RETURN(bool lse, attrs.GetBool("compute_log_sumexp", false));
-  ASSIGN_OR_RETURN(TensorType out, AttentionOutput(in[0], in[1], in[2], in.size() > 3 ? &in[3] : nullptr, true));
+  ASSIGN_OR_RETURN(TensorType out, AttentionOutput(in[0], in[1], in[2], in.size() > 3 ? &in[3] : nullptr, true,
+                                                   ops::kFloatAndHalfTypes));
   const int64_t rows = in[0].shape[in[0].rank() - 2];
   const TensorType seed{DType::kInt64, {}};
-  return TypeList{out, {in[0].dtype, BatchShape(in[0], lse ? PaddedRows(rows) : 0)}, seed, seed};
+  return TypeList{out, {LogSumExpDType(in[0].dtype), BatchShape(in[0], lse ? PaddedRows(rows) : 0)}, seed, seed};
 }
 
 // ..._backward(grad_out, query, key, value[, attn_bias], out, logsumexp,
 // philox_seed, philox_offset; dropout_p, grad_input_mask, is_causal, scale):
 // (grad_query, grad_key, grad_value, grad_bias); grad_bias has attn_bias's
-// type, or is float [0] without a bias.
+// type, or is [0] of query's dtype without a bias.
 absl::StatusOr<TypeList> EfficientAttentionBackwardInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
   RETURN_IF_ERROR(CheckNoDropout(attrs));
   const bool has_bias = in.size() == 9;
   const TensorType* bias = has_bias ? &in[4] : nullptr;
   const size_t after = has_bias ? 5 : 4;
-  ASSIGN_OR_RETURN(TensorType out, AttentionOutput(in[1], in[2], in[3], bias, true));
+  ASSIGN_OR_RETURN(TensorType out, AttentionOutput(in[1], in[2], in[3], bias, true, ops::kFloatAndHalfTypes));
   if (!(in[0] == out) || !(in[after] == out)) {
     return absl::InvalidArgumentError(absl::StrCat("grad_out is ", in[0].ToString(), " and out ",
                                                    in[after].ToString(), "; expected ", out.ToString()));
@@ -116,10 +128,11 @@ absl::StatusOr<TypeList> EfficientAttentionBackwardInfer(const Attrs& attrs, abs
   const TensorType& lse = in[after + 1];
   const int64_t rows = in[1].shape[in[1].rank() - 2];
   const Shape batch = BatchShape(in[1], 0);
-  if (lse.dtype != in[1].dtype || lse.rank() != static_cast<int>(batch.size()) ||
+  const DType lse_dtype = LogSumExpDType(in[1].dtype);
+  if (lse.dtype != lse_dtype || lse.rank() != static_cast<int>(batch.size()) ||
       !std::equal(batch.begin(), batch.end() - 1, lse.shape.begin()) || lse.shape.back() < rows) {
     return absl::InvalidArgumentError(absl::StrCat("logsumexp is ", lse.ToString(), "; expected ",
-                                                   DTypeName(in[1].dtype), ShapeString(BatchShape(in[1], rows)),
+                                                   DTypeName(lse_dtype), ShapeString(BatchShape(in[1], rows)),
                                                    " or longer rows (the forward must compute it)"));
   }
   if (attrs.Has("grad_input_mask")) RETURN_IF_ERROR(attrs.GetInts("grad_input_mask").status());

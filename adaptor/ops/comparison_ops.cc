@@ -2,10 +2,12 @@
 // and attention steps use: eq/ne/lt/le/gt/ge (.Scalar and .Tensor, bool
 // results), where.self, masked_fill, logical_not and any.
 //
-// Comparisons accept float32, float64, int64, int32 and bool. A .Tensor
-// comparison follows the binary elementwise type rule (equal dtypes, or a
-// rank-0 operand converted); a .Scalar one compares in double unless both
-// the tensor and the number are integers (then exactly, in int64).
+// Comparisons accept float32, float64, int64, int32, bool, bfloat16 and
+// float16 (where.self's self and other too). A .Tensor comparison follows
+// the binary elementwise type rule (equal dtypes, or a rank-0 operand
+// converted); a .Scalar one compares in double unless both the tensor and
+// the number are integers (then exactly, in int64), or the tensor is 16-bit
+// (then the number is rounded to its dtype and compared in float32).
 #include "absl/strings/str_cat.h"
 #include "adaptor/op_registry.h"
 #include "adaptor/ops/infer_util.h"
@@ -28,15 +30,15 @@ absl::StatusOr<Shape> Broadcast2(absl::string_view a_name, const TensorType& a, 
 }
 
 absl::StatusOr<TypeList> CompareTensorInfer(const Attrs&, absl::Span<const TensorType> in) {
-  RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kStorableTypes));
-  RETURN_IF_ERROR(ops::RequireDType("other", in[1], ops::kStorableTypes));
+  RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kStorableAndHalfTypes));
+  RETURN_IF_ERROR(ops::RequireDType("other", in[1], ops::kStorableAndHalfTypes));
   RETURN_IF_ERROR(ops::BinaryResultDType("self", in[0], "other", in[1]).status());
   ASSIGN_OR_RETURN(Shape shape, Broadcast2("self", in[0], "other", in[1]));
   return TypeList{{DType::kBool, shape}};
 }
 
 absl::StatusOr<TypeList> CompareScalarInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
-  RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kStorableTypes));
+  RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kStorableAndHalfTypes));
   RETURN_IF_ERROR(attrs.GetFloat("other").status());
   return TypeList{{DType::kBool, in[0].shape}};
 }
@@ -47,8 +49,8 @@ absl::StatusOr<TypeList> WhereInfer(const Attrs&, absl::Span<const TensorType> i
   if (in[0].dtype != DType::kBool) {
     return absl::InvalidArgumentError(absl::StrCat("condition is ", in[0].ToString(), "; expected bool"));
   }
-  RETURN_IF_ERROR(ops::RequireDType("self", in[1], ops::kStorableTypes));
-  RETURN_IF_ERROR(ops::RequireDType("other", in[2], ops::kStorableTypes));
+  RETURN_IF_ERROR(ops::RequireDType("self", in[1], ops::kStorableAndHalfTypes));
+  RETURN_IF_ERROR(ops::RequireDType("other", in[2], ops::kStorableAndHalfTypes));
   ASSIGN_OR_RETURN(DType dtype, ops::BinaryResultDType("self", in[1], "other", in[2]));
   ASSIGN_OR_RETURN(Shape values, Broadcast2("self", in[1], "other", in[2]));
   ASSIGN_OR_RETURN(Shape shape, Broadcast2("condition", in[0], "self and other", TensorType{dtype, values}));

@@ -1,6 +1,6 @@
 // Registry entries of the elementwise ops: arithmetic with tensors and
 // scalars, unary math, threshold_backward, and the converting copies. All
-// but sqrt also take bfloat16 and float16.
+// also take bfloat16 and float16.
 #include "absl/strings/str_cat.h"
 #include "adaptor/op_registry.h"
 #include "adaptor/ops/infer_util.h"
@@ -108,7 +108,7 @@ void RegisterElementwiseOps(OpRegistry& registry) {
   RegisterOp(registry, "div.Scalar", 1, 1, 1, kInPlace, BinaryScalarInfer(false, true));
   RegisterOp(registry, "neg", 1, 1, 1, kInPlace, UnaryInfer(false, true));
   RegisterOp(registry, "relu", 1, 1, 1, kInPlace, UnaryInfer(false, true));
-  RegisterOp(registry, "sqrt", 1, 1, 1, kInPlace, UnaryInfer(true, false));
+  RegisterOp(registry, "sqrt", 1, 1, 1, kInPlace, UnaryInfer(true, true));
   RegisterOp(registry, "threshold_backward", 2, 2, 1, kInPlace, ThresholdBackwardInfer);
   RegisterOp(registry, "copy", 2, 2, 1, kInPlace, CopyInfer);
   RegisterOp(registry, "_to_copy", 1, 1, 1, AliasKind::kNone, ToCopyInfer);

@@ -1,11 +1,14 @@
 // Registry entry of `fused_elementwise` (adaptor/ops/fused_program.h): a
 // chain of elementwise ops run as one node.
 //
-// Type rule: every input has one float dtype; inputs are of one shape S
-// except rank-0 inputs, which are read as one element at every index (a
-// learning rate). Every output is dtype[S] (a rank-0 S when all inputs are
-// rank 0). The program is validated here, so a malformed one from a client
-// is refused at registration.
+// Type rule: the inputs of rank > 0 share one type D[S], D a float dtype
+// (float32, float64, bfloat16, float16); a rank-0 input is read as one
+// element at every index (a learning rate) and has dtype D, or, where D is
+// 16-bit, any float dtype (rounded to D, as a binary op converts a rank-0
+// operand of another dtype). With no input of rank > 0, all inputs share
+// one dtype D and S is rank 0. Every output is D[S]. The program is
+// validated here, so a malformed one from a client is refused at
+// registration.
 #include "absl/strings/str_cat.h"
 #include "adaptor/op_registry.h"
 #include "adaptor/ops/fused_program.h"
@@ -17,23 +20,33 @@ namespace {
 
 using ops::TypeList;
 
+bool IsHalfDType(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::kFloat16; }
+
 absl::StatusOr<TypeList> FusedElementwiseInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
   ASSIGN_OR_RETURN(FusedProgram program, DecodeFusedProgram(attrs, static_cast<int>(in.size())));
-  RETURN_IF_ERROR(ops::RequireDType("input 0", in[0], ops::kFloatTypes));
-  TensorType common{in[0].dtype, {}};
-  int shaped = -1;  // the first input of rank > 0
+  // The program's type: that of the first input of rank > 0, else input 0's.
+  int shaped = -1;
+  for (size_t k = 0; k < in.size() && shaped < 0; ++k) {
+    if (in[k].rank() > 0) shaped = static_cast<int>(k);
+  }
+  const int first = shaped >= 0 ? shaped : 0;
+  const TensorType common = in[first];
+  RETURN_IF_ERROR(ops::RequireDType(absl::StrCat("input ", first), common, ops::kFloatAndHalfTypes));
   for (size_t k = 0; k < in.size(); ++k) {
-    if (in[k].dtype != common.dtype) {
-      return absl::InvalidArgumentError(absl::StrCat("input ", k, " is ", in[k].ToString(), " but input 0 is ",
-                                                     in[0].ToString(), "; every input must have one dtype"));
+    if (in[k].rank() == 0 && shaped >= 0) {
+      if (in[k].dtype == common.dtype) continue;
+      if (IsHalfDType(common.dtype) && IsFloating(in[k].dtype)) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input ", k, " is ", in[k].ToString(), " but input ", shaped, " is ", common.ToString(),
+          "; every input must have one dtype (a rank-0 input of a 16-bit program may be any float)"));
     }
-    if (in[k].rank() == 0) continue;
-    if (shaped < 0) {
-      shaped = static_cast<int>(k);
-      common.shape = in[k].shape;
-    } else if (in[k].shape != common.shape) {
-      return absl::InvalidArgumentError(absl::StrCat("input ", k, " is ", in[k].ToString(), " but input ", shaped,
-                                                     " is ", in[shaped].ToString(),
+    if (in[k].dtype != common.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat("input ", k, " is ", in[k].ToString(), " but input ", first,
+                                                     " is ", common.ToString(), "; every input must have one dtype"));
+    }
+    if (in[k].shape != common.shape) {
+      return absl::InvalidArgumentError(absl::StrCat("input ", k, " is ", in[k].ToString(), " but input ", first,
+                                                     " is ", common.ToString(),
                                                      "; inputs must have one shape or rank 0"));
     }
   }

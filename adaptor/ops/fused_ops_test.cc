@@ -1,6 +1,6 @@
-// fused_elementwise's inference: output types, and every way a client's
-// program can be malformed (each refused with INVALID_ARGUMENT naming the
-// fault, at registration).
+// fused_elementwise's inference: output types (float and 16-bit programs),
+// and every way a client's program can be malformed (each refused with
+// INVALID_ARGUMENT naming the fault, at registration).
 #include <string>
 #include <vector>
 
@@ -20,6 +20,7 @@ constexpr int64_t kAdd = static_cast<int64_t>(FusedOpcode::kAdd);
 constexpr int64_t kMul = static_cast<int64_t>(FusedOpcode::kMul);
 constexpr int64_t kSubScalar = static_cast<int64_t>(FusedOpcode::kSubScalar);
 constexpr int64_t kNeg = static_cast<int64_t>(FusedOpcode::kNeg);
+constexpr int64_t kMaximum = static_cast<int64_t>(FusedOpcode::kMaximum);
 
 Attrs Program(Ints code, std::vector<double> consts, Ints outputs) {
   Attrs attrs;
@@ -55,6 +56,31 @@ TEST(FusedOpsTest, OutputsHaveTheCommonShapeAndDtype) {
                                  TensorType{DType::kFloat64, {}}});
   ASSERT_TRUE(types.ok()) << types.status();
   EXPECT_EQ((*types)[1], (TensorType{DType::kFloat64, {}}));
+}
+
+// A 16-bit program takes rank-0 inputs of any float dtype (a float32
+// learning rate), converted to its type; its outputs have the 16-bit type.
+TEST(FusedOpsTest, SixteenBitProgramsTakeRankZeroInputsOfAnyFloatDType) {
+  for (DType half : {DType::kBFloat16, DType::kFloat16}) {
+    const TensorType matrix{half, {2, 3}};
+    for (DType scalar : {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kFloat16}) {
+      auto types = Infer(ValidProgram(), {matrix, matrix, TensorType{scalar, {}}});
+      ASSERT_TRUE(types.ok()) << DTypeName(half) << " with " << DTypeName(scalar) << ": " << types.status();
+      EXPECT_EQ(*types, (std::vector<TensorType>{matrix, matrix}));
+      // The rank-0 input may come first: the shaped inputs fix the type.
+      types = Infer(ValidProgram(), {TensorType{scalar, {}}, matrix, matrix});
+      ASSERT_TRUE(types.ok()) << types.status();
+      EXPECT_EQ((*types)[1], matrix);
+    }
+    // Only rank-0 inputs: one dtype, as for float programs.
+    auto types = Infer(ValidProgram(), {TensorType{half, {}}, TensorType{half, {}}, TensorType{half, {}}});
+    ASSERT_TRUE(types.ok()) << types.status();
+    EXPECT_EQ((*types)[0], (TensorType{half, {}}));
+  }
+  // maximum and minimum read two registers.
+  auto types = Infer(Program({kMaximum, 2, 0, 1, -1}, {}, {2}), {kMatrix, kScalar});
+  ASSERT_TRUE(types.ok()) << types.status();
+  EXPECT_EQ(*types, (std::vector<TensorType>{kMatrix}));
 }
 
 struct BadCase {
@@ -102,6 +128,19 @@ TEST(FusedOpsTest, MalformedProgramsAreRefused) {
                                           TensorType{DType::kInt64, {}}}, "supported dtypes"},
       {"too many inputs", Program({kNeg, 9, 0, -1, -1}, {}, {9}), std::vector<TensorType>(9, kMatrix),
        "1 to 8 inputs"},
+      {"maximum without b", Program({kMaximum, 3, 0, -1, -1}, {}, {3}), three, "reads register -1"},
+      {"k on maximum", Program({kMaximum, 3, 0, 1, 0}, {2.0}, {3}), three, "no field k"},
+      {"16-bit shaped inputs of two dtypes", ValidProgram(),
+       {TensorType{DType::kBFloat16, {2, 3}}, TensorType{DType::kFloat16, {2, 3}}, kScalar}, "one dtype"},
+      {"16-bit and float32 shaped inputs", ValidProgram(),
+       {TensorType{DType::kBFloat16, {2, 3}}, kMatrix, kScalar}, "one dtype"},
+      {"integer rank-0 input of a 16-bit program", ValidProgram(),
+       {TensorType{DType::kBFloat16, {2, 3}}, TensorType{DType::kBFloat16, {2, 3}}, TensorType{DType::kInt64, {}}},
+       "any float"},
+      {"16-bit rank-0 input of a float32 program", ValidProgram(), {kMatrix, kMatrix, TensorType{DType::kBFloat16, {}}},
+       "one dtype"},
+      {"rank-0 inputs of two dtypes", ValidProgram(),
+       {TensorType{DType::kBFloat16, {}}, TensorType{DType::kBFloat16, {}}, kScalar}, "one dtype"},
   };
   for (const BadCase& c : cases) {
     auto types = Infer(c.attrs, c.inputs);

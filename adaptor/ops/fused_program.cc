@@ -24,7 +24,9 @@ bool LayoutOf(int64_t opcode, Layout* layout) {
     case FusedOpcode::kAdd:
     case FusedOpcode::kSub: *layout = {Field::kRegister, Field::kConst}; return true;
     case FusedOpcode::kMul:
-    case FusedOpcode::kDiv: *layout = {Field::kRegister, Field::kUnused}; return true;
+    case FusedOpcode::kDiv:
+    case FusedOpcode::kMaximum:
+    case FusedOpcode::kMinimum: *layout = {Field::kRegister, Field::kUnused}; return true;
     case FusedOpcode::kAddScalar:
     case FusedOpcode::kSubScalar: *layout = {Field::kConst, Field::kConst}; return true;
     case FusedOpcode::kMulScalar:
@@ -49,6 +51,8 @@ const char* FusedOpcodeOpName(FusedOpcode op) {
     case FusedOpcode::kDivScalar: return "div.Scalar";
     case FusedOpcode::kNeg: return "neg";
     case FusedOpcode::kSqrt: return "sqrt";
+    case FusedOpcode::kMaximum: return "maximum";
+    case FusedOpcode::kMinimum: return "minimum";
   }
   return "unknown";
 }

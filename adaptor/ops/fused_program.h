@@ -9,10 +9,11 @@
 //   floats "consts": the instructions' numbers (alpha, other), by index
 //   ints "outputs":  the register each node output is read from, in order
 // Registers 0..num_inputs-1 hold the node's inputs at the element index
-// (a rank-0 input: its one element). Instructions run in order; each writes
-// register `dst` (num_inputs <= dst < kFusedMaxRegisters) from registers
-// that are inputs or were written before. Per opcode (x = register a,
-// y = register b, alpha = consts[k] or 1 when k is -1, other = consts[b]):
+// (a rank-0 input: its one element, converted to the program's dtype).
+// Instructions run in order; each writes register `dst` (num_inputs <= dst
+// < kFusedMaxRegisters) from registers that are inputs or were written
+// before. Per opcode (x = register a, y = register b, alpha = consts[k] or
+// 1 when k is -1, other = consts[b]):
 //   1 add         x + alpha * y    (add.Tensor)
 //   2 sub         x - alpha * y    (sub.Tensor)
 //   3 mul         x * y            (mul.Tensor; k = -1)
@@ -23,9 +24,16 @@
 //   8 div_scalar  x / other        (div.Scalar; b is a const index, k = -1)
 //   9 neg         -x               (b = k = -1)
 //  10 sqrt        sqrt(x)          (b = k = -1)
+//  11 maximum     max(x, y)        (maximum; NaN-propagating; k = -1)
+//  12 minimum     min(x, y)        (minimum; NaN-propagating; k = -1)
 // Each backend evaluates an instruction exactly as its kernel of the named
 // op does (same constant folding, same rounding), so a fused node computes
-// what the nodes it replaced computed, bit for bit.
+// what the nodes it replaced computed, bit for bit. In a 16-bit program
+// (bfloat16, float16) registers hold float32 values: inputs widen exactly,
+// every instruction computes in float32 as the op's 16-bit kernel does (a
+// `.Scalar` op's other rounded to the 16-bit type first, alpha a float32
+// number) and its result is rounded to the 16-bit type at once, where the
+// unfused op would have stored it.
 //
 // Plain data and functions; thread-safe.
 #ifndef TANDEM_ADAPTOR_OPS_FUSED_PROGRAM_H_
@@ -61,6 +69,8 @@ enum class FusedOpcode : int64_t {
   kDivScalar = 8,
   kNeg = 9,
   kSqrt = 10,
+  kMaximum = 11,
+  kMinimum = 12,
 };
 
 // The op a fused opcode stands for ("add.Tensor", ...).
@@ -71,7 +81,7 @@ struct FusedInstruction {
   FusedOpcode op = FusedOpcode::kNeg;
   int dst = 0;
   int a = 0;
-  int b = -1;          // a register for add..div; -1 otherwise
+  int b = -1;          // a register for add..div, maximum, minimum; -1 otherwise
   double alpha = 1.0;  // add, sub, add_scalar, sub_scalar
   double other = 0.0;  // the *_scalar ops
 };

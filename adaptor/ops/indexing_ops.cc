@@ -2,9 +2,10 @@
 // backward, gather, scatter (.value and .src), index_select, index_put; and
 // the index makers arange and the "empty" constructors.
 //
-// Index tensors are int64. Their values are data, checked by the kernels
-// when the iteration runs (INVALID_ARGUMENT naming the op and the value;
-// never an out-of-bounds read). Only index_put wraps negative indices, as
+// Index tensors are int64 or int32, as in PyTorch (index_put's may mix the
+// two); outputs stay of self's dtype. Their values are data, checked by the
+// kernels when the iteration runs (INVALID_ARGUMENT naming the op and the
+// value; never an out-of-bounds read). Only index_put wraps negative indices, as
 // PyTorch's advanced indexing does; the others refuse them, as PyTorch does.
 #include <algorithm>
 #include <cmath>
@@ -22,8 +23,9 @@ namespace {
 using ops::TypeList;
 
 absl::Status RequireIndex(absl::string_view input, const TensorType& type) {
-  if (type.dtype == DType::kInt64) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(input, " is ", type.ToString(), "; indices must be int64"));
+  if (type.dtype == DType::kInt64 || type.dtype == DType::kInt32) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(input, " is ", type.ToString(), "; indices must be int64 or int32"));
 }
 
 absl::StatusOr<int> DimAttr(const Attrs& attrs, absl::string_view input, const TensorType& type) {
@@ -35,8 +37,8 @@ absl::StatusOr<int> DimAttr(const Attrs& attrs, absl::string_view input, const T
   return *d;
 }
 
-// embedding(weight [V, D], indices int64; padding_idx, scale_grad_by_freq,
-// sparse): indices.shape + [D].
+// embedding(weight [V, D], indices int64 or int32; padding_idx,
+// scale_grad_by_freq, sparse): indices.shape + [D].
 absl::StatusOr<TypeList> EmbeddingInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
   RETURN_IF_ERROR(ops::RequireDType("weight", in[0], ops::kStorableAndHalfTypes));
   RETURN_IF_ERROR(ops::RequireRank("weight", in[0], 2));
@@ -135,8 +137,8 @@ absl::StatusOr<TypeList> IndexSelectInfer(const Attrs& attrs, absl::Span<const T
   return TypeList{out};
 }
 
-// index_put(self, indices..., values; accumulate): k >= 1 int64 index
-// tensors (no absent ones) index self's first k dims; they broadcast to a
+// index_put(self, indices..., values; accumulate): k >= 1 index tensors
+// (int64 or int32, each its own; no absent ones) index self's first k dims; they broadcast to a
 // shape B, and values broadcasts to B + self.shape[k:].
 absl::StatusOr<TypeList> IndexPutInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
   RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kStorableTypes));

@@ -11,7 +11,8 @@ namespace {
 
 using ops::TypeList;
 
-// Checks self [N, C] or [C], target [N] or [] (int64), optional weight [C];
+// Checks self [N, C] or [C], target [N] or [] (int64 or int32, as PyTorch
+// takes class labels), optional weight [C];
 // returns the shape of the unreduced loss ([N] or []).
 absl::StatusOr<Shape> CheckNllInputs(const Attrs& attrs, const TensorType& self, const TensorType& target,
                                      const TensorType* weight) {
@@ -20,11 +21,12 @@ absl::StatusOr<Shape> CheckNllInputs(const Attrs& attrs, const TensorType& self,
     return absl::InvalidArgumentError(
         absl::StrCat("self is ", self.ToString(), "; expected [N, C] or [C] log-probabilities"));
   }
-  if (target.dtype != DType::kInt64 || target.rank() != self.rank() - 1 ||
-      (self.rank() == 2 && target.shape[0] != self.shape[0])) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "self is ", self.ToString(), " but target is ", target.ToString(), "; expected target int64",
-        self.rank() == 2 ? ShapeString({self.shape[0]}) : std::string("[]")));
+  const bool label_dtype = target.dtype == DType::kInt64 || target.dtype == DType::kInt32;
+  if (!label_dtype || target.rank() != self.rank() - 1 || (self.rank() == 2 && target.shape[0] != self.shape[0])) {
+    const std::string shape = self.rank() == 2 ? ShapeString({self.shape[0]}) : std::string("[]");
+    return absl::InvalidArgumentError(absl::StrCat("self is ", self.ToString(), " but target is ", target.ToString(),
+                                                   "; expected target int64", shape, " or int32", shape,
+                                                   " (class labels)"));
   }
   const int64_t classes = self.shape.back();
   if (weight != nullptr && (weight->dtype != self.dtype || weight->shape != Shape{classes})) {

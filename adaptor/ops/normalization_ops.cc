@@ -1,7 +1,7 @@
 // Registry entries of softmax and layer normalization: _softmax,
 // _safe_softmax, _softmax_backward_data, native_layer_norm,
-// native_layer_norm_backward. All but _safe_softmax also take bfloat16 and
-// float16 (layer norm's mean and rstd are then float32).
+// native_layer_norm_backward. All also take bfloat16 and float16 (layer
+// norm's mean and rstd are then float32).
 //
 // Optional tensors (layer norm's weight and bias) follow the registry's rule
 // that an absent one is left out and the inputs after it move up; since bias
@@ -97,7 +97,7 @@ absl::StatusOr<TypeList> LayerNormBackwardInfer(const Attrs& attrs, absl::Span<c
 // since the backward (_softmax_backward_data with input_dtype = self's dtype)
 // does not mix precisions either.
 absl::StatusOr<TypeList> SafeSoftmaxInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
-  ASSIGN_OR_RETURN(TypeList out, ops::InferSoftmaxLike(attrs, in));
+  ASSIGN_OR_RETURN(TypeList out, ops::InferSoftmaxLike(attrs, in, ops::kFloatAndHalfTypes));
   ASSIGN_OR_RETURN(DType dtype, attrs.GetDType("dtype", in[0].dtype));
   if (dtype != in[0].dtype) {
     return absl::InvalidArgumentError(absl::StrCat("attribute 'dtype' is ", DTypeName(dtype), " but self is ",

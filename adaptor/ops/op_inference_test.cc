@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "adaptor/op_registry.h"
 #include "adaptor/ops/shape_rules.h"
 #include "gmock/gmock.h"
@@ -21,6 +22,7 @@ using ::testing::HasSubstr;
 TensorType F32(Shape shape) { return {DType::kFloat32, std::move(shape)}; }
 TensorType F64(Shape shape) { return {DType::kFloat64, std::move(shape)}; }
 TensorType I64(Shape shape) { return {DType::kInt64, std::move(shape)}; }
+TensorType I32(Shape shape) { return {DType::kInt32, std::move(shape)}; }
 
 absl::StatusOr<std::vector<TensorType>> Infer(const std::string& op, const Attrs& attrs,
                                               const std::vector<TensorType>& inputs) {
@@ -295,6 +297,83 @@ TEST(LossInferenceTest, NllLoss) {
               AllOf(HasSubstr("grad_output is float32[]"), HasSubstr("expected float32[8]")));
 }
 
+// Class labels are int64 or int32, as in PyTorch; the outputs keep self's
+// dtype either way.
+TEST(LossInferenceTest, NllLossTakesInt32Labels) {
+  auto mean = Infer("nll_loss_forward", {}, {F32({8, 10}), I32({8})});
+  ASSERT_TRUE(mean.ok()) << mean.status();
+  EXPECT_EQ(*mean, (std::vector<TensorType>{F32({}), F32({})}));
+  const TensorType bf16{DType::kBFloat16, {8, 10}};
+  auto none = Infer("nll_loss_forward", MakeAttrs({{"reduction", int64_t{0}}}),
+                    {bf16, I32({8}), {DType::kBFloat16, {10}}});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, (std::vector<TensorType>{{DType::kBFloat16, {8}}, {DType::kBFloat16, {}}}));
+  EXPECT_EQ(InferOne("nll_loss_backward", {}, {F64({}), F64({8, 10}), I32({8}), F64({})}), F64({8, 10}));
+
+  // Other label dtypes are refused, naming both accepted ones.
+  for (DType dtype : {DType::kFloat32, DType::kBool, DType::kFloat16}) {
+    const TensorType target{dtype, {8}};
+    EXPECT_THAT(InferError("nll_loss_forward", {}, {F32({8, 10}), target}),
+                AllOf(HasSubstr(absl::StrCat("target is ", target.ToString())), HasSubstr("int64[8] or int32[8]")));
+    EXPECT_THAT(InferError("nll_loss_backward", {}, {F32({}), F32({8, 10}), target, F32({})}),
+                HasSubstr(absl::StrCat("target is ", target.ToString())));
+  }
+  EXPECT_THAT(InferError("nll_loss_forward", {}, {F32({8, 10}), I32({7})}), HasSubstr("target is int32[7]"));
+}
+
+TEST(IndexingInferenceTest, IndexTensorsMayBeInt64OrInt32) {
+  for (DType index : {DType::kInt64, DType::kInt32}) {
+    SCOPED_TRACE(DTypeName(index));
+    auto idx = [&](Shape shape) { return TensorType{index, std::move(shape)}; };
+    EXPECT_EQ(InferOne("embedding", {}, {F32({10, 4}), idx({3, 5})}), F32({3, 5, 4}));
+    const TensorType f16_weight{DType::kFloat16, {10, 4}};
+    EXPECT_EQ(InferOne("embedding", {}, {f16_weight, idx({6})}), (TensorType{DType::kFloat16, {6, 4}}));
+    const Attrs backward = MakeAttrs({{"num_weights", int64_t{10}}, {"padding_idx", int64_t{0}}});
+    EXPECT_EQ(InferOne("embedding_dense_backward", backward, {F64({3, 5, 4}), idx({3, 5})}), F64({10, 4}));
+    const TensorType bf16_grad{DType::kBFloat16, {6, 4}};
+    EXPECT_EQ(InferOne("embedding_dense_backward", backward, {bf16_grad, idx({6})}),
+              (TensorType{DType::kBFloat16, {10, 4}}));
+    const Attrs dim1 = MakeAttrs({{"dim", int64_t{1}}});
+    EXPECT_EQ(InferOne("gather", dim1, {F32({4, 6}), idx({4, 9})}), F32({4, 9}));
+    EXPECT_EQ(InferOne("gather", dim1, {I32({4, 6}), idx({2, 3})}), I32({2, 3}));  // int32 values too
+    EXPECT_EQ(InferOne("scatter.value", MakeAttrs({{"dim", int64_t{0}}, {"value", 2.0}}), {F32({4, 6}), idx({1, 6})}),
+              F32({4, 6}));
+    EXPECT_EQ(InferOne("scatter.src", dim1, {I64({4, 6}), idx({4, 1}), I64({4, 2})}), I64({4, 6}));
+    EXPECT_EQ(InferOne("index_select", MakeAttrs({{"dim", int64_t{0}}}), {F32({4, 6}), idx({7})}), F32({7, 6}));
+    EXPECT_EQ(InferOne("index_select", dim1, {F32({4, 6}), idx({})}), F32({4, 1}));
+    EXPECT_EQ(InferOne("index_put", {}, {F32({5, 4, 3}), idx({2, 1}), idx({4}), F32({3})}), F32({5, 4, 3}));
+  }
+  // index_put's index tensors may mix the two dtypes.
+  EXPECT_EQ(InferOne("index_put", MakeAttrs({{"accumulate", true}}), {F32({5, 4}), I32({3}), I64({3}), F32({3})}),
+            F32({5, 4}));
+  EXPECT_EQ(InferOne("index_put", {}, {F32({5, 4}), I64({2, 1}), I32({3}), F32({})}), F32({5, 4}));
+}
+
+TEST(IndexingInferenceTest, OtherIndexDTypesAreRefusedByName) {
+  const Attrs dim0 = MakeAttrs({{"dim", int64_t{0}}});
+  EXPECT_THAT(InferError("embedding", {}, {F32({10, 4}), F32({3})}),
+              AllOf(HasSubstr("indices is float32[3]"), HasSubstr("indices must be int64 or int32")));
+  EXPECT_THAT(InferError("embedding", {}, {F32({10, 4}), {DType::kBFloat16, {3}}}),
+              HasSubstr("indices is bfloat16[3]; indices must be int64 or int32"));
+  EXPECT_THAT(InferError("embedding_dense_backward", MakeAttrs({{"num_weights", int64_t{10}}}),
+                         {F32({3, 4}), F64({3})}),
+              HasSubstr("indices is float64[3]; indices must be int64 or int32"));
+  EXPECT_THAT(InferError("gather", dim0, {F32({4, 6}), {DType::kBool, {2, 6}}}),
+              HasSubstr("index is bool[2, 6]; indices must be int64 or int32"));
+  EXPECT_THAT(InferError("scatter.value", MakeAttrs({{"dim", int64_t{0}}, {"value", 1.0}}), {F32({4}), F32({2})}),
+              HasSubstr("index is float32[2]"));
+  EXPECT_THAT(InferError("scatter.src", dim0, {F32({4}), F32({2}), F32({2})}), HasSubstr("index is float32[2]"));
+  EXPECT_THAT(InferError("index_select", dim0, {F32({4, 6}), F32({2})}),
+              HasSubstr("index is float32[2]; indices must be int64 or int32"));
+  // The refused one is named by its position among index_put's indices.
+  EXPECT_THAT(InferError("index_put", {}, {F32({5, 4}), I32({3}), F32({3}), F32({3})}),
+              HasSubstr("indices[1] is float32[3]; indices must be int64 or int32"));
+  // Indices PyTorch defines as int64 outputs stay int64.
+  auto pooled = Infer("max_pool2d_with_indices", MakeAttrs({{"kernel_size", int64_t{2}}}), {F32({1, 1, 4, 4})});
+  ASSERT_TRUE(pooled.ok()) << pooled.status();
+  EXPECT_EQ((*pooled)[1], I64({1, 1, 2, 2}));
+}
+
 TEST(FactoryInferenceTest, Constants) {
   EXPECT_EQ(InferOne("zeros", MakeAttrs({{"size", std::vector<int64_t>{2, 3}}}), {}), F32({2, 3}));
   EXPECT_EQ(InferOne("full", MakeAttrs({{"size", std::vector<int64_t>{4}}, {"fill_value", int64_t{7}},
@@ -312,7 +391,37 @@ TEST(FactoryInferenceTest, Constants) {
   EXPECT_EQ(InferOne("ones", MakeAttrs({{"size", std::vector<int64_t>{2}}, {"dtype", DType::kFloat16}}), {}),
             (TensorType{DType::kFloat16, {2}}));
   // An op without 16-bit kernels still refuses them, naming the dtype.
-  EXPECT_THAT(InferError("sqrt", {}, {TensorType{DType::kBFloat16, {2}}}), HasSubstr("bfloat16"));
+  EXPECT_THAT(InferError("rsqrt", {}, {TensorType{DType::kBFloat16, {2}}}), HasSubstr("bfloat16"));
+}
+
+// The efficient attention ops and _safe_softmax take bfloat16 and float16;
+// the log-sum-exp is float32 then (float64 stays float64).
+TEST(AttentionInferenceTest, SixteenBitEfficientAttentionAndSafeSoftmax) {
+  const Attrs lse_attrs = MakeAttrs({{"compute_log_sumexp", true}});
+  for (DType half : {DType::kBFloat16, DType::kFloat16}) {
+    const TensorType q{half, {2, 4, 40, 8}}, kv{half, {2, 4, 7, 8}}, bias{half, {40, 7}};
+    auto fwd = Infer("_scaled_dot_product_efficient_attention", lse_attrs, {q, kv, kv, bias});
+    ASSERT_TRUE(fwd.ok()) << fwd.status();
+    EXPECT_EQ(*fwd, (std::vector<TensorType>{q, F32({2, 4, 64}), I64({}), I64({})}));
+    auto no_lse = Infer("_scaled_dot_product_efficient_attention", {}, {q, kv, kv});
+    ASSERT_TRUE(no_lse.ok()) << no_lse.status();
+    EXPECT_EQ((*no_lse)[1], F32({2, 4, 0}));
+    auto back = Infer("_scaled_dot_product_efficient_attention_backward", lse_attrs,
+                      {q, q, kv, kv, bias, q, F32({2, 4, 64}), I64({}), I64({})});
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, (std::vector<TensorType>{q, kv, kv, bias}));
+    EXPECT_THAT(InferError("_scaled_dot_product_efficient_attention_backward", lse_attrs,
+                           {q, q, kv, kv, bias, q, TensorType{half, {2, 4, 64}}, I64({}), I64({})}),
+                HasSubstr("expected float32[2, 4, 40]"));
+    EXPECT_THAT(InferError("_scaled_dot_product_efficient_attention", lse_attrs, {q, kv, kv, F32({40, 7})}),
+                HasSubstr("the mask is float32[40, 7]"));
+    EXPECT_EQ(InferOne("_safe_softmax", MakeAttrs({{"dim", int64_t{-1}}}), {TensorType{half, {3, 5}}}),
+              (TensorType{half, {3, 5}}));
+  }
+  auto f64 =
+      Infer("_scaled_dot_product_efficient_attention", lse_attrs, {F64({3, 5, 2}), F64({3, 6, 2}), F64({3, 6, 2})});
+  ASSERT_TRUE(f64.ok()) << f64.status();
+  EXPECT_EQ((*f64)[1], F64({3, 32}));
 }
 
 TEST(ShapeRulesTest, Helpers) {

@@ -15,6 +15,9 @@ A few rewrites make the functional graph complete and the IR explicit:
 - `native_batch_norm` in training mode becomes
   `_native_batch_norm_legit_functional`, whose extra outputs (the updated
   running statistics) become updates of the persistent tensors;
+- a 16-bit `native_layer_norm`'s mean and rstd are float32 (PyTorch's CPU
+  kernel, which the trace runs, rounds them to the input's dtype; the
+  registry keeps them in float32 as PyTorch's CUDA kernel does);
 - Tandem's own ops (tandem::lstm, tandem::lstm_backward from fused_rnn.py)
   become the registry ops of the same name, all their arguments inputs in
   schema order, every output declared (used or not), with `allow_tf32` as
@@ -51,6 +54,7 @@ _CUDNN_CONVOLUTION_OPS = {"convolution", "convolution_backward"}
 _TANDEM_OPS = {"tandem::lstm": "lstm", "tandem::lstm_backward": "lstm_backward"}
 # Functionalization's copying variants of ops the registry has under another name.
 _RENAMES = {"detach_copy": "clone", "alias_copy": "clone", "lift_fresh_copy": "clone"}
+_HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 
 class Input:
@@ -372,6 +376,8 @@ def lower(gm, inputs, outputs, example_inputs):
         if name in _BATCH_NORM_OPS and _bn_training(n):
             bn_updates.update(_lower_batch_norm(em, n, ph_input))
             continue
+        if name == "native_layer_norm":
+            _widen_layer_norm_stats(em, n)
         em.generic(n)
 
     for node, name in em.names.items():
@@ -415,6 +421,20 @@ def _lower_tandem_op(em, n):
     # cuDNN LSTM does (TF32 by default).
     em.op(n, _TANDEM_OPS[schema.name], [em.ref(a) for a in arguments],
           {"allow_tf32": {"b": bool(torch.backends.cudnn.allow_tf32)}})
+
+
+def _widen_layer_norm_stats(em, n):
+    """A 16-bit native_layer_norm's mean and rstd are float32 in the IR (the registry's rule, PyTorch's on CUDA);
+    PyTorch's CPU kernel, which the trace ran, rounds them to the input's dtype. Their recorded values (and so
+    their declared types and those of every getitem of them) are widened to float32; the backward reads them
+    as they are."""
+    value = em.values.get(n)
+    if not isinstance(value, (tuple, list)) or len(value) != 3 or value[0].dtype not in _HALF_DTYPES:
+        return
+    em.values[n] = (value[0], value[1].float(), value[2].float())
+    for user in n.users:
+        if user.op == "call_function" and user.target is operator.getitem and user.args[1] in (1, 2):
+            em.values[user] = em.values[n][user.args[1]]
 
 
 # ---- batch norm ----
