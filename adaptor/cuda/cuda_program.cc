@@ -12,8 +12,9 @@
 // stream ahead of the write, so no error is lost or misattributed however
 // far the enqueuing runs ahead of the completions.
 //
-// Ranges (Program::EnqueueNodes): an iteration cut into ranges runs op by
-// op. The zeroing of the error word belongs to the range that starts at node
+// Ranges (Program::EnqueueNodes): an iteration cut into ranges runs each
+// range op by op the first time, then from a graph of that range captured
+// over the same address table (range_graphs). The zeroing of the error word belongs to the range that starts at node
 // 0, the read-back and the deferred check to the range that ends at the last
 // node, so the word spans the whole iteration: a bad label in any range
 // skips every update after it (in this range or a later one) and fails the
@@ -56,14 +57,24 @@ constexpr int kErrorSlots = 16;
 // (only when completions stopped reporting).
 constexpr auto kErrorSlotWait = std::chrono::seconds(5);
 
+// A captured graph and the address table it was captured with.
+struct CapturedGraph {
+  std::vector<void*> captured;
+  cudaGraphExec_t exec = nullptr;
+
+  bool Replays(absl::Span<void* const> addresses) const {
+    return exec != nullptr && std::equal(addresses.begin(), addresses.end(), captured.begin(), captured.end());
+  }
+};
+
 // What the Program keeps per stream it ran on.
 struct LaneState {
   uint64_t stream_serial = 0;
   int64_t* error_word = nullptr;  // device int64[2]
   int64_t* error_host = nullptr;  // pinned int64[2 * kErrorSlots]: one read-back per slot
   std::shared_ptr<ErrorSlots> error_slots;  // shared with the deferred checks
-  std::vector<void*> captured;    // the address table `exec` was captured with
-  cudaGraphExec_t exec = nullptr;
+  CapturedGraph whole;            // the whole iteration
+  absl::flat_hash_map<std::pair<int, int>, CapturedGraph> ranges;  // [begin, end) of EnqueueNodes
 };
 
 class CudaProgram final : public Program {
@@ -94,10 +105,10 @@ class CudaProgram final : public Program {
     return EndIteration(*cuda_stream, *state);
   }
 
-  // Ranges run op by op, never from a captured graph: a graph per range
-  // would multiply captures (and the addresses they pin) by the ranges an
-  // iteration is cut into, and ranged iterations are best-effort work that
-  // may pause between ranges anyway. Not profiled (profile_nodes).
+  // A range replays its own graph when it ran before over the same address
+  // table (a preempted iteration's segments are the same ranges every
+  // iteration, so each is captured once); else it runs op by op and is
+  // captured. Not profiled (profile_nodes).
   absl::Status EnqueueNodes(device::Stream& stream, absl::Span<void* const> addresses, int begin,
                             int end) override {
     const int num_nodes = static_cast<int>(graph_.nodes.size());
@@ -107,8 +118,20 @@ class CudaProgram final : public Program {
     }
     ASSIGN_OR_RETURN(CudaStream * cuda_stream, CheckAndSelect(stream, addresses));
     ASSIGN_OR_RETURN(LaneState * state, StateFor(*cuda_stream));
-    if (begin == 0) ++stats_.op_by_op_runs;
-    RETURN_IF_ERROR(LaunchNodes(*cuda_stream, *state, addresses, begin, end));
+    if (options_.use_graphs && options_.range_graphs && !capture_disabled_) {
+      CapturedGraph& range = state->ranges[{begin, end}];
+      if (range.Replays(addresses)) {
+        CUDA_RETURN_IF_ERROR(cudaGraphLaunch(range.exec, cuda_stream->native()));
+        ++stats_.range_graph_launches;
+      } else {
+        if (begin == 0) ++stats_.op_by_op_runs;
+        RETURN_IF_ERROR(LaunchNodes(*cuda_stream, *state, addresses, begin, end));
+        if (TryCapture(*cuda_stream, *state, range, addresses, begin, end)) ++stats_.range_captures;
+      }
+    } else {
+      if (begin == 0) ++stats_.op_by_op_runs;
+      RETURN_IF_ERROR(LaunchNodes(*cuda_stream, *state, addresses, begin, end));
+    }
     if (end == num_nodes) return EndIteration(*cuda_stream, *state);
     return absl::OkStatus();
   }
@@ -179,29 +202,34 @@ class CudaProgram final : public Program {
   // A graph replay when the address table is the captured one, else an
   // op-by-op run followed by a capture.
   absl::Status EnqueueFast(CudaStream& stream, LaneState& state, absl::Span<void* const> addresses) {
-    const bool replay = state.exec != nullptr &&
-                        std::equal(addresses.begin(), addresses.end(), state.captured.begin(),
-                                   state.captured.end());
-    if (replay) {
-      CUDA_RETURN_IF_ERROR(cudaGraphLaunch(state.exec, stream.native()));
+    if (state.whole.Replays(addresses)) {
+      CUDA_RETURN_IF_ERROR(cudaGraphLaunch(state.whole.exec, stream.native()));
       ++stats_.graph_launches;
     } else {
-      RETURN_IF_ERROR(LaunchNodes(stream, state, addresses, 0, static_cast<int>(graph_.nodes.size())));
+      const int num_nodes = static_cast<int>(graph_.nodes.size());
+      RETURN_IF_ERROR(LaunchNodes(stream, state, addresses, 0, num_nodes));
       ++stats_.op_by_op_runs;
-      if (options_.use_graphs && !capture_disabled_) {
-        absl::Status captured = Capture(stream, state, addresses);
-        if (captured.ok()) {
-          ++stats_.captures;
-        } else {
-          ++stats_.capture_failures;
-          capture_disabled_ = true;
-          TLOG_WARNING("CUDA graph capture failed; this job's iterations run op by op")
-              .With("device", device_.info().name)
-              .With("reason", captured.ToString());
-        }
+      if (options_.use_graphs && !capture_disabled_ && TryCapture(stream, state, state.whole, addresses, 0, num_nodes)) {
+        ++stats_.captures;
       }
     }
     return absl::OkStatus();
+  }
+
+  // Captures nodes [begin, end) into `graph`; true when it worked. A failed
+  // capture is counted and logged, and turns capturing off for this Program
+  // (its iterations and ranges then run op by op).
+  bool TryCapture(CudaStream& stream, LaneState& state, CapturedGraph& graph, absl::Span<void* const> addresses,
+                  int begin, int end) {
+    absl::Status captured = Capture(stream, state, graph, addresses, begin, end);
+    if (captured.ok()) return true;
+    ++stats_.capture_failures;
+    capture_disabled_ = true;
+    TLOG_WARNING("CUDA graph capture failed; this job's iterations run op by op")
+        .With("device", device_.info().name)
+        .With("nodes", absl::StrCat("[", begin, ", ", end, ")"))
+        .With("reason", captured.ToString());
+    return false;
   }
 
   // An op-by-op run with an event before every node, waited for here; adds
@@ -305,8 +333,12 @@ class CudaProgram final : public Program {
   }
 
   void Release(LaneState& state) {
-    if (state.exec != nullptr) cudaGraphExecDestroy(state.exec);
-    state.exec = nullptr;
+    if (state.whole.exec != nullptr) cudaGraphExecDestroy(state.whole.exec);
+    state.whole.exec = nullptr;
+    for (auto& [range, graph] : state.ranges) {
+      if (graph.exec != nullptr) cudaGraphExecDestroy(graph.exec);
+    }
+    state.ranges.clear();
     device_.Free(state.error_word);
     device_.FreeHost(state.error_host);
     state.error_word = nullptr;
@@ -373,13 +405,14 @@ class CudaProgram final : public Program {
     return absl::OkStatus();
   }
 
-  // Records the iteration into a graph over `addresses` (nothing runs), and
-  // makes it the one to replay: an update of the existing executable graph
+  // Records nodes [begin, end) into a graph over `addresses` (nothing runs),
+  // and makes it `target`'s to replay: an update of its executable graph
   // when the topology allows, else a new one.
-  absl::Status Capture(CudaStream& stream, LaneState& state, absl::Span<void* const> addresses) {
+  absl::Status Capture(CudaStream& stream, LaneState& state, CapturedGraph& target,
+                       absl::Span<void* const> addresses, int begin, int end) {
     const cudaStream_t native = stream.native();
     CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(native, cudaStreamCaptureModeThreadLocal));
-    absl::Status recorded = LaunchNodes(stream, state, addresses, 0, static_cast<int>(graph_.nodes.size()));
+    absl::Status recorded = LaunchNodes(stream, state, addresses, begin, end);
     cudaGraph_t graph = nullptr;
     const cudaError_t ended = cudaStreamEndCapture(native, &graph);
     if (!recorded.ok() || ended != cudaSuccess) {
@@ -389,28 +422,28 @@ class CudaProgram final : public Program {
     }
     absl::Status status = absl::OkStatus();
     bool updated = false;
-    if (state.exec != nullptr) {
+    if (target.exec != nullptr) {
       cudaGraphExecUpdateResultInfo info;
-      if (cudaGraphExecUpdate(state.exec, graph, &info) == cudaSuccess) {
+      if (cudaGraphExecUpdate(target.exec, graph, &info) == cudaSuccess) {
         updated = true;
       } else {
         cudaGetLastError();
-        cudaGraphExecDestroy(state.exec);
-        state.exec = nullptr;
+        cudaGraphExecDestroy(target.exec);
+        target.exec = nullptr;
       }
     }
     if (!updated) {
-      status = device::CudaStatus(cudaGraphInstantiate(&state.exec, graph, 0), "cudaGraphInstantiate");
-      if (!status.ok()) state.exec = nullptr;
+      status = device::CudaStatus(cudaGraphInstantiate(&target.exec, graph, 0), "cudaGraphInstantiate");
+      if (!status.ok()) target.exec = nullptr;
     }
-    if (status.ok()) status = device::CudaStatus(cudaGraphUpload(state.exec, native), "cudaGraphUpload");
+    if (status.ok()) status = device::CudaStatus(cudaGraphUpload(target.exec, native), "cudaGraphUpload");
     cudaGraphDestroy(graph);
     if (!status.ok()) {
-      if (state.exec != nullptr) cudaGraphExecDestroy(state.exec);
-      state.exec = nullptr;
+      if (target.exec != nullptr) cudaGraphExecDestroy(target.exec);
+      target.exec = nullptr;
       return status;
     }
-    state.captured.assign(addresses.begin(), addresses.end());
+    target.captured.assign(addresses.begin(), addresses.end());
     return absl::OkStatus();
   }
 

@@ -7,7 +7,8 @@
 // the whole iteration into a CUDA graph (stream capture on the lane stream,
 // thread-local mode), and later iterations with the same address table on
 // the same stream replay it with one cudaGraphLaunch. A failed capture is
-// logged once and the Program stays op by op.
+// logged once and the Program stays op by op. Node ranges (EnqueueNodes)
+// follow the same rule range by range (range_graphs).
 //
 // A captured graph holds raw device addresses: the tensors of its address
 // table, the stream's BLAS workspace and the Program's error word. Whoever
@@ -34,6 +35,12 @@ namespace tandem::cuda {
 struct CudaProgramOptions {
   // Capture and replay CUDA graphs; false runs every iteration op by op.
   bool use_graphs = true;
+  // With use_graphs, also capture each node range of Program::EnqueueNodes
+  // (an iteration run in segments, for preemption) into a graph of its own,
+  // replayed when the same range comes again over the same address table:
+  // one capture per range, each pinning the same addresses as the whole
+  // iteration's graph. False runs ranges op by op.
+  bool range_graphs = true;
   // Time every node with events: iterations run op by op and the enqueueing
   // thread waits for each to finish, and the Program logs where the time went
   // (per op kind and the slowest nodes, with their labels) every
@@ -49,6 +56,8 @@ struct CudaProgramStats {
   int64_t op_by_op_runs = 0;    // iterations enqueued kernel by kernel
   int64_t graph_launches = 0;   // iterations enqueued as one graph launch
   int64_t captures = 0;         // graphs captured (including updates of one)
+  int64_t range_graph_launches = 0;  // node ranges enqueued as one graph launch
+  int64_t range_captures = 0;        // graphs of node ranges captured
   int64_t capture_failures = 0;
   int64_t profiled_iterations = 0;   // iterations in the node profile (profile_nodes)
   double profiled_seconds = 0.0;      // the nodes' summed time over those iterations

@@ -191,6 +191,9 @@ def main():
     p.add_argument("--min_iters", type=int, default=5)
     p.add_argument("--depth", type=int, default=2, help="iterations in flight of a best-effort job")
     p.add_argument("--tandemd", default=None)
+    p.add_argument("--tandemd_flags", default="",
+                   help='extra tandemd flags, space-separated, after an = sign: '
+                        '--tandemd_flags="--preemption_segment_nodes=8"')
     p.add_argument("--log_dir", default=None)
     p.add_argument("--mps_dir", default=None, help="MPS pipe/log folders go here (default: a new folder in /tmp)")
     p.add_argument("--prepare_timeout", type=float, default=240)
@@ -224,6 +227,7 @@ def main():
                          "think_ms": args.think_ms, "be_depth": args.depth, "solo_s": args.solo_s,
                          "warmup_s": args.warmup_s, "min_iters": args.min_iters, "systems": systems,
                          "small": args.small, "tandem_policy": "priority", "preemption": args.preemption,
+                         "tandemd_flags": args.tandemd_flags,
                          "stream_priorities": args.stream_priorities == "true",
                          "optimizer": f"SGD lr={bc.LR} momentum={bc.MOMENTUM}", **bc.numerics()},
               "systems": {}}
@@ -251,7 +255,8 @@ def main():
         if "tandem" in systems:
             bc.log("== tandem (policy priority)")
             daemon = tc.start_daemon(args, "priority", "tandemd-qos", extra=[f"--preemption={args.preemption}",
-                                                                                f"--stream_priorities={args.stream_priorities}"])
+                                                                                f"--stream_priorities={args.stream_priorities}",
+                                                                                *args.tandemd_flags.split()])
             measure_system("tandem", args, slots, result, daemon.endpoint, deadline("tandem"))
             daemon.stop()
             daemon = None

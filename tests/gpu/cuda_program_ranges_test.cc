@@ -2,7 +2,9 @@
 // best-effort iteration in ranges of nodes): an MLP training step laid out
 // as the daemon lays it out (an arena, updates in place) gives the same
 // losses and weights in ranges as whole (graph replay), for several range
-// sizes, each range followed by its own completion as in the daemon; a bad
+// sizes, each range followed by its own completion as in the daemon (the
+// first ranged iteration runs op by op and captures each range, the later
+// ones replay the ranges' graphs); a bad
 // label in one range fails the completion after the last range with
 // INVALID_ARGUMENT and leaves every weight unchanged, and the next
 // iteration runs clean.
@@ -17,6 +19,7 @@
 #include "adaptor/fuse_elementwise.h"
 #include "adaptor/graph_builder.h"
 #include "adaptor/iteration_layout.h"
+#include "adaptor/cuda/cuda_program_options.h"
 #include "adaptor/program.h"
 #include "examples/mlp_train/mlp_graph.h"
 #include "gtest/gtest.h"
@@ -96,6 +99,7 @@ class JobOnGpu {
 
   int num_nodes() const { return static_cast<int>(graph_->nodes.size()); }
   const Graph& graph() const { return *graph_; }
+  cuda::CudaProgramStats stats() const { return cuda::GetCudaProgramStats(*program_); }
 
   void Feed(const Batch& b, float lr) {
     ASSERT_TRUE(gpu_.CopyToDevice(*stream_, addresses_[graph_->Find("x")], b.x.data(), b.x.size() * 4).ok());
@@ -177,6 +181,11 @@ TEST(CudaProgramRanges, RangesGiveTheWholeIterationsResults) {
       for (const absl::Status& s : ranged.RunInRanges(range)) ASSERT_TRUE(s.ok()) << "range " << range << ": " << s;
       ranged.ExpectMatches(ranged.Contents(), want[i], "ranges of " + std::to_string(range));
     }
+    // Each range ran op by op once and was captured, then replayed its graph.
+    const int64_t ranges = (n + range - 1) / range;
+    const int64_t ranged_iterations = static_cast<int64_t>(batches.size()) - 1;
+    EXPECT_EQ(ranged.stats().range_captures, ranges) << "ranges of " << range;
+    EXPECT_EQ(ranged.stats().range_graph_launches, ranges * (ranged_iterations - 1)) << "ranges of " << range;
     // A whole iteration after ranged ones.
     ranged.Feed(batches.back(), 0.05f);
     ASSERT_TRUE(ranged.RunWhole().ok());
@@ -216,6 +225,9 @@ TEST(CudaProgramRanges, BadLabelFailsAfterTheLastRangeAndChangesNothing) {
   job.Feed(batches[1], 0.05f);
   for (const absl::Status& s : job.RunInRanges(4)) ASSERT_TRUE(s.ok()) << s;
   job.ExpectMatches(job.Contents(), reference.Contents(), "after a failed ranged iteration");
+  // That iteration replayed the ranges' graphs captured by the failed one:
+  // the error word spans graphs as it spans op-by-op ranges.
+  EXPECT_EQ(job.stats().range_graph_launches, (job.num_nodes() + 3) / 4);
 }
 
 }  // namespace
