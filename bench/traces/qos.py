@@ -180,9 +180,9 @@ def main():
                         "training job runs (the next iteration waits behind the running one), 1 leaves the "
                         "device a gap after each iteration (the round trip, plus --think_ms)")
     p.add_argument("--think_ms", type=float, default=0.0, help="pause of the high-priority job between iterations")
-    p.add_argument("--preemption", choices=("iteration", "op"), default="iteration",
+    p.add_argument("--preemption", choices=("iteration", "op"), default="op",
                    help="tandemd's --preemption: best-effort iterations pause only between iterations, or between "
-                        "ranges of ops (docs/scheduling.md)")
+                        "ranges of ops (the daemon's default; docs/scheduling.md)")
     p.add_argument("--stream_priorities", choices=("true", "false"), default="true",
                    help="tandemd's --stream_priorities: the high-priority job's lane runs on a higher CUDA stream "
                         "priority (its kernels' blocks are dispatched first), or all lanes at the default")
