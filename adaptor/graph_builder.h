@@ -28,7 +28,8 @@ absl::StatusOr<TensorType> TensorTypeFromProto(const v1::TensorSpec& spec, const
 void TensorTypeToProto(const TensorType& type, v1::TensorSpec* spec);
 
 // `persistent` are the job's persistent tensors (name, type, data). Their
-// data sizes are checked here too.
+// data sizes are checked here too, except for tensors whose bytes travel in
+// a frame of their own (Tensor.frame != 0: the server checks those).
 absl::StatusOr<Graph> BuildGraph(const v1::Graph& graph,
                                  const google::protobuf::RepeatedPtrField<v1::Tensor>& persistent,
                                  const GraphLimits& limits = {});

@@ -26,6 +26,9 @@ absl::Status Unexpected(const v1::Response& response, const char* want) {
                                           static_cast<int>(response.body_case()), ")"));
 }
 
+// ZeroMQ's free function of a frame that owns its string (`hint`).
+void DeleteOwnedString(void* /*data*/, void* hint) { delete static_cast<std::string*>(hint); }
+
 }  // namespace
 
 Client::Client(const ClientOptions& options, std::string endpoint)
@@ -287,10 +290,58 @@ absl::StatusOr<v1::Response> Client::CallRaw(const std::string& bytes, uint64_t 
   return Wait(expect_request_id);
 }
 
-absl::StatusOr<v1::RegisterJobResponse> Client::RegisterJob(v1::RegisterJobRequest request) {
+absl::StatusOr<uint64_t> Client::SendWithFrames(v1::Request request, std::vector<zmq::message_t> frames) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t id = next_id_++;
+  request.set_request_id(id);
+  std::string bytes = request.SerializeAsString();
+  size_t total = bytes.size();
+  for (const zmq::message_t& f : frames) total += f.size();
+  RETURN_IF_ERROR(CheckSize(total));
+  try {
+    socket_.send(zmq::buffer(bytes), frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    for (size_t i = 0; i < frames.size(); ++i) {
+      socket_.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+  } catch (const zmq::error_t& e) {
+    return absl::UnavailableError(absl::StrCat("sending to tandemd at ", endpoint_, " failed: ", e.what()));
+  }
+  return id;
+}
+
+absl::StatusOr<v1::RegisterJobResponse> Client::RegisterJob(v1::RegisterJobRequest request,
+                                                            const std::vector<FeedView>& persistent) {
+  // Frames after the request carry the initial values: protobuf would copy
+  // them into the message, serialize them and ZeroMQ copy them again.
+  std::vector<zmq::message_t> frames;
+  absl::flat_hash_map<std::string, int> by_name;
+  for (int i = 0; i < request.persistent_size(); ++i) by_name.emplace(request.persistent(i).spec().name(), i);
+  for (const FeedView& v : persistent) {
+    auto [it, added] = by_name.emplace(v.name, request.persistent_size());
+    v1::Tensor* t = added ? request.add_persistent() : request.mutable_persistent(it->second);
+    t->Clear();
+    v1::TensorSpec* spec = t->mutable_spec();
+    spec->set_name(v.name);
+    spec->set_dtype(v.dtype);
+    for (int64_t d : v.shape) spec->add_shape(d);
+    zmq::message_t frame(v.bytes);
+    if (v.bytes > 0) ParallelCopy(frame.data(), v.data, v.bytes);
+    frames.push_back(std::move(frame));
+    t->set_frame(static_cast<uint32_t>(frames.size()));
+  }
+  for (v1::Tensor& t : *request.mutable_persistent()) {
+    if (t.frame() != 0 || t.data().empty()) continue;
+    // The string moves into the frame, which frees it once sent.
+    auto* owned = new std::string(std::move(*t.mutable_data()));
+    t.clear_data();
+    frames.emplace_back(owned->data(), owned->size(), &DeleteOwnedString, owned);
+    t.set_frame(static_cast<uint32_t>(frames.size()));
+  }
   v1::Request r;
   *r.mutable_register_job() = std::move(request);
-  auto response = Call(std::move(r));
+  auto id = SendWithFrames(std::move(r), std::move(frames));
+  if (!id.ok()) return id.status();
+  auto response = Wait(*id);
   if (!response.ok()) return response.status();
   if (!response->has_register_job()) return Unexpected(*response, "register_job");
   return response->register_job();

@@ -80,7 +80,13 @@ class Client {
   // Whether feeds can go through shared memory, and if not, why.
   const absl::Status& shared_memory_status() const { return shm_status_; }
 
-  absl::StatusOr<v1::RegisterJobResponse> RegisterJob(v1::RegisterJobRequest request);
+  // The persistent tensors' initial values travel as frames after the
+  // request (Tensor.frame), not inside it: inline data is moved into its
+  // frame without a copy; `persistent` values (by reference, read during the
+  // call only) replace or extend request.persistent by name and are copied
+  // once, into their frames.
+  absl::StatusOr<v1::RegisterJobResponse> RegisterJob(v1::RegisterJobRequest request,
+                                                      const std::vector<FeedView>& persistent = {});
   absl::StatusOr<uint64_t> SubmitIteration(uint64_t job_id, const NamedTensors& feeds,
                                            const std::vector<std::string>& fetches, uint64_t iteration = 0);
   absl::StatusOr<uint64_t> SubmitIteration(uint64_t job_id, const std::vector<FeedView>& feeds,
@@ -106,6 +112,8 @@ class Client {
   void HeartbeatLoop();
   // RESOURCE_EXHAUSTED, saying what to do, for a message over the daemon's limit.
   absl::Status CheckSize(size_t bytes) const;
+  // Send with `frames` after the request's own frame (one multipart message).
+  absl::StatusOr<uint64_t> SendWithFrames(v1::Request request, std::vector<zmq::message_t> frames);
   // Creates the shared-memory region and has the daemon map it.
   absl::Status SetUpSharedMemory();
   std::chrono::milliseconds HeartbeatPeriod() const;

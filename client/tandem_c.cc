@@ -44,15 +44,6 @@ absl::Status CheckTensor(const tandem_tensor& t, absl::string_view what) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<HostTensor> FromC(const tandem_tensor& t) {
-  if (absl::Status s = CheckTensor(t, "tensor"); !s.ok()) return s;
-  HostTensor h;
-  h.dtype = static_cast<tandem::v1::DType>(t.dtype);
-  h.shape.assign(t.shape, t.shape + t.rank);
-  h.data.assign(static_cast<const char*>(t.data), t.nbytes);
-  return h;
-}
-
 char* CopyString(const std::string& s) {
   char* out = static_cast<char*>(std::malloc(s.size() + 1));
   std::memcpy(out, s.data(), s.size() + 1);
@@ -100,18 +91,16 @@ int tandem_register_job(tandem_client* client, const char* request_json, const t
   if (!parsed.ok()) {
     return Fail(absl::StatusCode::kInvalidArgument, absl::StrCat("request_json: ", std::string(parsed.message())));
   }
+  // By reference: each value is copied once, into its message frame.
+  std::vector<tandem::client::FeedView> views;
+  views.reserve(num_persistent);
   for (size_t i = 0; i < num_persistent; ++i) {
-    auto tensor = FromC(persistent[i]);
-    if (!tensor.ok()) return Fail(tensor.status());
-    const char* name = persistent[i].name ? persistent[i].name : "";
-    tandem::v1::Tensor* slot = nullptr;
-    for (auto& t : *request.mutable_persistent()) {
-      if (t.spec().name() == name) slot = &t;
-    }
-    if (slot == nullptr) slot = request.add_persistent();
-    tensor->ToProto(name, slot);
+    const tandem_tensor& t = persistent[i];
+    if (absl::Status s = CheckTensor(t, "persistent tensor"); !s.ok()) return Fail(s);
+    views.push_back({t.name ? t.name : "", static_cast<tandem::v1::DType>(t.dtype),
+                     std::vector<int64_t>(t.shape, t.shape + t.rank), t.data, t.nbytes});
   }
-  auto response = client->impl->RegisterJob(std::move(request));
+  auto response = client->impl->RegisterJob(std::move(request), views);
   if (!response.ok()) return Fail(response.status());
   *job_id = response->job_id();
   if (response_json != nullptr) return ToJson(*response, response_json);

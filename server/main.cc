@@ -143,10 +143,11 @@ int Run(int argc, char** argv) {
   Service* svc = service->get();
   auto created = ZmqTransport::Create(
       {.endpoint = options.endpoint, .max_message_bytes = options.max_message_bytes},
-      [&loop, svc](std::string peer, std::string payload, bool multipart) {
-        loop.Post("Transport.OnMessage", [svc, peer = std::move(peer), payload = std::move(payload), multipart]() {
-          svc->HandleMessage(peer, payload, multipart);
-        });
+      [&loop, svc](std::string peer, std::string payload, std::shared_ptr<const RequestFrames> frames) {
+        loop.Post("Transport.OnMessage",
+                  [svc, peer = std::move(peer), payload = std::move(payload), frames = std::move(frames)]() {
+                    svc->HandleMessage(peer, payload, frames);
+                  });
       },
       [&loop, svc](std::string peer) {
         loop.Post("Transport.OnPeerGone", [svc, peer = std::move(peer)]() { svc->HandlePeerGone(peer); });

@@ -157,30 +157,39 @@ absl::StatusOr<Job*> Service::FindJob(const Session& session, uint64_t job_id) {
   return job;
 }
 
-void Service::HandleMessage(const std::string& peer, const std::string& payload, bool multipart) {
+void Service::HandleMessage(const std::string& peer, const std::string& payload,
+                            std::shared_ptr<const RequestFrames> frames) {
   ++requests_;
   PendingReply to{peer, 0};
   if (shutting_down_) {
     ReplyError(to, absl::UnavailableError("tandemd is shutting down"));
     return;
   }
-  if (payload.size() > options_.max_message_bytes) {
+  const uint64_t message_bytes = payload.size() + (frames != nullptr ? frames->total_bytes() : 0);
+  if (message_bytes > options_.max_message_bytes) {
     // Answer under the request's own id so the client can match the error:
     // request_id is field 1, serialized first.
     to.request_id = LeadingRequestId(payload);
     ReplyError(to, absl::ResourceExhaustedError(absl::StrCat(
-                       "message of ", payload.size(), " bytes exceeds the limit of ", options_.max_message_bytes,
+                       "message of ", message_bytes, " bytes exceeds the limit of ", options_.max_message_bytes,
                        " bytes (--max-message-bytes); send large feeds in smaller pieces")));
     return;
   }
   auto request = std::make_shared<v1::Request>();
-  if (multipart || !request->ParseFromString(payload)) {
+  if (!request->ParseFromString(payload)) {
     ReplyError(to, absl::InvalidArgumentError(absl::StrCat(
                        "malformed request (", payload.size(),
-                       " bytes): not a tandem.v1.Request in one ZeroMQ frame; is the client speaking protocol v1?")));
+                       " bytes): not a tandem.v1.Request in its first ZeroMQ frame; is the client speaking "
+                       "protocol v1?")));
     return;
   }
   to.request_id = request->request_id();
+  if (frames != nullptr && request->body_case() != v1::Request::kRegisterJob) {
+    ReplyError(to, absl::InvalidArgumentError(absl::StrCat(
+                       "malformed request: ", frames->size(), " frame(s) followed the request, but only a job "
+                       "registration may carry frames (its persistent tensors' bytes)")));
+    return;
+  }
 
   Session* session = FindSession(peer);
   if (request->body_case() == v1::Request::kHello) {
@@ -194,7 +203,7 @@ void Service::HandleMessage(const std::string& peer, const std::string& payload,
   session->last_seen = Clock::now();
   if (HandleAdminRequest(to, *request)) return;
   switch (request->body_case()) {
-    case v1::Request::kRegisterJob: OnRegisterJob(to, *session, request); return;
+    case v1::Request::kRegisterJob: OnRegisterJob(to, *session, request, std::move(frames)); return;
     case v1::Request::kRunIteration: OnRunIteration(to, *session, request); return;
     case v1::Request::kReadTensor: OnReadTensor(to, *session, request->read_tensor()); return;
     case v1::Request::kCloseJob: OnCloseJob(to, *session, request->close_job().job_id()); return;

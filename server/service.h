@@ -21,6 +21,7 @@
 #include "server/event_loop.h"
 #include "server/metrics.h"
 #include "server/options.h"
+#include "server/request_frames.h"
 #include "server/state.h"
 #include "tandem.pb.h"
 
@@ -38,8 +39,11 @@ class Service {
                                                          SendFn send);
   ~Service();
 
-  // Loop thread. A message from `peer`; multipart messages are malformed.
-  void HandleMessage(const std::string& peer, const std::string& payload, bool multipart);
+  // Loop thread. A message from `peer`, with the frames that followed its
+  // first (null: none); only a job registration may have such frames (its
+  // persistent tensors' bytes, Tensor.frame), any other is malformed.
+  void HandleMessage(const std::string& peer, const std::string& payload,
+                     std::shared_ptr<const RequestFrames> frames = nullptr);
   // Loop thread. The transport could not reach `peer`: its session ends.
   void HandlePeerGone(const std::string& peer);
   // Loop thread. Ends sessions idle for longer than the session timeout.
@@ -93,7 +97,8 @@ class Service {
   absl::StatusOr<Job*> FindJob(const Session& session, uint64_t job_id);
 
   // service_jobs.cc: registration, admission, closing.
-  void OnRegisterJob(const PendingReply& to, Session& session, std::shared_ptr<const v1::Request> request);
+  void OnRegisterJob(const PendingReply& to, Session& session, std::shared_ptr<const v1::Request> request,
+                     std::shared_ptr<const RequestFrames> frames);
   // Admits a prepared job into memory and the scheduler (the policy picks
   // the lane); FAILED_PRECONDITION when it could fit once others leave.
   absl::Status Admit(Job& job);

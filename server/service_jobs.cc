@@ -1,5 +1,6 @@
 // Registration, admission and closing of jobs.
 #include <cmath>
+#include <vector>
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,53 @@
 #include "server/service.h"
 
 namespace tandem::server {
+namespace {
+
+// A registration's persistent tensors sent as frames (Tensor.frame): each
+// names an existing frame, no frame is named twice or left over, no such
+// tensor also has inline data, and each frame holds exactly its tensor's
+// bytes (graph.persistents follows reg.persistent()'s order). Inline
+// tensors were checked by BuildGraph.
+absl::Status CheckPersistentFrames(const v1::RegisterJobRequest& reg, const Graph& graph,
+                                   const RequestFrames* frames) {
+  const size_t count = frames != nullptr ? frames->size() : 0;
+  std::vector<bool> used(count, false);
+  for (int i = 0; i < reg.persistent_size(); ++i) {
+    const v1::Tensor& t = reg.persistent(i);
+    if (t.frame() == 0) continue;
+    const std::string& name = t.spec().name();
+    if (t.frame() > count) {
+      return absl::InvalidArgumentError(absl::StrCat("persistent tensor '", name, "' names frame ", t.frame(),
+                                                     " but ", count, " frame(s) followed the request"));
+    }
+    if (!t.data().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("persistent tensor '", name, "' has both inline data and frame ", t.frame()));
+    }
+    if (used[t.frame() - 1]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("persistent tensor '", name, "' names frame ", t.frame(), ", which another tensor named"));
+    }
+    used[t.frame() - 1] = true;
+    const uint64_t want = graph.values[graph.persistents[i]].type.bytes();
+    const size_t got = frames->frame(t.frame() - 1).size();
+    if (got != want) {
+      return absl::InvalidArgumentError(absl::StrCat("persistent tensor '", name, "': frame ", t.frame(), " has ",
+                                                     got, " bytes; ",
+                                                     graph.values[graph.persistents[i]].type.ToString(), " needs ",
+                                                     want));
+    }
+  }
+  for (size_t f = 0; f < count; ++f) {
+    if (!used[f]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("frame ", f + 1, " of ", count, " after the request belongs to no persistent tensor"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 DeviceRuntime* Service::ChooseDevice(const v1::JobHints& hints, absl::Status* error) {
   const std::string& want = hints.device();
@@ -38,8 +86,8 @@ DeviceRuntime* Service::ChooseDevice(const v1::JobHints& hints, absl::Status* er
   return nullptr;
 }
 
-void Service::OnRegisterJob(const PendingReply& to, Session& session,
-                            std::shared_ptr<const v1::Request> request) {
+void Service::OnRegisterJob(const PendingReply& to, Session& session, std::shared_ptr<const v1::Request> request,
+                            std::shared_ptr<const RequestFrames> frames) {
   const v1::RegisterJobRequest& reg = request->register_job();
   auto job = std::make_unique<Job>();
   job->name = reg.name().empty() ? absl::StrCat("job-", next_job_) : reg.name();
@@ -70,6 +118,10 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session,
     return;
   }
   job->graph = std::make_unique<Graph>(*std::move(graph));
+  if (absl::Status framed = CheckPersistentFrames(reg, *job->graph, frames.get()); !framed.ok()) {
+    fail(framed);
+    return;
+  }
   auto layout = PlanIterationLayout(*job->graph);
   if (!layout.ok()) {
     fail(layout.status());
@@ -93,7 +145,7 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session,
   }
   job->program = *std::move(program);
   job->id = next_job_++;
-  job->registration = PendingRegistration{to, std::move(request)};
+  job->registration = PendingRegistration{to, std::move(request), std::move(frames)};
 
   absl::Status admitted = Admit(*job);
   if (absl::IsFailedPrecondition(admitted) && reg.hints().queue_if_full()) {
@@ -186,6 +238,7 @@ void Service::StartJob(std::unique_ptr<Job> job) {
   DeviceRuntime* dev = job->device;
   PendingReply to = job->registration.reply;
   std::shared_ptr<const v1::Request> request = std::move(job->registration.request);
+  std::shared_ptr<const RequestFrames> frames = std::move(job->registration.frames);
 
   // Upload the initial values on the job's lane stream, then answer.
   job->state = JobState::kUploading;
@@ -207,13 +260,16 @@ void Service::StartJob(std::unique_ptr<Job> job) {
   device::Device* device = dev->device.get();
   std::vector<void*> targets = raw->persistent;
   uint64_t job_id = raw->id;
-  dev->executor->Post([this, request, stream, device, targets, job_id, to]() {
+  dev->executor->Post([this, request, frames, stream, device, targets, job_id, to]() {
     const auto& tensors = request->register_job().persistent();
     absl::Status status;
     for (int i = 0; i < tensors.size() && status.ok(); ++i) {
-      status = device->CopyToDevice(*stream, targets[i], tensors[i].data().data(), tensors[i].data().size());
+      // A frame's size was checked against the tensor's at registration.
+      const absl::string_view bytes = tensors[i].frame() != 0 ? frames->frame(tensors[i].frame() - 1)
+                                                              : absl::string_view(tensors[i].data());
+      status = device->CopyToDevice(*stream, targets[i], bytes.data(), bytes.size());
     }
-    auto done = [this, request, job_id, to](absl::Status s) {
+    auto done = [this, request, frames, job_id, to](absl::Status s) {
       loop_.Post("Service.OnUploadDone", [this, job_id, to, s]() {
         auto it = jobs_.find(job_id);
         if (it == jobs_.end()) return;

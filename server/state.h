@@ -23,6 +23,7 @@
 #include "sched/scheduler.h"
 #include "server/executor.h"
 #include "server/shared_region.h"
+#include "server/request_frames.h"
 #include "tandem.pb.h"
 
 namespace tandem::server {
@@ -62,7 +63,8 @@ struct PendingRead {
 
 struct PendingRegistration {
   PendingReply reply;
-  std::shared_ptr<const v1::Request> request;  // holds the initial values
+  std::shared_ptr<const v1::Request> request;  // holds the initial values (inline ones)
+  std::shared_ptr<const RequestFrames> frames;  // those sent as frames (Tensor.frame); may be null
 };
 
 enum class JobState { kWaitingForMemory, kUploading, kRunning, kClosing };

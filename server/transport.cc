@@ -6,12 +6,29 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/endpoint.h"
 #include "base/log.h"
 
 namespace tandem::server {
+namespace {
+
+// Frames left in ZeroMQ's receive buffers.
+class ZmqFrames final : public RequestFrames {
+ public:
+  explicit ZmqFrames(std::vector<zmq::message_t> parts) : parts_(std::move(parts)) {}
+  size_t size() const override { return parts_.size(); }
+  absl::string_view frame(size_t i) const override {
+    return absl::string_view(static_cast<const char*>(parts_[i].data()), parts_[i].size());
+  }
+
+ private:
+  std::vector<zmq::message_t> parts_;
+};
+
+}  // namespace
 
 ZmqTransport::ZmqTransport(std::string endpoint, MessageHandler on_message, PeerGoneHandler on_peer_gone)
     : endpoint_(std::move(endpoint)),
@@ -136,7 +153,7 @@ void ZmqTransport::Run() {
         if (!got) break;
         std::string peer(static_cast<const char*>(id.data()), id.size());
         std::string payload;
-        bool multipart = false;
+        std::vector<zmq::message_t> extra;
         int frames = 0;
         while (router_.get(zmq::sockopt::rcvmore)) {
           zmq::message_t part;
@@ -144,10 +161,12 @@ void ZmqTransport::Run() {
           if (frames++ == 0) {
             payload.assign(static_cast<const char*>(part.data()), part.size());
           } else {
-            multipart = true;
+            extra.push_back(std::move(part));
           }
         }
-        on_message_(std::move(peer), std::move(payload), multipart);
+        std::shared_ptr<const RequestFrames> rest;
+        if (!extra.empty()) rest = std::make_shared<ZmqFrames>(std::move(extra));
+        on_message_(std::move(peer), std::move(payload), std::move(rest));
       }
     }
   }

@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "server/request_frames.h"
 
 namespace tandem::server {
 
@@ -34,7 +35,9 @@ struct TransportOptions {
 
 class ZmqTransport {
  public:
-  using MessageHandler = std::function<void(std::string peer, std::string payload, bool multipart)>;
+  // `frames`: the message's frames after its first, or null when it had one.
+  using MessageHandler =
+      std::function<void(std::string peer, std::string payload, std::shared_ptr<const RequestFrames> frames)>;
   using PeerGoneHandler = std::function<void(std::string peer)>;
 
   // Binds and starts the socket thread. For ipc endpoints the socket file is

@@ -71,6 +71,12 @@ class BadInputTest : public ::testing::Test {
 DaemonProcess* BadInputTest::daemon_ = nullptr;
 GoodTrainer* BadInputTest::good_ = nullptr;
 
+class TinyJobMaker : public BadInputTest {
+ public:
+  using BadInputTest::TinyJob;
+};
+v1::RegisterJobRequest BadInputTestTinyJob() { return TinyJobMaker::TinyJob("mm", 8); }
+
 TEST_F(BadInputTest, RandomBytesGetInvalidArgument) {
   auto c = Connect();
   std::mt19937 rng(42);
@@ -167,6 +173,85 @@ TEST_F(BadInputTest, RequestForAnotherSessionsJobIsNotFound) {
   ASSERT_FALSE(run.ok());
   EXPECT_EQ(run.status().code(), absl::StatusCode::kNotFound);
   EXPECT_FALSE(c->CloseJob(good_->job()).ok());
+}
+
+// A raw connection that has said hello: sends requests with extra frames.
+class RawSession {
+ public:
+  explicit RawSession(const std::string& endpoint) : socket_(context_, zmq::socket_type::dealer) {
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.set(zmq::sockopt::rcvtimeo, 5000);
+    socket_.connect(endpoint);
+    v1::Request hello;
+    hello.mutable_hello()->set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
+    hello.mutable_hello()->set_client_name("raw");
+    v1::Response r = Call(hello, {});
+    EXPECT_TRUE(r.has_hello()) << r.DebugString();
+  }
+  // The request (id 1 + calls so far) with `frames` after it; the response.
+  v1::Response Call(v1::Request request, const std::vector<std::string>& frames) {
+    request.set_request_id(++calls_);
+    const std::string bytes = request.SerializeAsString();
+    socket_.send(zmq::buffer(bytes), frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    for (size_t i = 0; i < frames.size(); ++i) {
+      socket_.send(zmq::buffer(frames[i]), i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+    zmq::message_t reply;
+    v1::Response response;
+    EXPECT_TRUE(socket_.recv(reply, zmq::recv_flags::none));
+    EXPECT_TRUE(response.ParseFromArray(reply.data(), static_cast<int>(reply.size())));
+    EXPECT_EQ(response.request_id(), calls_);
+    return response;
+  }
+
+ private:
+  zmq::context_t context_{1};
+  zmq::socket_t socket_;
+  uint64_t calls_ = 0;
+};
+
+// TinyJob("mm", 8) with w's bytes moved out into frame 1, as the client sends it.
+v1::Request FramedTinyJob(std::string* w_bytes) {
+  v1::Request request;
+  *request.mutable_register_job() = BadInputTestTinyJob();
+  v1::Tensor* w = request.mutable_register_job()->mutable_persistent(0);
+  *w_bytes = w->data();
+  w->clear_data();
+  w->set_frame(1);
+  return request;
+}
+
+TEST_F(BadInputTest, PersistentFramesAreChecked) {
+  RawSession raw(daemon_->endpoint());
+  std::string w;
+  const v1::Request good = FramedTinyJob(&w);
+  auto expect_refused = [&](const v1::Request& request, const std::vector<std::string>& frames,
+                            const std::string& says) {
+    v1::Response r = raw.Call(request, frames);
+    EXPECT_EQ(r.status().code(), static_cast<int>(absl::StatusCode::kInvalidArgument)) << says;
+    EXPECT_THAT(r.status().message(), HasSubstr(says));
+  };
+  expect_refused(good, {}, "names frame 1 but 0 frame(s) followed");
+  expect_refused(good, {w.substr(4)}, "frame 1 has 92 bytes; float32[8, 3] needs 96");
+  expect_refused(good, {w, w}, "frame 2 of 2 after the request belongs to no persistent tensor");
+  v1::Request both = good;
+  both.mutable_register_job()->mutable_persistent(0)->set_data(w);
+  expect_refused(both, {w}, "has both inline data and frame 1");
+  v1::Request stats;
+  stats.mutable_stats();
+  expect_refused(stats, {w}, "only a job registration may carry frames");
+  // The well-formed one registers, and its weights are the frame's bytes.
+  v1::Response r = raw.Call(good, {w});
+  ASSERT_EQ(r.status().code(), 0) << r.status().message();
+  v1::Request read;
+  read.mutable_read_tensor()->set_job_id(r.register_job().job_id());
+  read.mutable_read_tensor()->set_name("w");
+  v1::Response got = raw.Call(read, {});
+  ASSERT_EQ(got.status().code(), 0) << got.status().message();
+  EXPECT_EQ(got.read_tensor().tensor().data(), w);
+  v1::Request close;
+  close.mutable_close_job()->set_job_id(r.register_job().job_id());
+  EXPECT_EQ(raw.Call(close, {}).status().code(), 0);
 }
 
 TEST_F(BadInputTest, RequestBeforeHelloIsRefused) {
