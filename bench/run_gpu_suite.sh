@@ -158,7 +158,8 @@ run_stage() {
         --spec_dir "$work/specs" --calibrate_s 0.5 --budget_s "$(budget "$t")" --out "$out/sweep.json" ;;
     qos)
       bench_stage suite qos "$t" "${on[@]}" "$python" "$root/bench/traces/qos.py" "${common[@]}" "${small[@]}" \
-        --mps_dir "$work/mps-$gpu" --hp_depths 2 --solo_s 0.6 --warmup_s 0.3 --max_config_s 8 --min_config_s 3 \
+        --mps_dir "$work/mps-$gpu" --hp_depths 1 --think_ms 2 --max_best_effort 1 --solo_s 0.6 --warmup_s 0.3 \
+        --max_config_s 8 --min_config_s 3 \
         --budget_s "$(budget "$t")" --out "$out/qos.json" ;;
     gap)
       bench_stage suite gap "$t" "${on[@]}" "$python" "$root/bench/models/switch_gap.py" --device "${DEVICE:-auto}" \
