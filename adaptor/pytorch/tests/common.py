@@ -32,6 +32,28 @@ def relative_error(actual, expected):
     return diff / scale if scale > 0 else diff
 
 
+def eager_losses(model, loss_fn, optimizer, batches, scheduler=None):
+    """Trains `model` in PyTorch eager, one step per (x, y) batch; returns the losses."""
+    losses = []
+    for x, y in batches:
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        if scheduler:
+            scheduler.step()
+        losses.append(loss.item())
+    return losses
+
+
+def assert_losses_close(test, losses, ref_losses, rtol):
+    """Each of Tandem's losses within `rtol` of PyTorch's at the same step."""
+    test.assertEqual(len(losses), len(ref_losses))
+    for i, (a, e) in enumerate(zip(losses, ref_losses)):
+        a = float(a)
+        test.assertLessEqual(abs(a - e), rtol * abs(e), f"step {i}: loss {a} through tandemd, {e} in PyTorch")
+
+
 class EquivalenceMixin:
     """assert helpers for comparing a Tandem job with the same steps in PyTorch."""
 
@@ -66,18 +88,9 @@ class EquivalenceMixin:
                 for state_name in ("momentum_buffer", "exp_avg", "exp_avg_sq"):
                     if state_name in job._plan.state_names:
                         states[(name, state_name)] = job.read(f"optim/{name}/{state_name}")
-        ref_losses = []
-        for x, y in batches:
-            ref_optimizer.zero_grad()
-            loss = loss_fn(reference(x), y)
-            loss.backward()
-            ref_optimizer.step()
-            if ref_sched:
-                ref_sched.step()
-            ref_losses.append(loss.item())
+        ref_losses = eager_losses(reference, loss_fn, ref_optimizer, batches, ref_sched)
         self.assertEqual(len(losses), steps)
-        for i, (a, e) in enumerate(zip(losses, ref_losses)):
-            self.assertLessEqual(abs(a - e), RTOL * abs(e), f"step {i}: loss {a} through tandemd, {e} in PyTorch")
+        assert_losses_close(self, losses, ref_losses, RTOL)
         expected = reference.state_dict()
         self.assertEqual(sorted(trained), sorted(expected))
         for key, value in expected.items():

@@ -19,7 +19,7 @@ import re
 import unittest
 
 import common  # noqa: F401  (paths)
-from common import tandem, torch
+from common import assert_losses_close, eager_losses, tandem, torch
 from daemon import Daemon
 
 import torch.nn as nn
@@ -74,17 +74,9 @@ class HalfPrecisionTest(unittest.TestCase):
         with job:
             losses = [job.step(x, y) for x, y in batches]
             trained = job.state_dict()
-        ref_losses = []
-        for x, y in batches:
-            ref_opt.zero_grad()
-            loss = F.cross_entropy(reference(x), y)
-            loss.backward()
-            ref_opt.step()
-            ref_losses.append(loss.item())
+        ref_losses = eager_losses(reference, F.cross_entropy, ref_opt, batches)
         self.assertEqual(len(losses), steps)
-        for i, (a, e) in enumerate(zip(losses, ref_losses)):
-            a = float(a)
-            self.assertLessEqual(abs(a - e), RTOL_BF16 * abs(e), f"step {i}: loss {a} through tandemd, {e} in PyTorch")
+        assert_losses_close(self, losses, ref_losses, RTOL_BF16)
         # Training moved the loss, in both (so the comparison above is not of two constants).
         self.assertLess(ref_losses[-1], ref_losses[0])
         self.assertLess(float(losses[-1]), float(losses[0]))
@@ -147,16 +139,8 @@ class HalfPrecisionOptimizerTest(unittest.TestCase):
                              f"{nodes} nodes fused, {plain_nodes} unfused")
 
         reference = _mlp()
-        ref_opt = make_optimizer(reference.parameters())
-        ref_losses = []
-        for x, y in batches:
-            ref_opt.zero_grad()
-            loss = F.cross_entropy(reference(x), y)
-            loss.backward()
-            ref_opt.step()
-            ref_losses.append(loss.item())
-        for i, (a, e) in enumerate(zip(losses, ref_losses)):
-            self.assertLessEqual(abs(a - e), RTOL_BF16 * abs(e), f"step {i}: loss {a} through tandemd, {e} in PyTorch")
+        ref_losses = eager_losses(reference, F.cross_entropy, make_optimizer(reference.parameters()), batches)
+        assert_losses_close(self, losses, ref_losses, RTOL_BF16)
         self.assertLess(ref_losses[-1], ref_losses[0])
         self.assertLess(losses[-1], losses[0])
         for key, value in reference.state_dict().items():

@@ -16,7 +16,7 @@ import copy
 import unittest
 
 import common  # noqa: F401  (paths)
-from common import models, tandem, torch
+from common import assert_losses_close, eager_losses, models, tandem, torch
 from daemon import Daemon
 
 import torch.nn as nn
@@ -57,15 +57,8 @@ class HalfTransformerTest(unittest.TestCase):
         with job:
             losses = [float(job.step(*batch)) for _ in range(STEPS)]
             trained = job.state_dict()
-        ref_losses = []
-        for _ in range(STEPS):
-            ref_opt.zero_grad()
-            loss = loss_fn(reference(batch[0]), batch[1])
-            loss.backward()
-            ref_opt.step()
-            ref_losses.append(loss.item())
-        for i, (a, e) in enumerate(zip(losses, ref_losses)):
-            self.assertLessEqual(abs(a - e), RTOL_BF16 * abs(e), f"step {i}: loss {a} through tandemd, {e} in PyTorch")
+        ref_losses = eager_losses(reference, loss_fn, ref_opt, [batch] * STEPS)
+        assert_losses_close(self, losses, ref_losses, RTOL_BF16)
         # Training moved the loss, in both (so the comparison above is not of two constants).
         self.assertLess(ref_losses[-1], ref_losses[0])
         self.assertLess(losses[-1], losses[0])

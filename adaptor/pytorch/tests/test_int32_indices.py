@@ -10,7 +10,7 @@ labels (Tandem's nll_loss takes them; adaptor/cpu/index_dtype_test.cc covers tha
 import unittest
 
 import common  # noqa: F401  (paths)
-from common import RTOL, relative_error, tandem, torch
+from common import RTOL, assert_losses_close, eager_losses, relative_error, tandem, torch
 from daemon import Daemon
 
 import torch.nn as nn
@@ -77,17 +77,9 @@ class Int32IndicesTest(unittest.TestCase):
         with job:
             losses = [float(job.step(x, y)) for x, y in batches]
             trained = job.state_dict()
-        ref_optimizer = _optimizer(reference)
-        ref_losses = []
-        for x, y in batches:
-            ref_optimizer.zero_grad()
-            loss = F.cross_entropy(reference(x), y)
-            loss.backward()
-            ref_optimizer.step()
-            ref_losses.append(loss.item())
+        ref_losses = eager_losses(reference, F.cross_entropy, _optimizer(reference), batches)
         self.assertEqual(len(losses), steps)
-        for i, (a, e) in enumerate(zip(losses, ref_losses)):
-            self.assertLessEqual(abs(a - e), RTOL * abs(e), f"step {i}: loss {a} through tandemd, {e} in PyTorch")
+        assert_losses_close(self, losses, ref_losses, RTOL)
         expected = reference.state_dict()
         self.assertEqual(sorted(trained), sorted(expected))
         for key, value in expected.items():
