@@ -2,9 +2,10 @@
 // tanh, exp, log, rsqrt, gelu, pow, the activation backwards, clamp,
 // maximum/minimum, addcmul/addcdiv, lerp and native_dropout (+ backward).
 // Math is done in the tensor's dtype, as PyTorch does; every kernel
-// tolerates output == input 0 (AliasKind::kInPlace). gelu, clamp,
-// maximum/minimum, addcmul/addcdiv and dropout also take bfloat16 and
-// float16 (half_kernels.h: float32 math, one rounding per result).
+// tolerates output == input 0 (AliasKind::kInPlace). sigmoid, tanh, gelu
+// and their backwards, clamp, maximum/minimum, addcmul/addcdiv and dropout
+// also take bfloat16 and float16 (half_kernels.h: float32 math, one
+// rounding per result).
 #include <cmath>
 
 #include "adaptor/cpu/broadcast_map.h"
@@ -252,8 +253,8 @@ absl::Status NativeDropoutBackwardKernel(const KernelArgs& args) {
 }  // namespace
 
 void AddActivationKernels(CpuKernelTable& table) {
-  table["sigmoid"] = UnaryKernel<Unary::kSigmoid>;
-  table["tanh"] = UnaryKernel<Unary::kTanh>;
+  table["sigmoid"] = WithHalf<UnaryKernel<Unary::kSigmoid>>;
+  table["tanh"] = WithHalf<UnaryKernel<Unary::kTanh>>;
   table["exp"] = UnaryKernel<Unary::kExp>;
   table["log"] = UnaryKernel<Unary::kLog>;
   table["rsqrt"] = UnaryKernel<Unary::kRsqrt>;
@@ -261,8 +262,8 @@ void AddActivationKernels(CpuKernelTable& table) {
   table["gelu_backward"] = WithHalf<GeluBackwardKernel>;
   table["pow.Tensor_Scalar"] = PowTensorScalarKernel;
   table["pow.Scalar"] = PowScalarKernel;
-  table["sigmoid_backward"] = ActivationBackwardKernel<true>;
-  table["tanh_backward"] = ActivationBackwardKernel<false>;
+  table["sigmoid_backward"] = WithHalf<ActivationBackwardKernel<true>>;
+  table["tanh_backward"] = WithHalf<ActivationBackwardKernel<false>>;
   table["clamp"] = WithHalfClamp<ClampKernel>;
   table["maximum"] = WithHalfBinary<MaxMinKernel<true>>;
   table["minimum"] = WithHalfBinary<MaxMinKernel<false>>;

@@ -12,9 +12,15 @@
 //          sum_dy_xmu / n) * invstd * weight;
 //   eval:  grad_input = dy * invstd * weight;
 //   grad_weight = sum_dy_xmu * invstd, grad_bias = sum_dy.
+// bfloat16 and float16 inputs run these kernels on float32 copies
+// (half_kernels.h's WithHalf): weight, bias and running statistics of the
+// input's 16-bit dtype are widened too (float32 ones, PyTorch's mixed batch
+// norm, pass as they are), save_mean and save_invstd are float32 (the
+// registry's rule), and every 16-bit result is rounded once at the end.
 #include <cmath>
 #include <vector>
 
+#include "adaptor/cpu/half_kernels.h"
 #include "adaptor/cpu/kernel_util.h"
 #include "adaptor/ops/cnn_rules.h"
 #include "base/status_macros.h"
@@ -202,9 +208,9 @@ absl::Status BatchNormBackwardKernel(const KernelArgs& args) {
 }  // namespace
 
 void AddBatchNormKernels(CpuKernelTable& table) {
-  table["native_batch_norm"] = BatchNormForwardKernel;
-  table["_native_batch_norm_legit_functional"] = BatchNormForwardKernel;
-  table["native_batch_norm_backward"] = BatchNormBackwardKernel;
+  table["native_batch_norm"] = WithHalf<BatchNormForwardKernel>;
+  table["_native_batch_norm_legit_functional"] = WithHalf<BatchNormForwardKernel>;
+  table["native_batch_norm_backward"] = WithHalf<BatchNormBackwardKernel>;
 }
 
 }  // namespace tandem::cpu

@@ -10,10 +10,13 @@
 //   grad_bias:       gb[oc]     += sum(grad[oc, :])
 // Every inner loop runs over contiguous memory, and everything accumulates
 // in double and rounds once. Outputs of shape [0] (masked off by
-// output_mask) are skipped.
+// output_mask) are skipped. bfloat16 and float16 run these kernels on
+// float32 copies (half_kernels.h's WithHalf), so they too accumulate in
+// double and round once to float32, then to 16 bits.
 #include <algorithm>
 #include <vector>
 
+#include "adaptor/cpu/half_kernels.h"
 #include "adaptor/cpu/kernel_util.h"
 #include "adaptor/ops/cnn_rules.h"
 #include "base/status_macros.h"
@@ -210,8 +213,8 @@ absl::Status ConvolutionBackwardKernel(const KernelArgs& args) {
 }  // namespace
 
 void AddConvolutionKernels(CpuKernelTable& table) {
-  table["convolution"] = ConvolutionKernel;
-  table["convolution_backward"] = ConvolutionBackwardKernel;
+  table["convolution"] = WithHalf<ConvolutionKernel>;
+  table["convolution_backward"] = WithHalf<ConvolutionBackwardKernel>;
 }
 
 }  // namespace tandem::cpu

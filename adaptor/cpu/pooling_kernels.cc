@@ -11,11 +11,15 @@
 //     (count_include_pad), by the window clipped to the input, or by
 //     divisor_override, as ATen does;
 //   - adaptive windows: [floor(o * in / out), ceil((o + 1) * in / out)).
+// bfloat16 and float16 run these kernels on float32 copies (half_kernels.h's
+// WithHalf): a max is exact, a sum is in double, each result rounds once;
+// max pooling's indices stay int64.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "adaptor/cpu/half_kernels.h"
 #include "adaptor/cpu/kernel_util.h"
 #include "adaptor/ops/cnn_rules.h"
 #include "base/status_macros.h"
@@ -268,13 +272,13 @@ absl::Status AdaptiveAvgPoolBackwardKernel(const KernelArgs& args) {
 }  // namespace
 
 void AddPoolingKernels(CpuKernelTable& table) {
-  table["max_pool2d_with_indices"] = MaxPoolKernel;
-  table["max_pool2d_with_indices_backward"] = MaxPoolBackwardKernel;
-  table["avg_pool2d"] = AvgPoolKernel;
-  table["avg_pool2d_backward"] = AvgPoolBackwardKernel;
-  table["_adaptive_avg_pool2d"] = AdaptiveAvgPoolKernel;
-  table["adaptive_avg_pool2d"] = AdaptiveAvgPoolKernel;
-  table["_adaptive_avg_pool2d_backward"] = AdaptiveAvgPoolBackwardKernel;
+  table["max_pool2d_with_indices"] = WithHalf<MaxPoolKernel>;
+  table["max_pool2d_with_indices_backward"] = WithHalf<MaxPoolBackwardKernel>;
+  table["avg_pool2d"] = WithHalf<AvgPoolKernel>;
+  table["avg_pool2d_backward"] = WithHalf<AvgPoolBackwardKernel>;
+  table["_adaptive_avg_pool2d"] = WithHalf<AdaptiveAvgPoolKernel>;
+  table["adaptive_avg_pool2d"] = WithHalf<AdaptiveAvgPoolKernel>;
+  table["_adaptive_avg_pool2d_backward"] = WithHalf<AdaptiveAvgPoolBackwardKernel>;
 }
 
 }  // namespace tandem::cpu

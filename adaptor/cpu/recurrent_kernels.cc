@@ -1,15 +1,16 @@
 // Reference CPU kernels of the fused LSTM layer (adaptor/ops/recurrent_ops.cc):
 // plain loops over time steps, batch rows and gates, every dot product and
-// gradient sum accumulated in double, results stored in float32.
+// gradient sum accumulated in double, results stored in the tensors' dtype
+// (float32, bfloat16 or float16: one template over the element type).
 //
 // Forward, per step t (gate order i, f, g, o):
 //   a = x_t @ w_ih^T + b_ih + h_{t-1} @ w_hh^T + b_hh
 //   i, f, o = sigmoid(a_i, a_f, a_o); g = tanh(a_g)
 //   c_t = f * c_{t-1} + i * g; h_t = o * tanh(c_t)
 //   y[t] = h_t; saved[t] = (i, f, g, o, c_t); h_n = h_T, c_n = c_T.
-// The recurrence reads h_{t-1} and c_{t-1} back from y and saved (float32),
-// as a GPU implementation does, so that both start every step from the same
-// state.
+// The recurrence reads h_{t-1} and c_{t-1} back from y and saved (as stored,
+// in the tensors' dtype), as a GPU implementation does, so that both start
+// every step from the same state.
 //
 // Backward, per step t = T-1 .. 0, with dh = grad_y[t] + dh_rec (dh_rec =
 // grad_h_n at t = T-1) and dc_next (grad_c_n at t = T-1):
@@ -21,11 +22,23 @@
 // grad_w_hh = sum da^T @ h_{t-1}, grad_b = sum da; grad_h0 = dh_rec and
 // grad_c0 = dc_next after step 0. The carried dh_rec and dc stay in double
 // between steps; the gate gradients are used in double and stored rounded.
+//
+// 16 bits: every value the CUDA kernels (adaptor/cuda/recurrent_ops.cc)
+// store in a 16-bit tensor and read back is rounded here at the same point,
+// so that both backends round the same quantities and differ only by their
+// float32 vs double arithmetic: the input projection x_t @ w_ih^T (stored in
+// saved's gate columns), then that plus h_{t-1} @ w_hh^T (stored there
+// again) before the biases are added; in the backward the gate gradients
+// (stored in grad_gates, the products' operand), the carried dh_rec and dc
+// (stored in grad_h0 and grad_c0 between steps), and grad_w_hh's step-0
+// term (h0's product, stored before the other steps' are added to it). In
+// float32 these stay in double, as above.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "adaptor/cpu/half.h"
 #include "adaptor/cpu/kernel_util.h"
 #include "adaptor/ops/lstm_shape.h"
 #include "base/status_macros.h"
@@ -35,66 +48,104 @@ namespace {
 
 double Sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
 
+// An element of T as a double (exact).
+template <typename T>
+double Wide(T v) {
+  if constexpr (kIsHalf<T>) {
+    return static_cast<double>(v.ToFloat());
+  } else {
+    return static_cast<double>(v);
+  }
+}
+
+// `v` as a T element.
+template <typename T>
+T Narrow(double v) {
+  return T(v);
+}
+
+// `v` as the CUDA kernels have it after storing it into a tensor of T and
+// reading it back, where they do and this kernel would otherwise keep
+// double: rounded to T in 16 bits; as it is in float32 (file comment).
+template <typename T>
+double Stored(double v) {
+  if constexpr (kIsHalf<T>) {
+    return Wide(T(v));
+  } else {
+    return v;
+  }
+}
+
 // sum_k a[k] * b[k] in double, four independent partial sums (the loop is
 // the forward's whole cost; one dependent chain of adds would be 4x slower).
-double Dot(const float* a, const float* b, int64_t n) {
+template <typename T>
+double Dot(const T* a, const T* b, int64_t n) {
   double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
   int64_t k = 0;
   for (; k + 4 <= n; k += 4) {
-    s0 += static_cast<double>(a[k]) * b[k];
-    s1 += static_cast<double>(a[k + 1]) * b[k + 1];
-    s2 += static_cast<double>(a[k + 2]) * b[k + 2];
-    s3 += static_cast<double>(a[k + 3]) * b[k + 3];
+    s0 += Wide(a[k]) * Wide(b[k]);
+    s1 += Wide(a[k + 1]) * Wide(b[k + 1]);
+    s2 += Wide(a[k + 2]) * Wide(b[k + 2]);
+    s3 += Wide(a[k + 3]) * Wide(b[k + 3]);
   }
-  for (; k < n; ++k) s0 += static_cast<double>(a[k]) * b[k];
+  for (; k < n; ++k) s0 += Wide(a[k]) * Wide(b[k]);
   return (s0 + s1) + (s2 + s3);
 }
 
-// The registry admits float32 only; this guards direct calls.
-absl::Status Float32Only(const KernelArgs& args) {
+// Calls f(T{}) with T the element type of the node's dtype (input 0's; the
+// registry gives every input and output that dtype, and a direct call with
+// another is refused).
+template <typename F>
+absl::Status DispatchLstm(const KernelArgs& args, F&& f) {
+  const DType dtype = args.inputs[0].type.dtype;
   for (const TensorArg& t : args.inputs) {
-    if (t.type.dtype != DType::kFloat32) return UnsupportedDType(args, t.type.dtype);
+    if (t.type.dtype != dtype) return UnsupportedDType(args, t.type.dtype);
   }
-  return absl::OkStatus();
+  switch (dtype) {
+    case DType::kFloat32: return f(float{});
+    case DType::kBFloat16: return f(BFloat16{});
+    case DType::kFloat16: return f(Float16{});
+    default: return UnsupportedDType(args, dtype);
+  }
 }
 
 // Inputs: x, h0, c0, w_ih, w_hh, b_ih, b_hh. Outputs: y, h_n, c_n, saved.
-absl::Status LstmKernel(const KernelArgs& args) {
-  RETURN_IF_ERROR(Float32Only(args));
+template <typename T>
+absl::Status LstmForward(const KernelArgs& args) {
   const LstmShape s = LstmShapeOf(args.inputs[0], args.inputs[1]);
-  const float* x = args.inputs[0].as<const float>();
-  const float* h0 = args.inputs[1].as<const float>();
-  const float* c0 = args.inputs[2].as<const float>();
-  const float* w_ih = args.inputs[3].as<const float>();
-  const float* w_hh = args.inputs[4].as<const float>();
-  const float* b_ih = args.inputs[5].as<const float>();
-  const float* b_hh = args.inputs[6].as<const float>();
-  float* y = args.outputs[0].as<float>();
-  float* h_n = args.outputs[1].as<float>();
-  float* c_n = args.outputs[2].as<float>();
-  float* saved = args.outputs[3].as<float>();
+  const T* x = args.inputs[0].as<const T>();
+  const T* h0 = args.inputs[1].as<const T>();
+  const T* c0 = args.inputs[2].as<const T>();
+  const T* w_ih = args.inputs[3].as<const T>();
+  const T* w_hh = args.inputs[4].as<const T>();
+  const T* b_ih = args.inputs[5].as<const T>();
+  const T* b_hh = args.inputs[6].as<const T>();
+  T* y = args.outputs[0].as<T>();
+  T* h_n = args.outputs[1].as<T>();
+  T* c_n = args.outputs[2].as<T>();
+  T* saved = args.outputs[3].as<T>();
   const int64_t H = s.h, G = 4 * s.h, S = 5 * s.h;
   std::vector<double> a(G);
   for (int64_t t = 0; t < s.t; ++t) {
     for (int64_t n = 0; n < s.b; ++n) {
-      const float* x_row = x + (t * s.b + n) * s.i;
-      const float* h_prev = t == 0 ? h0 + n * H : y + ((t - 1) * s.b + n) * H;
-      const float* c_prev = t == 0 ? c0 + n * H : saved + ((t - 1) * s.b + n) * S + G;
+      const T* x_row = x + (t * s.b + n) * s.i;
+      const T* h_prev = t == 0 ? h0 + n * H : y + ((t - 1) * s.b + n) * H;
+      const T* c_prev = t == 0 ? c0 + n * H : saved + ((t - 1) * s.b + n) * S + G;
       for (int64_t j = 0; j < G; ++j) {
-        a[j] = static_cast<double>(b_ih[j]) + static_cast<double>(b_hh[j]) + Dot(x_row, w_ih + j * s.i, s.i) +
-               Dot(h_prev, w_hh + j * H, H);
+        const double products = Stored<T>(Stored<T>(Dot(x_row, w_ih + j * s.i, s.i)) + Dot(h_prev, w_hh + j * H, H));
+        a[j] = products + Wide(b_ih[j]) + Wide(b_hh[j]);
       }
-      float* out = saved + (t * s.b + n) * S;
-      float* h_out = y + (t * s.b + n) * H;
+      T* out = saved + (t * s.b + n) * S;
+      T* h_out = y + (t * s.b + n) * H;
       for (int64_t k = 0; k < H; ++k) {
         const double i = Sigmoid(a[k]), f = Sigmoid(a[H + k]), g = std::tanh(a[2 * H + k]), o = Sigmoid(a[3 * H + k]);
-        const double c = f * static_cast<double>(c_prev[k]) + i * g;
-        out[k] = static_cast<float>(i);
-        out[H + k] = static_cast<float>(f);
-        out[2 * H + k] = static_cast<float>(g);
-        out[3 * H + k] = static_cast<float>(o);
-        out[G + k] = static_cast<float>(c);
-        h_out[k] = static_cast<float>(o * std::tanh(c));
+        const double c = f * Wide(c_prev[k]) + i * g;
+        out[k] = Narrow<T>(i);
+        out[H + k] = Narrow<T>(f);
+        out[2 * H + k] = Narrow<T>(g);
+        out[3 * H + k] = Narrow<T>(o);
+        out[G + k] = Narrow<T>(c);
+        h_out[k] = Narrow<T>(o * std::tanh(c));
       }
     }
   }
@@ -111,84 +162,95 @@ absl::Status LstmKernel(const KernelArgs& args) {
 // Inputs: grad_y, grad_h_n, grad_c_n, x, h0, c0, w_ih, w_hh, y, saved.
 // Outputs: grad_x, grad_h0, grad_c0, grad_w_ih, grad_w_hh, grad_b,
 // grad_gates.
-absl::Status LstmBackwardKernel(const KernelArgs& args) {
-  RETURN_IF_ERROR(Float32Only(args));
+template <typename T>
+absl::Status LstmBackward(const KernelArgs& args) {
   const LstmShape s = LstmShapeOf(args.inputs[3], args.inputs[4]);
-  const float* grad_y = args.inputs[0].as<const float>();
-  const float* grad_h_n = args.inputs[1].as<const float>();
-  const float* grad_c_n = args.inputs[2].as<const float>();
-  const float* x = args.inputs[3].as<const float>();
-  const float* h0 = args.inputs[4].as<const float>();
-  const float* c0 = args.inputs[5].as<const float>();
-  const float* w_ih = args.inputs[6].as<const float>();
-  const float* w_hh = args.inputs[7].as<const float>();
-  const float* y = args.inputs[8].as<const float>();
-  const float* saved = args.inputs[9].as<const float>();
-  float* grad_x = args.outputs[0].as<float>();
-  float* grad_h0 = args.outputs[1].as<float>();
-  float* grad_c0 = args.outputs[2].as<float>();
-  float* grad_w_ih = args.outputs[3].as<float>();
-  float* grad_w_hh = args.outputs[4].as<float>();
-  float* grad_b = args.outputs[5].as<float>();
-  float* grad_gates = args.outputs[6].as<float>();
+  const T* grad_y = args.inputs[0].as<const T>();
+  const T* grad_h_n = args.inputs[1].as<const T>();
+  const T* grad_c_n = args.inputs[2].as<const T>();
+  const T* x = args.inputs[3].as<const T>();
+  const T* h0 = args.inputs[4].as<const T>();
+  const T* c0 = args.inputs[5].as<const T>();
+  const T* w_ih = args.inputs[6].as<const T>();
+  const T* w_hh = args.inputs[7].as<const T>();
+  const T* y = args.inputs[8].as<const T>();
+  const T* saved = args.inputs[9].as<const T>();
+  T* grad_x = args.outputs[0].as<T>();
+  T* grad_h0 = args.outputs[1].as<T>();
+  T* grad_c0 = args.outputs[2].as<T>();
+  T* grad_w_ih = args.outputs[3].as<T>();
+  T* grad_w_hh = args.outputs[4].as<T>();
+  T* grad_b = args.outputs[5].as<T>();
+  T* grad_gates = args.outputs[6].as<T>();
   const int64_t H = s.h, G = 4 * s.h, S = 5 * s.h;
 
   std::vector<double> dh_rec(s.b * H), dc_next(s.b * H);
   for (int64_t e = 0; e < s.b * H; ++e) {
-    dh_rec[e] = grad_h_n[e];
-    dc_next[e] = grad_c_n[e];
+    dh_rec[e] = Wide(grad_h_n[e]);
+    dc_next[e] = Wide(grad_c_n[e]);
   }
-  std::vector<double> dw_ih(G * s.i, 0.0), dw_hh(G * H, 0.0), db(G, 0.0), da(G), dx(s.i);
+  // grad_w_hh's terms of steps 1.. (h_{t-1} from y) and of step 0 (h0).
+  std::vector<double> dw_ih(G * s.i, 0.0), dw_hh(G * H, 0.0), dw_hh0(G * H, 0.0), db(G, 0.0), da(G), dx(s.i);
   for (int64_t t = s.t - 1; t >= 0; --t) {
     std::vector<double> dh_prev(s.b * H, 0.0);
+    double* dw_hh_t = t == 0 ? dw_hh0.data() : dw_hh.data();
     for (int64_t n = 0; n < s.b; ++n) {
       const int64_t row = t * s.b + n;
-      const float* act = saved + row * S;
-      const float* c_prev = t == 0 ? c0 + n * H : saved + (row - s.b) * S + G;
-      const float* h_prev = t == 0 ? h0 + n * H : y + (row - s.b) * H;
+      const T* act = saved + row * S;
+      const T* c_prev = t == 0 ? c0 + n * H : saved + (row - s.b) * S + G;
+      const T* h_prev = t == 0 ? h0 + n * H : y + (row - s.b) * H;
       for (int64_t k = 0; k < H; ++k) {
-        const double i = act[k], f = act[H + k], g = act[2 * H + k], o = act[3 * H + k];
-        const double tanh_c = std::tanh(static_cast<double>(act[G + k]));
-        const double dh = static_cast<double>(grad_y[row * H + k]) + dh_rec[n * H + k];
+        const double i = Wide(act[k]), f = Wide(act[H + k]), g = Wide(act[2 * H + k]), o = Wide(act[3 * H + k]);
+        const double tanh_c = std::tanh(Wide(act[G + k]));
+        const double dh = Wide(grad_y[row * H + k]) + dh_rec[n * H + k];
         const double dc = dc_next[n * H + k] + dh * o * (1.0 - tanh_c * tanh_c);
         da[k] = dc * g * i * (1.0 - i);
-        da[H + k] = dc * static_cast<double>(c_prev[k]) * f * (1.0 - f);
+        da[H + k] = dc * Wide(c_prev[k]) * f * (1.0 - f);
         da[2 * H + k] = dc * i * (1.0 - g * g);
         da[3 * H + k] = dh * tanh_c * o * (1.0 - o);
-        dc_next[n * H + k] = dc * f;
+        dc_next[n * H + k] = Stored<T>(dc * f);
       }
-      const float* x_row = x + row * s.i;
+      const T* x_row = x + row * s.i;
       std::fill(dx.begin(), dx.end(), 0.0);
       for (int64_t j = 0; j < G; ++j) {
-        const double d = da[j];
-        grad_gates[row * G + j] = static_cast<float>(d);
+        const double d = Stored<T>(da[j]);
+        grad_gates[row * G + j] = Narrow<T>(da[j]);
         db[j] += d;
-        const float* w_ih_row = w_ih + j * s.i;
+        const T* w_ih_row = w_ih + j * s.i;
         double* dw_ih_row = dw_ih.data() + j * s.i;
         for (int64_t k = 0; k < s.i; ++k) {
-          dx[k] += d * w_ih_row[k];
-          dw_ih_row[k] += d * x_row[k];
+          dx[k] += d * Wide(w_ih_row[k]);
+          dw_ih_row[k] += d * Wide(x_row[k]);
         }
-        const float* w_hh_row = w_hh + j * H;
-        double* dw_hh_row = dw_hh.data() + j * H;
+        const T* w_hh_row = w_hh + j * H;
+        double* dw_hh_row = dw_hh_t + j * H;
         double* dh_prev_row = dh_prev.data() + n * H;
         for (int64_t k = 0; k < H; ++k) {
-          dh_prev_row[k] += d * w_hh_row[k];
-          dw_hh_row[k] += d * h_prev[k];
+          dh_prev_row[k] += d * Wide(w_hh_row[k]);
+          dw_hh_row[k] += d * Wide(h_prev[k]);
         }
       }
-      for (int64_t k = 0; k < s.i; ++k) grad_x[row * s.i + k] = static_cast<float>(dx[k]);
+      for (int64_t k = 0; k < s.i; ++k) grad_x[row * s.i + k] = Narrow<T>(dx[k]);
     }
+    for (double& v : dh_prev) v = Stored<T>(v);
     dh_rec.swap(dh_prev);
   }
   for (int64_t e = 0; e < s.b * H; ++e) {
-    grad_h0[e] = static_cast<float>(dh_rec[e]);
-    grad_c0[e] = static_cast<float>(dc_next[e]);
+    grad_h0[e] = Narrow<T>(dh_rec[e]);
+    grad_c0[e] = Narrow<T>(dc_next[e]);
   }
-  for (int64_t e = 0; e < G * s.i; ++e) grad_w_ih[e] = static_cast<float>(dw_ih[e]);
-  for (int64_t e = 0; e < G * H; ++e) grad_w_hh[e] = static_cast<float>(dw_hh[e]);
-  for (int64_t j = 0; j < G; ++j) grad_b[j] = static_cast<float>(db[j]);
+  for (int64_t e = 0; e < G * s.i; ++e) grad_w_ih[e] = Narrow<T>(dw_ih[e]);
+  for (int64_t e = 0; e < G * H; ++e) grad_w_hh[e] = Narrow<T>(Stored<T>(dw_hh0[e]) + dw_hh[e]);
+  for (int64_t j = 0; j < G; ++j) grad_b[j] = Narrow<T>(db[j]);
   return absl::OkStatus();
+}
+
+absl::Status LstmKernel(const KernelArgs& args) {
+  return DispatchLstm(args, [&](auto tag) { return LstmForward<decltype(tag)>(args); });
+}
+
+absl::Status LstmBackwardKernel(const KernelArgs& args) {
+  return DispatchLstm(args, [&](auto tag) { return LstmBackward<decltype(tag)>(args); });
 }
 
 }  // namespace

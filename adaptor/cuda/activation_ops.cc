@@ -1,8 +1,8 @@
 // CUDA kernels of the activations and pointwise math (sigmoid, tanh, exp,
 // log, rsqrt, gelu, pow, the activation backwards, clamp, maximum/minimum,
-// addcmul/addcdiv, lerp) and of native_dropout and its backward. gelu, its
-// backward, clamp, maximum/minimum, addcmul/addcdiv and the dropouts also
-// take bfloat16 and float16 (half_launch.h).
+// addcmul/addcdiv, lerp) and of native_dropout and its backward. sigmoid,
+// tanh, gelu and their backwards, clamp, maximum/minimum, addcmul/addcdiv
+// and the dropouts also take bfloat16 and float16 (half_launch.h).
 #include <optional>
 #include <string>
 #include <variant>
@@ -39,6 +39,17 @@ std::optional<HalfMathOp> HalfMathOpOf(PointwiseOp op) {
   }
 }
 
+// The 16-bit activation of `op`, for sigmoid, tanh and their backwards.
+std::optional<HalfActivationOp> HalfActivationOpOf(PointwiseOp op) {
+  switch (op) {
+    case PointwiseOp::kSigmoid: return HalfActivationOp::kSigmoid;
+    case PointwiseOp::kTanh: return HalfActivationOp::kTanh;
+    case PointwiseOp::kSigmoidBackward: return HalfActivationOp::kSigmoidBackward;
+    case PointwiseOp::kTanhBackward: return HalfActivationOp::kTanhBackward;
+    default: return std::nullopt;
+  }
+}
+
 // `value` rounded to the 16-bit `dtype`, as a float.
 float RoundedTo(DType dtype, double value) {
   return dtype == DType::kBFloat16 ? BFloat16(value).ToFloat() : Float16(value).ToFloat();
@@ -50,6 +61,14 @@ absl::Status RunHalf(const CudaKernelContext& context, const KernelArgs& args, P
                      const PointwiseParams& params, const std::vector<BinaryOperand>& operands) {
   const TensorArg& out = args.outputs[0];
   const DType dtype = out.type.dtype;
+  if (const std::optional<HalfActivationOp> activation = HalfActivationOpOf(op)) {
+    // The registry gives every input the output's type, so they are read
+    // contiguously.
+    const void* b = args.inputs.size() > 1 ? args.inputs[1].data : nullptr;
+    return Launched(
+        args, LaunchHalfActivation(*activation, dtype, out.numel(), args.inputs[0].data, b, out.data, context.native),
+        dtype);
+  }
   const std::optional<HalfMathOp> half_op = HalfMathOpOf(op);
   if (!half_op.has_value()) return UnsupportedDType(args, dtype);
   HalfMathParams half;

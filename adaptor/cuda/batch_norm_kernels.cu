@@ -22,9 +22,20 @@
 // of the whole channel up to rounding. Loads and stores are 16 bytes wide
 // when `inner` is a multiple of the vector width and the tensors are
 // 16-byte aligned, one element wide otherwise.
+//
+// The kernels are templated on three storage types: T for the data (x, out,
+// grad_output, grad_input), P for the per-channel parameters (weight, bias,
+// running statistics, grad_weight, grad_bias) and S for the saved
+// statistics (save_mean, save_invstd; the backward's mean and invstd
+// inputs, which are the running statistics, of type P, in eval mode).
+// float32 and float64 use one type throughout. A bfloat16 or float16 T has
+// float32 S and P either T or float32 (the registry's rules, PyTorch's
+// CUDA dtypes): arithmetic stays in double, values widen exactly, and each
+// 16-bit store rounds once (through float32, as the CPU kernels round).
 #include <cmath>
 
 #include "adaptor/cuda/cnn_launch.h"
+#include "adaptor/cuda/half_cnn_common.cuh"
 #include "adaptor/cuda/kernel_common.cuh"
 
 namespace tandem::cuda {
@@ -150,7 +161,7 @@ __global__ void __launch_bounds__(kBatchNormThreads)
         v[k] = in[cursor.offset];
       } else {
 #pragma unroll
-        for (int e = 0; e < kWidth; ++e) v[k].v[e] = T(0);
+        for (int e = 0; e < kWidth; ++e) v[k].v[e] = RoundTo<T>(0.0);
       }
       cursor.Advance(g);
     }
@@ -158,7 +169,7 @@ __global__ void __launch_bounds__(kBatchNormThreads)
 #pragma unroll
     for (int k = 0; k < kUnits; ++k) {
 #pragma unroll
-      for (int e = 0; e < kWidth; ++e) sum += static_cast<double>(v[k].v[e]);  // absent units hold 0
+      for (int e = 0; e < kWidth; ++e) sum += WidenTo<double>(v[k].v[e]);  // absent units hold 0
     }
     const double n = static_cast<double>(ChunkCount(g.count, chunk));
     const double mean = BlockSum(sum, shared) / n;
@@ -168,7 +179,7 @@ __global__ void __launch_bounds__(kBatchNormThreads)
       if (k < valid) {
 #pragma unroll
         for (int e = 0; e < kWidth; ++e) {
-          const double d = static_cast<double>(v[k].v[e]) - mean;
+          const double d = WidenTo<double>(v[k].v[e]) - mean;
           m2 += d * d;
         }
       }
@@ -184,16 +195,16 @@ __global__ void __launch_bounds__(kBatchNormThreads)
 // A warp per channel: the channel's statistics (training: merged from the
 // chunks' partials; eval: the running ones), the saved and running
 // statistics, and coeffs[2c], coeffs[2c + 1] = scale, shift.
-template <typename T>
+template <typename P, typename S>
 __global__ void __launch_bounds__(kBatchNormThreads)
     BatchNormForwardFinalizeKernel(BatchNormLaunchParams p, int64_t chunks, BatchNormForwardOperands op,
                                    const double* partials, double* coeffs) {
-  const T* weight = static_cast<const T*>(op.weight);
-  const T* bias = static_cast<const T*>(op.bias);
-  const T* running_mean = static_cast<const T*>(op.running_mean);
-  const T* running_var = static_cast<const T*>(op.running_var);
-  T* new_running_mean = static_cast<T*>(op.new_running_mean);
-  T* new_running_var = static_cast<T*>(op.new_running_var);
+  const P* weight = static_cast<const P*>(op.weight);
+  const P* bias = static_cast<const P*>(op.bias);
+  const P* running_mean = static_cast<const P*>(op.running_mean);
+  const P* running_var = static_cast<const P*>(op.running_var);
+  P* new_running_mean = static_cast<P*>(op.new_running_mean);
+  P* new_running_var = static_cast<P*>(op.new_running_var);
   const int lane = threadIdx.x % 32;
   const int64_t count_elements = p.outer * p.inner;
   const double count = static_cast<double>(count_elements);
@@ -215,27 +226,27 @@ __global__ void __launch_bounds__(kBatchNormThreads)
       m2 = WarpSum(m2);
       invstd = 1.0 / sqrt(m2 / count + p.eps);
       if (lane == 0) {
-        static_cast<T*>(op.save_mean)[c] = static_cast<T>(mean);
-        static_cast<T*>(op.save_invstd)[c] = static_cast<T>(invstd);
+        static_cast<S*>(op.save_mean)[c] = RoundTo<S>(mean);
+        static_cast<S*>(op.save_invstd)[c] = RoundTo<S>(invstd);
         if (new_running_mean != nullptr) {
           new_running_mean[c] =
-              static_cast<T>((1.0 - p.momentum) * static_cast<double>(running_mean[c]) + p.momentum * mean);
-          new_running_var[c] = static_cast<T>((1.0 - p.momentum) * static_cast<double>(running_var[c]) +
-                                              p.momentum * m2 / (count - 1.0));
+              RoundTo<P>((1.0 - p.momentum) * WidenTo<double>(running_mean[c]) + p.momentum * mean);
+          new_running_var[c] = RoundTo<P>((1.0 - p.momentum) * WidenTo<double>(running_var[c]) +
+                                          p.momentum * m2 / (count - 1.0));
         }
       }
     } else {
-      mean = static_cast<double>(running_mean[c]);
-      invstd = 1.0 / sqrt(static_cast<double>(running_var[c]) + p.eps);
+      mean = WidenTo<double>(running_mean[c]);
+      invstd = 1.0 / sqrt(WidenTo<double>(running_var[c]) + p.eps);
       if (lane == 0 && new_running_mean != nullptr) {
         new_running_mean[c] = running_mean[c];
         new_running_var[c] = running_var[c];
       }
     }
     if (lane == 0) {
-      const double scale = invstd * static_cast<double>(weight[c]);
+      const double scale = invstd * WidenTo<double>(weight[c]);
       coeffs[2 * c] = scale;
-      coeffs[2 * c + 1] = static_cast<double>(bias[c]) - mean * scale;
+      coeffs[2 * c + 1] = WidenTo<double>(bias[c]) - mean * scale;
     }
   }
 }
@@ -269,7 +280,7 @@ __global__ void __launch_bounds__(kBatchNormThreads)
       if (k < valid) {
         Pack<T, kWidth> o;
 #pragma unroll
-        for (int e = 0; e < kWidth; ++e) o.v[e] = static_cast<T>(static_cast<double>(v[k].v[e]) * scale + shift);
+        for (int e = 0; e < kWidth; ++e) o.v[e] = RoundTo<T>(WidenTo<double>(v[k].v[e]) * scale + shift);
         y[cursor.offset] = o;
       }
       cursor.Advance(g);
@@ -278,10 +289,10 @@ __global__ void __launch_bounds__(kBatchNormThreads)
 }
 
 // Per chunk: sum(dy) and sum(dy * (x - mean)) with the channel's given
-// mean, into partials[2 * b] and partials[2 * b + 1].
-template <typename T, int kWidth>
+// mean (of type M), into partials[2 * b] and partials[2 * b + 1].
+template <typename T, typename M, int kWidth>
 __global__ void __launch_bounds__(kBatchNormThreads)
-    BatchNormGradSumsKernel(ChunkGeometry g, const T* grad_output, const T* x, const T* mean_in,
+    BatchNormGradSumsKernel(ChunkGeometry g, const T* grad_output, const T* x, const M* mean_in,
                             double* partials) {
   constexpr int kUnits = kElementsPerThread / kWidth;
   __shared__ double shared[32];
@@ -291,7 +302,7 @@ __global__ void __launch_bounds__(kBatchNormThreads)
   for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
     const int64_t c = b / g.chunks;
     const int64_t chunk = b - c * g.chunks;
-    const double mean = static_cast<double>(mean_in[c]);
+    const double mean = WidenTo<double>(mean_in[c]);
     UnitCursor cursor;
     const int valid = StartCursor<kUnits>(g, c, chunk, &cursor);
     Pack<T, kWidth> gv[kUnits], xv[kUnits];
@@ -309,9 +320,9 @@ __global__ void __launch_bounds__(kBatchNormThreads)
       if (k < valid) {
 #pragma unroll
         for (int e = 0; e < kWidth; ++e) {
-          const double gd = static_cast<double>(gv[k].v[e]);
+          const double gd = WidenTo<double>(gv[k].v[e]);
           sum_dy += gd;
-          sum_dy_xmu += gd * (static_cast<double>(xv[k].v[e]) - mean);
+          sum_dy_xmu += gd * (WidenTo<double>(xv[k].v[e]) - mean);
         }
       }
     }
@@ -328,22 +339,22 @@ __global__ void __launch_bounds__(kBatchNormThreads)
 // `partials` is null: no gradient output needs them), grad_weight and
 // grad_bias, and, when grad_input is wanted, its coefficients
 // coeffs[4c .. 4c + 3] = mean, sum_dy / n, sum_dy_xmu / n * invstd^2,
-// invstd * weight.
-template <typename T>
+// invstd * weight. The mean and invstd inputs are of type M.
+template <typename P, typename M>
 __global__ void __launch_bounds__(kBatchNormThreads)
     BatchNormBackwardFinalizeKernel(BatchNormLaunchParams p, int64_t chunks, BatchNormBackwardOperands op,
                                     const double* partials, double* coeffs) {
-  const T* mean_in = static_cast<const T*>(op.mean);
-  const T* invstd_in = static_cast<const T*>(op.invstd);
-  T* grad_weight = static_cast<T*>(op.grad_weight);
-  T* grad_bias = static_cast<T*>(op.grad_bias);
+  const M* mean_in = static_cast<const M*>(op.mean);
+  const M* invstd_in = static_cast<const M*>(op.invstd);
+  P* grad_weight = static_cast<P*>(op.grad_weight);
+  P* grad_bias = static_cast<P*>(op.grad_bias);
   const int lane = threadIdx.x % 32;
   const double count = static_cast<double>(p.outer * p.inner);
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; c < p.channels;
        c += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
-    const double mean = static_cast<double>(mean_in[c]);
-    const double invstd = p.training ? static_cast<double>(invstd_in[c])
-                                     : 1.0 / sqrt(static_cast<double>(invstd_in[c]) + p.eps);
+    const double mean = WidenTo<double>(mean_in[c]);
+    const double invstd = p.training ? WidenTo<double>(invstd_in[c])
+                                     : 1.0 / sqrt(WidenTo<double>(invstd_in[c]) + p.eps);
     double sum_dy = 0.0, sum_dy_xmu = 0.0;
     if (partials != nullptr) {
       const double* part = partials + 2 * c * chunks;
@@ -355,13 +366,13 @@ __global__ void __launch_bounds__(kBatchNormThreads)
       sum_dy_xmu = WarpSum(sum_dy_xmu);
     }
     if (lane == 0) {
-      if (grad_weight != nullptr) grad_weight[c] = static_cast<T>(sum_dy_xmu * invstd);
-      if (grad_bias != nullptr) grad_bias[c] = static_cast<T>(sum_dy);
+      if (grad_weight != nullptr) grad_weight[c] = RoundTo<P>(sum_dy_xmu * invstd);
+      if (grad_bias != nullptr) grad_bias[c] = RoundTo<P>(sum_dy);
       if (op.grad_input != nullptr) {
         coeffs[4 * c] = mean;
         coeffs[4 * c + 1] = sum_dy / count;
         coeffs[4 * c + 2] = sum_dy_xmu / count * invstd * invstd;
-        coeffs[4 * c + 3] = invstd * static_cast<double>(static_cast<const T*>(op.weight)[c]);
+        coeffs[4 * c + 3] = invstd * WidenTo<double>(static_cast<const P*>(op.weight)[c]);
       }
     }
   }
@@ -405,12 +416,12 @@ __global__ void __launch_bounds__(kBatchNormThreads)
         Pack<T, kWidth> o;
 #pragma unroll
         for (int e = 0; e < kWidth; ++e) {
-          const double gd = static_cast<double>(gv[k].v[e]);
+          const double gd = WidenTo<double>(gv[k].v[e]);
           if constexpr (kTraining) {
-            const double xmu = static_cast<double>(xv[k].v[e]) - mean;
-            o.v[e] = static_cast<T>((gd - mean_dy - xmu * k_xmu) * scale);
+            const double xmu = WidenTo<double>(xv[k].v[e]) - mean;
+            o.v[e] = RoundTo<T>((gd - mean_dy - xmu * k_xmu) * scale);
           } else {
-            o.v[e] = static_cast<T>(gd * scale);
+            o.v[e] = RoundTo<T>(gd * scale);
           }
         }
         dx[cursor.offset] = o;
@@ -449,7 +460,7 @@ double* CoeffsOf(void* scratch, const BatchNormLaunchParams& p) {
   return static_cast<double*>(scratch) + 2 * p.channels * ChunksPerChannel(p);
 }
 
-template <typename T>
+template <typename T, typename P, typename S>
 cudaError_t Forward(const BatchNormLaunchParams& p, const BatchNormForwardOperands& op, void* scratch,
                     cudaStream_t stream) {
   constexpr int kVector = Vec16<T>::kCount;
@@ -467,7 +478,7 @@ cudaError_t Forward(const BatchNormLaunchParams& p, const BatchNormForwardOperan
     }
     if (const cudaError_t error = LaunchError(); error != cudaSuccess) return error;
   }
-  BatchNormForwardFinalizeKernel<T>
+  BatchNormForwardFinalizeKernel<P, S>
       <<<FinalizeGrid(p.channels), kBatchNormThreads, 0, stream>>>(p, chunks, op, partials, coeffs);
   if (const cudaError_t error = LaunchError(); error != cudaSuccess) return error;
   if (chunks == 0) return cudaSuccess;
@@ -494,7 +505,8 @@ void LaunchGradInput(const ChunkGeometry& g, int width, const double* coeffs, co
   }
 }
 
-template <typename T>
+// M: the type of op.mean and op.invstd (S in training, P in eval mode).
+template <typename T, typename P, typename M>
 cudaError_t Backward(const BatchNormLaunchParams& p, const BatchNormBackwardOperands& op, void* scratch,
                      cudaStream_t stream) {
   constexpr int kVector = Vec16<T>::kCount;
@@ -510,16 +522,17 @@ cudaError_t Backward(const BatchNormLaunchParams& p, const BatchNormBackwardOper
     if (chunks > 0) {
       const int width = WidthFor<T>(p.inner, op.grad_output, op.x);
       const ChunkGeometry g = GeometryFor(p, width);
-      const T* mean = static_cast<const T*>(op.mean);
+      const M* mean = static_cast<const M*>(op.mean);
       if (width == kVector) {
-        BatchNormGradSumsKernel<T, kVector><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, dy, x, mean, partials);
+        BatchNormGradSumsKernel<T, M, kVector>
+            <<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, dy, x, mean, partials);
       } else {
-        BatchNormGradSumsKernel<T, 1><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, dy, x, mean, partials);
+        BatchNormGradSumsKernel<T, M, 1><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, dy, x, mean, partials);
       }
       if (const cudaError_t error = LaunchError(); error != cudaSuccess) return error;
     }
   }
-  BatchNormBackwardFinalizeKernel<T>
+  BatchNormBackwardFinalizeKernel<P, M>
       <<<FinalizeGrid(p.channels), kBatchNormThreads, 0, stream>>>(p, chunks, op, partials, coeffs);
   if (const cudaError_t error = LaunchError(); error != cudaSuccess) return error;
   if (op.grad_input == nullptr || chunks == 0) return cudaSuccess;
@@ -545,8 +558,8 @@ cudaError_t LaunchBatchNormForward(DType dtype, const BatchNormLaunchParams& p, 
                                    void* scratch, cudaStream_t stream) {
   if (p.channels == 0) return cudaSuccess;
   switch (dtype) {
-    case DType::kFloat32: return Forward<float>(p, op, scratch, stream);
-    case DType::kFloat64: return Forward<double>(p, op, scratch, stream);
+    case DType::kFloat32: return Forward<float, float, float>(p, op, scratch, stream);
+    case DType::kFloat64: return Forward<double, double, double>(p, op, scratch, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -555,10 +568,47 @@ cudaError_t LaunchBatchNormBackward(DType dtype, const BatchNormLaunchParams& p,
                                     const BatchNormBackwardOperands& op, void* scratch, cudaStream_t stream) {
   if (p.channels == 0) return cudaSuccess;
   switch (dtype) {
-    case DType::kFloat32: return Backward<float>(p, op, scratch, stream);
-    case DType::kFloat64: return Backward<double>(p, op, scratch, stream);
+    case DType::kFloat32: return Backward<float, float, float>(p, op, scratch, stream);
+    case DType::kFloat64: return Backward<double, double, double>(p, op, scratch, stream);
     default: return cudaErrorInvalidValue;
   }
+}
+
+cudaError_t LaunchHalfBatchNormForward(DType dtype, DType param_dtype, const BatchNormLaunchParams& p,
+                                       const BatchNormForwardOperands& op, void* scratch, cudaStream_t stream) {
+  if (param_dtype != dtype && param_dtype != DType::kFloat32) return cudaErrorInvalidValue;
+  cudaError_t error = cudaErrorInvalidValue;
+  DispatchHalf(dtype, [&](auto tag) {
+    using H = decltype(tag);
+    if (p.channels == 0) {
+      error = cudaSuccess;
+    } else if (param_dtype == dtype) {
+      error = Forward<H, H, float>(p, op, scratch, stream);
+    } else {
+      error = Forward<H, float, float>(p, op, scratch, stream);
+    }
+  });
+  return error;
+}
+
+cudaError_t LaunchHalfBatchNormBackward(DType dtype, DType param_dtype, const BatchNormLaunchParams& p,
+                                        const BatchNormBackwardOperands& op, void* scratch, cudaStream_t stream) {
+  if (param_dtype != dtype && param_dtype != DType::kFloat32) return cudaErrorInvalidValue;
+  cudaError_t error = cudaErrorInvalidValue;
+  DispatchHalf(dtype, [&](auto tag) {
+    using H = decltype(tag);
+    if (p.channels == 0) {
+      error = cudaSuccess;
+    } else if (param_dtype == DType::kFloat32) {
+      // Saved and running statistics are both float32.
+      error = Backward<H, float, float>(p, op, scratch, stream);
+    } else if (p.training) {
+      error = Backward<H, H, float>(p, op, scratch, stream);
+    } else {
+      error = Backward<H, H, H>(p, op, scratch, stream);  // the running statistics, 16-bit
+    }
+  });
+  return error;
 }
 
 }  // namespace tandem::cuda

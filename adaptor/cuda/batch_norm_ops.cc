@@ -1,7 +1,9 @@
 // CUDA kernels of batch normalization (batch_norm_kernels.cu):
 // native_batch_norm, _native_batch_norm_legit_functional and
 // native_batch_norm_backward, a few launches each. Input lists as in the
-// registry (adaptor/ops/batch_norm_ops.cc).
+// registry (adaptor/ops/batch_norm_ops.cc). float32 and float64, and
+// bfloat16 and float16 inputs with float32 saved statistics and weight,
+// bias and running statistics of the input's dtype or float32.
 //
 // Scratch: the launches keep per-chunk partial sums and per-channel
 // coefficients in a device buffer owned by the stream (a CudaStream
@@ -27,6 +29,7 @@ namespace tandem::cuda {
 namespace {
 
 bool IsFloat(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kFloat64; }
+bool IsHalf(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::kFloat16; }
 
 bool Capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -94,7 +97,8 @@ BatchNormLaunchParams SplitOf(const Shape& input) {
 // save_mean, save_invstd[, new_running_mean, new_running_var].
 absl::Status BatchNormForwardKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& input = args.inputs[0];
-  if (!IsFloat(input.type.dtype)) return UnsupportedDType(args, input.type.dtype);
+  const DType dtype = input.type.dtype;
+  if (!IsFloat(dtype) && !IsHalf(dtype)) return UnsupportedDType(args, dtype);
   BatchNormLaunchParams p = SplitOf(input.type.shape);
   ASSIGN_OR_RETURN(p.training, args.node->attrs.GetBool("training"));
   ASSIGN_OR_RETURN(p.momentum, args.node->attrs.GetFloat("momentum"));
@@ -118,15 +122,20 @@ absl::Status BatchNormForwardKernel(const CudaKernelContext& context, const Kern
   }
   if (p.channels == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(void* scratch, ScratchFor(context, args, p));
-  return Launched(args, LaunchBatchNormForward(input.type.dtype, p, op, scratch, context.native),
-                  input.type.dtype);
+  if (IsHalf(dtype)) {
+    return Launched(args,
+                    LaunchHalfBatchNormForward(dtype, args.inputs[1].type.dtype, p, op, scratch, context.native),
+                    dtype);
+  }
+  return Launched(args, LaunchBatchNormForward(dtype, p, op, scratch, context.native), dtype);
 }
 
 // Inputs: grad_out, input, weight[, running_mean, running_var], save_mean,
 // save_invstd. Outputs of 0 elements (output_mask) are not computed.
 absl::Status BatchNormBackwardKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& input = args.inputs[1];
-  if (!IsFloat(input.type.dtype)) return UnsupportedDType(args, input.type.dtype);
+  const DType dtype = input.type.dtype;
+  if (!IsFloat(dtype) && !IsHalf(dtype)) return UnsupportedDType(args, dtype);
   BatchNormLaunchParams p = SplitOf(input.type.shape);
   ASSIGN_OR_RETURN(p.training, args.node->attrs.GetBool("train"));
   ASSIGN_OR_RETURN(p.eps, args.node->attrs.GetFloat("eps"));
@@ -149,8 +158,12 @@ absl::Status BatchNormBackwardKernel(const CudaKernelContext& context, const Ker
   if (op.grad_input == nullptr && op.grad_weight == nullptr && op.grad_bias == nullptr) return absl::OkStatus();
   if (p.channels == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(void* scratch, ScratchFor(context, args, p));
-  return Launched(args, LaunchBatchNormBackward(input.type.dtype, p, op, scratch, context.native),
-                  input.type.dtype);
+  if (IsHalf(dtype)) {
+    return Launched(args,
+                    LaunchHalfBatchNormBackward(dtype, args.inputs[2].type.dtype, p, op, scratch, context.native),
+                    dtype);
+  }
+  return Launched(args, LaunchBatchNormBackward(dtype, p, op, scratch, context.native), dtype);
 }
 
 }  // namespace

@@ -7,6 +7,10 @@
 // launch's error (cudaSuccess when there is nothing to do;
 // cudaErrorInvalidValue, without launching, for a dtype other than float32
 // and float64). Thread-safe (stateless).
+//
+// 16-bit floats: the pooling launchers also take bfloat16 and float16 (the
+// same kernels in float32 arithmetic, one rounding per stored value), and
+// batch norm has the 16-bit launchers at the end of this file.
 #ifndef TANDEM_ADAPTOR_CUDA_CNN_LAUNCH_H_
 #define TANDEM_ADAPTOR_CUDA_CNN_LAUNCH_H_
 
@@ -106,6 +110,19 @@ struct BatchNormBackwardOperands {
 // grad_bias), then grad_input. `scratch` holds BatchNormScratchBytes(p).
 cudaError_t LaunchBatchNormBackward(DType dtype, const BatchNormLaunchParams& p,
                                     const BatchNormBackwardOperands& op, void* scratch, cudaStream_t stream);
+
+// ---- 16-bit batch normalization (batch_norm_kernels.cu) ----
+// The same kernels for a bfloat16 or float16 `dtype` (x, out, grad_output,
+// grad_input): weight, bias, the running statistics, grad_weight and
+// grad_bias are of `param_dtype`, which is `dtype` or float32 (PyTorch's
+// mixed batch norm); save_mean and save_invstd (the backward's mean and
+// invstd in training) are float32, as PyTorch's CUDA kernels return them.
+// Arithmetic in double as for float32; each 16-bit value stored rounds
+// once. cudaErrorInvalidValue, without launching, for other dtypes.
+cudaError_t LaunchHalfBatchNormForward(DType dtype, DType param_dtype, const BatchNormLaunchParams& p,
+                                       const BatchNormForwardOperands& op, void* scratch, cudaStream_t stream);
+cudaError_t LaunchHalfBatchNormBackward(DType dtype, DType param_dtype, const BatchNormLaunchParams& p,
+                                        const BatchNormBackwardOperands& op, void* scratch, cudaStream_t stream);
 
 }  // namespace tandem::cuda
 

@@ -7,6 +7,16 @@
 // may also pick TF32 tensor-core algorithms (what PyTorch does under
 // torch.backends.cudnn.allow_tf32, its default; the PyTorch adaptor copies
 // that flag into every convolution node it lowers). float64 in float64.
+// bfloat16 and float16 convolutions give cuDNN 16-bit tensors with a
+// float32 compute type (CUDNN_DATA_FLOAT in the convolution descriptor:
+// float32 accumulation, one rounding per stored value, as PyTorch
+// configures them); cuDNN may pick tensor-core algorithms for them
+// whatever `allow_tf32` says (that attribute concerns float32 data only),
+// never a math type that converts the data to another precision. The bias
+// is added by the 16-bit pointwise kernel after the convolution (the stored
+// convolution rounds, then the sum rounds, as PyTorch's `output.add_(bias)`
+// after cuDNN does), and the bias gradient is the 16-bit channel sum
+// (float32 accumulation).
 //
 // Per stream (a CudaStream attachment): a cuDNN handle bound to the stream,
 // a cache of plans keyed by dtype, geometry and math mode (descriptors plus
@@ -33,6 +43,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "adaptor/cuda/half_launch.h"
 #include "adaptor/cuda/kernel_util.h"
 #include "adaptor/cuda/launch.h"
 #include "adaptor/ops/cnn_rules.h"
@@ -85,7 +96,7 @@ struct ConvPlan {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
-  cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  cudnnDataType_t type = CUDNN_DATA_FLOAT;  // the tensors' data type
   bool allow_tf32 = false;       // float32 may use TF32 tensor cores
   bool deterministic = false;    // only algorithms whose results do not vary run to run
   std::optional<Algo> algos[3];  // by Direction
@@ -192,6 +203,20 @@ absl::Status RequireInt(const Shape& shape, absl::string_view what) {
                                                " has 2^31 or more elements, past cuDNN's 32-bit limit"));
 }
 
+// cuDNN's data type for the tensors of `dtype`, and the compute type of its
+// convolutions: float32 for the 16-bit types (PyTorch's choice), the data
+// type otherwise.
+cudnnDataType_t CudnnDataType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64: return CUDNN_DATA_DOUBLE;
+    case DType::kBFloat16: return CUDNN_DATA_BFLOAT16;
+    case DType::kFloat16: return CUDNN_DATA_HALF;
+    default: return CUDNN_DATA_FLOAT;
+  }
+}
+cudnnDataType_t ComputeType(cudnnDataType_t data) { return data == CUDNN_DATA_DOUBLE ? data : CUDNN_DATA_FLOAT; }
+bool IsHalfData(cudnnDataType_t data) { return data == CUDNN_DATA_BFLOAT16 || data == CUDNN_DATA_HALF; }
+
 absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const Conv2dGeometry& g, MathMode mode,
                                   cudaStream_t stream) {
   mode.allow_tf32 = mode.allow_tf32 && dtype == DType::kFloat32;
@@ -203,7 +228,7 @@ absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const Conv2dGe
   RETURN_IF_ERROR(RequireInt({g.n, g.c, g.h, g.w}, "input"));
   RETURN_IF_ERROR(RequireInt(g.output_shape(), "output"));
   auto plan = std::make_unique<ConvPlan>();
-  plan->type = dtype == DType::kFloat64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  plan->type = CudnnDataType(dtype);
   plan->allow_tf32 = allow_tf32;
   plan->deterministic = mode.deterministic;
   const auto i = [](int64_t v) { return static_cast<int>(v); };
@@ -222,12 +247,14 @@ absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const Conv2dGe
                                                    i(g.c / p.groups), i(g.kh), i(g.kw)));
   CUDNN_RETURN_IF_ERROR(cudnnSetConvolution2dDescriptor(plan->conv, i(p.padding[0]), i(p.padding[1]),
                                                         i(p.stride[0]), i(p.stride[1]), i(p.dilation[0]),
-                                                        i(p.dilation[1]), CUDNN_CROSS_CORRELATION, plan->type));
+                                                        i(p.dilation[1]), CUDNN_CROSS_CORRELATION,
+                                                        ComputeType(plan->type)));
   CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionGroupCount(plan->conv, i(p.groups)));
   // The heuristics and the search only offer algorithms of the descriptor's
   // math type: tensor-op math (TF32 for float32 data, no conversion to half)
-  // where the plan allows it.
-  CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(plan->conv, allow_tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+  // where the plan allows it, and always for 16-bit data.
+  CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(
+      plan->conv, allow_tf32 || IsHalfData(plan->type) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
   int dims[4] = {};
   CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionNdForwardOutputDim(plan->conv, plan->x, plan->w, 4, dims));
   if (dims[0] != g.n || dims[1] != g.o || dims[2] != g.oh || dims[3] != g.ow) {
@@ -240,9 +267,13 @@ absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const Conv2dGe
 }
 
 // Whether a heuristic result may be used: float32 without TF32 unless the
-// plan allows it, and never with a conversion to half precision.
+// plan allows it, and never with a conversion to another precision (16-bit
+// data take any other math type: their tensor-core kernels accumulate in
+// the float32 compute type).
 bool MathAllowed(const ConvPlan& plan, cudnnMathType_t math) {
-  if (plan.type != CUDNN_DATA_FLOAT || math == CUDNN_FMA_MATH) return true;
+  if (math == CUDNN_FMA_MATH) return true;
+  if (IsHalfData(plan.type)) return math == CUDNN_DEFAULT_MATH || math == CUDNN_TENSOR_OP_MATH;
+  if (plan.type != CUDNN_DATA_FLOAT) return true;
   return plan.allow_tf32 && (math == CUDNN_DEFAULT_MATH || math == CUDNN_TENSOR_OP_MATH);
 }
 
@@ -416,7 +447,9 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
     }
     if (!slot.has_value()) {
       return absl::UnimplementedError(absl::StrCat("convolution: cuDNN offers no ", DirectionName(dir),
-                                                   plan.allow_tf32 ? " algorithm" : " algorithm without TF32",
+                                                   plan.allow_tf32 || IsHalfData(plan.type)
+                                                       ? " algorithm"
+                                                       : " algorithm without TF32",
                                                    " within ",
                                                    limit >> 20, " MiB of workspace"));
     }
@@ -427,7 +460,7 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
 }
 
 // Host scaling factors in the compute type (cuDNN reads double for double
-// data, float otherwise).
+// data, float otherwise: float32 and the 16-bit types).
 struct Scale {
   float f = 0.0f;
   double d = 0.0;
@@ -445,8 +478,10 @@ struct Setup {
 
 absl::StatusOr<Setup> SetUp(const CudaKernelContext& context, const KernelArgs& args, const TensorArg& input,
                             const TensorArg& weight, Conv2dGeometry* geometry) {
-  if (input.type.dtype != DType::kFloat32 && input.type.dtype != DType::kFloat64) {
-    return UnsupportedDType(args, input.type.dtype);
+  const DType dtype = input.type.dtype;
+  if (dtype != DType::kFloat32 && dtype != DType::kFloat64 && dtype != DType::kBFloat16 &&
+      dtype != DType::kFloat16) {
+    return UnsupportedDType(args, dtype);
   }
   ASSIGN_OR_RETURN(Conv2dParams params, ParseConv2dParams(args.node->attrs));
   ASSIGN_OR_RETURN(*geometry, Conv2dShape(params, input.type.shape, weight.type.shape));
@@ -457,6 +492,29 @@ absl::StatusOr<Setup> SetUp(const CudaKernelContext& context, const KernelArgs& 
   ASSIGN_OR_RETURN(s.state, CudnnState::For(*context.stream));
   ASSIGN_OR_RETURN(s.plan, PlanFor(*s.state, input.type.dtype, *geometry, mode, context.native));
   return s;
+}
+
+// out[n, o, :] += bias[o] for a 16-bit convolution's output: each element
+// widened, summed in float32 and rounded once (the 16-bit add.Tensor's
+// kernel with the bias broadcast over n and the plane).
+absl::Status AddHalfBias(const CudaKernelContext& context, const KernelArgs& args, const Conv2dGeometry& g,
+                         const TensorArg& bias, const TensorArg& out) {
+  BinaryOperand a;  // contiguous
+  a.data = out.data;
+  BinaryOperand b;
+  b.data = bias.data;
+  b.layout.rank = 3;
+  b.layout.sizes[0] = g.n;
+  b.layout.sizes[1] = g.o;
+  b.layout.sizes[2] = g.oh * g.ow;
+  b.layout.strides[0] = 0;
+  b.layout.strides[1] = 1;
+  b.layout.strides[2] = 0;
+  const DType dtype = out.type.dtype;
+  return Launched(args,
+                  LaunchHalfPointwise(HalfPointwiseOp::kAdd, dtype, out.numel(), a, b, /*param=*/1.0f, out.data,
+                                      context.native),
+                  dtype);
 }
 
 // Inputs: input, weight[, bias].
@@ -475,6 +533,7 @@ absl::Status ConvolutionKernel(const CudaKernelContext& context, const KernelArg
                                                 static_cast<cudnnConvolutionFwdAlgo_t>(algo.algo), workspace,
                                                 algo.workspace, kZero.of(plan), plan.y, out.data));
   if (args.inputs.size() > 2) {
+    if (IsHalfData(plan.type)) return AddHalfBias(context, args, g, args.inputs[2], out);
     CUDNN_RETURN_IF_ERROR(cudnnAddTensor(s.state->handle, kOne.of(plan), plan.bias, args.inputs[2].data,
                                          kOne.of(plan), plan.y, out.data));
   }
@@ -526,6 +585,12 @@ absl::Status ConvolutionBackwardKernel(const CudaKernelContext& context, const K
     reduced.sizes[1] = g.oh * g.ow;
     reduced.strides[1] = 1;
     const TensorArg& grad_bias = args.outputs[2];
+    if (IsHalfData(plan.type)) {
+      return Launched(args,
+                      LaunchHalfReduceGeneral(grad_bias.type.dtype, grad.type.dtype, g.o, kept, reduced,
+                                              /*mean=*/false, grad.data, grad_bias.data, context.native),
+                      grad.type.dtype);
+    }
     return Launched(args,
                     LaunchReduceGeneral(grad_bias.type.dtype, grad.type.dtype, g.o, kept, reduced, /*mean=*/false,
                                         grad.data, grad_bias.data, context.native),

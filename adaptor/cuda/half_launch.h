@@ -1,8 +1,10 @@
 // The launchers of the CUDA kernels for 16-bit float tensors (bfloat16 and
 // float16): half_kernels.cu (conversions, pointwise ops, dropout),
 // half_row_kernels.cu (reductions, softmax, layer norm, embedding
-// backward), half_attention_kernels.cu (attention, _safe_softmax) and
-// half_elementwise_kernels.cu (the optimizer step's math, comparisons, where).
+// backward), half_attention_kernels.cu (attention, _safe_softmax),
+// half_elementwise_kernels.cu (the optimizer step's math, comparisons, where)
+// and half_recurrent_kernels.cu (the LSTM's: the fused layer's steps, the
+// cell math's activations).
 //
 // Every kernel loads 16-bit values, computes in float32 and rounds once when
 // it stores (to nearest, ties to even), which is PyTorch's rule for these
@@ -20,6 +22,7 @@
 #include <cstdint>
 
 #include "adaptor/cuda/launch.h"
+#include "adaptor/cuda/recurrent_launch.h"
 #include "adaptor/cuda/sequence_launch.h"
 #include "adaptor/dtype.h"
 
@@ -182,6 +185,31 @@ cudaError_t LaunchHalfCompareScalar(CompareOp op, DType dtype, int64_t n, const 
 // element). Values of `dtype` are copied bit for bit.
 cudaError_t LaunchHalfWhere(DType dtype, int64_t n, const BinaryOperand& cond, const BinaryOperand& a,
                             const BinaryOperand& b, void* out, cudaStream_t stream);
+
+// ---- the LSTM: the fused layer's steps, the cell math's activations (half_recurrent_kernels.cu) ----
+
+// recurrent_launch.h's forward and backward step over tensors of the 16-bit
+// `dtype` (every pointer of `step` points to elements of it): gates, cell
+// state and gradients computed in float32 from the widened elements, each
+// result rounded once when stored (saved's gates and cell state, y_t, h_n,
+// c_n; grad_gates_t, dc_prev).
+using HalfLstmForwardStep = LstmForwardStepOf<void>;
+using HalfLstmBackwardStep = LstmBackwardStepOf<void>;
+cudaError_t LaunchHalfLstmForwardStep(DType dtype, const HalfLstmForwardStep& step, cudaStream_t stream);
+cudaError_t LaunchHalfLstmBackwardStep(DType dtype, const HalfLstmBackwardStep& step, cudaStream_t stream);
+
+enum class HalfActivationOp {
+  kSigmoid,          // (a): 1 / (1 + exp(-a))
+  kTanh,             // (a)
+  kSigmoidBackward,  // (a: grad_output, b: output): a * (1 - b) * b
+  kTanhBackward,     // (a: grad_output, b: output): a * (1 - b * b)
+};
+
+// out[i] = op(a[i], b[i]) over n contiguous elements of the 16-bit `dtype`
+// (b unused by the one-operand ops), in float32 as the float32 kernels
+// compute (activation_kernels.cu), rounded once. out may be a or b.
+cudaError_t LaunchHalfActivation(HalfActivationOp op, DType dtype, int64_t n, const void* a, const void* b, void* out,
+                                 cudaStream_t stream);
 
 }  // namespace tandem::cuda
 

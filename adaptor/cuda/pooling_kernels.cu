@@ -4,6 +4,11 @@
 // deterministic and need no zeroing pass). Sums accumulate in double. The
 // window rules are the CPU kernels' (adaptor/cpu/pooling_kernels.cc).
 //
+// bfloat16 and float16 run the same kernels (templated on the storage type)
+// in float32 arithmetic, PyTorch's for these types: values widen exactly to
+// float, sums and maxima are float32, and each result rounds once to
+// nearest-even 16 bits when it is stored; max pooling's indices stay int64.
+//
 // Max pooling has a 32-bit path, taken whenever the tensors have fewer than
 // 2^31 elements and the window arithmetic fits in int32 (always, for real
 // layers): flat indices are split with precomputed multiply-shift dividers
@@ -13,12 +18,22 @@
 // general 64-bit kernels remain for the rest.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "adaptor/cuda/cnn_launch.h"
+#include "adaptor/cuda/half_cnn_common.cuh"
 #include "adaptor/cuda/kernel_common.cuh"
 
 namespace tandem::cuda {
 namespace {
+
+// The type sums run in for storage type T: double for float32 and float64
+// (as the CPU kernels), float for the 16-bit types.
+template <typename T>
+using SumType = std::conditional_t<kIsHalfType<T>, float, double>;
+// The type a max pooling compares in: T itself, float for the 16-bit types.
+template <typename T>
+using CompareType = std::conditional_t<kIsHalfType<T>, float, T>;
 
 // Splits a flat index of [planes, rows, cols] into its parts.
 struct PlaneIndex {
@@ -109,6 +124,7 @@ PoolGeometry32 Geometry32(const PoolLaunchParams& p) {
 // cover a contiguous span of each input row it touches.
 template <typename T>
 __global__ void MaxPool32Kernel(PoolGeometry32 g, const T* x, T* y, int64_t* indices) {
+  using V = CompareType<T>;
   const int32_t dh = g.dilation[0], dw = g.dilation[1];
   for (int64_t i = GlobalThread(); i < g.out_total; i += GlobalStride()) {
     const uint32_t t = g.div_ow.Div(static_cast<uint32_t>(i));
@@ -122,19 +138,19 @@ __global__ void MaxPool32Kernel(PoolGeometry32 g, const T* x, T* y, int64_t* ind
     const int32_t w1 = min(w0 + (g.kernel[1] - 1) * dw + 1, g.w);
     while (w0 < 0) w0 += dw;
     const T* in = x + static_cast<int64_t>(plane) * g.h * g.w;
-    T best = -std::numeric_limits<T>::infinity();
+    V best = -std::numeric_limits<V>::infinity();
     int64_t best_index = static_cast<int64_t>(h0) * g.w + w0;
     for (int32_t ih = h0; ih < h1; ih += dh) {
       const T* row = in + ih * g.w;
       for (int32_t iw = w0; iw < w1; iw += dw) {
-        const T v = row[iw];
+        const V v = WidenTo<V>(row[iw]);
         if (v > best || isnan(v)) {
           best = v;
           best_index = static_cast<int64_t>(ih) * g.w + iw;
         }
       }
     }
-    y[i] = best;
+    y[i] = RoundTo<T>(best);  // exact: a widened stored value (or -inf)
     indices[i] = best_index;
   }
 }
@@ -163,7 +179,7 @@ __device__ __forceinline__ bool Tap32(int32_t pos, int32_t o, int32_t stride, in
   return static_cast<int32_t>(div_dilation.Div(static_cast<uint32_t>(offset))) * dilation == offset;
 }
 
-// A thread per input element (grid-stride): the sum, in double, of the
+// A thread per input element (grid-stride): the sum (SumType) of the
 // gradients of the windows that hold it as a tap and whose index names it.
 // Windows are visited in the CPU kernel's order (kernel taps ascending, so
 // output positions descending), which makes the sum bitwise the CPU's.
@@ -178,22 +194,23 @@ __global__ void MaxPool32BackwardKernel(PoolGeometry32 g, const T* dy, const int
     const WindowRange rows = WindowsWithTap32(ih, g.kernel[0], g.padding[0], g.dilation[0], g.div_stride[0], g.oh);
     const WindowRange cols = WindowsWithTap32(iw, g.kernel[1], g.padding[1], g.dilation[1], g.div_stride[1], g.ow);
     const int32_t out_base = static_cast<int32_t>(plane) * g.oh * g.ow;
-    double sum = 0.0;
+    SumType<T> sum = 0;
     for (int32_t oy = rows.last; oy >= rows.first; --oy) {
       if (!Tap32(ih, oy, g.stride[0], g.padding[0], g.dilation[0], g.div_dilation[0])) continue;
       const int32_t row = out_base + oy * g.ow;
       for (int32_t ox = cols.last; ox >= cols.first; --ox) {
         if (!Tap32(iw, ox, g.stride[1], g.padding[1], g.dilation[1], g.div_dilation[1])) continue;
-        if (indices[row + ox] == self_index) sum += static_cast<double>(dy[row + ox]);
+        if (indices[row + ox] == self_index) sum += WidenTo<SumType<T>>(dy[row + ox]);
       }
     }
-    dx[i] = static_cast<T>(sum);
+    dx[i] = RoundTo<T>(sum);
   }
 }
 
 // The general kernels (64-bit indexing), for geometries Fits32 rejects.
 template <typename T>
 __global__ void MaxPoolKernel(PoolLaunchParams p, const T* x, T* y, int64_t* indices) {
+  using V = CompareType<T>;
   const int64_t total = p.planes * p.oh * p.ow;
   for (int64_t i = GlobalThread(); i < total; i += GlobalStride()) {
     const PlaneIndex o = Split(i, p.oh, p.ow);
@@ -204,18 +221,18 @@ __global__ void MaxPoolKernel(PoolLaunchParams p, const T* x, T* y, int64_t* ind
     const int64_t w1 = min(w0 + (p.kernel[1] - 1) * p.dilation[1] + 1, p.w);
     while (w0 < 0) w0 += p.dilation[1];
     const T* plane = x + o.plane * p.h * p.w;
-    T best = -std::numeric_limits<T>::infinity();
+    V best = -std::numeric_limits<V>::infinity();
     int64_t best_index = h0 * p.w + w0;
     for (int64_t ih = h0; ih < h1; ih += p.dilation[0]) {
       for (int64_t iw = w0; iw < w1; iw += p.dilation[1]) {
-        const T v = plane[ih * p.w + iw];
+        const V v = WidenTo<V>(plane[ih * p.w + iw]);
         if (v > best || isnan(v)) {
           best = v;
           best_index = ih * p.w + iw;
         }
       }
     }
-    y[i] = best;
+    y[i] = RoundTo<T>(best);
     indices[i] = best_index;
   }
 }
@@ -237,7 +254,7 @@ __global__ void MaxPoolBackwardKernel(PoolLaunchParams p, const T* dy, const int
     const PlaneIndex in = Split(i, p.h, p.w);
     const int64_t self_index = in.row * p.w + in.col;
     const int64_t out_base = in.plane * p.oh * p.ow;
-    double sum = 0.0;
+    SumType<T> sum = 0;
     for (int64_t kh = 0; kh < p.kernel[0]; ++kh) {
       const int64_t oy = WindowWithTap(in.row, kh, p.stride[0], p.padding[0], p.dilation[0], p.oh);
       if (oy < 0) continue;
@@ -245,10 +262,10 @@ __global__ void MaxPoolBackwardKernel(PoolLaunchParams p, const T* dy, const int
         const int64_t ox = WindowWithTap(in.col, kw, p.stride[1], p.padding[1], p.dilation[1], p.ow);
         if (ox < 0) continue;
         const int64_t at = out_base + oy * p.ow + ox;
-        if (indices[at] == self_index) sum += static_cast<double>(dy[at]);
+        if (indices[at] == self_index) sum += WidenTo<SumType<T>>(dy[at]);
       }
     }
-    dx[i] = static_cast<T>(sum);
+    dx[i] = RoundTo<T>(sum);
   }
 }
 
@@ -280,27 +297,29 @@ __device__ __forceinline__ AvgWindow AvgWindowAt(const PoolLaunchParams& p, int6
 
 template <typename T>
 __global__ void AvgPoolKernel(PoolLaunchParams p, const T* x, T* y) {
+  using S = SumType<T>;
   const int64_t total = p.planes * p.oh * p.ow;
   for (int64_t i = GlobalThread(); i < total; i += GlobalStride()) {
     const PlaneIndex o = Split(i, p.oh, p.ow);
     const AvgWindow win = AvgWindowAt(p, o.row, o.col);
     const T* plane = x + o.plane * p.h * p.w;
-    double sum = 0.0;
+    S sum = 0;
     for (int64_t ih = win.h0; ih < win.h1; ++ih) {
-      for (int64_t iw = win.w0; iw < win.w1; ++iw) sum += static_cast<double>(plane[ih * p.w + iw]);
+      for (int64_t iw = win.w0; iw < win.w1; ++iw) sum += WidenTo<S>(plane[ih * p.w + iw]);
     }
     const bool empty = win.h0 >= win.h1 || win.w0 >= win.w1;
-    y[i] = empty ? T(0) : static_cast<T>(sum / win.divisor);
+    y[i] = RoundTo<T>(empty ? S(0) : sum / static_cast<S>(win.divisor));
   }
 }
 
 template <typename T>
 __global__ void AvgPoolBackwardKernel(PoolLaunchParams p, const T* dy, T* dx) {
+  using S = SumType<T>;
   const int64_t total = p.planes * p.h * p.w;
   for (int64_t i = GlobalThread(); i < total; i += GlobalStride()) {
     const PlaneIndex in = Split(i, p.h, p.w);
     const T* dy_plane = dy + in.plane * p.oh * p.ow;
-    double sum = 0.0;
+    S sum = 0;
     for (int64_t kh = 0; kh < p.kernel[0]; ++kh) {
       const int64_t oy = WindowWithTap(in.row, kh, p.stride[0], p.padding[0], 1, p.oh);
       if (oy < 0) continue;
@@ -308,10 +327,12 @@ __global__ void AvgPoolBackwardKernel(PoolLaunchParams p, const T* dy, T* dx) {
         const int64_t ox = WindowWithTap(in.col, kw, p.stride[1], p.padding[1], 1, p.ow);
         if (ox < 0) continue;
         const AvgWindow win = AvgWindowAt(p, oy, ox);
-        if (in.row < win.h1 && in.col < win.w1) sum += static_cast<double>(dy_plane[oy * p.ow + ox]) / win.divisor;
+        if (in.row < win.h1 && in.col < win.w1) {
+          sum += WidenTo<S>(dy_plane[oy * p.ow + ox]) / static_cast<S>(win.divisor);
+        }
       }
     }
-    dx[i] = static_cast<T>(sum);
+    dx[i] = RoundTo<T>(sum);
   }
 }
 
@@ -322,27 +343,29 @@ __device__ __forceinline__ int64_t AdaptiveEnd(int64_t o, int64_t in, int64_t ou
 
 template <typename T>
 __global__ void AdaptiveAvgPoolKernel(PoolLaunchParams p, const T* x, T* y) {
+  using S = SumType<T>;
   const int64_t total = p.planes * p.oh * p.ow;
   for (int64_t i = GlobalThread(); i < total; i += GlobalStride()) {
     const PlaneIndex o = Split(i, p.oh, p.ow);
     const int64_t h0 = AdaptiveStart(o.row, p.h, p.oh), h1 = AdaptiveEnd(o.row, p.h, p.oh);
     const int64_t w0 = AdaptiveStart(o.col, p.w, p.ow), w1 = AdaptiveEnd(o.col, p.w, p.ow);
     const T* plane = x + o.plane * p.h * p.w;
-    double sum = 0.0;
+    S sum = 0;
     for (int64_t ih = h0; ih < h1; ++ih) {
-      for (int64_t iw = w0; iw < w1; ++iw) sum += static_cast<double>(plane[ih * p.w + iw]);
+      for (int64_t iw = w0; iw < w1; ++iw) sum += WidenTo<S>(plane[ih * p.w + iw]);
     }
-    y[i] = static_cast<T>(sum / static_cast<double>((h1 - h0) * (w1 - w0)));
+    y[i] = RoundTo<T>(sum / static_cast<S>((h1 - h0) * (w1 - w0)));
   }
 }
 
 template <typename T>
 __global__ void AdaptiveAvgPoolBackwardKernel(PoolLaunchParams p, const T* dy, T* dx) {
+  using S = SumType<T>;
   const int64_t total = p.planes * p.h * p.w;
   for (int64_t i = GlobalThread(); i < total; i += GlobalStride()) {
     const PlaneIndex in = Split(i, p.h, p.w);
     const T* dy_plane = dy + in.plane * p.oh * p.ow;
-    double sum = 0.0;
+    S sum = 0;
     const int64_t oy_end = min(AdaptiveEnd(in.row, p.oh, p.h) + 1, p.oh);
     const int64_t ox_end = min(AdaptiveEnd(in.col, p.ow, p.w) + 1, p.ow);
     for (int64_t oy = AdaptiveStart(in.row, p.oh, p.h); oy < oy_end; ++oy) {
@@ -351,20 +374,10 @@ __global__ void AdaptiveAvgPoolBackwardKernel(PoolLaunchParams p, const T* dy, T
       for (int64_t ox = AdaptiveStart(in.col, p.ow, p.w); ox < ox_end; ++ox) {
         const int64_t w0 = AdaptiveStart(ox, p.w, p.ow), w1 = AdaptiveEnd(ox, p.w, p.ow);
         if (in.col < w0 || in.col >= w1) continue;
-        sum += static_cast<double>(dy_plane[oy * p.ow + ox]) / static_cast<double>((h1 - h0) * (w1 - w0));
+        sum += WidenTo<S>(dy_plane[oy * p.ow + ox]) / static_cast<S>((h1 - h0) * (w1 - w0));
       }
     }
-    dx[i] = static_cast<T>(sum);
-  }
-}
-
-// Calls f(T{}) for float32 and float64; false for other dtypes.
-template <typename F>
-bool DispatchFloat(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kFloat32: f(float{}); return true;
-    case DType::kFloat64: f(double{}); return true;
-    default: return false;
+    dx[i] = RoundTo<T>(sum);
   }
 }
 
@@ -375,7 +388,7 @@ cudaError_t LaunchMaxPool2d(DType dtype, const PoolLaunchParams& p, const void* 
   const int64_t total = p.planes * p.oh * p.ow;
   if (total == 0) return cudaSuccess;
   const bool fits32 = Fits32(p);
-  const bool ok = DispatchFloat(dtype, [&](auto tag) {
+  const bool ok = DispatchFloatOrHalf(dtype, [&](auto tag) {
     using T = decltype(tag);
     if (fits32) {
       MaxPool32Kernel<T><<<Blocks(total), kThreads, 0, stream>>>(Geometry32(p), static_cast<const T*>(x),
@@ -393,7 +406,7 @@ cudaError_t LaunchMaxPool2dBackward(DType dtype, const PoolLaunchParams& p, cons
   const int64_t total = p.planes * p.h * p.w;
   if (total == 0) return cudaSuccess;
   const bool fits32 = Fits32(p);
-  const bool ok = DispatchFloat(dtype, [&](auto tag) {
+  const bool ok = DispatchFloatOrHalf(dtype, [&](auto tag) {
     using T = decltype(tag);
     if (fits32) {
       MaxPool32BackwardKernel<T><<<Blocks(total), kThreads, 0, stream>>>(
@@ -409,7 +422,7 @@ cudaError_t LaunchMaxPool2dBackward(DType dtype, const PoolLaunchParams& p, cons
 cudaError_t LaunchAvgPool2d(DType dtype, const PoolLaunchParams& p, const void* x, void* y, cudaStream_t stream) {
   const int64_t total = p.planes * p.oh * p.ow;
   if (total == 0) return cudaSuccess;
-  const bool ok = DispatchFloat(dtype, [&](auto tag) {
+  const bool ok = DispatchFloatOrHalf(dtype, [&](auto tag) {
     using T = decltype(tag);
     AvgPoolKernel<T><<<Blocks(total), kThreads, 0, stream>>>(p, static_cast<const T*>(x), static_cast<T*>(y));
   });
@@ -420,7 +433,7 @@ cudaError_t LaunchAvgPool2dBackward(DType dtype, const PoolLaunchParams& p, cons
                                     void* grad_input, cudaStream_t stream) {
   const int64_t total = p.planes * p.h * p.w;
   if (total == 0) return cudaSuccess;
-  const bool ok = DispatchFloat(dtype, [&](auto tag) {
+  const bool ok = DispatchFloatOrHalf(dtype, [&](auto tag) {
     using T = decltype(tag);
     AvgPoolBackwardKernel<T><<<Blocks(total), kThreads, 0, stream>>>(p, static_cast<const T*>(grad_output),
                                                                      static_cast<T*>(grad_input));
@@ -432,7 +445,7 @@ cudaError_t LaunchAdaptiveAvgPool2d(DType dtype, const PoolLaunchParams& p, cons
                                     cudaStream_t stream) {
   const int64_t total = p.planes * p.oh * p.ow;
   if (total == 0) return cudaSuccess;
-  const bool ok = DispatchFloat(dtype, [&](auto tag) {
+  const bool ok = DispatchFloatOrHalf(dtype, [&](auto tag) {
     using T = decltype(tag);
     AdaptiveAvgPoolKernel<T><<<Blocks(total), kThreads, 0, stream>>>(p, static_cast<const T*>(x),
                                                                      static_cast<T*>(y));
@@ -444,7 +457,7 @@ cudaError_t LaunchAdaptiveAvgPool2dBackward(DType dtype, const PoolLaunchParams&
                                             void* grad_input, cudaStream_t stream) {
   const int64_t total = p.planes * p.h * p.w;
   if (total == 0) return cudaSuccess;
-  const bool ok = DispatchFloat(dtype, [&](auto tag) {
+  const bool ok = DispatchFloatOrHalf(dtype, [&](auto tag) {
     using T = decltype(tag);
     AdaptiveAvgPoolBackwardKernel<T><<<Blocks(total), kThreads, 0, stream>>>(
         p, static_cast<const T*>(grad_output), static_cast<T*>(grad_input));

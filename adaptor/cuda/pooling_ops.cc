@@ -1,6 +1,7 @@
 // CUDA kernels of 2-D pooling (pooling_kernels.cu): max_pool2d_with_indices,
 // avg_pool2d, _adaptive_avg_pool2d (and adaptive_avg_pool2d) and their
-// backwards. Geometry from cnn_rules.h, as on the CPU.
+// backwards. Geometry from cnn_rules.h, as on the CPU. float32, float64,
+// bfloat16 and float16 (16-bit in float32 arithmetic); indices int64.
 #include "adaptor/cuda/cnn_launch.h"
 #include "adaptor/cuda/kernel_util.h"
 #include "adaptor/ops/cnn_rules.h"
@@ -9,7 +10,11 @@
 namespace tandem::cuda {
 namespace {
 
-bool IsFloat(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kFloat64; }
+// float32, float64 and the 16-bit floats.
+bool HasKernelFor(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kBFloat16 ||
+         dtype == DType::kFloat16;
+}
 
 absl::StatusOr<PoolLaunchParams> ParamsOf(const KernelArgs& args, const Shape& self, PoolKind kind) {
   ASSIGN_OR_RETURN(Pool2dParams params, ParsePool2dParams(args.node->attrs, kind));
@@ -45,7 +50,7 @@ PoolLaunchParams AdaptiveParams(const Shape& self, const Shape& out) {
 
 absl::Status MaxPoolKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& self = args.inputs[0];
-  if (!IsFloat(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
+  if (!HasKernelFor(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
   ASSIGN_OR_RETURN(PoolLaunchParams p, ParamsOf(args, self.type.shape, PoolKind::kMax));
   return Launched(args,
                   LaunchMaxPool2d(self.type.dtype, p, self.data, args.outputs[0].data,
@@ -56,7 +61,7 @@ absl::Status MaxPoolKernel(const CudaKernelContext& context, const KernelArgs& a
 // Inputs: grad_output, self, indices.
 absl::Status MaxPoolBackwardKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& self = args.inputs[1];
-  if (!IsFloat(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
+  if (!HasKernelFor(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
   ASSIGN_OR_RETURN(PoolLaunchParams p, ParamsOf(args, self.type.shape, PoolKind::kMax));
   return Launched(args,
                   LaunchMaxPool2dBackward(self.type.dtype, p, args.inputs[0].data, args.inputs[2].as<const int64_t>(),
@@ -66,7 +71,7 @@ absl::Status MaxPoolBackwardKernel(const CudaKernelContext& context, const Kerne
 
 absl::Status AvgPoolKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& self = args.inputs[0];
-  if (!IsFloat(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
+  if (!HasKernelFor(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
   ASSIGN_OR_RETURN(PoolLaunchParams p, ParamsOf(args, self.type.shape, PoolKind::kAvg));
   return Launched(args, LaunchAvgPool2d(self.type.dtype, p, self.data, args.outputs[0].data, context.native),
                   self.type.dtype);
@@ -75,7 +80,7 @@ absl::Status AvgPoolKernel(const CudaKernelContext& context, const KernelArgs& a
 // Inputs: grad_output, self.
 absl::Status AvgPoolBackwardKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& self = args.inputs[1];
-  if (!IsFloat(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
+  if (!HasKernelFor(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
   ASSIGN_OR_RETURN(PoolLaunchParams p, ParamsOf(args, self.type.shape, PoolKind::kAvg));
   return Launched(args,
                   LaunchAvgPool2dBackward(self.type.dtype, p, args.inputs[0].data, args.outputs[0].data,
@@ -85,7 +90,7 @@ absl::Status AvgPoolBackwardKernel(const CudaKernelContext& context, const Kerne
 
 absl::Status AdaptiveAvgPoolKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& self = args.inputs[0];
-  if (!IsFloat(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
+  if (!HasKernelFor(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
   const PoolLaunchParams p = AdaptiveParams(self.type.shape, args.outputs[0].type.shape);
   return Launched(args,
                   LaunchAdaptiveAvgPool2d(self.type.dtype, p, self.data, args.outputs[0].data, context.native),
@@ -96,7 +101,7 @@ absl::Status AdaptiveAvgPoolKernel(const CudaKernelContext& context, const Kerne
 absl::Status AdaptiveAvgPoolBackwardKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& grad = args.inputs[0];
   const TensorArg& self = args.inputs[1];
-  if (!IsFloat(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
+  if (!HasKernelFor(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
   const PoolLaunchParams p = AdaptiveParams(self.type.shape, grad.type.shape);
   return Launched(args,
                   LaunchAdaptiveAvgPool2dBackward(self.type.dtype, p, grad.data, args.outputs[0].data,

@@ -5,6 +5,9 @@
 // returns the launch's error (cudaSuccess when there is nothing to do).
 // Gate order i, f, g, o; a step's state row n of `saved` (row stride 5H)
 // holds the gates in columns [0, 4H) and the cell state in [4H, 5H).
+// The step structs are templates over the element type: float here; the
+// same steps over bfloat16 and float16 tensors take them with untyped
+// pointers (Element = void) and the dtype beside them (half_launch.h).
 // Thread-safe (stateless).
 #ifndef TANDEM_ADAPTOR_CUDA_RECURRENT_LAUNCH_H_
 #define TANDEM_ADAPTOR_CUDA_RECURRENT_LAUNCH_H_
@@ -22,17 +25,19 @@ namespace tandem::cuda {
 // null (the last step), h_t and c_t there too. c_prev row n starts at
 // c_prev + n * c_prev_stride (c0: stride H; the previous step's cell
 // columns: stride 5H).
-struct LstmForwardStep {
+template <typename Element>
+struct LstmForwardStepOf {
   int64_t batch = 0, hidden = 0;
-  float* saved_t = nullptr;
-  const float* c_prev = nullptr;
+  Element* saved_t = nullptr;
+  const Element* c_prev = nullptr;
   int64_t c_prev_stride = 0;
-  const float* b_ih = nullptr;
-  const float* b_hh = nullptr;
-  float* y_t = nullptr;
-  float* h_n = nullptr;
-  float* c_n = nullptr;
+  const Element* b_ih = nullptr;
+  const Element* b_hh = nullptr;
+  Element* y_t = nullptr;
+  Element* h_n = nullptr;
+  Element* c_n = nullptr;
 };
+using LstmForwardStep = LstmForwardStepOf<float>;
 cudaError_t LaunchLstmForwardStep(const LstmForwardStep& step, cudaStream_t stream);
 
 // One backward step over [batch, hidden]: dh = grad_y_t + dh_next,
@@ -42,23 +47,58 @@ cudaError_t LaunchLstmForwardStep(const LstmForwardStep& step, cudaStream_t stre
 // (each element is read before it is written, by the same thread).
 // saved_t is the step's row block of saved (stride 5H); c_prev as in
 // LstmForwardStep.
-struct LstmBackwardStep {
+template <typename Element>
+struct LstmBackwardStepOf {
   int64_t batch = 0, hidden = 0;
-  const float* grad_y_t = nullptr;
-  const float* dh_next = nullptr;
-  const float* dc_next = nullptr;
-  const float* saved_t = nullptr;
-  const float* c_prev = nullptr;
+  const Element* grad_y_t = nullptr;
+  const Element* dh_next = nullptr;
+  const Element* dc_next = nullptr;
+  const Element* saved_t = nullptr;
+  const Element* c_prev = nullptr;
   int64_t c_prev_stride = 0;
-  float* grad_gates_t = nullptr;
-  float* dc_prev = nullptr;
+  Element* grad_gates_t = nullptr;
+  Element* dc_prev = nullptr;
 };
+using LstmBackwardStep = LstmBackwardStepOf<float>;
 cudaError_t LaunchLstmBackwardStep(const LstmBackwardStep& step, cudaStream_t stream);
 
 // out[j] = sum over r of in[r * cols + j] for in [rows, cols]: the bias
 // gradient from the gate gradients. Summed in float32 in a fixed order
 // (deterministic); no atomics, no scratch.
 cudaError_t LaunchColumnSums(int64_t rows, int64_t cols, const float* in, float* out, cudaStream_t stream);
+
+// `step` with every pointer cast to To (from the untyped form, or to it).
+template <typename To, typename From>
+LstmForwardStepOf<To> CastLstmStep(const LstmForwardStepOf<From>& s) {
+  LstmForwardStepOf<To> t;
+  t.batch = s.batch;
+  t.hidden = s.hidden;
+  t.saved_t = static_cast<To*>(static_cast<void*>(s.saved_t));
+  t.c_prev = static_cast<const To*>(static_cast<const void*>(s.c_prev));
+  t.c_prev_stride = s.c_prev_stride;
+  t.b_ih = static_cast<const To*>(static_cast<const void*>(s.b_ih));
+  t.b_hh = static_cast<const To*>(static_cast<const void*>(s.b_hh));
+  t.y_t = static_cast<To*>(static_cast<void*>(s.y_t));
+  t.h_n = static_cast<To*>(static_cast<void*>(s.h_n));
+  t.c_n = static_cast<To*>(static_cast<void*>(s.c_n));
+  return t;
+}
+
+template <typename To, typename From>
+LstmBackwardStepOf<To> CastLstmStep(const LstmBackwardStepOf<From>& s) {
+  LstmBackwardStepOf<To> t;
+  t.batch = s.batch;
+  t.hidden = s.hidden;
+  t.grad_y_t = static_cast<const To*>(static_cast<const void*>(s.grad_y_t));
+  t.dh_next = static_cast<const To*>(static_cast<const void*>(s.dh_next));
+  t.dc_next = static_cast<const To*>(static_cast<const void*>(s.dc_next));
+  t.saved_t = static_cast<const To*>(static_cast<const void*>(s.saved_t));
+  t.c_prev = static_cast<const To*>(static_cast<const void*>(s.c_prev));
+  t.c_prev_stride = s.c_prev_stride;
+  t.grad_gates_t = static_cast<To*>(static_cast<void*>(s.grad_gates_t));
+  t.dc_prev = static_cast<To*>(static_cast<void*>(s.dc_prev));
+  return t;
+}
 
 }  // namespace tandem::cuda
 

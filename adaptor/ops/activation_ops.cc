@@ -3,9 +3,9 @@
 // rsqrt, gelu, pow), the activation backwards, clamp, maximum/minimum,
 // addcmul/addcdiv, lerp, and native_dropout with its backward.
 //
-// Float ops take float32 and float64 (gelu, gelu_backward, clamp,
-// maximum/minimum, addcmul/addcdiv, native_dropout and its backward also
-// bfloat16 and float16); the broadcasting ones follow the
+// Float ops take float32 and float64 (sigmoid, tanh, gelu and their
+// backwards, clamp, maximum/minimum, addcmul/addcdiv, native_dropout and its
+// backward also bfloat16 and float16); the broadcasting ones follow the
 // binary elementwise type rule (equal dtypes, or a rank-0 operand of another
 // dtype converted to the result's).
 #include "absl/strings/str_cat.h"
@@ -49,9 +49,9 @@ absl::StatusOr<TensorType> BroadcastAll(absl::Span<const TensorType> in, std::in
   return result;
 }
 
-InferFn UnaryInfer(bool float_only) {
+InferFn UnaryInfer(bool float_only, bool half = false) {
   return [=](const Attrs&, absl::Span<const TensorType> in) -> absl::StatusOr<TypeList> {
-    RETURN_IF_ERROR(ops::RequireDType("self", in[0], Allowed(float_only)));
+    RETURN_IF_ERROR(ops::RequireDType("self", in[0], Allowed(float_only, half)));
     return TypeList{in[0]};
   };
 }
@@ -88,13 +88,12 @@ absl::StatusOr<TypeList> PowScalarInfer(const Attrs& attrs, absl::Span<const Ten
 }
 
 // sigmoid_backward(grad_output, output), tanh_backward(grad_output, output),
-// gelu_backward(grad_output, self): equal float types (gelu_backward also
-// bfloat16 and float16).
+// gelu_backward(grad_output, self): equal float types, bfloat16 and float16
+// included.
 InferFn ActivationBackwardInfer(const char* second, bool gelu) {
   return [=](const Attrs& attrs, absl::Span<const TensorType> in) -> absl::StatusOr<TypeList> {
     if (gelu) RETURN_IF_ERROR(CheckApproximate(attrs));
-    RETURN_IF_ERROR(
-        ops::RequireDType("grad_output", in[0], gelu ? absl::Span<const DType>(ops::kFloatAndHalfTypes) : ops::kFloatTypes));
+    RETURN_IF_ERROR(ops::RequireDType("grad_output", in[0], ops::kFloatAndHalfTypes));
     if (!(in[0] == in[1])) {
       return absl::InvalidArgumentError(absl::StrCat("grad_output is ", in[0].ToString(), " but ", second, " is ",
                                                      in[1].ToString(), "; they must have the same type"));
@@ -178,7 +177,10 @@ absl::StatusOr<TypeList> NativeDropoutBackwardInfer(const Attrs& attrs, absl::Sp
 void RegisterActivationOps(OpRegistry& registry) {
   using ops::RegisterOp;
   constexpr AliasKind kInPlace = AliasKind::kInPlace;
-  for (const char* op : {"sigmoid", "tanh", "exp", "log", "rsqrt"}) {
+  for (const char* op : {"sigmoid", "tanh"}) {
+    RegisterOp(registry, op, 1, 1, 1, kInPlace, UnaryInfer(true, /*half=*/true));
+  }
+  for (const char* op : {"exp", "log", "rsqrt"}) {
     RegisterOp(registry, op, 1, 1, 1, kInPlace, UnaryInfer(true));
   }
   RegisterOp(registry, "gelu", 1, 1, 1, kInPlace, GeluInfer);

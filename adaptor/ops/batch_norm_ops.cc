@@ -7,6 +7,14 @@
 // unambiguously: native_batch_norm with 3 inputs (input, weight, bias) in
 // training, native_batch_norm_backward with 5 inputs (grad_out, input,
 // weight, save_mean, save_invstd) with train=true.
+//
+// Dtypes (PyTorch's CUDA rules): a float32 or float64 input has every
+// per-channel tensor in its own dtype. A bfloat16 or float16 input has its
+// weight, bias and running statistics all in its own dtype or all in
+// float32 (PyTorch's mixed batch norm); its save_mean and save_invstd are
+// float32 either way (the accumulation type, as PyTorch's CUDA kernels
+// return them), grad_weight and grad_bias take the weight's dtype, and the
+// running statistics keep theirs.
 #include "absl/strings/str_cat.h"
 #include "adaptor/op_registry.h"
 #include "adaptor/ops/cnn_rules.h"
@@ -18,25 +26,62 @@ namespace {
 
 using ops::TypeList;
 
-// input [N, C, *] of a float dtype; returns C.
+bool IsHalf(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::kFloat16; }
+
+// input [N, C, *] of a float or 16-bit float dtype; returns C.
 absl::StatusOr<int64_t> CheckInput(const TensorType& input) {
-  RETURN_IF_ERROR(ops::RequireDType("input", input, ops::kFloatTypes));
+  RETURN_IF_ERROR(ops::RequireDType("input", input, ops::kFloatAndHalfTypes));
   if (input.rank() < 2) {
     return absl::InvalidArgumentError(absl::StrCat("input is ", input.ToString(), "; expected [N, C, ...]"));
   }
   return input.shape[1];
 }
 
-// A per-channel tensor: input's dtype and [C] (or, with `may_be_empty`, [0]).
-absl::Status CheckPerChannel(absl::string_view name, const TensorType& t, const TensorType& input,
-                             bool may_be_empty = false) {
+// The dtype of save_mean and save_invstd: float32 for a 16-bit input, else
+// the input's.
+DType StatsDType(DType input) { return IsHalf(input) ? DType::kFloat32 : input; }
+
+// The dtype of the per-channel parameters, from the weight's: the input's,
+// or float32 for a 16-bit input.
+absl::StatusOr<DType> ParamDType(const TensorType& weight, const TensorType& input) {
+  if (weight.dtype == input.dtype) return input.dtype;
+  if (IsHalf(input.dtype) && weight.dtype == DType::kFloat32) return DType::kFloat32;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "weight is ", weight.ToString(), " but input is ", input.ToString(), "; expected ", DTypeName(input.dtype),
+      ShapeString({input.shape[1]}),
+      IsHalf(input.dtype) ? absl::StrCat(" or float32", ShapeString({input.shape[1]})) : ""));
+}
+
+// A per-channel tensor: `dtype` and [C] (or, with `may_be_empty`, [0]).
+// `note` ends the message (why `dtype` is expected).
+absl::Status CheckPerChannel(absl::string_view name, const TensorType& t, const TensorType& input, DType dtype,
+                             bool may_be_empty = false, absl::string_view note = "") {
   const int64_t c = input.shape[1];
-  if (t.dtype == input.dtype && (t.shape == Shape{c} || (may_be_empty && t.shape == Shape{0}))) {
+  if (t.dtype == dtype && (t.shape == Shape{c} || (may_be_empty && t.shape == Shape{0}))) {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(name, " is ", t.ToString(), " but input is ", input.ToString(),
-                                                 "; expected ", DTypeName(input.dtype), ShapeString({c}),
-                                                 may_be_empty ? " (or [0])" : ""));
+                                                 "; expected ", DTypeName(dtype), ShapeString({c}),
+                                                 may_be_empty ? " (or [0])" : "", note));
+}
+
+// The note of a parameter of `param` dtype that is not the input's.
+absl::string_view ParamNote(DType param, const TensorType& input) {
+  return param != input.dtype ? " (the weight's dtype)" : "";
+}
+
+// weight, bias and (where given) the running statistics of a forward, all
+// of one parameter dtype; returns it.
+absl::StatusOr<DType> CheckParams(absl::Span<const TensorType> in) {
+  ASSIGN_OR_RETURN(DType param, ParamDType(in[1], in[0]));
+  const absl::string_view note = ParamNote(param, in[0]);
+  RETURN_IF_ERROR(CheckPerChannel("weight", in[1], in[0], param));
+  RETURN_IF_ERROR(CheckPerChannel("bias", in[2], in[0], param, /*may_be_empty=*/false, note));
+  if (in.size() == 5) {
+    RETURN_IF_ERROR(CheckPerChannel("running_mean", in[3], in[0], param, /*may_be_empty=*/false, note));
+    RETURN_IF_ERROR(CheckPerChannel("running_var", in[4], in[0], param, /*may_be_empty=*/false, note));
+  }
+  return param;
 }
 
 struct ForwardAttrs {
@@ -56,7 +101,8 @@ absl::StatusOr<ForwardAttrs> CheckForwardAttrs(const Attrs& attrs) {
 // as in ATen.
 TypeList ForwardOutputs(const TensorType& input, bool training) {
   const Shape saved = training ? Shape{input.shape[1]} : Shape{0};
-  return TypeList{input, TensorType{input.dtype, saved}, TensorType{input.dtype, saved}};
+  const DType stats = StatsDType(input.dtype);
+  return TypeList{input, TensorType{stats, saved}, TensorType{stats, saved}};
 }
 
 // Inputs: input, weight, bias[, running_mean, running_var].
@@ -68,12 +114,8 @@ absl::StatusOr<TypeList> NativeBatchNormInfer(const Attrs& attrs, absl::Span<con
   }
   RETURN_IF_ERROR(CheckInput(in[0]).status());
   ASSIGN_OR_RETURN(ForwardAttrs a, CheckForwardAttrs(attrs));
-  RETURN_IF_ERROR(CheckPerChannel("weight", in[1], in[0]));
-  RETURN_IF_ERROR(CheckPerChannel("bias", in[2], in[0]));
-  if (in.size() == 5) {
-    RETURN_IF_ERROR(CheckPerChannel("running_mean", in[3], in[0]));
-    RETURN_IF_ERROR(CheckPerChannel("running_var", in[4], in[0]));
-  } else if (!a.training) {
+  RETURN_IF_ERROR(CheckParams(in).status());
+  if (in.size() != 5 && !a.training) {
     return absl::InvalidArgumentError("eval mode (training=false) needs running_mean and running_var");
   }
   return ForwardOutputs(in[0], a.training);
@@ -85,10 +127,7 @@ absl::StatusOr<TypeList> NativeBatchNormInfer(const Attrs& attrs, absl::Span<con
 absl::StatusOr<TypeList> LegitFunctionalInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
   RETURN_IF_ERROR(CheckInput(in[0]).status());
   ASSIGN_OR_RETURN(ForwardAttrs a, CheckForwardAttrs(attrs));
-  RETURN_IF_ERROR(CheckPerChannel("weight", in[1], in[0]));
-  RETURN_IF_ERROR(CheckPerChannel("bias", in[2], in[0]));
-  RETURN_IF_ERROR(CheckPerChannel("running_mean", in[3], in[0]));
-  RETURN_IF_ERROR(CheckPerChannel("running_var", in[4], in[0]));
+  RETURN_IF_ERROR(CheckParams(in).status());
   TypeList out = ForwardOutputs(in[0], a.training);
   out.push_back(in[3]);
   out.push_back(in[4]);
@@ -114,21 +153,24 @@ absl::StatusOr<TypeList> BatchNormBackwardInfer(const Attrs& attrs, absl::Span<c
   ASSIGN_OR_RETURN(bool train, attrs.GetBool("train"));
   ASSIGN_OR_RETURN(double eps, attrs.GetFloat("eps"));
   if (!(eps >= 0.0)) return absl::InvalidArgumentError(absl::StrCat("attribute 'eps' is ", eps, "; must be >= 0"));
-  RETURN_IF_ERROR(CheckPerChannel("weight", in[2], input));
+  ASSIGN_OR_RETURN(DType param, ParamDType(in[2], input));
+  RETURN_IF_ERROR(CheckPerChannel("weight", in[2], input, param));
   const bool has_running = in.size() == 7;
   if (has_running) {
-    RETURN_IF_ERROR(CheckPerChannel("running_mean", in[3], input));
-    RETURN_IF_ERROR(CheckPerChannel("running_var", in[4], input));
+    const absl::string_view note = ParamNote(param, input);
+    RETURN_IF_ERROR(CheckPerChannel("running_mean", in[3], input, param, /*may_be_empty=*/false, note));
+    RETURN_IF_ERROR(CheckPerChannel("running_var", in[4], input, param, /*may_be_empty=*/false, note));
   } else if (!train) {
     return absl::InvalidArgumentError("eval mode (train=false) needs running_mean and running_var");
   }
   const size_t saved = has_running ? 5 : 3;
-  RETURN_IF_ERROR(CheckPerChannel("save_mean", in[saved], input, /*may_be_empty=*/!train));
-  RETURN_IF_ERROR(CheckPerChannel("save_invstd", in[saved + 1], input, /*may_be_empty=*/!train));
+  const DType stats = StatsDType(input.dtype);
+  RETURN_IF_ERROR(CheckPerChannel("save_mean", in[saved], input, stats, /*may_be_empty=*/!train));
+  RETURN_IF_ERROR(CheckPerChannel("save_invstd", in[saved + 1], input, stats, /*may_be_empty=*/!train));
   ASSIGN_OR_RETURN(auto mask, ParseOutputMask(attrs));
   return TypeList{TensorType{input.dtype, mask[0] ? input.shape : Shape{0}},
-                  TensorType{input.dtype, mask[1] ? Shape{c} : Shape{0}},
-                  TensorType{input.dtype, mask[2] ? Shape{c} : Shape{0}}};
+                  TensorType{param, mask[1] ? Shape{c} : Shape{0}},
+                  TensorType{param, mask[2] ? Shape{c} : Shape{0}}};
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
 // Registry entries of 2-D convolution: convolution and convolution_backward
-// (NCHW, not transposed; geometry in cnn_rules.h).
+// (NCHW, not transposed; geometry in cnn_rules.h). float32, float64,
+// bfloat16 and float16; input, weight, bias and grad_output share one dtype,
+// and so do the results (PyTorch's rule; a 16-bit convolution computes in
+// float32 and rounds when it stores).
 #include "absl/strings/str_cat.h"
 #include "adaptor/op_registry.h"
 #include "adaptor/ops/cnn_rules.h"
@@ -18,9 +21,10 @@ absl::Status RequireSameDType(absl::string_view a_name, const TensorType& a, abs
       absl::StrCat(a_name, " is ", a.ToString(), " but ", b_name, " is ", b.ToString(), "; dtypes must match"));
 }
 
-// input, weight (same float dtype) -> the convolution's geometry.
+// input, weight (same float or 16-bit float dtype) -> the convolution's
+// geometry.
 absl::StatusOr<Conv2dGeometry> CheckConv(const Attrs& attrs, const TensorType& input, const TensorType& weight) {
-  RETURN_IF_ERROR(ops::RequireDType("input", input, ops::kFloatTypes));
+  RETURN_IF_ERROR(ops::RequireDType("input", input, ops::kFloatAndHalfTypes));
   RETURN_IF_ERROR(RequireSameDType("input", input, "weight", weight));
   ASSIGN_OR_RETURN(Conv2dParams params, ParseConv2dParams(attrs));
   return Conv2dShape(params, input.shape, weight.shape);

@@ -424,6 +424,91 @@ TEST(AttentionInferenceTest, SixteenBitEfficientAttentionAndSafeSoftmax) {
   EXPECT_EQ((*f64)[1], F64({3, 32}));
 }
 
+// The CNN ops take bfloat16 and float16 (PyTorch's CUDA dtypes): convolution
+// and pooling keep one dtype throughout (max pooling's indices int64); batch
+// norm's saved statistics are float32, its weight, bias and running
+// statistics are all the input's dtype or all float32, and the parameters'
+// gradients take the weight's dtype.
+TEST(CnnInferenceTest, SixteenBitConvolutionPoolingAndBatchNorm) {
+  for (DType half : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(DTypeName(half));
+    const auto H = [half](Shape shape) { return TensorType{half, std::move(shape)}; };
+    const TensorType x = H({2, 4, 8, 8});
+    const Attrs conv = MakeAttrs({{"padding", std::vector<int64_t>{1, 1}}, {"stride", std::vector<int64_t>{2, 2}}});
+    EXPECT_EQ(InferOne("convolution", conv, {x, H({6, 4, 3, 3}), H({6})}), H({2, 6, 4, 4}));
+    auto conv_grads = Infer("convolution_backward", conv, {H({2, 6, 4, 4}), x, H({6, 4, 3, 3})});
+    ASSERT_TRUE(conv_grads.ok()) << conv_grads.status();
+    EXPECT_EQ(*conv_grads, (std::vector<TensorType>{x, H({6, 4, 3, 3}), H({6})}));
+    EXPECT_THAT(InferError("convolution", conv, {x, F32({6, 4, 3, 3})}), HasSubstr("dtypes must match"));
+    EXPECT_THAT(InferError("convolution", conv, {x, H({6, 4, 3, 3}), F32({6})}), HasSubstr("dtypes must match"));
+
+    const Attrs pool = MakeAttrs({{"kernel_size", int64_t{2}}});
+    auto max = Infer("max_pool2d_with_indices", pool, {x});
+    ASSERT_TRUE(max.ok()) << max.status();
+    EXPECT_EQ(*max, (std::vector<TensorType>{H({2, 4, 4, 4}), I64({2, 4, 4, 4})}));
+    EXPECT_EQ(InferOne("max_pool2d_with_indices_backward", pool, {H({2, 4, 4, 4}), x, I64({2, 4, 4, 4})}), x);
+    EXPECT_EQ(InferOne("avg_pool2d", pool, {x}), H({2, 4, 4, 4}));
+    EXPECT_EQ(InferOne("avg_pool2d_backward", pool, {H({2, 4, 4, 4}), x}), x);
+    const Attrs adaptive = MakeAttrs({{"output_size", std::vector<int64_t>{3, 3}}});
+    EXPECT_EQ(InferOne("_adaptive_avg_pool2d", adaptive, {x}), H({2, 4, 3, 3}));
+    EXPECT_EQ(InferOne("_adaptive_avg_pool2d_backward", {}, {H({2, 4, 3, 3}), x}), x);
+    EXPECT_THAT(InferError("avg_pool2d_backward", pool, {F32({2, 4, 4, 4}), x}), HasSubstr("grad_output is float32"));
+
+    const TensorType c = H({4});
+    const Attrs train = MakeAttrs({{"training", true}, {"momentum", 0.1}, {"eps", 1e-5}});
+    const Attrs eval = MakeAttrs({{"training", false}, {"momentum", 0.1}, {"eps", 1e-5}});
+    auto bn = Infer("_native_batch_norm_legit_functional", train, {x, c, c, c, c});
+    ASSERT_TRUE(bn.ok()) << bn.status();
+    EXPECT_EQ(*bn, (std::vector<TensorType>{x, F32({4}), F32({4}), c, c}));
+    auto bn_eval = Infer("native_batch_norm", eval, {x, c, c, c, c});
+    ASSERT_TRUE(bn_eval.ok()) << bn_eval.status();
+    EXPECT_EQ(*bn_eval, (std::vector<TensorType>{x, F32({0}), F32({0})}));
+    auto mixed = Infer("_native_batch_norm_legit_functional", train, {x, F32({4}), F32({4}), F32({4}), F32({4})});
+    ASSERT_TRUE(mixed.ok()) << mixed.status();
+    EXPECT_EQ(*mixed, (std::vector<TensorType>{x, F32({4}), F32({4}), F32({4}), F32({4})}));
+    const Attrs back = MakeAttrs({{"train", true}, {"eps", 1e-5}});
+    auto bn_grads = Infer("native_batch_norm_backward", back, {x, x, c, c, c, F32({4}), F32({4})});
+    ASSERT_TRUE(bn_grads.ok()) << bn_grads.status();
+    EXPECT_EQ(*bn_grads, (std::vector<TensorType>{x, c, c}));
+    auto mixed_grads = Infer("native_batch_norm_backward", back, {x, x, F32({4}), F32({4}), F32({4})});
+    ASSERT_TRUE(mixed_grads.ok()) << mixed_grads.status();
+    EXPECT_EQ(*mixed_grads, (std::vector<TensorType>{x, F32({4}), F32({4})}));
+    // Wrong dtypes name the rule.
+    EXPECT_THAT(InferError("native_batch_norm", train, {x, F64({4}), F64({4})}),
+                HasSubstr(absl::StrCat("weight is float64[4] but input is ", x.ToString(), "; expected ",
+                                       DTypeName(half), "[4] or float32[4]")));
+    EXPECT_THAT(InferError("native_batch_norm", train, {x, F32({4}), c}),
+                HasSubstr(absl::StrCat("bias is ", c.ToString(), " but input is ", x.ToString(),
+                                       "; expected float32[4] (the weight's dtype)")));
+    EXPECT_THAT(InferError("native_batch_norm_backward", back, {x, x, c, c, c, c, c}),
+                HasSubstr(absl::StrCat("save_mean is ", c.ToString(), " but input is ", x.ToString(),
+                                       "; expected float32[4]")));
+  }
+  // float32 keeps its statistics and parameters in float32, and refuses a
+  // float64 weight as before.
+  auto f32 = Infer("native_batch_norm", MakeAttrs({{"training", true}, {"momentum", 0.1}, {"eps", 1e-5}}),
+                   {F32({2, 3}), F32({3}), F32({3})});
+  ASSERT_TRUE(f32.ok()) << f32.status();
+  EXPECT_EQ(*f32, (std::vector<TensorType>{F32({2, 3}), F32({3}), F32({3})}));
+  EXPECT_THAT(InferError("native_batch_norm", MakeAttrs({{"training", true}, {"momentum", 0.1}, {"eps", 1e-5}}),
+                         {F32({2, 3}), F64({3}), F64({3})}),
+              HasSubstr("weight is float64[3] but input is float32[2, 3]; expected float32[3]"));
+}
+
+// The LSTM's cell math takes bfloat16 and float16: sigmoid, tanh and their
+// backwards keep the dtype; the backwards still need equal types.
+TEST(ActivationInferenceTest, SixteenBitSigmoidTanhAndBackwards) {
+  for (DType half : {DType::kBFloat16, DType::kFloat16}) {
+    const TensorType x{half, {4, 6}};
+    EXPECT_EQ(InferOne("sigmoid", {}, {x}), x);
+    EXPECT_EQ(InferOne("tanh", {}, {x}), x);
+    EXPECT_EQ(InferOne("sigmoid_backward", {}, {x, x}), x);
+    EXPECT_EQ(InferOne("tanh_backward", {}, {x, x}), x);
+    EXPECT_THAT(InferError("tanh_backward", {}, {x, F32({4, 6})}), HasSubstr("they must have the same type"));
+  }
+  EXPECT_THAT(InferError("sigmoid", {}, {I64({2})}), HasSubstr("int64"));
+}
+
 TEST(ShapeRulesTest, Helpers) {
   EXPECT_EQ(BroadcastStrides({3, 1}, {2, 3, 4}), (std::vector<int64_t>{0, 1, 0}));
   EXPECT_EQ(ContiguousStrides({2, 3, 4}), (std::vector<int64_t>{12, 4, 1}));

@@ -1,6 +1,8 @@
 // Registry entries of 2-D pooling over [N, C, H, W] or [C, H, W]:
 // max_pool2d_with_indices and its backward, avg_pool2d and its backward,
 // _adaptive_avg_pool2d (also as adaptive_avg_pool2d) and its backward.
+// float32, float64, bfloat16 and float16 (16-bit pooling computes in
+// float32 and rounds when it stores); max pooling's indices are int64.
 #include "absl/strings/str_cat.h"
 #include "adaptor/op_registry.h"
 #include "adaptor/ops/cnn_rules.h"
@@ -13,7 +15,7 @@ namespace {
 using ops::TypeList;
 
 absl::StatusOr<Pool2dGeometry> CheckPool(const Attrs& attrs, const TensorType& self, PoolKind kind) {
-  RETURN_IF_ERROR(ops::RequireDType("self", self, ops::kFloatTypes));
+  RETURN_IF_ERROR(ops::RequireDType("self", self, ops::kFloatAndHalfTypes));
   ASSIGN_OR_RETURN(Pool2dParams params, ParsePool2dParams(attrs, kind));
   return Pool2dShape(params, self.shape);
 }
@@ -58,7 +60,7 @@ absl::StatusOr<TypeList> AvgPoolBackwardInfer(const Attrs& attrs, absl::Span<con
 }
 
 absl::Status CheckAdaptiveSelf(const TensorType& self) {
-  RETURN_IF_ERROR(ops::RequireDType("self", self, ops::kFloatTypes));
+  RETURN_IF_ERROR(ops::RequireDType("self", self, ops::kFloatAndHalfTypes));
   if ((self.rank() != 3 && self.rank() != 4) || self.shape[self.rank() - 1] < 1 ||
       self.shape[self.rank() - 2] < 1) {
     return absl::InvalidArgumentError(absl::StrCat(

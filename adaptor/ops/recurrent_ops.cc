@@ -1,6 +1,6 @@
 // Registry entries of the fused LSTM layer: `lstm` (the forward of one
 // nn.LSTM layer over a whole sequence) and `lstm_backward`. Single layer,
-// unidirectional, time-major, float32 only; gate order i, f, g, o as in
+// unidirectional, time-major; gate order i, f, g, o as in
 // PyTorch (rows [0, H) of the weights and biases are the input gate, [H, 2H)
 // the forget gate, [2H, 3H) the cell candidate, [3H, 4H) the output gate).
 //
@@ -18,6 +18,14 @@
 // gradient of both b_ih and b_hh. grad_gates (the gradient of the gate
 // pre-activations) is scratch of the backward made an output, since ops own
 // no scratch memory; nothing needs to read it.
+//
+// Every input and output has one dtype: float32, bfloat16 or float16 (x's;
+// an input of another dtype is refused, naming it and x's dtype). In 16 bits
+// every output is 16-bit, saved included, as PyTorch's cuDNN LSTM keeps its
+// outputs and states in the input's dtype while computing in float32: the
+// kernels compute the gate math in float32 (the products with 16-bit
+// operands, accumulating in float32) and round each tensor when they store
+// it.
 //
 // The dims come from two inputs: T, B and I from x, H from h0's last dim.
 // Every other input must match the shape they imply; a mismatch names the
@@ -39,7 +47,7 @@ namespace {
 
 using ops::TypeList;
 
-constexpr DType kLstmTypes[] = {DType::kFloat32};
+constexpr DType kLstmTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
 
 struct LstmDims {
   int64_t t = 0, b = 0, i = 0, h = 0;
@@ -86,20 +94,29 @@ absl::Status CheckShapes(absl::Span<const TensorType> in, absl::Span<const absl:
 }
 
 // The input count (the graph builder checks it too; inference may be called
-// directly) and every input's dtype.
-absl::Status CheckInputs(absl::Span<const TensorType> in, absl::Span<const absl::string_view> names) {
+// directly) and every input's dtype: a supported one, and input `x`'s.
+// Returns that dtype.
+absl::StatusOr<DType> CheckInputs(absl::Span<const TensorType> in, absl::Span<const absl::string_view> names,
+                                  size_t x) {
   if (in.size() != names.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("got ", in.size(), " inputs; expected ", names.size(), ": ", absl::StrJoin(names, ", ")));
   }
   for (size_t k = 0; k < in.size(); ++k) RETURN_IF_ERROR(ops::RequireDType(names[k], in[k], kLstmTypes));
-  return absl::OkStatus();
+  const DType dtype = in[x].dtype;
+  for (size_t k = 0; k < in.size(); ++k) {
+    if (in[k].dtype == dtype) continue;
+    return absl::InvalidArgumentError(absl::StrCat(names[k], " is ", in[k].ToString(), " but ", names[x], " is ",
+                                                   in[x].ToString(), "; every input must have ", names[x],
+                                                   "'s dtype (", DTypeName(dtype), ")"));
+  }
+  return dtype;
 }
 
 constexpr absl::string_view kForwardInputs[] = {"x", "h0", "c0", "w_ih", "w_hh", "b_ih", "b_hh"};
 
 absl::StatusOr<TypeList> LstmInfer(const Attrs&, absl::Span<const TensorType> in) {
-  RETURN_IF_ERROR(CheckInputs(in, kForwardInputs));
+  ASSIGN_OR_RETURN(const DType dtype, CheckInputs(in, kForwardInputs, 0));
   ASSIGN_OR_RETURN(LstmDims d, DimsOf(in[0], in[1]));
   const int64_t g = 4 * d.h;
   RETURN_IF_ERROR(CheckShapes(in, kForwardInputs,
@@ -109,16 +126,15 @@ absl::StatusOr<TypeList> LstmInfer(const Attrs&, absl::Span<const TensorType> in
                                {5, "[4H]", {g}},
                                {6, "[4H]", {g}}},
                               d));
-  const DType f32 = DType::kFloat32;
-  return TypeList{TensorType{f32, {d.t, d.b, d.h}}, TensorType{f32, {d.b, d.h}}, TensorType{f32, {d.b, d.h}},
-                  TensorType{f32, {d.t, d.b, 5 * d.h}}};
+  return TypeList{TensorType{dtype, {d.t, d.b, d.h}}, TensorType{dtype, {d.b, d.h}}, TensorType{dtype, {d.b, d.h}},
+                  TensorType{dtype, {d.t, d.b, 5 * d.h}}};
 }
 
 constexpr absl::string_view kBackwardInputs[] = {"grad_y", "grad_h_n", "grad_c_n", "x", "h0",
                                                  "c0",     "w_ih",     "w_hh",     "y", "saved"};
 
 absl::StatusOr<TypeList> LstmBackwardInfer(const Attrs&, absl::Span<const TensorType> in) {
-  RETURN_IF_ERROR(CheckInputs(in, kBackwardInputs));
+  ASSIGN_OR_RETURN(const DType dtype, CheckInputs(in, kBackwardInputs, 3));
   ASSIGN_OR_RETURN(LstmDims d, DimsOf(in[3], in[4]));
   const int64_t g = 4 * d.h;
   RETURN_IF_ERROR(CheckShapes(in, kBackwardInputs,
@@ -131,10 +147,9 @@ absl::StatusOr<TypeList> LstmBackwardInfer(const Attrs&, absl::Span<const Tensor
                                {8, "[T, B, H]", {d.t, d.b, d.h}},
                                {9, "[T, B, 5H]", {d.t, d.b, 5 * d.h}}},
                               d));
-  const DType f32 = DType::kFloat32;
-  return TypeList{TensorType{f32, {d.t, d.b, d.i}}, TensorType{f32, {d.b, d.h}}, TensorType{f32, {d.b, d.h}},
-                  TensorType{f32, {g, d.i}},        TensorType{f32, {g, d.h}},   TensorType{f32, {g}},
-                  TensorType{f32, {d.t, d.b, g}}};
+  return TypeList{TensorType{dtype, {d.t, d.b, d.i}}, TensorType{dtype, {d.b, d.h}}, TensorType{dtype, {d.b, d.h}},
+                  TensorType{dtype, {g, d.i}},        TensorType{dtype, {g, d.h}},   TensorType{dtype, {g}},
+                  TensorType{dtype, {d.t, d.b, g}}};
 }
 
 }  // namespace

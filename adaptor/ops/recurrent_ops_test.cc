@@ -1,6 +1,8 @@
-// Shape and dtype inference of lstm and lstm_backward: the output types,
-// and for every input a wrong dtype and a wrong shape, each refused with a
-// message that names the input and its expected shape.
+// Shape and dtype inference of lstm and lstm_backward: the output types (in
+// float32, bfloat16 and float16: every output in the inputs' one dtype), and
+// for every input a wrong dtype, a dtype other than x's, and a wrong shape,
+// each refused with a message that names the input and its expected shape
+// or dtype.
 #include <ostream>
 #include <string>
 #include <vector>
@@ -96,9 +98,57 @@ TEST(RecurrentInferenceTest, TheContractsExampleMessage) {
                                             HasSubstr("H=1024 from h0")));
 }
 
+// Every input and output in one 16-bit dtype, as in float32.
+TEST(RecurrentInferenceTest, SixteenBitLayersKeepTheirDType) {
+  for (DType half : {DType::kBFloat16, DType::kFloat16}) {
+    for (const Dims& d : {kReference, kDistinct}) {
+      auto as_half = [half](std::vector<TensorType> types) {
+        for (TensorType& t : types) t.dtype = half;
+        return types;
+      };
+      auto forward = Infer("lstm", as_half(ForwardInputs(d)));
+      ASSERT_TRUE(forward.ok()) << forward.status();
+      EXPECT_EQ(*forward, as_half({F32({d.t, d.b, d.h}), F32({d.b, d.h}), F32({d.b, d.h}), F32({d.t, d.b, 5 * d.h})}))
+          << DTypeName(half);
+      auto backward = Infer("lstm_backward", as_half(BackwardInputs(d)));
+      ASSERT_TRUE(backward.ok()) << backward.status();
+      EXPECT_EQ(*backward, as_half({F32({d.t, d.b, d.i}), F32({d.b, d.h}), F32({d.b, d.h}), F32({4 * d.h, d.i}),
+                                    F32({4 * d.h, d.h}), F32({4 * d.h}), F32({d.t, d.b, 4 * d.h})}))
+          << DTypeName(half);
+    }
+  }
+}
+
+// One input of another supported dtype than x's is refused, naming it and
+// x's dtype; a different x names the first input after it.
+TEST(RecurrentInferenceTest, MixedDTypesAreRefused) {
+  for (DType other : {DType::kBFloat16, DType::kFloat16}) {
+    for (size_t k = 1; k < 7; ++k) {
+      std::vector<TensorType> in = ForwardInputs(kDistinct);
+      in[k].dtype = other;
+      EXPECT_THAT(InferError("lstm", in),
+                  AllOf(HasSubstr(std::string("lstm: ") + kForwardNames[k] + " is " + DTypeName(other)),
+                        HasSubstr("but x is float32[5, 3, 7]"), HasSubstr("every input must have x's dtype")));
+    }
+    std::vector<TensorType> in = ForwardInputs(kDistinct);
+    in[0].dtype = other;
+    EXPECT_THAT(InferError("lstm", in), AllOf(HasSubstr("lstm: h0 is float32[3, 2] but x is "),
+                                              HasSubstr(std::string("(") + DTypeName(other) + ")")));
+    for (size_t k = 0; k < 10; ++k) {
+      if (k == 3) continue;  // x
+      std::vector<TensorType> back = BackwardInputs(kDistinct);
+      back[k].dtype = other;
+      EXPECT_THAT(InferError("lstm_backward", back),
+                  AllOf(HasSubstr(std::string("lstm_backward: ") + kBackwardNames[k] + " is " + DTypeName(other)),
+                        HasSubstr("but x is float32")))
+          << kBackwardNames[k];
+    }
+  }
+}
+
 TEST(RecurrentInferenceTest, EveryForwardInputsDTypeIsChecked) {
   for (size_t k = 0; k < 7; ++k) {
-    for (DType wrong : {DType::kFloat64, DType::kBFloat16, DType::kInt64}) {
+    for (DType wrong : {DType::kFloat64, DType::kInt64}) {
       std::vector<TensorType> in = ForwardInputs(kDistinct);
       in[k].dtype = wrong;
       EXPECT_THAT(InferError("lstm", in), AllOf(HasSubstr(std::string("lstm: ") + kForwardNames[k] + " is "),

@@ -14,7 +14,8 @@ module defines two custom ops,
 (one layer, unidirectional, time-major; gate order i, f, g, o as in
 PyTorch; saved[t] = cat(i, f, g, o activated, c_t); grad_b is the gradient
 of both biases; grad_gates, the gradient of the gate pre-activations, is
-scratch), which the daemon runs as one kernel sequence each. fused_lstm(model)
+scratch; every tensor float32, bfloat16 or float16, all of one dtype),
+which the daemon runs as one kernel sequence each. fused_lstm(model)
 makes every nn.LSTM it can handle run its layers through tandem::lstm while
 a step is traced, so the graph holds one lstm and one lstm_backward node per
 layer.
@@ -243,23 +244,28 @@ def _layer_weights(m, layer):
     return [getattr(m, f"{kind}_l{layer}") for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
 
 
+# The dtypes tandem::lstm takes (every input of one of them; its outputs, saved included, in that dtype, as
+# PyTorch's cuDNN LSTM keeps its outputs and states in the input's dtype).
+FUSABLE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
 def _fusable_call(m, input, hx):
-    """The call-level conditions: a batched float32 tensor with no empty dim, and (h0, c0) absent or of
-    nn.LSTM's batched shape [num_layers, B, H]."""
-    if not isinstance(input, torch.Tensor) or input.dim() != 3 or input.dtype != torch.float32:
+    """The call-level conditions: a batched tensor of a FUSABLE_DTYPES dtype with no empty dim, the layers'
+    weights of that dtype, and (h0, c0) absent or of that dtype and nn.LSTM's batched shape [num_layers, B, H]."""
+    if not isinstance(input, torch.Tensor) or input.dim() != 3 or input.dtype not in FUSABLE_DTYPES:
         return False
     if input.numel() == 0:
         return False
+    dtype = input.dtype
     weights = [w for layer in range(m.num_layers) for w in _layer_weights(m, layer)]
-    if not all(isinstance(w, torch.Tensor) and w.dtype == torch.float32 for w in weights):
+    if not all(isinstance(w, torch.Tensor) and w.dtype == dtype for w in weights):
         return False
     if hx is None:
         return True
     batch = input.shape[0] if m.batch_first else input.shape[1]
     expected = (m.num_layers, batch, m.hidden_size)
     return (isinstance(hx, (tuple, list)) and len(hx) == 2
-            and all(isinstance(s, torch.Tensor) and tuple(s.shape) == expected and s.dtype == torch.float32
-                    for s in hx))
+            and all(isinstance(s, torch.Tensor) and tuple(s.shape) == expected and s.dtype == dtype for s in hx))
 
 
 def _fused_forward(m, original):
@@ -291,7 +297,8 @@ def _fused_forward(m, original):
 @contextlib.contextmanager
 def fused_lstm(module):
     """While inside, every nn.LSTM in `module` that fusion handles (mode LSTM, unidirectional, bias=True,
-    proj_size=0; at call time a batched float32 input) runs its layers through tandem::lstm, with nn.LSTM's
+    proj_size=0; at call time a batched float32, bfloat16 or float16 input, with weights and state of its
+    dtype) runs its layers through tandem::lstm, with nn.LSTM's
     inputs and outputs (batch_first, (h0, c0) or zeros, dropout between layers in training mode). Others keep
     their own forward. Does nothing unless available()."""
     replaced = []
