@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "adaptor/cpu/cpu_program.h"
 #include "adaptor/cpu/half.h"
+#include "adaptor/cpu/half_test_util.h"
 #include "adaptor/graph_builder.h"
 #include "adaptor/wire_graph_test_util.h"
 #include "adaptor/ops/fused_program.h"
@@ -332,23 +334,37 @@ TEST(FuseElementwiseTest, InvalidGraphIsLeftUnchanged) {
   EXPECT_EQ(g.SerializeAsString(), before.SerializeAsString());
 }
 
-// Random graphs of fusable and non-fusable nodes over one shape, with
-// rank-0 values and random fetches: the fused graph must build and match.
-TEST(FuseElementwiseTest, RandomGraphsStayValidAndExact) {
-  std::mt19937_64 rng(41);
-  const std::vector<std::string> binary = {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor"};
+// What RandomGraphsFuseExactly draws its graphs from.
+struct RandomGraphOptions {
+  std::vector<v1::DType> dtypes;  // trial k's dtype: dtypes[k % size]
+  Shape shape;                    // of every full-size value
+  std::vector<std::string> binary;  // binary ops (on full-size and rank-0 operands)
+  // Rank-0 feeds, by name; no dtype: the trial's.
+  std::vector<std::pair<std::string, std::optional<v1::DType>>> rank0_feeds;
+  int rank0_operand_odds;  // one full-size binary node in this many takes a rank-0 operand
+  double scalar_other;     // the .Scalar ops' "other"
+};
+
+// 60 random graphs of fusable and non-fusable nodes over one shape, with
+// rank-0 values and random fetches; each fused graph must build and match
+// the unfused one (FuseAndCompare). Returns how many fused nodes the
+// trials made.
+int RandomGraphsFuseExactly(const RandomGraphOptions& options, std::mt19937_64& rng) {
   const std::vector<std::string> scalar = {"add.Scalar", "sub.Scalar", "mul.Scalar", "div.Scalar"};
   int fused_nodes = 0;
   for (int trial = 0; trial < 60; ++trial) {
-    const v1::DType dtype = trial % 2 ? v1::FLOAT64 : v1::FLOAT32;
+    const v1::DType dtype = options.dtypes[static_cast<size_t>(trial) % options.dtypes.size()];
     v1::Graph g;
     Persistent persistent;
     std::vector<std::string> full = {"p", "f0", "f1"};
-    std::vector<std::string> rank0 = {"lr"};
-    AddPersistent(persistent, "p", dtype, {3, 4}, rng);
-    AddSpec(g.add_feeds(), "f0", dtype, {3, 4});
-    AddSpec(g.add_feeds(), "f1", dtype, {3, 4});
-    AddSpec(g.add_feeds(), "lr", dtype, {});
+    std::vector<std::string> rank0;
+    AddPersistent(persistent, "p", dtype, options.shape, rng);
+    AddSpec(g.add_feeds(), "f0", dtype, options.shape);
+    AddSpec(g.add_feeds(), "f1", dtype, options.shape);
+    for (const auto& [name, feed_dtype] : options.rank0_feeds) {
+      AddSpec(g.add_feeds(), name, feed_dtype.value_or(dtype), {});
+      rank0.push_back(name);
+    }
     auto pick = [&](const std::vector<std::string>& from) {
       return from[std::uniform_int_distribution<size_t>(0, from.size() - 1)(rng)];
     };
@@ -357,24 +373,25 @@ TEST(FuseElementwiseTest, RandomGraphsStayValidAndExact) {
       const std::string out = absl::StrCat("v", i);
       const int kind = std::uniform_int_distribution<int>(0, 9)(rng);
       if (kind <= 3) {
-        const bool with_rank0 = std::uniform_int_distribution<int>(0, 3)(rng) == 0;
+        const bool with_rank0 = std::uniform_int_distribution<int>(0, options.rank0_operand_odds - 1)(rng) == 0;
         const std::string a = pick(full), b = with_rank0 ? pick(rank0) : pick(full);
-        v1::Node* node = AddNode(g, pick(binary), kind % 2 ? Names{a, b} : Names{b, a}, out);
+        v1::Node* node = AddNode(g, pick(options.binary), kind % 2 ? Names{a, b} : Names{b, a}, out);
         if ((node->op() == "add.Tensor" || node->op() == "sub.Tensor") && kind == 0) WithFloat(node, "alpha", 0.7);
       } else if (kind <= 5) {
-        v1::Node* node = WithFloat(AddNode(g, pick(scalar), {pick(full)}, out), "other", 1.25);
+        v1::Node* node = WithFloat(AddNode(g, pick(scalar), {pick(full)}, out), "other", options.scalar_other);
         if (node->op() == "add.Scalar" || node->op() == "sub.Scalar") WithFloat(node, "alpha", -0.3);
       } else if (kind == 6) {
         AddNode(g, std::uniform_int_distribution<int>(0, 1)(rng) ? "neg" : "sqrt", {pick(full)}, out);
       } else if (kind == 7) {
         AddNode(g, "relu", {pick(full)}, out);
       } else if (kind == 8) {
-        AddNode(g, "sum", {pick(full)}, out);
+        AddNode(g, "sum", {pick(full)}, out);  // a rank-0 value of the trial's dtype
         rank0.push_back(out);
         continue;
       } else {
-        // A rank-0 chain member: lr-derived numbers.
-        AddNode(g, pick(binary), {pick(rank0), pick(rank0)}, out);
+        // A rank-0 chain member: feed-derived numbers (their dtype by the
+        // type rule).
+        AddNode(g, pick(options.binary), {pick(rank0), pick(rank0)}, out);
         rank0.push_back(out);
         continue;
       }
@@ -388,24 +405,25 @@ TEST(FuseElementwiseTest, RandomGraphsStayValidAndExact) {
     SCOPED_TRACE(::testing::Message() << "trial " << trial << "\n" << g.DebugString());
     const v1::Graph fused = FuseAndCompare(g, persistent, rng, 2);
     for (const v1::Node& node : fused.nodes()) fused_nodes += node.op() == kFusedElementwiseOp;
-    if (HasFatalFailure() || HasNonfatalFailure()) break;
+    if (::testing::Test::HasFatalFailure() || ::testing::Test::HasNonfatalFailure()) break;
   }
-  EXPECT_GT(fused_nodes, 20);  // the generator does make fusable chains
+  return fused_nodes;
+}
+
+// Random float32 and float64 graphs with a rank-0 feed: the fused graph
+// must build and match.
+TEST(FuseElementwiseTest, RandomGraphsStayValidAndExact) {
+  std::mt19937_64 rng(41);
+  const RandomGraphOptions options{{v1::FLOAT32, v1::FLOAT64},
+                                   {3, 4},
+                                   {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor"},
+                                   {{"lr", std::nullopt}},
+                                   /*rank0_operand_odds=*/4,
+                                   /*scalar_other=*/1.25};
+  EXPECT_GT(RandomGraphsFuseExactly(options, rng), 20);  // the generator does make fusable chains
 }
 
 // ---- 16-bit chains ----
-
-// A seed per process (TANDEM_TEST_SEED replays one), printed.
-uint64_t FreshSeed() {
-  static const uint64_t seed = [] {
-    const char* fixed = std::getenv("TANDEM_TEST_SEED");
-    const uint64_t s = fixed != nullptr ? std::strtoull(fixed, nullptr, 10) : std::random_device{}();
-    std::printf("fuse_elementwise_test 16-bit seed: %llu (TANDEM_TEST_SEED replays it)\n",
-                static_cast<unsigned long long>(s));
-    return s;
-  }();
-  return seed;
-}
 
 const std::vector<v1::DType> kHalfTypes = {v1::BFLOAT16, v1::FLOAT16};
 
@@ -467,7 +485,7 @@ void AddPersistentIn(Persistent& persistent, const std::string& name, v1::DType 
 // float32 step sizes as rank-0 inputs, and the fused graph computes the
 // same bits as the unfused one.
 TEST(FuseElementwiseTest, SixteenBitOptimizerStepsFuseIntoOneNodePerParameter) {
-  std::mt19937_64 rng(FreshSeed());
+  std::mt19937_64 rng(half_test::TestSeed("fuse_elementwise_test"));
   const std::vector<std::pair<std::string, Shape>> params = {{"w1", {5, 7}}, {"w2", {300}}};
   for (v1::DType dtype : kHalfTypes) {
     SCOPED_TRACE(v1::DType_Name(dtype));
@@ -525,7 +543,7 @@ TEST(FuseElementwiseTest, SixteenBitOptimizerStepsFuseIntoOneNodePerParameter) {
 // (a rank-0 fused node has no shaped input to fix its dtype); a float32
 // chain never takes a 16-bit rank-0 input.
 TEST(FuseElementwiseTest, SixteenBitDTypeMixesThatStayUnfused) {
-  std::mt19937_64 rng(FreshSeed());
+  std::mt19937_64 rng(half_test::TestSeed("fuse_elementwise_test"));
   v1::Graph g;
   AddSpec(g.add_feeds(), "h", v1::BFLOAT16, {});
   AddSpec(g.add_feeds(), "f16", v1::FLOAT16, {});
@@ -546,65 +564,15 @@ TEST(FuseElementwiseTest, SixteenBitDTypeMixesThatStayUnfused) {
 // minimum, NaN from sqrt of negatives, and random fetches: the fused graph
 // must build and give the unfused graph's bits.
 TEST(FuseElementwiseTest, RandomSixteenBitGraphsStayValidAndExact) {
-  std::mt19937_64 rng(FreshSeed());
-  const std::vector<std::string> binary = {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "maximum",
-                                           "minimum"};
-  const std::vector<std::string> scalar = {"add.Scalar", "sub.Scalar", "mul.Scalar", "div.Scalar"};
-  int fused_nodes = 0;
-  for (int trial = 0; trial < 60; ++trial) {
-    const v1::DType dtype = kHalfTypes[trial % 2];
-    v1::Graph g;
-    Persistent persistent;
-    std::vector<std::string> full = {"p", "f0", "f1"};
-    std::vector<std::string> rank0 = {"lr32", "lr64", "h"};
-    AddPersistent(persistent, "p", dtype, {3, 41}, rng);
-    AddSpec(g.add_feeds(), "f0", dtype, {3, 41});
-    AddSpec(g.add_feeds(), "f1", dtype, {3, 41});
-    AddSpec(g.add_feeds(), "lr32", v1::FLOAT32, {});
-    AddSpec(g.add_feeds(), "lr64", v1::FLOAT64, {});
-    AddSpec(g.add_feeds(), "h", dtype, {});
-    auto pick = [&](const std::vector<std::string>& from) {
-      return from[std::uniform_int_distribution<size_t>(0, from.size() - 1)(rng)];
-    };
-    const int num_nodes = std::uniform_int_distribution<int>(5, 45)(rng);
-    for (int i = 0; i < num_nodes; ++i) {
-      const std::string out = absl::StrCat("v", i);
-      const int kind = std::uniform_int_distribution<int>(0, 9)(rng);
-      if (kind <= 3) {
-        const bool with_rank0 = std::uniform_int_distribution<int>(0, 2)(rng) == 0;
-        const std::string a = pick(full), b = with_rank0 ? pick(rank0) : pick(full);
-        v1::Node* node = AddNode(g, pick(binary), kind % 2 ? Names{a, b} : Names{b, a}, out);
-        if ((node->op() == "add.Tensor" || node->op() == "sub.Tensor") && kind == 0) WithFloat(node, "alpha", 0.7);
-      } else if (kind <= 5) {
-        v1::Node* node = WithFloat(AddNode(g, pick(scalar), {pick(full)}, out), "other", 0.1);
-        if (node->op() == "add.Scalar" || node->op() == "sub.Scalar") WithFloat(node, "alpha", -0.3);
-      } else if (kind == 6) {
-        AddNode(g, std::uniform_int_distribution<int>(0, 1)(rng) ? "neg" : "sqrt", {pick(full)}, out);
-      } else if (kind == 7) {
-        AddNode(g, "relu", {pick(full)}, out);
-      } else if (kind == 8) {
-        AddNode(g, "sum", {pick(full)}, out);  // a 16-bit rank-0 value
-        rank0.push_back(out);
-        continue;
-      } else {
-        // Rank-0 arithmetic: float32, float64 or 16-bit by the type rule.
-        AddNode(g, pick(binary), {pick(rank0), pick(rank0)}, out);
-        rank0.push_back(out);
-        continue;
-      }
-      full.push_back(out);
-    }
-    for (const std::string& v : full) {
-      if (v[0] == 'v' && std::uniform_int_distribution<int>(0, 3)(rng) == 0) g.add_fetches(v);
-    }
-    g.add_fetches(full.back());
-    AddUpdate(g, "p", full.back() == "p" ? "f0" : full.back());
-    SCOPED_TRACE(::testing::Message() << "trial " << trial << "\n" << g.DebugString());
-    const v1::Graph fused = FuseAndCompare(g, persistent, rng, 2);
-    for (const v1::Node& node : fused.nodes()) fused_nodes += node.op() == kFusedElementwiseOp;
-    if (HasFatalFailure() || HasNonfatalFailure()) break;
-  }
-  EXPECT_GT(fused_nodes, 20);  // the generator does make fusable chains
+  std::mt19937_64 rng(half_test::TestSeed("fuse_elementwise_test"));
+  const RandomGraphOptions options{
+      kHalfTypes,
+      {3, 41},
+      {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "maximum", "minimum"},
+      {{"lr32", v1::FLOAT32}, {"lr64", v1::FLOAT64}, {"h", std::nullopt}},
+      /*rank0_operand_odds=*/3,
+      /*scalar_other=*/0.1};
+  EXPECT_GT(RandomGraphsFuseExactly(options, rng), 20);  // the generator does make fusable chains
 }
 
 }  // namespace

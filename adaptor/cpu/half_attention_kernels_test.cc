@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "adaptor/cpu/half.h"
+#include "adaptor/cpu/half_test_util.h"
 #include "adaptor/cpu/run_op_test_util.h"
 #include "adaptor/op_registry.h"
 #include "adaptor/ops/shape_rules.h"
@@ -30,83 +31,15 @@ namespace tandem {
 namespace {
 
 using ::testing::HasSubstr;
-using HostTensor = cpu::TestTensor;
+using half_test::Close;
+using half_test::Get;
+using half_test::HostTensor;
+using half_test::MakeAttrs;
+using half_test::MustRun;
+using half_test::Set;
+using half_test::Tolerance;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-uint64_t Seed() {
-  static const uint64_t seed = [] {
-    const char* env = std::getenv("TANDEM_TEST_SEED");
-    const uint64_t s = env != nullptr ? std::strtoull(env, nullptr, 10) : std::random_device{}();
-    std::printf("half_attention_kernels_test seed %llu (TANDEM_TEST_SEED replays it)\n",
-                static_cast<unsigned long long>(s));
-    return s;
-  }();
-  return seed;
-}
-
-double Get(const HostTensor& t, int64_t i) {
-  const void* p = t.data();
-  switch (t.type.dtype) {
-    case DType::kFloat32: return static_cast<const float*>(p)[i];
-    case DType::kFloat64: return static_cast<const double*>(p)[i];
-    case DType::kInt64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-    case DType::kBool: return static_cast<const bool*>(p)[i] ? 1.0 : 0.0;
-    case DType::kBFloat16: return BFloat16BitsToFloat(static_cast<const uint16_t*>(p)[i]);
-    case DType::kFloat16: return Float16BitsToFloat(static_cast<const uint16_t*>(p)[i]);
-    default: break;
-  }
-  ADD_FAILURE() << "unexpected dtype " << DTypeName(t.type.dtype);
-  return 0;
-}
-
-void Set(HostTensor& t, int64_t i, double v) {
-  void* p = t.data();
-  switch (t.type.dtype) {
-    case DType::kBFloat16: static_cast<uint16_t*>(p)[i] = BFloat16(v).bits; break;
-    case DType::kFloat16: static_cast<uint16_t*>(p)[i] = Float16(v).bits; break;
-    case DType::kBool: static_cast<bool*>(p)[i] = v != 0; break;
-    default: ADD_FAILURE() << "unexpected dtype " << DTypeName(t.type.dtype);
-  }
-}
-
-Attrs MakeAttrs(std::initializer_list<std::pair<std::string, AttrValue>> values) {
-  Attrs attrs;
-  for (const auto& [name, value] : values) attrs.Set(name, value);
-  return attrs;
-}
-
-// Runs `op`'s CPU kernel on outputs of the registry's types, poisoned first
-// (0xFF bytes: NaN in every float type).
-std::vector<HostTensor> MustRun(const std::string& op, const Attrs& attrs, std::vector<HostTensor> inputs) {
-  auto out = cpu::RunCpuOp(op, attrs, inputs, 0xFF);
-  EXPECT_TRUE(out.ok()) << op << ": " << out.status();
-  return out.ok() ? std::move(*out) : std::vector<HostTensor>{};
-}
-
-double UnitRoundoff(DType dtype) { return dtype == DType::kBFloat16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11); }
-
-double Tolerance(DType dtype, int64_t sum_length) {
-  return 2 * UnitRoundoff(dtype) + 4.0 * static_cast<double>(sum_length) * std::ldexp(1.0, -24);
-}
-
-// ||out - ref|| / ||ref|| within `tolerance`; a NaN in `out` fails (and so
-// does an element the kernel left poisoned).
-::testing::AssertionResult Close(const HostTensor& out, const std::vector<double>& ref, double tolerance) {
-  if (out.numel() != static_cast<int64_t>(ref.size())) {
-    return ::testing::AssertionFailure() << "size " << out.numel() << " vs " << ref.size();
-  }
-  double diff = 0, norm = 0;
-  for (int64_t i = 0; i < out.numel(); ++i) {
-    const double o = Get(out, i);
-    if (std::isnan(o)) return ::testing::AssertionFailure() << "element " << i << " is NaN";
-    diff += (o - ref[i]) * (o - ref[i]);
-    norm += ref[i] * ref[i];
-  }
-  const double error = std::sqrt(diff / (norm > 0 ? norm : 1.0));
-  if (error <= tolerance) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "relative error " << error << " > " << tolerance;
-}
 
 std::vector<int64_t> Unravel(int64_t i, const Shape& shape) {
   std::vector<int64_t> at(shape.size());
@@ -216,10 +149,7 @@ class HalfAttentionTest : public ::testing::TestWithParam<DType> {
   // Values in [lo, hi), stored as `dtype` (so that the references see
   // exactly the kernel's inputs).
   HostTensor Random(DType dtype, Shape shape, double lo = -1.0, double hi = 1.0) {
-    std::uniform_real_distribution<double> unit(lo, hi);
-    HostTensor t({dtype, std::move(shape)});
-    for (int64_t i = 0; i < t.numel(); ++i) Set(t, i, unit(rng_));
-    return t;
+    return half_test::RandomTensor(rng_, dtype, std::move(shape), lo, hi);
   }
   HostTensor RandomMask(Shape shape) {
     std::bernoulli_distribution keep(0.7);
@@ -229,7 +159,7 @@ class HalfAttentionTest : public ::testing::TestWithParam<DType> {
   }
   int64_t Dim(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng_); }
 
-  std::mt19937_64 rng_{Seed() + static_cast<uint64_t>(GetParam())};
+  std::mt19937_64 rng_{half_test::TestSeed("half_attention_kernels_test") + static_cast<uint64_t>(GetParam())};
 };
 
 // lse [batch, padded] (float32) against the reference rows (padding 0).

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "adaptor/cpu/half.h"
+#include "adaptor/cpu/half_test_util.h"
 #include "adaptor/cpu/run_op_test_util.h"
 #include "adaptor/op_registry.h"
 #include "gtest/gtest.h"
@@ -32,73 +33,15 @@
 namespace tandem {
 namespace {
 
-using HostTensor = cpu::TestTensor;
-
-uint64_t Seed() {
-  static const uint64_t seed = [] {
-    uint64_t s = 0;
-    if (const char* env = std::getenv("TANDEM_TEST_SEED")) {
-      s = static_cast<uint64_t>(std::strtoull(env, nullptr, 10));
-    } else {
-      std::random_device device;
-      s = (uint64_t{device()} << 32) ^ device();
-    }
-    std::printf("half_cnn_kernels_test seed: %llu (TANDEM_TEST_SEED=%llu replays)\n",
-                static_cast<unsigned long long>(s), static_cast<unsigned long long>(s));
-    return s;
-  }();
-  return seed;
-}
+using half_test::Get;
+using half_test::HostTensor;
+using half_test::Make;
+using half_test::MakeAttrs;
+using half_test::MustRun;
+using half_test::UnitRoundoff;
+using half_test::Values;
 
 bool IsHalf(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::kFloat16; }
-
-double Get(const HostTensor& t, int64_t i) {
-  const void* p = t.data();
-  switch (t.type.dtype) {
-    case DType::kFloat32: return static_cast<const float*>(p)[i];
-    case DType::kFloat64: return static_cast<const double*>(p)[i];
-    case DType::kInt64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-    case DType::kInt32: return static_cast<const int32_t*>(p)[i];
-    case DType::kBool: return static_cast<const bool*>(p)[i] ? 1.0 : 0.0;
-    case DType::kBFloat16: return BFloat16BitsToFloat(static_cast<const uint16_t*>(p)[i]);
-    case DType::kFloat16: return Float16BitsToFloat(static_cast<const uint16_t*>(p)[i]);
-  }
-  return 0;
-}
-
-// `values` stored as `dtype` (16-bit: rounded as half.h does).
-HostTensor Make(DType dtype, Shape shape, const std::vector<double>& values) {
-  HostTensor t({dtype, std::move(shape)});
-  EXPECT_EQ(static_cast<int64_t>(values.size()), t.type.numel());
-  void* p = t.data();
-  for (size_t i = 0; i < values.size(); ++i) {
-    const double v = values[i];
-    switch (dtype) {
-      case DType::kFloat32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-      case DType::kFloat64: static_cast<double*>(p)[i] = v; break;
-      case DType::kBFloat16: static_cast<uint16_t*>(p)[i] = BFloat16(v).bits; break;
-      case DType::kFloat16: static_cast<uint16_t*>(p)[i] = Float16(v).bits; break;
-      default: ADD_FAILURE() << "Make: unexpected dtype " << DTypeName(dtype); return t;
-    }
-  }
-  return t;
-}
-
-Attrs MakeAttrs(std::initializer_list<std::pair<std::string, AttrValue>> values) {
-  Attrs attrs;
-  for (const auto& [name, value] : values) attrs.Set(name, value);
-  return attrs;
-}
-
-// `op`'s CPU kernel on outputs of the registry's types, poisoned first
-// (0xFF bytes: NaN in every float type); fails the test on an error.
-std::vector<HostTensor> MustRun(const std::string& op, const Attrs& attrs, std::vector<HostTensor> inputs) {
-  auto out = cpu::RunCpuOp(op, attrs, inputs, 0xFF);
-  EXPECT_TRUE(out.ok()) << op << ": " << out.status();
-  return out.ok() ? std::move(*out) : std::vector<HostTensor>{};
-}
-
-double UnitRoundoff(DType dtype) { return dtype == DType::kBFloat16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11); }
 
 // Every element of `out` (of `type`) within one rounding of `ref` (see the
 // file comment): 16-bit floats within (u + 2^-23) relative, float32 within
@@ -137,12 +80,6 @@ double UnitRoundoff(DType dtype) { return dtype == DType::kBFloat16 ? std::ldexp
   return ::testing::AssertionSuccess();
 }
 
-std::vector<double> Values(const HostTensor& t) {
-  std::vector<double> v(static_cast<size_t>(t.numel()));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = Get(t, static_cast<int64_t>(i));
-  return v;
-}
-
 class HalfCnnTest : public ::testing::TestWithParam<DType> {
  protected:
   DType dtype() const { return GetParam(); }
@@ -152,13 +89,10 @@ class HalfCnnTest : public ::testing::TestWithParam<DType> {
   // Values uniform in [lo, hi), stored as `dtype` (so the float64
   // references see exactly the kernel's inputs).
   HostTensor Random(DType dtype, Shape shape, double lo = -1.0, double hi = 1.0) {
-    std::uniform_real_distribution<double> dist(lo, hi);
-    std::vector<double> v(static_cast<size_t>(NumElements(shape)));
-    for (double& x : v) x = dist(rng_);
-    return Make(dtype, std::move(shape), v);
+    return half_test::RandomTensor(rng_, dtype, std::move(shape), lo, hi);
   }
 
-  std::mt19937_64 rng_{Seed() + static_cast<uint64_t>(GetParam())};
+  std::mt19937_64 rng_{half_test::TestSeed("half_cnn_kernels_test") + static_cast<uint64_t>(GetParam())};
 };
 
 // ---- convolution ----
@@ -189,17 +123,18 @@ int64_t TapAt(int64_t o, int64_t t, int64_t stride, int64_t pad, int64_t dilatio
   return o * stride - pad + t * dilation;
 }
 
-// y = conv(x, w) + bias in float64 (bias may be null).
-std::vector<double> ConvForwardRef(const ConvCase& k, const ConvDims& d, const HostTensor& x, const HostTensor& w,
-                                   const HostTensor* bias) {
+// Calls visit(y_index, w_index, x_index) for every product term w * x of
+// the convolution, in order (output elements in turn, each one's terms by
+// input channel, then tap row and column), skipping taps in the padding.
+template <typename Visit>
+void ForEachConvTerm(const ConvCase& k, const ConvDims& d, Visit visit) {
   const int64_t cg = d.c / k.groups, og = d.o / k.groups;
-  std::vector<double> y(static_cast<size_t>(d.n * d.o * d.oh * d.ow));
   for (int64_t n = 0; n < d.n; ++n) {
     for (int64_t o = 0; o < d.o; ++o) {
       const int64_t group = o / og;
       for (int64_t oy = 0; oy < d.oh; ++oy) {
         for (int64_t ox = 0; ox < d.ow; ++ox) {
-          double sum = bias != nullptr ? Get(*bias, o) : 0.0;
+          const int64_t yi = ((n * d.o + o) * d.oh + oy) * d.ow + ox;
           for (int64_t ci = 0; ci < cg; ++ci) {
             const int64_t c = group * cg + ci;
             for (int64_t i = 0; i < d.kh; ++i) {
@@ -208,15 +143,26 @@ std::vector<double> ConvForwardRef(const ConvCase& k, const ConvDims& d, const H
               for (int64_t j = 0; j < d.kw; ++j) {
                 const int64_t ix = TapAt(ox, j, k.stride[1], k.padding[1], k.dilation[1]);
                 if (ix < 0 || ix >= d.w) continue;
-                sum += Get(w, ((o * cg + ci) * d.kh + i) * d.kw + j) * Get(x, ((n * d.c + c) * d.h + iy) * d.w + ix);
+                visit(yi, ((o * cg + ci) * d.kh + i) * d.kw + j, ((n * d.c + c) * d.h + iy) * d.w + ix);
               }
             }
           }
-          y[static_cast<size_t>(((n * d.o + o) * d.oh + oy) * d.ow + ox)] = sum;
         }
       }
     }
   }
+}
+
+// y = conv(x, w) + bias in float64 (bias may be null).
+std::vector<double> ConvForwardRef(const ConvCase& k, const ConvDims& d, const HostTensor& x, const HostTensor& w,
+                                   const HostTensor* bias) {
+  std::vector<double> y(static_cast<size_t>(d.n * d.o * d.oh * d.ow), 0.0);
+  if (bias != nullptr) {
+    for (size_t yi = 0; yi < y.size(); ++yi) y[yi] = Get(*bias, static_cast<int64_t>(yi) / (d.oh * d.ow) % d.o);
+  }
+  ForEachConvTerm(k, d, [&](int64_t yi, int64_t wi, int64_t xi) {
+    y[static_cast<size_t>(yi)] += Get(w, wi) * Get(x, xi);
+  });
   return y;
 }
 
@@ -227,37 +173,16 @@ struct ConvGrads {
 // The three gradients of a convolution from grad_output `gy`, in float64.
 ConvGrads ConvBackwardRef(const ConvCase& k, const ConvDims& d, const HostTensor& gy, const HostTensor& x,
                           const HostTensor& w) {
-  const int64_t cg = d.c / k.groups, og = d.o / k.groups;
   ConvGrads g;
   g.input.assign(static_cast<size_t>(d.n * d.c * d.h * d.w), 0.0);
-  g.weight.assign(static_cast<size_t>(d.o * cg * d.kh * d.kw), 0.0);
+  g.weight.assign(static_cast<size_t>(d.o * (d.c / k.groups) * d.kh * d.kw), 0.0);
   g.bias.assign(static_cast<size_t>(d.o), 0.0);
-  for (int64_t n = 0; n < d.n; ++n) {
-    for (int64_t o = 0; o < d.o; ++o) {
-      const int64_t group = o / og;
-      for (int64_t oy = 0; oy < d.oh; ++oy) {
-        for (int64_t ox = 0; ox < d.ow; ++ox) {
-          const double dy = Get(gy, ((n * d.o + o) * d.oh + oy) * d.ow + ox);
-          g.bias[static_cast<size_t>(o)] += dy;
-          for (int64_t ci = 0; ci < cg; ++ci) {
-            const int64_t c = group * cg + ci;
-            for (int64_t i = 0; i < d.kh; ++i) {
-              const int64_t iy = TapAt(oy, i, k.stride[0], k.padding[0], k.dilation[0]);
-              if (iy < 0 || iy >= d.h) continue;
-              for (int64_t j = 0; j < d.kw; ++j) {
-                const int64_t ix = TapAt(ox, j, k.stride[1], k.padding[1], k.dilation[1]);
-                if (ix < 0 || ix >= d.w) continue;
-                const int64_t wi = ((o * cg + ci) * d.kh + i) * d.kw + j;
-                const int64_t xi = ((n * d.c + c) * d.h + iy) * d.w + ix;
-                g.input[static_cast<size_t>(xi)] += Get(w, wi) * dy;
-                g.weight[static_cast<size_t>(wi)] += Get(x, xi) * dy;
-              }
-            }
-          }
-        }
-      }
-    }
-  }
+  for (int64_t yi = 0; yi < gy.numel(); ++yi) g.bias[static_cast<size_t>(yi / (d.oh * d.ow) % d.o)] += Get(gy, yi);
+  ForEachConvTerm(k, d, [&](int64_t yi, int64_t wi, int64_t xi) {
+    const double dy = Get(gy, yi);
+    g.input[static_cast<size_t>(xi)] += Get(w, wi) * dy;
+    g.weight[static_cast<size_t>(wi)] += Get(x, xi) * dy;
+  });
   return g;
 }
 

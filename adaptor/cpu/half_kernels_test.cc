@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "adaptor/cpu/cpu_kernels.h"
+#include "adaptor/cpu/half_test_util.h"
 #include "adaptor/cpu/run_op_test_util.h"
 #include "adaptor/op_registry.h"
 #include "base/status_macros.h"
@@ -105,53 +106,15 @@ TEST(HalfConversion, DoublesAndIntegersGoThroughFloat) {
 
 // ---- kernels ----
 
-using HostTensor = cpu::TestTensor;
-
-double Get(const HostTensor& t, int64_t i) {
-  const void* p = t.data();
-  switch (t.type.dtype) {
-    case DType::kFloat32: return static_cast<const float*>(p)[i];
-    case DType::kFloat64: return static_cast<const double*>(p)[i];
-    case DType::kInt64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-    case DType::kInt32: return static_cast<const int32_t*>(p)[i];
-    case DType::kBool: return static_cast<const bool*>(p)[i] ? 1.0 : 0.0;
-    case DType::kBFloat16: return BFloat16BitsToFloat(static_cast<const uint16_t*>(p)[i]);
-    case DType::kFloat16: return Float16BitsToFloat(static_cast<const uint16_t*>(p)[i]);
-  }
-  return 0;
-}
-
-std::vector<double> Values(const HostTensor& t) {
-  std::vector<double> v(static_cast<size_t>(t.type.numel()));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = Get(t, static_cast<int64_t>(i));
-  return v;
-}
-
-// `values` stored as `dtype` (16-bit: rounded as half.h does).
-HostTensor Make(DType dtype, Shape shape, const std::vector<double>& values) {
-  HostTensor t({dtype, std::move(shape)});
-  EXPECT_EQ(static_cast<int64_t>(values.size()), t.type.numel());
-  for (size_t i = 0; i < values.size(); ++i) {
-    void* p = t.data();
-    const double v = values[i];
-    switch (dtype) {
-      case DType::kFloat32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-      case DType::kFloat64: static_cast<double*>(p)[i] = v; break;
-      case DType::kInt64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
-      case DType::kInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
-      case DType::kBool: static_cast<bool*>(p)[i] = v != 0; break;
-      case DType::kBFloat16: static_cast<uint16_t*>(p)[i] = BFloat16(v).bits; break;
-      case DType::kFloat16: static_cast<uint16_t*>(p)[i] = Float16(v).bits; break;
-    }
-  }
-  return t;
-}
-
-Attrs MakeAttrs(std::initializer_list<std::pair<std::string, AttrValue>> values) {
-  Attrs attrs;
-  for (const auto& [name, value] : values) attrs.Set(name, value);
-  return attrs;
-}
+using half_test::Close;
+using half_test::Get;
+using half_test::HostTensor;
+using half_test::Make;
+using half_test::MakeAttrs;
+using half_test::MustRun;
+using half_test::Tolerance;
+using half_test::UnitRoundoff;
+using half_test::Values;
 
 // Runs `op`'s CPU kernel with outputs of the registry's types, poisoned
 // first (0xFF bytes: NaN in every float type).
@@ -160,42 +123,12 @@ absl::StatusOr<std::vector<HostTensor>> RunOp(const std::string& op, const Attrs
   return cpu::RunCpuOp(op, attrs, inputs, 0xFF);
 }
 
-std::vector<HostTensor> MustRun(const std::string& op, const Attrs& attrs, std::vector<HostTensor> inputs) {
-  auto out = RunOp(op, attrs, std::move(inputs));
-  EXPECT_TRUE(out.ok()) << op << ": " << out.status();
-  return out.ok() ? std::move(*out) : std::vector<HostTensor>{};
-}
-
-double UnitRoundoff(DType dtype) { return dtype == DType::kBFloat16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11); }
-
-double Tolerance(DType dtype, int64_t sum_length) {
-  return 2 * UnitRoundoff(dtype) + 4.0 * static_cast<double>(sum_length) * std::ldexp(1.0, -24);
-}
-
-// ||out - ref|| / ||ref||; NaN never passes.
-::testing::AssertionResult Close(const HostTensor& out, const std::vector<double>& ref, double tolerance) {
-  const std::vector<double> o = Values(out);
-  if (o.size() != ref.size()) return ::testing::AssertionFailure() << "size " << o.size() << " vs " << ref.size();
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < o.size(); ++i) {
-    if (std::isnan(o[i])) return ::testing::AssertionFailure() << "element " << i << " is NaN";
-    diff += (o[i] - ref[i]) * (o[i] - ref[i]);
-    norm += ref[i] * ref[i];
-  }
-  const double error = std::sqrt(diff / (norm > 0 ? norm : 1.0));
-  if (error <= tolerance) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "relative error " << error << " > " << tolerance;
-}
-
 class HalfKernelTest : public ::testing::TestWithParam<DType> {
  protected:
   // Values in [-1, 1), stored as `dtype` (so the float64 references below
   // see exactly the kernel's inputs).
   HostTensor Random(DType dtype, Shape shape) {
-    std::uniform_real_distribution<double> unit(-1.0, 1.0);
-    std::vector<double> v(static_cast<size_t>(NumElements(shape)));
-    for (double& x : v) x = unit(rng_);
-    return Make(dtype, std::move(shape), v);
+    return half_test::RandomTensor(rng_, dtype, std::move(shape), -1.0, 1.0);
   }
   std::mt19937_64 rng_{20240607};
 };

@@ -1,11 +1,11 @@
 // The CPU kernels of the fused LSTM layer (lstm, lstm_backward) in bfloat16
-// and float16 against a float64 LSTM written here (its state kept in
-// float64 from the same 16-bit inputs, its gradients by backpropagation
-// through time), on fresh random data every run (the seed is printed;
-// TANDEM_TEST_SEED replays one), for both layers of the reference language
-// model scaled down (layer 0: I = the embedding width; layer 1: I = H, fed
-// layer 0's 16-bit output), a single step, and the reference sequence
-// length (T = 35). Outputs are poisoned (0xFF bytes: NaN) before each run,
+// and float16 against a float64 LSTM (sequence_test_util.h's ReferenceLstm:
+// its state kept in float64 from the same 16-bit inputs; its gradients by
+// backpropagation through time, written here), on fresh random data every
+// run (the seed is printed; TANDEM_TEST_SEED replays one), for both
+// layers of the reference language model scaled down (layer 0: I = the
+// embedding width; layer 1: I = H, fed layer 0's 16-bit output), a single
+// step, and the reference sequence length (T = 35). Outputs are poisoned (0xFF bytes: NaN) before each run,
 // and NaN never passes. The float64 reference is itself checked against the
 // float32 kernel (whose gradients recurrent_kernels_test checks against
 // finite differences), so that a slip in it cannot hide one in the kernel.
@@ -31,150 +31,42 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "adaptor/cpu/half.h"
+#include "adaptor/cpu/half_test_util.h"
 #include "adaptor/cpu/run_op_test_util.h"
+#include "adaptor/cpu/sequence_test_util.h"
 #include "adaptor/op_registry.h"
 #include "gtest/gtest.h"
 
 namespace tandem {
 namespace {
 
-using HostTensor = cpu::TestTensor;
-
-uint64_t Seed() {
-  static const uint64_t seed = [] {
-    const char* env = std::getenv("TANDEM_TEST_SEED");
-    const uint64_t s = env != nullptr ? std::strtoull(env, nullptr, 10) : std::random_device{}();
-    std::printf("half_recurrent_kernels_test seed %llu (TANDEM_TEST_SEED replays it)\n",
-                static_cast<unsigned long long>(s));
-    return s;
-  }();
-  return seed;
-}
-
-double Get(const HostTensor& t, int64_t i) {
-  const void* p = t.data();
-  switch (t.type.dtype) {
-    case DType::kFloat32: return static_cast<const float*>(p)[i];
-    case DType::kBFloat16: return BFloat16BitsToFloat(static_cast<const uint16_t*>(p)[i]);
-    case DType::kFloat16: return Float16BitsToFloat(static_cast<const uint16_t*>(p)[i]);
-    default: break;
-  }
-  ADD_FAILURE() << "unexpected dtype " << DTypeName(t.type.dtype);
-  return 0;
-}
+using half_test::Close;
+using half_test::Get;
+using half_test::HostTensor;
+using half_test::Make;
+using half_test::MustRun;
+using half_test::UnitRoundoff;
+using half_test::Values;
+using seq_test::ReferenceLstm;
+using Dims = seq_test::LstmDims;
+using Params = seq_test::LstmParams;
+using Forward = seq_test::LstmOutputs;
 
 uint16_t Bits(const HostTensor& t, int64_t i) { return static_cast<const uint16_t*>(t.data())[i]; }
-
-std::vector<double> Values(const HostTensor& t) {
-  std::vector<double> v(static_cast<size_t>(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) v[i] = Get(t, i);
-  return v;
-}
 
 // `value` rounded to the 16-bit `dtype` (through float, as half.h rounds).
 uint16_t RoundedBits(DType dtype, double value) {
   return dtype == DType::kBFloat16 ? BFloat16(value).bits : Float16(value).bits;
 }
 
-// A tensor of `dtype` holding `values` (rounded to it).
-HostTensor Make(DType dtype, Shape shape, const std::vector<double>& values) {
-  HostTensor t({dtype, std::move(shape)});
-  EXPECT_EQ(static_cast<int64_t>(values.size()), t.numel());
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    if (dtype == DType::kFloat32) {
-      static_cast<float*>(t.data())[i] = static_cast<float>(values[i]);
-    } else {
-      static_cast<uint16_t*>(t.data())[i] = RoundedBits(dtype, values[i]);
-    }
-  }
-  return t;
-}
-
-std::vector<HostTensor> MustRun(const std::string& op, std::vector<HostTensor> inputs) {
-  auto out = cpu::RunCpuOp(op, Attrs{}, inputs, 0xFF);
-  EXPECT_TRUE(out.ok()) << op << ": " << out.status();
-  return out.ok() ? std::move(*out) : std::vector<HostTensor>{};
-}
-
-double UnitRoundoff(DType dtype) { return dtype == DType::kBFloat16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11); }
-
-// ||out - ref|| / ||ref|| within `tolerance`; a NaN in `out` fails (and so
-// does an element the kernel left poisoned).
-::testing::AssertionResult Close(const std::vector<double>& out, const std::vector<double>& ref, double tolerance) {
-  if (out.size() != ref.size()) return ::testing::AssertionFailure() << "size " << out.size() << " vs " << ref.size();
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (std::isnan(out[i])) return ::testing::AssertionFailure() << "element " << i << " is NaN";
-    diff += (out[i] - ref[i]) * (out[i] - ref[i]);
-    norm += ref[i] * ref[i];
-  }
-  const double error = std::sqrt(diff / (norm > 0 ? norm : 1.0));
-  if (error <= tolerance) return ::testing::AssertionSuccess() << "relative error " << error;
-  return ::testing::AssertionFailure() << "relative error " << error << " > " << tolerance;
-}
-
-struct Dims {
-  int64_t t, b, i, h;
-  std::string ToString() const { return absl::StrCat("T=", t, " B=", b, " I=", i, " H=", h); }
-};
-
-// The layer's inputs as float64 values (exactly the kernel's 16-bit ones).
-struct Params {
-  std::vector<double> x, h0, c0, w_ih, w_hh, b_ih, b_hh;
-};
-
 Params ParamsOf(const std::vector<HostTensor>& in) {
   return {Values(in[0]), Values(in[1]), Values(in[2]), Values(in[3]), Values(in[4]), Values(in[5]), Values(in[6])};
 }
 
-struct Forward {
-  std::vector<double> y, h_n, c_n, saved;  // as lstm's outputs
-};
-
 struct Backward {
   std::vector<double> grad_x, grad_h0, grad_c0, grad_w_ih, grad_w_hh, grad_b, grad_gates;
 };
-
-double Sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
-
-// One LSTM layer in float64, gate order i, f, g, o.
-Forward ReferenceForward(const Dims& d, const Params& p) {
-  const int64_t H = d.h, G = 4 * d.h;
-  Forward out;
-  out.y.assign(d.t * d.b * H, 0.0);
-  out.saved.assign(d.t * d.b * 5 * H, 0.0);
-  std::vector<double> h = p.h0, c = p.c0;
-  for (int64_t t = 0; t < d.t; ++t) {
-    std::vector<double> h_next(d.b * H), c_next(d.b * H);
-    for (int64_t n = 0; n < d.b; ++n) {
-      std::vector<double> a(G);
-      for (int64_t r = 0; r < G; ++r) {
-        double v = p.b_ih[r] + p.b_hh[r];
-        for (int64_t k = 0; k < d.i; ++k) v += p.w_ih[r * d.i + k] * p.x[(t * d.b + n) * d.i + k];
-        for (int64_t k = 0; k < H; ++k) v += p.w_hh[r * H + k] * h[n * H + k];
-        a[r] = v;
-      }
-      double* s = &out.saved[(t * d.b + n) * 5 * H];
-      for (int64_t k = 0; k < H; ++k) {
-        s[k] = Sigmoid(a[k]);
-        s[H + k] = Sigmoid(a[H + k]);
-        s[2 * H + k] = std::tanh(a[2 * H + k]);
-        s[3 * H + k] = Sigmoid(a[3 * H + k]);
-        c_next[n * H + k] = s[H + k] * c[n * H + k] + s[k] * s[2 * H + k];
-        s[4 * H + k] = c_next[n * H + k];
-        h_next[n * H + k] = s[3 * H + k] * std::tanh(c_next[n * H + k]);
-        out.y[(t * d.b + n) * H + k] = h_next[n * H + k];
-      }
-    }
-    h = h_next;
-    c = c_next;
-  }
-  out.h_n = h;
-  out.c_n = c;
-  return out;
-}
 
 // Backpropagation through time of the float64 layer, from its own forward.
 Backward ReferenceBackward(const Dims& d, const Params& p, const Forward& f, const std::vector<double>& grad_y,
@@ -234,10 +126,7 @@ class HalfRecurrentKernelTest : public ::testing::TestWithParam<DType> {
 
   // Values uniform in [-scale, scale), stored as `dtype`.
   HostTensor Random(DType dtype, Shape shape, double scale) {
-    std::uniform_real_distribution<double> unit(-scale, scale);
-    std::vector<double> v(static_cast<size_t>(NumElements(shape)));
-    for (double& x : v) x = unit(rng_);
-    return Make(dtype, std::move(shape), v);
+    return half_test::RandomTensor(rng_, dtype, std::move(shape), -scale, scale);
   }
 
   // x, h0, c0, w_ih, w_hh, b_ih, b_hh; weights scaled by 1/sqrt(I + H) (as
@@ -262,13 +151,13 @@ class HalfRecurrentKernelTest : public ::testing::TestWithParam<DType> {
   // lstm in `dtype` against the float64 reference; returns its outputs.
   std::vector<HostTensor> CheckForward(const Dims& d, const std::vector<HostTensor>& in) {
     SCOPED_TRACE(d.ToString());
-    const std::vector<HostTensor> out = MustRun("lstm", in);
+    const std::vector<HostTensor> out = MustRun("lstm", {}, in);
     if (out.size() != 4) {
       ADD_FAILURE() << "lstm gave " << out.size() << " outputs";
       return out;
     }
     for (const HostTensor& t : out) EXPECT_EQ(t.type.dtype, dtype());
-    const Forward ref = ReferenceForward(d, ParamsOf(in));
+    const Forward ref = ReferenceLstm(d, ParamsOf(in));
     const double tolerance = 3 * u();
     EXPECT_TRUE(Close(Values(out[0]), ref.y, tolerance)) << "y";
     EXPECT_TRUE(Close(Values(out[1]), ref.h_n, tolerance)) << "h_n";
@@ -293,12 +182,12 @@ class HalfRecurrentKernelTest : public ::testing::TestWithParam<DType> {
     const HostTensor grad_h_n = Random(dtype(), {d.b, d.h}, 1.0);
     const HostTensor grad_c_n = Random(dtype(), {d.b, d.h}, 1.0);
     const std::vector<HostTensor> grads =
-        MustRun("lstm_backward", {grad_y, grad_h_n, grad_c_n, in[0], in[1], in[2], in[3], in[4], fwd[0], fwd[3]});
+        MustRun("lstm_backward", {}, {grad_y, grad_h_n, grad_c_n, in[0], in[1], in[2], in[3], in[4], fwd[0], fwd[3]});
     ASSERT_EQ(grads.size(), 7u);
     for (const HostTensor& t : grads) EXPECT_EQ(t.type.dtype, dtype());
     const Params p = ParamsOf(in);
     const Backward ref =
-        ReferenceBackward(d, p, ReferenceForward(d, p), Values(grad_y), Values(grad_h_n), Values(grad_c_n));
+        ReferenceBackward(d, p, ReferenceLstm(d, p), Values(grad_y), Values(grad_h_n), Values(grad_c_n));
     const double tolerance = 10 * u();
     const std::vector<double>* expected[] = {&ref.grad_x,    &ref.grad_h0, &ref.grad_c0,   &ref.grad_w_ih,
                                              &ref.grad_w_hh, &ref.grad_b,  &ref.grad_gates};
@@ -326,7 +215,7 @@ class HalfRecurrentKernelTest : public ::testing::TestWithParam<DType> {
     }
   }
 
-  std::mt19937_64 rng_{Seed()};
+  std::mt19937_64 rng_{half_test::TestSeed("half_recurrent_kernels_test")};
 };
 
 TEST_P(HalfRecurrentKernelTest, LanguageModelLayersForwardAndBackward) {
@@ -364,17 +253,17 @@ TEST_P(HalfRecurrentKernelTest, ReferenceAgreesWithTheFloat32Kernel) {
   const std::vector<HostTensor> in = ForwardInputs(dtype(), d);
   std::vector<HostTensor> in32;
   for (const HostTensor& t : in) in32.push_back(Make(DType::kFloat32, t.type.shape, Values(t)));
-  const std::vector<HostTensor> fwd = MustRun("lstm", in32);
+  const std::vector<HostTensor> fwd = MustRun("lstm", {}, in32);
   ASSERT_EQ(fwd.size(), 4u);
   const Params p = ParamsOf(in32);
-  const Forward ref = ReferenceForward(d, p);
+  const Forward ref = ReferenceLstm(d, p);
   EXPECT_TRUE(Close(Values(fwd[0]), ref.y, 1e-6)) << "y";
   EXPECT_TRUE(Close(Values(fwd[3]), ref.saved, 1e-6)) << "saved";
   const HostTensor grad_y = Random(DType::kFloat32, {d.t, d.b, d.h}, 1.0);
   const HostTensor grad_h_n = Random(DType::kFloat32, {d.b, d.h}, 1.0);
   const HostTensor grad_c_n = Random(DType::kFloat32, {d.b, d.h}, 1.0);
   const std::vector<HostTensor> grads = MustRun(
-      "lstm_backward", {grad_y, grad_h_n, grad_c_n, in32[0], in32[1], in32[2], in32[3], in32[4], fwd[0], fwd[3]});
+      "lstm_backward", {}, {grad_y, grad_h_n, grad_c_n, in32[0], in32[1], in32[2], in32[3], in32[4], fwd[0], fwd[3]});
   ASSERT_EQ(grads.size(), 7u);
   const Backward g = ReferenceBackward(d, p, ref, Values(grad_y), Values(grad_h_n), Values(grad_c_n));
   const std::vector<double>* expected[] = {&g.grad_x,    &g.grad_h0, &g.grad_c0,   &g.grad_w_ih,

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "adaptor/cpu/half.h"
+#include "adaptor/cpu/half_test_util.h"
 #include "adaptor/cpu/run_op_test_util.h"
 #include "adaptor/ops/fused_program.h"
 #include "gtest/gtest.h"
@@ -26,17 +27,8 @@ namespace tandem {
 namespace {
 
 using cpu::TestTensor;
-
-uint64_t Seed() {
-  static const uint64_t seed = [] {
-    const char* fixed = std::getenv("TANDEM_TEST_SEED");
-    const uint64_t s = fixed != nullptr ? std::strtoull(fixed, nullptr, 10) : std::random_device{}();
-    std::printf("half_update_kernels_test seed: %llu (TANDEM_TEST_SEED replays it)\n",
-                static_cast<unsigned long long>(s));
-    return s;
-  }();
-  return seed;
-}
+using half_test::MakeAttrs;
+using half_test::MustRun;
 
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 const float kInf = std::numeric_limits<float>::infinity();
@@ -82,21 +74,6 @@ TestTensor Make(DType dtype, Shape shape, const std::vector<float>& values) {
   return t;
 }
 
-Attrs MakeAttrs(std::initializer_list<std::pair<std::string, AttrValue>> values) {
-  Attrs attrs;
-  for (const auto& [name, value] : values) attrs.Set(name, value);
-  return attrs;
-}
-
-// Runs `op`'s CPU kernel on outputs poisoned with 0xFF bytes (NaN in every
-// float type); fails the test on an error.
-std::vector<TestTensor> RunOp(const std::string& op, const Attrs& attrs, std::vector<TestTensor> inputs,
-                            bool in_place = false) {
-  auto out = cpu::RunCpuOp(op, attrs, inputs, 0xFF, in_place);
-  EXPECT_TRUE(out.ok()) << op << ": " << out.status();
-  return out.ok() ? std::move(*out) : std::vector<TestTensor>{};
-}
-
 // `out` equals `expected` (float values, rounded to out's 16-bit dtype
 // here) bit for bit; a NaN expectation needs a NaN.
 ::testing::AssertionResult SameAsRounded(const TestTensor& out, const std::vector<float>& expected) {
@@ -138,13 +115,13 @@ class HalfUpdateKernelTest : public ::testing::TestWithParam<DType> {
     }
   }
 
-  std::mt19937_64 rng_{Seed()};
+  std::mt19937_64 rng_{half_test::TestSeed("half_update_kernels_test")};
 };
 
 TEST_P(HalfUpdateKernelTest, SqrtRoundsTheFloatRootOnce) {
   TestTensor x = Random(dtype(), {300}, 0.0f, 100.0f);
   Sprinkle(x, {0.0f, -0.0f, kInf, -1.0f, kNaN, 1e-30f});
-  std::vector<TestTensor> out = RunOp("sqrt", {}, {x});
+  std::vector<TestTensor> out = MustRun("sqrt", {}, {x});
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].type, x.type);
   std::vector<float> expected(300);
@@ -152,7 +129,7 @@ TEST_P(HalfUpdateKernelTest, SqrtRoundsTheFloatRootOnce) {
   EXPECT_TRUE(SameAsRounded(out[0], expected));
   EXPECT_TRUE(std::isnan(At(out[0], 21))) << "sqrt(-1)";
   // In place (the planner may give sqrt's output its input's buffer).
-  std::vector<TestTensor> in_place = RunOp("sqrt", {}, {x}, /*in_place=*/true);
+  std::vector<TestTensor> in_place = MustRun("sqrt", {}, {x}, /*in_place=*/true);
   ASSERT_EQ(in_place.size(), 1u);
   EXPECT_TRUE(SameAsRounded(in_place[0], expected));
 }
@@ -166,7 +143,7 @@ TEST_P(HalfUpdateKernelTest, MaximumAndMinimumPropagateNaNAndBroadcast) {
   for (const char* op : {"maximum", "minimum"}) {
     SCOPED_TRACE(op);
     const bool max = std::string(op) == "maximum";
-    std::vector<TestTensor> out = RunOp(op, {}, {x, y});
+    std::vector<TestTensor> out = MustRun(op, {}, {x, y});
     ASSERT_EQ(out.size(), 1u);
     ASSERT_EQ(out[0].type, (TensorType{dtype(), {rows, cols}}));
     std::vector<float> expected(rows * cols);
@@ -178,7 +155,7 @@ TEST_P(HalfUpdateKernelTest, MaximumAndMinimumPropagateNaNAndBroadcast) {
     EXPECT_TRUE(std::isnan(At(out[0], 7))) << "a NaN in the broadcast operand wins";
     // A float32 rank-0 operand is rounded to the 16-bit type first.
     const float s = 0.3f;
-    std::vector<TestTensor> scalar = RunOp(op, {}, {x, Make(DType::kFloat32, {}, {s})});
+    std::vector<TestTensor> scalar = MustRun(op, {}, {x, Make(DType::kFloat32, {}, {s})});
     ASSERT_EQ(scalar.size(), 1u);
     ASSERT_EQ(scalar[0].type.dtype, dtype());
     for (int64_t i = 0; i < rows * cols; ++i) {
@@ -206,7 +183,7 @@ TEST_P(HalfUpdateKernelTest, ClampRoundsItsBoundsAndKeepsNaN) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
-    std::vector<TestTensor> out = RunOp("clamp", c.attrs, {x});
+    std::vector<TestTensor> out = MustRun("clamp", c.attrs, {x});
     ASSERT_EQ(out.size(), 1u);
     const float lo = Round(dtype(), c.min), hi = Round(dtype(), c.max);
     std::vector<float> expected(200);
@@ -236,7 +213,7 @@ TEST_P(HalfUpdateKernelTest, AddcmulAndAddcdivComputeInFloat) {
   for (bool div : {false, true}) {
     SCOPED_TRACE(div ? "addcdiv" : "addcmul");
     const std::string op = div ? "addcdiv" : "addcmul";
-    std::vector<TestTensor> out = RunOp(op, MakeAttrs({{"value", value}}), {self, t1, t2});
+    std::vector<TestTensor> out = MustRun(op, MakeAttrs({{"value", value}}), {self, t1, t2});
     ASSERT_EQ(out.size(), 1u);
     ASSERT_EQ(out[0].type, (TensorType{dtype(), {rows, cols}}));
     std::vector<float> expected(rows * cols), with_rounded_value(rows * cols);
@@ -250,12 +227,12 @@ TEST_P(HalfUpdateKernelTest, AddcmulAndAddcdivComputeInFloat) {
     // The test tells the two readings of `value` apart.
     EXPECT_FALSE(SameAsRounded(out[0], with_rounded_value));
     // In place, and with a float32 rank-0 tensor1 (rounded to 16 bits).
-    std::vector<TestTensor> in_place = RunOp(op, MakeAttrs({{"value", value}}), {self, t1, t2}, true);
+    std::vector<TestTensor> in_place = MustRun(op, MakeAttrs({{"value", value}}), {self, t1, t2}, true);
     ASSERT_EQ(in_place.size(), 1u);
     EXPECT_TRUE(SameAsRounded(in_place[0], expected));
     const float s1 = 1.2345f;
     std::vector<TestTensor> scalar =
-        RunOp(op, MakeAttrs({{"value", value}}), {self, Make(DType::kFloat32, {}, {s1}), t2});
+        MustRun(op, MakeAttrs({{"value", value}}), {self, Make(DType::kFloat32, {}, {s1}), t2});
     ASSERT_EQ(scalar.size(), 1u);
     for (int64_t i = 0; i < rows * cols; ++i) {
       const float s = At(self, i), a = Round(dtype(), s1), b = At(t2, i / cols);
@@ -305,28 +282,28 @@ TEST_P(HalfUpdateKernelTest, ComparisonsCompareThe16BitValues) {
       if (op == "gt") return a > b;
       return a >= b;
     };
-    std::vector<TestTensor> out = RunOp(op + ".Tensor", {}, {x, y});
+    std::vector<TestTensor> out = MustRun(op + ".Tensor", {}, {x, y});
     ASSERT_EQ(out.size(), 1u);
     EXPECT_TRUE(check(out[0], [&](int64_t i) { return cmp(At(x, i), At(y, i % cols)); }));
-    out = RunOp(op + ".Tensor", {}, {x, Make(DType::kFloat32, {}, {0.1f})});
+    out = MustRun(op + ".Tensor", {}, {x, Make(DType::kFloat32, {}, {0.1f})});
     ASSERT_EQ(out.size(), 1u);
     EXPECT_TRUE(check(out[0], [&](int64_t i) { return cmp(At(x, i), tenth); }));
-    out = RunOp(op + ".Scalar", MakeAttrs({{"other", 0.1}}), {x});
+    out = MustRun(op + ".Scalar", MakeAttrs({{"other", 0.1}}), {x});
     ASSERT_EQ(out.size(), 1u);
     EXPECT_TRUE(check(out[0], [&](int64_t i) { return cmp(At(x, i), tenth); }));
   }
   // A float32 tensor against a 16-bit rank-0 operand compares in float32,
   // reading the 16-bit value exactly (0.1f itself is not 0.1's 16-bit value).
   TestTensor f = Make(DType::kFloat32, {rows, cols}, xv);
-  std::vector<TestTensor> out = RunOp("eq.Tensor", {}, {f, Make(dtype(), {}, {0.5f})});
+  std::vector<TestTensor> out = MustRun("eq.Tensor", {}, {f, Make(dtype(), {}, {0.5f})});
   ASSERT_EQ(out.size(), 1u);
   EXPECT_TRUE(check(out[0], [&](int64_t i) { return At(f, i) == 0.5f; }));
   // 0.1f lies strictly between 0.1's 16-bit value and the next one on its
   // side, so one of lt and gt tells a float32 comparison from a 16-bit one.
-  out = RunOp("lt.Tensor", {}, {f, Make(dtype(), {}, {0.1f})});
+  out = MustRun("lt.Tensor", {}, {f, Make(dtype(), {}, {0.1f})});
   ASSERT_EQ(out.size(), 1u);
   EXPECT_TRUE(check(out[0], [&](int64_t i) { return At(f, i) < tenth; }));
-  out = RunOp("gt.Tensor", {}, {f, Make(dtype(), {}, {0.1f})});
+  out = MustRun("gt.Tensor", {}, {f, Make(dtype(), {}, {0.1f})});
   ASSERT_EQ(out.size(), 1u);
   EXPECT_TRUE(check(out[0], [&](int64_t i) { return At(f, i) > tenth; }));
 }
@@ -340,7 +317,7 @@ TEST_P(HalfUpdateKernelTest, WhereSelectsAndRoundsOnlyOtherDTypes) {
   std::bernoulli_distribution coin(0.5);
   for (float& c : cv) c = coin(rng_) ? 1.0f : 0.0f;
   TestTensor cond = Make(DType::kBool, {rows, cols}, cv);
-  std::vector<TestTensor> out = RunOp("where.self", {}, {cond, x, y});
+  std::vector<TestTensor> out = MustRun("where.self", {}, {cond, x, y});
   ASSERT_EQ(out.size(), 1u);
   ASSERT_EQ(out[0].type, (TensorType{dtype(), {rows, cols}}));
   std::vector<float> expected(rows * cols);
@@ -352,11 +329,11 @@ TEST_P(HalfUpdateKernelTest, WhereSelectsAndRoundsOnlyOtherDTypes) {
   }
   // A float32 rank-0 other is rounded to the 16-bit type; a rank-0 condition
   // broadcasts.
-  out = RunOp("where.self", {}, {cond, x, Make(DType::kFloat32, {}, {1.0e-3f})});
+  out = MustRun("where.self", {}, {cond, x, Make(DType::kFloat32, {}, {1.0e-3f})});
   ASSERT_EQ(out.size(), 1u);
   for (int64_t i = 0; i < rows * cols; ++i) expected[i] = cv[i] != 0.0f ? At(x, i) : Round(dtype(), 1.0e-3f);
   EXPECT_TRUE(SameAsRounded(out[0], expected));
-  out = RunOp("where.self", {}, {Make(DType::kBool, {}, {0.0f}), x, y});
+  out = MustRun("where.self", {}, {Make(DType::kBool, {}, {0.0f}), x, y});
   ASSERT_EQ(out.size(), 1u);
   for (int64_t i = 0; i < rows * cols; ++i) expected[i] = At(y, i % cols);
   EXPECT_TRUE(SameAsRounded(out[0], expected));
@@ -395,12 +372,12 @@ TEST_P(HalfUpdateKernelTest, FusedProgramMatchesTheUnfusedOpsBitForBit) {
   program.Set("consts", std::vector<double>{0.37, 1.7, 0.1, 0.55, 1e-3, 0.9, 3.0});
   program.Set("outputs", std::vector<int64_t>{18, 7, 15});
   const std::vector<TestTensor> inputs = {x, y, z, lr, s, h};
-  std::vector<TestTensor> fused = RunOp(kFusedElementwiseOp, program, inputs);
+  std::vector<TestTensor> fused = MustRun(kFusedElementwiseOp, program, inputs);
   ASSERT_EQ(fused.size(), 3u);
   for (const TestTensor& t : fused) EXPECT_EQ(t.type, (TensorType{dtype(), {n}}));
 
   auto one = [&](const std::string& op, std::vector<TestTensor> in, Attrs attrs = {}) {
-    std::vector<TestTensor> out = RunOp(op, attrs, std::move(in));
+    std::vector<TestTensor> out = MustRun(op, attrs, std::move(in));
     EXPECT_EQ(out.size(), 1u) << op;
     return out.empty() ? TestTensor({dtype(), {n}}) : out[0];
   };

@@ -19,64 +19,9 @@
 namespace tandem::seq_test {
 namespace {
 
-struct Dims {
-  int64_t t, b, i, h;
-  std::string ToString() const { return absl::StrCat("T=", t, " B=", b, " I=", i, " H=", h); }
-};
-
-// The forward's inputs as doubles (the float32 values the kernel sees).
-struct Params {
-  std::vector<double> x, h0, c0, w_ih, w_hh, b_ih, b_hh;
-};
-
-struct Outputs {
-  std::vector<double> y, h_n, c_n, saved;
-};
-
-// One LSTM layer in double. `offset` [T, B, 4H] (may be empty) is added to
-// the gate pre-activations: the derivative of a loss with respect to it is
-// the gradient of the pre-activations.
-Outputs ReferenceLstm(const Dims& d, const Params& p, const std::vector<double>& offset = {}) {
-  const int64_t H = d.h, G = 4 * d.h;
-  Outputs out;
-  out.y.assign(d.t * d.b * H, 0.0);
-  out.saved.assign(d.t * d.b * 5 * H, 0.0);
-  std::vector<double> h = p.h0, c = p.c0;
-  auto sigmoid = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
-  for (int64_t t = 0; t < d.t; ++t) {
-    std::vector<double> h_next(d.b * H), c_next(d.b * H);
-    for (int64_t n = 0; n < d.b; ++n) {
-      std::vector<double> gate(G);
-      for (int64_t r = 0; r < G; ++r) {
-        double v = p.b_ih[r] + p.b_hh[r];
-        for (int64_t k = 0; k < d.i; ++k) v += p.w_ih[r * d.i + k] * p.x[(t * d.b + n) * d.i + k];
-        for (int64_t k = 0; k < H; ++k) v += p.w_hh[r * H + k] * h[n * H + k];
-        if (!offset.empty()) v += offset[(t * d.b + n) * G + r];
-        gate[r] = v;
-      }
-      for (int64_t k = 0; k < H; ++k) {
-        const double in = sigmoid(gate[k]);
-        const double forget = sigmoid(gate[H + k]);
-        const double cell = std::tanh(gate[2 * H + k]);
-        const double output = sigmoid(gate[3 * H + k]);
-        c_next[n * H + k] = forget * c[n * H + k] + in * cell;
-        h_next[n * H + k] = output * std::tanh(c_next[n * H + k]);
-        double* s = &out.saved[(t * d.b + n) * 5 * H];
-        s[k] = in;
-        s[H + k] = forget;
-        s[2 * H + k] = cell;
-        s[3 * H + k] = output;
-        s[4 * H + k] = c_next[n * H + k];
-        out.y[(t * d.b + n) * H + k] = h_next[n * H + k];
-      }
-    }
-    h = h_next;
-    c = c_next;
-  }
-  out.h_n = h;
-  out.c_n = c;
-  return out;
-}
+using Dims = LstmDims;
+using Params = LstmParams;
+using Outputs = LstmOutputs;
 
 class RecurrentKernelTest : public SequenceKernelTest {
  protected:

@@ -1,8 +1,9 @@
 // Helpers of the CPU tests of the LSTM, transformer and Adam/AdamW op
-// families (sequence_kernels_test.cc, sequence_attention_test.cc): host
+// families (sequence_kernels_test.cc, sequence_attention_test.cc,
+// recurrent_kernels_test.cc, half_recurrent_kernels_test.cc): host
 // tensors, running one op through its CPU kernel with poisoned outputs,
-// element comparisons, index arithmetic of their own, and central finite
-// differences. Header-only, test-only; not thread-safe (one test at a time).
+// element comparisons, index arithmetic of their own, central finite
+// differences, and a float64 LSTM layer to check the lstm kernels against. Header-only, test-only; not thread-safe (one test at a time).
 #ifndef TANDEM_ADAPTOR_CPU_SEQUENCE_TEST_UTIL_H_
 #define TANDEM_ADAPTOR_CPU_SEQUENCE_TEST_UTIL_H_
 
@@ -15,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "adaptor/cpu/cpu_kernels.h"
 #include "adaptor/cpu/run_op_test_util.h"
 #include "adaptor/op_registry.h"
@@ -191,6 +193,70 @@ inline std::function<std::vector<double>(const std::vector<Tensor>&)> Forward(co
     std::vector<Tensor> out = MustRun(op, attrs, inputs);
     return out.empty() ? std::vector<double>{} : out[index].Values();
   };
+}
+
+// ---- a float64 LSTM layer ----
+
+struct LstmDims {
+  int64_t t, b, i, h;  // steps, batch, input width, hidden width
+  std::string ToString() const { return absl::StrCat("T=", t, " B=", b, " I=", i, " H=", h); }
+};
+
+// A layer's inputs as doubles: x [T, B, I], h0 and c0 [B, H], w_ih [4H, I],
+// w_hh [4H, H], b_ih and b_hh [4H].
+struct LstmParams {
+  std::vector<double> x, h0, c0, w_ih, w_hh, b_ih, b_hh;
+};
+
+// As the lstm op's outputs: y [T, B, H], h_n and c_n [B, H], saved
+// [T, B, 5H] (the gates i, f, g, o after their activations, then c).
+struct LstmOutputs {
+  std::vector<double> y, h_n, c_n, saved;
+};
+
+// One LSTM layer in double, gate order i, f, g, o. `offset` [T, B, 4H] (may
+// be empty) is added to the gate pre-activations: the derivative of a loss
+// with respect to it is the gradient of the pre-activations.
+inline LstmOutputs ReferenceLstm(const LstmDims& d, const LstmParams& p, const std::vector<double>& offset = {}) {
+  const int64_t H = d.h, G = 4 * d.h;
+  LstmOutputs out;
+  out.y.assign(d.t * d.b * H, 0.0);
+  out.saved.assign(d.t * d.b * 5 * H, 0.0);
+  std::vector<double> h = p.h0, c = p.c0;
+  auto sigmoid = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+  for (int64_t t = 0; t < d.t; ++t) {
+    std::vector<double> h_next(d.b * H), c_next(d.b * H);
+    for (int64_t n = 0; n < d.b; ++n) {
+      std::vector<double> gate(G);
+      for (int64_t r = 0; r < G; ++r) {
+        double v = p.b_ih[r] + p.b_hh[r];
+        for (int64_t k = 0; k < d.i; ++k) v += p.w_ih[r * d.i + k] * p.x[(t * d.b + n) * d.i + k];
+        for (int64_t k = 0; k < H; ++k) v += p.w_hh[r * H + k] * h[n * H + k];
+        if (!offset.empty()) v += offset[(t * d.b + n) * G + r];
+        gate[r] = v;
+      }
+      for (int64_t k = 0; k < H; ++k) {
+        const double in = sigmoid(gate[k]);
+        const double forget = sigmoid(gate[H + k]);
+        const double cell = std::tanh(gate[2 * H + k]);
+        const double output = sigmoid(gate[3 * H + k]);
+        c_next[n * H + k] = forget * c[n * H + k] + in * cell;
+        h_next[n * H + k] = output * std::tanh(c_next[n * H + k]);
+        double* s = &out.saved[(t * d.b + n) * 5 * H];
+        s[k] = in;
+        s[H + k] = forget;
+        s[2 * H + k] = cell;
+        s[3 * H + k] = output;
+        s[4 * H + k] = c_next[n * H + k];
+        out.y[(t * d.b + n) * H + k] = h_next[n * H + k];
+      }
+    }
+    h = h_next;
+    c = c_next;
+  }
+  out.h_n = h;
+  out.c_n = c;
+  return out;
 }
 
 }  // namespace tandem::seq_test

@@ -15,6 +15,7 @@
 #include "adaptor/cuda/cuda_program_options.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/shared_graphs.h"
 
 namespace tandem::gpu_test {
 namespace {
@@ -199,43 +200,8 @@ TEST(CudaCnnKernels, BatchNormTrainingEvalAndBackward) {
 // graph: many cuDNN calls and own kernels captured and replayed together.
 TEST(CudaCnnKernels, ResNetBlockStepCapturesAndReplays) {
   TANDEM_SKIP_WITHOUT_GPU();
-  const DType f = DType::kFloat32;
   GraphMaker g;
-  const int x = g.Feed({f, {2, 3, 64, 64}});
-  const int w1 = g.Feed({f, {16, 3, 7, 7}}, Fill::kSmall);
-  const int w2 = g.Feed({f, {16, 16, 3, 3}}, Fill::kSmall);
-  const int gamma = g.Feed({f, {16}}, Fill::kPositive);
-  const int beta = g.Feed({f, {16}});
-  const int rm = g.Feed({f, {16}});
-  const int rv = g.Feed({f, {16}}, Fill::kPositive);
-  const Attrs stem = MakeAttrs({{"stride", std::vector<int64_t>{2, 2}}, {"padding", std::vector<int64_t>{3, 3}},
-                                {"dilation", std::vector<int64_t>{1, 1}}, {"groups", int64_t{1}}});
-  const Attrs same = MakeAttrs({{"stride", std::vector<int64_t>{1, 1}}, {"padding", std::vector<int64_t>{1, 1}},
-                                {"dilation", std::vector<int64_t>{1, 1}}, {"groups", int64_t{1}}});
-  const Attrs bn = MakeAttrs({{"training", true}, {"momentum", 0.1}, {"eps", 1e-5}});
-  const Attrs pool = MakeAttrs({{"kernel_size", std::vector<int64_t>{3, 3}}, {"stride", std::vector<int64_t>{2, 2}},
-                                {"padding", std::vector<int64_t>{1, 1}}});
-  const int c1 = g.Add1("convolution", {x, w1}, stem);
-  const std::vector<int> n1 = g.Add("_native_batch_norm_legit_functional", {c1, gamma, beta, rm, rv}, bn);
-  const int r1 = g.Add1("relu", {n1[0]});
-  const std::vector<int> p1 = g.Add("max_pool2d_with_indices", {r1}, pool);
-  const int c2 = g.Add1("convolution", {p1[0], w2}, same);
-  const int s = g.Add1("add.Tensor", {c2, p1[0]});
-  const int a = g.Add1("_adaptive_avg_pool2d", {s}, MakeAttrs({{"output_size", std::vector<int64_t>{1, 1}}}));
-  // Backward from d(a) = 1/numel.
-  const int ga = g.Add1("ones_like", {a});
-  const int gs = g.Add1("_adaptive_avg_pool2d_backward", {ga, s});
-  Attrs same_back = same;
-  same_back.Set("output_mask", std::vector<int64_t>{1, 1, 0});
-  const std::vector<int> gc2 = g.Add("convolution_backward", {gs, p1[0], w2}, same_back);
-  const int gp1 = g.Add1("add.Tensor", {gc2[0], gs});
-  const int gr1 = g.Add1("max_pool2d_with_indices_backward", {gp1, r1, p1[1]}, pool);
-  const int gn1 = g.Add1("threshold_backward", {gr1, r1}, MakeAttrs({{"threshold", 0.0}}));
-  const std::vector<int> gbn =
-      g.Add("native_batch_norm_backward", {gn1, c1, gamma, rm, rv, n1[1], n1[2]}, MakeAttrs({{"train", true}, {"eps", 1e-5}}));
-  Attrs stem_back = stem;
-  stem_back.Set("output_mask", std::vector<int64_t>{0, 1, 0});
-  g.Add("convolution_backward", {gbn[0], x, w1}, stem_back);
+  AddResNetBlockStep(g, DType::kFloat32);
   Check(g, kConv32);
 }
 

@@ -27,9 +27,9 @@
 #include <string>
 #include <vector>
 
-#include "adaptor/cuda/blas.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/shared_graphs.h"
 
 namespace tandem::gpu_test {
 namespace {
@@ -119,10 +119,7 @@ TEST_P(CudaHalfRecurrent, SmallLayersWithOddDims) {
 // path.
 TEST_P(CudaHalfRecurrent, SmallLayerThroughClassicCublas) {
   TANDEM_SKIP_WITHOUT_GPU();
-  struct ForceCublas {
-    ForceCublas() { cuda::SetMatmulForceCublasForTesting(true); }
-    ~ForceCublas() { cuda::SetMatmulForceCublasForTesting(false); }
-  } force;
+  ScopedForceCublas force;
   const Dims d{5, 4, 9, 6};
   SCOPED_TRACE(Describe(d));
   Check(ForwardAndBackward(d, Fill::kUniform), [&](const std::string& op) { return FusedTolerance(op); });

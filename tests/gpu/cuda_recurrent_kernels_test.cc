@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "adaptor/cuda/blas.h"
 #include "adaptor/cuda/cuda_program_options.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/shared_graphs.h"
 
 namespace tandem::gpu_test {
 namespace {
@@ -86,10 +86,7 @@ TEST(CudaRecurrentKernels, SmallLayersWithOddDims) {
 // algorithm), whose strided output path differs.
 TEST(CudaRecurrentKernels, SmallLayerThroughClassicCublas) {
   TANDEM_SKIP_WITHOUT_GPU();
-  struct ForceCublas {
-    ForceCublas() { cuda::SetMatmulForceCublasForTesting(true); }
-    ~ForceCublas() { cuda::SetMatmulForceCublasForTesting(false); }
-  } force;
+  ScopedForceCublas force;
   const Dims d{5, 4, 9, 6};
   SCOPED_TRACE(Describe(d));
   Check(ForwardAndBackward(d, Fill::kUniform), kBackward32);

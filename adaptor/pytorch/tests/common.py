@@ -1,5 +1,6 @@
 """Shared helpers of the Python tests: paths, the tiny reference models, comparisons."""
 
+import contextlib
 import copy
 import os
 import sys
@@ -52,6 +53,52 @@ def assert_losses_close(test, losses, ref_losses, rtol):
     for i, (a, e) in enumerate(zip(losses, ref_losses)):
         a = float(a)
         test.assertLessEqual(abs(a - e), rtol * abs(e), f"step {i}: loss {a} through tandemd, {e} in PyTorch")
+
+
+@contextlib.contextmanager
+def fused_lstm_setting(value):
+    """TANDEM_FUSED_LSTM set to `value` ("0": off; None: unset, i.e. on where available) inside, restored after."""
+    saved = os.environ.get("TANDEM_FUSED_LSTM")
+    if value is None:
+        os.environ.pop("TANDEM_FUSED_LSTM", None)
+    else:
+        os.environ["TANDEM_FUSED_LSTM"] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TANDEM_FUSED_LSTM", None)
+        else:
+            os.environ["TANDEM_FUSED_LSTM"] = saved
+
+
+class ModuleDaemon:
+    """One CPU tandemd shared by a test module's tests: started by the module's setUpModule and stopped by its
+    tearDownModule, as in
+
+        _daemon = ModuleDaemon()
+        setUpModule, tearDownModule = _daemon.start, _daemon.stop
+
+    Tests reach it through `endpoint` (valid between the two)."""
+
+    def __init__(self):
+        self._daemon = None
+
+    def start(self):
+        from daemon import Daemon  # tests/daemon.py, imported only by modules that start one
+
+        self._daemon = Daemon().start()
+
+    def stop(self):
+        if self._daemon is not None:
+            self._daemon.stop()
+            self._daemon = None
+
+    @property
+    def endpoint(self):
+        if self._daemon is None:
+            raise RuntimeError("the module's tandemd is not running (setUpModule starts it)")
+        return self._daemon.endpoint
 
 
 class EquivalenceMixin:

@@ -5,19 +5,10 @@ import copy
 import unittest
 
 import common  # noqa: F401  (paths)
-from common import EquivalenceMixin, models, relative_error, tandem, torch
-from daemon import Daemon
+from common import EquivalenceMixin, ModuleDaemon, models, relative_error, tandem, torch
 
-_daemon = None
-
-
-def setUpModule():
-    global _daemon
-    _daemon = Daemon().start()
-
-
-def tearDownModule():
-    _daemon.stop()
+_daemon = ModuleDaemon()
+setUpModule, tearDownModule = _daemon.start, _daemon.stop
 
 
 class TrainingApiTest(EquivalenceMixin, unittest.TestCase):

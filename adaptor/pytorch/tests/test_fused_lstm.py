@@ -3,13 +3,11 @@ PyTorch >= 2.4 the capture of an LSTM model as one tandem::lstm / tandem::lstm_b
 traced step against eager PyTorch, its lowering and (with a daemon that has the op) training through tandemd.
 """
 
-import contextlib
 import copy
-import os
 import unittest
 
 import common  # noqa: F401  (paths)
-from common import EquivalenceMixin, RTOL, models, relative_error, tandem, torch
+from common import EquivalenceMixin, RTOL, fused_lstm_setting, models, relative_error, tandem, torch
 
 import torch.nn as nn
 import torch.nn.functional as F
@@ -20,23 +18,6 @@ FUSION_API = fused_rnn._API
 NEEDS_FUSION = ("needs torch.library.custom_op and register_autograd (PyTorch >= 2.4); this is PyTorch "
                 f"{torch.__version__}, where an nn.LSTM is captured as per-step ATen ops")
 FUSED_OPS = ("lstm", "lstm_backward")
-
-
-@contextlib.contextmanager
-def fusion_setting(value):
-    """TANDEM_FUSED_LSTM set to `value` (None: unset) inside."""
-    saved = os.environ.get("TANDEM_FUSED_LSTM")
-    if value is None:
-        os.environ.pop("TANDEM_FUSED_LSTM", None)
-    else:
-        os.environ["TANDEM_FUSED_LSTM"] = value
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("TANDEM_FUSED_LSTM", None)
-        else:
-            os.environ["TANDEM_FUSED_LSTM"] = saved
 
 
 def _assert_close(test, actual, expected, what, rtol):
@@ -115,14 +96,14 @@ class ReferenceMathTest(unittest.TestCase):
 
 class AvailabilityTest(unittest.TestCase):
     def test_environment_variable_turns_fusion_off(self):
-        with fusion_setting("0"):
+        with fused_lstm_setting("0"):
             self.assertFalse(fused_rnn.available())
             lstm = nn.LSTM(3, 4)
             with fused_rnn.fused_lstm(lstm):
                 self.assertNotIn("forward", lstm.__dict__)
 
     def test_available_exactly_with_the_custom_op_api(self):
-        with fusion_setting(None):
+        with fused_lstm_setting(None):
             self.assertEqual(fused_rnn.available(), FUSION_API)
         if compat.TORCH_VERSION >= (2, 4):
             self.assertTrue(FUSION_API)
@@ -130,7 +111,7 @@ class AvailabilityTest(unittest.TestCase):
             self.assertFalse(FUSION_API)
 
     def test_without_fusion_the_lstm_is_traced_per_step(self):
-        with fusion_setting("0"):
+        with fused_lstm_setting("0"):
             torch.manual_seed(0)
             model, loss_fn, make_batch = models.tiny("lstm")
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -146,7 +127,7 @@ class FusedForwardTest(unittest.TestCase):
 
     def compare(self, lstm, x, hx):
         reference = copy.deepcopy(lstm)
-        with fusion_setting(None), fused_rnn.fused_lstm(lstm):
+        with fused_lstm_setting(None), fused_rnn.fused_lstm(lstm):
             self.assertIn("forward", lstm.__dict__)
             out, (h_n, c_n) = lstm(x, hx)
         self.assertNotIn("forward", lstm.__dict__)
@@ -176,13 +157,13 @@ class FusedForwardTest(unittest.TestCase):
     def test_modules_it_cannot_fuse_keep_their_forward(self):
         for lstm in (nn.LSTM(3, 4, bidirectional=True), nn.LSTM(3, 4, bias=False), nn.LSTM(3, 4, proj_size=2),
                      nn.GRU(3, 4)):
-            with fusion_setting(None), fused_rnn.fused_lstm(lstm):
+            with fused_lstm_setting(None), fused_rnn.fused_lstm(lstm):
                 self.assertNotIn("forward", lstm.__dict__, type(lstm).__name__)
 
     def test_unbatched_input_takes_the_modules_own_forward(self):
         lstm = nn.LSTM(3, 4)
         x = torch.randn(5, 3)
-        with fusion_setting(None), fused_rnn.fused_lstm(lstm):
+        with fused_lstm_setting(None), fused_rnn.fused_lstm(lstm):
             out, (h_n, _) = lstm(x)
         self.assertEqual(tuple(out.shape), (5, 4))
         self.assertEqual(tuple(h_n.shape), (1, 4))
@@ -221,7 +202,7 @@ class FusedCaptureTest(unittest.TestCase):
         cls.model, loss_fn, optimizer, cls.batch = _tiny_lstm_job()
         cls.loss_fn = staticmethod(loss_fn)
         cls.reference = copy.deepcopy(cls.model)
-        with fusion_setting(None):
+        with fused_lstm_setting(None):
             cls.capture, cls.lowered = tandem.torch.capture_training_job(cls.model, loss_fn, optimizer, cls.batch)
 
     def test_graph_has_one_fused_op_per_layer_and_no_per_step_math(self):
@@ -301,7 +282,7 @@ class FusedCaptureTest(unittest.TestCase):
         batch = (torch.randn(6, 2, 4), torch.randn(6, 2, 5))
 
         def random_ops(fusion):
-            with fusion_setting(fusion):
+            with fused_lstm_setting(fusion):
                 opt = torch.optim.SGD(model.parameters(), lr=0.1)
                 _, lowered = tandem.torch.capture_training_job(model, loss_fn, opt, batch)
             ops = [n["op"] for n in lowered.graph["nodes"]]
@@ -314,7 +295,7 @@ class FusedCaptureTest(unittest.TestCase):
 
     def test_inference_capture_uses_the_forward_op_only(self):
         x = self.batch[0]
-        with fusion_setting(None):
+        with fused_lstm_setting(None):
             capture = tandem.torch.capture_inference(self.reference, (x,))
         targets = _call_targets(capture.gm)
         self.assertEqual(targets.count(torch.ops.tandem.lstm.default), 2)
@@ -352,13 +333,13 @@ class FusedTrainingThroughDaemonTest(EquivalenceMixin, unittest.TestCase):
         cls.daemon.stop()
 
     def test_lstm_sgd_momentum(self):
-        with fusion_setting(None):
+        with fused_lstm_setting(None):
             _skip_unless_daemon_has_fused_ops(self, self.daemon.endpoint)
             self.run_both(self.daemon.endpoint, "lstm", lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9),
                           steps=5)
 
     def test_lstm_adam(self):
-        with fusion_setting(None):
+        with fused_lstm_setting(None):
             _skip_unless_daemon_has_fused_ops(self, self.daemon.endpoint)
             self.run_both(self.daemon.endpoint, "lstm", lambda params: torch.optim.Adam(params, lr=1e-2), steps=5)
 

@@ -22,25 +22,17 @@ with the running statistics, which stay as they were).
 import unittest
 
 import common  # noqa: F401  (paths)
-from common import tandem, torch
-from daemon import Daemon
+from common import ModuleDaemon, assert_losses_close, eager_losses, tandem, torch
 
 import torch.nn as nn
 import torch.nn.functional as F
 
-_daemon = None
+_daemon = ModuleDaemon()
+setUpModule, tearDownModule = _daemon.start, _daemon.stop
+
 RTOL_BF16 = 5 * 2.0 ** -8
 STEPS = 10
 U_BF16 = 2.0 ** -8
-
-
-def setUpModule():
-    global _daemon
-    _daemon = Daemon().start()
-
-
-def tearDownModule():
-    _daemon.stop()
 
 
 class _BasicBlock(nn.Module):
@@ -87,14 +79,8 @@ def _train_eagerly(dtype, x, y, float_batch_norm=False):
     model = _cnn(float_batch_norm)
     if dtype is not None:
         model = model.to(dtype)
-    opt = _optimizer(model.parameters())
-    losses = []
-    for _ in range(STEPS):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x.to(dtype or x.dtype)), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    batches = [(x.to(dtype or x.dtype), y)] * STEPS
+    losses = eager_losses(model, F.cross_entropy, _optimizer(model.parameters()), batches)
     return losses, model.state_dict()
 
 
@@ -142,8 +128,7 @@ class HalfCnnTest(unittest.TestCase):
             trained = job.state_dict()
         ref_losses, ref_state = _train_eagerly(None, x, y)
         self.assertEqual(len(losses), STEPS)
-        for i, (a, e) in enumerate(zip(losses, ref_losses)):
-            self.assertLessEqual(abs(a - e), RTOL_BF16 * abs(e), f"step {i}: loss {a} through tandemd, {e} in PyTorch")
+        assert_losses_close(self, losses, ref_losses, RTOL_BF16)
         # Training moved the loss, in both (so the comparison above is not of two constants).
         self.assertLess(ref_losses[-1], 0.9 * ref_losses[0])
         self.assertLess(losses[-1], 0.9 * losses[0])
@@ -161,8 +146,7 @@ class HalfCnnTest(unittest.TestCase):
 
         # Against float64: no less accurate than PyTorch's bfloat16 eager.
         exact_losses, exact = _train_eagerly(torch.float64, x, y)
-        for i, (a, e) in enumerate(zip(losses, exact_losses)):
-            self.assertLessEqual(abs(a - e), RTOL_BF16 * abs(e), f"step {i}: loss {a} through tandemd, {e} in float64")
+        assert_losses_close(self, losses, exact_losses, RTOL_BF16)
         for key, value in exact.items():
             if key.endswith("num_batches_tracked"):
                 continue
@@ -191,8 +175,7 @@ class HalfCnnTest(unittest.TestCase):
             trained = job.state_dict()
         ref_losses, ref_state = _train_eagerly(None, x, y, float_batch_norm=True)
         exact_losses, exact = _train_eagerly(torch.float64, x, y, float_batch_norm=True)
-        for i, (a, e) in enumerate(zip(losses, ref_losses)):
-            self.assertLessEqual(abs(a - e), RTOL_BF16 * abs(e), f"step {i}: loss {a} through tandemd, {e} in PyTorch")
+        assert_losses_close(self, losses, ref_losses, RTOL_BF16)
         self.assertLess(losses[-1], 0.9 * losses[0])
         for key, value in ref_state.items():
             self.assertEqual(trained[key].dtype, value.dtype, key)
@@ -236,14 +219,9 @@ class HalfCnnTest(unittest.TestCase):
                 with job:
                     losses = [float(job.step(x, y)) for _ in range(4)]
                     trained = job.state_dict()
-                opt = _optimizer(reference.parameters())
-                for i, a in enumerate(losses):
-                    opt.zero_grad()
-                    loss = F.cross_entropy(reference(x), y)
-                    loss.backward()
-                    opt.step()
-                    e = loss.item()
-                    self.assertLessEqual(abs(a - e), RTOL_BF16 * abs(e), f"step {i}: loss {a} through tandemd, {e}")
+                ref_losses = eager_losses(reference, F.cross_entropy, _optimizer(reference.parameters()),
+                                          [(x, y)] * len(losses))
+                assert_losses_close(self, losses, ref_losses, RTOL_BF16)
                 self.assertLess(losses[-1], losses[0])
                 # Eval mode leaves the running statistics as they were.
                 for key, value in reference.state_dict().items():

@@ -18,14 +18,12 @@ daemon in bfloat16 and in float16 and is compared with the float64 math of fused
 CPU under PyTorch 1.13, whose CPU addmm has no float16 kernel, nor run there in eager mode for a reference.)
 """
 
-import contextlib
 import copy
-import os
 import unittest
 
 import common  # noqa: F401  (paths)
-from common import models, relative_error, tandem, torch
-from daemon import Daemon
+from common import (ModuleDaemon, assert_losses_close, eager_losses, fused_lstm_setting, models, relative_error, tandem,
+                    torch)
 
 import torch.nn as nn
 
@@ -38,33 +36,8 @@ NEEDS_FUSION = f"needs PyTorch >= 2.4 for the fused tandem::lstm op; this is PyT
 CELL_OPS = {"sigmoid", "tanh", "sigmoid_backward", "tanh_backward"}
 FUSED_OPS = {"lstm", "lstm_backward"}
 
-_daemon = None
-
-
-def setUpModule():
-    global _daemon
-    _daemon = Daemon().start()
-
-
-def tearDownModule():
-    _daemon.stop()
-
-
-@contextlib.contextmanager
-def fusion(value):
-    """TANDEM_FUSED_LSTM set to `value` ("0": off; None: unset, i.e. on where available) inside."""
-    saved = os.environ.get("TANDEM_FUSED_LSTM")
-    if value is None:
-        os.environ.pop("TANDEM_FUSED_LSTM", None)
-    else:
-        os.environ["TANDEM_FUSED_LSTM"] = value
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("TANDEM_FUSED_LSTM", None)
-        else:
-            os.environ["TANDEM_FUSED_LSTM"] = saved
+_daemon = ModuleDaemon()
+setUpModule, tearDownModule = _daemon.start, _daemon.stop
 
 
 def _language_model():
@@ -87,7 +60,7 @@ class LanguageModelTrainingMixin:
 
     def capture(self):
         model, loss_fn, batch = _language_model()
-        with fusion(self.FUSION):
+        with fused_lstm_setting(self.FUSION):
             return tandem.torch.capture_training_job(model, loss_fn, _optimizer(model.parameters()), batch)
 
     def check_graph_is_bfloat16(self, lowered, expected_ops, absent_ops):
@@ -112,22 +85,14 @@ class LanguageModelTrainingMixin:
     def train_and_compare(self, name):
         model, loss_fn, batch = _language_model()
         reference = copy.deepcopy(model)
-        with fusion(self.FUSION):
+        with fused_lstm_setting(self.FUSION):
             job = tandem.torch.train(model, loss_fn, _optimizer(model.parameters()), batch,
                                      endpoint=_daemon.endpoint, name=name)
         with job:
             losses = [float(job.step(*batch)) for _ in range(self.STEPS)]
             trained = job.state_dict()
-        ref_optimizer = _optimizer(reference.parameters())
-        ref_losses = []
-        for _ in range(self.STEPS):
-            ref_optimizer.zero_grad()
-            loss = loss_fn(reference(batch[0]), batch[1])
-            loss.backward()
-            ref_optimizer.step()
-            ref_losses.append(loss.item())
-        for i, (a, e) in enumerate(zip(losses, ref_losses)):
-            self.assertLessEqual(abs(a - e), RTOL_BF16 * abs(e), f"step {i}: loss {a} through tandemd, {e} in PyTorch")
+        ref_losses = eager_losses(reference, loss_fn, _optimizer(reference.parameters()), [batch] * self.STEPS)
+        assert_losses_close(self, losses, ref_losses, RTOL_BF16)
         # Training moved the loss, in both (so the comparison is not of two constants).
         self.assertLess(ref_losses[-1], 0.95 * ref_losses[0])
         self.assertLess(losses[-1], 0.95 * losses[0])

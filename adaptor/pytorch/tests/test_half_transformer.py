@@ -16,24 +16,16 @@ import copy
 import unittest
 
 import common  # noqa: F401  (paths)
-from common import assert_losses_close, eager_losses, models, tandem, torch
-from daemon import Daemon
+from common import ModuleDaemon, assert_losses_close, eager_losses, models, tandem, torch
 
 import torch.nn as nn
 import torch.nn.functional as F
 
-_daemon = None
+_daemon = ModuleDaemon()
+setUpModule, tearDownModule = _daemon.start, _daemon.stop
+
 RTOL_BF16 = 5 * 2.0 ** -8
 STEPS = 10
-
-
-def setUpModule():
-    global _daemon
-    _daemon = Daemon().start()
-
-
-def tearDownModule():
-    _daemon.stop()
 
 
 def _encoder():

@@ -10,23 +10,15 @@ labels (Tandem's nll_loss takes them; adaptor/cpu/index_dtype_test.cc covers tha
 import unittest
 
 import common  # noqa: F401  (paths)
-from common import RTOL, assert_losses_close, eager_losses, relative_error, tandem, torch
-from daemon import Daemon
+from common import ModuleDaemon, RTOL, assert_losses_close, eager_losses, relative_error, tandem, torch
 
 import torch.nn as nn
 import torch.nn.functional as F
 
-_daemon = None
+_daemon = ModuleDaemon()
+setUpModule, tearDownModule = _daemon.start, _daemon.stop
+
 VOCAB, WIDTH, CLASSES, BATCH, LENGTH = 50, 16, 5, 8, 12
-
-
-def setUpModule():
-    global _daemon
-    _daemon = Daemon().start()
-
-
-def tearDownModule():
-    _daemon.stop()
 
 
 class BagOfTokens(nn.Module):

@@ -8,19 +8,10 @@ One CPU tandemd serves the whole module. A model whose ops are not all in Tandem
 import unittest
 
 import common  # noqa: F401  (paths)
-from common import EquivalenceMixin, torch
-from daemon import Daemon
+from common import EquivalenceMixin, ModuleDaemon, torch
 
-_daemon = None
-
-
-def setUpModule():
-    global _daemon
-    _daemon = Daemon().start()
-
-
-def tearDownModule():
-    _daemon.stop()
+_daemon = ModuleDaemon()
+setUpModule, tearDownModule = _daemon.start, _daemon.stop
 
 
 def sgd_momentum(lr):

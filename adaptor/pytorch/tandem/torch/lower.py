@@ -375,12 +375,12 @@ def lower(gm, inputs, outputs, example_inputs):
         if name == "copy_":
             raise CaptureError(f"internal: in-place copy into a non-input ({n.name}) in a functionalized graph")
         if name in _BATCH_NORM_OPS:
-            _widen_batch_norm_stats(em, n)
+            _widen_norm_stats(em, n)
             if _bn_training(n):
                 bn_updates.update(_lower_batch_norm(em, n, ph_input))
                 continue
         if name == "native_layer_norm":
-            _widen_layer_norm_stats(em, n)
+            _widen_norm_stats(em, n)
         em.generic(n)
 
     for node, name in em.names.items():
@@ -426,26 +426,13 @@ def _lower_tandem_op(em, n):
           {"allow_tf32": {"b": bool(torch.backends.cudnn.allow_tf32)}})
 
 
-def _widen_layer_norm_stats(em, n):
-    """A 16-bit native_layer_norm's mean and rstd are float32 in the IR (the registry's rule, PyTorch's on CUDA);
-    PyTorch's CPU kernel, which the trace ran, rounds them to the input's dtype. Their recorded values (and so
-    their declared types and those of every getitem of them) are widened to float32; the backward reads them
-    as they are."""
-    value = em.values.get(n)
-    if not isinstance(value, (tuple, list)) or len(value) != 3 or value[0].dtype not in _HALF_DTYPES:
-        return
-    em.values[n] = (value[0], value[1].float(), value[2].float())
-    for user in n.users:
-        if user.op == "call_function" and user.target is operator.getitem and user.args[1] in (1, 2):
-            em.values[user] = em.values[n][user.args[1]]
-
-
-def _widen_batch_norm_stats(em, n):
-    """A 16-bit native_batch_norm's save_mean and save_invstd are float32 in the IR (the registry's rule: PyTorch's
-    CUDA kernels keep batch statistics in float32, whether the weight and running statistics are 16-bit or
-    float32). PyTorch's CPU kernel, which the trace ran, rounds them to the input's dtype when the weight is 16-bit
-    (float32 weights give float32 statistics already). Their recorded values (so their declared types and those of
-    every getitem of them) are widened to float32; the backward reads them as they are. The running statistics keep
+def _widen_norm_stats(em, n):
+    """A 16-bit native_layer_norm's mean and rstd, and a 16-bit native_batch_norm's save_mean and save_invstd, are
+    float32 in the IR (the registry's rule: PyTorch's CUDA kernels keep these statistics in float32, for batch norm
+    whether the weight and running statistics are 16-bit or float32). PyTorch's CPU kernels, which the trace ran,
+    round them to the input's dtype (batch norm's only when the weight is 16-bit: float32 weights give float32
+    statistics already). Their recorded values (outputs 1 and 2; so their declared types and those of every getitem
+    of them) are widened to float32; the backward reads them as they are. Batch norm's running statistics keep
     their dtype."""
     value = em.values.get(n)
     if not isinstance(value, (tuple, list)) or len(value) != 3 or value[0].dtype not in _HALF_DTYPES:
