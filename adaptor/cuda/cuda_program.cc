@@ -14,11 +14,11 @@
 //
 // Ranges (Program::EnqueueNodes): an iteration cut into ranges runs each
 // range op by op the first time, then from a graph of that range captured
-// over the same address table (range_graphs). The zeroing of the error word belongs to the range that starts at node
-// 0, the read-back and the deferred check to the range that ends at the last
-// node, so the word spans the whole iteration: a bad label in any range
-// skips every update after it (in this range or a later one) and fails the
-// completion that follows the last range.
+// over the same address table (range_graphs). The zeroing of the error word
+// belongs to the range that starts at node 0, the read-back and the deferred
+// check to the range that ends at the last node, so the word spans the whole
+// iteration: a bad label in any range skips every update after it (in this
+// range or a later one) and fails the completion that follows the last range.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
