@@ -42,7 +42,7 @@ inline void AddResNetBlockStep(GraphMaker& g, DType dtype) {
   const int c2 = g.Add1("convolution", {p1[0], w2}, same);
   const int s = g.Add1("add.Tensor", {c2, p1[0]});
   const int a = g.Add1("_adaptive_avg_pool2d", {s}, MakeAttrs({{"output_size", std::vector<int64_t>{1, 1}}}));
-  // Backward from d(a) = 1/numel.
+  // Backward from d(a) = ones.
   const int ga = g.Add1("ones_like", {a});
   const int gs = g.Add1("_adaptive_avg_pool2d_backward", {ga, s});
   Attrs same_back = same;
