@@ -497,6 +497,22 @@ PoolDims DimsOf(const Shape& in, const Shape& out) {
   return {NumElements(in) / (in[r - 2] * in[r - 1]), in[r - 2], in[r - 1], out[r - 2], out[r - 1]};
 }
 
+// The reference of one averaging window of plane `pl`, rows [h0, h1) and
+// columns [w0, w1) of x: writes ref[at] = sum / divisor and adds the
+// window's share of gy[at] to each of its elements' gradient.
+void AverageWindow(const HostTensor& x, const HostTensor& gy, const PoolDims& d, int64_t pl, int64_t h0, int64_t h1,
+                   int64_t w0, int64_t w1, int64_t at, double divisor, std::vector<double>& ref,
+                   std::vector<double>& grad) {
+  double sum = 0;
+  for (int64_t iy = h0; iy < h1; ++iy) {
+    for (int64_t ix = w0; ix < w1; ++ix) {
+      sum += Get(x, (pl * d.h + iy) * d.w + ix);
+      grad[static_cast<size_t>((pl * d.h + iy) * d.w + ix)] += Get(gy, at) / divisor;
+    }
+  }
+  ref[static_cast<size_t>(at)] = sum / divisor;
+}
+
 TEST_P(HalfCnnTest, MaxPoolingAndItsBackward) {
   const std::vector<PoolCase> cases = {{"3x3 s2 p1 (ResNet)", {3, 3}, {2, 2}, {1, 1}, {1, 1}, false},
                                        {"2x2 s2 (VGG)", {2, 2}, {2, 2}, {0, 0}, {1, 1}, false},
@@ -587,15 +603,7 @@ TEST_P(HalfCnnTest, AveragePoolingAndItsBackward) {
           const double divisor = p.divisor_override != 0 ? static_cast<double>(p.divisor_override)
                                  : p.count_include_pad  ? static_cast<double>((he - hs) * (we - ws))
                                                         : static_cast<double>((h1 - h0) * (w1 - w0));
-          const int64_t at = (pl * d.oh + oy) * d.ow + ox;
-          double sum = 0;
-          for (int64_t iy = h0; iy < h1; ++iy) {
-            for (int64_t ix = w0; ix < w1; ++ix) {
-              sum += Get(x, (pl * d.h + iy) * d.w + ix);
-              grad[static_cast<size_t>((pl * d.h + iy) * d.w + ix)] += Get(gy, at) / divisor;
-            }
-          }
-          ref[static_cast<size_t>(at)] = sum / divisor;
+          AverageWindow(x, gy, d, pl, h0, h1, w0, w1, (pl * d.oh + oy) * d.ow + ox, divisor, ref, grad);
         }
       }
     }
@@ -628,15 +636,7 @@ TEST_P(HalfCnnTest, AdaptiveAveragePoolingAndItsBackward) {
         for (int64_t ox = 0; ox < ow; ++ox) {
           const int64_t w0 = ox * d.w / ow, w1 = ((ox + 1) * d.w + ow - 1) / ow;
           const double count = static_cast<double>((h1 - h0) * (w1 - w0));
-          const int64_t at = (pl * oh + oy) * ow + ox;
-          double sum = 0;
-          for (int64_t iy = h0; iy < h1; ++iy) {
-            for (int64_t ix = w0; ix < w1; ++ix) {
-              sum += Get(x, (pl * d.h + iy) * d.w + ix);
-              grad[static_cast<size_t>((pl * d.h + iy) * d.w + ix)] += Get(gy, at) / count;
-            }
-          }
-          ref[static_cast<size_t>(at)] = sum / count;
+          AverageWindow(x, gy, d, pl, h0, h1, w0, w1, (pl * oh + oy) * ow + ox, count, ref, grad);
         }
       }
     }
