@@ -1,6 +1,5 @@
 #include "client/client.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,10 +7,10 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "client/parallel_copy.h"
+#include "client/shm_object.h"
 #include "base/endpoint.h"
 #include "base/status_macros.h"
 #include "proto/status_convert.h"
@@ -91,36 +90,19 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
 }
 
 absl::Status Client::SetUpSharedMemory() {
-  // An unguessable name; the object is unlinked as soon as the daemon has
-  // mapped it, so it never outlives the two processes.
-  std::random_device rd;
-  std::string name = "/tandem-";
-  for (int i = 0; i < 4; ++i) absl::StrAppend(&name, absl::Hex(rd(), absl::kZeroPad8));
-  int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0644);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("shm_open: ", std::strerror(errno)));
-  uint64_t bytes = options_.shared_memory_bytes;
-  void* base = MAP_FAILED;
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) == 0) {
-    base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  }
-  ::close(fd);
-  if (base == MAP_FAILED) {
-    ::shm_unlink(name.c_str());
-    return absl::UnavailableError(absl::StrCat("cannot size or map shared memory: ", std::strerror(errno)));
-  }
+  // The object is unlinked as soon as the daemon has mapped it, so it never
+  // outlives the two processes.
+  ASSIGN_OR_RETURN(ShmObject object, ShmObject::Create(options_.shared_memory_bytes));
   v1::Request request;
-  request.mutable_map_shared_memory()->set_name(name);
-  request.mutable_map_shared_memory()->set_bytes(bytes);
+  request.mutable_map_shared_memory()->set_name(object.name());
+  request.mutable_map_shared_memory()->set_bytes(object.bytes());
   auto response = Call(std::move(request));
-  ::shm_unlink(name.c_str());
-  if (!response.ok()) {
-    ::munmap(base, bytes);
-    return response.status();
-  }
+  object.Unlink();
+  if (!response.ok()) return response.status();
   shm_region_ = response->map_shared_memory().region_id();
-  shm_base_ = static_cast<char*>(base);
-  shm_bytes_ = bytes;
-  shm_ring_ = std::make_unique<ShmRing>(bytes);
+  shm_bytes_ = object.bytes();
+  shm_base_ = object.ReleaseMapping();
+  shm_ring_ = std::make_unique<ShmRing>(shm_bytes_);
   return absl::OkStatus();
 }
 
@@ -311,12 +293,14 @@ absl::StatusOr<uint64_t> Client::SendWithFrames(v1::Request request, std::vector
 
 absl::StatusOr<v1::RegisterJobResponse> Client::RegisterJob(v1::RegisterJobRequest request,
                                                             const std::vector<FeedView>& persistent) {
-  // Frames after the request carry the initial values: protobuf would copy
-  // them into the message, serialize them and ZeroMQ copy them again.
-  std::vector<zmq::message_t> frames;
+  // The views' bytes travel outside the protobuf message (which would copy
+  // them in, serialize them and have ZeroMQ copy them again): tensor i's
+  // bytes are frame i + 1.
   absl::flat_hash_map<std::string, int> by_name;
   for (int i = 0; i < request.persistent_size(); ++i) by_name.emplace(request.persistent(i).spec().name(), i);
-  for (const FeedView& v : persistent) {
+  uint64_t total = 0;
+  for (size_t k = 0; k < persistent.size(); ++k) {
+    const FeedView& v = persistent[k];
     auto [it, added] = by_name.emplace(v.name, request.persistent_size());
     v1::Tensor* t = added ? request.add_persistent() : request.mutable_persistent(it->second);
     t->Clear();
@@ -324,18 +308,30 @@ absl::StatusOr<v1::RegisterJobResponse> Client::RegisterJob(v1::RegisterJobReque
     spec->set_name(v.name);
     spec->set_dtype(v.dtype);
     for (int64_t d : v.shape) spec->add_shape(d);
-    zmq::message_t frame(v.bytes);
-    if (v.bytes > 0) ParallelCopy(frame.data(), v.data, v.bytes);
-    frames.push_back(std::move(frame));
-    t->set_frame(static_cast<uint32_t>(frames.size()));
+    t->set_frame(static_cast<uint32_t>(k + 1));
+    total += v.bytes;
   }
-  for (v1::Tensor& t : *request.mutable_persistent()) {
-    if (t.frame() != 0 || t.data().empty()) continue;
-    // The string moves into the frame, which frees it once sent.
-    auto* owned = new std::string(std::move(*t.mutable_data()));
-    t.clear_data();
-    frames.emplace_back(owned->data(), owned->size(), &DeleteOwnedString, owned);
-    t.set_frame(static_cast<uint32_t>(frames.size()));
+  // A local daemon reads them from a shared-memory object: one copy here,
+  // none through the socket. The object goes once the daemon has answered.
+  std::optional<ShmObject> shared =
+      shm_status_.ok() && total >= options_.shared_frames_threshold ? PutInSharedFrames(persistent, &request)
+                                                                      : std::nullopt;
+  std::vector<zmq::message_t> frames;
+  if (!shared) {
+    for (const FeedView& v : persistent) {
+      zmq::message_t frame(v.bytes);
+      if (v.bytes > 0) ParallelCopy(frame.data(), v.data, v.bytes);
+      frames.push_back(std::move(frame));
+    }
+    // Inline initial values of the request move into frames too.
+    for (v1::Tensor& t : *request.mutable_persistent()) {
+      if (t.frame() != 0 || t.data().empty()) continue;
+      // The string moves into the frame, which frees it once sent.
+      auto* owned = new std::string(std::move(*t.mutable_data()));
+      t.clear_data();
+      frames.emplace_back(owned->data(), owned->size(), &DeleteOwnedString, owned);
+      t.set_frame(static_cast<uint32_t>(frames.size()));
+    }
   }
   v1::Request r;
   *r.mutable_register_job() = std::move(request);
@@ -345,6 +341,29 @@ absl::StatusOr<v1::RegisterJobResponse> Client::RegisterJob(v1::RegisterJobReque
   if (!response.ok()) return response.status();
   if (!response->has_register_job()) return Unexpected(*response, "register_job");
   return response->register_job();
+}
+
+std::optional<ShmObject> Client::PutInSharedFrames(const std::vector<FeedView>& persistent,
+                                                   v1::RegisterJobRequest* request) {
+  // Each tensor at a 64-byte boundary (the device copies read whole lines).
+  constexpr uint64_t kAlign = 64;
+  std::vector<uint64_t> offsets;
+  uint64_t end = 0;
+  for (const FeedView& v : persistent) {
+    offsets.push_back(end);
+    end += (v.bytes + kAlign - 1) / kAlign * kAlign;
+  }
+  auto object = ShmObject::Create(std::max<uint64_t>(end, 1), /*populate=*/true);
+  if (!object.ok()) return std::nullopt;  // frames instead
+  v1::SharedFrames* frames = request->mutable_shared_frames();
+  frames->set_name(object->name());
+  frames->set_bytes(object->bytes());
+  for (size_t k = 0; k < persistent.size(); ++k) {
+    if (persistent[k].bytes > 0) ParallelCopy(object->data() + offsets[k], persistent[k].data, persistent[k].bytes);
+    frames->add_offsets(offsets[k]);
+    frames->add_sizes(persistent[k].bytes);
+  }
+  return *std::move(object);
 }
 
 absl::StatusOr<uint64_t> Client::SubmitIteration(uint64_t job_id, const NamedTensors& feeds,

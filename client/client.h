@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/host_tensor.h"
+#include "client/shm_object.h"
 #include "client/shm_ring.h"
 #include "tandem.pb.h"
 
@@ -49,6 +51,12 @@ struct ClientOptions {
   // or the daemon cannot map it, feeds travel inline.
   uint64_t shared_memory_bytes = uint64_t{64} << 20;
   uint64_t shared_memory_threshold = uint64_t{64} << 10;
+  // A registration whose initial values total at least this many bytes
+  // hands them over in a shared-memory object of its own, which the daemon
+  // reads once and unmaps (when the session's region is set up: the daemon
+  // is on this host); smaller ones, or when the object cannot be made, send
+  // them as ZeroMQ frames. UINT64_MAX: always frames.
+  uint64_t shared_frames_threshold = uint64_t{1} << 20;
 };
 
 // A feed by reference: the bytes are read during SubmitIteration only.
@@ -80,11 +88,13 @@ class Client {
   // Whether feeds can go through shared memory, and if not, why.
   const absl::Status& shared_memory_status() const { return shm_status_; }
 
-  // The persistent tensors' initial values travel as frames after the
-  // request (Tensor.frame), not inside it: inline data is moved into its
-  // frame without a copy; `persistent` values (by reference, read during the
-  // call only) replace or extend request.persistent by name and are copied
-  // once, into their frames.
+  // The persistent tensors' initial values travel outside the request
+  // (Tensor.frame), not inside it. `persistent` values (by reference, read
+  // during the call only) replace or extend request.persistent by name and
+  // are copied once: into a shared-memory object the daemon reads (local
+  // daemon, at least shared_frames_threshold bytes), else into ZeroMQ
+  // frames after the request. Inline data of `request` is moved into a
+  // frame without a copy (or stays inline beside a shared-memory object).
   absl::StatusOr<v1::RegisterJobResponse> RegisterJob(v1::RegisterJobRequest request,
                                                       const std::vector<FeedView>& persistent = {});
   absl::StatusOr<uint64_t> SubmitIteration(uint64_t job_id, const NamedTensors& feeds,
@@ -104,6 +114,8 @@ class Client {
   absl::StatusOr<uint64_t> Send(v1::Request request);
   absl::StatusOr<v1::Response> Wait(uint64_t request_id);
   absl::StatusOr<v1::Response> Call(v1::Request request);
+  // Send with `frames` after the request's own frame (one multipart message).
+  absl::StatusOr<uint64_t> SendWithFrames(v1::Request request, std::vector<zmq::message_t> frames);
   // Sends bytes as they are (tests of malformed input use it).
   absl::StatusOr<v1::Response> CallRaw(const std::string& bytes, uint64_t expect_request_id);
 
@@ -112,10 +124,13 @@ class Client {
   void HeartbeatLoop();
   // RESOURCE_EXHAUSTED, saying what to do, for a message over the daemon's limit.
   absl::Status CheckSize(size_t bytes) const;
-  // Send with `frames` after the request's own frame (one multipart message).
-  absl::StatusOr<uint64_t> SendWithFrames(v1::Request request, std::vector<zmq::message_t> frames);
   // Creates the shared-memory region and has the daemon map it.
   absl::Status SetUpSharedMemory();
+  // Copies `persistent` into a new shared-memory object and names it in
+  // `request` (shared_frames; tensor k is frame k + 1); nullopt when the
+  // object cannot be made (the caller sends frames instead).
+  std::optional<ShmObject> PutInSharedFrames(const std::vector<FeedView>& persistent,
+                                             v1::RegisterJobRequest* request);
   std::chrono::milliseconds HeartbeatPeriod() const;
   // Sends a heartbeat when one is due; mu_ held.
   void MaybeHeartbeatLocked();

@@ -12,6 +12,7 @@
 #include "base/status_macros.h"
 #include "proto/status_convert.h"
 #include "server/service.h"
+#include "server/shared_frames.h"
 
 namespace tandem::server {
 namespace {
@@ -104,6 +105,23 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
     fail(absl::InvalidArgumentError(absl::StrCat("expected_iterations ", reg.hints().expected_iterations(),
                                                  " is out of range [0, ", sched::kMaxExpectedIterations, "]")));
     return;
+  }
+  if (reg.has_shared_frames()) {
+    if (frames != nullptr) {
+      fail(absl::InvalidArgumentError(absl::StrCat(
+          "the registration names shared frames and ", frames->size(), " ZeroMQ frame(s) followed it; send one")));
+      return;
+    }
+    auto shared = SharedFrames::Map(reg.shared_frames(), options_.max_message_bytes);
+    if (!shared.ok()) {
+      fail(shared.status());
+      return;
+    }
+    TLOG_INFO("registration reads its initial values from shared memory")
+        .With("session", session.id)
+        .With("frames", (*shared)->size())
+        .With("bytes", reg.shared_frames().bytes());
+    frames = *std::move(shared);
   }
   // Transposes feeding matrix products are read in place by the products
   // instead of being materialized (adaptor/fold_transposes.h).

@@ -29,7 +29,7 @@ bool ValidName(const std::string& name) {
 
 absl::StatusOr<std::shared_ptr<SharedRegion>> SharedRegion::Map(uint64_t id, const std::string& name, uint64_t bytes,
                                                                 const std::vector<device::Device*>& devices,
-                                                                uint64_t max_bytes) {
+                                                                uint64_t max_bytes, bool populate) {
   if (!ValidName(name)) {
     return absl::InvalidArgumentError(
         absl::StrCat("shared-memory name '", name, "' must be \"/tandem-\" followed by 32 hex digits"));
@@ -52,7 +52,7 @@ absl::StatusOr<std::shared_ptr<SharedRegion>> SharedRegion::Map(uint64_t id, con
     return absl::InvalidArgumentError(absl::StrCat("shared memory ", name, " is ", st.st_size,
                                                    " bytes, not the ", bytes, " bytes announced"));
   }
-  void* base = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  void* base = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
   ::close(fd);  // the mapping stays
   if (base == MAP_FAILED) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot map shared memory ", name, ": ", std::strerror(errno)));

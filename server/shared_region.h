@@ -26,9 +26,11 @@ class SharedRegion {
   // (a failed registration leaves it unpinned: copies still work, only
   // slower). INVALID_ARGUMENT for a bad name or size, NOT_FOUND when the
   // object does not exist, PERMISSION_DENIED when the daemon may not read it.
+  // `populate` maps every page at once (for an object that is read whole
+  // right away: one call instead of a fault per page).
   static absl::StatusOr<std::shared_ptr<SharedRegion>> Map(uint64_t id, const std::string& name, uint64_t bytes,
                                                            const std::vector<device::Device*>& devices,
-                                                           uint64_t max_bytes);
+                                                           uint64_t max_bytes, bool populate = false);
   ~SharedRegion();
   SharedRegion(const SharedRegion&) = delete;
   SharedRegion& operator=(const SharedRegion&) = delete;
