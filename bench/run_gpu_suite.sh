@@ -20,7 +20,8 @@
 #
 # Each stage runs under a time limit (seconds): OVERHEAD_S 90, PAIRS_S 180,
 # MEMORY_S 90, JCT_S 90, SWEEP_S 50, QOS_S 80, GAP_S 20, HOSTING_S 210
-# (hosting searches the count; HOSTING_COUNTS=4,8,16 probes fixed ones). Each program
+# (hosting searches the count; HOSTING_COUNTS=4,8,16 probes fixed ones); a
+# stage that ends early passes what it left on to the next. Each program
 # gets a budget under its limit and skips what would not fit, so a slow
 # stage still writes its JSON. Captured jobs are cached between stages
 # (BENCH_CAPTURE_CACHE). The limits come from a run on the H200 in which
@@ -179,11 +180,23 @@ run_stage() {
 }
 # The stages of `stages` that are in the given list, in the given order.
 pick() { local s w; for w in "$@"; do for s in "${stages[@]}"; do [[ "$s" == "$w" ]] && echo "$w"; done; done; }
+# Stages run one after another pass on what they leave of their limits: a
+# stage that ends early adds the rest to the next one's limit (and budget),
+# so the total stays within the sum of the limits.
+carry=0
+run_carrying() {
+  local name=$1 gpu=$2 began spent
+  limit[$name]=$(( ${limit[$name]:-0} + carry ))
+  began=$(date +%s)
+  run_stage "$name" "$gpu"
+  spent=$(( $(date +%s) - began ))
+  carry=$(( limit[$name] > spent ? limit[$name] - spent : 0 ))
+}
 # Runs stages one after another on one GPU; returns 1 when one failed.
 run_group() {
   local gpu=$1 name
   shift
-  for name in "$@"; do run_stage "$name" "$gpu"; done
+  for name in "$@"; do run_carrying "$name" "$gpu"; done
   return "$status"
 }
 
@@ -203,7 +216,7 @@ if [[ $parallel == 1 ]]; then
   for name in "${group_all[@]}"; do run_stage "$name" all; done
 else
   for name in "${stages[@]}"; do
-    case "$name" in jct|sweep) run_stage "$name" all ;; *) run_stage "$name" "${SUITE_GPU:-0}" ;; esac
+    case "$name" in jct|sweep) run_carrying "$name" all ;; *) run_carrying "$name" "${SUITE_GPU:-0}" ;; esac
   done
 fi
 

@@ -37,6 +37,9 @@ import trace_common as tc
 bc = tc.bc
 
 POLICIES = ("fifo", "fair", "pack", "srtf", "srtf_pack")
+# Which policies a short budget keeps: FIFO, the baseline of every comparison, and SRTF, Salus's.
+IMPORTANCE = ("fifo", "srtf", "pack", "fair", "srtf_pack", "priority")
+MIN_POLICY_S = 20
 LENGTH_CLASSES = ("short", "medium", "long")
 
 
@@ -176,8 +179,16 @@ def main():
 
         trace, rate = make_trace(args.seed, count, usable, lengths, weights, args.load)
         set_iterations(trace, result["calibration"], args.min_iters)
+        # What the budget holds, the baseline (FIFO) and the Salus comparison (SRTF) first: a policy's share
+        # below MIN_POLICY_S completes too few jobs to compare.
+        run = tc.fitting(policies, IMPORTANCE, budget.left(), MIN_POLICY_S)
+        for policy in policies:
+            if policy not in run:
+                result["policies"][policy] = {"error": f"skipped: the budget holds {len(run)} of {len(policies)} "
+                                                       f"policies ({', '.join(run)})"}
+                bc.log(f"== {policy}: skipped (the budget holds {', '.join(run)})")
         # One policy's share of the budget must hold the jobs run one after another (fifo).
-        allowed = min(args.max_trace_s, budget.left() / len(policies) - 10)
+        allowed = min(args.max_trace_s, budget.left() / len(run) - 10)
         scale = fit_to(trace, result["calibration"], allowed)
         if scale < 1:
             for j in trace:
@@ -194,9 +205,9 @@ def main():
         pool.load({j["id"]: specs[j["model"]] for j in trace})
         save()
 
-        for n, policy in enumerate(policies):
+        for n, policy in enumerate(run):
             left = budget.left()
-            share = min(args.max_trace_s, left / (len(policies) - n) - 8)
+            share = min(args.max_trace_s, left / (len(run) - n) - 8)
             if share < 5:
                 result["policies"][policy] = {"error": "skipped: budget spent"}
                 bc.log(f"== {policy}: skipped (budget spent)")

@@ -31,6 +31,7 @@ bc = tc.bc
 
 MODES = ("sequential", "pack", "fifo")
 MODE_POLICY = {"sequential": "fifo", "pack": "pack", "fifo": "fifo"}
+MIN_MODE_S = 10  # a mode's share below this completes too few jobs to compare
 
 
 def learning_rates(count, low, high):
@@ -96,6 +97,13 @@ def main():
         daemon.stop()
         daemon = None
         iterations = max(5, round(target_s * 1e3 / cal["wall_ms"]))
+        # What the budget holds, the baseline (one job at a time) and PACK first.
+        run = tc.fitting(modes, ("sequential", "pack", "fifo"), budget.left(), MIN_MODE_S, at_least=2)
+        for mode in modes:
+            if mode not in run:
+                result["modes"][mode] = {"error": f"skipped: the budget holds {', '.join(run)}"}
+                bc.log(f"== {mode}: skipped (the budget holds {', '.join(run)})")
+        modes = run
         # The sequential run, the longest, gets its share (weights: sequential 1.5, the others 1) and must fit it.
         weights = [1.5 if m == "sequential" else 1.0 for m in modes]
         if "sequential" in modes and args.budget_s:

@@ -367,6 +367,17 @@ def summary(values):
             "p90": round(float(np.percentile(a, 90)), 4), "max": round(float(a.max()), 4)}
 
 
+def fitting(names, importance, left_s, min_s, at_least=1):
+    """The runs of `names` (in their order) that a budget with left_s seconds holds at min_s each, the most
+    important first (`importance`: names, most important first); all of them when the budget is unlimited."""
+    if left_s == float("inf"):
+        return list(names)
+    count = max(at_least, min(len(names), int(left_s // min_s)))
+    rank = {n: k for k, n in enumerate(importance)}
+    chosen = set(sorted(names, key=lambda n: rank.get(n, len(rank)))[:count])
+    return [n for n in names if n in chosen]
+
+
 def release(daemon, pool, scratch_spec_dir=None):
     """Stops what a trace program holds (each may be None); removes its own spec folder, if it made one."""
     if daemon is not None:
