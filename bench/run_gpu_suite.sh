@@ -18,7 +18,7 @@
 #   bench/run_gpu_suite.sh                 # on the GPU machine: everything, < 10 minutes
 #   bench/run_gpu_suite.sh pairs qos       # some stages, in this order
 #
-# Each stage runs under a time limit (seconds): OVERHEAD_S 90, PAIRS_S 180,
+# Each stage runs under a time limit (seconds): OVERHEAD_S 110, PAIRS_S 180,
 # MEMORY_S 90, JCT_S 90, SWEEP_S 50, QOS_S 80, GAP_S 20, HOSTING_S 210
 # (hosting searches the count; HOSTING_COUNTS=4,8,16 probes fixed ones); a
 # stage that ends early passes what it left on to the next. Each program
@@ -101,7 +101,7 @@ echo "suite: stages ${stages[*]}; $gpus GPU(s); $([[ $parallel == 1 ]] && echo "
 # the chosen stages' limits add up to more, the limits over 30 s are scaled
 # down so that the sum fits (a short stage such as gap keeps its limit: it
 # would skip everything under a scaled one).
-declare -A limit=([overhead]=${OVERHEAD_S:-90} [pairs]=${PAIRS_S:-180} [memory]=${MEMORY_S:-90}
+declare -A limit=([overhead]=${OVERHEAD_S:-110} [pairs]=${PAIRS_S:-180} [memory]=${MEMORY_S:-90}
                   [jct]=${JCT_S:-90} [sweep]=${SWEEP_S:-50} [qos]=${QOS_S:-80} [gap]=${GAP_S:-20}
                   [hosting]=${HOSTING_S:-210})
 if [[ -n "${SUITE_BUDGET_S:-}" ]]; then

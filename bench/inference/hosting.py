@@ -18,11 +18,11 @@ Per mode the largest N that passes is searched (hosting_search.py): 4, 16, 64, t
 --max_count, each clipped to the mode's cap (memory, the MPS client limit), then bisection until the bracket is
 within --resolution of the passing count (or exactly the counts of --counts). The workers of the next
 --spawn_ahead counts start in the background (SCHED_IDLE) while a probe runs; a probe that fails while workers
-were starting is repeated once with them paused (SIGSTOP), and only the repeat counts. Each mode gets an even
-share of what is left of --budget_s, so one slow mode cannot starve the others; the JSON says per mode why its
-search stopped (stop_reason) and whether its count is only a lower bound. A model alone is the "no sharing"
-baseline: one model per GPU, count 1 by definition; the JSON reports Salus's two ratios, tandem / 1 and
-tandem / mps (Salus: 42x and 7x).
+were starting is repeated once with them paused (SIGSTOP), and only the repeat counts. Each mode gets a share
+of what is left of --budget_s (Tandem's weighs 1.5, the others 1), so one slow mode cannot starve the others;
+the JSON says per mode why its search stopped (stop_reason) and whether its count is only a lower bound. A
+model alone is the "no sharing" baseline: one model per GPU, count 1 by definition; the JSON reports Salus's
+two ratios, tandem / 1 and tandem / mps (Salus: 42x and 7x).
 
     python3 bench/inference/hosting.py --out /tmp/out/hosting.json --plot /tmp/out/hosting.png   # GPU, ~2 min
     python3 bench/inference/hosting.py --device cpu --small --modes tandem,timeslice --out /tmp/h.json
@@ -61,6 +61,8 @@ START_DELAY_S = 0.3
 # one-process-per-model modes start two steps ahead: a process needs 8-9 s to start, which the budget could
 # not afford serially.
 SPAWN_AHEAD = {"tandem": 0, "timeslice": 2, "mps": 2}
+# Each mode's share of --budget_s (what is left of it, among the modes still to run).
+MODE_WEIGHT = {"tandem": 1.5, "timeslice": 1.0, "mps": 1.0}
 
 
 # ---- one probe ----
@@ -450,7 +452,7 @@ def parse_args(argv=None):
     p.add_argument("--log_dir", default=None, help="where tandemd's log goes (default: a temporary folder)")
     p.add_argument("--mps_dir", default=None, help="MPS pipe/log folders go here (default: a new folder in /tmp)")
     p.add_argument("--budget_s", type=float, default=None,
-                   help="total seconds, shared evenly among the modes still to run (default 105; --small: none)")
+                   help="total seconds, shared among the modes still to run (MODE_WEIGHT) (default 105; --small: none)")
     p.add_argument("--close_reserve_s", type=float, default=4.0,
                    help="seconds of each mode's share kept for stopping its workers and daemons")
     p.add_argument("--out", required=True, help="JSON file to write")
@@ -519,7 +521,10 @@ def main():
         runnable.remove("mps")
     try:
         for k, mode in enumerate(runnable):
-            share = budget.left() / (len(runnable) - k)  # an even share of what is left: no mode starves
+            # A weighted share of what is left, so no mode starves: Tandem's search goes furthest (on the H200
+            # one process per model stops at 16-64, MPS at its client limit) and gets more.
+            rest = runnable[k:]
+            share = budget.left() * MODE_WEIGHT.get(mode, 1.0) / sum(MODE_WEIGHT.get(m, 1.0) for m in rest)
             deadline = time.monotonic() + share - args.close_reserve_s
             bc.log(f"== {mode}" + (f" ({share:.0f} s)" if share != float("inf") else ""))
             try:

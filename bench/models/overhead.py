@@ -36,6 +36,7 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "traces"))
 
 import bench_common as bc  # noqa: E402
 import torch  # noqa: E402
@@ -43,6 +44,7 @@ import torch  # noqa: E402
 import tandem  # noqa: E402
 import tandem.torch  # noqa: E402,F401
 from tandem.torch import dtypes as tdtypes  # noqa: E402
+import trace_common as tc  # noqa: E402
 
 
 # ---- PyTorch ----
@@ -232,6 +234,8 @@ def measure_tandem(name, model, loss_fn, batches, endpoint, device_hint, args, o
     capture, lowered = tandem.torch.capture_training_job(model, loss_fn, bc.sgd(model.parameters()), batches[0])
     t1 = time.perf_counter()
     bc.save_capture(args.capture_cache, name, args.small, lowered, t1 - t0)
+    if args.spec_dir:  # the later stages of a suite run register this capture instead of capturing again
+        tc.offer_job_spec(args.spec_dir, name, args.small, capture, lowered, batches[:2], t1 - t0)
     t_register = time.perf_counter()
     job = tandem.torch.TrainingJob(capture, lowered, endpoint, f"{name}-overhead", {"device": device_hint})
     t2 = time.perf_counter()
@@ -342,6 +346,9 @@ def main():
     p.add_argument("--endpoint", default=None, help="use this running tandemd instead of starting one")
     p.add_argument("--no_tandem", action="store_true", help="PyTorch only")
     p.add_argument("--budget_s", type=float, default=0, help="skip models that would start after this many s")
+    p.add_argument("--spec_dir", default=os.environ.get("BENCH_SPEC_DIR"),
+                   help="save each capture here as a job spec for the trace and pair programs "
+                        "(default: $BENCH_SPEC_DIR)")
     p.add_argument("--capture_cache", default=os.environ.get("BENCH_CAPTURE_CACHE"),
                    help="save each lowered step here for planner_quality.py (default: $BENCH_CAPTURE_CACHE)")
     p.add_argument("--log_dir", default=None, help="where tandemd's log goes (default: a temporary folder)")

@@ -13,6 +13,7 @@ iteration as the client sees it.
 Nothing here is thread-safe beyond the pool's reader threads; the programs use it from their main thread.
 """
 
+import contextlib
 import json
 import os
 import queue
@@ -42,29 +43,56 @@ def spec_path(spec_dir, model, small):
 def save_job_spec(spec_dir, model, small, batch_count=2):
     """Captures `model`'s training step (SGD with momentum, the reference sizes or tiny) and saves it as a spec
     folder; returns (folder, capture seconds, or None when it was cached)."""
-    import fcntl
     folder = spec_path(spec_dir, model, small)
+    with _spec_lock(spec_dir, folder):
+        return _save_job_spec_locked(folder, model, small, batch_count)
+
+
+def offer_job_spec(spec_dir, model, small, capture, lowered, batches, capture_s):
+    """Saves a capture another program already made (of bc.build_model(model, small) with bc.sgd, on
+    bc.make_batches' batches) as `model`'s spec folder, unless one exists: later stages of the run then register
+    it without capturing again. Returns the folder."""
+    folder = spec_path(spec_dir, model, small)
+    with _spec_lock(spec_dir, folder):
+        if not _has_spec(folder):
+            _write_job_spec(folder, model, small, capture, lowered, batches, capture_s)
+    return folder
+
+
+@contextlib.contextmanager
+def _spec_lock(spec_dir, folder):
+    """Processes of one run (pair and QoS workers side by side) capture a model once: the first holds the lock
+    while it captures, the others then find its folder."""
+    import fcntl
     os.makedirs(spec_dir, exist_ok=True)
-    # Processes of one run (pair and QoS workers side by side) capture a model once: the first holds the lock
-    # while it captures, the others then find its folder.
     with open(f"{folder}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return _save_job_spec_locked(folder, model, small, batch_count)
+        yield
+
+
+def _has_spec(folder):
+    meta_file = os.path.join(folder, "meta.json")
+    if not os.path.exists(meta_file):
+        return False
+    with open(meta_file) as f:
+        return json.load(f).get("format") == SPEC_FORMAT
 
 
 def _save_job_spec_locked(folder, model, small, batch_count):
     import tandem.torch
-    meta_file = os.path.join(folder, "meta.json")
-    if os.path.exists(meta_file):
-        with open(meta_file) as f:
-            if json.load(f).get("format") == SPEC_FORMAT:
-                return folder, None
+    if _has_spec(folder):
+        return folder, None
     m, loss_fn, make_batch = bc.build_model(model, small)
     batches = bc.make_batches(make_batch, batch_count)
     optimizer = bc.sgd(m.parameters())
     start = time.perf_counter()
     capture, lowered = tandem.torch.capture_training_job(m, loss_fn, optimizer, batches[0])
     capture_s = time.perf_counter() - start
+    _write_job_spec(folder, model, small, capture, lowered, batches, capture_s)
+    return folder, capture_s
+
+
+def _write_job_spec(folder, model, small, capture, lowered, batches, capture_s):
     arrays = {}
     for i, (_, t) in enumerate(lowered.persistent):
         arrays[f"p{i}"] = t.detach().cpu().contiguous().numpy()
@@ -89,7 +117,6 @@ def _save_job_spec_locked(folder, model, small, batch_count):
         import shutil
         shutil.rmtree(folder)
     os.replace(tmp, folder)
-    return folder, capture_s
 
 
 # ---- the worker pool ----
