@@ -88,29 +88,85 @@ int PackPolicy::ChooseLane(const SchedState& state, const JobParams& params, int
   return PackLaneFor(state, params, num_lanes, margin_, max_lanes_);
 }
 
-int PackPolicy::ClashesOutside(const SchedState& state, const LaneView& lanes, const JobState& job,
-                               int lane) const {
-  int clashes = 0;
-  for (int other = 0; other < static_cast<int>(lanes.size()); ++other) {
-    if (other == lane) continue;
-    for (const JobState* partner : lanes[other]) {
-      if (partner != &job && Clash(state, job.key, partner->key)) ++clashes;
+namespace {
+
+// The clashing pairs a Rebalance in progress sees: the distinct keys of the
+// jobs, whether each pair of keys clashes (asked once per pair), and how
+// many jobs of each key every lane holds. A job's clashing partners outside
+// a lane are then a sum over lanes and keys, not a walk over every job for
+// every candidate lane: Rebalance runs at every iteration boundary, and with
+// 80 small jobs (inference hosting) that walk was 80% of the daemon's
+// control loop.
+class ClashCounts {
+ public:
+  template <typename ClashFn>
+  ClashCounts(const SchedState& state, int lanes, ClashFn clash) : counts_(lanes) {
+    for (const LaneState& lane : state.lanes) {
+      for (const JobState* job : lane.jobs) {
+        if (index_.emplace(job->key, static_cast<int>(keys_.size())).second) keys_.push_back(job->key);
+      }
+    }
+    const size_t k = keys_.size();
+    clash_.assign(k * k, false);
+    for (size_t a = 0; a < k; ++a) {
+      for (size_t b = 0; b < k; ++b) {
+        clash_[a * k + b] = clash(keys_[a], keys_[b]);
+        any_ = any_ || clash_[a * k + b];
+      }
+    }
+    for (auto& lane : counts_) lane.assign(k, 0);
+    for (int lane = 0; lane < state.LaneCount() && lane < lanes; ++lane) {
+      for (const JobState* job : state.lanes[lane].jobs) ++counts_[lane][Of(*job)];
     }
   }
-  return clashes;
-}
+
+  // Whether any two keys present clash (else no job has a clashing partner).
+  bool any() const { return any_; }
+  void Move(const JobState& job, int from, int to) {
+    --counts_[from][Of(job)];
+    ++counts_[to][Of(job)];
+  }
+  // Clashing partners of `job`, which sits in `own_lane`, in lanes other
+  // than `lane` (-1: in every lane).
+  int Outside(const JobState& job, int own_lane, int lane) const {
+    const size_t k = keys_.size(), mine = Of(job);
+    int clashes = 0;
+    for (int other = 0; other < static_cast<int>(counts_.size()); ++other) {
+      if (other == lane) continue;
+      for (size_t j = 0; j < k; ++j) {
+        if (clash_[mine * k + j]) clashes += counts_[other][j];
+      }
+    }
+    if (own_lane != lane && clash_[mine * k + mine]) --clashes;  // not its own partner
+    return clashes;
+  }
+
+ private:
+  size_t Of(const JobState& job) const { return static_cast<size_t>(index_.at(job.key)); }
+
+  std::vector<int> keys_;
+  absl::flat_hash_map<int, int> index_;  // key -> position in keys_
+  std::vector<bool> clash_;              // keys_.size()^2, row-major
+  std::vector<std::vector<int>> counts_;  // per lane, per key position
+  bool any_ = false;
+};
+
+}  // namespace
 
 std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_lanes) const {
   std::vector<LaneChange> changes;
   // Placement as the moves proposed so far leave it (lane num_lanes: new).
-  LaneView lanes(std::max(num_lanes, state.LaneCount()) + 1);
+  const int view_lanes = std::max(num_lanes, state.LaneCount()) + 1;
+  std::vector<std::vector<const JobState*>> lanes(view_lanes);
   for (int lane = 0; lane < state.LaneCount(); ++lane) {
     lanes[lane].assign(state.lanes[lane].jobs.begin(), state.lanes[lane].jobs.end());
   }
+  ClashCounts counts(state, view_lanes, [&](int a, int b) { return Clash(state, a, b); });
   auto move = [&](const JobState* job, int from, int to) {
     auto& source = lanes[from];
     source.erase(std::find(source.begin(), source.end(), job));
     lanes[to].push_back(job);
+    counts.Move(*job, from, to);
     changes.push_back(LaneChange{job->id, from, to});
   };
   auto moved = [&](const JobState* job) {
@@ -121,16 +177,16 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
   // Fold: each job goes where it has the fewest clashing partners beside it.
   // Every move strictly lowers the number of clashing pairs side by side.
   const int existing = std::min(num_lanes, state.LaneCount());
-  for (int lane = 0; lane < state.LaneCount(); ++lane) {
+  for (int lane = 0; lane < state.LaneCount() && counts.any(); ++lane) {
     for (const JobState* job : state.lanes[lane].jobs) {
       if (job->running || job->staged > 0 || moved(job)) continue;
-      const int here = ClashesOutside(state, lanes, *job, lane);
+      const int here = counts.Outside(*job, lane, lane);
       if (here == 0) continue;
       int best_lane = lane;
       int best = here;
       for (int target = 0; target < existing; ++target) {
         if (target == lane) continue;
-        const int there = ClashesOutside(state, lanes, *job, target);
+        const int there = counts.Outside(*job, lane, target);
         if (there < best) {
           best = there;
           best_lane = target;
@@ -159,7 +215,7 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
     for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) {
       const JobState* job = *it;
       if (job->running || job->staged > 0 || !job->has_queued() || moved(job)) continue;
-      if (ClashesOutside(state, lanes, *job, -1) > 0) continue;
+      if (counts.Outside(*job, lane, -1) > 0) continue;
       move(job, lane, target);
       if (target == num_lanes) new_lane_used = true;
       break;

@@ -86,11 +86,6 @@ class PackPolicy : public Policy {
   bool Clash(const SchedState& state, int key_a, int key_b) const {
     return MeasuredToClash(state, key_a, key_b, margin_);
   }
-  // Jobs per lane, as a Rebalance in progress sees them.
-  using LaneView = std::vector<std::vector<const JobState*>>;
-  // Clashing partners of `job` in lanes other than `lane` (-1: in all lanes).
-  int ClashesOutside(const SchedState& state, const LaneView& lanes, const JobState& job,
-                     int lane) const;
 
   const double margin_;
   const int max_lanes_;
