@@ -8,7 +8,8 @@
 //
 // Each of `clients` threads opens a session with `jobs_per_client` jobs of a
 // small graph (x[batch, width] @ w[width, width] -> relu, the result
-// fetched) and keeps `depth` iterations of each job in flight for `seconds`
+// fetched; `shapes` distinct widths, so as many interference keys) and
+// keeps `depth` iterations of each job in flight for `seconds`
 // (after `warmup_s`). Prints one JSON object: iterations per second, the
 // latency from submit to result (p50, p99), and the mean device time per
 // iteration the daemon reported.
@@ -34,6 +35,9 @@ ABSL_FLAG(int, jobs_per_client, 4, "jobs per session");
 ABSL_FLAG(int, depth, 2, "iterations of each job in flight");
 ABSL_FLAG(int, batch, 1, "rows of x");
 ABSL_FLAG(int, width, 64, "columns of x, and w is width x width");
+ABSL_FLAG(int, shapes, 1,
+          "distinct graphs: job k is width + 16 * (k % shapes) wide, so the scheduler sees that many "
+          "interference keys");
 ABSL_FLAG(double, seconds, 3.0, "timed seconds");
 ABSL_FLAG(double, warmup_s, 0.5, "untimed seconds first");
 
@@ -66,7 +70,9 @@ struct Totals {
 
 void RunClient(int index, Clock::time_point start, Clock::time_point end, Totals* totals) {
   const int jobs = absl::GetFlag(FLAGS_jobs_per_client), depth = absl::GetFlag(FLAGS_depth);
-  const int64_t batch = absl::GetFlag(FLAGS_batch), width = absl::GetFlag(FLAGS_width);
+  const int64_t batch = absl::GetFlag(FLAGS_batch);
+  const int shapes = std::max(1, absl::GetFlag(FLAGS_shapes));
+  std::vector<int64_t> widths;
   auto fail = [&](const std::string& what) {
     std::lock_guard<std::mutex> lock(totals->mu);
     if (totals->error.empty()) totals->error = what;
@@ -75,12 +81,17 @@ void RunClient(int index, Clock::time_point start, Clock::time_point end, Totals
   if (!client.ok()) return fail(client.status().ToString());
   std::vector<uint64_t> ids;
   for (int j = 0; j < jobs; ++j) {
-    auto job = (*client)->RegisterJob(TinyJob(index * jobs + j, batch, width));
+    const int k = index * jobs + j;
+    widths.push_back(absl::GetFlag(FLAGS_width) + 16 * (k % shapes));
+    auto job = (*client)->RegisterJob(TinyJob(k, batch, widths.back()));
     if (!job.ok()) return fail(job.status().ToString());
     ids.push_back(job->job_id());
   }
-  std::vector<float> x(batch * width, 0.5f);
-  const tandem::client::NamedTensors feeds = {{"x", HostTensor::Floats({batch, width}, x)}};
+  std::vector<tandem::client::NamedTensors> feeds;
+  for (int64_t w : widths) {
+    std::vector<float> x(batch * w, 0.5f);
+    feeds.push_back({{"x", HostTensor::Floats({batch, w}, x)}});
+  }
   struct InFlight {
     uint64_t ticket;
     Clock::time_point sent;
@@ -88,7 +99,7 @@ void RunClient(int index, Clock::time_point start, Clock::time_point end, Totals
   };
   std::deque<InFlight> pending;
   auto submit = [&](int j) {
-    auto t = (*client)->SubmitIteration(ids[j], feeds, {"y"});
+    auto t = (*client)->SubmitIteration(ids[j], feeds[j], {"y"});
     if (!t.ok()) return fail(t.status().ToString()), false;
     pending.push_back({*t, Clock::now(), j});
     return true;
@@ -142,11 +153,12 @@ int main(int argc, char** argv) {
   }
   const double p50 = Percentile(totals.latency_ms, 0.5), p99 = Percentile(totals.latency_ms, 0.99);
   std::printf(
-      "{\"clients\": %d, \"jobs_per_client\": %d, \"depth\": %d, \"batch\": %d, \"width\": %d, \"seconds\": %.2f, "
+      "{\"clients\": %d, \"jobs_per_client\": %d, \"depth\": %d, \"batch\": %d, \"width\": %d, \"shapes\": %d, "
+      "\"seconds\": %.2f, "
       "\"iterations\": %lld, \"iterations_per_s\": %.1f, \"latency_ms\": {\"p50\": %.3f, \"p99\": %.3f}, "
       "\"device_ms_mean\": %.4f}\n",
       absl::GetFlag(FLAGS_clients), absl::GetFlag(FLAGS_jobs_per_client), absl::GetFlag(FLAGS_depth),
-      absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_width), seconds, static_cast<long long>(totals.iterations),
+      absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_width), absl::GetFlag(FLAGS_shapes), seconds, static_cast<long long>(totals.iterations),
       totals.iterations / seconds, p50, p99,
       totals.iterations ? totals.run_seconds / totals.iterations * 1e3 : 0.0);
   return 0;
