@@ -15,6 +15,7 @@
 #ifndef TANDEM_ADAPTOR_PROGRAM_H_
 #define TANDEM_ADAPTOR_PROGRAM_H_
 
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -23,6 +24,14 @@
 #include "device/device.h"
 
 namespace tandem {
+
+// How a Program's iterations have been enqueued so far: the CUDA backend's
+// graph replays against kernel-by-kernel runs (zeros on other backends).
+struct ProgramCounters {
+  int64_t graph_launches = 0;  // whole iterations and node ranges replayed as one CUDA graph
+  int64_t op_by_op_runs = 0;   // iterations started kernel by kernel (a new address table, or no graph)
+  int64_t captures = 0;        // graphs captured (whole iterations and node ranges)
+};
 
 class Program {
  public:
@@ -55,6 +64,9 @@ class Program {
   // [0, num_nodes].
   virtual absl::Status EnqueueNodes(device::Stream& stream, absl::Span<void* const> addresses, int begin,
                                     int end) = 0;
+
+  // The counters so far; unlike the rest, callable from any thread.
+  virtual ProgramCounters Counters() const { return {}; }
 };
 
 // Resolves every node's kernel for `device`'s backend; UNIMPLEMENTED naming

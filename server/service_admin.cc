@@ -164,8 +164,22 @@ void Service::FillDeviceDetails(const DeviceRuntime& dev, v1::DeviceStats* stats
     if (lane.lane >= 0 && lane.lane < static_cast<int>(dev.lanes.size())) {
       l->set_running_iterations(static_cast<uint32_t>(dev.lanes[lane.lane].outstanding));
       l->set_stream_level(static_cast<uint32_t>(dev.lanes[lane.lane].stream_level));
+      l->set_iterations(dev.lanes[lane.lane].iterations);
+      l->set_busy_seconds(dev.lanes[lane.lane].busy_seconds);
     }
   }
+  stats->set_lane_moves(dev.lane_moves);
+  ProgramCounters programs;
+  for (const auto& [id, job] : jobs_) {
+    if (job->device != &dev || job->program == nullptr) continue;
+    const ProgramCounters c = job->program->Counters();
+    programs.graph_launches += c.graph_launches;
+    programs.op_by_op_runs += c.op_by_op_runs;
+    programs.captures += c.captures;
+  }
+  stats->set_graph_launches(static_cast<uint64_t>(programs.graph_launches));
+  stats->set_op_by_op_runs(static_cast<uint64_t>(programs.op_by_op_runs));
+  stats->set_graph_captures(static_cast<uint64_t>(programs.captures));
   if (const DeviceMeasurements* d = measurements_.Device(dev.index); d != nullptr) {
     stats->set_busy_seconds(d->busy_seconds);
   }

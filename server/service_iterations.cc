@@ -180,6 +180,7 @@ void Service::RebalanceLanes(DeviceRuntime& dev) {
         .With("from", change.from_lane)
         .With("to", change.to_lane);
     job.lane = change.to_lane;
+    dev.lane_moves++;
     dev.lane_levels_stale = true;
   }
 }
@@ -382,6 +383,8 @@ void Service::FinishIteration(DeviceRuntime& dev, int lane, int slot_index, uint
       job->done++;
       job->device_seconds += seconds;
       dev.iterations++;
+      l.iterations++;
+      l.busy_seconds += seconds;
       MeasureIteration(dev, job_id, seconds, it.enqueued);
       iterations_++;
       Reply(it.reply, std::move(response));

@@ -195,6 +195,8 @@ struct Lane {
   // (segments in flight + 1 entries, made on first use): the entry of the
   // segment before a completing one is still intact.
   std::vector<SegmentEvents> segment_events;
+  uint64_t iterations = 0;    // completed here
+  double busy_seconds = 0;    // their summed iteration time
 };
 
 struct DeviceRuntime {
@@ -204,6 +206,7 @@ struct DeviceRuntime {
   std::unique_ptr<sched::Scheduler> scheduler;
   std::vector<Lane> lanes;  // by lane index; grows as memory opens lanes
   uint64_t iterations = 0;
+  uint64_t lane_moves = 0;  // jobs the policy moved to another lane
   // Jobs, lanes or priorities changed since the lanes' wanted stream levels
   // were computed.
   bool lane_levels_stale = true;

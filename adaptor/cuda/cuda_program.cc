@@ -22,6 +22,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -123,13 +124,17 @@ class CudaProgram final : public Program {
       if (range.Replays(addresses)) {
         CUDA_RETURN_IF_ERROR(cudaGraphLaunch(range.exec, cuda_stream->native()));
         ++stats_.range_graph_launches;
+        Count(graph_launches_);
       } else {
-        if (begin == 0) ++stats_.op_by_op_runs;
+        if (begin == 0) CountOpByOp();
         RETURN_IF_ERROR(LaunchNodes(*cuda_stream, *state, addresses, begin, end));
-        if (TryCapture(*cuda_stream, *state, range, addresses, begin, end)) ++stats_.range_captures;
+        if (TryCapture(*cuda_stream, *state, range, addresses, begin, end)) {
+          ++stats_.range_captures;
+          Count(captures_);
+        }
       }
     } else {
-      if (begin == 0) ++stats_.op_by_op_runs;
+      if (begin == 0) CountOpByOp();
       RETURN_IF_ERROR(LaunchNodes(*cuda_stream, *state, addresses, begin, end));
     }
     if (end == num_nodes) return EndIteration(*cuda_stream, *state);
@@ -137,6 +142,11 @@ class CudaProgram final : public Program {
   }
 
   const CudaProgramStats& stats() const { return stats_; }
+  ProgramCounters Counters() const override {
+    return ProgramCounters{graph_launches_.load(std::memory_order_relaxed),
+                           op_by_op_runs_.load(std::memory_order_relaxed),
+                           captures_.load(std::memory_order_relaxed)};
+  }
 
  private:
   // Checks an address table against the graph and `stream` against the
@@ -205,12 +215,14 @@ class CudaProgram final : public Program {
     if (state.whole.Replays(addresses)) {
       CUDA_RETURN_IF_ERROR(cudaGraphLaunch(state.whole.exec, stream.native()));
       ++stats_.graph_launches;
+      Count(graph_launches_);
     } else {
       const int num_nodes = static_cast<int>(graph_.nodes.size());
       RETURN_IF_ERROR(LaunchNodes(stream, state, addresses, 0, num_nodes));
-      ++stats_.op_by_op_runs;
+      CountOpByOp();
       if (options_.use_graphs && !capture_disabled_ && TryCapture(stream, state, state.whole, addresses, 0, num_nodes)) {
         ++stats_.captures;
+        Count(captures_);
       }
     }
     return absl::OkStatus();
@@ -243,7 +255,7 @@ class CudaProgram final : public Program {
     }
     RETURN_IF_ERROR(
         LaunchNodes(stream, state, addresses, 0, static_cast<int>(graph_.nodes.size()), profile_events_.data()));
-    ++stats_.op_by_op_runs;
+    CountOpByOp();
     CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream.native()));
     if (profiled_runs_++ == 0) return absl::OkStatus();
     for (size_t i = 0; i < graph_.nodes.size(); ++i) {
@@ -479,6 +491,13 @@ class CudaProgram final : public Program {
   absl::flat_hash_map<CudaStream*, std::unique_ptr<LaneState>> lanes_;
   bool capture_disabled_ = false;
   CudaProgramStats stats_;
+  // Counters() for other threads (stats_ is the executor thread's).
+  static void Count(std::atomic<int64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
+  void CountOpByOp() {
+    ++stats_.op_by_op_runs;
+    Count(op_by_op_runs_);
+  }
+  std::atomic<int64_t> graph_launches_{0}, op_by_op_runs_{0}, captures_{0};
   // The profile (options_.profile_nodes).
   std::vector<cudaEvent_t> profile_events_;
   std::vector<double> node_seconds_;  // summed over the profiled iterations

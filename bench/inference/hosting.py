@@ -75,9 +75,13 @@ def daemon_stats(client):
         dev = client.stats().get("devices", [{}])[0]
     except Exception as e:  # stats are extra information; a probe does not fail for them
         return {"error": str(e)}
-    keys = ("persistent_bytes", "lane_bytes", "reserve_bytes", "capacity_bytes", "iterations", "lanes")
+    keys = ("persistent_bytes", "lane_bytes", "reserve_bytes", "capacity_bytes", "iterations", "lanes",
+            "lane_moves", "graph_launches", "op_by_op_runs", "graph_captures")
     out = {k: int(dev.get(k, 0)) for k in keys}
     out["busy_seconds"] = float(dev.get("busy_seconds", 0.0))
+    out["per_lane"] = {int(lane.get("lane", 0)): (int(lane.get("iterations", 0)), float(lane.get("busy_seconds", 0.0)),
+                                                  len(lane.get("jobs", [])))
+                       for lane in dev.get("lane_info", [])}
     return out
 
 
@@ -149,6 +153,14 @@ def run_probe(n, pool, args, stats_client, device):
                           "lane_mib": round(after["lane_bytes"] / 2**20, 1), "lanes": after["lanes"],
                           "iterations": after["iterations"] - before["iterations"],
                           "busy_s": round(after["busy_seconds"] - before["busy_seconds"], 3)}
+        # What the probe did to the lanes and the CUDA graphs: moves between lanes, graph replays against
+        # kernel-by-kernel runs and captures, and per lane its jobs, iterations and busy seconds.
+        for k in ("lane_moves", "graph_launches", "op_by_op_runs", "graph_captures"):
+            out["tandemd"][k] = after[k] - before[k]
+        out["tandemd"]["per_lane"] = [
+            {"lane": lane, "jobs": jobs, "iterations": its - before["per_lane"].get(lane, (0, 0.0, 0))[0],
+             "busy_s": round(busy - before["per_lane"].get(lane, (0, 0.0, 0))[1], 3)}
+            for lane, (its, busy, jobs) in sorted(after["per_lane"].items())]
     out["wall_s"] = round(time.monotonic() - started, 2)
     return out
 

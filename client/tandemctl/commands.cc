@@ -161,6 +161,11 @@ absl::Status Lanes(Client& c, const CtlOptions& options, std::ostream& out) {
       v1::DeviceStats* l = lanes.add_devices();
       l->set_name(d.name());
       *l->mutable_lane_info() = d.lane_info();
+      l->set_iterations(d.iterations());
+      l->set_lane_moves(d.lane_moves());
+      l->set_graph_launches(d.graph_launches());
+      l->set_op_by_op_runs(d.op_by_op_runs());
+      l->set_graph_captures(d.graph_captures());
     }
     out << ToJson(lanes);
     return absl::OkStatus();
@@ -168,13 +173,15 @@ absl::Status Lanes(Client& c, const CtlOptions& options, std::ostream& out) {
   ASSIGN_OR_RETURN(v1::ListSessionsResponse list, c.ListSessions());
   std::map<uint64_t, std::string> names;
   for (const v1::JobInfo* j : AllJobs(list)) names[j->job_id()] = j->name();
-  TextTable table({"DEVICE", ">LANE", ">ARENA", ">RETIRED", ">RUNNING", ">STREAM PRIO", "JOBS"});
+  TextTable table(
+      {"DEVICE", ">LANE", ">ARENA", ">RETIRED", ">RUNNING", ">ITERATIONS", ">BUSY S", ">STREAM PRIO", "JOBS"});
   for (const v1::DeviceStats& d : stats.devices()) {
     for (const v1::LaneInfo& l : d.lane_info()) {
       std::vector<std::string> jobs;
       for (uint64_t id : l.jobs()) jobs.push_back(absl::StrCat(id, names.contains(id) ? ":" + names[id] : ""));
       table.AddRow({d.name(), absl::StrCat(l.lane()), HumanBytes(l.arena_bytes()), HumanBytes(l.retired_bytes()),
-                    absl::StrCat(l.running_iterations()), absl::StrCat(l.stream_level()),
+                    absl::StrCat(l.running_iterations()), absl::StrCat(l.iterations()),
+                    absl::StrFormat("%.2f", l.busy_seconds()), absl::StrCat(l.stream_level()),
                     jobs.empty() ? "-" : absl::StrJoin(jobs, ", ")});
     }
   }

@@ -110,6 +110,11 @@ TEST(DaemonOnGpu, HigherPriorityLaneGetsAHigherStreamPriority) {
     }
   }
   EXPECT_EQ(seen, 2);
+  // After each job's first iteration on a stream, its iterations replay a
+  // captured graph: fewer kernel-by-kernel runs than iterations.
+  EXPECT_GT(dev.graph_launches(), 0u);
+  EXPECT_GT(dev.graph_captures(), 0u);
+  EXPECT_LT(dev.op_by_op_runs(), dev.iterations());
   ASSERT_TRUE(daemon.Alive()) << daemon.Log();
 }
 

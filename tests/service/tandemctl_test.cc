@@ -164,11 +164,21 @@ TEST_F(TandemctlTest, EverySubcommandAgainstTrainingJobs) {
   v1::StatsResponse lanes = ParseJson<v1::StatsResponse>(Ctl({"lanes", "--json"}).out);
   ASSERT_EQ(lanes.devices_size(), 1);
   std::vector<uint64_t> placed;
+  uint64_t lane_iterations = 0;
   for (const auto& lane : lanes.devices(0).lane_info()) {
     EXPECT_GT(lane.arena_bytes(), 0u);
     placed.insert(placed.end(), lane.jobs().begin(), lane.jobs().end());
+    lane_iterations += lane.iterations();
+    if (lane.iterations() > 0) {
+      EXPECT_GT(lane.busy_seconds(), 0) << "lane " << lane.lane();
+    }
   }
   EXPECT_THAT(placed, ::testing::UnorderedElementsAre(alpha.job_id(), beta.job_id()));
+  // Every completed iteration is counted on its lane; the CPU device replays no CUDA graphs.
+  EXPECT_GT(lane_iterations, 0u);
+  EXPECT_EQ(lane_iterations, lanes.devices(0).iterations());
+  EXPECT_EQ(lanes.devices(0).graph_launches(), 0u);
+  EXPECT_EQ(lanes.devices(0).op_by_op_runs(), 0u);
   ProcessResult lanes_table = Ctl({"lanes"});
   ASSERT_EQ(lanes_table.exit_code, 0);
   EXPECT_THAT(lanes_table.out, HasSubstr(absl::StrCat(alpha.job_id(), ":alpha")));
