@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "adaptor/cpu/half.h"
 
 namespace tandem::bench {
 namespace {
@@ -14,6 +15,7 @@ using gpu_test::GraphMaker;
 using gpu_test::MakeAttrs;
 
 constexpr DType kF32 = DType::kFloat32;
+constexpr DType kBF16 = DType::kBFloat16;
 
 // "[32,64,56,56]": compact, as torch_ops.py writes shapes.
 std::string Dims(const Shape& shape) { return absl::StrCat("[", absl::StrJoin(shape, ","), "]"); }
@@ -48,12 +50,12 @@ OpRow NewRow(std::string name, std::string op, RowKind kind) {
 // ---- matrix products ----
 
 // [n, k] @ [k, m] (+ a bias [m] for addmm).
-OpRow Matmul(std::string name, int64_t n, int64_t k, int64_t m, bool bias) {
+OpRow Matmul(std::string name, int64_t n, int64_t k, int64_t m, bool bias, DType dtype = kF32) {
   OpRow row = NewRow(std::move(name), bias ? "addmm" : "mm", RowKind::kCompute);
-  const int a = Feed(row, {kF32, {n, k}});
-  const int b = Feed(row, {kF32, {k, m}}, Fill::kSmall);
+  const int a = Feed(row, {dtype, {n, k}});
+  const int b = Feed(row, {dtype, {k, m}}, Fill::kSmall);
   if (bias) {
-    const int c = Feed(row, {kF32, {m}});
+    const int c = Feed(row, {dtype, {m}});
     row.graph.Add("addmm", {c, a, b});
   } else {
     row.graph.Add("mm", {a, b});
@@ -64,10 +66,10 @@ OpRow Matmul(std::string name, int64_t n, int64_t k, int64_t m, bool bias) {
 }
 
 // [batch, n, k] @ [batch, k, m].
-OpRow Bmm(std::string name, int64_t batch, int64_t n, int64_t k, int64_t m) {
+OpRow Bmm(std::string name, int64_t batch, int64_t n, int64_t k, int64_t m, DType dtype = kF32) {
   OpRow row = NewRow(std::move(name), "bmm", RowKind::kCompute);
-  const int a = Feed(row, {kF32, {batch, n, k}});
-  const int b = Feed(row, {kF32, {batch, k, m}});
+  const int a = Feed(row, {dtype, {batch, n, k}});
+  const int b = Feed(row, {dtype, {batch, k, m}});
   row.graph.Add("bmm", {a, b});
   row.shapes = absl::StrCat(Dims({batch, n, k}), "@", Dims({batch, k, m}));
   row.flops = 2.0 * batch * n * k * m;
@@ -96,7 +98,7 @@ Attrs ConvAttrs(const ConvLayer& c, bool allow_tf32) {
 }
 
 // The forward and the backward row of one layer.
-void AddConvRows(const ConvLayer& c, bool allow_tf32, std::vector<OpRow>& rows) {
+void AddConvRows(const ConvLayer& c, bool allow_tf32, std::vector<OpRow>& rows, DType dtype = kF32) {
   const int64_t oh = (c.x[2] + 2 * c.padding - c.w[2]) / c.stride + 1;
   const int64_t ow = (c.x[3] + 2 * c.padding - c.w[3]) / c.stride + 1;
   const Shape y = {c.x[0], c.w[0], oh, ow};
@@ -104,17 +106,17 @@ void AddConvRows(const ConvLayer& c, bool allow_tf32, std::vector<OpRow>& rows) 
   const std::string geometry = absl::StrCat("s", c.stride, " p", c.padding);
 
   OpRow fwd = NewRow(c.name + ".fwd", "convolution", RowKind::kCompute);
-  std::vector<int> inputs = {Feed(fwd, {kF32, c.x}), Feed(fwd, {kF32, c.w}, Fill::kSmall)};
-  if (c.bias) inputs.push_back(Feed(fwd, {kF32, {c.w[0]}}));
+  std::vector<int> inputs = {Feed(fwd, {dtype, c.x}), Feed(fwd, {dtype, c.w}, Fill::kSmall)};
+  if (c.bias) inputs.push_back(Feed(fwd, {dtype, {c.w[0]}}));
   fwd.graph.Add("convolution", inputs, ConvAttrs(c, allow_tf32));
   fwd.shapes = absl::StrCat("x", Dims(c.x), " w", Dims(c.w), c.bias ? " +bias " : " ", geometry);
   fwd.flops = flops;
   rows.push_back(std::move(fwd));
 
   OpRow bwd = NewRow(c.name + ".bwd", "convolution_backward", RowKind::kCompute);
-  const int grad = Feed(bwd, {kF32, y});
-  const int x = Feed(bwd, {kF32, c.x});
-  const int w = Feed(bwd, {kF32, c.w}, Fill::kSmall);
+  const int grad = Feed(bwd, {dtype, y});
+  const int x = Feed(bwd, {dtype, c.x});
+  const int w = Feed(bwd, {dtype, c.w}, Fill::kSmall);
   Attrs attrs = ConvAttrs(c, allow_tf32);
   attrs.Set("output_mask", c.mask);
   if (c.bias) attrs.Set("bias_sizes", std::vector<int64_t>{c.w[0]});
@@ -198,14 +200,15 @@ void AddMaxPoolRows(const std::string& name, const Shape& shape, int64_t kernel,
 // ---- elementwise ops and reductions ----
 
 // One op over feeds of the given shapes; bytes = all feeds + the output.
-OpRow Pointwise(std::string name, const std::string& op, std::vector<Shape> shapes, Attrs attrs = {}) {
+OpRow Pointwise(std::string name, const std::string& op, std::vector<Shape> shapes, Attrs attrs = {},
+                DType dtype = kF32) {
   OpRow row = NewRow(std::move(name), op, RowKind::kMemory);
   std::vector<int> inputs;
   std::vector<std::string> texts;
   for (const Shape& s : shapes) {
-    inputs.push_back(Feed(row, {kF32, s}));
+    inputs.push_back(Feed(row, {dtype, s}));
     texts.push_back(absl::StrCat("x", Dims(s)));
-    row.bytes += static_cast<double>(NumElements(s)) * sizeof(float);
+    row.bytes += BytesOf(row.graph, {inputs.back()});
   }
   const std::vector<int> out = row.graph.Add(op, inputs, std::move(attrs));
   for (int v : out) row.bytes += BytesOf(row.graph, {v});
@@ -219,24 +222,28 @@ OpRow Reduction(std::string name, const std::string& op, const Shape& shape, std
   return row;
 }
 
-OpRow Softmax(std::string name, const std::string& op, const Shape& shape) {
-  OpRow row = Pointwise(std::move(name), op, {shape}, MakeAttrs({{"dim", int64_t{1}}, {"half_to_float", false}}));
+OpRow Softmax(std::string name, const std::string& op, const Shape& shape, DType dtype = kF32) {
+  OpRow row =
+      Pointwise(std::move(name), op, {shape}, MakeAttrs({{"dim", int64_t{1}}, {"half_to_float", false}}), dtype);
   row.shapes = absl::StrCat("x", Dims(shape), " dim1");
   return row;
 }
 
-void AddLayerNormRows(const std::string& name, const Shape& shape, std::vector<OpRow>& rows) {
+// The forward row, and for float32 the backward row (a 16-bit layer norm
+// keeps float32 statistics, which the backward's setup would need to match).
+void AddLayerNormRows(const std::string& name, const Shape& shape, std::vector<OpRow>& rows, DType dtype = kF32) {
   const Shape normalized = {shape.back()};
   const Attrs forward_attrs = MakeAttrs({{"normalized_shape", std::vector<int64_t>{shape.back()}}, {"eps", 1e-5}});
 
   OpRow fwd = NewRow(name + ".fwd", "native_layer_norm", RowKind::kMemory);
-  const int x = Feed(fwd, {kF32, shape});
-  const int w = Feed(fwd, {kF32, normalized}, Fill::kPositive);
-  const int b = Feed(fwd, {kF32, normalized});
+  const int x = Feed(fwd, {dtype, shape});
+  const int w = Feed(fwd, {dtype, normalized}, Fill::kPositive);
+  const int b = Feed(fwd, {dtype, normalized});
   const std::vector<int> out = fwd.graph.Add("native_layer_norm", {x, w, b}, forward_attrs);
   fwd.shapes = absl::StrCat("x", Dims(shape), " normalized", Dims(normalized));
   if (out.size() == 3) fwd.bytes = BytesOf(fwd.graph, {x, w, b, out[0], out[1], out[2]});
   rows.push_back(std::move(fwd));
+  if (dtype != kF32) return;
 
   OpRow bwd = NewRow(name + ".bwd", "native_layer_norm_backward", RowKind::kMemory);
   Shape stats(shape.begin(), shape.end() - 1);
@@ -419,6 +426,23 @@ std::vector<OpRow> BuildOpRows(const OpBenchDims& d, bool allow_tf32) {
   AddEmbeddingRows("lstm.embedding", lv, lh, {d.lstm_batch, d.lstm_seq}, rows);
   rows.push_back(SgdMomentum("fcn5.sgd_momentum", {fh, fh}));
   rows.push_back(Pointwise("fcn5.fc.t", "t", {{fh, fh}}));
+
+  // bfloat16 versions of some of the rows above (float32 accumulation inside,
+  // as PyTorch's bf16 kernels), named "bf16." + the float32 row's name.
+  rows.push_back(Matmul("bf16.fcn5.fc.fwd", fb, fh, fh, true, kBF16));
+  rows.push_back(Matmul("bf16.fcn5.fc.grad_w", fh, fb, fh, false, kBF16));
+  rows.push_back(Matmul("bf16.lstm.decoder.fwd", lt, lh, lv, true, kBF16));
+  rows.push_back(Matmul("bf16.xf.qkv.fwd", t, dm, 3 * dm, true, kBF16));
+  rows.push_back(Bmm("bf16.xf.attn.scores", bh, s, hd, s, kBF16));
+  AddConvRows({"bf16.r50.layer1.conv2", {n, 64, s4, s4}, {64, 64, 3, 3}, 1, 1, false, all}, allow_tf32, rows, kBF16);
+  AddConvRows({"bf16.vgg.conv3_2", {n, 256, s4, s4}, {256, 256, 3, 3}, 1, 1, true, all_bias}, allow_tf32, rows,
+              kBF16);
+  rows.push_back(Pointwise("bf16.r50.relu.fwd", "relu", {act}, {}, kBF16));
+  rows.push_back(Pointwise("bf16.r50.residual.add", "add.Tensor", {act, act}, {}, kBF16));
+  rows.push_back(
+      Pointwise("bf16.xf.ff.gelu", "gelu", {{t, ff}}, MakeAttrs({{"approximate", std::string("none")}}), kBF16));
+  rows.push_back(Softmax("bf16.xf.attn.softmax", "_softmax", {bh * s, s}, kBF16));
+  AddLayerNormRows("bf16.xf.ln", {t, dm}, rows, kBF16);
   return rows;
 }
 
@@ -440,13 +464,21 @@ absl::Status CheckRowOnCpu(const OpRow& row, std::mt19937_64& rng) {
   if (!values.ok()) return values.status();
   for (const Node& node : graph.nodes) {
     for (int v : node.outputs) {
-      if (graph.values[v].type.dtype != kF32) continue;
+      const DType dtype = graph.values[v].type.dtype;
+      if (dtype != kF32 && dtype != kBF16 && dtype != DType::kFloat16) continue;
       const gpu_test::Bytes& bytes = (*values)[v];
-      for (size_t i = 0; i + sizeof(float) <= bytes.size(); i += sizeof(float)) {
+      const size_t width = dtype == kF32 ? sizeof(float) : sizeof(uint16_t);
+      for (size_t i = 0; i + width <= bytes.size(); i += width) {
         float x;
-        std::memcpy(&x, bytes.data() + i, sizeof(x));
+        if (dtype == kF32) {
+          std::memcpy(&x, bytes.data() + i, sizeof(x));
+        } else {
+          uint16_t bits;
+          std::memcpy(&bits, bytes.data() + i, sizeof(bits));
+          x = dtype == kBF16 ? BFloat16BitsToFloat(bits) : Float16BitsToFloat(bits);
+        }
         if (!std::isfinite(x)) {
-          return absl::InternalError(absl::StrCat(node.op, " wrote ", x, " at element ", i / sizeof(float), " of ",
+          return absl::InternalError(absl::StrCat(node.op, " wrote ", x, " at element ", i / width, " of ",
                                                   graph.values[v].type.ToString()));
         }
       }

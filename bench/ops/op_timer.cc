@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "adaptor/cpu/half.h"
 #include "adaptor/cuda/cuda_program_options.h"
 #include "base/status_macros.h"
 #include "gtest/gtest.h"
@@ -141,25 +142,35 @@ absl::StatusOr<std::unique_ptr<FeedFiller>> FeedFiller::Create(uint64_t seed) {
   device::Device* gpu = gpu_test::Gpu();
   if (gpu == nullptr) return absl::FailedPreconditionError("no CUDA device");
   std::unique_ptr<FeedFiller> filler(new FeedFiller(*gpu, seed));
-  filler->pools_.assign(kFillKinds, nullptr);
   ASSIGN_OR_RETURN(std::unique_ptr<device::Stream> stream, gpu->CreateStream());
   std::vector<float> host(2 * kPoolBytes / sizeof(float));
+  std::vector<uint16_t> host16(2 * kPoolBytes / sizeof(uint16_t));
   std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  auto upload = [&](const void* data, void** pool) -> absl::Status {
+    ASSIGN_OR_RETURN(*pool, gpu->Allocate(2 * kPoolBytes));
+    RETURN_IF_ERROR(gpu->CopyToDevice(*stream, *pool, data, 2 * kPoolBytes));
+    return gpu->Synchronize(*stream);
+  };
+  for (auto* pools : {&filler->pools_, &filler->bf16_pools_, &filler->f16_pools_}) pools->assign(kFillKinds, nullptr);
   for (int kind = 0; kind < kFillKinds; ++kind) {
     // Inside FeedFiller, plain `Fill` names the member function.
     const gpu_test::Fill fill = static_cast<gpu_test::Fill>(kind);
     if (fill == gpu_test::Fill::kLabels) continue;
     for (float& x : host) x = RandomValue(fill, unit(filler->rng_));
-    ASSIGN_OR_RETURN(filler->pools_[kind], gpu->Allocate(2 * kPoolBytes));
-    RETURN_IF_ERROR(gpu->CopyToDevice(*stream, filler->pools_[kind], host.data(), 2 * kPoolBytes));
-    RETURN_IF_ERROR(gpu->Synchronize(*stream));
+    RETURN_IF_ERROR(upload(host.data(), &filler->pools_[kind]));
+    for (uint16_t& x : host16) x = FloatToBFloat16Bits(RandomValue(fill, unit(filler->rng_)));
+    RETURN_IF_ERROR(upload(host16.data(), &filler->bf16_pools_[kind]));
+    for (uint16_t& x : host16) x = FloatToFloat16Bits(RandomValue(fill, unit(filler->rng_)));
+    RETURN_IF_ERROR(upload(host16.data(), &filler->f16_pools_[kind]));
   }
   return filler;
 }
 
 FeedFiller::~FeedFiller() {
-  for (void* pool : pools_) {
-    if (pool != nullptr) device_.Free(pool);
+  for (const auto* pools : {&pools_, &bf16_pools_, &f16_pools_}) {
+    for (void* pool : *pools) {
+      if (pool != nullptr) device_.Free(pool);
+    }
   }
 }
 
@@ -174,10 +185,14 @@ absl::Status FeedFiller::Fill(device::Stream& stream, const Graph& graph, const 
     RETURN_IF_ERROR(device_.CopyToDevice(stream, address, host.data(), bytes));
     return device_.Synchronize(stream);  // before `host` goes
   }
-  if (type.dtype != DType::kFloat32 || spec.fill == gpu_test::Fill::kLabels) {
+  const std::vector<void*>* pools = type.dtype == DType::kFloat32    ? &pools_
+                                    : type.dtype == DType::kBFloat16 ? &bf16_pools_
+                                    : type.dtype == DType::kFloat16  ? &f16_pools_
+                                                                     : nullptr;
+  if (pools == nullptr || spec.fill == gpu_test::Fill::kLabels) {
     return absl::UnimplementedError(absl::StrCat("no fill for a feed of ", type.ToString()));
   }
-  const char* pool = static_cast<const char*>(pools_[static_cast<int>(spec.fill)]);
+  const char* pool = static_cast<const char*>((*pools)[static_cast<int>(spec.fill)]);
   const size_t start = std::uniform_int_distribution<size_t>(0, kPoolBytes / 256 - 1)(rng_) * 256;
   for (size_t offset = 0; offset < bytes; offset += kPoolBytes) {
     RETURN_IF_ERROR(device_.CopyOnDevice(stream, static_cast<char*>(address) + offset, pool + start,

@@ -44,7 +44,8 @@ struct RowTiming {
   bool replayed = false;  // false: the capture failed and `replay` ran op by op too
 };
 
-// Random float32 data resident on the device, copied into feeds.
+// Random float32, bfloat16 and float16 data resident on the device, copied
+// into feeds (int64 labels are made on the host).
 class FeedFiller {
  public:
   // FAILED_PRECONDITION without a CUDA device.
@@ -62,7 +63,9 @@ class FeedFiller {
 
   device::Device& device_;
   std::mt19937_64 rng_;
-  std::vector<void*> pools_;  // indexed by gpu_test::Fill; null for kLabels
+  // Per dtype (float32, bfloat16, float16), indexed by gpu_test::Fill; null
+  // for kLabels.
+  std::vector<void*> pools_, bf16_pools_, f16_pools_;
 };
 
 // Times `row` (graph replay, then op by op). Errors: the registry rejected

@@ -99,7 +99,37 @@ class Maker:
         return torch.randint(0, upper, tuple(shape), generator=self.gen, device=self.device, dtype=torch.int64)
 
 
+class CastMaker:
+    """A Maker whose floating-point tensors come in `dtype` (the 16-bit rows)."""
+
+    def __init__(self, mk, dtype):
+        self.mk, self.dtype = mk, dtype
+
+    def uniform(self, *shape):
+        return self.mk.uniform(*shape).to(self.dtype)
+
+    def positive(self, *shape):
+        return self.mk.positive(*shape).to(self.dtype)
+
+    def small(self, *shape):
+        return self.mk.small(*shape).to(self.dtype)
+
+    def labels(self, upper, *shape):
+        return self.mk.labels(upper, *shape)
+
+
+def in_dtype(row, dtype, prefix):
+    """`row` with its floating-point inputs in `dtype`, named prefix + its name."""
+    build = row.build
+    return Row(prefix + row.name, row.op, row.kind, row.shapes, row.flops, lambda mk: build(CastMaker(mk, dtype)))
+
+
 # ---- rows (the order and names of op_rows.cc) ----
+
+# The rows op_rows.cc also builds in bfloat16, in its order.
+BF16_ROWS = ("fcn5.fc.fwd", "fcn5.fc.grad_w", "lstm.decoder.fwd", "xf.qkv.fwd", "xf.attn.scores",
+             "r50.layer1.conv2.fwd", "r50.layer1.conv2.bwd", "vgg.conv3_2.fwd", "vgg.conv3_2.bwd", "r50.relu.fwd",
+             "r50.residual.add", "xf.ff.gelu", "xf.attn.softmax", "xf.ln.fwd")
 
 def matmul(name, n, k, m, bias):
     def build(mk):
@@ -345,6 +375,9 @@ def all_rows(d):
     rows += embedding_rows("lstm.embedding", lv, lh, (d["lstm_batch"], d["lstm_seq"]))
     rows += [sgd_momentum("fcn5.sgd_momentum", [fh, fh]),
              pointwise("fcn5.fc.t", "t", [[fh, fh]], lambda x: x.t().contiguous())]
+    # bfloat16 versions of some of the rows above, named "bf16." + the float32 row's name (op_rows.cc's order).
+    by_name = {r.name: r for r in rows}
+    rows += [in_dtype(by_name[name], torch.bfloat16, "bf16.") for name in BF16_ROWS]
     return rows
 
 
