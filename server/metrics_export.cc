@@ -100,6 +100,18 @@ std::string Service::RenderMetrics() {
     w.HistogramSamples("tandem_lane_same_job_gap_seconds", device_labels(i),
                        d == nullptr ? empty_gap : d->same_job_gap_seconds);
   }
+  w.Family("tandem_lane_busy_seconds_total", "counter", "device time of the iterations completed on the lane");
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    for (size_t lane = 0; lane < devices_[i]->lanes.size(); ++lane) {
+      Labels labels = device_labels(i);
+      labels.push_back({"lane", absl::StrCat(lane)});
+      w.Sample("tandem_lane_busy_seconds_total", labels, devices_[i]->lanes[lane].busy_seconds);
+    }
+  }
+  w.Family("tandem_device_lane_moves_total", "counter", "jobs the scheduling policy moved to another lane");
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    w.Sample("tandem_device_lane_moves_total", device_labels(i), static_cast<double>(devices_[i]->lane_moves));
+  }
   w.Family("tandem_device_segments_total", "counter",
            "segments of preemptible iterations enqueued on the device (preemption=op)");
   for (size_t i = 0; i < devices_.size(); ++i) {

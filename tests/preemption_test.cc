@@ -253,6 +253,15 @@ TEST_P(Preemption, HighPriorityBurstAgainstARunningBestEffortIteration) {
     EXPECT_EQ(daemon.Metric("tandem_iteration_yields_total"), 0);
     EXPECT_EQ(daemon.Metric("tandem_device_segments_total{device=\"cpu\"}"), 0);
   }
+  // Each lane's busy time is its share of the device's.
+  double lanes_busy = 0;
+  for (int lane = 0; lane < 4; ++lane) {
+    const double busy = daemon.Metric(absl::StrCat("tandem_lane_busy_seconds_total{device=\"cpu\",lane=\"", lane, "\"}"));
+    if (busy >= 0) lanes_busy += busy;
+  }
+  const double device_busy = daemon.Metric("tandem_device_busy_seconds_total{device=\"cpu\"}");
+  EXPECT_GT(lanes_busy, 0);
+  EXPECT_NEAR(lanes_busy, device_busy, 1e-6 + 1e-6 * device_busy);
   // Results as if each job ran alone.
   EXPECT_TRUE(SameBits(*be_loss0, solo.best_effort[0])) << *be_loss0 << " vs " << solo.best_effort[0];
   EXPECT_TRUE(SameBits(*be_loss1, solo.best_effort[1])) << *be_loss1 << " vs " << solo.best_effort[1];
