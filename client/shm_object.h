@@ -16,8 +16,9 @@ namespace tandem::client {
 
 class ShmObject {
  public:
-  // UNAVAILABLE when the object cannot be created, sized or mapped (no
-  // /dev/shm, out of memory): callers fall back to the socket. `populate`
+  // UNAVAILABLE when the object cannot be created, sized, reserved or
+  // mapped (no /dev/shm, or too little room there): callers fall back to
+  // the socket. `populate`
   // allocates and maps every page at once (for an object about to be
   // written whole: one call instead of a fault per page).
   static absl::StatusOr<ShmObject> Create(uint64_t bytes, bool populate = false);
