@@ -106,6 +106,20 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
                                                  " is out of range [0, ", sched::kMaxExpectedIterations, "]")));
     return;
   }
+  // Transposes feeding matrix products are read in place by the products
+  // instead of being materialized (adaptor/fold_transposes.h).
+  v1::Graph wire_graph = reg.graph();
+  FoldTransposes(&wire_graph);
+  // Chains of elementwise nodes run as one kernel each
+  // (adaptor/fuse_elementwise.h).
+  if (options_.fuse_elementwise) FuseElementwise(reg.persistent(), &wire_graph);
+  auto graph = BuildGraph(wire_graph, reg.persistent());
+  if (!graph.ok()) {
+    fail(graph.status());
+    return;
+  }
+  job->graph = std::make_unique<Graph>(*std::move(graph));
+  // Mapped only for a graph that builds: a bad graph leaves the object untouched.
   if (reg.has_shared_frames()) {
     if (frames != nullptr) {
       fail(absl::InvalidArgumentError(absl::StrCat(
@@ -123,19 +137,6 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
         .With("bytes", reg.shared_frames().bytes());
     frames = *std::move(shared);
   }
-  // Transposes feeding matrix products are read in place by the products
-  // instead of being materialized (adaptor/fold_transposes.h).
-  v1::Graph wire_graph = reg.graph();
-  FoldTransposes(&wire_graph);
-  // Chains of elementwise nodes run as one kernel each
-  // (adaptor/fuse_elementwise.h).
-  if (options_.fuse_elementwise) FuseElementwise(reg.persistent(), &wire_graph);
-  auto graph = BuildGraph(wire_graph, reg.persistent());
-  if (!graph.ok()) {
-    fail(graph.status());
-    return;
-  }
-  job->graph = std::make_unique<Graph>(*std::move(graph));
   if (absl::Status framed = CheckPersistentFrames(reg, *job->graph, frames.get()); !framed.ok()) {
     fail(framed);
     return;
