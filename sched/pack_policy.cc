@@ -79,9 +79,9 @@ bool SoloProbes::Decide(const SchedState& state, int lane, std::optional<JobId>*
 std::optional<JobId> PackPolicy::Pick(const SchedState& state, int lane) {
   std::optional<JobId> probe;
   if (probes_.Decide(state, lane, &probe)) return probe;
-  const JobState* oldest = OldestQueued(state, lane);
-  if (oldest == nullptr) return std::nullopt;
-  return oldest->id;
+  const JobState* first = FirstQueued(state, lane);
+  if (first == nullptr) return std::nullopt;
+  return first->id;
 }
 
 int PackPolicy::ChooseLane(const SchedState& state, const JobParams& params, int num_lanes) const {

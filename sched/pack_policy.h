@@ -15,7 +15,9 @@
 //     strictly reduces the clashing pairs running side by side, so it never
 //     oscillates), and spreads a job of a crowded lane to an empty or a new
 //     lane when it clashes with nobody.
-//   * Pick: in each lane the oldest job with a queued iteration runs. A job
+//   * Pick: in each lane the job whose queued iteration came first runs
+//     (first come, first served: jobs sharing a lane alternate, and a crowd
+//     of inference models sharing one is served in request order). A job
 //     whose solo time is unknown gets a probe: the other lanes drain and its
 //     iteration runs alone (min_interference_samples times per interference
 //     key), because r is measured against the solo time.

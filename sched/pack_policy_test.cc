@@ -118,6 +118,26 @@ TEST_F(PackPolicyTest, FoldsAPairThatClashes) {
   EXPECT_EQ(scheduler_->ChooseLane(alike, 2), changes[0].to_lane);
 }
 
+TEST_F(PackPolicyTest, JobsSharingALaneAreServedInRequestOrder) {
+  Add(1, "a", 0);
+  Add(2, "b", 1);
+  MeasureSolo();
+  ASSERT_TRUE(scheduler_->MoveJob(2, 0).ok());
+  // Job 2 (the younger) asked first, then job 1, then job 2 again: the lane
+  // serves the requests in that order, not the older job first.
+  ASSERT_TRUE(scheduler_->Enqueue(2, 100).ok());
+  ASSERT_TRUE(scheduler_->Enqueue(1, 101).ok());
+  ASSERT_TRUE(scheduler_->Enqueue(2, 102).ok());
+  for (JobId expected : {JobId{2}, JobId{1}, JobId{2}}) {
+    auto d = scheduler_->Next(0);
+    ASSERT_TRUE(d.has_value());
+    EXPECT_EQ(d->job, expected);
+    clock_->Advance(0.02);
+    scheduler_->OnIterationDone(d->job, 0, 0.02);
+  }
+  EXPECT_FALSE(scheduler_->Next(0).has_value()) << "nothing left queued";
+}
+
 TEST_F(PackPolicyTest, KeepsAPairThatPaysApartAndSpreadsACrowdedLane) {
   Add(1, "a", 0);
   Add(2, "b", 1);

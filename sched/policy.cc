@@ -24,13 +24,14 @@ absl::StatusOr<std::unique_ptr<Policy>> CreatePolicy(absl::string_view name,
                                                  "'; valid: ", absl::StrJoin(PolicyNames(), ", ")));
 }
 
-const JobState* OldestQueued(const SchedState& state, int lane) {
+const JobState* FirstQueued(const SchedState& state, int lane) {
   const LaneState* l = state.Lane(lane);
   if (l == nullptr) return nullptr;
+  const JobState* first = nullptr;
   for (const JobState* job : l->jobs) {
-    if (job->has_queued()) return job;
+    if (job->has_queued() && (first == nullptr || job->queue.front() < first->queue.front())) first = job;
   }
-  return nullptr;
+  return first;
 }
 
 int FirstEmptyLane(const SchedState& state, int num_lanes) {

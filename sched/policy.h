@@ -50,9 +50,11 @@ absl::StatusOr<std::unique_ptr<Policy>> CreatePolicy(absl::string_view name,
                                                      const SchedulerOptions& options);
 
 // Helpers shared by the policies.
-// The oldest job of `lane` with a queued iteration (lane jobs are in arrival
-// order), or nullptr.
-const JobState* OldestQueued(const SchedState& state, int lane);
+// The job of `lane` whose queued iteration arrived first (tickets grow with
+// every iteration the daemon accepts), or nullptr: first come, first served
+// across the lane's jobs, so jobs sharing a lane alternate and none of a
+// crowd of request streams waits behind older jobs' later requests.
+const JobState* FirstQueued(const SchedState& state, int lane);
 // The lowest lane in [0, num_lanes) without jobs, or -1.
 int FirstEmptyLane(const SchedState& state, int num_lanes);
 // A lane for a policy that keeps every job in one lane: lane 0 (a new lane

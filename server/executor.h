@@ -7,6 +7,8 @@
 #ifndef TANDEM_SERVER_EXECUTOR_H_
 #define TANDEM_SERVER_EXECUTOR_H_
 
+#include <pthread.h>
+
 #include <functional>
 #include <string>
 #include <thread>
@@ -21,7 +23,11 @@ class Executor {
  public:
   explicit Executor(std::string name)
       : name_(std::move(name)), guard_(boost::asio::make_work_guard(context_)),
-        thread_([this] { context_.run(); }) {}
+        thread_([this] {
+          // "exec cuda:0" in top -H and /proc/<pid>/task (at most 15 characters).
+          pthread_setname_np(pthread_self(), ("exec " + name_).substr(0, 15).c_str());
+          context_.run();
+        }) {}
   ~Executor() {
     guard_.reset();  // lets run() return once the queue is drained
     thread_.join();

@@ -1,5 +1,6 @@
 #include "server/transport.h"
 
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -69,7 +70,10 @@ absl::StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(const Transpo
   if (!path.empty()) ::chmod(path.c_str(), 0660);
   t->wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (t->wake_fd_ < 0) return absl::InternalError(absl::StrCat("eventfd: ", std::strerror(errno)));
-  t->thread_ = std::thread([raw = t.get()] { raw->Run(); });
+  t->thread_ = std::thread([raw = t.get()] {
+    pthread_setname_np(pthread_self(), "zmq transport");  // visible in top -H and /proc/<pid>/task
+    raw->Run();
+  });
   return t;
 }
 
