@@ -91,16 +91,16 @@ int PackPolicy::ChooseLane(const SchedState& state, const JobParams& params, int
 namespace {
 
 // The clashing pairs a Rebalance in progress sees: the distinct keys of the
-// jobs, whether each pair of keys clashes (asked once per pair), and how
-// many jobs of each key every lane holds. A job's clashing partners outside
-// a lane are then a sum over lanes and keys, not a walk over every job for
-// every candidate lane: Rebalance runs at every iteration boundary, and with
-// 80 small jobs (inference hosting) that walk was 80% of the daemon's
-// control loop.
+// jobs, whether each pair of keys clashes (asked once per unordered pair:
+// the rule is symmetric), and per lane and key how many clashing partners a
+// job of that key has there. A job's clashing partners outside a lane are
+// then two lookups, and a move updates one entry per key: Rebalance runs at
+// iteration boundaries, and with 80 small jobs (inference hosting) walking
+// every job for every candidate lane was most of the daemon's control loop.
 class ClashCounts {
  public:
   template <typename ClashFn>
-  ClashCounts(const SchedState& state, int lanes, ClashFn clash) : counts_(lanes) {
+  ClashCounts(const SchedState& state, int lanes, ClashFn clash) : partners_(lanes) {
     for (const LaneState& lane : state.lanes) {
       for (const JobState* job : lane.jobs) {
         if (index_.emplace(job->key, static_cast<int>(keys_.size())).second) keys_.push_back(job->key);
@@ -109,45 +109,54 @@ class ClashCounts {
     const size_t k = keys_.size();
     clash_.assign(k * k, false);
     for (size_t a = 0; a < k; ++a) {
-      for (size_t b = 0; b < k; ++b) {
-        clash_[a * k + b] = clash(keys_[a], keys_[b]);
-        any_ = any_ || clash_[a * k + b];
+      for (size_t b = a; b < k; ++b) {
+        const bool c = clash(keys_[a], keys_[b]);
+        clash_[a * k + b] = clash_[b * k + a] = c;
+        any_ = any_ || c;
       }
     }
-    for (auto& lane : counts_) lane.assign(k, 0);
+    total_.assign(k, 0);
+    for (auto& lane : partners_) lane.assign(k, 0);
+    if (!any_) return;
     for (int lane = 0; lane < state.LaneCount() && lane < lanes; ++lane) {
-      for (const JobState* job : state.lanes[lane].jobs) ++counts_[lane][Of(*job)];
+      for (const JobState* job : state.lanes[lane].jobs) Add(Of(*job), lane, +1);
     }
   }
 
   // Whether any two keys present clash (else no job has a clashing partner).
   bool any() const { return any_; }
   void Move(const JobState& job, int from, int to) {
-    --counts_[from][Of(job)];
-    ++counts_[to][Of(job)];
+    if (!any_) return;
+    Add(Of(job), from, -1);
+    Add(Of(job), to, +1);
   }
   // Clashing partners of `job`, which sits in `own_lane`, in lanes other
   // than `lane` (-1: in every lane).
   int Outside(const JobState& job, int own_lane, int lane) const {
-    const size_t k = keys_.size(), mine = Of(job);
-    int clashes = 0;
-    for (int other = 0; other < static_cast<int>(counts_.size()); ++other) {
-      if (other == lane) continue;
-      for (size_t j = 0; j < k; ++j) {
-        if (clash_[mine * k + j]) clashes += counts_[other][j];
-      }
-    }
-    if (own_lane != lane && clash_[mine * k + mine]) --clashes;  // not its own partner
+    const size_t mine = Of(job);
+    int clashes = total_[mine] - (lane >= 0 ? partners_[lane][mine] : 0);
+    if (own_lane != lane && clash_[mine * keys_.size() + mine]) --clashes;  // not its own partner
     return clashes;
   }
 
  private:
   size_t Of(const JobState& job) const { return static_cast<size_t>(index_.at(job.key)); }
+  // A job of key position `key` enters (+1) or leaves (-1) `lane`: every key
+  // it clashes with gains or loses a partner there.
+  void Add(size_t key, int lane, int delta) {
+    const size_t k = keys_.size();
+    for (size_t other = 0; other < k; ++other) {
+      if (!clash_[key * k + other]) continue;
+      partners_[lane][other] += delta;
+      total_[other] += delta;
+    }
+  }
 
   std::vector<int> keys_;
-  absl::flat_hash_map<int, int> index_;  // key -> position in keys_
-  std::vector<bool> clash_;              // keys_.size()^2, row-major
-  std::vector<std::vector<int>> counts_;  // per lane, per key position
+  absl::flat_hash_map<int, int> index_;     // key -> position in keys_
+  std::vector<bool> clash_;                 // keys_.size()^2, row-major, symmetric
+  std::vector<std::vector<int>> partners_;  // per lane, per key position: clashing jobs there
+  std::vector<int> total_;                  // per key position: clashing jobs in every lane
   bool any_ = false;
 };
 

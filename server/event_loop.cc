@@ -1,5 +1,6 @@
 #include "server/event_loop.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -14,7 +15,6 @@ void EventLoop::Post(const char* name, std::function<void()> fn) {
     auto start = std::chrono::steady_clock::now();
     fn();
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    absl::MutexLock lock(&mu_);
     HandlerStats& s = stats_[name];
     s.count++;
     s.total_seconds += seconds;
@@ -30,8 +30,14 @@ void EventLoop::Run() {
 void EventLoop::Stop() { context_.stop(); }
 
 std::map<std::string, HandlerStats> EventLoop::Stats() const {
-  absl::MutexLock lock(&mu_);
-  return stats_;
+  std::map<std::string, HandlerStats> merged;
+  for (const auto& [name, s] : stats_) {
+    HandlerStats& m = merged[name];
+    m.count += s.count;
+    m.total_seconds += s.total_seconds;
+    m.max_seconds = std::max(m.max_seconds, s.max_seconds);
+  }
+  return merged;
 }
 
 }  // namespace tandem::server

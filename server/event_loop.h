@@ -6,7 +6,8 @@
 // and the loop keeps per-name counts and timings, so the stats reply can show
 // where the loop spends its time ("Transport.OnMessage", "Executor.OnDone").
 //
-// Thread-safety: Post() from any thread; everything else on the loop thread.
+// Thread-safety: Post() from any thread; everything else (Stats() included)
+// on the loop thread.
 #ifndef TANDEM_SERVER_EVENT_LOOP_H_
 #define TANDEM_SERVER_EVENT_LOOP_H_
 
@@ -17,7 +18,7 @@
 
 #include <boost/asio/io_context.hpp>
 
-#include "absl/synchronization/mutex.h"
+#include "absl/container/flat_hash_map.h"
 
 namespace tandem::server {
 
@@ -40,12 +41,14 @@ class EventLoop {
   void Run();
   void Stop();
 
+  // Per work-item name, what the loop spent on it.
   std::map<std::string, HandlerStats> Stats() const;
 
  private:
   boost::asio::io_context context_;
-  mutable absl::Mutex mu_;
-  std::map<std::string, HandlerStats> stats_ ABSL_GUARDED_BY(mu_);
+  // Keyed by the literal's address (a name used in two files may have two
+  // entries; Stats() merges them): no string is built per work item.
+  absl::flat_hash_map<const char*, HandlerStats> stats_;
 };
 
 }  // namespace tandem::server

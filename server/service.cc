@@ -382,6 +382,13 @@ void Service::OnStats(const PendingReply& to) {
   stats->set_draining(draining_);
   stats->set_pid(static_cast<uint32_t>(::getpid()));
   stats->set_config_reloads(config_reloads_);
+  for (const auto& [name, h] : loop_.Stats()) {
+    v1::LoopHandlerStats* l = stats->add_loop_handlers();
+    l->set_name(name);
+    l->set_count(h.count);
+    l->set_total_seconds(h.total_seconds);
+    l->set_max_seconds(h.max_seconds);
+  }
   Reply(to, std::move(response));
 }
 

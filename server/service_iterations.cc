@@ -13,6 +13,9 @@
 namespace tandem::server {
 namespace {
 
+// Least time between two RebalanceLanes proposals on a device.
+constexpr auto kRebalanceInterval = std::chrono::milliseconds(2);
+
 size_t Align(size_t n) {
   return (n + device::kDeviceAlignment - 1) / device::kDeviceAlignment * device::kDeviceAlignment;
 }
@@ -162,6 +165,14 @@ void Service::RebalanceLanes(DeviceRuntime& dev) {
   // The policy proposes moves (PACK folds jobs that slow each other down
   // into one lane and spreads jobs that run well side by side); a move
   // happens between two iterations of the job, when memory allows it.
+  // Asked at most every kRebalanceInterval: a proposal weighs every pair of
+  // jobs, and under a crowd of small inference models (thousands of
+  // iteration ends a second) asking at every end was half of the control
+  // loop's time, its whole limit; a training job's iterations end further
+  // apart than that, so it still gets a decision at every boundary.
+  const Clock::time_point now = Clock::now();
+  if (now - dev.last_rebalance < kRebalanceInterval) return;
+  dev.last_rebalance = now;
   for (const sched::LaneChange& change : dev.scheduler->Rebalance(dev.memory->NumLanes())) {
     auto j = jobs_.find(change.job);
     if (j == jobs_.end()) continue;

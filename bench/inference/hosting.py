@@ -72,9 +72,10 @@ def daemon_stats(client):
     if client is None:
         return None
     try:
-        dev = client.stats().get("devices", [{}])[0]
+        stats = client.stats()
     except Exception as e:  # stats are extra information; a probe does not fail for them
         return {"error": str(e)}
+    dev = stats.get("devices", [{}])[0]
     keys = ("persistent_bytes", "lane_bytes", "reserve_bytes", "capacity_bytes", "iterations", "lanes",
             "lane_moves", "graph_launches", "op_by_op_runs", "graph_captures")
     out = {k: int(dev.get(k, 0)) for k in keys}
@@ -82,6 +83,9 @@ def daemon_stats(client):
     out["per_lane"] = {int(lane.get("lane", 0)): (int(lane.get("iterations", 0)), float(lane.get("busy_seconds", 0.0)),
                                                   len(lane.get("jobs", [])))
                        for lane in dev.get("lane_info", [])}
+    # The control loop's time per kind of work item: (count, seconds).
+    out["loop"] = {h["name"]: (int(h.get("count", 0)), float(h.get("total_seconds", 0.0)))
+                   for h in stats.get("loop_handlers", [])}
     return out
 
 
@@ -161,6 +165,14 @@ def run_probe(n, pool, args, stats_client, device):
             {"lane": lane, "jobs": jobs, "iterations": its - before["per_lane"].get(lane, (0, 0.0, 0))[0],
              "busy_s": round(busy - before["per_lane"].get(lane, (0, 0.0, 0))[1], 3)}
             for lane, (its, busy, jobs) in sorted(after["per_lane"].items())]
+        # Where the daemon's control loop (one thread) spent the probe: busy seconds in total and the work
+        # items that took most of it, each with its count and mean microseconds.
+        loop = {name: (count - before["loop"].get(name, (0, 0.0))[0], secs - before["loop"].get(name, (0, 0.0))[1])
+                for name, (count, secs) in after["loop"].items()}
+        out["tandemd"]["loop_busy_s"] = round(sum(secs for _, secs in loop.values()), 3)
+        out["tandemd"]["loop_top"] = [
+            {"name": name, "count": count, "mean_us": round(1e6 * secs / count, 1), "seconds": round(secs, 3)}
+            for name, (count, secs) in sorted(loop.items(), key=lambda kv: -kv[1][1])[:6] if count > 0]
     out["wall_s"] = round(time.monotonic() - started, 2)
     return out
 
