@@ -263,7 +263,12 @@ TEST_P(CudaHalfCnn, ResNetBlockStep) {
       EXPECT_LE(differ, n / 1000) << o.Where() << ": " << differ << " of " << n << " indices differ";
       return;
     }
-    EXPECT_TRUE(Matches(*o.gpu, *o.ref, o.type(), IsHalf(dtype) ? 4 * ConvTolerance(h) : kFloat32Tolerance))
+    // The float32 outputs (batch statistics, kept in float32 as PyTorch
+    // does) are means of 16-bit activations that already differ from the
+    // CPU's by the convolutions' rounding; a channel mean near zero turns
+    // that into a relative error of 1e-5 and more (seed 1796046626860258631:
+    // 1.13e-5, 3e-8 absolute), so their bound is the 16-bit one.
+    EXPECT_TRUE(Matches(*o.gpu, *o.ref, o.type(), IsHalf(dtype) ? 4 * ConvTolerance(h) : ConvTolerance(h)))
         << o.Where();
   });
 }
