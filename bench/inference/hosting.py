@@ -16,9 +16,10 @@ left unsent. Modes:
 
 Per mode the largest N that passes is searched (hosting_search.py): 4, 16, 64, then doubling up to
 --max_count, each clipped to the mode's cap (memory, the MPS client limit), then bisection until the bracket is
-within --resolution of the passing count (or exactly the counts of --counts). The workers of the next
---spawn_ahead counts start in the background (SCHED_IDLE) while a probe runs; a probe that fails while workers
-were starting is repeated once with them paused (SIGSTOP), and only the repeat counts. Each mode gets a share
+within --resolution of the passing count (or exactly the counts of --counts). Tandem's workers all start
+(up to the cap) before its first probe, which waits until every one is ready; the other modes' workers of the
+next --spawn_ahead counts start in the background (SCHED_IDLE) while a probe runs; a probe that fails while
+workers were starting is repeated once with them paused (SIGSTOP), and only the repeat counts. Each mode gets a share
 of what is left of --budget_s (Tandem's weighs 1.5, the others 1), so one slow mode cannot starve the others;
 the JSON says per mode why its search stopped (stop_reason) and whether its count is only a lower bound. A
 model alone is the "no sharing" baseline: one model per GPU, count 1 by definition; the JSON reports Salus's
@@ -61,6 +62,11 @@ START_DELAY_S = 0.3
 # one-process-per-model modes start two steps ahead: a process needs 8-9 s to start, which the budget could
 # not afford serially.
 SPAWN_AHEAD = {"tandem": 0, "timeslice": 2, "mps": 2}
+# Modes whose workers all start (up to the cap) before the first probe, which then waits until every one is
+# ready, so that nothing starts during a probe. Tandem's: with 160 and more models hosted, starting 8 more
+# processes per growth step (each capturing its models) after the previous probe left the suite's Tandem share
+# out of time at 128 models with 256's workers not ready; all 16 processes start side by side on 16 cores.
+PRESPAWN = {"tandem": True, "timeslice": False, "mps": False}
 # Each mode's share of --budget_s (what is left of it, among the modes still to run).
 MODE_WEIGHT = {"tandem": 1.5, "timeslice": 1.0, "mps": 1.0}
 
@@ -223,11 +229,11 @@ def preflight(args, endpoint, kinds, result):
 
 # ---- modes ----
 
-def spawned_first(args, cap_count, steps):
+def spawned_first(args, cap_count, steps, prespawn):
     """The count whose workers start before the first probe."""
     if args.counts:
         return min(args.counts[0], cap_count)
-    if args.prespawn:
+    if prespawn:
         return cap_count
     return ahead_of(min(args.start, cap_count), cap_count, steps)
 
@@ -252,10 +258,12 @@ def run_mode(mode, args, state, result, deadline, save):
     static_cap = min(args.max_count, args.mps_max_clients if mode == "mps" else args.max_count)
     steps = args.spawn_ahead if args.spawn_ahead is not None else SPAWN_AHEAD[mode]
     out["spawn_ahead"] = steps
+    prespawn = not args.counts and (args.prespawn or PRESPAWN[mode])
+    out["prespawn"] = prespawn
 
     def new_pool(backend, **kw):
         p = Pool(backend, args, state["specs"], idle=idle, **kw)
-        for k, c in enumerate(ladder(min(args.start, static_cap), spawned_first(args, static_cap, steps))):
+        for k, c in enumerate(ladder(min(args.start, static_cap), spawned_first(args, static_cap, steps, prespawn))):
             p.spawn(c, idle=k > 0)  # one spawn per count: the first probe waits only for its own workers
         return p
 
@@ -289,6 +297,9 @@ def run_mode(mode, args, state, result, deadline, save):
                 out["gpu_mem_used_before_mib"] = watch.base["gpu"][0]
             pool = new_pool("torch", env=env)
         out["specs"] = state["specs"]
+        if prespawn:  # every worker ready before the first probe (see PRESPAWN)
+            waited = pool.wait_ready(static_cap, deadline - probe_seconds(args, min(args.start, static_cap)))
+            out["prespawn_wait"] = waited
         out["setup_s"] = round(time.monotonic() - began, 2)
 
         def cap():
@@ -461,7 +472,9 @@ def parse_args(argv=None):
     p.add_argument("--spawn_ahead", type=int, default=None,
                    help="growth steps whose workers start (in the background) while the current count is probed "
                         f"(default per mode: {', '.join(f'{m} {k}' for m, k in SPAWN_AHEAD.items())})")
-    p.add_argument("--prespawn", action="store_true", help="start the workers of every count up to the cap at once")
+    p.add_argument("--prespawn", action="store_true",
+                   help="start the workers of every count up to the cap at once and wait for all of them before "
+                        "the first probe (always so in tandem mode)")
     p.add_argument("--idle_start", action=argparse.BooleanOptionalAction, default=True,
                    help="start workers under SCHED_IDLE, back to normal once due or ready (only as root, who may "
                         "switch back)")
