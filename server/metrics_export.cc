@@ -58,6 +58,16 @@ std::string Service::RenderMetrics() {
   w.Family("tandem_config_reloads_total", "counter", "config reloads (SIGHUP) by result");
   w.Sample("tandem_config_reloads_total", {{"result", "ok"}}, static_cast<double>(measurements_.reloads_ok()));
   w.Sample("tandem_config_reloads_total", {{"result", "error"}}, static_cast<double>(measurements_.reloads_failed()));
+  // The control loop is one thread: its busy time per second is how close
+  // the daemon is to its own limit (many small requests), and the handlers
+  // say where that time goes.
+  const auto loop = loop_.Stats();
+  w.Family("tandem_loop_busy_seconds_total", "counter", "time the control loop spent in work items, by kind");
+  for (const auto& [name, h] : loop) w.Sample("tandem_loop_busy_seconds_total", {{"handler", name}}, h.total_seconds);
+  w.Family("tandem_loop_handled_total", "counter", "work items the control loop ran, by kind");
+  for (const auto& [name, h] : loop) {
+    w.Sample("tandem_loop_handled_total", {{"handler", name}}, static_cast<double>(h.count));
+  }
 
   // --- per device -------------------------------------------------------------
   // A family's samples must be contiguous: one pass over the devices per family.

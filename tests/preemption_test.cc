@@ -262,6 +262,14 @@ TEST_P(Preemption, HighPriorityBurstAgainstARunningBestEffortIteration) {
   const double device_busy = daemon.Metric("tandem_device_busy_seconds_total{device=\"cpu\"}");
   EXPECT_GT(lanes_busy, 0);
   EXPECT_NEAR(lanes_busy, device_busy, 1e-6 + 1e-6 * device_busy);
+  // The control loop ran every request it received, and its busy time is
+  // a part of the daemon's life.
+  const double handled = daemon.Metric("tandem_loop_handled_total{handler=\"Transport.OnMessage\"}");
+  EXPECT_GE(handled, daemon.Metric("tandem_requests_total"));
+  EXPECT_GT(handled, 0);
+  const double loop_busy = daemon.Metric("tandem_loop_busy_seconds_total{handler=\"Transport.OnMessage\"}");
+  EXPECT_GT(loop_busy, 0);
+  EXPECT_LT(loop_busy, daemon.Metric("tandem_uptime_seconds"));
   // Results as if each job ran alone.
   EXPECT_TRUE(SameBits(*be_loss0, solo.best_effort[0])) << *be_loss0 << " vs " << solo.best_effort[0];
   EXPECT_TRUE(SameBits(*be_loss1, solo.best_effort[1])) << *be_loss1 << " vs " << solo.best_effort[1];
