@@ -165,11 +165,12 @@ void Service::RebalanceLanes(DeviceRuntime& dev) {
   // The policy proposes moves (PACK folds jobs that slow each other down
   // into one lane and spreads jobs that run well side by side); a move
   // happens between two iterations of the job, when memory allows it.
-  // Asked at most every kRebalanceInterval: a proposal weighs every pair of
-  // jobs, and under a crowd of small inference models (thousands of
-  // iteration ends a second) asking at every end was half of the control
-  // loop's time, its whole limit; a training job's iterations end further
-  // apart than that, so it still gets a decision at every boundary.
+  // Asked at most every kRebalanceInterval: a proposal weighs every job and
+  // every pair of the jobs' interference keys, and under a crowd of small
+  // inference models (thousands of iteration ends a second) asking at every
+  // end was half of the control loop's time, its whole limit; a training
+  // job's iterations end further apart than that, so it still gets a
+  // decision at every boundary.
   const Clock::time_point now = Clock::now();
   if (now - dev.last_rebalance < kRebalanceInterval) return;
   dev.last_rebalance = now;
