@@ -85,6 +85,7 @@ def daemon_stats(client):
     keys = ("persistent_bytes", "lane_bytes", "reserve_bytes", "capacity_bytes", "iterations", "lanes",
             "lane_moves", "graph_launches", "op_by_op_runs", "graph_captures")
     out = {k: int(dev.get(k, 0)) for k in keys}
+    out["pid"] = int(stats.get("pid", 0)) or None
     out["busy_seconds"] = float(dev.get("busy_seconds", 0.0))
     out["per_lane"] = {int(lane.get("lane", 0)): (int(lane.get("iterations", 0)), float(lane.get("busy_seconds", 0.0)),
                                                   len(lane.get("jobs", [])))
@@ -127,6 +128,42 @@ def summarize_probe(n, models, args, pool):
     }
 
 
+def _cpu_snapshot(pids):
+    """(machine busy jiffies, machine total jiffies, {pid: CPU seconds}) from /proc; zeros where unreadable."""
+    busy = total = 0
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        total = sum(fields[:8])
+        busy = total - idle
+    except (OSError, ValueError, IndexError):
+        pass
+    tick = os.sysconf("SC_CLK_TCK")
+    per_pid = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+            per_pid[pid] = (int(rest[11]) + int(rest[12])) / tick  # utime + stime, every thread
+        except (OSError, ValueError, IndexError):
+            pass
+    return busy, total, per_pid
+
+
+def cpu_during(a, b, seconds, worker_pids, daemon_pid):
+    """Where the machine's CPU went between two snapshots: the cores busy in all, those of the client
+    processes and those of tandemd (cores = CPU seconds per wall second)."""
+    out = {"cores": os.cpu_count()}
+    if b[1] > a[1]:
+        out["machine_busy_fraction"] = round((b[0] - a[0]) / (b[1] - a[1]), 3)
+    if seconds > 0:
+        out["workers_cores"] = round(sum(b[2].get(p, 0.0) - a[2].get(p, 0.0) for p in worker_pids) / seconds, 2)
+        if daemon_pid is not None:
+            out["tandemd_cores"] = round((b[2].get(daemon_pid, 0.0) - a[2].get(daemon_pid, 0.0)) / seconds, 2)
+    return out
+
+
 def probe_seconds(args, n):
     """Wall seconds one probe of n models may take (start delay, window, grace, collection)."""
     return START_DELAY_S + 0.002 * n + args.warmup_s + args.duration_s + args.grace_s + 0.5
@@ -148,16 +185,32 @@ def run_probe(n, pool, args, stats_client, device):
         if used:
             mem["gpu_mem_used_mib"] = used[0]
 
-    sampler = None
+    # The CPU over the timed window: is the machine (clients and daemon on the same cores) the limit?
+    worker_pids = [w.proc.pid for w in pool.workers if w.state == "ready"]
+    daemon_pid = before.get("pid") if before and "error" not in before else None
+    pids = worker_pids + ([daemon_pid] if daemon_pid else [])
+    cpu = {}
+
+    def sample_cpu():
+        for key, at in (("a", start_at + args.warmup_s), ("b", start_at + args.warmup_s + args.duration_s)):
+            delay = at - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            cpu[key] = _cpu_snapshot(pids)
+
+    samplers = [threading.Thread(target=sample_cpu, daemon=True)]
     if device == "cuda":
-        sampler = threading.Thread(target=sample_memory, daemon=True)
-        sampler.start()
+        samplers.append(threading.Thread(target=sample_memory, daemon=True))
+    for t in samplers:
+        t.start()
     models = pool.go(n, cmd)
-    if sampler is not None:
-        sampler.join(timeout=30)
+    for t in samplers:
+        t.join(timeout=30)
     after = daemon_stats(stats_client)
     out = summarize_probe(n, models, args, pool)
     out.update(mem)
+    if "a" in cpu and "b" in cpu:
+        out["cpu"] = cpu_during(cpu["a"], cpu["b"], args.duration_s, worker_pids, daemon_pid)
     if before and after and "error" not in before and "error" not in after:
         out["tandemd"] = {"persistent_mib": round(after["persistent_bytes"] / 2**20, 1),
                           "lane_mib": round(after["lane_bytes"] / 2**20, 1), "lanes": after["lanes"],
@@ -189,9 +242,14 @@ def log_probe(r, note=""):
         return
     p99 = "unbounded" if r["p99_ms_max"] is None else f"{r['p99_ms_max']:.2f} ms"
     bg = f", {r['background_starting']} worker(s) starting meanwhile" if r.get("background_starting") else ""
+    c = r.get("cpu", {})
+    cpu = ""
+    if "machine_busy_fraction" in c:
+        cpu = (f"; CPU {c['machine_busy_fraction']:.0%} of {c['cores']} cores, clients {c.get('workers_cores')}"
+               + (f", tandemd {c['tandemd_cores']}" if "tandemd_cores" in c else ""))
     bc.log(f"  N={r['n']:3d}: {'pass' if r['pass'] else 'FAIL'}  worst p99 {p99}, median p50 "
            f"{r['p50_ms_median']} ms, {r['models_over_target']} over target, {r['failures']} failed, "
-           f"{r['dropped']} unsent, {r['served_rps']:.0f}/{r['offered_rps']:.0f} req/s ({r['wall_s']} s{bg}){note}")
+           f"{r['dropped']} unsent, {r['served_rps']:.0f}/{r['offered_rps']:.0f} req/s{cpu} ({r['wall_s']} s{bg}){note}")
 
 
 # ---- the tandem mode's check of each kind ----
