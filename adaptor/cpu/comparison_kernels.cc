@@ -6,9 +6,12 @@
 // integer (or bool) tensor, exactly in int64 when the number is an integer
 // and in float32 otherwise.
 //
-// The comparisons and where.self take bfloat16 and float16 through
-// half_kernels.h: widened to float32, with a rank-0 operand or a number
-// rounded to the 16-bit dtype they compare (or select) in first.
+// The comparisons, where.self, masked_fill, logical_not and any take
+// bfloat16 and float16 through half_kernels.h: widened to float32, with a
+// rank-0 operand or a number rounded to the 16-bit dtype they compare (or
+// select, or fill with) in first. Selections and fills round back exactly;
+// logical_not and any test the widened value against zero (-0 is zero, NaN
+// is not).
 #include <type_traits>
 #include <variant>
 
@@ -195,12 +198,12 @@ void AddComparisonKernels(CpuKernelTable& table) {
   table["gt.Scalar"] = WithHalfComparisonScalar<CompareScalarKernel<Cmp::kGt>>;
   table["ge.Scalar"] = WithHalfComparisonScalar<CompareScalarKernel<Cmp::kGe>>;
   table["where.self"] = WithHalfWhere<WhereKernel>;
-  table["masked_fill.Scalar"] = MaskedFillKernel<false>;
-  table["masked_fill.Tensor"] = MaskedFillKernel<true>;
-  table["logical_not"] = LogicalNotKernel;
-  table["any"] = AnyKernel<true>;
-  table["any.dim"] = AnyKernel<false>;
-  table["any.dims"] = AnyKernel<false>;
+  table["masked_fill.Scalar"] = WithHalfMaskedFillScalar<MaskedFillKernel<false>>;
+  table["masked_fill.Tensor"] = WithHalfMaskedFillTensor<MaskedFillKernel<true>>;
+  table["logical_not"] = WithHalf<LogicalNotKernel>;
+  table["any"] = WithHalf<AnyKernel<true>>;
+  table["any.dim"] = WithHalf<AnyKernel<false>>;
+  table["any.dims"] = WithHalf<AnyKernel<false>>;
 }
 
 }  // namespace tandem::cpu

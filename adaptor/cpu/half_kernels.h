@@ -135,6 +135,21 @@ absl::Status WithHalfComparisonScalar(const KernelArgs& args) {
   return RunWidenedRoundingNumbers(args, kKernel, {"other"});
 }
 
+// masked_fill.Scalar: `value` rounded to the 16-bit tensor's dtype.
+template <CpuKernelFn kKernel>
+absl::Status WithHalfMaskedFillScalar(const KernelArgs& args) {
+  if (!HasHalfTensor(args)) return kKernel(args);
+  return RunWidenedRoundingNumbers(args, kKernel, {"value"});
+}
+
+// masked_fill.Tensor: the rank-0 value (input 2) rounded to the 16-bit
+// output dtype when it is of another dtype.
+template <CpuKernelFn kKernel>
+absl::Status WithHalfMaskedFillTensor(const KernelArgs& args) {
+  if (!HasHalfTensor(args)) return kKernel(args);
+  return RunWidenedOperands(args, kKernel, args.outputs[0].type.dtype, /*first_operand=*/2);
+}
+
 // clamp: `min` and `max` rounded to the 16-bit tensor's dtype.
 template <CpuKernelFn kKernel>
 absl::Status WithHalfClamp(const KernelArgs& args) {

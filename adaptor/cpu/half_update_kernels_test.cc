@@ -339,6 +339,76 @@ TEST_P(HalfUpdateKernelTest, WhereSelectsAndRoundsOnlyOtherDTypes) {
   EXPECT_TRUE(SameAsRounded(out[0], expected));
 }
 
+// masked_fill keeps the bits it does not fill and fills with the value
+// rounded to the 16-bit type; logical_not and any test against zero, where
+// -0 is zero and NaN is not.
+TEST_P(HalfUpdateKernelTest, MaskedFillLogicalNotAndAny) {
+  const int64_t rows = 6, cols = 23;
+  TestTensor x = Random(dtype(), {rows, cols});
+  std::vector<float> zv(rows * cols);
+  std::bernoulli_distribution coin(0.5);
+  for (int64_t i = 0; i < rows * cols; ++i) zv[i] = coin(rng_) ? 0.0f : At(x, i);
+  for (int64_t c = 0; c < cols; ++c) zv[2 * cols + c] = (c % 2) ? -0.0f : 0.0f;  // row 2: only zeros
+  zv[4 * cols + 5] = kNaN;                                                         // row 4: a NaN among zeros
+  for (int64_t c = 0; c < cols; ++c) {
+    if (c != 5) zv[4 * cols + c] = 0.0f;
+  }
+  TestTensor z = Make(dtype(), {rows, cols}, zv);
+  std::vector<float> mv(cols);
+  for (float& m : mv) m = coin(rng_) ? 1.0f : 0.0f;
+  mv[0] = 1.0f;
+  mv[1] = 0.0f;
+  TestTensor mask = Make(DType::kBool, {cols}, mv);  // broadcast over the rows
+
+  std::vector<TestTensor> out = MustRun("masked_fill.Scalar", MakeAttrs({{"value", 0.1}}), {x, mask});
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].type, (TensorType{dtype(), {rows, cols}}));
+  const uint16_t tenth = Bits(dtype(), 0.1f);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    ASSERT_EQ(BitsAt(out[0], i), mv[i % cols] != 0.0f ? tenth : BitsAt(x, i)) << "element " << i;
+  }
+  // A float32 rank-0 value is rounded to the 16-bit type; a 16-bit one is
+  // copied.
+  out = MustRun("masked_fill.Tensor", {}, {z, mask, Make(DType::kFloat32, {}, {-1.0e-3f})});
+  ASSERT_EQ(out.size(), 1u);
+  const uint16_t small = Bits(dtype(), -1.0e-3f);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    ASSERT_EQ(BitsAt(out[0], i), mv[i % cols] != 0.0f ? small : BitsAt(z, i)) << "element " << i;
+  }
+  TestTensor h = Make(dtype(), {}, {0.75f});
+  out = MustRun("masked_fill.Tensor", {}, {x, mask, h});
+  ASSERT_EQ(out.size(), 1u);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    ASSERT_EQ(BitsAt(out[0], i), mv[i % cols] != 0.0f ? BitsAt(h, 0) : BitsAt(x, i)) << "element " << i;
+  }
+
+  out = MustRun("logical_not", {}, {z});
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].type, (TensorType{DType::kBool, {rows, cols}}));
+  int trues = 0;
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const bool got = static_cast<const bool*>(out[0].data())[i];
+    ASSERT_EQ(got, zv[i] == 0.0f) << "element " << i << " (" << zv[i] << ")";
+    trues += got;
+  }
+  EXPECT_GT(trues, 0);
+  EXPECT_LT(trues, rows * cols);
+
+  out = MustRun("any.dim", MakeAttrs({{"dim", int64_t{1}}}), {z});
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].type, (TensorType{DType::kBool, {rows}}));
+  for (int64_t r = 0; r < rows; ++r) {
+    bool want = false;
+    for (int64_t c = 0; c < cols; ++c) want = want || zv[r * cols + c] != 0.0f;  // NaN != 0
+    EXPECT_EQ(static_cast<const bool*>(out[0].data())[r], want) << "row " << r;
+  }
+  EXPECT_FALSE(static_cast<const bool*>(out[0].data())[2]) << "a row of +0 and -0";
+  EXPECT_TRUE(static_cast<const bool*>(out[0].data())[4]) << "a row whose only nonzero is NaN";
+  out = MustRun("any", {}, {Make(dtype(), {3}, {0.0f, -0.0f, 0.0f})});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_FALSE(static_cast<const bool*>(out[0].data())[0]);
+}
+
 // A 16-bit fused_elementwise program against the unfused ops it stands for,
 // run one by one on the same inputs: bit for bit, in place too.
 TEST_P(HalfUpdateKernelTest, FusedProgramMatchesTheUnfusedOpsBitForBit) {

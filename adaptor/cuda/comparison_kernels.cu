@@ -1,8 +1,11 @@
 // Kernels of the comparisons (bool results), where, masked_fill,
 // logical_not and any: grid-stride loops, operands read contiguously,
-// through broadcast strides, or as one converted element.
+// through broadcast strides, or as one converted element. masked_fill,
+// logical_not and any also take bfloat16 and float16 (the comparisons' and
+// where's 16-bit kernels are in half_elementwise_kernels.cu).
 #include <type_traits>
 
+#include "adaptor/cuda/half_common.cuh"
 #include "adaptor/cuda/kernel_common.cuh"
 #include "adaptor/cuda/sequence_launch.h"
 
@@ -63,9 +66,36 @@ __global__ void MaskedFillKernel(int64_t n, const T* x, BinaryOperand mask, cons
   for (int64_t i = GlobalThread(); i < n; i += GlobalStride()) out[i] = Read(mask, sm, i) ? v : x[i];
 }
 
+// A 16-bit float fills with `value` (a rank-0 tensor of any dtype, or the
+// number already converted to float32), rounded to H once: bit for bit the
+// CPU's widened fill.
+template <typename H>
+__global__ void HalfMaskedFillKernel(int64_t n, const H* x, BinaryOperand mask, const void* value, DType value_dtype,
+                                     float number, H* out) {
+  const H v = Narrow<H>(value != nullptr ? LoadAsFloat(value, value_dtype) : number);
+  const bool sm = ScalarOf<bool>(mask);
+  for (int64_t i = GlobalThread(); i < n; i += GlobalStride()) out[i] = Read(mask, sm, i) ? v : x[i];
+}
+
+// Truth of one element: nonzero (NaN is nonzero, -0 is zero).
+template <typename T>
+__device__ __forceinline__ bool Nonzero(T v) {
+  if constexpr (kIsHalfType<T>) {
+    return Widen(v) != 0.0f;
+  } else {
+    return v != T(0);
+  }
+}
+
+// The storable dtypes and the two 16-bit ones.
+template <typename F>
+bool DispatchStorableOrHalf(DType dtype, F&& f) {
+  return DispatchHalf(dtype, f) || DispatchStorable(dtype, f);
+}
+
 template <typename T>
 __global__ void LogicalNotKernel(int64_t n, const T* x, bool* out) {
-  for (int64_t i = GlobalThread(); i < n; i += GlobalStride()) out[i] = x[i] == T(0);
+  for (int64_t i = GlobalThread(); i < n; i += GlobalStride()) out[i] = !Nonzero(x[i]);
 }
 
 // A thread per output: the reduced elements are read in order; loads of
@@ -75,7 +105,7 @@ __global__ void AnyMiddleKernel(int64_t outer, int64_t size, int64_t inner, cons
   for (int64_t p = GlobalThread(); p < outer * inner; p += GlobalStride()) {
     const int64_t base = (p / inner) * size * inner + p % inner;
     bool any = false;
-    for (int64_t d = 0; d < size && !any; ++d) any = x[base + d * inner] != T(0);
+    for (int64_t d = 0; d < size && !any; ++d) any = Nonzero(x[base + d * inner]);
     out[p] = any;
   }
 }
@@ -87,7 +117,7 @@ __global__ void AnyGeneralKernel(int64_t out_n, StridedOperand kept, StridedOper
   for (int64_t p = GlobalThread(); p < out_n; p += GlobalStride()) {
     const int64_t base = StridedOffset(kept, p);
     bool any = false;
-    for (int64_t r = 0; r < reduced_n && !any; ++r) any = x[base + StridedOffset(reduced, r)] != T(0);
+    for (int64_t r = 0; r < reduced_n && !any; ++r) any = Nonzero(x[base + StridedOffset(reduced, r)]);
     out[p] = any;
   }
 }
@@ -134,6 +164,12 @@ cudaError_t LaunchWhere(DType dtype, int64_t n, const BinaryOperand& cond, const
 cudaError_t LaunchMaskedFill(DType dtype, int64_t n, const void* x, const BinaryOperand& mask, const void* value,
                              DType value_dtype, double number, void* out, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
+  const bool half = DispatchHalf(dtype, [&](auto tag) {
+    using H = decltype(tag);
+    HalfMaskedFillKernel<H><<<Blocks(n), kThreads, 0, stream>>>(n, static_cast<const H*>(x), mask, value, value_dtype,
+                                                                static_cast<float>(number), static_cast<H*>(out));
+  });
+  if (half) return LaunchError();
   const bool launched = DispatchStorable(dtype, [&](auto tag) {
     using T = decltype(tag);
     MaskedFillKernel<T><<<Blocks(n), kThreads, 0, stream>>>(n, static_cast<const T*>(x), mask, value, value_dtype,
@@ -144,7 +180,7 @@ cudaError_t LaunchMaskedFill(DType dtype, int64_t n, const void* x, const Binary
 
 cudaError_t LaunchLogicalNot(DType dtype, int64_t n, const void* x, bool* out, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  const bool launched = DispatchStorable(dtype, [&](auto tag) {
+  const bool launched = DispatchStorableOrHalf(dtype, [&](auto tag) {
     using T = decltype(tag);
     LogicalNotKernel<T><<<Blocks(n), kThreads, 0, stream>>>(n, static_cast<const T*>(x), out);
   });
@@ -154,7 +190,7 @@ cudaError_t LaunchLogicalNot(DType dtype, int64_t n, const void* x, bool* out, c
 cudaError_t LaunchAny(DType dtype, int64_t outer, int64_t size, int64_t inner, const StridedOperand& kept,
                       const StridedOperand& reduced, int64_t out_n, const void* x, bool* out, cudaStream_t stream) {
   if (out_n == 0) return cudaSuccess;
-  const bool launched = DispatchStorable(dtype, [&](auto tag) {
+  const bool launched = DispatchStorableOrHalf(dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* p = static_cast<const T*>(x);
     if (reduced.rank > 0) {

@@ -1,8 +1,8 @@
 // CUDA kernels of the comparisons, where.self, masked_fill, logical_not and
-// any, with the CPU kernels' type rules. The comparisons and where.self also
-// take bfloat16 and float16 (half_launch.h): compared as float32 values,
-// with a rank-0 operand of another dtype or a .Scalar number rounded to the
-// 16-bit type first.
+// any, with the CPU kernels' type rules. All of them also take bfloat16 and
+// float16 (half_launch.h, comparison_kernels.cu): compared as float32
+// values, with a rank-0 operand of another dtype or a .Scalar number (a
+// comparison's other, masked_fill's value) rounded to the 16-bit type first.
 #include <variant>
 #include <vector>
 
@@ -91,7 +91,7 @@ template <bool kTensorValue>
 absl::Status MaskedFillKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& out = args.outputs[0];
   const DType dtype = out.type.dtype;
-  if (!IsStorable(dtype)) return UnsupportedDType(args, dtype);
+  if (!IsStorable(dtype) && !IsHalfDType(dtype)) return UnsupportedDType(args, dtype);
   double number = 0.0;
   if constexpr (!kTensorValue) {
     ASSIGN_OR_RETURN(number, args.node->attrs.GetFloat("value"));
@@ -108,7 +108,7 @@ absl::Status MaskedFillKernel(const CudaKernelContext& context, const KernelArgs
 
 absl::Status LogicalNotKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& in = args.inputs[0];
-  if (!IsStorable(in.type.dtype)) return UnsupportedDType(args, in.type.dtype);
+  if (!IsStorable(in.type.dtype) && !IsHalfDType(in.type.dtype)) return UnsupportedDType(args, in.type.dtype);
   return Launched(args,
                   LaunchLogicalNot(in.type.dtype, in.numel(), in.data, args.outputs[0].as<bool>(), context.native),
                   in.type.dtype);
@@ -120,7 +120,7 @@ template <bool kAllDims>
 absl::Status AnyKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& in = args.inputs[0];
   const TensorArg& out = args.outputs[0];
-  if (!IsStorable(in.type.dtype)) return UnsupportedDType(args, in.type.dtype);
+  if (!IsStorable(in.type.dtype) && !IsHalfDType(in.type.dtype)) return UnsupportedDType(args, in.type.dtype);
   std::vector<int64_t> dims;
   if constexpr (!kAllDims) {
     ASSIGN_OR_RETURN(dims, args.node->attrs.GetInts("dim", std::vector<int64_t>{}));

@@ -92,11 +92,14 @@ cudaError_t LaunchWhere(DType dtype, int64_t n, const BinaryOperand& cond, const
                         const BinaryOperand& b, void* out, cudaStream_t stream);
 
 // out = mask ? value : x; x contiguous of out's size; value one element of
-// `value_dtype` at `value` (device) or, when `value` is null, `number`.
+// `value_dtype` at `value` (device) or, when `value` is null, `number`. For
+// a bfloat16 or float16 `dtype` the value goes through float32 and is
+// rounded to `dtype` once (bits copied otherwise).
 cudaError_t LaunchMaskedFill(DType dtype, int64_t n, const void* x, const BinaryOperand& mask, const void* value,
                              DType value_dtype, double number, void* out, cudaStream_t stream);
 
-// out (bool) = x == 0 for x of `dtype`.
+// out (bool) = x == 0 for x of `dtype` (16-bit floats too: -0 is zero, NaN
+// is not).
 cudaError_t LaunchLogicalNot(DType dtype, int64_t n, const void* x, bool* out, cudaStream_t stream);
 
 // out[o, i] = any(x[o, :, i] != 0) over [outer, size, inner], or with the

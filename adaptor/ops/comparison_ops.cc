@@ -3,7 +3,8 @@
 // results), where.self, masked_fill, logical_not and any.
 //
 // Comparisons accept float32, float64, int64, int32, bool, bfloat16 and
-// float16 (where.self's self and other too). A .Tensor comparison follows
+// float16 (where.self's self and other, masked_fill's self and value,
+// logical_not's and any's input too). A .Tensor comparison follows
 // the binary elementwise type rule (equal dtypes, or a rank-0 operand
 // converted); a .Scalar one compares in double unless both the tensor and
 // the number are integers (then exactly, in int64), or the tensor is 16-bit
@@ -61,7 +62,7 @@ absl::StatusOr<TypeList> WhereInfer(const Attrs&, absl::Span<const TensorType> i
 // value rank-0): the result has self's type; mask (bool) broadcasts to it.
 InferFn MaskedFillInfer(bool tensor_value) {
   return [=](const Attrs& attrs, absl::Span<const TensorType> in) -> absl::StatusOr<TypeList> {
-    RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kStorableTypes));
+    RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kStorableAndHalfTypes));
     if (in[1].dtype != DType::kBool || !BroadcastsTo(in[1].shape, in[0].shape)) {
       return absl::InvalidArgumentError(absl::StrCat("self is ", in[0].ToString(), " but mask is ", in[1].ToString(),
                                                      "; expected a bool mask that broadcasts to self"));
@@ -70,7 +71,7 @@ InferFn MaskedFillInfer(bool tensor_value) {
       if (in[2].rank() != 0) {
         return absl::InvalidArgumentError(absl::StrCat("value is ", in[2].ToString(), "; expected a rank-0 tensor"));
       }
-      RETURN_IF_ERROR(ops::RequireDType("value", in[2], ops::kStorableTypes));
+      RETURN_IF_ERROR(ops::RequireDType("value", in[2], ops::kStorableAndHalfTypes));
     } else {
       RETURN_IF_ERROR(attrs.GetFloat("value").status());
     }
@@ -79,14 +80,14 @@ InferFn MaskedFillInfer(bool tensor_value) {
 }
 
 absl::StatusOr<TypeList> LogicalNotInfer(const Attrs&, absl::Span<const TensorType> in) {
-  RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kStorableTypes));
+  RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kStorableAndHalfTypes));
   return TypeList{{DType::kBool, in[0].shape}};
 }
 
 // any (all dims), any.dim (one dim), any.dims (a list; absent or empty: all).
 InferFn AnyInfer(bool has_dims) {
   return [=](const Attrs& attrs, absl::Span<const TensorType> in) -> absl::StatusOr<TypeList> {
-    RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kStorableTypes));
+    RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kStorableAndHalfTypes));
     if (!has_dims) return TypeList{{DType::kBool, {}}};
     ASSIGN_OR_RETURN(std::vector<int64_t> dims, attrs.GetInts("dim", std::vector<int64_t>{}));
     ASSIGN_OR_RETURN(bool keepdim, attrs.GetBool("keepdim", false));

@@ -1,6 +1,7 @@
 // The bfloat16 / float16 CUDA kernels of a 16-bit model's optimizer step:
 // sqrt, maximum, minimum, clamp, addcmul, addcdiv, the comparisons and
-// where.self (half_elementwise_kernels.cu), and 16-bit fused_elementwise
+// where.self (half_elementwise_kernels.cu), masked_fill, logical_not and any
+// (comparison_kernels.cu), and 16-bit fused_elementwise
 // programs (fused_kernels.cu), against the CPU kernels (the oracle) in both
 // 16-bit types, on fresh random inputs and shapes (the seed is printed).
 // Each graph runs twice on the GPU, op by op and as a replay of the captured
@@ -8,7 +9,7 @@
 // never passes.
 //
 // What must match exactly: selections and comparisons (maximum, minimum,
-// clamp, where, every comparison) and sqrt (IEEE-rounded on both backends)
+// clamp, where, masked_fill, every comparison, logical_not, any) and sqrt (IEEE-rounded on both backends)
 // are bit for bit the CPU's; a fused program is bit for bit the unfused
 // CUDA ops it stands for, run in the same graph (both compute each op in
 // float32 with the same contractions and round it to 16 bits where the op
@@ -335,6 +336,20 @@ TEST_P(CudaHalfUpdate, NewOpsMatchCpu) {
   g.Add1("where.self", {cond, s, x});
   const int scalar_cond = g.Feed({DType::kBool, {}});
   g.Add1("where.self", {scalar_cond, y, x});
+  // masked_fill (a number and a float32 rank-0 value, both rounded to the
+  // 16-bit type; a 16-bit rank-0 value copied), logical_not and any over
+  // values with many zeros (clamp to [0, max]) and a tensor of zeros only.
+  g.Add1("masked_fill.Scalar", {x, cond}, MakeAttrs({{"value", 0.1}}));
+  g.Add1("masked_fill.Tensor", {y, scalar_cond, s});
+  const int h0 = g.Add1("_to_copy", {s}, MakeAttrs({{"dtype", h}}));
+  g.Add1("masked_fill.Tensor", {x, cond, h0});
+  const int zeros = g.Add1("clamp", {x}, MakeAttrs({{"min", 0.0}}));
+  const int all_zero = g.Add1("clamp", {x}, MakeAttrs({{"min", 0.0}, {"max", 0.0}}));
+  g.Add1("logical_not", {zeros});
+  g.Add1("any.dim", {zeros}, MakeAttrs({{"dim", int64_t{1}}}));
+  g.Add1("any.dim", {zeros}, MakeAttrs({{"dim", int64_t{0}}, {"keepdim", true}}));
+  g.Add1("any", {all_zero});
+  g.Add1("any", {x});
   CheckAgainstCpu(g, [&](int v) {
     for (int a : approximate) {
       if (a == v) return OpTolerance(h);
