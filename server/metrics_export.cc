@@ -118,6 +118,16 @@ std::string Service::RenderMetrics() {
       w.Sample("tandem_lane_busy_seconds_total", labels, devices_[i]->lanes[lane].busy_seconds);
     }
   }
+  w.Family("tandem_lane_occupied_seconds_total", "counter",
+           "wall time with an iteration enqueued or running on the lane");
+  const Clock::time_point now_point = Clock::now();
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    for (size_t lane = 0; lane < devices_[i]->lanes.size(); ++lane) {
+      Labels labels = device_labels(i);
+      labels.push_back({"lane", absl::StrCat(lane)});
+      w.Sample("tandem_lane_occupied_seconds_total", labels, devices_[i]->lanes[lane].OccupiedSeconds(now_point));
+    }
+  }
   w.Family("tandem_device_lane_moves_total", "counter", "jobs the scheduling policy moved to another lane");
   for (size_t i = 0; i < devices_.size(); ++i) {
     w.Sample("tandem_device_lane_moves_total", device_labels(i), static_cast<double>(devices_[i]->lane_moves));

@@ -166,6 +166,7 @@ void Service::FillDeviceDetails(const DeviceRuntime& dev, v1::DeviceStats* stats
       l->set_stream_level(static_cast<uint32_t>(dev.lanes[lane.lane].stream_level));
       l->set_iterations(dev.lanes[lane.lane].iterations);
       l->set_busy_seconds(dev.lanes[lane.lane].busy_seconds);
+      l->set_occupied_seconds(dev.lanes[lane.lane].OccupiedSeconds(Clock::now()));
     }
   }
   stats->set_lane_moves(dev.lane_moves);

@@ -269,6 +269,7 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
   probe.was_waiting = l.outstanding > 0 || it.enqueued <= l.last_done_at;
   probe.switched_job = probe.seq > 0 && l.last_started_job != job.id;
   l.last_started_job = job.id;
+  if (l.outstanding == 0) l.occupied_since = Clock::now();
   l.outstanding++;
   job.device_work++;
   job.inflight++;
@@ -414,6 +415,7 @@ void Service::FinishIteration(DeviceRuntime& dev, int lane, int slot_index, uint
   }
   slot.busy = false;
   l.outstanding--;
+  if (l.outstanding == 0) l.occupied_seconds += std::chrono::duration<double>(Clock::now() - l.occupied_since).count();
   if (l.outstanding == 0) dev.memory->ReleaseRetired(lane);
   if (job != nullptr) {
     StartReads(*job);

@@ -197,6 +197,17 @@ struct Lane {
   std::vector<SegmentEvents> segment_events;
   uint64_t iterations = 0;    // completed here
   double busy_seconds = 0;    // their summed iteration time
+  // Wall time with an iteration enqueued or running here (OccupiedSeconds):
+  // a lane occupied all the time while its busy_seconds (the programs'
+  // kernels) are far less is bounded by its copies and round trips, not by
+  // the GPU.
+  double occupied_seconds = 0;  // closed stretches
+  Clock::time_point occupied_since;  // start of the open one (outstanding > 0)
+
+  double OccupiedSeconds(Clock::time_point now) const {
+    return occupied_seconds +
+           (outstanding > 0 ? std::chrono::duration<double>(now - occupied_since).count() : 0.0);
+  }
 };
 
 struct DeviceRuntime {

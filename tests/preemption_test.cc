@@ -253,11 +253,18 @@ TEST_P(Preemption, HighPriorityBurstAgainstARunningBestEffortIteration) {
     EXPECT_EQ(daemon.Metric("tandem_iteration_yields_total"), 0);
     EXPECT_EQ(daemon.Metric("tandem_device_segments_total{device=\"cpu\"}"), 0);
   }
-  // Each lane's busy time is its share of the device's.
+  // Each lane's busy time is its share of the device's, and lies within the
+  // wall time the lane had iterations enqueued.
   double lanes_busy = 0;
   for (int lane = 0; lane < 4; ++lane) {
-    const double busy = daemon.Metric(absl::StrCat("tandem_lane_busy_seconds_total{device=\"cpu\",lane=\"", lane, "\"}"));
+    const std::string labels = absl::StrCat("{device=\"cpu\",lane=\"", lane, "\"}");
+    const double busy = daemon.Metric(absl::StrCat("tandem_lane_busy_seconds_total", labels));
     if (busy >= 0) lanes_busy += busy;
+    const double occupied = daemon.Metric(absl::StrCat("tandem_lane_occupied_seconds_total", labels));
+    if (busy > 0) {
+      EXPECT_GE(occupied, busy * 0.99) << "lane " << lane;
+      EXPECT_LT(occupied, daemon.Metric("tandem_uptime_seconds")) << "lane " << lane;
+    }
   }
   const double device_busy = daemon.Metric("tandem_device_busy_seconds_total{device=\"cpu\"}");
   EXPECT_GT(lanes_busy, 0);
