@@ -174,14 +174,16 @@ absl::Status Lanes(Client& c, const CtlOptions& options, std::ostream& out) {
   std::map<uint64_t, std::string> names;
   for (const v1::JobInfo* j : AllJobs(list)) names[j->job_id()] = j->name();
   TextTable table(
-      {"DEVICE", ">LANE", ">ARENA", ">RETIRED", ">RUNNING", ">ITERATIONS", ">BUSY S", ">STREAM PRIO", "JOBS"});
+      {"DEVICE", ">LANE", ">ARENA", ">RETIRED", ">RUNNING", ">ITERATIONS", ">BUSY S", ">OCCUPIED S", ">STREAM PRIO",
+       "JOBS"});
   for (const v1::DeviceStats& d : stats.devices()) {
     for (const v1::LaneInfo& l : d.lane_info()) {
       std::vector<std::string> jobs;
       for (uint64_t id : l.jobs()) jobs.push_back(absl::StrCat(id, names.contains(id) ? ":" + names[id] : ""));
       table.AddRow({d.name(), absl::StrCat(l.lane()), HumanBytes(l.arena_bytes()), HumanBytes(l.retired_bytes()),
                     absl::StrCat(l.running_iterations()), absl::StrCat(l.iterations()),
-                    absl::StrFormat("%.2f", l.busy_seconds()), absl::StrCat(l.stream_level()),
+                    absl::StrFormat("%.2f", l.busy_seconds()), absl::StrFormat("%.2f", l.occupied_seconds()),
+                    absl::StrCat(l.stream_level()),
                     jobs.empty() ? "-" : absl::StrJoin(jobs, ", ")});
     }
   }

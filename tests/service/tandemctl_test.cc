@@ -171,6 +171,8 @@ TEST_F(TandemctlTest, EverySubcommandAgainstTrainingJobs) {
     lane_iterations += lane.iterations();
     if (lane.iterations() > 0) {
       EXPECT_GT(lane.busy_seconds(), 0) << "lane " << lane.lane();
+      // The wall time with an iteration enqueued holds the iterations' own.
+      EXPECT_GE(lane.occupied_seconds(), lane.busy_seconds() * 0.99) << "lane " << lane.lane();
     }
   }
   EXPECT_THAT(placed, ::testing::UnorderedElementsAre(alpha.job_id(), beta.job_id()));
@@ -182,6 +184,7 @@ TEST_F(TandemctlTest, EverySubcommandAgainstTrainingJobs) {
   ProcessResult lanes_table = Ctl({"lanes"});
   ASSERT_EQ(lanes_table.exit_code, 0);
   EXPECT_THAT(lanes_table.out, HasSubstr(absl::StrCat(alpha.job_id(), ":alpha")));
+  EXPECT_THAT(lanes_table.out, HasSubstr("OCCUPIED S"));
 
   // set-priority: the job's priority changes; an unknown job is one line, exit 1.
   ProcessResult prio = Ctl({"set-priority", absl::StrCat(alpha.job_id()), "7"});
