@@ -87,8 +87,10 @@ def daemon_stats(client):
     out = {k: int(dev.get(k, 0)) for k in keys}
     out["pid"] = int(stats.get("pid", 0)) or None
     out["busy_seconds"] = float(dev.get("busy_seconds", 0.0))
-    out["per_lane"] = {int(lane.get("lane", 0)): (int(lane.get("iterations", 0)), float(lane.get("busy_seconds", 0.0)),
-                                                  len(lane.get("jobs", [])), float(lane.get("occupied_seconds", 0.0)))
+    out["per_lane"] = {int(lane.get("lane", 0)): {"jobs": len(lane.get("jobs", [])),
+                                                  "iterations": int(lane.get("iterations", 0)),
+                                                  "busy_s": float(lane.get("busy_seconds", 0.0)),
+                                                  "occupied_s": float(lane.get("occupied_seconds", 0.0))}
                        for lane in dev.get("lane_info", [])}
     # The control loop's time per kind of work item: (count, seconds).
     out["loop"] = {h["name"]: (int(h.get("count", 0)), float(h.get("total_seconds", 0.0)))
@@ -221,11 +223,12 @@ def run_probe(n, pool, args, stats_client, device):
         for k in ("lane_moves", "graph_launches", "op_by_op_runs", "graph_captures"):
             out["tandemd"][k] = after[k] - before[k]
         # occupied_s: wall seconds with an iteration enqueued on the lane (busy_s counts only its kernels).
-        out["tandemd"]["per_lane"] = [
-            {"lane": lane, "jobs": jobs, "iterations": its - before["per_lane"].get(lane, (0, 0.0, 0, 0.0))[0],
-             "busy_s": round(busy - before["per_lane"].get(lane, (0, 0.0, 0, 0.0))[1], 3),
-             "occupied_s": round(occupied - before["per_lane"].get(lane, (0, 0.0, 0, 0.0))[3], 3)}
-            for lane, (its, busy, jobs, occupied) in sorted(after["per_lane"].items())]
+        def lane_delta(lane, now):
+            was = before["per_lane"].get(lane, {})
+            return {"lane": lane, "jobs": now["jobs"], "iterations": now["iterations"] - was.get("iterations", 0),
+                    **{k: round(now[k] - was.get(k, 0.0), 3) for k in ("busy_s", "occupied_s")}}
+
+        out["tandemd"]["per_lane"] = [lane_delta(lane, now) for lane, now in sorted(after["per_lane"].items())]
         # Where the daemon's control loop (one thread) spent the probe: busy seconds in total and the work
         # items that took most of it, each with its count and mean microseconds.
         loop = {name: (count - before["loop"].get(name, (0, 0.0))[0], secs - before["loop"].get(name, (0, 0.0))[1])
