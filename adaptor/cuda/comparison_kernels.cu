@@ -87,12 +87,6 @@ __device__ __forceinline__ bool Nonzero(T v) {
   }
 }
 
-// The storable dtypes and the two 16-bit ones.
-template <typename F>
-bool DispatchStorableOrHalf(DType dtype, F&& f) {
-  return DispatchHalf(dtype, f) || DispatchStorable(dtype, f);
-}
-
 template <typename T>
 __global__ void LogicalNotKernel(int64_t n, const T* x, bool* out) {
   for (int64_t i = GlobalThread(); i < n; i += GlobalStride()) out[i] = !Nonzero(x[i]);

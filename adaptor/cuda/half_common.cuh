@@ -1,7 +1,8 @@
 // Device-side building blocks of the 16-bit float kernels (half_kernels.cu,
 // half_row_kernels.cu): the storage types, their widening to float32 and
 // rounding from it, a load of one element of any dtype as float32, and the
-// dispatch over the two 16-bit dtypes. Header-only.
+// dispatch over the two 16-bit dtypes (alone or with the storable ones).
+// Header-only.
 #ifndef TANDEM_ADAPTOR_CUDA_HALF_COMMON_CUH_
 #define TANDEM_ADAPTOR_CUDA_HALF_COMMON_CUH_
 
@@ -56,6 +57,14 @@ bool DispatchHalf(DType dtype, F&& f) {
     case DType::kFloat16: f(__half{}); return true;
     default: return false;
   }
+}
+
+// Calls f(T{}) for the storable dtypes (kernel_common.cuh) and the 16-bit
+// ones; false for others.
+template <typename F>
+bool DispatchStorableOrHalf(DType dtype, F&& f) {
+  if (DispatchHalf(dtype, f)) return true;
+  return DispatchStorable(dtype, f);
 }
 
 }  // namespace tandem::cuda

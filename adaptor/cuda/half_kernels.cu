@@ -46,13 +46,6 @@ __global__ void HalfConvertKernel(int64_t n, const From* in, StridedOperand layo
   }
 }
 
-// Calls f(T{}) for the storable dtypes and the 16-bit ones.
-template <typename F>
-bool DispatchStorableOrHalf(DType dtype, F&& f) {
-  if (DispatchHalf(dtype, f)) return true;
-  return DispatchStorable(dtype, f);
-}
-
 template <typename H>
 __global__ void HalfFillKernel(int64_t n, float value, H* out) {
   const H v = Narrow<H>(value);
