@@ -47,19 +47,25 @@ int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes,
   return fewest_lane;
 }
 
-const JobState* SoloProbes::Target(const SchedState& state) const {
+bool SoloProbes::Settled(const SchedState& state, int key) const {
+  if (state.interference.Solo(key)) return true;
+  auto it = started_.find(key);
+  return it != started_.end() && it->second >= max_probes_per_key_;
+}
+
+const JobState* SoloProbes::Target(const SchedState& state) {
+  if (all_settled_version_ == state.jobs_version) return nullptr;
   const JobState* target = nullptr;
+  bool all_settled = true;
   for (const LaneState& lane : state.lanes) {
     for (const JobState* job : lane.jobs) {
-      if (!job->has_queued() || (target != nullptr && job->arrival_seq > target->arrival_seq)) {
-        continue;
-      }
-      if (state.interference.Solo(job->key)) continue;
-      auto it = started_.find(job->key);
-      if (it != started_.end() && it->second >= max_probes_per_key_) continue;
+      if (Settled(state, job->key)) continue;
+      all_settled = false;
+      if (!job->has_queued() || (target != nullptr && job->arrival_seq > target->arrival_seq)) continue;
       target = job;
     }
   }
+  if (all_settled) all_settled_version_ = state.jobs_version;
   return target;
 }
 

@@ -66,10 +66,17 @@ class SoloProbes {
 
  private:
   // The oldest job with a queued iteration whose key still needs a probe.
-  const JobState* Target(const SchedState& state) const;
+  const JobState* Target(const SchedState& state);
+  // True when key needs no (more) probes: its solo time is known, or its
+  // probes are spent. Once true it stays true while the key is in use.
+  bool Settled(const SchedState& state, int key) const;
 
   const int max_probes_per_key_;
   absl::flat_hash_map<int, int> started_;  // per key: probe iterations started
+  // The state's jobs_version at which every job's key was found settled:
+  // until a job comes or goes, no probe can be due, and Target answers
+  // without walking the jobs (it is asked at every dispatch).
+  uint64_t all_settled_version_ = 0;
 };
 
 class PackPolicy : public Policy {

@@ -97,6 +97,36 @@ TEST_F(PackPolicyTest, AnUnmeasuredJobProbesAloneFirst) {
   EXPECT_EQ(d->job, 1u);
 }
 
+TEST_F(PackPolicyTest, AJobArrivingAfterEveryKeyIsMeasuredStillProbesAlone) {
+  Add(1, "a", 0);
+  Add(2, "b", 1);
+  MeasureSolo();
+  // Both keys measured: nothing waits for a probe (and Pick stops looking).
+  ASSERT_TRUE(scheduler_->Enqueue(1, 10).ok());
+  ASSERT_TRUE(scheduler_->Enqueue(2, 20).ok());
+  ASSERT_TRUE(scheduler_->Next(0).has_value());
+  ASSERT_TRUE(scheduler_->Next(1).has_value());
+  clock_->Advance(0.02);
+  scheduler_->OnIterationDone(1, 0, 0.02);
+  scheduler_->OnIterationDone(2, 1, 0.02);
+  // A job of a new key arrives: its probe is due again, and runs alone.
+  Add(3, "c", 2);
+  ASSERT_TRUE(scheduler_->Enqueue(1, 11).ok());
+  ASSERT_TRUE(scheduler_->Enqueue(3, 30).ok());
+  EXPECT_FALSE(scheduler_->Next(0).has_value()) << "job 3's probe comes first";
+  auto d = scheduler_->Next(2);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->job, 3u);
+  // A job of a measured key adds no probe.
+  clock_->Advance(0.02);
+  scheduler_->OnIterationDone(3, 2, 0.02);
+  scheduler_->RemoveJob(3);
+  Add(4, "a", 2);
+  d = scheduler_->Next(0);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->job, 1u);
+}
+
 TEST_F(PackPolicyTest, FoldsAPairThatClashes) {
   Add(1, "a", 0);
   Add(2, "b", 1);

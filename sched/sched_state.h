@@ -91,6 +91,9 @@ struct SchedState {
   InterferenceEstimates interference;
   uint64_t next_arrival_seq = 1;
   uint64_t next_start_seq = 1;
+  // Changes whenever a job is added or removed (and so whenever the set of
+  // interference keys in use may change); policies cache on it.
+  uint64_t jobs_version = 1;
 };
 
 }  // namespace tandem::sched

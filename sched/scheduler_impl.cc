@@ -89,6 +89,7 @@ absl::Status SchedulerImpl::AddJob(JobId job, const JobParams& params) {
                                                              : params.interference_key);
   JobState* raw = state.get();
   state_.jobs.emplace(job, std::move(state));
+  ++state_.jobs_version;
   InsertIntoLane(raw);
   policy_->OnJobAdded(state_, *raw);
   return absl::OkStatus();
@@ -103,6 +104,7 @@ std::vector<Ticket> SchedulerImpl::RemoveJob(JobId job) {
   EraseFromLane(state);
   if (state->private_key) state_.interference.Forget(state->key);
   state_.jobs.erase(it);
+  ++state_.jobs_version;
   policy_->OnJobRemoved(state_, job);
   return dropped;
 }

@@ -19,29 +19,28 @@ std::optional<double> SrtfPackPolicy::RemainingSeconds(const SchedState& state,
   return static_cast<double>(expected - static_cast<int64_t>(job.iterations_done)) * *per_iteration;
 }
 
-std::vector<const JobState*> SrtfPackPolicy::Ranked(const SchedState& state) const {
-  // (remaining, arrival_seq): unmeasured jobs rank as -1 (first, oldest first).
-  std::vector<std::pair<std::pair<double, uint64_t>, const JobState*>> keyed;
+std::vector<const JobState*> SrtfPackPolicy::RunningSet(const SchedState& state,
+                                                        bool by_lane) const {
+  // Active jobs by (remaining, arrival_seq), unmeasured ones as -1 (first,
+  // oldest first), from a heap popped only until the set is full: Pick asks
+  // at every dispatch, and a full sort of a crowd of jobs each time costs
+  // more than the few pops a set of max_lanes takes.
+  using Entry = std::pair<std::pair<double, uint64_t>, const JobState*>;
+  std::vector<Entry> heap;
   for (const LaneState& lane : state.lanes) {
     for (const JobState* job : lane.jobs) {
       if (!job->active()) continue;
       const std::optional<double> remaining = RemainingSeconds(state, *job);
-      keyed.push_back({{remaining.value_or(-1.0), job->arrival_seq}, job});
+      heap.push_back({{remaining.value_or(-1.0), job->arrival_seq}, job});
     }
   }
-  std::sort(keyed.begin(), keyed.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<const JobState*> ranked;
-  ranked.reserve(keyed.size());
-  for (const auto& entry : keyed) ranked.push_back(entry.second);
-  return ranked;
-}
-
-std::vector<const JobState*> SrtfPackPolicy::RunningSet(const SchedState& state,
-                                                        bool by_lane) const {
+  const auto later = [](const Entry& a, const Entry& b) { return a.first > b.first; };
+  std::make_heap(heap.begin(), heap.end(), later);
   std::vector<const JobState*> set;
-  for (const JobState* job : Ranked(state)) {
-    if (static_cast<int>(set.size()) >= max_lanes_) break;
+  while (!heap.empty() && static_cast<int>(set.size()) < max_lanes_) {
+    std::pop_heap(heap.begin(), heap.end(), later);
+    const JobState* job = heap.back().second;
+    heap.pop_back();
     const bool fits = std::none_of(set.begin(), set.end(), [&](const JobState* member) {
       return (by_lane && member->lane() == job->lane()) ||
              MeasuredToClash(state, job->key, member->key, margin_);

@@ -56,9 +56,9 @@ class SrtfPackPolicy : public Policy {
   static std::optional<double> RemainingSeconds(const SchedState& state, const JobState& job);
 
  private:
-  // Active jobs (queued, staged or running), shortest remaining first.
-  std::vector<const JobState*> Ranked(const SchedState& state) const;
-  // The running set, in rank order. by_lane: at most one job per lane.
+  // The running set: active jobs (queued, staged or running) taken
+  // shortest remaining first while they fit, at most max_lanes of them, in
+  // that order. by_lane: at most one job per lane.
   std::vector<const JobState*> RunningSet(const SchedState& state, bool by_lane) const;
 
   const double margin_;
