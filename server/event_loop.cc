@@ -14,12 +14,15 @@ void EventLoop::Post(const char* name, std::function<void()> fn) {
   boost::asio::post(context_, [this, name, fn = std::move(fn)]() {
     auto start = std::chrono::steady_clock::now();
     fn();
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    HandlerStats& s = stats_[name];
-    s.count++;
-    s.total_seconds += seconds;
-    if (seconds > s.max_seconds) s.max_seconds = seconds;
+    AddSection(name, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   });
+}
+
+void EventLoop::AddSection(const char* name, double seconds) {
+  HandlerStats& s = stats_[name];
+  s.count++;
+  s.total_seconds += seconds;
+  if (seconds > s.max_seconds) s.max_seconds = seconds;
 }
 
 void EventLoop::Run() {

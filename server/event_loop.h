@@ -6,11 +6,16 @@
 // and the loop keeps per-name counts and timings, so the stats reply can show
 // where the loop spends its time ("Transport.OnMessage", "Executor.OnDone").
 //
+// A work item may also time parts of itself (LoopSection): those are kept
+// beside the handlers under the name "Handler/part", their time inside their
+// handler's, so a handler's total can be taken apart without a profiler.
+//
 // Thread-safety: Post() from any thread; everything else (Stats() included)
 // on the loop thread.
 #ifndef TANDEM_SERVER_EVENT_LOOP_H_
 #define TANDEM_SERVER_EVENT_LOOP_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -41,7 +46,12 @@ class EventLoop {
   void Run();
   void Stop();
 
-  // Per work-item name, what the loop spent on it.
+  // Adds `seconds` to a section of the running work item. `name` must be a
+  // string literal of the form "Handler/part".
+  void AddSection(const char* name, double seconds);
+
+  // Per work-item name, what the loop spent on it; sections (names with a
+  // '/') too.
   std::map<std::string, HandlerStats> Stats() const;
 
  private:
@@ -50,6 +60,26 @@ class EventLoop {
   // entries; Stats() merges them): no string is built per work item.
   absl::flat_hash_map<const char*, HandlerStats> stats_;
 };
+
+// Times the scope it lives in as a section of the running work item.
+class LoopSection {
+ public:
+  LoopSection(EventLoop& loop, const char* name)
+      : loop_(loop), name_(name), start_(std::chrono::steady_clock::now()) {}
+  ~LoopSection() {
+    loop_.AddSection(name_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  }
+  LoopSection(const LoopSection&) = delete;
+  LoopSection& operator=(const LoopSection&) = delete;
+
+ private:
+  EventLoop& loop_;
+  const char* name_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// True for a section's name ("Handler/part"), false for a handler's.
+inline bool IsLoopSection(const std::string& name) { return name.find('/') != std::string::npos; }
 
 }  // namespace tandem::server
 

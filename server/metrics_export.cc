@@ -61,12 +61,23 @@ std::string Service::RenderMetrics() {
   // The control loop is one thread: its busy time per second is how close
   // the daemon is to its own limit (many small requests), and the handlers
   // say where that time goes.
+  // Sections are parts of a handler's time, so they get a family of their
+  // own (summing the busy family stays the loop's busy time).
   const auto loop = loop_.Stats();
   w.Family("tandem_loop_busy_seconds_total", "counter", "time the control loop spent in work items, by kind");
-  for (const auto& [name, h] : loop) w.Sample("tandem_loop_busy_seconds_total", {{"handler", name}}, h.total_seconds);
+  for (const auto& [name, h] : loop) {
+    if (!IsLoopSection(name)) w.Sample("tandem_loop_busy_seconds_total", {{"handler", name}}, h.total_seconds);
+  }
   w.Family("tandem_loop_handled_total", "counter", "work items the control loop ran, by kind");
   for (const auto& [name, h] : loop) {
-    w.Sample("tandem_loop_handled_total", {{"handler", name}}, static_cast<double>(h.count));
+    if (!IsLoopSection(name)) {
+      w.Sample("tandem_loop_handled_total", {{"handler", name}}, static_cast<double>(h.count));
+    }
+  }
+  w.Family("tandem_loop_section_seconds_total", "counter",
+           "time the control loop spent in parts of its work items (inside the handlers' time)");
+  for (const auto& [name, h] : loop) {
+    if (IsLoopSection(name)) w.Sample("tandem_loop_section_seconds_total", {{"section", name}}, h.total_seconds);
   }
 
   // --- per device -------------------------------------------------------------

@@ -345,6 +345,7 @@ void Service::OnIterationDone(DeviceRuntime& dev, int lane, int slot_index, uint
                               const LaneGapProbe& probe, QueuedIteration it, absl::Status status) {
   double seconds = 0;
   if (status.ok()) {
+    LoopSection timed(loop_, "IterationEnd/event reads");
     const Lane& l = dev.lanes[lane];
     const IterationEvents& events = l.events[probe.seq % l.events.size()];
     auto elapsed = dev.device->ElapsedSeconds(*events.start, *events.end);
@@ -359,6 +360,7 @@ void Service::FinishIteration(DeviceRuntime& dev, int lane, int slot_index, uint
   Lane& l = dev.lanes[lane];
   StagingSlot& slot = l.slots[slot_index];
   if (status.ok()) {
+    LoopSection timed(loop_, "IterationEnd/event reads");
     // The lane's idle time since the previous iteration, when this one was
     // already waiting behind it.
     const IterationEvents& events = l.events[probe.seq % l.events.size()];
@@ -374,6 +376,7 @@ void Service::FinishIteration(DeviceRuntime& dev, int lane, int slot_index, uint
   auto j = jobs_.find(job_id);
   Job* job = j == jobs_.end() ? nullptr : j->second.get();
   if (job != nullptr) {
+    LoopSection timed(loop_, "IterationEnd/reply");
     job->inflight--;
     const v1::RunIterationRequest& run = it.request->run_iteration();
     if (status.ok()) {
@@ -408,10 +411,13 @@ void Service::FinishIteration(DeviceRuntime& dev, int lane, int slot_index, uint
                                                                     run.iteration(), ": ", status.message())));
     }
   }
-  if (status.ok()) {
-    dev.scheduler->OnIterationDone(job_id, lane, seconds);
-  } else {
-    dev.scheduler->OnIterationAborted(job_id, lane);
+  {
+    LoopSection timed(loop_, "IterationEnd/scheduler");
+    if (status.ok()) {
+      dev.scheduler->OnIterationDone(job_id, lane, seconds);
+    } else {
+      dev.scheduler->OnIterationAborted(job_id, lane);
+    }
   }
   slot.busy = false;
   l.outstanding--;
@@ -421,7 +427,11 @@ void Service::FinishIteration(DeviceRuntime& dev, int lane, int slot_index, uint
     StartReads(*job);
     OnDeviceWorkDone(job_id);  // may finish a close and erase the job
   }
-  RebalanceLanes(dev);
+  {
+    LoopSection timed(loop_, "IterationEnd/rebalance");
+    RebalanceLanes(dev);
+  }
+  LoopSection timed(loop_, "IterationEnd/dispatch");
   DispatchAll(dev);
 }
 

@@ -86,10 +86,17 @@ ZmqTransport::~ZmqTransport() {
 }
 
 void ZmqTransport::Send(std::string peer, std::string payload) {
+  bool first;
   {
     absl::MutexLock lock(&mu_);
+    first = outbox_.empty();
     outbox_.emplace_back(std::move(peer), std::move(payload));
   }
+  // Only the reply that finds the outbox empty wakes the socket thread: one
+  // already waiting there has its wake pending (Run reads the wake before it
+  // takes the outbox), and a burst of replies costs one system call, not one
+  // each, on the control loop.
+  if (!first) return;
   uint64_t one = 1;
   (void)!::write(wake_fd_, &one, sizeof(one));
 }
@@ -145,6 +152,8 @@ void ZmqTransport::Run() {
       break;
     }
     if (items[1].revents & ZMQ_POLLIN) {
+      // The wake is read before the outbox is taken: a reply queued after
+      // the take finds the outbox empty and wakes this thread again.
       uint64_t count;
       (void)!::read(wake_fd_, &count, sizeof(count));
       Flush();

@@ -277,6 +277,25 @@ TEST_P(Preemption, HighPriorityBurstAgainstARunningBestEffortIteration) {
   const double loop_busy = daemon.Metric("tandem_loop_busy_seconds_total{handler=\"Transport.OnMessage\"}");
   EXPECT_GT(loop_busy, 0);
   EXPECT_LT(loop_busy, daemon.Metric("tandem_uptime_seconds"));
+  // An iteration end's sections lie inside the time of the handlers that
+  // end iterations (one snapshot: the daemon may still be answering).
+  const std::map<std::string, double> m = daemon.Metrics();
+  auto value = [&m](const std::string& key) {
+    auto it = m.find(key);
+    return it == m.end() ? 0.0 : it->second;
+  };
+  double ends = 0;
+  for (const char* handler : {"Executor.OnIterationDone", "Executor.OnSegmentDone", "Service.EndParkedIteration"}) {
+    ends += value(absl::StrCat("tandem_loop_busy_seconds_total{handler=\"", handler, "\"}"));
+  }
+  double sections = 0;
+  for (const char* part : {"event reads", "reply", "scheduler", "rebalance", "dispatch"}) {
+    const double t = value(absl::StrCat("tandem_loop_section_seconds_total{section=\"IterationEnd/", part, "\"}"));
+    EXPECT_GT(t, 0) << part;
+    sections += t;
+  }
+  EXPECT_GT(ends, 0);
+  EXPECT_LE(sections, ends * 1.0001 + 1e-6);
   // Results as if each job ran alone.
   EXPECT_TRUE(SameBits(*be_loss0, solo.best_effort[0])) << *be_loss0 << " vs " << solo.best_effort[0];
   EXPECT_TRUE(SameBits(*be_loss1, solo.best_effort[1])) << *be_loss1 << " vs " << solo.best_effort[1];

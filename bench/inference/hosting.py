@@ -233,10 +233,15 @@ def run_probe(n, pool, args, stats_client, device):
         # items that took most of it, each with its count and mean microseconds.
         loop = {name: (count - before["loop"].get(name, (0, 0.0))[0], secs - before["loop"].get(name, (0, 0.0))[1])
                 for name, (count, secs) in after["loop"].items()}
-        out["tandemd"]["loop_busy_s"] = round(sum(secs for _, secs in loop.values()), 3)
-        out["tandemd"]["loop_top"] = [
-            {"name": name, "count": count, "mean_us": round(1e6 * secs / count, 1), "seconds": round(secs, 3)}
-            for name, (count, secs) in sorted(loop.items(), key=lambda kv: -kv[1][1])[:6] if count > 0]
+        # Names with a '/' are sections of a handler (its time includes theirs): kept apart, all of them.
+        def rows(items):
+            return [{"name": name, "count": count, "mean_us": round(1e6 * secs / count, 1), "seconds": round(secs, 3)}
+                    for name, (count, secs) in sorted(items, key=lambda kv: -kv[1][1]) if count > 0]
+
+        handlers = [(k, v) for k, v in loop.items() if "/" not in k]
+        out["tandemd"]["loop_busy_s"] = round(sum(secs for _, (_, secs) in handlers), 3)
+        out["tandemd"]["loop_top"] = rows(handlers)[:6]
+        out["tandemd"]["loop_sections"] = rows((k, v) for k, v in loop.items() if "/" in k)
     out["wall_s"] = round(time.monotonic() - started, 2)
     return out
 
@@ -255,6 +260,12 @@ def log_probe(r, note=""):
     bc.log(f"  N={r['n']:3d}: {'pass' if r['pass'] else 'FAIL'}  worst p99 {p99}, median p50 "
            f"{r['p50_ms_median']} ms, {r['models_over_target']} over target, {r['failures']} failed, "
            f"{r['dropped']} unsent, {r['served_rps']:.0f}/{r['offered_rps']:.0f} req/s{cpu} ({r['wall_s']} s{bg}){note}")
+    d = r.get("tandemd", {})
+    if "loop_busy_s" in d:  # tandem: the daemon's side of the same probe
+        lanes = ", ".join(f"{x['busy_s']:.2f}/{x['occupied_s']:.2f}" for x in d.get("per_lane", []))
+        parts = ", ".join(f"{x['name'].split('/', 1)[1]} {x['mean_us']}" for x in d.get("loop_sections", []))
+        bc.log(f"         loop busy {d['loop_busy_s']} s; iteration end us: {parts or '-'}; "
+               f"lanes kernel/occupied s: {lanes or '-'}")
 
 
 # ---- the tandem mode's check of each kind ----
