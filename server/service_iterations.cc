@@ -13,8 +13,11 @@
 namespace tandem::server {
 namespace {
 
-// Least time between two RebalanceLanes proposals on a device.
+// Least time between two RebalanceLanes proposals on a device, and how many
+// times a proposal's own duration must pass before the next one (so that
+// proposals take at most about 1/kRebalanceSpacing of the control loop).
 constexpr auto kRebalanceInterval = std::chrono::milliseconds(2);
+constexpr int kRebalanceSpacing = 20;
 
 size_t Align(size_t n) {
   return (n + device::kDeviceAlignment - 1) / device::kDeviceAlignment * device::kDeviceAlignment;
@@ -171,10 +174,15 @@ void Service::RebalanceLanes(DeviceRuntime& dev) {
   // end was half of the control loop's time, its whole limit; a training
   // job's iterations end further apart than that, so it still gets a
   // decision at every boundary.
+  // A proposal's cost grows with the jobs and the distinct interference
+  // keys among them (PACK weighs every pair of keys): with hundreds of
+  // unlike jobs one takes a millisecond, so the next waits in proportion.
   const Clock::time_point now = Clock::now();
-  if (now - dev.last_rebalance < kRebalanceInterval) return;
-  dev.last_rebalance = now;
-  for (const sched::LaneChange& change : dev.scheduler->Rebalance(dev.memory->NumLanes())) {
+  if (now < dev.next_rebalance) return;
+  const std::vector<sched::LaneChange> changes = dev.scheduler->Rebalance(dev.memory->NumLanes());
+  const Clock::time_point proposed = Clock::now();
+  dev.next_rebalance = proposed + std::max<Clock::duration>(kRebalanceInterval, (proposed - now) * kRebalanceSpacing);
+  for (const sched::LaneChange& change : changes) {
     auto j = jobs_.find(change.job);
     if (j == jobs_.end()) continue;
     Job& job = *j->second;

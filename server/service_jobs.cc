@@ -2,7 +2,6 @@
 #include <cmath>
 #include <vector>
 
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "adaptor/fold_transposes.h"
@@ -11,6 +10,7 @@
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "proto/status_convert.h"
+#include "server/interference_key.h"
 #include "server/service.h"
 #include "server/shared_frames.h"
 
@@ -148,7 +148,7 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
   }
   job->layout = *std::move(layout);
   // Alike jobs (same graph and shapes) share their interference estimates.
-  job->interference_key = absl::StrCat(absl::Hash<std::string>()(reg.graph().SerializeAsString()));
+  job->interference_key = InterferenceKey(reg.graph());
 
   absl::Status error;
   DeviceRuntime* dev = ChooseDevice(reg.hints(), &error);

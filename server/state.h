@@ -218,9 +218,9 @@ struct DeviceRuntime {
   std::vector<Lane> lanes;  // by lane index; grows as memory opens lanes
   uint64_t iterations = 0;
   uint64_t lane_moves = 0;  // jobs the policy moved to another lane
-  // When the policy was last asked for moves (RebalanceLanes asks at most
-  // every kRebalanceInterval).
-  Clock::time_point last_rebalance;
+  // When the policy may next be asked for moves (RebalanceLanes: at least
+  // kRebalanceInterval apart, more while a proposal takes long).
+  Clock::time_point next_rebalance;
   // Jobs, lanes or priorities changed since the lanes' wanted stream levels
   // were computed.
   bool lane_levels_stale = true;

@@ -94,7 +94,9 @@ class CompletionWorker {
   // the stream: the stream never waits for the host, so work enqueued behind
   // a completion starts the moment the work before it ends). The worker
   // polls the pending events in order every kPollInterval while any is
-  // pending, and sleeps otherwise.
+  // pending, and sleeps otherwise; within a pass it stops asking about a
+  // stream at its first event not ready, so a stream's reports keep its
+  // order.
   struct Pending {
     CudaStreamImpl* stream = nullptr;
     cudaEvent_t event = nullptr;

@@ -192,17 +192,31 @@ void CompletionWorker::Run() {
     if (stopping_) break;
     if (pending_.empty()) continue;
     // Query the events outside the lock (Add may run meanwhile; it only adds
-    // later ids). A stream's completions end in order, and are reported in
-    // id order, so a stream's reports keep its order.
-    std::vector<std::pair<uint64_t, cudaEvent_t>> snapshot;
+    // later ids). A stream's completions end in order and are reported in id
+    // order, but the queries of one pass are not simultaneous: a stream's
+    // event found not ready may end before its next one is asked about, and
+    // that one would then be reported first. So a pass asks nothing more of
+    // a stream once one of its events is not ready.
+    struct Polled {
+      uint64_t id;
+      const CudaStreamImpl* stream;
+      cudaEvent_t event;
+    };
+    std::vector<Polled> snapshot;
     snapshot.reserve(pending_.size());
-    for (const auto& [id, pending] : pending_) snapshot.emplace_back(id, pending.event);
+    for (const auto& [id, pending] : pending_) snapshot.push_back({id, pending.stream, pending.event});
     polling_ = true;
     lock.unlock();
     std::vector<std::pair<uint64_t, cudaError_t>> ended;
-    for (const auto& [id, event] : snapshot) {
-      const cudaError_t error = cudaEventQuery(event);
-      if (error != cudaErrorNotReady) ended.emplace_back(id, error);
+    std::vector<const CudaStreamImpl*> waiting;  // streams with an event not ready in this pass
+    for (const Polled& p : snapshot) {
+      if (std::find(waiting.begin(), waiting.end(), p.stream) != waiting.end()) continue;
+      const cudaError_t error = cudaEventQuery(p.event);
+      if (error == cudaErrorNotReady) {
+        waiting.push_back(p.stream);
+      } else {
+        ended.emplace_back(p.id, error);
+      }
     }
     lock.lock();
     polling_ = false;

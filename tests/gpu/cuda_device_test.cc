@@ -148,6 +148,53 @@ TEST(CudaDevice, CompletionsRunInOrderExactlyOnce) {
   for (int i = 0; i < kCompletions; ++i) EXPECT_EQ(order[i], i);
 }
 
+// Many streams with many completions pending at once: while the worker
+// asks about one event, the stream's next may end too, and a stream's
+// completions must still be reported in its order (the daemon's scheduler
+// takes each report for the lane's oldest iteration).
+TEST(CudaDevice, CompletionsOfManyBusyStreamsKeepEachStreamsOrder) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  Device& gpu = *Gpu();
+  constexpr int kStreams = 16;
+  constexpr int kRounds = 400;
+  constexpr size_t kBytes = size_t{1} << 20;  // a fill of a few microseconds
+  std::vector<std::unique_ptr<device::Stream>> streams;
+  std::vector<void*> buffers;
+  for (int s = 0; s < kStreams; ++s) {
+    auto stream = gpu.CreateStream();
+    auto buffer = gpu.Allocate(kBytes);
+    ASSERT_TRUE(stream.ok() && buffer.ok());
+    streams.push_back(*std::move(stream));
+    buffers.push_back(*buffer);
+  }
+  std::mutex mu;
+  std::vector<std::vector<int>> order(kStreams);
+  std::atomic<int> reported{0};
+  std::promise<void> all;
+  for (int round = 0; round < kRounds; ++round) {
+    for (int s = 0; s < kStreams; ++s) {
+      ASSERT_TRUE(gpu.Fill(*streams[s], buffers[s], static_cast<uint8_t>(round), kBytes).ok());
+      ASSERT_TRUE(gpu.OnComplete(*streams[s], [&, s, round](absl::Status status) {
+                       EXPECT_TRUE(status.ok()) << status;
+                       {
+                         std::lock_guard<std::mutex> lock(mu);
+                         order[s].push_back(round);
+                       }
+                       if (reported.fetch_add(1) + 1 == kStreams * kRounds) all.set_value();
+                     }).ok());
+    }
+  }
+  ASSERT_EQ(all.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  std::lock_guard<std::mutex> lock(mu);
+  for (int s = 0; s < kStreams; ++s) {
+    ASSERT_EQ(order[s].size(), static_cast<size_t>(kRounds)) << "stream " << s;
+    int out_of_order = 0;
+    for (int i = 0; i < kRounds; ++i) out_of_order += order[s][i] != i;
+    EXPECT_EQ(out_of_order, 0) << "stream " << s << " reported " << out_of_order << " completions out of order";
+  }
+  for (void* b : buffers) gpu.Free(b);
+}
+
 TEST(CudaDevice, DeferredAndFlushedChecksFailTheirCompletion) {
   TANDEM_SKIP_WITHOUT_GPU();
   Device& gpu = *Gpu();
