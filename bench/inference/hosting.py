@@ -95,6 +95,7 @@ def daemon_stats(client):
     # The control loop's time per kind of work item: (count, seconds).
     out["loop"] = {h["name"]: (int(h.get("count", 0)), float(h.get("total_seconds", 0.0)))
                    for h in stats.get("loop_handlers", [])}
+    out["loop_max"] = {h["name"]: float(h.get("max_seconds", 0.0)) for h in stats.get("loop_handlers", [])}
     return out
 
 
@@ -124,10 +125,29 @@ def summarize_probe(n, models, args, pool):
         "served_rps": round(completed / args.duration_s, 2),
         "worst_model": None if worst is None else {k: worst.get(k) for k in ("id", "kind", "batch", "p99_ms")},
         "errors": errors[:5],
+        "stalls": stall_bins(models),
         "models": [{k: m.get(k) for k in ("id", "kind", "batch", "requests", "failures", "dropped", "p50_ms",
                                           "p99_ms", "max_ms", "mean_ms")} | {"solo_ms": pool.solo_ms.get(m["id"])}
                    for m in models],
     }
+
+
+STALL_BIN_S = 0.05
+
+
+def stall_bins(models, top=5):
+    """Requests over the latency target, by when they arrived (STALL_BIN_S bins of the timed window): the
+    bins with most of them, each with how many models they span. A stall of the server shows as one bin
+    spanning many models; one model's bad luck as scattered bins of one."""
+    bins = {}
+    for m in models:
+        for t in m.get("slow_at_s") or []:
+            b = bins.setdefault(int(t / STALL_BIN_S), [0, set()])
+            b[0] += 1
+            b[1].add(m["id"])
+    ranked = sorted(bins.items(), key=lambda kv: (-len(kv[1][1]), kv[0]))[:top]
+    return {"slow_requests": sum(b[0] for b in bins.values()), "bins": len(bins),
+            "top": [{"at_s": round(k * STALL_BIN_S, 3), "requests": b[0], "models": len(b[1])} for k, b in ranked]}
 
 
 def _cpu_snapshot(pids):
@@ -176,7 +196,7 @@ def run_probe(n, pool, args, stats_client, device):
     before = daemon_stats(stats_client)
     start_at = time.time() + START_DELAY_S + 0.002 * n  # every worker has its command by then
     cmd = {"cmd": "go", "start_at": start_at, "warmup_s": args.warmup_s, "duration_s": args.duration_s,
-           "rate": args.rate, "grace_s": args.grace_s, "seed": args.seed + n}
+           "rate": args.rate, "grace_s": args.grace_s, "seed": args.seed + n, "slow_ms": args.p99_ms}
     mem = {}
 
     def sample_memory():  # once, in the middle of the timed window
@@ -242,6 +262,10 @@ def run_probe(n, pool, args, stats_client, device):
         out["tandemd"]["loop_busy_s"] = round(sum(secs for _, (_, secs) in handlers), 3)
         out["tandemd"]["loop_top"] = rows(handlers)[:6]
         out["tandemd"]["loop_sections"] = rows((k, v) for k, v in loop.items() if "/" in k)
+        # The longest single work item seen so far, where the probe raised it (a stall of the loop itself).
+        out["tandemd"]["loop_new_max_ms"] = {
+            name: round(mx * 1e3, 3) for name, mx in after.get("loop_max", {}).items()
+            if mx > before.get("loop_max", {}).get(name, 0.0) and "/" not in name}
     out["wall_s"] = round(time.monotonic() - started, 2)
     return out
 
@@ -260,11 +284,19 @@ def log_probe(r, note=""):
     bc.log(f"  N={r['n']:3d}: {'pass' if r['pass'] else 'FAIL'}  worst p99 {p99}, median p50 "
            f"{r['p50_ms_median']} ms, {r['models_over_target']} over target, {r['failures']} failed, "
            f"{r['dropped']} unsent, {r['served_rps']:.0f}/{r['offered_rps']:.0f} req/s{cpu} ({r['wall_s']} s{bg}){note}")
+    st = r.get("stalls") or {}
+    if st.get("slow_requests"):
+        tops = ", ".join(f"{b['at_s']}s: {b['requests']} in {b['models']} models" for b in st["top"][:3])
+        bc.log(f"         {st['slow_requests']} requests over target in {st['bins']} bins of {STALL_BIN_S}s; "
+               f"most models at once: {tops}")
     d = r.get("tandemd", {})
     if "loop_busy_s" in d:  # tandem: the daemon's side of the same probe
         lanes = ", ".join(f"{x['busy_s']:.2f}/{x['occupied_s']:.2f}" for x in d.get("per_lane", []))
         parts = ", ".join(f"{x['name'].split('/', 1)[1]} {x['mean_us']}" for x in d.get("loop_sections", []))
-        bc.log(f"         loop busy {d['loop_busy_s']} s; iteration end us: {parts or '-'}; "
+        longest = max(d.get("loop_new_max_ms", {}).items(), key=lambda kv: kv[1], default=None)
+        bc.log(f"         loop busy {d['loop_busy_s']} s"
+               + (f" (longest item {longest[1]} ms, {longest[0]})" if longest else "")
+               + f"; iteration end us: {parts or '-'}; "
                f"lanes kernel/occupied s: {lanes or '-'}")
 
 

@@ -27,7 +27,8 @@ serving competes on equal terms.
 Protocol (JSON lines). Events on stdout: {"event": "ready", "import_s", "prepare_s", "models": [{id, solo_ms}],
 and for tandem "captures", "capture_s", "checks": [{id, kind, batch, max_rel_diff}]} once;
 {"event": "done", "models": [stats...]} after each go; {"event": "error", "message"}. Commands on stdin:
-{"cmd": "go", "ids", "start_at" (time.time() epoch), "warmup_s", "duration_s", "rate", "grace_s", "seed"},
+{"cmd": "go", "ids", "start_at" (time.time() epoch), "warmup_s", "duration_s", "rate", "grace_s", "seed",
+"slow_ms" (optional: each model's stats list when its requests slower than this arrived, "slow_at_s")},
 {"cmd": "quit"} (or end of input).
 """
 
@@ -137,6 +138,9 @@ def run_stream(hosted, go, t0, out):
         t += rng.expovariate(rate)
     stop_at = t0 + warmup + duration + grace
     latencies, failures, dropped, first_error = [], 0, 0, None
+    # When the slow requests arrived (seconds into the timed window): the coordinator lines them up across
+    # models, to tell a stall of the server (many models at once) from one model's bad luck.
+    slow_s, slow_at = go.get("slow_ms", math.inf) / 1e3, []
     for k, a in enumerate(arrivals):
         at = t0 + a
         now = time.perf_counter()
@@ -156,6 +160,8 @@ def run_stream(hosted, go, t0, out):
         if a >= warmup:
             if ok:
                 latencies.append(done - at)
+                if done - at > slow_s and len(slow_at) < 100:
+                    slow_at.append(round(a - warmup, 4))
             else:
                 failures += 1
     latencies.sort()
@@ -170,7 +176,8 @@ def run_stream(hosted, go, t0, out):
                 "failures": failures, "dropped": dropped,
                 "p50_ms": ms(p50), "p99_ms": ms(p99), "max_ms": ms(latencies[-1]) if latencies else None,
                 "mean_ms": ms(sum(latencies) / len(latencies)) if latencies else None,
-                "latencies_ms": [round(v * 1e3, 3) for v in latencies] if go.get("keep_latencies") else None})
+                "latencies_ms": [round(v * 1e3, 3) for v in latencies] if go.get("keep_latencies") else None,
+                "slow_at_s": slow_at})
     if first_error:
         out["error"] = first_error
 
