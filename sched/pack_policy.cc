@@ -1,7 +1,6 @@
 #include "sched/pack_policy.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 
 namespace tandem::sched {
@@ -81,18 +80,6 @@ bool SoloProbes::Decide(const SchedState& state, int lane, std::optional<JobId>*
     *pick = probe->id;
   }
   return true;
-}
-
-void LaneLoads::OnIterationDone(JobId job, double now, double device_seconds) {
-  Decayed& d = jobs_[job];
-  d.sum = d.sum * std::exp(-(now - d.at) / kDecaySeconds) + device_seconds;
-  d.at = now;
-}
-
-double LaneLoads::Of(JobId job, double now) const {
-  auto it = jobs_.find(job);
-  if (it == jobs_.end()) return 0;
-  return it->second.sum * std::exp(-(now - it->second.at) / kDecaySeconds) / kDecaySeconds;
 }
 
 std::optional<JobId> PackPolicy::Pick(const SchedState& state, int lane) {
@@ -249,33 +236,6 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
       break;
     }
   }
-
-  // Level: with every lane taken and nothing else to do, the busiest lane
-  // gives the least busy one a job.
-  if (!changes.empty() || existing < 2 || num_lanes < max_lanes_) return changes;
-  std::vector<double> load(existing, 0.0);
-  for (int lane = 0; lane < existing; ++lane) {
-    if (lanes[lane].empty()) return changes;  // a lane is free: spreading's business
-    for (const JobState* job : lanes[lane]) load[lane] += loads_.Of(job->id, state.now);
-  }
-  const int hi = static_cast<int>(std::max_element(load.begin(), load.end()) - load.begin());
-  const int lo = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
-  const double gap = load[hi] - load[lo];
-  if (gap <= kLevelGap || lanes[hi].size() < 2) return changes;
-  // The job whose load comes closest to half the gap: any load below the
-  // gap lowers the sum of squared lane loads, half the gap the most. It
-  // must gain no clashing partner beside it.
-  const JobState* best = nullptr;
-  double best_miss = std::numeric_limits<double>::infinity();
-  for (const JobState* job : lanes[hi]) {
-    if (job->running || job->staged > 0) continue;
-    const double l = loads_.Of(job->id, state.now);
-    if (l <= 0 || l >= gap || std::abs(l - gap / 2) >= best_miss) continue;
-    if (counts.any() && counts.Outside(*job, hi, lo) > counts.Outside(*job, hi, hi)) continue;
-    best = job;
-    best_miss = std::abs(l - gap / 2);
-  }
-  if (best != nullptr) move(best, hi, lo);
   return changes;
 }
 

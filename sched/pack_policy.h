@@ -14,15 +14,7 @@
 //     leaves it the fewest clashing partners in other lanes (each move
 //     strictly reduces the clashing pairs running side by side, so it never
 //     oscillates), and spreads a job of a crowded lane to an empty or a new
-//     lane when it clashes with nobody. When every lane is taken, it levels
-//     load: a lane whose jobs keep it busy (their recent device time per
-//     second, decayed over LaneLoads::kDecaySeconds) well beyond the least
-//     busy lane's gives that lane one job: the one whose load is closest to
-//     half the gap, below the whole gap, that gains no clashing partner
-//     (each move lowers the sum of squared lane loads, so it never
-//     oscillates while loads hold). Jobs that keep a lane always busy (training) count as a full
-//     lane wherever they are, so levelling leaves them be; it is for crowds
-//     of request streams of unequal cost (inference hosting).
+//     lane when it clashes with nobody.
 //   * Pick: in each lane the job whose queued iteration came first runs
 //     (first come, first served: jobs sharing a lane alternate, and a crowd
 //     of inference models sharing one is served in request order). A job
@@ -87,26 +79,6 @@ class SoloProbes {
   uint64_t all_settled_version_ = 0;
 };
 
-// Each job's recent device time per second of wall time, from its
-// iteration ends: an exponentially decayed sum (time constant
-// kDecaySeconds). A lane's load is its jobs' sum: the fraction of the time
-// its stream runs their kernels.
-class LaneLoads {
- public:
-  static constexpr double kDecaySeconds = 1.0;
-
-  void OnIterationDone(JobId job, double now, double device_seconds);
-  void Forget(JobId job) { jobs_.erase(job); }
-  double Of(JobId job, double now) const;
-
- private:
-  struct Decayed {
-    double sum = 0;  // device seconds, decayed to `at`
-    double at = 0;
-  };
-  absl::flat_hash_map<JobId, Decayed> jobs_;
-};
-
 class PackPolicy : public Policy {
  public:
   explicit PackPolicy(const SchedulerOptions& options)
@@ -118,14 +90,6 @@ class PackPolicy : public Policy {
   std::optional<JobId> Pick(const SchedState& state, int lane) override;
   int ChooseLane(const SchedState& state, const JobParams& params, int num_lanes) const override;
   std::vector<LaneChange> Rebalance(const SchedState& state, int num_lanes) const override;
-  void OnIterationDone(const SchedState& state, const JobState& job, double device_seconds) override {
-    loads_.OnIterationDone(job.id, state.now, device_seconds);
-  }
-  void OnJobRemoved(const SchedState& state, JobId job) override { loads_.Forget(job); }
-
-  // Levelling moves only when the busiest lane's load exceeds the least
-  // busy one's by this much (a fraction of a lane's time).
-  static constexpr double kLevelGap = 0.15;
 
  private:
   bool Clash(const SchedState& state, int key_a, int key_b) const {
@@ -135,7 +99,6 @@ class PackPolicy : public Policy {
   const double margin_;
   const int max_lanes_;
   SoloProbes probes_;
-  LaneLoads loads_;
 };
 
 }  // namespace tandem::sched
