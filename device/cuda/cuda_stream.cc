@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
 #include "base/status_macros.h"
+#include "device/completion_pass.h"
 #include "device/cuda/cuda_internal.h"
 #include "device/cuda/cuda_status.h"
 
@@ -192,31 +193,24 @@ void CompletionWorker::Run() {
     if (stopping_) break;
     if (pending_.empty()) continue;
     // Query the events outside the lock (Add may run meanwhile; it only adds
-    // later ids). A stream's completions end in order and are reported in id
-    // order, but the queries of one pass are not simultaneous: a stream's
-    // event found not ready may end before its next one is asked about, and
-    // that one would then be reported first. So a pass asks nothing more of
-    // a stream once one of its events is not ready.
-    struct Polled {
-      uint64_t id;
-      const CudaStreamImpl* stream;
-      cudaEvent_t event;
-    };
-    std::vector<Polled> snapshot;
-    snapshot.reserve(pending_.size());
-    for (const auto& [id, pending] : pending_) snapshot.push_back({id, pending.stream, pending.event});
+    // later ids), keeping each stream's order (device/completion_pass.h).
+    std::vector<uint64_t> ids;
+    std::vector<const void*> streams;
+    std::vector<cudaEvent_t> events;
+    for (const auto& [id, pending] : pending_) {
+      ids.push_back(id);
+      streams.push_back(pending.stream);
+      events.push_back(pending.event);
+    }
     polling_ = true;
     lock.unlock();
+    std::vector<cudaError_t> errors(events.size(), cudaErrorNotReady);
     std::vector<std::pair<uint64_t, cudaError_t>> ended;
-    std::vector<const CudaStreamImpl*> waiting;  // streams with an event not ready in this pass
-    for (const Polled& p : snapshot) {
-      if (std::find(waiting.begin(), waiting.end(), p.stream) != waiting.end()) continue;
-      const cudaError_t error = cudaEventQuery(p.event);
-      if (error == cudaErrorNotReady) {
-        waiting.push_back(p.stream);
-      } else {
-        ended.emplace_back(p.id, error);
-      }
+    for (size_t i : CompletionPass(streams, [&](size_t k) {
+           errors[k] = cudaEventQuery(events[k]);
+           return errors[k] != cudaErrorNotReady;
+         })) {
+      ended.emplace_back(ids[i], errors[i]);
     }
     lock.lock();
     polling_ = false;
