@@ -136,9 +136,9 @@ STALL_BIN_S = 0.05
 
 
 def stall_bins(models, top=5):
-    """Requests over the latency target, by when they arrived (STALL_BIN_S bins of the timed window): the
-    bins with most of them, each with how many models they span. A stall of the server shows as one bin
-    spanning many models; one model's bad luck as scattered bins of one."""
+    """Requests over the latency target, by when they arrived (STALL_BIN_S bins of the timed window; a worker
+    lists at most 100 per model): the bins with most of them, each with how many models they span. A stall of
+    the server shows as one bin spanning many models; one model's bad luck as scattered bins of one."""
     bins = {}
     for m in models:
         for t in m.get("slow_at_s") or []:
