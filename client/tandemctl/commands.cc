@@ -191,6 +191,39 @@ absl::Status Lanes(Client& c, const CtlOptions& options, std::ostream& out) {
   return absl::OkStatus();
 }
 
+// The control loop's time per kind of work item, then per part of one
+// (names "Handler/part", whose time lies inside their handler's).
+absl::Status Loop(Client& c, const CtlOptions& options, std::ostream& out) {
+  ASSIGN_OR_RETURN(v1::StatsResponse stats, c.Stats());
+  if (options.json) {
+    v1::StatsResponse loop;
+    loop.set_uptime_seconds(stats.uptime_seconds());
+    *loop.mutable_loop_handlers() = stats.loop_handlers();
+    out << ToJson(loop);
+    return absl::OkStatus();
+  }
+  std::vector<const v1::LoopHandlerStats*> items(stats.loop_handlers().pointer_begin(),
+                                                 stats.loop_handlers().pointer_end());
+  auto is_section = [](const v1::LoopHandlerStats* h) { return h->name().find('/') != std::string::npos; };
+  std::sort(items.begin(), items.end(), [&](const v1::LoopHandlerStats* a, const v1::LoopHandlerStats* b) {
+    if (is_section(a) != is_section(b)) return !is_section(a);
+    return a->total_seconds() > b->total_seconds();
+  });
+  double busy = 0;
+  for (const v1::LoopHandlerStats* h : items) busy += is_section(h) ? 0 : h->total_seconds();
+  const double up = stats.uptime_seconds();
+  out << absl::StrFormat("control loop: busy %.3f s of %s up (%s); parts of a work item are named Handler/part\n",
+                         busy, HumanDuration(up), Percent(up > 0 ? busy / up : 0));
+  TextTable table({"WORK ITEM", ">COUNT", ">TOTAL S", ">MEAN US", ">MAX MS", ">OF UPTIME"});
+  for (const v1::LoopHandlerStats* h : items) {
+    table.AddRow({h->name(), absl::StrCat(h->count()), absl::StrFormat("%.3f", h->total_seconds()),
+                  absl::StrFormat("%.1f", h->count() > 0 ? 1e6 * h->total_seconds() / h->count() : 0.0),
+                  absl::StrFormat("%.3f", 1e3 * h->max_seconds()), Percent(up > 0 ? h->total_seconds() / up : 0)});
+  }
+  out << (table.rows() == 0 ? "no work items yet\n" : table.Render());
+  return absl::OkStatus();
+}
+
 absl::Status SetPriority(Client& c, const std::vector<std::string>& args, const CtlOptions& options,
                          std::ostream& out) {
   ASSIGN_OR_RETURN(uint64_t job, ParseJobId(args[0]));
@@ -339,7 +372,7 @@ absl::Status CheckEndpoint(const std::string& endpoint) {
 
 absl::Status ValidateCommand(const std::string& command, const std::vector<std::string>& args,
                              const CtlOptions& options) {
-  static const char* const kCommands[] = {"status", "jobs", "lanes", "set-priority", "set-policy",
+  static const char* const kCommands[] = {"status", "jobs", "lanes", "loop", "set-priority", "set-policy",
                                           "drain",  "kill", "top"};
   if (std::find(std::begin(kCommands), std::end(kCommands), command) == std::end(kCommands)) {
     return Usage(absl::StrCat("unknown command '", command, "'"));
@@ -371,6 +404,7 @@ absl::Status RunCommand(const std::string& command, const std::vector<std::strin
   if (command == "status") return Status(*c, options, out);
   if (command == "jobs") return Jobs(*c, options, out);
   if (command == "lanes") return Lanes(*c, options, out);
+  if (command == "loop") return Loop(*c, options, out);
   if (command == "set-priority") return SetPriority(*c, args, options, out);
   if (command == "set-policy") return SetPolicy(*c, args, options, out);
   if (command == "drain") return Drain(*c, options, out);
@@ -386,6 +420,8 @@ std::string CtlUsage() {
          "  jobs                   every job: state, priority, iterations, iteration time, queue wait,\n"
          "                         GPU-time share, slowdown, memory\n"
          "  lanes                  every lane of every device: arena, running iterations, jobs\n"
+         "  loop                   the control loop's time per kind of work item and per part of an\n"
+         "                         iteration's end (its one thread is the daemon's own limit)\n"
          "  set-priority JOB N     change a job's priority (the priority policy runs higher first)\n"
          "  set-policy NAME        switch every device to fifo, pack, fair, srtf or priority\n"
          "  drain [--resume] [--wait]\n"

@@ -186,6 +186,27 @@ TEST_F(TandemctlTest, EverySubcommandAgainstTrainingJobs) {
   EXPECT_THAT(lanes_table.out, HasSubstr(absl::StrCat(alpha.job_id(), ":alpha")));
   EXPECT_THAT(lanes_table.out, HasSubstr("OCCUPIED S"));
 
+  // loop: the control loop's work items, handlers before their parts.
+  ProcessResult loop = Ctl({"loop"});
+  ASSERT_EQ(loop.exit_code, 0) << loop.err;
+  EXPECT_THAT(loop.out, HasSubstr("control loop: busy"));
+  const size_t handler_at = loop.out.find("Executor.OnIterationDone");
+  const size_t part_at = loop.out.find("IterationEnd/dispatch");
+  ASSERT_NE(handler_at, std::string::npos) << loop.out;
+  ASSERT_NE(part_at, std::string::npos) << loop.out;
+  EXPECT_LT(handler_at, part_at);
+  v1::StatsResponse loop_json = ParseJson<v1::StatsResponse>(Ctl({"loop", "--json"}).out);
+  EXPECT_GT(loop_json.uptime_seconds(), 0);
+  double ends = 0, parts = 0;
+  for (const v1::LoopHandlerStats& h : loop_json.loop_handlers()) {
+    EXPECT_LE(h.max_seconds(), h.total_seconds() + 1e-12) << h.name();
+    if (h.name() == "Executor.OnIterationDone") ends = h.total_seconds();
+    if (absl::StartsWith(h.name(), "IterationEnd/")) parts += h.total_seconds();
+  }
+  EXPECT_GT(ends, 0);
+  EXPECT_GT(parts, 0);
+  EXPECT_LE(parts, ends * 1.0001 + 1e-6);  // the CPU device ends every iteration in OnIterationDone
+
   // set-priority: the job's priority changes; an unknown job is one line, exit 1.
   ProcessResult prio = Ctl({"set-priority", absl::StrCat(alpha.job_id()), "7"});
   ASSERT_EQ(prio.exit_code, 0) << prio.err;
