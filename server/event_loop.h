@@ -7,8 +7,9 @@
 // where the loop spends its time ("Transport.OnMessage", "Executor.OnDone").
 //
 // A work item may also time parts of itself (LoopSection): those are kept
-// beside the handlers under the name "Handler/part", their time inside their
-// handler's, so a handler's total can be taken apart without a profiler.
+// beside the handlers under the name "Handler/part" (proto/loop_names.h),
+// their time inside their handler's, so a handler's total can be taken apart
+// without a profiler.
 //
 // Thread-safety: Post() from any thread; everything else (Stats() included)
 // on the loop thread.
@@ -77,9 +78,6 @@ class LoopSection {
   const char* name_;
   std::chrono::steady_clock::time_point start_;
 };
-
-// True for a section's name ("Handler/part"), false for a handler's.
-inline bool IsLoopSection(const std::string& name) { return name.find('/') != std::string::npos; }
 
 }  // namespace tandem::server
 

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "proto/loop_names.h"
 #include "server/service.h"
 
 namespace tandem::server {

@@ -168,15 +168,13 @@ void Service::RebalanceLanes(DeviceRuntime& dev) {
   // The policy proposes moves (PACK folds jobs that slow each other down
   // into one lane and spreads jobs that run well side by side); a move
   // happens between two iterations of the job, when memory allows it.
-  // Asked at most every kRebalanceInterval: a proposal weighs every job and
-  // every pair of the jobs' interference keys, and under a crowd of small
-  // inference models (thousands of iteration ends a second) asking at every
-  // end was half of the control loop's time, its whole limit; a training
-  // job's iterations end further apart than that, so it still gets a
-  // decision at every boundary.
-  // A proposal's cost grows with the jobs and the distinct interference
-  // keys among them (PACK weighs every pair of keys): with hundreds of
-  // unlike jobs one takes a millisecond, so the next waits in proportion.
+  // Asked at most every kRebalanceInterval, and later while a proposal took
+  // long: a proposal weighs every job and every pair of the jobs' distinct
+  // interference keys (with hundreds of unlike jobs, a millisecond), and
+  // under a crowd of small inference models (thousands of iteration ends a
+  // second) asking at every end was half of the control loop's time, its
+  // whole limit; a training job's iterations end further apart than that,
+  // so it still gets a decision at every boundary.
   const Clock::time_point now = Clock::now();
   if (now < dev.next_rebalance) return;
   const std::vector<sched::LaneChange> changes = dev.scheduler->Rebalance(dev.memory->NumLanes());
@@ -429,8 +427,10 @@ void Service::FinishIteration(DeviceRuntime& dev, int lane, int slot_index, uint
   }
   slot.busy = false;
   l.outstanding--;
-  if (l.outstanding == 0) l.occupied_seconds += std::chrono::duration<double>(Clock::now() - l.occupied_since).count();
-  if (l.outstanding == 0) dev.memory->ReleaseRetired(lane);
+  if (l.outstanding == 0) {
+    l.occupied_seconds += std::chrono::duration<double>(Clock::now() - l.occupied_since).count();
+    dev.memory->ReleaseRetired(lane);
+  }
   if (job != nullptr) {
     StartReads(*job);
     OnDeviceWorkDone(job_id);  // may finish a close and erase the job

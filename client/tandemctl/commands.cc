@@ -22,6 +22,7 @@
 #include "base/endpoint.h"
 #include "base/status_macros.h"
 #include "client/client.h"
+#include "proto/loop_names.h"
 #include "client/tandemctl/format.h"
 
 namespace tandem::ctl {
@@ -204,7 +205,7 @@ absl::Status Loop(Client& c, const CtlOptions& options, std::ostream& out) {
   }
   std::vector<const v1::LoopHandlerStats*> items(stats.loop_handlers().pointer_begin(),
                                                  stats.loop_handlers().pointer_end());
-  auto is_section = [](const v1::LoopHandlerStats* h) { return h->name().find('/') != std::string::npos; };
+  auto is_section = [](const v1::LoopHandlerStats* h) { return IsLoopSection(h->name()); };
   std::sort(items.begin(), items.end(), [&](const v1::LoopHandlerStats* a, const v1::LoopHandlerStats* b) {
     if (is_section(a) != is_section(b)) return !is_section(a);
     return a->total_seconds() > b->total_seconds();
