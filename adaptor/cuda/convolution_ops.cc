@@ -43,10 +43,12 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "adaptor/cuda/half_launch.h"
 #include "adaptor/cuda/kernel_util.h"
 #include "adaptor/cuda/launch.h"
 #include "adaptor/ops/cnn_rules.h"
+#include "base/log.h"
 #include "base/status_macros.h"
 
 namespace tandem::cuda {
@@ -284,6 +286,7 @@ struct Candidate {
   size_t memory;
   cudnnMathType_t math;
   bool deterministic = true;
+  float ms = -1.0f;  // the search's measured time (-1: a heuristic candidate)
 };
 
 // The operands of one convolution call: what a measured search runs on.
@@ -312,7 +315,7 @@ template <typename Perf>
 void AppendPerf(const std::vector<Perf>& perf, int returned, std::vector<Candidate>* out) {
   for (int k = 0; k < returned; ++k) {
     out->push_back({static_cast<int>(perf[k].algo), perf[k].status, perf[k].memory, perf[k].mathType,
-                    perf[k].determinism == CUDNN_DETERMINISTIC});
+                    perf[k].determinism == CUDNN_DETERMINISTIC, perf[k].time});
   }
 }
 
@@ -355,7 +358,7 @@ absl::StatusOr<std::vector<Candidate>> MeasuredCandidates(CudnnState& state, con
   return out;
 }
 
-// The heuristics' results for `dir`, best first.
+// The heuristics' results for `dir`, best first (not timed).
 absl::StatusOr<std::vector<Candidate>> Candidates(CudnnState& state, const ConvPlan& plan, Direction dir) {
   std::vector<Candidate> out;
   int max_count = 0, returned = 0;
@@ -414,6 +417,33 @@ const char* DirectionName(Direction dir) {
   return "?";
 }
 
+// One debug line per choice (`tandemd --log_level=debug`, `op_bench
+// --log_level=debug`): the chosen algorithm and the search's fastest three,
+// as algo/math/ms/MiB, to compare with what other libraries pick.
+void LogChoice(const ConvPlan& plan, Direction dir, const Candidate& chosen,
+               const std::vector<Candidate>& candidates) {
+  if (MinLogLevel() > LogLevel::kDebug) return;
+  const auto describe = [](const Candidate& c) {
+    return absl::StrCat(c.algo, "/", static_cast<int>(c.math), "/", c.ms, "/", c.memory >> 20);
+  };
+  std::string measured;
+  int listed = 0;
+  for (const Candidate& c : candidates) {
+    if (c.ms < 0 || c.status != CUDNN_STATUS_SUCCESS || listed == 3) continue;
+    absl::StrAppend(&measured, listed++ == 0 ? "" : " ", describe(c));
+  }
+  int n = 0, ch = 0, h = 0, wd = 0;
+  int stride[4];
+  cudnnDataType_t type;
+  cudnnGetTensor4dDescriptor(plan.x, &type, &n, &ch, &h, &wd, &stride[0], &stride[1], &stride[2], &stride[3]);
+  TLOG_DEBUG("cuDNN algorithm chosen")
+      .With("direction", DirectionName(dir))
+      .With("data_type", static_cast<int>(plan.type))
+      .With("x", absl::StrCat(n, "x", ch, "x", h, "x", wd))
+      .With("chosen", describe(chosen))
+      .With("fastest", measured);
+}
+
 // The plan's algorithm for `dir` (chosen now if new: measured on `op`, or by
 // the heuristics), with the descriptor's math type set for it, and a
 // workspace large enough for it. A deterministic plan keeps to algorithms
@@ -434,6 +464,7 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
       ASSIGN_OR_RETURN(candidates, MeasuredCandidates(state, plan, dir, op, search_space, search_bytes));
     }
     ASSIGN_OR_RETURN(std::vector<Candidate> heuristic, Candidates(state, plan, dir));
+    for (Candidate& c : heuristic) c.ms = -1.0f;
     candidates.insert(candidates.end(), heuristic.begin(), heuristic.end());
     for (const Candidate& c : candidates) {
       if (c.status != CUDNN_STATUS_SUCCESS || !MathAllowed(plan, c.math)) continue;
@@ -443,6 +474,7 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
       if (WorkspaceSize(state, plan, dir, c.algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
       if (bytes > limit) continue;
       slot = Algo{c.algo, c.math, bytes};
+      LogChoice(plan, dir, c, candidates);
       break;
     }
     if (!slot.has_value()) {

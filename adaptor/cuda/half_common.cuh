@@ -34,6 +34,30 @@ __device__ __forceinline__ H Narrow(float v) {
   }
 }
 
+// For kernels templated on their storage type (float32, float64, bfloat16,
+// float16) with one body: WidenTo<A> reads a stored value into the
+// arithmetic type A (a 16-bit value exactly, through float), RoundTo<T>
+// stores an arithmetic result as T (a 16-bit T through float32, so a double
+// result rounds as the CPU kernels and PyTorch round it: to float32, then to
+// nearest-even 16 bits; float32 and float64 as a C++ cast).
+template <typename A, typename T>
+__device__ __forceinline__ A WidenTo(T v) {
+  if constexpr (kIsHalfType<T>) {
+    return static_cast<A>(Widen(v));
+  } else {
+    return static_cast<A>(v);
+  }
+}
+
+template <typename T, typename A>
+__device__ __forceinline__ T RoundTo(A v) {
+  if constexpr (kIsHalfType<T>) {
+    return Narrow<T>(static_cast<float>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
 // One element of `dtype` at `p` as float32 (double and int64 rounded to
 // float, bool 0 or 1).
 __device__ __forceinline__ float LoadAsFloat(const void* p, DType dtype) {

@@ -6,15 +6,18 @@
 // fixed order, with no atomics, so a result repeats bit for bit; values are
 // rounded to 16 bits once, when stored.
 //
-// A "row" (softmax over a dim, a layer norm row, a reduction over the middle
-// dim) belongs to a warp when it is short (up to kWarpRowMax elements) and to
-// a whole block otherwise; row_kernels.cuh's RowSum / RowMax reduce over it.
+// Softmax rows that fit a row tile run softmax_tile_kernels.cuh's kernels
+// (one read of the row into registers). Other rows (softmax over a dim, a
+// layer norm row, a reduction over the middle dim) belong to a warp when
+// they are short (up to kWarpRowMax elements) and to a whole block
+// otherwise; row_kernels.cuh's RowSum / RowMax reduce over them.
 #include <limits>
 #include <type_traits>
 
 #include "adaptor/cuda/half_common.cuh"
 #include "adaptor/cuda/half_launch.h"
 #include "adaptor/cuda/row_kernels.cuh"
+#include "adaptor/cuda/softmax_tile_kernels.cuh"
 
 namespace tandem::cuda {
 namespace {
@@ -25,25 +28,6 @@ __device__ __forceinline__ void ReportBadValue(const ErrorWord& error, int64_t v
   if (error.word == nullptr) return;
   auto* word = reinterpret_cast<unsigned long long*>(error.word);
   if (atomicCAS(word, 0ull, static_cast<unsigned long long>(error.node) + 1) == 0ull) error.word[1] = value;
-}
-
-template <typename Acc, typename In>
-__device__ __forceinline__ Acc Load(In v) {
-  if constexpr (kIsHalfType<In>) {
-    return static_cast<Acc>(Widen(v));
-  } else {
-    return static_cast<Acc>(v);
-  }
-}
-
-// A double result becomes float first, as PyTorch converts to 16 bits.
-template <typename Out, typename Acc>
-__device__ __forceinline__ Out Store(Acc v) {
-  if constexpr (kIsHalfType<Out>) {
-    return Narrow<Out>(static_cast<float>(v));
-  } else {
-    return static_cast<Out>(v);
-  }
 }
 
 // Calls f(T{}) for the dtypes a 16-bit reduction pairs: the 16-bit ones,
@@ -75,9 +59,9 @@ __global__ void HalfRowReduceKernel(int64_t rows, int64_t size, bool mean, const
   for (int64_t row = first; row < rows; row += step) {
     const In* x = in + row * size;
     Acc acc = 0;
-    for (int64_t j = lane; j < size; j += kThreadsPerRow) acc += Load<Acc>(x[j]);
+    for (int64_t j = lane; j < size; j += kThreadsPerRow) acc += WidenTo<Acc>(x[j]);
     acc = RowSum<kThreadsPerRow>(acc, shared);
-    if (lane == 0) out[row] = Store<Out>(mean ? acc / static_cast<Acc>(size) : acc);
+    if (lane == 0) out[row] = RoundTo<Out>(mean ? acc / static_cast<Acc>(size) : acc);
   }
 }
 
@@ -93,8 +77,8 @@ __global__ void HalfColumnReduceKernel(int64_t outer, int64_t size, int64_t inne
     const int64_t j = o - i * inner;
     const In* x = in + i * size * inner + j;
     Acc acc = 0;
-    for (int64_t k = 0; k < size; ++k) acc += Load<Acc>(x[k * inner]);
-    out[o] = Store<Out>(mean ? acc / static_cast<Acc>(size) : acc);
+    for (int64_t k = 0; k < size; ++k) acc += WidenTo<Acc>(x[k * inner]);
+    out[o] = RoundTo<Out>(mean ? acc / static_cast<Acc>(size) : acc);
   }
 }
 
@@ -109,10 +93,10 @@ __global__ void HalfBlockReduceKernel(int64_t out_n, StridedOperand kept, Stride
     const In* x = in + (kept.rank == 0 ? o : StridedOffset(kept, o));
     Acc acc = 0;
     for (int64_t r = threadIdx.x; r < count; r += blockDim.x) {
-      acc += Load<Acc>(x[reduced.rank == 0 ? r : StridedOffset(reduced, r)]);
+      acc += WidenTo<Acc>(x[reduced.rank == 0 ? r : StridedOffset(reduced, r)]);
     }
     acc = BlockSum(acc, shared);
-    if (threadIdx.x == 0) out[o] = Store<Out>(mean ? acc / static_cast<Acc>(count) : acc);
+    if (threadIdx.x == 0) out[o] = RoundTo<Out>(mean ? acc / static_cast<Acc>(count) : acc);
   }
 }
 
@@ -399,6 +383,16 @@ cudaError_t LaunchHalfSoftmax(DType dtype, bool log, int64_t outer, int64_t size
   if (rows == 0 || size == 0) return cudaSuccess;
   DispatchHalf(dtype, [&](auto tag) {
     using H = decltype(tag);
+    const H* x = static_cast<const H*>(in);
+    H* y = static_cast<H*>(out);
+    const auto tile = [&]<bool kLog>() {
+      return inner == 1 &&
+             DispatchRowTile<H, 4>(size, AllAligned16({in, out}), [&]<int kThreadsPerRow, int kPacks, int kRows>() {
+               SoftmaxTileKernel<H, kLog, kThreadsPerRow, kPacks, kRows>
+                   <<<RowBlocks<kThreadsPerRow, kRows>(outer), kThreads, 0, stream>>>(outer, size, false, x, y);
+             });
+    };
+    if (log ? tile.template operator()<true>() : tile.template operator()<false>()) return;
     LaunchRows(rows, size, stream, [&]<int kThreadsPerRow>(int64_t blocks, cudaStream_t s) {
       HalfSoftmaxKernel<kThreadsPerRow, H><<<blocks, kThreads, 0, s>>>(log, rows, size, inner,
                                                                        static_cast<const H*>(in), static_cast<H*>(out));
@@ -414,6 +408,18 @@ cudaError_t LaunchHalfSoftmaxBackward(DType dtype, bool log, int64_t outer, int6
   if (rows == 0 || size == 0) return cudaSuccess;
   DispatchHalf(dtype, [&](auto tag) {
     using H = decltype(tag);
+    const H* g = static_cast<const H*>(grad);
+    const H* o = static_cast<const H*>(output);
+    H* r = static_cast<H*>(grad_in);
+    const auto tile = [&]<bool kLog>() {
+      return inner == 1 && DispatchRowTile<H, 4>(size, AllAligned16({grad, output, grad_in}),
+                                                 [&]<int kThreadsPerRow, int kPacks, int kRows>() {
+                                                   SoftmaxBackwardTileKernel<H, kLog, kThreadsPerRow, kPacks, kRows>
+                                                       <<<RowBlocks<kThreadsPerRow, kRows>(outer), kThreads, 0,
+                                                          stream>>>(outer, size, g, o, r);
+                                                 });
+    };
+    if (log ? tile.template operator()<true>() : tile.template operator()<false>()) return;
     LaunchRows(rows, size, stream, [&]<int kThreadsPerRow>(int64_t blocks, cudaStream_t s) {
       HalfSoftmaxBackwardKernel<kThreadsPerRow, H><<<blocks, kThreads, 0, s>>>(
           log, rows, size, inner, static_cast<const H*>(grad), static_cast<const H*>(output),

@@ -4,9 +4,10 @@
 // (kLog picks the formula), forward and backward:
 //   - the dim innermost and the row a whole number of 16-byte packs that
 //     fits a row tile (row_kernels.cuh: a warp per row up to 1024 float32
-//     elements, taking 2 short rows at once, a block per row up to 4096
+//     elements, taking 2 to 4 short rows at once, a block per row up to 4096
 //     elements): the row is read once into registers, reduced with shuffles
-//     and written from the registers;
+//     and written from the registers (softmax_tile_kernels.cuh, whose
+//     kernels also serve 16-bit rows);
 //   - longer rows of packs up to 48 KiB: a block per row with the row (the
 //     backward: grad) cached in shared memory, so that each tensor is read
 //     from global memory once (the softmax backward reads y twice);
@@ -32,98 +33,12 @@
 #include "adaptor/cuda/layer_norm_kernels.cuh"
 #include "adaptor/cuda/row_kernels.cuh"
 #include "adaptor/cuda/sequence_launch.h"
+#include "adaptor/cuda/softmax_tile_kernels.cuh"
 
 namespace tandem::cuda {
 namespace {
 
-// The max of a slice (NaN if any input is) is -inf exactly when every
-// input is -inf.
-template <typename T>
-__device__ __forceinline__ bool AllNegInf(T max) {
-  return max == -std::numeric_limits<T>::infinity();
-}
-
 // ---- softmax and log_softmax, forward ----
-
-// A row tile per row, kRows rows per warp or block at once: y = exp(x -
-// max) / sum (kLog: x - max - log(sum)). With `zero_if_all_neg_inf`
-// (softmax only), a row of all -inf is zeros.
-template <typename T, bool kLog, int kThreadsPerRow, int kPacks, int kRows>
-__global__ void __launch_bounds__(kThreads)
-    SoftmaxTileKernel(int64_t rows, int64_t size, bool zero_if_all_neg_inf, const T* in, T* out) {
-  using Tile = RowTile<T, kThreadsPerRow, kPacks>;
-  constexpr int kWidth = Tile::kWidth;
-  __shared__ T shared[32];
-  const RowWalk<kThreadsPerRow, kRows> walk(rows);
-  const int lane = walk.lane;
-  const int64_t row_packs = size / kWidth;
-  for (int64_t base = walk.first; base < rows; base += walk.step) {
-    Tile x[kRows];
-    T m[kRows], s[kRows];
-#pragma unroll
-    for (int q = 0; q < kRows; ++q) {
-      const int64_t row = walk.Row(base, q);
-      if (walk.Active(row)) x[q].Load(in + row * size, lane, row_packs);
-    }
-#pragma unroll
-    for (int q = 0; q < kRows; ++q) {
-      m[q] = -std::numeric_limits<T>::infinity();
-      if (!walk.Active(walk.Row(base, q))) continue;
-#pragma unroll
-      for (int k = 0; k < kPacks; ++k) {
-        if (!Tile::Has(k, lane, row_packs)) continue;
-#pragma unroll
-        for (int e = 0; e < kWidth; ++e) m[q] = MaxNan(m[q], x[q].pack[k].v[e]);
-      }
-    }
-#pragma unroll
-    for (int q = 0; q < kRows; ++q) m[q] = RowMax<kThreadsPerRow>(m[q], shared);
-#pragma unroll
-    for (int q = 0; q < kRows; ++q) {
-      s[q] = 0;
-      if (!walk.Active(walk.Row(base, q))) continue;
-#pragma unroll
-      for (int k = 0; k < kPacks; ++k) {
-        if (!Tile::Has(k, lane, row_packs)) continue;
-#pragma unroll
-        for (int e = 0; e < kWidth; ++e) {
-          const T shifted = x[q].pack[k].v[e] - m[q];
-          if constexpr (kLog) {
-            s[q] += Exp(shifted);
-          } else {
-            x[q].pack[k].v[e] = Exp(shifted);  // kept for the output
-            s[q] += x[q].pack[k].v[e];
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int q = 0; q < kRows; ++q) s[q] = RowSum<kThreadsPerRow>(s[q], shared);
-#pragma unroll
-    for (int q = 0; q < kRows; ++q) {
-      const int64_t row = walk.Row(base, q);
-      if (!walk.Active(row)) continue;
-      const bool zeros = !kLog && zero_if_all_neg_inf && AllNegInf(m[q]);
-      // softmax scales by 1 / sum (one division per row, not per element).
-      const T shift = kLog ? m[q] + Log(s[q]) : T(0);
-      const T scale = kLog ? T(0) : T(1) / s[q];
-#pragma unroll
-      for (int k = 0; k < kPacks; ++k) {
-        if (!Tile::Has(k, lane, row_packs)) continue;
-#pragma unroll
-        for (int e = 0; e < kWidth; ++e) {
-          T& v = x[q].pack[k].v[e];
-          if constexpr (kLog) {
-            v = v - shift;
-          } else {
-            v = zeros ? T(0) : v * scale;  // v is NaN in a row of all -inf
-          }
-        }
-      }
-      x[q].Store(out + row * size, lane, row_packs);
-    }
-  }
-}
 
 // Rows too long for a tile but of at most kLongRowBytes: a block per row,
 // the row cached in shared memory. Pass 1 reads it from global memory (four
@@ -249,75 +164,7 @@ __global__ void SoftmaxColumnKernel(int64_t outer, int64_t size, int64_t inner, 
 }
 
 // ---- softmax and log_softmax, backward ----
-// softmax: grad_in = y * (grad - sum(grad * y));
-// log_softmax: grad_in = grad - exp(y) * sum(grad).
-
-template <typename T, bool kLog>
-__device__ __forceinline__ T BackwardTerm(T g, T y) {
-  if constexpr (kLog) {
-    return g;
-  } else {
-    return g * y;
-  }
-}
-
-template <typename T, bool kLog>
-__device__ __forceinline__ T BackwardValue(T g, T y, T s) {
-  if constexpr (kLog) {
-    return g - Exp(y) * s;
-  } else {
-    return y * (g - s);
-  }
-}
-
-template <typename T, bool kLog, int kThreadsPerRow, int kPacks, int kRows>
-__global__ void __launch_bounds__(kThreads)
-    SoftmaxBackwardTileKernel(int64_t rows, int64_t size, const T* grad, const T* y, T* grad_in) {
-  using Tile = RowTile<T, kThreadsPerRow, kPacks>;
-  constexpr int kWidth = Tile::kWidth;
-  __shared__ T shared[32];
-  const RowWalk<kThreadsPerRow, kRows> walk(rows);
-  const int lane = walk.lane;
-  const int64_t row_packs = size / kWidth;
-  for (int64_t base = walk.first; base < rows; base += walk.step) {
-    Tile g[kRows], o[kRows];
-    T s[kRows];
-#pragma unroll
-    for (int q = 0; q < kRows; ++q) {
-      const int64_t row = walk.Row(base, q);
-      if (!walk.Active(row)) continue;
-      g[q].Load(grad + row * size, lane, row_packs);
-      o[q].Load(y + row * size, lane, row_packs);
-    }
-#pragma unroll
-    for (int q = 0; q < kRows; ++q) {
-      s[q] = 0;
-      if (!walk.Active(walk.Row(base, q))) continue;
-#pragma unroll
-      for (int k = 0; k < kPacks; ++k) {
-        if (!Tile::Has(k, lane, row_packs)) continue;
-#pragma unroll
-        for (int e = 0; e < kWidth; ++e) s[q] += BackwardTerm<T, kLog>(g[q].pack[k].v[e], o[q].pack[k].v[e]);
-      }
-    }
-#pragma unroll
-    for (int q = 0; q < kRows; ++q) s[q] = RowSum<kThreadsPerRow>(s[q], shared);
-#pragma unroll
-    for (int q = 0; q < kRows; ++q) {
-      const int64_t row = walk.Row(base, q);
-      if (!walk.Active(row)) continue;
-#pragma unroll
-      for (int k = 0; k < kPacks; ++k) {
-        if (!Tile::Has(k, lane, row_packs)) continue;
-#pragma unroll
-        for (int e = 0; e < kWidth; ++e) {
-          g[q].pack[k].v[e] = BackwardValue<T, kLog>(g[q].pack[k].v[e], o[q].pack[k].v[e], s[q]);
-        }
-      }
-      g[q].Store(grad_in + row * size, lane, row_packs);
-    }
-  }
-}
+// (BackwardTerm and BackwardValue in softmax_tile_kernels.cuh)
 
 // Rows too long for a tile but of at most kLongRowBytes: a block per row,
 // grad cached in shared memory. Pass 1 reads grad (softmax: and y) from

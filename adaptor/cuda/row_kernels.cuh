@@ -114,14 +114,18 @@ struct RowWalk {
 // packs or a pointer is not 16-byte aligned) or is longer than the largest
 // tile. Warp tiles hold up to 8 packs per thread (1024 float32), taking 2
 // rows at once with 1 or 2 packs per thread (measured on an H200: rows of
-// 128 float32 ran 3-8% faster than one at a time); block tiles 2 to
+// 128 float32 ran 3-8% faster than one at a time) and 4 rows of up to 16
+// packs (half a warp per row has a pack: 4 rows keep as many bytes in
+// flight per warp as 2 rows of 32 packs); block tiles 2 to
 // kMaxBlockPacks packs per thread (4096 float32 elements at 4).
 template <typename T, int kMaxBlockPacks, typename Launch>
 bool DispatchRowTile(int64_t size, bool vectorizable, Launch&& launch) {
   constexpr int64_t kWidth = Vec16<T>::kCount;
   if (!vectorizable || size % kWidth != 0) return false;
   const int64_t packs = size / kWidth;
-  if (packs <= 32) {
+  if (packs <= 16) {
+    launch.template operator()<32, 1, 4>();
+  } else if (packs <= 32) {
     launch.template operator()<32, 1, 2>();
   } else if (packs <= 64) {
     launch.template operator()<32, 2, 2>();

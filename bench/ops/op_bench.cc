@@ -28,6 +28,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/log.h"
 #include "bench/ops/op_report.h"
 #include "bench/ops/op_rows.h"
 #include "bench/ops/op_timer.h"
@@ -42,6 +43,7 @@ ABSL_FLAG(double, batch_ms, 20.0, "target length of a timed batch when --iterati
 ABSL_FLAG(bool, allow_tf32, false, "set allow_tf32 on convolution and convolution_backward nodes");
 ABSL_FLAG(bool, small, false, "tiny shapes (the sizes of torch_ops.py --small)");
 ABSL_FLAG(bool, cpu_check, false, "run every selected row once on the CPU oracle instead of timing it");
+ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error (debug: each convolution's cuDNN choice)");
 ABSL_FLAG(bool, list, false, "print the selected rows (name, op, kind, flops, bytes, shapes) and exit");
 
 namespace {
@@ -79,6 +81,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "op_bench: unexpected argument '%s' (flags are --name=value)\n", args[1]);
     return 2;
   }
+  tandem::LogLevel level;
+  if (!tandem::ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
+    std::fprintf(stderr, "op_bench: unknown --log_level '%s'\n", absl::GetFlag(FLAGS_log_level).c_str());
+    return 2;
+  }
+  tandem::SetMinLogLevel(level);
   const bool small = absl::GetFlag(FLAGS_small);
   const bool allow_tf32 = absl::GetFlag(FLAGS_allow_tf32);
   const tb::OpBenchDims dims = small ? tb::OpBenchDims::Small() : tb::OpBenchDims::Full();
