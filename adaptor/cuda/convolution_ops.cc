@@ -44,6 +44,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "adaptor/cuda/cudnn_engines.h"
 #include "adaptor/cuda/half_launch.h"
 #include "adaptor/cuda/kernel_util.h"
 #include "adaptor/cuda/launch.h"
@@ -85,12 +86,15 @@ absl::Status CudnnStatus(cudnnStatus_t status, absl::string_view call) {
     }                                                                                              \
   } while (0)
 
-enum class Direction { kForward, kBackwardData, kBackwardFilter };
+using Direction = ConvDirection;
 
 struct Algo {
   int algo = 0;  // the direction's cudnnConvolution*Algo_t
   cudnnMathType_t math = CUDNN_FMA_MATH;
-  size_t workspace = 0;
+  size_t workspace = 0;  // enough for the algorithm and for `engine`
+  // A graph-API plan measured faster than the algorithm (cudnn_engines.h);
+  // it runs when the call's pointers are 16-byte aligned, else the algorithm.
+  std::shared_ptr<const EnginePlan> engine;
 };
 
 // Descriptors of one convolution and the algorithms chosen for it so far.
@@ -101,6 +105,7 @@ struct ConvPlan {
   cudnnDataType_t type = CUDNN_DATA_FLOAT;  // the tensors' data type
   bool allow_tf32 = false;       // float32 may use TF32 tensor cores
   bool deterministic = false;    // only algorithms whose results do not vary run to run
+  ConvShape shape;               // the same convolution for the graph API
   std::optional<Algo> algos[3];  // by Direction
 
   ~ConvPlan() {
@@ -263,6 +268,19 @@ absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const Conv2dGe
     return absl::InternalError(absl::StrCat("convolution: cuDNN's output [", dims[0], ", ", dims[1], ", ", dims[2],
                                             ", ", dims[3], "] differs from ", ShapeString(g.output_shape())));
   }
+  ConvShape& shape = plan->shape;
+  shape.data = plan->type;
+  shape.compute = ComputeType(plan->type);
+  const int64_t x_dims[4] = {g.n, g.c, g.h, g.w}, w_dims[4] = {g.o, g.c / p.groups, g.kh, g.kw},
+                y_dims[4] = {g.n, g.o, g.oh, g.ow};
+  std::copy(x_dims, x_dims + 4, shape.x);
+  std::copy(w_dims, w_dims + 4, shape.w);
+  std::copy(y_dims, y_dims + 4, shape.y);
+  for (int d = 0; d < 2; ++d) {
+    shape.padding[d] = p.padding[d];
+    shape.stride[d] = p.stride[d];
+    shape.dilation[d] = p.dilation[d];
+  }
   ConvPlan* raw = plan.get();
   state.plans.emplace(key, std::move(plan));
   return raw;
@@ -417,6 +435,154 @@ const char* DirectionName(Direction dir) {
   return "?";
 }
 
+// Host scaling factors in the compute type (cuDNN reads double for double
+// data, float otherwise: float32 and the 16-bit types).
+struct Scale {
+  float f = 0.0f;
+  double d = 0.0;
+  const void* of(const ConvPlan& plan) const {
+    return plan.type == CUDNN_DATA_DOUBLE ? static_cast<const void*>(&d) : static_cast<const void*>(&f);
+  }
+};
+constexpr Scale kOne{1.0f, 1.0};
+constexpr Scale kZero{0.0f, 0.0};
+
+// The call's tensors as the convolution's x, w and y (whichever of them the
+// direction writes).
+struct ConvTensors {
+  const void* x;
+  const void* w;
+  const void* y;
+};
+ConvTensors TensorsOf(Direction dir, const ConvOperands& op) {
+  switch (dir) {
+    case Direction::kForward: return {op.x, op.w, op.out};
+    case Direction::kBackwardData: return {op.out, op.w, op.dy};
+    case Direction::kBackwardFilter: return {op.x, op.out, op.dy};
+  }
+  return {};
+}
+
+// Runs `dir` with the algorithm, or with its graph-API plan when `engine`
+// (the descriptor's math type must be set for the algorithm).
+cudnnStatus_t RunDirection(cudnnHandle_t handle, const ConvPlan& plan, Direction dir, const Algo& algo, bool engine,
+                           const ConvOperands& op, void* workspace) {
+  const ConvTensors t = TensorsOf(dir, op);
+  if (engine) return algo.engine->Run(handle, t.x, t.w, t.y, workspace);
+  switch (dir) {
+    case Direction::kForward:
+      return cudnnConvolutionForward(handle, kOne.of(plan), plan.x, t.x, plan.w, t.w, plan.conv,
+                                     static_cast<cudnnConvolutionFwdAlgo_t>(algo.algo), workspace, algo.workspace,
+                                     kZero.of(plan), plan.y, const_cast<void*>(t.y));
+    case Direction::kBackwardData:
+      return cudnnConvolutionBackwardData(handle, kOne.of(plan), plan.w, t.w, plan.y, t.y, plan.conv,
+                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(algo.algo), workspace,
+                                          algo.workspace, kZero.of(plan), plan.x, const_cast<void*>(t.x));
+    case Direction::kBackwardFilter:
+      return cudnnConvolutionBackwardFilter(handle, kOne.of(plan), plan.x, t.x, plan.y, t.y, plan.conv,
+                                            static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo.algo), workspace,
+                                            algo.workspace, kZero.of(plan), plan.w, const_cast<void*>(t.w));
+  }
+  return CUDNN_STATUS_BAD_PARAM;
+}
+
+bool CallAligned(Direction dir, const ConvOperands& op) {
+  const ConvTensors t = TensorsOf(dir, op);
+  for (const void* p : {t.x, t.w, t.y}) {
+    if ((reinterpret_cast<uintptr_t>(p) & 15) != 0) return false;
+  }
+  return true;
+}
+
+// Whether convolutions also try the graph API's engines (on by default;
+// TANDEM_CUDNN_ENGINES=0 in the daemon's environment keeps to the
+// convolution API's algorithms). Only with measured choices.
+bool TryGraphEngines() {
+  static const bool engines = [] {
+    const char* value = std::getenv("TANDEM_CUDNN_ENGINES");
+    return value == nullptr || std::string(value) != "0";
+  }();
+  return engines && MeasureAlgorithms();
+}
+
+// The best of three timed runs of `run` on `stream` after one untimed, in
+// milliseconds; negative when a run fails.
+template <typename Run>
+float TimeRuns(cudaStream_t stream, Run&& run) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
+    cudaGetLastError();
+    if (start != nullptr) cudaEventDestroy(start);
+    return -1.0f;
+  }
+  float best = -1.0f;
+  for (int i = 0; i < 4; ++i) {
+    cudaEventRecord(start, stream);
+    if (run() != CUDNN_STATUS_SUCCESS) {
+      best = -1.0f;
+      break;
+    }
+    cudaEventRecord(stop, stream);
+    float ms = 0.0f;
+    if (cudaEventSynchronize(stop) != cudaSuccess || cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
+      best = -1.0f;
+      break;
+    }
+    if (i > 0 && (best < 0 || ms < best)) best = ms;
+  }
+  cudaGetLastError();
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return best;
+}
+
+// The graph API's engines for `dir` timed against the chosen algorithm on
+// the call's tensors; the fastest engine is kept in `algo` when it beats the
+// algorithm by more than 3%. Nothing changes when no engine builds, runs,
+// or fits the workspace.
+void TryEngines(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t stream, const ConvOperands& op,
+                size_t limit, Algo* algo) {
+  if (!TryGraphEngines() || !CallAligned(dir, op)) return;
+  EngineFilter filter;
+  filter.allow_tf32 = plan.allow_tf32;
+  filter.deterministic = plan.deterministic;
+  filter.max_workspace = limit;
+  absl::StatusOr<std::vector<std::unique_ptr<EnginePlan>>> plans =
+      ConvEnginePlans(state.handle, dir, plan.shape, filter);
+  if (!plans.ok() || plans->empty()) {
+    TLOG_DEBUG("cuDNN graph API: no engine")
+        .With("direction", DirectionName(dir))
+        .With("why", plans.ok() ? std::string("none built") : std::string(plans.status().message()));
+    return;
+  }
+  size_t need = algo->workspace;
+  for (const auto& p : *plans) need = std::max(need, p->workspace());
+  absl::StatusOr<void*> workspace = state.Workspace(need, stream);
+  if (!workspace.ok()) return;
+  const float algo_ms = TimeRuns(stream, [&] { return RunDirection(state.handle, plan, dir, *algo, false, op, *workspace); });
+  if (algo_ms < 0) return;
+  std::unique_ptr<EnginePlan>* best = nullptr;
+  float best_ms = algo_ms * 0.97f;
+  Algo trial = *algo;
+  for (auto& p : *plans) {
+    trial.engine = std::shared_ptr<const EnginePlan>(p.get(), [](const EnginePlan*) {});
+    const float ms = TimeRuns(stream, [&] { return RunDirection(state.handle, plan, dir, trial, true, op, *workspace); });
+    if (ms >= 0 && ms < best_ms) {
+      best_ms = ms;
+      best = &p;
+    }
+  }
+  TLOG_DEBUG("cuDNN graph API engines timed")
+      .With("direction", DirectionName(dir))
+      .With("engines", plans->size())
+      .With("algorithm_ms", algo_ms)
+      .With("chosen", best != nullptr ? absl::StrCat("engine ", (*best)->engine_index(), " ", best_ms, " ms")
+                                      : std::string("the algorithm"));
+  if (best == nullptr) return;
+  algo->workspace = std::max(algo->workspace, (*best)->workspace());
+  algo->engine = std::shared_ptr<const EnginePlan>(std::move(*best));
+}
+
 // One debug line per choice (`tandemd --log_level=debug`, `op_bench
 // --log_level=debug`): the chosen algorithm and the search's fastest three,
 // as algo/math/ms/MiB, to compare with what other libraries pick.
@@ -475,6 +641,7 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
       if (bytes > limit) continue;
       slot = Algo{c.algo, c.math, bytes};
       LogChoice(plan, dir, c, candidates);
+      TryEngines(state, plan, dir, stream, op, limit, &*slot);
       break;
     }
     if (!slot.has_value()) {
@@ -491,17 +658,17 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
   return *slot;
 }
 
-// Host scaling factors in the compute type (cuDNN reads double for double
-// data, float otherwise: float32 and the 16-bit types).
-struct Scale {
-  float f = 0.0f;
-  double d = 0.0;
-  const void* of(const ConvPlan& plan) const {
-    return plan.type == CUDNN_DATA_DOUBLE ? static_cast<const void*>(&d) : static_cast<const void*>(&f);
-  }
-};
-constexpr Scale kOne{1.0f, 1.0};
-constexpr Scale kZero{0.0f, 0.0};
+// Runs `dir` on the call's tensors: the algorithm chosen for it (chosen
+// now if new), or its graph-API plan when it has one and the pointers allow.
+absl::Status Run(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t stream, const ConvOperands& op) {
+  void* workspace = nullptr;
+  ASSIGN_OR_RETURN(Algo algo, Prepare(state, plan, dir, stream, op, &workspace));
+  const bool engine = algo.engine != nullptr && CallAligned(dir, op);
+  const cudnnStatus_t status = RunDirection(state.handle, plan, dir, algo, engine, op, workspace);
+  if (status == CUDNN_STATUS_SUCCESS) return absl::OkStatus();
+  return CudnnStatus(status, engine ? absl::StrCat("cudnnBackendExecute (convolution ", DirectionName(dir), ")")
+                                    : absl::StrCat("cudnnConvolution (", DirectionName(dir), ")"));
+}
 
 struct Setup {
   CudnnState* state = nullptr;
@@ -556,14 +723,9 @@ absl::Status ConvolutionKernel(const CudaKernelContext& context, const KernelArg
   Conv2dGeometry g;
   ASSIGN_OR_RETURN(Setup s, SetUp(context, args, input, weight, &g));
   ConvPlan& plan = *s.plan;
-  void* workspace = nullptr;
   const TensorArg& out = args.outputs[0];
-  ASSIGN_OR_RETURN(Algo algo, Prepare(*s.state, plan, Direction::kForward, context.native,
-                                      {.x = input.data, .w = weight.data, .out = out.data}, &workspace));
-  CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(s.state->handle, kOne.of(plan), plan.x, input.data, plan.w,
-                                                weight.data, plan.conv,
-                                                static_cast<cudnnConvolutionFwdAlgo_t>(algo.algo), workspace,
-                                                algo.workspace, kZero.of(plan), plan.y, out.data));
+  const ConvOperands op{.x = input.data, .w = weight.data, .out = out.data};
+  RETURN_IF_ERROR(Run(*s.state, plan, Direction::kForward, context.native, op));
   if (args.inputs.size() > 2) {
     if (IsHalfData(plan.type)) return AddHalfBias(context, args, g, args.inputs[2], out);
     CUDNN_RETURN_IF_ERROR(cudnnAddTensor(s.state->handle, kOne.of(plan), plan.bias, args.inputs[2].data,
@@ -581,26 +743,13 @@ absl::Status ConvolutionBackwardKernel(const CudaKernelContext& context, const K
   Conv2dGeometry g;
   ASSIGN_OR_RETURN(Setup s, SetUp(context, args, input, weight, &g));
   ConvPlan& plan = *s.plan;
-  cudnnHandle_t handle = s.state->handle;
   if (args.outputs[0].numel() > 0) {
-    void* workspace = nullptr;
-    ASSIGN_OR_RETURN(Algo algo,
-                     Prepare(*s.state, plan, Direction::kBackwardData, context.native,
-                             {.w = weight.data, .dy = grad.data, .out = args.outputs[0].data}, &workspace));
-    CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
-        handle, kOne.of(plan), plan.w, weight.data, plan.y, grad.data, plan.conv,
-        static_cast<cudnnConvolutionBwdDataAlgo_t>(algo.algo), workspace, algo.workspace, kZero.of(plan), plan.x,
-        args.outputs[0].data));
+    RETURN_IF_ERROR(Run(*s.state, plan, Direction::kBackwardData, context.native,
+                        {.w = weight.data, .dy = grad.data, .out = args.outputs[0].data}));
   }
   if (args.outputs[1].numel() > 0) {
-    void* workspace = nullptr;
-    ASSIGN_OR_RETURN(Algo algo,
-                     Prepare(*s.state, plan, Direction::kBackwardFilter, context.native,
-                             {.x = input.data, .dy = grad.data, .out = args.outputs[1].data}, &workspace));
-    CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
-        handle, kOne.of(plan), plan.x, input.data, plan.y, grad.data, plan.conv,
-        static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo.algo), workspace, algo.workspace, kZero.of(plan), plan.w,
-        args.outputs[1].data));
+    RETURN_IF_ERROR(Run(*s.state, plan, Direction::kBackwardFilter, context.native,
+                        {.x = input.data, .dy = grad.data, .out = args.outputs[1].data}));
   }
   if (args.outputs[2].numel() > 0) {
     // grad_bias[o] = the sum of grad over n, oh, ow: the reductions' channel

@@ -3,9 +3,9 @@
 // Softmax and log_softmax share one templated kernel per shape of the work
 // (kLog picks the formula), forward and backward:
 //   - the dim innermost and the row a whole number of 16-byte packs that
-//     fits a row tile (row_kernels.cuh: a warp per row up to 1024 float32
-//     elements, taking 2 to 4 short rows at once, a block per row up to 4096
-//     elements): the row is read once into registers, reduced with shuffles
+//     fits a row tile (row_kernels.cuh: half a warp per row up to 64
+//     float32 elements, a warp per row up to 1024, taking 2 short rows at
+//     once, a block per row up to 4096 elements): the row is read once into registers, reduced with shuffles
 //     and written from the registers (softmax_tile_kernels.cuh, whose
 //     kernels also serve 16-bit rows);
 //   - longer rows of packs up to 48 KiB: a block per row with the row (the

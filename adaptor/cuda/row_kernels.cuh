@@ -63,10 +63,13 @@ struct RowTile {
 // Sum and NaN-propagating max over the threads of a row (every thread of the
 // row gets the result). A block-wide row synchronizes the block, so every
 // thread of the block must call these the same number of times.
+// A row of 16 threads is half a warp: the shuffles stay inside it, and the
+// whole warp calls them together (RowWalk keeps a warp's rows in step).
 template <int kThreadsPerRow, typename T>
 __device__ __forceinline__ T RowSum(T v, T* shared) {
-  if constexpr (kThreadsPerRow == 32) {
-    return WarpSum(v);
+  if constexpr (kThreadsPerRow <= 32) {
+    for (int offset = kThreadsPerRow / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
   } else {
     return BlockSum(v, shared);
   }
@@ -74,8 +77,10 @@ __device__ __forceinline__ T RowSum(T v, T* shared) {
 
 template <int kThreadsPerRow, typename T>
 __device__ __forceinline__ T RowMax(T v, T* shared) {
-  if constexpr (kThreadsPerRow == 32) {
-    for (int offset = 16; offset > 0; offset /= 2) v = MaxNan(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  if constexpr (kThreadsPerRow <= 32) {
+    for (int offset = kThreadsPerRow / 2; offset > 0; offset /= 2) {
+      v = MaxNan(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    }
     return v;
   } else {
     return BlockMax(v, shared, -std::numeric_limits<T>::infinity());
@@ -84,26 +89,32 @@ __device__ __forceinline__ T RowMax(T v, T* shared) {
 
 // The rows of the calling thread's warp or block, kRows at a time (a warp
 // takes kRows consecutive rows together, so that short rows keep several
-// loads in flight per thread). A kernel walks
+// loads in flight per thread; a warp of two 16-thread rows takes 2 x kRows,
+// kRows per half). A kernel walks
 //   for (base = walk.first; base < rows; base += walk.step)
 // over rows Row(base, q), q < kRows: `base` is the same for every thread of
-// a row's warp or block, so a block-wide row's threads run the same
-// iterations (its reductions synchronize the block); a row past the end
+// a warp (of a block, for a block-wide row), so threads that shuffle or
+// synchronize together run the same iterations; a row past the end
 // (Active false) takes part in the reductions without touching memory.
 template <int kThreadsPerRow, int kRows>
 struct RowWalk {
   static constexpr int kGroupsPerBlock = kThreads / kThreadsPerRow;
+  static constexpr int kGroupsPerWarp = kThreadsPerRow < 32 ? 32 / kThreadsPerRow : 1;
+  static constexpr int kThreadsPerUnit = kThreadsPerRow * kGroupsPerWarp;  // threads in step: a warp or a block
   int64_t rows;
   int64_t first;
   int64_t step;
   int lane;
+  int offset;  // the calling thread's first row past `base`
 
   __device__ __forceinline__ explicit RowWalk(int64_t row_count) : rows(row_count) {
     lane = static_cast<int>(threadIdx.x) % kThreadsPerRow;
-    first = (static_cast<int64_t>(blockIdx.x) * kGroupsPerBlock + threadIdx.x / kThreadsPerRow) * kRows;
+    const int64_t unit = static_cast<int64_t>(blockIdx.x) * (kThreads / kThreadsPerUnit) + threadIdx.x / kThreadsPerUnit;
+    first = unit * kGroupsPerWarp * kRows;
     step = static_cast<int64_t>(gridDim.x) * kGroupsPerBlock * kRows;
+    offset = static_cast<int>((threadIdx.x / kThreadsPerRow) % kGroupsPerWarp) * kRows;
   }
-  __device__ __forceinline__ int64_t Row(int64_t base, int q) const { return base + q; }
+  __device__ __forceinline__ int64_t Row(int64_t base, int q) const { return base + offset + q; }
   __device__ __forceinline__ bool Active(int64_t row) const { return row < rows; }
 };
 
@@ -114,9 +125,10 @@ struct RowWalk {
 // packs or a pointer is not 16-byte aligned) or is longer than the largest
 // tile. Warp tiles hold up to 8 packs per thread (1024 float32), taking 2
 // rows at once with 1 or 2 packs per thread (measured on an H200: rows of
-// 128 float32 ran 3-8% faster than one at a time) and 4 rows of up to 16
-// packs (half a warp per row has a pack: 4 rows keep as many bytes in
-// flight per warp as 2 rows of 32 packs); block tiles 2 to
+// 128 float32 ran 3-8% faster than one at a time); rows of up to 16 packs
+// take half a warp each, 2 at once (a warp-wide row would leave half its
+// threads idle: 128 bfloat16 ran at 0.62 of PyTorch so on an H200); block
+// tiles 2 to
 // kMaxBlockPacks packs per thread (4096 float32 elements at 4).
 template <typename T, int kMaxBlockPacks, typename Launch>
 bool DispatchRowTile(int64_t size, bool vectorizable, Launch&& launch) {
@@ -124,7 +136,7 @@ bool DispatchRowTile(int64_t size, bool vectorizable, Launch&& launch) {
   if (!vectorizable || size % kWidth != 0) return false;
   const int64_t packs = size / kWidth;
   if (packs <= 16) {
-    launch.template operator()<32, 1, 4>();
+    launch.template operator()<16, 1, 2>();
   } else if (packs <= 32) {
     launch.template operator()<32, 1, 2>();
   } else if (packs <= 64) {

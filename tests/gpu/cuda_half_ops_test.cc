@@ -188,8 +188,8 @@ TEST_P(CudaHalfOps, Reductions) {
 }
 
 // Rows of whole 16-byte packs (8 elements) take the row-tile kernels: 128
-// (a warp's tile, 4 rows at once), 1032-4096 and 4104-8192 (a block's, 2
-// and 4 packs per thread); other widths the loop kernels.
+// (half a warp per row), 1032-4096 and 4104-8192 (a block's, 2 and 4 packs
+// per thread); other widths the loop kernels.
 TEST_P(CudaHalfOps, SoftmaxFamily) {
   TANDEM_SKIP_WITHOUT_GPU();
   for (int64_t cols : {int64_t{128}, 8 * Dim(129, 512), 8 * Dim(513, 1024), Dim(1, 100), Dim(1000, 5000)}) {

@@ -490,9 +490,11 @@ TEST(CudaKernels, Factories) {
 
 TEST(CudaKernels, LogSoftmaxAndBackward) {
   TANDEM_SKIP_WITHOUT_GPU();
+  // 4 * Dim(1, 16) columns: whole 16-byte packs, some rows of at most 16
+  // packs (half a warp per row, an odd row count leaving a half idle).
   const std::vector<std::pair<Shape, int64_t>> cases = {
       {{Dim(1, 300), Dim(2, 40)}, 1},   {{Dim(1, 20), Dim(1025, 5000)}, 1}, {{Dim(2, 50), Dim(2, 30)}, 0},
-      {{Dim(1, 5), Dim(2, 9), Dim(2, 20)}, 1}, {{Dim(2, 100)}, 0}};
+      {{Dim(1, 5), Dim(2, 9), Dim(2, 20)}, 1}, {{Dim(2, 100)}, 0}, {{2 * Dim(1, 150) + 1, 4 * Dim(1, 16)}, 1}};
   for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
     for (const auto& [shape, dim] : cases) {
       SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " " << ShapeString(shape) << " dim " << dim);
