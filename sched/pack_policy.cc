@@ -1,6 +1,7 @@
 #include "sched/pack_policy.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace tandem::sched {
@@ -80,6 +81,33 @@ bool SoloProbes::Decide(const SchedState& state, int lane, std::optional<JobId>*
     *pick = probe->id;
   }
   return true;
+}
+
+void LaneLoads::OnIterationDone(JobId job, double now, double device_seconds) {
+  Job& j = jobs_[job];
+  j.count = j.count * std::exp(-(now - j.at) / kDecaySeconds) + 1.0;
+  j.at = now;
+  if (!(device_seconds > 0)) return;
+  double x = device_seconds;
+  if (j.cost.samples() >= kSettleSamples) x = std::min(x, kOutlierFactor * j.cost.mean());
+  j.cost.Add(x);
+}
+
+double LaneLoads::Of(JobId job, double now) const {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return 0;
+  const Job& j = it->second;
+  return j.count * std::exp(-(now - j.at) / kDecaySeconds) / kDecaySeconds * j.cost.mean();
+}
+
+void PackPolicy::OnJobMoved(const SchedState& state, const JobState& job, int from_lane) {
+  held_until_[job.id] = state.now + kHoldSeconds;
+  next_level_ = state.now + kLevelSpacing;
+}
+
+bool PackPolicy::Held(JobId job, double now) const {
+  auto it = held_until_.find(job);
+  return it != held_until_.end() && now < it->second;
 }
 
 std::optional<JobId> PackPolicy::Pick(const SchedState& state, int lane) {
@@ -236,6 +264,33 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
       break;
     }
   }
+
+  // Level: with every lane taken and nothing else to do, the busiest lane
+  // gives the least busy one a job (one move per kLevelSpacing).
+  if (!changes.empty() || existing < 2 || num_lanes < max_lanes_ || state.now < next_level_) return changes;
+  std::vector<double> load(existing, 0.0);
+  for (int lane = 0; lane < existing; ++lane) {
+    if (lanes[lane].empty()) return changes;  // a lane is free: spreading's business
+    for (const JobState* job : lanes[lane]) load[lane] += loads_.Of(job->id, state.now);
+  }
+  const int hi = static_cast<int>(std::max_element(load.begin(), load.end()) - load.begin());
+  const int lo = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+  const double gap = load[hi] - load[lo];
+  if (gap <= kLevelGap || lanes[hi].size() < 2) return changes;
+  // The job whose load comes closest to half the gap: any load below the
+  // gap lowers the sum of squared lane loads, half the gap the most. It
+  // must gain no clashing partner beside it.
+  const JobState* best = nullptr;
+  double best_miss = std::numeric_limits<double>::infinity();
+  for (const JobState* job : lanes[hi]) {
+    if (job->running || job->staged > 0 || Held(job->id, state.now)) continue;
+    const double l = loads_.Of(job->id, state.now);
+    if (l <= 0 || l >= gap || std::abs(l - gap / 2) >= best_miss) continue;
+    if (counts.any() && counts.Outside(*job, hi, lo) > counts.Outside(*job, hi, hi)) continue;
+    best = job;
+    best_miss = std::abs(l - gap / 2);
+  }
+  if (best != nullptr) move(best, hi, lo);
   return changes;
 }
 

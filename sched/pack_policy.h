@@ -14,7 +14,18 @@
 //     leaves it the fewest clashing partners in other lanes (each move
 //     strictly reduces the clashing pairs running side by side, so it never
 //     oscillates), and spreads a job of a crowded lane to an empty or a new
-//     lane when it clashes with nobody.
+//     lane when it clashes with nobody. When every lane is taken, it levels
+//     load: a lane whose jobs keep it busy (LaneLoads: recent iteration rate
+//     x cost per iteration) well beyond the least busy lane's gives that
+//     lane one job: the one whose load is closest to half the gap, below the
+//     whole gap, that gains no clashing partner and has not moved in the
+//     last kHoldSeconds; one such move per kLevelSpacing. Each move lowers
+//     the sum of squared lane loads, so it does not oscillate while loads
+//     hold, and a move's own cost (the moved job captures its graph again)
+//     is kept out of the loads. Jobs that keep a lane always busy
+//     (training) count as a full lane wherever they are, so levelling
+//     leaves them be; it is for crowds of request streams of unequal cost
+//     (inference hosting).
 //   * Pick: in each lane the job whose queued iteration came first runs
 //     (first come, first served: jobs sharing a lane alternate, and a crowd
 //     of inference models sharing one is served in request order). A job
@@ -35,6 +46,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
+#include "sched/estimate.h"
 #include "sched/policy.h"
 
 namespace tandem::sched {
@@ -79,6 +91,34 @@ class SoloProbes {
   uint64_t all_settled_version_ = 0;
 };
 
+// Each job's load: the fraction of a lane's time its iterations take, as
+// its recent iteration rate (iteration ends per second, an exponentially
+// decayed count with time constant kDecaySeconds) times its cost per
+// iteration (a running mean of its device times). Once a job has
+// kSettleSamples samples, a sample counts at most kOutlierFactor times its
+// cost: the iteration that runs op by op and captures the job's graph again
+// after a move (tens of milliseconds for a model of a millisecond) must not
+// make it look costly wherever it lands, which would drive the next move.
+// A lane's load is its jobs' sum.
+class LaneLoads {
+ public:
+  static constexpr double kDecaySeconds = 1.0;
+  static constexpr uint64_t kSettleSamples = 4;
+  static constexpr double kOutlierFactor = 2.0;
+
+  void OnIterationDone(JobId job, double now, double device_seconds);
+  void Forget(JobId job) { jobs_.erase(job); }
+  double Of(JobId job, double now) const;
+
+ private:
+  struct Job {
+    double count = 0;  // iteration ends, decayed to `at`
+    double at = 0;
+    RunningEstimate cost;
+  };
+  absl::flat_hash_map<JobId, Job> jobs_;
+};
+
 class PackPolicy : public Policy {
  public:
   explicit PackPolicy(const SchedulerOptions& options)
@@ -90,6 +130,22 @@ class PackPolicy : public Policy {
   std::optional<JobId> Pick(const SchedState& state, int lane) override;
   int ChooseLane(const SchedState& state, const JobParams& params, int num_lanes) const override;
   std::vector<LaneChange> Rebalance(const SchedState& state, int num_lanes) const override;
+  void OnIterationDone(const SchedState& state, const JobState& job, double device_seconds) override {
+    loads_.OnIterationDone(job.id, state.now, device_seconds);
+  }
+  void OnJobRemoved(const SchedState& state, JobId job) override {
+    loads_.Forget(job);
+    held_until_.erase(job);
+  }
+  void OnJobMoved(const SchedState& state, const JobState& job, int from_lane) override;
+
+  // Levelling moves only when the busiest lane's load exceeds the least
+  // busy one's by this much (a fraction of a lane's time).
+  static constexpr double kLevelGap = 0.15;
+  // A job that moved stays where it is this long (any move); levelling
+  // moves at most one job per kLevelSpacing, so loads can show the move.
+  static constexpr double kHoldSeconds = 10.0;
+  static constexpr double kLevelSpacing = 0.1;
 
  private:
   bool Clash(const SchedState& state, int key_a, int key_b) const {
@@ -98,7 +154,12 @@ class PackPolicy : public Policy {
 
   const double margin_;
   const int max_lanes_;
+  bool Held(JobId job, double now) const;
+
   SoloProbes probes_;
+  LaneLoads loads_;
+  absl::flat_hash_map<JobId, double> held_until_;  // per moved job: no levelling move before this
+  double next_level_ = 0;                          // no levelling move before this
 };
 
 }  // namespace tandem::sched
