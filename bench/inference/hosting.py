@@ -297,7 +297,8 @@ def log_probe(r, note=""):
         bc.log(f"         loop busy {d['loop_busy_s']} s"
                + (f" (longest item {longest[1]} ms, {longest[0]})" if longest else "")
                + f"; iteration end us: {parts or '-'}; "
-               f"lanes kernel/occupied s: {lanes or '-'}")
+               f"lanes kernel/occupied s: {lanes or '-'}; lane moves {d.get('lane_moves', '-')}, "
+               f"graph captures {d.get('graph_captures', '-')}")
 
 
 # ---- the tandem mode's check of each kind ----
