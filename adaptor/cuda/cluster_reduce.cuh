@@ -15,7 +15,8 @@
 //     elements at `row_stride` apart, starting at c * channel_stride (the
 //     per-channel statistics of [N, C, H, W] over N, H and W). A cluster of
 //     up to 8 blocks per channel (of 1024 threads when the channels are
-//     few); 16-byte loads when the strides and the base allow.
+//     few); 16-byte loads when the strides and the base allow. Any float
+//     input, 16-bit ones widened (WidenTo) to the accumulator.
 //
 // Header-only: kernels in an anonymous namespace (each including .cu file
 // gets its own instantiations) and their launchers. Launches are plain
@@ -31,6 +32,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "adaptor/cuda/half_common.cuh"
 #include "adaptor/cuda/kernel_common.cuh"
 
 namespace tandem::cuda {
@@ -254,10 +256,10 @@ __global__ void __launch_bounds__(kBlockThreads) ChannelSumKernel(ChannelSumShap
       };
       auto add = [&](Acc& a, const Unit& v) {
         if constexpr (kWidth == 1) {
-          a += static_cast<Acc>(v);
+          a += WidenTo<Acc>(v);
         } else {
 #pragma unroll
-          for (int e = 0; e < kWidth; ++e) a += static_cast<Acc>(v.v[e]);
+          for (int e = 0; e < kWidth; ++e) a += WidenTo<Acc>(v.v[e]);
         }
       };
       while (u + 3 * step < channel_units) {

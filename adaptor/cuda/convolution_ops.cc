@@ -694,25 +694,12 @@ absl::StatusOr<Setup> SetUp(const CudaKernelContext& context, const KernelArgs& 
 }
 
 // out[n, o, :] += bias[o] for a 16-bit convolution's output: each element
-// widened, summed in float32 and rounded once (the 16-bit add.Tensor's
-// kernel with the bias broadcast over n and the plane).
+// widened, summed in float32 and rounded once (as the 16-bit add.Tensor).
 absl::Status AddHalfBias(const CudaKernelContext& context, const KernelArgs& args, const Conv2dGeometry& g,
                          const TensorArg& bias, const TensorArg& out) {
-  BinaryOperand a;  // contiguous
-  a.data = out.data;
-  BinaryOperand b;
-  b.data = bias.data;
-  b.layout.rank = 3;
-  b.layout.sizes[0] = g.n;
-  b.layout.sizes[1] = g.o;
-  b.layout.sizes[2] = g.oh * g.ow;
-  b.layout.strides[0] = 0;
-  b.layout.strides[1] = 1;
-  b.layout.strides[2] = 0;
   const DType dtype = out.type.dtype;
   return Launched(args,
-                  LaunchHalfPointwise(HalfPointwiseOp::kAdd, dtype, out.numel(), a, b, /*param=*/1.0f, out.data,
-                                      context.native),
+                  LaunchHalfChannelBias(dtype, g.n * g.o, g.o, g.oh * g.ow, bias.data, out.data, context.native),
                   dtype);
 }
 

@@ -224,6 +224,49 @@ cudaError_t LaunchHalfFill(DType dtype, int64_t n, float value, void* out, cudaS
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }
 
+namespace {
+
+// out[r, p] += bias[r % channels] for rows r of `plane_units` units (a unit:
+// one element, or kVector of them in 16 bytes): widened, summed in float32,
+// rounded once, as add.Tensor of 16-bit tensors.
+template <typename H, bool kVector>
+__global__ void HalfChannelBiasKernel(int64_t units, int64_t plane_units, int64_t channels, const H* bias, H* out) {
+  for (int64_t u = GlobalThread(); u < units; u += GlobalStride()) {
+    const float b = Widen(bias[(u / plane_units) % channels]);
+    if constexpr (kVector) {
+      Vec16<H>* p = reinterpret_cast<Vec16<H>*>(out) + u;
+      Vec16<H> v = *p;
+#pragma unroll
+      for (int e = 0; e < Vec16<H>::kCount; ++e) v.v[e] = Narrow<H>(Widen(v.v[e]) + b);
+      *p = v;
+    } else {
+      out[u] = Narrow<H>(Widen(out[u]) + b);
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchHalfChannelBias(DType dtype, int64_t rows, int64_t channels, int64_t plane, const void* bias,
+                                  void* out, cudaStream_t stream) {
+  if (!IsHalfDType(dtype)) return cudaErrorInvalidValue;
+  if (rows * plane == 0) return cudaSuccess;
+  DispatchHalf(dtype, [&](auto tag) {
+    using H = decltype(tag);
+    constexpr int kWidth = Vec16<H>::kCount;
+    const H* b = static_cast<const H*>(bias);
+    H* y = static_cast<H*>(out);
+    if (plane % kWidth == 0 && Aligned16(out)) {
+      const int64_t units = rows * plane / kWidth;
+      HalfChannelBiasKernel<H, true><<<Blocks(units), kThreads, 0, stream>>>(units, plane / kWidth, channels, b, y);
+    } else {
+      HalfChannelBiasKernel<H, false><<<Blocks(rows * plane), kThreads, 0, stream>>>(rows * plane, plane, channels,
+                                                                                    b, y);
+    }
+  });
+  return LaunchError();
+}
+
 cudaError_t LaunchHalfPointwise(HalfPointwiseOp op, DType dtype, int64_t n, const BinaryOperand& a,
                                 const BinaryOperand& b, float param, void* out, cudaStream_t stream) {
   if (!IsHalfDType(dtype)) return cudaErrorInvalidValue;

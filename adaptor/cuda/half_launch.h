@@ -70,6 +70,12 @@ enum class HalfPointwiseOp {
 cudaError_t LaunchHalfPointwise(HalfPointwiseOp op, DType dtype, int64_t n, const BinaryOperand& a,
                                 const BinaryOperand& b, float param, void* out, cudaStream_t stream);
 
+// out[r, p] += bias[r % channels] over `rows` rows of `plane` elements of
+// `dtype` (a 16-bit convolution's bias on its [N, C, H, W] output, rows =
+// N * C): each sum in float32, rounded once.
+cudaError_t LaunchHalfChannelBias(DType dtype, int64_t rows, int64_t channels, int64_t plane, const void* bias,
+                                  void* out, cudaStream_t stream);
+
 // native_dropout of a 16-bit `x` (n elements); the mask as dropout_mask.h
 // computes it, so it equals the float32 kernels' and the CPU's bit for bit.
 // `params` as sequence_launch.h's DropoutParams, passed field by field.

@@ -14,6 +14,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "adaptor/cuda/cluster_reduce.cuh"
 #include "adaptor/cuda/half_common.cuh"
 #include "adaptor/cuda/half_launch.h"
 #include "adaptor/cuda/row_kernels.cuh"
@@ -99,6 +100,20 @@ __global__ void HalfBlockReduceKernel(int64_t out_n, StridedOperand kept, Stride
     if (threadIdx.x == 0) out[o] = RoundTo<Out>(mean ? acc / static_cast<Acc>(count) : acc);
   }
 }
+
+// A channel's total of ChannelSum (cluster_reduce.cuh), stored as Out.
+template <typename Acc, typename Out>
+struct StoreChannelSum {
+  bool mean;
+  Out* out;
+  __device__ __forceinline__ void operator()(int64_t channel, Acc total, int64_t count) const {
+    out[channel] = RoundTo<Out>(mean ? total / static_cast<Acc>(count) : total);
+  }
+};
+
+// From this many reduced elements per output, [N, C, plane] channel sums
+// take a cluster of blocks per channel instead of one block.
+constexpr int64_t kChannelSumMinCount = 16384;
 
 // Below this many outputs, the column case takes a block per output.
 constexpr int64_t kThreadPerOutputMin = 4096;
@@ -365,15 +380,32 @@ cudaError_t LaunchHalfReduceGeneral(DType out_dtype, DType in_dtype, int64_t out
   int64_t count = 1;
   for (int d = 0; d < reduced.rank; ++d) count *= reduced.sizes[d];
   bool launched = false;
+  cudaError_t error = cudaSuccess;
   DispatchReduceSide(out_dtype, [&](auto out_tag) {
     using Out = decltype(out_tag);
     launched = DispatchReduceSide(in_dtype, [&](auto in_tag) {
       using In = decltype(in_tag);
-      HalfBlockReduceKernel<In, Out><<<Blocks(out_n, 1), kThreads, 0, stream>>>(
-          out_n, kept, reduced, count, mean, static_cast<const In*>(in), static_cast<Out*>(out));
+      const In* x = static_cast<const In*>(in);
+      Out* y = static_cast<Out*>(out);
+      if (count >= kChannelSumMinCount && kept.rank == 1 && reduced.rank == 2 && reduced.strides[1] == 1) {
+        // Per-channel sums of [N, C, plane] (a 16-bit convolution's bias
+        // gradient): a cluster of blocks per channel, 16-byte loads.
+        ChannelSumShape shape;
+        shape.channels = kept.sizes[0];
+        shape.channel_stride = kept.strides[0];
+        shape.rows = reduced.sizes[0];
+        shape.row_stride = reduced.strides[0];
+        shape.row_units = reduced.sizes[1];
+        using Acc = ReduceAcc<In, Out>;
+        error = LaunchChannelSum<In, Acc>(shape, x, StoreChannelSum<Acc, Out>{mean, y}, stream);
+        return;
+      }
+      HalfBlockReduceKernel<In, Out><<<Blocks(out_n, 1), kThreads, 0, stream>>>(out_n, kept, reduced, count, mean,
+                                                                              x, y);
+      error = LaunchError();
     });
   });
-  return launched ? LaunchError() : cudaErrorInvalidValue;
+  return launched ? error : cudaErrorInvalidValue;
 }
 
 cudaError_t LaunchHalfSoftmax(DType dtype, bool log, int64_t outer, int64_t size, int64_t inner, const void* in,

@@ -132,6 +132,11 @@ def summarize_probe(n, models, args, pool):
     }
 
 
+# tandemd's --max_inflight_per_lane for hosting: with 4, a lane's stream
+# holds the running iteration and 3 more (of other models) behind it; on an
+# H200 that hosted 256 models where 2 (the daemon's default) hosted 192
+# (bench/results/2026-11-30-h200-hosting-level-inflight4.json).
+INFLIGHT_PER_LANE = 4
 STALL_BIN_S = 0.05
 
 
@@ -376,7 +381,12 @@ def run_mode(mode, args, state, result, deadline, save):
 
     try:
         if mode == "tandem":
+            # Many small request streams per lane: iterations of several of
+            # them wait on a lane's stream behind the running one, hiding
+            # the turnaround between iterations (docs/scheduling.md).
             flags = ["--session_timeout=600", *args.tandemd_flags]
+            if not any(f.startswith("--max_inflight_per_lane") for f in flags):
+                flags.append(f"--max_inflight_per_lane={INFLIGHT_PER_LANE}")
             daemon = bc.Daemon(bc.find_tandemd(args.tandemd), args.device, args.tandem_policy, flags,
                                log_dir=args.log_dir, name="tandemd-hosting").start()
             out["tandemd_flags"] = daemon.flags
@@ -591,7 +601,8 @@ def parse_args(argv=None):
     p.add_argument("--tandemd", default=None, help="tandemd binary (default: $TANDEMD, PATH, build tree)")
     p.add_argument("--tandem_policy", default="pack", help="tandemd's --policy")
     p.add_argument("--tandemd_flags", default="",
-                   help='extra tandemd flags, space-separated, after an = sign: --tandemd_flags="--max_lanes=8"')
+                   help='extra tandemd flags, space-separated, after an = sign: --tandemd_flags="--max_lanes=8" '
+                        f'(without a --max_inflight_per_lane, {INFLIGHT_PER_LANE} is added)')
     p.add_argument("--no_preflight", action="store_true", help="skip the tandem mode's per-kind check")
     p.add_argument("--log_dir", default=None, help="where tandemd's log goes (default: a temporary folder)")
     p.add_argument("--mps_dir", default=None, help="MPS pipe/log folders go here (default: a new folder in /tmp)")

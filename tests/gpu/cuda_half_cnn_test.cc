@@ -108,6 +108,10 @@ TEST_P(CudaHalfCnn, ConvolutionLayers) {
       {"grouped dilated 32->48 g4 d2 bias", {n, 32, 13, 11}, {48, 8, 3, 3}, 1, 2, 2, 4, true},
       {"depthwise 32 3x3 s2", {n, 32, 15, 15}, {32, 1, 3, 3}, 2, 1, 1, 32, false},
       {"bias only grad", {n, 16, 9, 9}, {24, 16, 3, 3}, 2, 1, 1, 1, true, {0, 0, 1}},
+      // Planes large enough for the bias gradient's cluster channel sum
+      // (16-byte loads; then single elements, the plane odd).
+      {"large plane bias", {2, 16, 96, 96}, {32, 16, 3, 3}, 1, 1, 1, 1, true},
+      {"large odd plane bias", {2, 8, 91, 91}, {8, 8, 3, 3}, 1, 1, 1, 1, true},
       {"input grad only", {n, 16, 9, 9}, {24, 16, 3, 3}, 1, 1, 1, 1, true, {1, 0, 0}}};
   for (const ConvSpec& c : specs) {
     // allow_tf32 concerns float32 data only: both settings must give a
