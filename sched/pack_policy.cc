@@ -11,8 +11,8 @@ bool MeasuredToClash(const SchedState& state, int key_a, int key_b, double margi
   return pays.has_value() && !*pays;
 }
 
-int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes, double margin,
-                int max_lanes) {
+int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes, double margin, int max_lanes,
+                const std::vector<double>* lane_loads) {
   const std::optional<int> key = params.interference_key.empty()
                                      ? std::nullopt
                                      : state.interference.Find(params.interference_key);
@@ -21,6 +21,10 @@ int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes,
     int worst_lane = -1;
     double worst_gain = std::numeric_limits<double>::infinity();
     for (int lane = 0; lane < num_lanes && lane < state.LaneCount(); ++lane) {
+      if (lane_loads != nullptr && lane < static_cast<int>(lane_loads->size()) &&
+          (*lane_loads)[lane] >= PackPolicy::kSaturated) {
+        continue;  // taking turns there would queue behind a lane already this busy
+      }
       for (const JobState* job : state.lanes[lane].jobs) {
         if (!MeasuredToClash(state, *key, job->key, margin)) continue;
         const double gain = 1.0 / *state.interference.R(*key, job->key) +
@@ -110,6 +114,14 @@ bool PackPolicy::Held(JobId job, double now) const {
   return it != held_until_.end() && now < it->second;
 }
 
+std::vector<double> PackPolicy::LaneLoadsNow(const SchedState& state, int lanes) const {
+  std::vector<double> load(std::max(lanes, state.LaneCount()), 0.0);
+  for (int lane = 0; lane < state.LaneCount(); ++lane) {
+    for (const JobState* job : state.lanes[lane].jobs) load[lane] += loads_.Of(job->id, state.now);
+  }
+  return load;
+}
+
 std::optional<JobId> PackPolicy::Pick(const SchedState& state, int lane) {
   std::optional<JobId> probe;
   if (probes_.Decide(state, lane, &probe)) return probe;
@@ -119,7 +131,8 @@ std::optional<JobId> PackPolicy::Pick(const SchedState& state, int lane) {
 }
 
 int PackPolicy::ChooseLane(const SchedState& state, const JobParams& params, int num_lanes) const {
-  return PackLaneFor(state, params, num_lanes, margin_, max_lanes_);
+  const std::vector<double> loads = LaneLoadsNow(state, state.LaneCount());
+  return PackLaneFor(state, params, num_lanes, margin_, max_lanes_, &loads);
 }
 
 namespace {
@@ -205,11 +218,15 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
     lanes[lane].assign(state.lanes[lane].jobs.begin(), state.lanes[lane].jobs.end());
   }
   ClashCounts counts(state, view_lanes, [&](int a, int b) { return Clash(state, a, b); });
+  std::vector<double> load = LaneLoadsNow(state, view_lanes);
   auto move = [&](const JobState* job, int from, int to) {
     auto& source = lanes[from];
     source.erase(std::find(source.begin(), source.end(), job));
     lanes[to].push_back(job);
     counts.Move(*job, from, to);
+    const double l = loads_.Of(job->id, state.now);
+    load[from] -= l;
+    load[to] += l;
     changes.push_back(LaneChange{job->id, from, to});
   };
   auto moved = [&](const JobState* job) {
@@ -227,8 +244,10 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
       if (here == 0) continue;
       int best_lane = lane;
       int best = here;
+      const double l = loads_.Of(job->id, state.now);
       for (int target = 0; target < existing; ++target) {
         if (target == lane) continue;
+        if (l < kOpenLoop && load[target] + l > kSaturated) continue;  // would queue there
         const int there = counts.Outside(*job, lane, target);
         if (there < best) {
           best = there;
@@ -268,25 +287,26 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
   // Level: with every lane taken and nothing else to do, the busiest lane
   // gives the least busy one a job (one move per kLevelSpacing).
   if (!changes.empty() || existing < 2 || num_lanes < max_lanes_ || state.now < next_level_) return changes;
-  std::vector<double> load(existing, 0.0);
   for (int lane = 0; lane < existing; ++lane) {
     if (lanes[lane].empty()) return changes;  // a lane is free: spreading's business
-    for (const JobState* job : lanes[lane]) load[lane] += loads_.Of(job->id, state.now);
   }
-  const int hi = static_cast<int>(std::max_element(load.begin(), load.end()) - load.begin());
-  const int lo = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+  const int hi = static_cast<int>(std::max_element(load.begin(), load.begin() + existing) - load.begin());
+  const int lo = static_cast<int>(std::min_element(load.begin(), load.begin() + existing) - load.begin());
   const double gap = load[hi] - load[lo];
   if (gap <= kLevelGap || lanes[hi].size() < 2) return changes;
   // The job whose load comes closest to half the gap: any load below the
-  // gap lowers the sum of squared lane loads, half the gap the most. It
-  // must gain no clashing partner beside it.
+  // gap lowers the sum of squared lane loads, half the gap the most.
   const JobState* best = nullptr;
   double best_miss = std::numeric_limits<double>::infinity();
   for (const JobState* job : lanes[hi]) {
     if (job->running || job->staged > 0 || Held(job->id, state.now)) continue;
     const double l = loads_.Of(job->id, state.now);
     if (l <= 0 || l >= gap || std::abs(l - gap / 2) >= best_miss) continue;
-    if (counts.any() && counts.Outside(*job, hi, lo) > counts.Outside(*job, hi, hi)) continue;
+    // It gains no clashing partner, unless the busiest lane is past
+    // kSaturated and the job leaves its lane mostly idle (a request
+    // stream): taking turns there queues its requests.
+    const bool queued_out = load[hi] > kSaturated && l < kOpenLoop;
+    if (!queued_out && counts.any() && counts.Outside(*job, hi, lo) > counts.Outside(*job, hi, hi)) continue;
     best = job;
     best_miss = std::abs(l - gap / 2);
   }

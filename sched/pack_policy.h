@@ -44,6 +44,8 @@
 #ifndef TANDEM_SCHED_PACK_POLICY_H_
 #define TANDEM_SCHED_PACK_POLICY_H_
 
+#include <vector>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "sched/estimate.h"
@@ -61,8 +63,8 @@ bool MeasuredToClash(const SchedState& state, int key_a, int key_b, double margi
 // with (the worst clash first); else an empty lane; else a new lane
 // (num_lanes) while fewer than max_lanes exist; else the lane with the
 // fewest jobs.
-int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes, double margin,
-                int max_lanes);
+int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes, double margin, int max_lanes,
+                const std::vector<double>* lane_loads = nullptr);
 
 // Solo probes: r is measured against a key's solo time, so a job whose key
 // has none yet runs iterations alone first (the other lanes drain), at most
@@ -142,6 +144,16 @@ class PackPolicy : public Policy {
   // Levelling moves only when the busiest lane's load exceeds the least
   // busy one's by this much (a fraction of a lane's time).
   static constexpr double kLevelGap = 0.15;
+  // Request streams and crowded lanes: a job whose load is below kOpenLoop
+  // leaves its lane idle most of the time (a request stream; a training
+  // job keeps its lane busy). Such a job is not folded (nor placed, at
+  // arrival) into a lane whose load would pass kSaturated, however it
+  // clashes there, and levelling may move it out of a lane past
+  // kSaturated even beside a job it clashes with: taking turns in a lane
+  // that busy queues its requests. Fold cannot take it back (its old lane
+  // is still past kSaturated with it), so this does not oscillate.
+  static constexpr double kOpenLoop = 0.5;
+  static constexpr double kSaturated = 0.7;
   // A job that moved stays where it is this long (any move); levelling
   // moves at most one job per kLevelSpacing, so loads can show the move.
   static constexpr double kHoldSeconds = 10.0;
@@ -155,6 +167,8 @@ class PackPolicy : public Policy {
   const double margin_;
   const int max_lanes_;
   bool Held(JobId job, double now) const;
+  // Each lane's load now (LaneLoads), `lanes` entries at least.
+  std::vector<double> LaneLoadsNow(const SchedState& state, int lanes) const;
 
   SoloProbes probes_;
   LaneLoads loads_;

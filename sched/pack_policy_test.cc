@@ -254,6 +254,43 @@ TEST_F(PackPolicyTest, AnIterationOfACaptureDoesNotMakeAJobLookCostly) {
   EXPECT_TRUE(scheduler_->Rebalance(3).empty());
 }
 
+TEST_F(PackPolicyTest, RequestStreamsThatClashLeaveALanePastSaturation) {
+  // Keys a and b clash (measured by jobs 1 and 2 kept busy): folded.
+  Add(1, "a", 0);
+  Add(2, "b", 1);
+  MeasureSolo();
+  for (int i = 0; i < 4; ++i) RunPair(1, 0.048, 2, 0.048);
+  std::vector<LaneChange> fold = scheduler_->Rebalance(2);
+  ASSERT_EQ(fold.size(), 1u);
+  ASSERT_TRUE(scheduler_->MoveJob(fold[0].job, fold[0].to_lane).ok());
+  const int shared = fold[0].to_lane;
+  const int other = 1 - shared;
+  // Now both are request streams, each keeping the shared lane 45% busy:
+  // 90% together, where taking turns queues their requests. Two light
+  // jobs fill the other lanes.
+  Add(3, "c", other);
+  Add(4, "c", 2);
+  RunLoads(*scheduler_, *clock_, {{1, shared, 0.45}, {2, shared, 0.45}, {3, other, 0.05}, {4, 2, 0.05}}, 300);
+  std::vector<LaneChange> changes = scheduler_->Rebalance(3);
+  ASSERT_EQ(changes.size(), 1u) << "one of the pair leaves the saturated lane beside no clashing partner";
+  EXPECT_TRUE(changes[0].job == 1 || changes[0].job == 2);
+  EXPECT_EQ(changes[0].from_lane, shared);
+  ASSERT_TRUE(scheduler_->MoveJob(changes[0].job, changes[0].to_lane).ok());
+  const JobId stayed = changes[0].job == 1 ? 2 : 1;
+  const int light_left = changes[0].to_lane == other ? 2 : other;
+  const JobId light = light_left == other ? 3 : 4;
+  RunLoads(*scheduler_, *clock_,
+           {{stayed, shared, 0.45}, {changes[0].job, changes[0].to_lane, 0.45}, {light, light_left, 0.05},
+            {JobId{7} - light, changes[0].to_lane, 0.05}},
+           300);
+  // Folding it back would make the shared lane 90% busy again: it stays
+  // (levelling may still move a light job).
+  for (const LaneChange& c : scheduler_->Rebalance(3)) {
+    EXPECT_NE(c.job, changes[0].job) << "moved back to lane " << c.to_lane;
+    EXPECT_NE(c.to_lane, shared) << "job " << c.job;
+  }
+}
+
 TEST_F(PackPolicyTest, LeavesLanesOfEqualLoadAlone) {
   // Unequal job counts but equal loads: no move.
   Add(1, "a", 0);
