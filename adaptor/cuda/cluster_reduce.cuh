@@ -34,6 +34,7 @@
 
 #include "adaptor/cuda/half_common.cuh"
 #include "adaptor/cuda/kernel_common.cuh"
+#include "adaptor/cuda/launch.h"
 
 namespace tandem::cuda {
 namespace {
@@ -214,6 +215,19 @@ struct ChannelSumShape {
   int64_t row_stride = 0;      // units from a run to the next
   int64_t row_units = 0;       // units per run
 };
+
+// The ChannelSum of a reduction that keeps one dim (`kept`) and sums two
+// (`reduced`, the inner one contiguous): per-channel sums of [N, C, plane].
+// False, and *shape untouched, for any other layout.
+inline bool AsChannelSum(const StridedOperand& kept, const StridedOperand& reduced, ChannelSumShape* shape) {
+  if (kept.rank != 1 || reduced.rank != 2 || reduced.strides[1] != 1) return false;
+  shape->channels = kept.sizes[0];
+  shape->channel_stride = kept.strides[0];
+  shape->rows = reduced.sizes[0];
+  shape->row_stride = reduced.strides[0];
+  shape->row_units = reduced.sizes[1];
+  return true;
+}
 
 // Grid (channels, cluster blocks), kBlockThreads threads: the cluster's
 // threads take the channel's units u = rank * blockDim.x + threadIdx.x +

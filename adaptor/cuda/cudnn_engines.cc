@@ -71,6 +71,43 @@ Descriptor Tensor(int64_t uid, cudnnDataType_t type, const int64_t dims[4]) {
 
 // The direction's operation node: y = conv(x, w), dx = conv_bwd_data(w,
 // dy), dw = conv_bwd_filter(x, dy); alpha 1, beta 0 (outputs overwritten).
+// Per direction: the descriptor type and its attributes for x, w, y (or
+// their gradients), the convolution, alpha and beta.
+struct OperationAttributes {
+  cudnnBackendDescriptorType_t type;
+  cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+};
+
+OperationAttributes AttributesOf(ConvDirection dir) {
+  switch (dir) {
+    case ConvDirection::kForward:
+      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA};
+    case ConvDirection::kBackwardData:
+      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA};
+    case ConvDirection::kBackwardFilter:
+      break;
+  }
+  return {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA};
+}
+
 Descriptor Operation(ConvDirection dir, const ConvShape& shape, const Descriptor& x, const Descriptor& w,
                      const Descriptor& y, const Descriptor& conv) {
   const bool wide = shape.compute == CUDNN_DATA_DOUBLE;
@@ -81,42 +118,16 @@ Descriptor Operation(ConvDirection dir, const ConvShape& shape, const Descriptor
   const void* zero = wide ? static_cast<const void*>(&zero_d) : static_cast<const void*>(&zero_f);
   const cudnnBackendDescriptor_t xd = x.get(), wd = w.get(), yd = y.get(), cd = conv.get();
   constexpr auto kDesc = CUDNN_TYPE_BACKEND_DESCRIPTOR;
-  switch (dir) {
-    case ConvDirection::kForward: {
-      Descriptor op(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
-      op.Set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, kDesc, 1, &xd)
-          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, kDesc, 1, &wd)
-          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, kDesc, 1, &yd)
-          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, kDesc, 1, &cd)
-          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, scalar, 1, one)
-          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, scalar, 1, zero)
-          .Finalize();
-      return op;
-    }
-    case ConvDirection::kBackwardData: {
-      Descriptor op(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
-      op.Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, kDesc, 1, &xd)
-          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, kDesc, 1, &wd)
-          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, kDesc, 1, &yd)
-          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, kDesc, 1, &cd)
-          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, scalar, 1, one)
-          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, scalar, 1, zero)
-          .Finalize();
-      return op;
-    }
-    case ConvDirection::kBackwardFilter: {
-      Descriptor op(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
-      op.Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, kDesc, 1, &xd)
-          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, kDesc, 1, &wd)
-          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, kDesc, 1, &yd)
-          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, kDesc, 1, &cd)
-          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, scalar, 1, one)
-          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, scalar, 1, zero)
-          .Finalize();
-      return op;
-    }
-  }
-  return Descriptor();
+  const OperationAttributes a = AttributesOf(dir);
+  Descriptor op(a.type);
+  op.Set(a.x, kDesc, 1, &xd)
+      .Set(a.w, kDesc, 1, &wd)
+      .Set(a.y, kDesc, 1, &yd)
+      .Set(a.conv, kDesc, 1, &cd)
+      .Set(a.alpha, scalar, 1, one)
+      .Set(a.beta, scalar, 1, zero)
+      .Finalize();
+  return op;
 }
 
 // Whether an engine's numerical notes fit the filter.

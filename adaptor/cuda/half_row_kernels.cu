@@ -387,15 +387,9 @@ cudaError_t LaunchHalfReduceGeneral(DType out_dtype, DType in_dtype, int64_t out
       using In = decltype(in_tag);
       const In* x = static_cast<const In*>(in);
       Out* y = static_cast<Out*>(out);
-      if (count >= kChannelSumMinCount && kept.rank == 1 && reduced.rank == 2 && reduced.strides[1] == 1) {
-        // Per-channel sums of [N, C, plane] (a 16-bit convolution's bias
-        // gradient): a cluster of blocks per channel, 16-byte loads.
-        ChannelSumShape shape;
-        shape.channels = kept.sizes[0];
-        shape.channel_stride = kept.strides[0];
-        shape.rows = reduced.sizes[0];
-        shape.row_stride = reduced.strides[0];
-        shape.row_units = reduced.sizes[1];
+      // Per-channel sums of [N, C, plane] (a 16-bit convolution's bias
+      // gradient): a cluster of blocks per channel, 16-byte loads.
+      if (ChannelSumShape shape; count >= kChannelSumMinCount && AsChannelSum(kept, reduced, &shape)) {
         using Acc = ReduceAcc<In, Out>;
         error = LaunchChannelSum<In, Acc>(shape, x, StoreChannelSum<Acc, Out>{mean, y}, stream);
         return;

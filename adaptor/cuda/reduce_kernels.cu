@@ -206,13 +206,7 @@ cudaError_t LaunchReduceGeneral(DType out_dtype, DType in_dtype, int64_t out_n, 
       error = LaunchError();
       return;
     }
-    if (kept.rank == 1 && reduced.rank == 2 && reduced.strides[1] == 1) {
-      ChannelSumShape shape;
-      shape.channels = kept.sizes[0];
-      shape.channel_stride = kept.strides[0];
-      shape.rows = reduced.sizes[0];
-      shape.row_stride = reduced.strides[0];
-      shape.row_units = reduced.sizes[1];
+    if (ChannelSumShape shape; AsChannelSum(kept, reduced, &shape)) {
       error = LaunchChannelSum<In, AccOf<In, Out>>(shape, x, StoreChannel<AccOf<In, Out>, Out>{mean, y}, stream);
       return;
     }
