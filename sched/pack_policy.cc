@@ -218,15 +218,23 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
     lanes[lane].assign(state.lanes[lane].jobs.begin(), state.lanes[lane].jobs.end());
   }
   ClashCounts counts(state, view_lanes, [&](int a, int b) { return Clash(state, a, b); });
-  std::vector<double> load = LaneLoadsNow(state, view_lanes);
+  // Lane loads as the moves so far leave them, computed when first needed
+  // (a lookup per job): most calls fold nothing and do not level.
+  std::vector<double> load;
+  auto loads = [&]() -> std::vector<double>& {
+    if (load.empty()) load = LaneLoadsNow(state, view_lanes);
+    return load;
+  };
   auto move = [&](const JobState* job, int from, int to) {
     auto& source = lanes[from];
     source.erase(std::find(source.begin(), source.end(), job));
     lanes[to].push_back(job);
     counts.Move(*job, from, to);
-    const double l = loads_.Of(job->id, state.now);
-    load[from] -= l;
-    load[to] += l;
+    if (!load.empty()) {
+      const double l = loads_.Of(job->id, state.now);
+      load[from] -= l;
+      load[to] += l;
+    }
     changes.push_back(LaneChange{job->id, from, to});
   };
   auto moved = [&](const JobState* job) {
@@ -247,7 +255,7 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
       const double l = loads_.Of(job->id, state.now);
       for (int target = 0; target < existing; ++target) {
         if (target == lane) continue;
-        if (l < kOpenLoop && load[target] + l > kSaturated) continue;  // would queue there
+        if (l < kOpenLoop && loads()[target] + l > kSaturated) continue;  // would queue there
         const int there = counts.Outside(*job, lane, target);
         if (there < best) {
           best = there;
@@ -290,6 +298,9 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
   for (int lane = 0; lane < existing; ++lane) {
     if (lanes[lane].empty()) return changes;  // a lane is free: spreading's business
   }
+  if (state.now < next_level_check_) return changes;
+  next_level_check_ = state.now + kLevelSpacing;  // loads change slowly: look at most this often
+  loads();
   const int hi = static_cast<int>(std::max_element(load.begin(), load.begin() + existing) - load.begin());
   const int lo = static_cast<int>(std::min_element(load.begin(), load.begin() + existing) - load.begin());
   const double gap = load[hi] - load[lo];

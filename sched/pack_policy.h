@@ -174,6 +174,7 @@ class PackPolicy : public Policy {
   LaneLoads loads_;
   absl::flat_hash_map<JobId, double> held_until_;  // per moved job: no levelling move before this
   double next_level_ = 0;                          // no levelling move before this
+  mutable double next_level_check_ = 0;            // Rebalance looks at lane loads no sooner
 };
 
 }  // namespace tandem::sched
