@@ -11,8 +11,8 @@ bool MeasuredToClash(const SchedState& state, int key_a, int key_b, double margi
   return pays.has_value() && !*pays;
 }
 
-int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes, double margin, int max_lanes,
-                const std::vector<double>* lane_loads) {
+int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes, double margin,
+                int max_lanes) {
   const std::optional<int> key = params.interference_key.empty()
                                      ? std::nullopt
                                      : state.interference.Find(params.interference_key);
@@ -21,10 +21,6 @@ int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes,
     int worst_lane = -1;
     double worst_gain = std::numeric_limits<double>::infinity();
     for (int lane = 0; lane < num_lanes && lane < state.LaneCount(); ++lane) {
-      if (lane_loads != nullptr && lane < static_cast<int>(lane_loads->size()) &&
-          (*lane_loads)[lane] >= PackPolicy::kSaturated) {
-        continue;  // taking turns there would queue behind a lane already this busy
-      }
       for (const JobState* job : state.lanes[lane].jobs) {
         if (!MeasuredToClash(state, *key, job->key, margin)) continue;
         const double gain = 1.0 / *state.interference.R(*key, job->key) +
@@ -87,14 +83,21 @@ bool SoloProbes::Decide(const SchedState& state, int lane, std::optional<JobId>*
   return true;
 }
 
-void LaneLoads::OnIterationDone(JobId job, double now, double device_seconds) {
+void LaneLoads::OnIterationDone(JobId job, double now, double device_seconds, bool still_active) {
   Job& j = jobs_[job];
   j.count = j.count * std::exp(-(now - j.at) / kDecaySeconds) + 1.0;
   j.at = now;
+  j.backlog.Add(still_active ? 1.0 : 0.0);
   if (!(device_seconds > 0)) return;
   double x = device_seconds;
   if (j.cost.samples() >= kSettleSamples) x = std::min(x, kOutlierFactor * j.cost.mean());
   j.cost.Add(x);
+}
+
+bool LaneLoads::RequestStream(JobId job, double now) const {
+  auto it = jobs_.find(job);
+  return it != jobs_.end() && it->second.backlog.samples() > 0 && it->second.backlog.mean() < 0.5 &&
+         Of(job, now) < kRequestStreamLoad;
 }
 
 double LaneLoads::Of(JobId job, double now) const {
@@ -131,8 +134,7 @@ std::optional<JobId> PackPolicy::Pick(const SchedState& state, int lane) {
 }
 
 int PackPolicy::ChooseLane(const SchedState& state, const JobParams& params, int num_lanes) const {
-  const std::vector<double> loads = LaneLoadsNow(state, state.LaneCount());
-  return PackLaneFor(state, params, num_lanes, margin_, max_lanes_, &loads);
+  return PackLaneFor(state, params, num_lanes, margin_, max_lanes_);
 }
 
 namespace {
@@ -252,10 +254,11 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
       if (here == 0) continue;
       int best_lane = lane;
       int best = here;
-      const double l = loads_.Of(job->id, state.now);
+      const bool stream = loads_.RequestStream(job->id, state.now);
+      const double l = stream ? loads_.Of(job->id, state.now) : 0.0;
       for (int target = 0; target < existing; ++target) {
         if (target == lane) continue;
-        if (l < kOpenLoop && loads()[target] + l > kSaturated) continue;  // would queue there
+        if (stream && loads()[target] + l > kSaturated) continue;  // its requests would queue there
         const int there = counts.Outside(*job, lane, target);
         if (there < best) {
           best = there;
@@ -309,15 +312,18 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
   // gap lowers the sum of squared lane loads, half the gap the most.
   const JobState* best = nullptr;
   double best_miss = std::numeric_limits<double>::infinity();
+  // Only request streams move: a training job keeps whatever lane it has
+  // busy, and a move costs it a capture.
   for (const JobState* job : lanes[hi]) {
     if (job->running || job->staged > 0 || Held(job->id, state.now)) continue;
+    if (!loads_.RequestStream(job->id, state.now)) continue;
     const double l = loads_.Of(job->id, state.now);
     if (l <= 0 || l >= gap || std::abs(l - gap / 2) >= best_miss) continue;
     // It gains no clashing partner, unless the busiest lane is past
-    // kSaturated and the job leaves its lane mostly idle (a request
-    // stream): taking turns there queues its requests.
-    const bool queued_out = load[hi] > kSaturated && l < kOpenLoop;
-    if (!queued_out && counts.any() && counts.Outside(*job, hi, lo) > counts.Outside(*job, hi, hi)) continue;
+    // kSaturated: taking turns there queues its requests.
+    if (load[hi] <= kSaturated && counts.any() && counts.Outside(*job, hi, lo) > counts.Outside(*job, hi, hi)) {
+      continue;
+    }
     best = job;
     best_miss = std::abs(l - gap / 2);
   }

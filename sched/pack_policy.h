@@ -17,15 +17,14 @@
 //     lane when it clashes with nobody. When every lane is taken, it levels
 //     load: a lane whose jobs keep it busy (LaneLoads: recent iteration rate
 //     x cost per iteration) well beyond the least busy lane's gives that
-//     lane one job: the one whose load is closest to half the gap, below the
-//     whole gap, that gains no clashing partner and has not moved in the
-//     last kHoldSeconds; one such move per kLevelSpacing. Each move lowers
-//     the sum of squared lane loads, so it does not oscillate while loads
-//     hold, and a move's own cost (the moved job captures its graph again)
-//     is kept out of the loads. Jobs that keep a lane always busy
-//     (training) count as a full lane wherever they are, so levelling
-//     leaves them be; it is for crowds of request streams of unequal cost
-//     (inference hosting).
+//     lane one request stream (LaneLoads::RequestStream; training jobs stay
+//     put): the one whose load is closest to half the gap, below the whole
+//     gap, that gains no clashing partner and has not moved in the last
+//     kHoldSeconds; one such move per kLevelSpacing. Each move lowers the
+//     sum of squared lane loads, so it does not oscillate while loads hold,
+//     and a move's own cost (the moved job captures its graph again) is
+//     kept out of the loads. It is for crowds of request streams of unequal
+//     cost (inference hosting).
 //   * Pick: in each lane the job whose queued iteration came first runs
 //     (first come, first served: jobs sharing a lane alternate, and a crowd
 //     of inference models sharing one is served in request order). A job
@@ -63,8 +62,8 @@ bool MeasuredToClash(const SchedState& state, int key_a, int key_b, double margi
 // with (the worst clash first); else an empty lane; else a new lane
 // (num_lanes) while fewer than max_lanes exist; else the lane with the
 // fewest jobs.
-int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes, double margin, int max_lanes,
-                const std::vector<double>* lane_loads = nullptr);
+int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes, double margin,
+                int max_lanes);
 
 // Solo probes: r is measured against a key's solo time, so a job whose key
 // has none yet runs iterations alone first (the other lanes drain), at most
@@ -102,21 +101,32 @@ class SoloProbes {
 // after a move (tens of milliseconds for a model of a millisecond) must not
 // make it look costly wherever it lands, which would drive the next move.
 // A lane's load is its jobs' sum.
+//
+// A job is a request stream (an inference model's, a client that thinks
+// between iterations) when it usually wants nothing more when an iteration
+// ends (a running mean of "queued, staged or running again" at its
+// iteration ends under 0.5) and its load is under kRequestStreamLoad. A
+// training job keeps its next iteration queued (two in flight), whether it
+// runs alone or takes turns in a lane.
 class LaneLoads {
  public:
   static constexpr double kDecaySeconds = 1.0;
   static constexpr uint64_t kSettleSamples = 4;
   static constexpr double kOutlierFactor = 2.0;
+  static constexpr double kRequestStreamLoad = 0.5;
 
-  void OnIterationDone(JobId job, double now, double device_seconds);
+  // `still_active`: the job wants the device again as this iteration ends.
+  void OnIterationDone(JobId job, double now, double device_seconds, bool still_active);
   void Forget(JobId job) { jobs_.erase(job); }
   double Of(JobId job, double now) const;
+  bool RequestStream(JobId job, double now) const;
 
  private:
   struct Job {
     double count = 0;  // iteration ends, decayed to `at`
     double at = 0;
     RunningEstimate cost;
+    RunningEstimate backlog;  // 1 when the job was still active at an iteration end, else 0
   };
   absl::flat_hash_map<JobId, Job> jobs_;
 };
@@ -133,7 +143,7 @@ class PackPolicy : public Policy {
   int ChooseLane(const SchedState& state, const JobParams& params, int num_lanes) const override;
   std::vector<LaneChange> Rebalance(const SchedState& state, int num_lanes) const override;
   void OnIterationDone(const SchedState& state, const JobState& job, double device_seconds) override {
-    loads_.OnIterationDone(job.id, state.now, device_seconds);
+    loads_.OnIterationDone(job.id, state.now, device_seconds, job.active());
   }
   void OnJobRemoved(const SchedState& state, JobId job) override {
     loads_.Forget(job);
@@ -144,15 +154,13 @@ class PackPolicy : public Policy {
   // Levelling moves only when the busiest lane's load exceeds the least
   // busy one's by this much (a fraction of a lane's time).
   static constexpr double kLevelGap = 0.15;
-  // Request streams and crowded lanes: a job whose load is below kOpenLoop
-  // leaves its lane idle most of the time (a request stream; a training
-  // job keeps its lane busy). Such a job is not folded (nor placed, at
-  // arrival) into a lane whose load would pass kSaturated, however it
-  // clashes there, and levelling may move it out of a lane past
-  // kSaturated even beside a job it clashes with: taking turns in a lane
-  // that busy queues its requests. Fold cannot take it back (its old lane
-  // is still past kSaturated with it), so this does not oscillate.
-  static constexpr double kOpenLoop = 0.5;
+  // Request streams (LaneLoads::RequestStream) and crowded lanes: a
+  // request stream is not folded into a lane whose load would pass
+  // kSaturated, however it clashes there, and levelling may move one out
+  // of a lane past kSaturated even beside a job it clashes with: taking
+  // turns in a lane that busy queues its requests. Fold cannot take it back
+  // (its old lane is still past kSaturated with it), so this does not
+  // oscillate. Training jobs fold as the clash rule says.
   static constexpr double kSaturated = 0.7;
   // A job that moved stays where it is this long (any move); levelling
   // moves at most one job per kLevelSpacing, so loads can show the move.
