@@ -291,6 +291,25 @@ TEST_F(PackPolicyTest, RequestStreamsThatClashLeaveALanePastSaturation) {
   }
 }
 
+TEST(LaneLoadsTest, RequestStreamsAreIdleAtMostIterationEndsAndLight) {
+  LaneLoads loads;
+  // 100 iterations a second of 2 ms each: load 0.2.
+  for (int i = 1; i <= 1000; ++i) {  // 10 s: ten decay times
+    const double now = i * 0.01;
+    loads.OnIterationDone(1, now, 0.002, /*still_active=*/false);  // a request stream
+    loads.OnIterationDone(2, now, 0.002, /*still_active=*/true);   // taking turns, next one queued
+    loads.OnIterationDone(3, now, 0.009, /*still_active=*/false);  // idle after each, but 90% busy
+  }
+  EXPECT_NEAR(loads.Of(1, 10.0), 0.2, 0.01);
+  EXPECT_NEAR(loads.Of(3, 10.0), 0.9, 0.02);
+  EXPECT_TRUE(loads.RequestStream(1, 10.0));
+  EXPECT_FALSE(loads.RequestStream(2, 10.0));
+  EXPECT_FALSE(loads.RequestStream(3, 10.0));
+  EXPECT_FALSE(loads.RequestStream(4, 10.0)) << "never seen";
+  // Quiet for a while: the rate, and so the load, decays.
+  EXPECT_LT(loads.Of(1, 13.0), 0.2 * 0.06);
+}
+
 TEST_F(PackPolicyTest, LeavesLanesOfEqualLoadAlone) {
   // Unequal job counts but equal loads: no move.
   Add(1, "a", 0);

@@ -26,6 +26,9 @@
 // `deterministic` attribute is true) that needs at most
 // WorkspaceLimitBytes() of workspace; TANDEM_CUDNN_ALGOS=heuristic takes
 // cuDNN's heuristics, cudnnGet*Algorithm_v7, instead), and the workspace.
+// A measured choice also times cuDNN's graph-API engines for the direction
+// (cudnn_engines.h) against that algorithm and keeps an engine that beats
+// it; the engine then runs whenever the call's pointers are 16-byte aligned.
 // Choosing an algorithm and growing the workspace happen the first time a
 // shape runs on a stream, which is an op-by-op run; an iteration being
 // captured into a CUDA graph only finds cached plans and a large enough
@@ -559,14 +562,16 @@ void TryEngines(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t s
   for (const auto& p : *plans) need = std::max(need, p->workspace());
   absl::StatusOr<void*> workspace = state.Workspace(need, stream);
   if (!workspace.ok()) return;
-  const float algo_ms = TimeRuns(stream, [&] { return RunDirection(state.handle, plan, dir, *algo, false, op, *workspace); });
+  const float algo_ms =
+      TimeRuns(stream, [&] { return RunDirection(state.handle, plan, dir, *algo, false, op, *workspace); });
   if (algo_ms < 0) return;
   std::unique_ptr<EnginePlan>* best = nullptr;
   float best_ms = algo_ms * 0.97f;
   Algo trial = *algo;
   for (auto& p : *plans) {
     trial.engine = std::shared_ptr<const EnginePlan>(p.get(), [](const EnginePlan*) {});
-    const float ms = TimeRuns(stream, [&] { return RunDirection(state.handle, plan, dir, trial, true, op, *workspace); });
+    const float ms =
+        TimeRuns(stream, [&] { return RunDirection(state.handle, plan, dir, trial, true, op, *workspace); });
     if (ms >= 0 && ms < best_ms) {
       best_ms = ms;
       best = &p;
