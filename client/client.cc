@@ -20,6 +20,21 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
+// A blocking send of one frame that a signal handled by the process (a
+// profiler's timer, Python's SIGINT handler) interrupts fails with EINTR
+// and queues nothing: send it again. Other errors propagate.
+template <typename Frame>
+void SendFrame(zmq::socket_t& socket, Frame&& frame, zmq::send_flags flags) {
+  while (true) {
+    try {
+      socket.send(frame, flags);
+      return;
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+  }
+}
+
 absl::Status Unexpected(const v1::Response& response, const char* want) {
   return absl::InternalError(absl::StrCat("tandemd answered with the wrong body (wanted ", want, ", got case ",
                                           static_cast<int>(response.body_case()), ")"));
@@ -216,7 +231,7 @@ absl::StatusOr<uint64_t> Client::Send(v1::Request request) {
   std::string bytes = request.SerializeAsString();
   RETURN_IF_ERROR(CheckSize(bytes.size()));
   try {
-    socket_.send(zmq::buffer(bytes), zmq::send_flags::none);
+    SendFrame(socket_, zmq::buffer(bytes), zmq::send_flags::none);
   } catch (const zmq::error_t& e) {
     return absl::UnavailableError(absl::StrCat("sending to tandemd at ", endpoint_, " failed: ", e.what()));
   }
@@ -267,7 +282,7 @@ absl::StatusOr<v1::Response> Client::Call(v1::Request request) {
 absl::StatusOr<v1::Response> Client::CallRaw(const std::string& bytes, uint64_t expect_request_id) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    socket_.send(zmq::buffer(bytes), zmq::send_flags::none);
+    SendFrame(socket_, zmq::buffer(bytes), zmq::send_flags::none);
   }
   return Wait(expect_request_id);
 }
@@ -281,9 +296,9 @@ absl::StatusOr<uint64_t> Client::SendWithFrames(v1::Request request, std::vector
   for (const zmq::message_t& f : frames) total += f.size();
   RETURN_IF_ERROR(CheckSize(total));
   try {
-    socket_.send(zmq::buffer(bytes), frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    SendFrame(socket_, zmq::buffer(bytes), frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
     for (size_t i = 0; i < frames.size(); ++i) {
-      socket_.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      SendFrame(socket_, frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
     }
   } catch (const zmq::error_t& e) {
     return absl::UnavailableError(absl::StrCat("sending to tandemd at ", endpoint_, " failed: ", e.what()));
@@ -408,7 +423,7 @@ absl::StatusOr<uint64_t> Client::SubmitIteration(uint64_t job_id, const std::vec
     return s;
   }
   try {
-    socket_.send(zmq::buffer(bytes), zmq::send_flags::none);
+    SendFrame(socket_, zmq::buffer(bytes), zmq::send_flags::none);
   } catch (const zmq::error_t& e) {
     if (shm_ring_ != nullptr) shm_ring_->Release(id);
     return absl::UnavailableError(absl::StrCat("sending to tandemd at ", endpoint_, " failed: ", e.what()));
