@@ -110,6 +110,15 @@ double LaneLoads::Of(JobId job, double now) const {
 void PackPolicy::OnJobMoved(const SchedState& state, const JobState& job, int from_lane) {
   held_until_[job.id] = state.now + kHoldSeconds;
   next_level_ = state.now + kLevelSpacing;
+  recapturing_ = job.id;
+}
+
+void PackPolicy::OnIterationDone(const SchedState& state, const JobState& job, double device_seconds) {
+  loads_.OnIterationDone(job.id, state.now, device_seconds, job.active());
+  if (job.id == recapturing_) {
+    recapturing_ = 0;
+    next_level_ = std::max(next_level_, state.now + kSettleSeconds);
+  }
 }
 
 bool PackPolicy::Held(JobId job, double now) const {
@@ -297,7 +306,9 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
 
   // Level: with every lane taken and nothing else to do, the busiest lane
   // gives the least busy one a job (one move per kLevelSpacing).
-  if (!changes.empty() || existing < 2 || num_lanes < max_lanes_ || state.now < next_level_) return changes;
+  if (!changes.empty() || existing < 2 || num_lanes < max_lanes_ || state.now < next_level_ || recapturing_ != 0) {
+    return changes;
+  }
   for (int lane = 0; lane < existing; ++lane) {
     if (lanes[lane].empty()) return changes;  // a lane is free: spreading's business
   }

@@ -142,12 +142,11 @@ class PackPolicy : public Policy {
   std::optional<JobId> Pick(const SchedState& state, int lane) override;
   int ChooseLane(const SchedState& state, const JobParams& params, int num_lanes) const override;
   std::vector<LaneChange> Rebalance(const SchedState& state, int num_lanes) const override;
-  void OnIterationDone(const SchedState& state, const JobState& job, double device_seconds) override {
-    loads_.OnIterationDone(job.id, state.now, device_seconds, job.active());
-  }
+  void OnIterationDone(const SchedState& state, const JobState& job, double device_seconds) override;
   void OnJobRemoved(const SchedState& state, JobId job) override {
     loads_.Forget(job);
     held_until_.erase(job);
+    if (recapturing_ == job) recapturing_ = 0;
   }
   void OnJobMoved(const SchedState& state, const JobState& job, int from_lane) override;
 
@@ -162,10 +161,14 @@ class PackPolicy : public Policy {
   // (its old lane is still past kSaturated with it), so this does not
   // oscillate. Training jobs fold as the clash rule says.
   static constexpr double kSaturated = 0.7;
-  // A job that moved stays where it is this long (any move); levelling
-  // moves at most one job per kLevelSpacing, so loads can show the move.
+  // A job that moved stays where it is this long (any move). Levelling
+  // moves at most one job per kLevelSpacing, and not before the job it
+  // moved last has finished its first iteration on the new lane (op by op,
+  // a new capture: it holds up that lane's other jobs, whose rates dip)
+  // and kSettleSeconds more have passed.
   static constexpr double kHoldSeconds = 10.0;
   static constexpr double kLevelSpacing = 0.1;
+  static constexpr double kSettleSeconds = 0.25;
 
  private:
   bool Clash(const SchedState& state, int key_a, int key_b) const {
@@ -182,6 +185,7 @@ class PackPolicy : public Policy {
   LaneLoads loads_;
   absl::flat_hash_map<JobId, double> held_until_;  // per moved job: no levelling move before this
   double next_level_ = 0;                          // no levelling move before this
+  JobId recapturing_ = 0;                          // moved, its first iteration there not done (0: none)
   mutable double next_level_check_ = 0;            // Rebalance looks at lane loads no sooner
 };
 

@@ -33,6 +33,7 @@ struct JobState {
   RunningEstimate iteration_time;  // this job's own iterations, any conditions
   bool running = false;
   int staged = 0;               // iterations started behind a running one (lookahead)
+  bool after_move = false;      // moved since its last iteration: the next one is not a measurement
   uint64_t last_start_seq = 0;  // 0: never started
 
   int lane() const { return params.lane; }

@@ -196,10 +196,17 @@ void SchedulerImpl::OnIterationDone(JobId job, int lane, double device_seconds) 
   if (state == nullptr) return;  // closed while its last iteration ran
   const bool measured = std::isfinite(device_seconds) && device_seconds > 0;
   ++state->iterations_done;
+  // The first iteration after a move runs op by op and captures the job's
+  // graph again on its new lane (the daemon; the simulator's
+  // move_capture_factor): its time is the move's cost, not a measurement
+  // of the job beside its partners.
+  const bool after_move = std::exchange(state->after_move, false);
   if (measured) {
     state->device_seconds += device_seconds;
-    if (!sample.was_paused) state->iteration_time.Add(device_seconds);
-    state_.interference.AddSample(state->key, sample, device_seconds);
+    if (!after_move) {
+      if (!sample.was_paused) state->iteration_time.Add(device_seconds);
+      state_.interference.AddSample(state->key, sample, device_seconds);
+    }
   }
   policy_->OnIterationDone(state_, *state, measured ? device_seconds : 0.0);
 }
@@ -285,6 +292,7 @@ absl::Status SchedulerImpl::MoveJob(JobId job, int lane) {
   EraseFromLane(state);
   state->params.lane = lane;
   InsertIntoLane(state);
+  state->after_move = true;
   policy_->OnJobMoved(state_, *state, from);
   return absl::OkStatus();
 }

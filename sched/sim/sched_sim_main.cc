@@ -36,6 +36,8 @@ ABSL_FLAG(int64_t, sweep_iterations, 1000, "sweep: iterations per job");
 ABSL_FLAG(std::string, interference, "mps", "r preset: mps or timeslice");
 ABSL_FLAG(double, uniform_r, 0, "if > 0, this r for every pair instead of the preset");
 ABSL_FLAG(double, switch_us, 20, "cost of switching a lane to another job, microseconds");
+ABSL_FLAG(double, move_capture_factor, 1,
+          "a moved job's next iteration takes this many times its solo time (op by op, recapture)");
 ABSL_FLAG(double, capacity_gb, 141, "device memory, GB");
 ABSL_FLAG(std::string, key_by, "model", "interference keys: model (alike jobs share) or job");
 ABSL_FLAG(double, end_s, 0, "if > 0, stop at this virtual time");
@@ -97,6 +99,7 @@ int Main() {
   options.scheduler.preemption = absl::GetFlag(FLAGS_preemption);
   options.scheduler.max_lanes = absl::GetFlag(FLAGS_max_lanes);
   options.switch_seconds = absl::GetFlag(FLAGS_switch_us) * 1e-6;
+  options.move_capture_factor = absl::GetFlag(FLAGS_move_capture_factor);
   options.capacity_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_capacity_gb) * 1e9);
   options.key_by_model = absl::GetFlag(FLAGS_key_by) == "model";
   if (absl::GetFlag(FLAGS_end_s) > 0) options.end_seconds = absl::GetFlag(FLAGS_end_s);

@@ -38,6 +38,7 @@ struct SimJob {
   bool admitted = false;
   bool finished = false;
   bool running = false;
+  bool moved = false;  // its next iteration pays SimOptions::move_capture_factor
   int64_t submitted = 0;
 };
 
@@ -222,8 +223,9 @@ void SimRun::Start(int lane_index, const Dispatch& dispatch) {
   lane.pause_requested = false;
   lane.job = it->second;
   lane.work_total =
-      job.model->solo_seconds +
+      job.model->solo_seconds * (job.moved ? options_.move_capture_factor : 1.0) +
       (lane.last_job >= 0 && lane.last_job != it->second ? options_.switch_seconds : 0.0);
+  job.moved = false;
   lane.work_done = 0;
   lane.start = now_;
   lane.paused_total = 0;
@@ -332,6 +334,7 @@ void SimRun::Rebalance() {
       continue;
     }
     job.lane = *lane;
+    job.moved = true;
     ++job.result.moves;
     ++result_.moves;
   }

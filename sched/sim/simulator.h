@@ -41,6 +41,11 @@ struct SimOptions {
   // The scheduler under test; its clock is replaced by the simulator's.
   SchedulerOptions scheduler;
   double switch_seconds = 20e-6;  // switching a lane to another job's iteration
+  // A job's first iteration after it moves to another lane takes this many
+  // times its solo time: on the GPU it runs op by op and captures its graph
+  // again on the new lane's arena (tens of ms for a model of a ms: 30 is
+  // of that order). 1: moves cost nothing.
+  double move_capture_factor = 1;
   uint64_t capacity_bytes = 141'000'000'000;
   // Jobs with no interference key in the trace get their model's name (alike
   // jobs share measurements); false: each job is measured on its own.

@@ -206,6 +206,41 @@ TEST(SimulatorTest, PackPacksASweepOfAlikeJobs) {
   EXPECT_NEAR(fifo.makespan / pack.makespan, 1.72, 0.05);
 }
 
+// Request streams of unequal cost (a client thinking between iterations),
+// placed by count so that every ResNet-50 stream shares lane 0: PACK levels
+// the lanes' loads, and although each move costs the moved job an
+// iteration 30 times its solo time (op by op and a new capture on the
+// GPU), the moves stop once the lanes are level: no churn.
+TEST(SimulatorTest, PackLevelsRequestStreamsDespiteTheCostOfAMove) {
+  std::vector<TraceJob> trace;
+  for (int i = 0; i < 24; ++i) {
+    const bool heavy = i % 4 == 0;  // lands in lane 0 each time, by count
+    TraceJob job = Job(i + 1, 0.001 * i, heavy ? "resnet50" : "fcn5", 100000);
+    job.depth = 1;
+    job.think_seconds = heavy ? 0.2 : 0.1;
+    trace.push_back(job);
+  }
+  SimOptions options = WithPolicy("pack");
+  options.move_capture_factor = 30;
+  options.end_seconds = 40;
+  options.window_start_seconds = 20;
+  options.window_end_seconds = 40;
+  const SimResult result = RunOrDie(options, trace);
+  std::map<int, double> lane_busy;
+  for (const JobResult& job : result.jobs) lane_busy[job.final_lane] += job.window_device_seconds / 20.0;
+  ASSERT_EQ(lane_busy.size(), 4u);
+  double lo = 1, hi = 0;
+  for (const auto& [lane, busy] : lane_busy) {
+    lo = std::min(lo, busy);
+    hi = std::max(hi, busy);
+  }
+  // Unlevelled, lane 0 would run 6 x 21.3 / 221.3 = 58% of the time and
+  // the others 6 x 3.0 / 103 = 17%.
+  EXPECT_LT(hi - lo, 0.15) << "lanes busy " << lo << " to " << hi;
+  EXPECT_GE(result.moves, 3);
+  EXPECT_LE(result.moves, 12) << "levelling churned";
+}
+
 TEST(SimulatorTest, ThousandJobTraceRunsUnderEveryPolicy) {
   PoissonTraceOptions poisson;
   poisson.num_jobs = 1000;
