@@ -111,6 +111,7 @@ void PackPolicy::OnJobMoved(const SchedState& state, const JobState& job, int fr
   held_until_[job.id] = state.now + kHoldSeconds;
   next_level_ = state.now + kLevelSpacing;
   recapturing_ = job.id;
+  recapture_deadline_ = state.now + kRecaptureWaitSeconds;
 }
 
 void PackPolicy::OnIterationDone(const SchedState& state, const JobState& job, double device_seconds) {
@@ -306,7 +307,8 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
 
   // Level: with every lane taken and nothing else to do, the busiest lane
   // gives the least busy one a job (one move per kLevelSpacing).
-  if (!changes.empty() || existing < 2 || num_lanes < max_lanes_ || state.now < next_level_ || recapturing_ != 0) {
+  const bool awaiting_capture = recapturing_ != 0 && state.now < recapture_deadline_;
+  if (!changes.empty() || existing < 2 || num_lanes < max_lanes_ || state.now < next_level_ || awaiting_capture) {
     return changes;
   }
   for (int lane = 0; lane < existing; ++lane) {

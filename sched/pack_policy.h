@@ -169,6 +169,8 @@ class PackPolicy : public Policy {
   static constexpr double kHoldSeconds = 10.0;
   static constexpr double kLevelSpacing = 0.1;
   static constexpr double kSettleSeconds = 0.25;
+  // ... or until this long after the move, if the moved job stays idle.
+  static constexpr double kRecaptureWaitSeconds = 1.0;
 
  private:
   bool Clash(const SchedState& state, int key_a, int key_b) const {
@@ -186,6 +188,7 @@ class PackPolicy : public Policy {
   absl::flat_hash_map<JobId, double> held_until_;  // per moved job: no levelling move before this
   double next_level_ = 0;                          // no levelling move before this
   JobId recapturing_ = 0;                          // moved, its first iteration there not done (0: none)
+  double recapture_deadline_ = 0;                  // levelling waits for recapturing_ until then
   mutable double next_level_check_ = 0;            // Rebalance looks at lane loads no sooner
 };
 

@@ -240,6 +240,22 @@ TEST_F(PackPolicyTest, AMovedJobIsHeldAndMovesAreSpaced) {
   EXPECT_EQ(changes[0].from_lane, 1);
 }
 
+TEST_F(PackPolicyTest, AMovedJobThatStaysIdleDoesNotStopLevelling) {
+  Add(1, "heavy", 0);
+  Add(2, "heavy", 0);
+  Add(5, "heavy", 0);
+  Add(3, "light", 1);
+  Add(4, "light", 2);
+  RunLoads(*scheduler_, *clock_, {{1, 0, 0.3}, {2, 0, 0.3}, {5, 0, 0.3}, {3, 1, 0.05}, {4, 2, 0.05}}, 300);
+  ASSERT_TRUE(scheduler_->MoveJob(1, 1).ok());
+  // Job 1 never runs on its new lane (its client went quiet): levelling
+  // waits for its first iteration there only kRecaptureWaitSeconds.
+  RunLoads(*scheduler_, *clock_, {{2, 0, 0.4}, {5, 0, 0.4}, {3, 1, 0.05}, {4, 2, 0.05}}, 300);
+  std::vector<LaneChange> changes = scheduler_->Rebalance(3);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].from_lane, 0);
+}
+
 TEST_F(PackPolicyTest, AnIterationOfACaptureDoesNotMakeAJobLookCostly) {
   // Equal lanes; then job 1 runs one iteration 50 times its usual device
   // time (op by op, capturing its graph again, as after a move): counted
