@@ -2,15 +2,20 @@
 """PyTorch's bfloat16 convolutions of the op table's rows, NCHW against channels_last.
 
 Times, with cudnn.benchmark on, each row's forward and backward (grad_input and
-grad_weight) replayed 50 times from one CUDA graph, in both memory formats, and
-prints cuDNN's version: what layout PyTorch's own fastest kernels need, next to
-Tandem's NCHW graphs (bench/results/README.md, tenth run). GPU only.
+grad_weight) replayed from a CUDA graph (torch_ops.py's Timer: warm-up, median
+of timed batches), in both memory formats, and prints cuDNN's version: what
+layout PyTorch's own fastest kernels need, next to Tandem's NCHW graphs
+(bench/results/README.md, tenth run). GPU only.
 
     python3 bench/ops/torch_conv_layouts.py
 """
-import time
+import os
+import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_ops  # noqa: E402  (its Timer, with its default timing flags)
 
 ROWS = {  # name: (batch, in channels, height = width, out channels, bias)
     "r50.layer1.conv2": (32, 64, 56, 64, False),
@@ -18,33 +23,13 @@ ROWS = {  # name: (batch, in channels, height = width, out channels, bias)
 }
 
 
-def graph_ms(step, n=50):
-    for _ in range(5):
-        step()
-    torch.cuda.synchronize()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(n):
-            step()
-    graph.replay()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    graph.replay()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / n * 1e3
-
-
 def main():
     if not torch.cuda.is_available():
         raise SystemExit("torch_conv_layouts: no CUDA device")
     torch.backends.cudnn.benchmark = True
     print("torch", torch.__version__, "cudnn", torch.backends.cudnn.version(), flush=True)
+    timer = torch_ops.Timer("cuda", torch_ops.parse_args([]))
+    graph_ms = lambda fn: timer.measure(fn)["graph_ms"]  # noqa: E731
     for name, (n, c, hw, o, bias) in ROWS.items():
         for layout in ("nchw", "channels_last"):
             fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
