@@ -411,14 +411,10 @@ cudaError_t LaunchHalfSoftmax(DType dtype, bool log, int64_t outer, int64_t size
     using H = decltype(tag);
     const H* x = static_cast<const H*>(in);
     H* y = static_cast<H*>(out);
-    const auto tile = [&]<bool kLog>() {
-      return inner == 1 &&
-             DispatchRowTile<H, 4>(size, AllAligned16({in, out}), [&]<int kThreadsPerRow, int kPacks, int kRows>() {
-               SoftmaxTileKernel<H, kLog, kThreadsPerRow, kPacks, kRows>
-                   <<<RowBlocks<kThreadsPerRow, kRows>(outer), kThreads, 0, stream>>>(outer, size, false, x, y);
-             });
-    };
-    if (log ? tile.template operator()<true>() : tile.template operator()<false>()) return;
+    if (inner == 1 && (log ? LaunchSoftmaxTile<H, true>(outer, size, false, x, y, stream)
+                           : LaunchSoftmaxTile<H, false>(outer, size, false, x, y, stream))) {
+      return;
+    }
     LaunchRows(rows, size, stream, [&]<int kThreadsPerRow>(int64_t blocks, cudaStream_t s) {
       HalfSoftmaxKernel<kThreadsPerRow, H><<<blocks, kThreads, 0, s>>>(log, rows, size, inner,
                                                                        static_cast<const H*>(in), static_cast<H*>(out));
@@ -437,15 +433,10 @@ cudaError_t LaunchHalfSoftmaxBackward(DType dtype, bool log, int64_t outer, int6
     const H* g = static_cast<const H*>(grad);
     const H* o = static_cast<const H*>(output);
     H* r = static_cast<H*>(grad_in);
-    const auto tile = [&]<bool kLog>() {
-      return inner == 1 && DispatchRowTile<H, 4>(size, AllAligned16({grad, output, grad_in}),
-                                                 [&]<int kThreadsPerRow, int kPacks, int kRows>() {
-                                                   SoftmaxBackwardTileKernel<H, kLog, kThreadsPerRow, kPacks, kRows>
-                                                       <<<RowBlocks<kThreadsPerRow, kRows>(outer), kThreads, 0,
-                                                          stream>>>(outer, size, g, o, r);
-                                                 });
-    };
-    if (log ? tile.template operator()<true>() : tile.template operator()<false>()) return;
+    if (inner == 1 && (log ? LaunchSoftmaxBackwardTile<H, true>(outer, size, g, o, r, stream)
+                           : LaunchSoftmaxBackwardTile<H, false>(outer, size, g, o, r, stream))) {
+      return;
+    }
     LaunchRows(rows, size, stream, [&]<int kThreadsPerRow>(int64_t blocks, cudaStream_t s) {
       HalfSoftmaxBackwardKernel<kThreadsPerRow, H><<<blocks, kThreads, 0, s>>>(
           log, rows, size, inner, static_cast<const H*>(grad), static_cast<const H*>(output),

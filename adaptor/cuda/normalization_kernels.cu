@@ -278,14 +278,8 @@ cudaError_t SoftmaxForward(DType dtype, int64_t outer, int64_t size, int64_t inn
           <<<Blocks(outer * inner), kThreads, 0, stream>>>(outer, size, inner, zero_if_all_neg_inf, x, y);
       return;
     }
+    if (LaunchSoftmaxTile<T, kLog>(outer, size, zero_if_all_neg_inf, x, y, stream)) return;
     const bool vectorizable = AllAligned16({in, out}) && size % Vec16<T>::kCount == 0;
-    const bool tiled =
-        DispatchRowTile<T, 4>(size, vectorizable, [&]<int kThreadsPerRow, int kPacks, int kRows>() {
-          SoftmaxTileKernel<T, kLog, kThreadsPerRow, kPacks, kRows>
-              <<<RowBlocks<kThreadsPerRow, kRows>(outer), kThreads, 0, stream>>>(outer, size, zero_if_all_neg_inf, x,
-                                                                                 y);
-        });
-    if (tiled) return;
     const int64_t row_bytes = size * static_cast<int64_t>(sizeof(T));
     if (vectorizable && row_bytes <= kLongRowBytes) {
       SoftmaxLongRowKernel<T, kLog><<<Blocks(outer, 1), kLongRowThreads, row_bytes, stream>>>(
@@ -314,13 +308,7 @@ cudaError_t SoftmaxBackward(DType dtype, int64_t outer, int64_t size, int64_t in
       SoftmaxBackwardColumnKernel<T, kLog><<<Blocks(outer * inner), kThreads, 0, stream>>>(outer, size, inner, g, o, r);
       return;
     }
-    const bool tiled = DispatchRowTile<T, 4>(size, AllAligned16({grad, y, grad_in}),
-                                             [&]<int kThreadsPerRow, int kPacks, int kRows>() {
-                                               SoftmaxBackwardTileKernel<T, kLog, kThreadsPerRow, kPacks, kRows>
-                                                   <<<RowBlocks<kThreadsPerRow, kRows>(outer), kThreads, 0, stream>>>(
-                                                       outer, size, g, o, r);
-                                             });
-    if (tiled) return;
+    if (LaunchSoftmaxBackwardTile<T, kLog>(outer, size, g, o, r, stream)) return;
     const int64_t row_bytes = size * static_cast<int64_t>(sizeof(T));
     if (AllAligned16({grad, y, grad_in}) && size % Vec16<T>::kCount == 0 && row_bytes <= kLongRowBytes) {
       SoftmaxBackwardLongRowKernel<T, kLog><<<Blocks(outer, 1), kLongRowThreads, row_bytes, stream>>>(outer, size, g,

@@ -9,8 +9,9 @@
 // computes them); for float32 and float64 that array is the tile itself
 // once compiled.
 //
-// Also the formulas that the other softmax kernels share (AllNegInf,
-// BackwardTerm, BackwardValue).
+// Their launchers (LaunchSoftmaxTile, LaunchSoftmaxBackwardTile), and the
+// formulas that the other softmax kernels share (AllNegInf, BackwardTerm,
+// BackwardValue).
 #ifndef TANDEM_ADAPTOR_CUDA_SOFTMAX_TILE_KERNELS_CUH_
 #define TANDEM_ADAPTOR_CUDA_SOFTMAX_TILE_KERNELS_CUH_
 
@@ -218,6 +219,30 @@ __global__ void __launch_bounds__(kThreads)
       gt[q].Store(grad_in + row * size, lane, row_packs);
     }
   }
+}
+
+// Launches the tile kernel for `outer` contiguous rows of `size` elements
+// when a row fits a tile (DispatchRowTile) and the pointers are 16-byte
+// aligned; false, launching nothing, otherwise.
+template <typename S, bool kLog>
+bool LaunchSoftmaxTile(int64_t outer, int64_t size, bool zero_if_all_neg_inf, const S* in, S* out,
+                       cudaStream_t stream) {
+  return DispatchRowTile<S, 4>(size, AllAligned16({in, out}), [&]<int kThreadsPerRow, int kPacks, int kRows>() {
+    SoftmaxTileKernel<S, kLog, kThreadsPerRow, kPacks, kRows>
+        <<<RowBlocks<kThreadsPerRow, kRows>(outer), kThreads, 0, stream>>>(outer, size, zero_if_all_neg_inf, in,
+                                                                           out);
+  });
+}
+
+template <typename S, bool kLog>
+bool LaunchSoftmaxBackwardTile(int64_t outer, int64_t size, const S* grad, const S* y, S* grad_in,
+                               cudaStream_t stream) {
+  return DispatchRowTile<S, 4>(size, AllAligned16({grad, y, grad_in}),
+                               [&]<int kThreadsPerRow, int kPacks, int kRows>() {
+                                 SoftmaxBackwardTileKernel<S, kLog, kThreadsPerRow, kPacks, kRows>
+                                     <<<RowBlocks<kThreadsPerRow, kRows>(outer), kThreads, 0, stream>>>(
+                                         outer, size, grad, y, grad_in);
+                               });
 }
 
 }  // namespace tandem::cuda
