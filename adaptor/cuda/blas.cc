@@ -6,13 +6,16 @@
 #include <array>
 #include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <memory>
+#include <string>
 #include <optional>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "adaptor/cuda/launch.h"
+#include "base/log.h"
 #include "base/status_macros.h"
 #include "device/cuda/cuda_status.h"
 
@@ -144,6 +147,61 @@ struct Scalars {
   const void* beta(DType t) const { return ComputesInDouble(t) ? static_cast<const void*>(&d[1]) : &f[1]; }
 };
 
+// How algorithms are chosen: measured by default (the heuristics' first
+// kCandidates run on the call's own operands, the first time a problem runs
+// on a stream, and the fastest kept when it beats the heuristics' first
+// choice by more than 3%), or the heuristics' first choice alone with
+// TANDEM_BLAS_ALGOS=heuristic in the daemon's environment.
+bool MeasureAlgorithms() {
+  static const bool measure = [] {
+    const char* mode = std::getenv("TANDEM_BLAS_ALGOS");
+    return mode == nullptr || std::string(mode) != "heuristic";
+  }();
+  return measure;
+}
+
+constexpr int kCandidates = 8;
+
+bool Capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    cudaGetLastError();
+    return true;  // unknown: do not synchronize
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// The best of three timed runs of `run` after one untimed, in milliseconds;
+// negative when a run fails.
+template <typename Run>
+float TimeRuns(cudaStream_t stream, Run&& run) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
+    cudaGetLastError();
+    if (start != nullptr) cudaEventDestroy(start);
+    return -1.0f;
+  }
+  float best = -1.0f;
+  for (int i = 0; i < 4; ++i) {
+    cudaEventRecord(start, stream);
+    if (run() != CUBLAS_STATUS_SUCCESS) {
+      best = -1.0f;
+      break;
+    }
+    cudaEventRecord(stop, stream);
+    float ms = 0.0f;
+    if (cudaEventSynchronize(stop) != cudaSuccess || cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
+      best = -1.0f;
+      break;
+    }
+    if (i > 0 && (best < 0 || ms < best)) best = ms;
+  }
+  cudaGetLastError();
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return best;
+}
+
 absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s, const Scalars& scalars,
                       bool* no_algorithm) {
   const cudaDataType_t type = DataType(s.dtype);
@@ -196,15 +254,42 @@ absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s
       BLAS_RETURN_IF_ERROR(
           cublasLtMatmulPreferenceSetAttribute(descs.pref, attrs[i], &align[i], sizeof(align[i])));
     }
-    cublasLtMatmulHeuristicResult_t result = {};
+    cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
     int found = 0;
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(state.lt, descs.op, descs.x, descs.y, descs.d,
-                                                                 descs.d, descs.pref, 1, &result, &found);
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        state.lt, descs.op, descs.x, descs.y, descs.d, descs.d, descs.pref, kCandidates, results, &found);
     std::optional<cublasLtMatmulAlgo_t> algo;
     if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
-      algo = result.algo;
+      algo = results[0].algo;
     } else if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED) {
       return BlasStatus(status, "cublasLtMatmulAlgoGetHeuristic");
+    }
+    // Repeated runs must leave out as one run does: not when out is also
+    // the c it accumulates into.
+    const bool repeatable = !(use_c && c == s.out);
+    if (algo.has_value() && found > 1 && repeatable && MeasureAlgorithms() && !Capturing(stream)) {
+      const auto run = [&](const cublasLtMatmulAlgo_t& a) {
+        return cublasLtMatmul(state.lt, descs.op, scalars.alpha(s.dtype), s.b, descs.x, s.a, descs.y,
+                              scalars.beta(s.dtype), c, descs.d, s.out, descs.d, &a, state.workspace,
+                              kBlasWorkspaceBytes, stream);
+      };
+      const float first_ms = TimeRuns(stream, [&] { return run(results[0].algo); });
+      float best_ms = first_ms * 0.97f;
+      int best = 0;
+      for (int i = 1; first_ms >= 0 && i < found; ++i) {
+        const float ms = TimeRuns(stream, [&] { return run(results[i].algo); });
+        if (ms >= 0 && ms < best_ms) {
+          best_ms = ms;
+          best = i;
+        }
+      }
+      if (first_ms >= 0) algo = results[best].algo;
+      TLOG_DEBUG("cuBLASLt algorithms timed")
+          .With("problem", absl::StrCat(s.batch, "x[", s.n, ",", s.k, "]@[", s.k, ",", s.m, "]"))
+          .With("candidates", found)
+          .With("heuristic_ms", first_ms)
+          .With("chosen", best == 0 ? std::string("the heuristic's first")
+                                    : absl::StrCat("candidate ", best, " ", best_ms, " ms"));
     }
     it = state.algos.emplace(key, algo).first;
   }

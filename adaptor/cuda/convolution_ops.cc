@@ -550,8 +550,9 @@ void TryEngines(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t s
   filter.allow_tf32 = plan.allow_tf32;
   filter.deterministic = plan.deterministic;
   filter.max_workspace = limit;
+  EngineSearchStats stats;
   absl::StatusOr<std::vector<std::unique_ptr<EnginePlan>>> plans =
-      ConvEnginePlans(state.handle, dir, plan.shape, filter);
+      ConvEnginePlans(state.handle, dir, plan.shape, filter, &stats);
   if (!plans.ok() || plans->empty()) {
     TLOG_DEBUG("cuDNN graph API: no engine")
         .With("direction", DirectionName(dir))
@@ -580,6 +581,8 @@ void TryEngines(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t s
   TLOG_DEBUG("cuDNN graph API engines timed")
       .With("direction", DirectionName(dir))
       .With("engines", plans->size())
+      .With("looked_at", absl::StrCat(stats.configs, " configs: ", stats.refused_notes, " refused for notes, ",
+                                      stats.not_built, " not built, ", stats.over_workspace, " over workspace"))
       .With("algorithm_ms", algo_ms)
       .With("chosen", best != nullptr ? absl::StrCat("engine ", (*best)->engine_index(), " ", best_ms, " ms")
                                       : std::string("the algorithm"));

@@ -185,7 +185,8 @@ cudnnStatus_t EnginePlan::Run(cudnnHandle_t handle, const void* x, const void* w
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 absl::StatusOr<std::vector<std::unique_ptr<EnginePlan>>> ConvEnginePlans(cudnnHandle_t handle, ConvDirection dir,
                                                                          const ConvShape& shape,
-                                                                         const EngineFilter& filter) {
+                                                                         const EngineFilter& filter,
+                                                                         EngineSearchStats* stats) {
   Descriptor x = Tensor(kX, shape.data, shape.x);
   Descriptor w = Tensor(kW, shape.data, shape.w);
   Descriptor y = Tensor(kY, shape.data, shape.y);
@@ -218,52 +219,69 @@ absl::StatusOr<std::vector<std::unique_ptr<EnginePlan>>> ConvEnginePlans(cudnnHa
   const cudnnBackendDescriptor_t graph_d = graph.get();
   // What the plans are built from lives as long as the last of them.
   auto parts = std::make_shared<std::vector<Descriptor>>();
-  const cudnnBackendHeurMode_t heur_mode = CUDNN_HEUR_MODE_A;
-  Descriptor heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  heur.Set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph_d)
-      .Set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &heur_mode)
-      .Finalize();
-  if (heur.status() != CUDNN_STATUS_SUCCESS) return plans;  // no engine for this graph
-  int64_t count = 0;
-  if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                               nullptr) != CUDNN_STATUS_SUCCESS ||
-      count <= 0) {
-    return plans;
-  }
-  std::vector<Descriptor> configs;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < count; ++i) {
-    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-    raw.push_back(configs.back().get());
-  }
-  int64_t returned = 0;
-  if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
-                               &returned, raw.data()) != CUDNN_STATUS_SUCCESS) {
-    return plans;
-  }
-  for (int64_t i = 0; i < std::min(returned, count) && static_cast<int>(plans.size()) < filter.max_plans; ++i) {
-    Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-    cudnnBackendDescriptor_t engine_d = engine.get();
-    int64_t got = 0;
-    if (cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
-                                 &engine_d) != CUDNN_STATUS_SUCCESS ||
-        !NotesAllowed(engine_d, shape, filter)) {
-      continue;
-    }
-    int64_t index = -1;
-    cudnnBackendGetAttribute(engine_d, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got, &index);
-    Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-    plan.Set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)
-        .Set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw[i])
+  EngineSearchStats counted;
+  EngineSearchStats& tally = stats != nullptr ? *stats : counted;
+  tally = EngineSearchStats{};
+  std::vector<int64_t> seen;  // engines already taken (a fallback may repeat one of mode A)
+  // Mode A's ranking first, then the fallback list, filter.max_plans plans
+  // from each at most.
+  for (const cudnnBackendHeurMode_t heur_mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    Descriptor heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+    heur.Set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph_d)
+        .Set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &heur_mode)
         .Finalize();
-    if (plan.status() != CUDNN_STATUS_SUCCESS) continue;  // the engine does not build here
-    int64_t workspace = 0;
-    if (cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got,
-                                 &workspace) != CUDNN_STATUS_SUCCESS ||
-        workspace < 0 || static_cast<size_t>(workspace) > filter.max_workspace) {
+    if (heur.status() != CUDNN_STATUS_SUCCESS) continue;  // no engine of this mode for the graph
+    int64_t count = 0;
+    if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
+                                 &count, nullptr) != CUDNN_STATUS_SUCCESS ||
+        count <= 0) {
       continue;
     }
-    plans.push_back(std::make_unique<EnginePlan>(plan.release(), configs[i].release(), parts, workspace, index));
+    std::vector<Descriptor> configs;
+    std::vector<cudnnBackendDescriptor_t> raw;
+    for (int64_t i = 0; i < count; ++i) {
+      configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+      raw.push_back(configs.back().get());
+    }
+    int64_t returned = 0;
+    if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
+                                 &returned, raw.data()) != CUDNN_STATUS_SUCCESS) {
+      continue;
+    }
+    int taken = 0;
+    for (int64_t i = 0; i < std::min(returned, count) && taken < filter.max_plans; ++i) {
+      ++tally.configs;
+      Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+      cudnnBackendDescriptor_t engine_d = engine.get();
+      int64_t got = 0;
+      if (cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
+                                   &engine_d) != CUDNN_STATUS_SUCCESS ||
+          !NotesAllowed(engine_d, shape, filter)) {
+        ++tally.refused_notes;
+        continue;
+      }
+      int64_t index = -1;
+      cudnnBackendGetAttribute(engine_d, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got, &index);
+      if (std::find(seen.begin(), seen.end(), index) != seen.end()) continue;
+      Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+      plan.Set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)
+          .Set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw[i])
+          .Finalize();
+      if (plan.status() != CUDNN_STATUS_SUCCESS) {  // the engine does not build here
+        ++tally.not_built;
+        continue;
+      }
+      int64_t workspace = 0;
+      if (cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got,
+                                   &workspace) != CUDNN_STATUS_SUCCESS ||
+          workspace < 0 || static_cast<size_t>(workspace) > filter.max_workspace) {
+        ++tally.over_workspace;
+        continue;
+      }
+      seen.push_back(index);
+      ++taken;
+      plans.push_back(std::make_unique<EnginePlan>(plan.release(), configs[i].release(), parts, workspace, index));
+    }
   }
   if (!plans.empty()) {
     for (Descriptor* d : {&x, &w, &y, &conv, &op, &graph}) parts->push_back(std::move(*d));

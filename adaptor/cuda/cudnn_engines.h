@@ -44,7 +44,17 @@ struct EngineFilter {
   bool allow_tf32 = false;     // float32 data may use tensor cores (TF32)
   bool deterministic = false;  // only engines whose results repeat bit for bit
   size_t max_workspace = 0;    // bytes
-  int max_plans = 8;           // the heuristics' first this many that pass
+  int max_plans = 8;           // per heuristic mode: its first this many that pass
+};
+
+// What a search looked at (for the debug log): configurations read, and
+// those refused for their numerical notes, not built here, or needing more
+// than the workspace allowed.
+struct EngineSearchStats {
+  int configs = 0;
+  int refused_notes = 0;
+  int not_built = 0;
+  int over_workspace = 0;
 };
 
 // An execution plan (owned; destroyed with the object).
@@ -74,12 +84,14 @@ class EnginePlan {
   int64_t engine_index_;
 };
 
-// The plans of the engines cuDNN's heuristics (mode A) rank first for
-// `dir` of `shape`, best first, after the filter; empty when cuDNN builds
-// none. An error only when the operation graph itself cannot be built.
+// The plans of the engines cuDNN's heuristics rank first for `dir` of
+// `shape` after the filter: mode A's ranking, best first, then the engines
+// of cuDNN's fallback list that mode A did not name; empty when cuDNN builds none. An error only when the operation graph
+// itself cannot be built. `stats`, when given, counts what was looked at.
 absl::StatusOr<std::vector<std::unique_ptr<EnginePlan>>> ConvEnginePlans(cudnnHandle_t handle, ConvDirection dir,
                                                                          const ConvShape& shape,
-                                                                         const EngineFilter& filter);
+                                                                         const EngineFilter& filter,
+                                                                         EngineSearchStats* stats = nullptr);
 
 }  // namespace tandem::cuda
 
