@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "base/log.h"
 #include "base/status_macros.h"
+#include "device/conv_workspace.h"
 #include "device/cpu_device.h"
 #include "device/cuda_device.h"
 #include "proto/status_convert.h"
@@ -88,13 +89,14 @@ absl::StatusOr<std::unique_ptr<Service>> Service::Create(const DaemonOptions& op
     } else if (info.backend == device::Backend::kCuda) {
       // What the context and other processes already hold, plus what the
       // libraries allocate per lane stream on first use: cuBLAS(Lt)'s 32 MiB
-      // workspace, cuDNN's convolution workspace (1 GiB by default, which the
-      // algorithm search takes when it can; it settles for less when it
-      // cannot) and handles, and 512 MiB of slack for cuDNN's own
-      // allocations. Measured on an H200: two ResNet-50 lanes ran out with
-      // 64 MiB per lane.
+      // workspace, cuDNN's convolution workspace (device::ConvWorkspaceLimitBytes:
+      // 2 GiB on an H200, which the algorithm search takes when it can; it
+      // settles for less when it cannot) and 64 MiB for handles, and 512 MiB
+      // of slack for cuDNN's own allocations. Measured on an H200: two
+      // ResNet-50 lanes ran out with 64 MiB per lane.
       uint64_t in_use = info.capacity_bytes - std::min(info.capacity_bytes, dev->FreeBytes());
-      mem.reserve_bytes = in_use + static_cast<uint64_t>(options.max_lanes) * 1120 * kMiB + 512 * kMiB;
+      const uint64_t per_lane = device::ConvWorkspaceLimitBytes(info.capacity_bytes) + 96 * kMiB;
+      mem.reserve_bytes = in_use + static_cast<uint64_t>(options.max_lanes) * per_lane + 512 * kMiB;
     }
     ASSIGN_OR_RETURN(rt->memory, memory::DeviceMemory::Create(*dev, mem));
     // One iteration per lane runs; max_inflight_per_lane - 1 more may wait

@@ -24,7 +24,7 @@
 // call's own tensors, cudnnFind*AlgorithmEx, keeping the fastest algorithm
 // of the allowed math type (deterministic ones only when the node's
 // `deterministic` attribute is true) that needs at most
-// WorkspaceLimitBytes() of workspace; TANDEM_CUDNN_ALGOS=heuristic takes
+// device::ConvWorkspaceLimitBytes() of workspace; TANDEM_CUDNN_ALGOS=heuristic takes
 // cuDNN's heuristics, cudnnGet*Algorithm_v7, instead), and the workspace.
 // A measured choice also times cuDNN's graph-API engines for the direction
 // (cudnn_engines.h) against that algorithm and keeps an engine that beats
@@ -54,23 +54,15 @@
 #include "adaptor/ops/cnn_rules.h"
 #include "base/log.h"
 #include "base/status_macros.h"
+#include "device/conv_workspace.h"
 
 namespace tandem::cuda {
 namespace {
 
 // The most workspace one convolution may use (algorithms that need more are
-// skipped): TANDEM_CUDNN_WORKSPACE_MIB in the daemon's environment, 1 GiB
-// by default (the fastest algorithms of VGG's 224x224 layers need several
-// hundred MiB). The search takes what the device can still give, halving
-// down to kMinSearchWorkspaceBytes.
-size_t WorkspaceLimitBytes() {
-  static const size_t limit = [] {
-    const char* mib = std::getenv("TANDEM_CUDNN_WORKSPACE_MIB");
-    const long value = mib != nullptr ? std::strtol(mib, nullptr, 10) : 0;
-    return value > 0 ? static_cast<size_t>(value) << 20 : size_t{1} << 30;
-  }();
-  return limit;
-}
+// skipped) is device::ConvWorkspaceLimitBytes() of the stream's device (2
+// GiB on an H200; TANDEM_CUDNN_WORKSPACE_MIB sets it). The search takes
+// what the device can still give, halving down to kMinSearchWorkspaceBytes.
 constexpr size_t kMinSearchWorkspaceBytes = size_t{64} << 20;
 
 absl::Status CudnnStatus(cudnnStatus_t status, absl::string_view call) {
@@ -159,6 +151,9 @@ class CudnnState final : public device::CudaStream::Attachment {
     CUDA_RETURN_IF_ERROR(cudaSetDevice(stream.ordinal()));
     CUDNN_RETURN_IF_ERROR(cudnnCreate(&state->handle));
     CUDNN_RETURN_IF_ERROR(cudnnSetStream(state->handle, stream.native()));
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+    state->workspace_limit = static_cast<size_t>(device::ConvWorkspaceLimitBytes(total_bytes));
     CudnnState* raw = state.get();
     stream.Attach(&kKey, std::move(state));
     return raw;
@@ -199,6 +194,7 @@ class CudnnState final : public device::CudaStream::Attachment {
   }
 
   cudnnHandle_t handle = nullptr;
+  size_t workspace_limit = 0;  // bytes; device::ConvWorkspaceLimitBytes() of the stream's device
   absl::flat_hash_map<PlanKey, std::unique_ptr<ConvPlan>> plans;
 
  private:
@@ -630,7 +626,7 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
   if (!slot.has_value()) {
     if (Capturing(stream)) return CaptureMiss("a new algorithm choice");
     std::vector<Candidate> candidates;
-    size_t limit = WorkspaceLimitBytes();
+    size_t limit = state.workspace_limit;
     if (MeasureAlgorithms()) {
       size_t search_bytes = 0;
       ASSIGN_OR_RETURN(void* search_space, state.SearchWorkspace(limit, stream, &search_bytes));

@@ -138,7 +138,7 @@ bool DispatchRowTile(int64_t size, bool vectorizable, Launch&& launch) {
   if (packs <= 16) {
     launch.template operator()<16, 1, 2>();
   } else if (packs <= 32) {
-    launch.template operator()<32, 1, 4>();
+    launch.template operator()<32, 1, 2>();
   } else if (packs <= 64) {
     launch.template operator()<32, 2, 2>();
   } else if (packs <= 128) {
