@@ -83,22 +83,25 @@ struct WideTile {
   }
 };
 
-// Blocks per multiprocessor the forward asks of the compiler: a float32
-// warp tile of at most two packs per thread in all (rows of up to 32 packs)
-// fits 32 registers, and so 8 blocks of kThreads (every thread slot) per
-// multiprocessor. Without the bound it took 40 registers (6 blocks; ncu on
-// an H200: 58% achieved occupancy against PyTorch's 70% for log_softmax of
-// [32768, 128]). Not for the backward, float64, 16-bit or block tiles:
-// `nvcc -Xptxas -v` shows them spilling 120-470 bytes at 32.
-template <typename S, int kThreadsPerRow, int kPacks, int kRows>
+// Blocks per multiprocessor the softmax forward asks of the compiler: a
+// float32 warp tile of at most two packs per thread in all (rows of up to
+// 32 packs) fits 32 registers without spilling, and so 8 blocks of kThreads
+// (every thread slot) per multiprocessor instead of 6 at 40 registers. On an
+// H200, softmax of [32768, 128]: 9.7 -> 8.8 us (PyTorch 9.4). Not for
+// log_softmax, whose forward spills 20 bytes at 32 registers and measured
+// no faster (9.6-9.9 -> 10.0 us; ncu: achieved occupancy 58% -> 75%), nor
+// the backward, float64, 16-bit or block tiles (`nvcc -Xptxas -v`: they
+// spill 120-470 bytes at 32); 0 leaves the compiler unbounded (an explicit 1
+// let it take 44 registers for log_softmax).
+template <typename S, bool kLog, int kThreadsPerRow, int kPacks, int kRows>
 inline constexpr int kForwardMinBlocks =
-    std::is_same_v<S, float> && kThreadsPerRow <= 32 && kPacks * kRows <= 2 ? 8 : 1;
+    std::is_same_v<S, float> && !kLog && kThreadsPerRow == 32 && kPacks * kRows <= 2 ? 8 : 0;
 
 // A row tile per row, kRows rows per warp or block at once: y = exp(x -
 // max) / sum (kLog: x - max - log(sum)). With `zero_if_all_neg_inf`
 // (softmax only), a row of all -inf is zeros.
 template <typename S, bool kLog, int kThreadsPerRow, int kPacks, int kRows>
-__global__ void __launch_bounds__(kThreads, kForwardMinBlocks<S, kThreadsPerRow, kPacks, kRows>)
+__global__ void __launch_bounds__(kThreads, kForwardMinBlocks<S, kLog, kThreadsPerRow, kPacks, kRows>)
     SoftmaxTileKernel(int64_t rows, int64_t size, bool zero_if_all_neg_inf, const S* in, S* out) {
   using Tile = RowTile<S, kThreadsPerRow, kPacks>;
   using Wide = WideTile<S, kThreadsPerRow, kPacks>;

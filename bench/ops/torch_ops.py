@@ -69,10 +69,14 @@ class Row:
 
 class Case:
     """`fn()` runs the op once. Bytes (memory rows): `bytes`, else the bytes of
-    `reads` plus those of fn's outputs. `alt`: (label, fn) of another path."""
+    `reads` plus those of fn's outputs. `alt`: (label, fn) of another path.
+    `calls`: how many calls (each with its own output) one timed run makes,
+    times reported per call: op_bench's rows that run copies of their op
+    per iteration (ops_per_run) get the same here, so that both sides write
+    as many distinct bytes and neither keeps its output in L2 alone."""
 
-    def __init__(self, fn, reads=(), bytes=None, alt=None):
-        self.fn, self.reads, self.bytes, self.alt = fn, list(reads), bytes, alt
+    def __init__(self, fn, reads=(), bytes=None, alt=None, calls=1):
+        self.fn, self.reads, self.bytes, self.alt, self.calls = fn, list(reads), bytes, alt, calls
 
 
 class Maker:
@@ -277,16 +281,23 @@ def layer_norm_rows(name, shape):
                 f"dy{dims(shape)} x{dims(shape)} normalized{dims([width])}", 0.0, build_bwd)]
 
 
+# op_bench runs its embedding rows as 8 copies per iteration (op_rows.cc,
+# kCopies: the error word's clear and read-back spread over them).
+EMBEDDING_COPIES = 8
+
+
 def embedding_rows(name, vocab, width, tokens):
     def build_fwd(mk):
         weight, indices = mk.uniform(vocab, width), mk.labels(vocab, *tokens)
         out_bytes = indices.numel() * width * weight.element_size()
         # Only the gathered rows are read: as many bytes as written.
-        return Case(lambda: aten.embedding(weight, indices), bytes=nbytes(indices) + 2 * out_bytes)
+        return Case(lambda: aten.embedding(weight, indices), bytes=nbytes(indices) + 2 * out_bytes,
+                    calls=EMBEDDING_COPIES)
 
     def build_bwd(mk):
         grad, indices = mk.uniform(*tokens, width), mk.labels(vocab, *tokens)
-        return Case(lambda: aten.embedding_dense_backward(grad, indices, vocab, -1, False), reads=[grad, indices])
+        return Case(lambda: aten.embedding_dense_backward(grad, indices, vocab, -1, False), reads=[grad, indices],
+                    calls=EMBEDDING_COPIES)
 
     return [Row(name + ".fwd", "embedding", "memory", f"weight{dims([vocab, width])} indices{dims(tokens)}", 0.0,
                 build_fwd),
@@ -454,6 +465,17 @@ def rate(row, nbytes_moved, ms):
     return row.flops / (ms * 1e9) if row.kind == "compute" else nbytes_moved / (ms * 1e6)
 
 
+def per_call(result, calls):
+    """A measure() result of runs of `calls` calls, per call."""
+    for key in ("eager_ms", "graph_ms"):
+        if result.get(key):
+            result[key] /= calls
+    for key in ("eager_batch_ms", "graph_batch_ms"):
+        if result.get(key):
+            result[key] = [ms / calls for ms in result[key]]
+    return result
+
+
 def run_row(row, mk, timer):
     case = row.build(mk)
     out = {"name": row.name, "op": row.op, "kind": row.kind, "shapes": row.shapes, "flops": row.flops}
@@ -465,7 +487,11 @@ def run_row(row, mk, timer):
             out["bytes"] = float(sum(nbytes(t) for t in case.reads) + sum(nbytes(t) for t in outputs))
     else:
         out["bytes"] = 0.0
-    out.update(timer.measure(case.fn))
+    if case.calls == 1:
+        out.update(timer.measure(case.fn))
+    else:
+        out.update(per_call(timer.measure(lambda: [case.fn() for _ in range(case.calls)]), case.calls))
+        out["calls_per_run"] = case.calls
     best = out.get("graph_ms") or out["eager_ms"]
     key = "tflops" if row.kind == "compute" else "gbs"
     out[key] = rate(row, out["bytes"], best)
