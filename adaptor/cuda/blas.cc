@@ -15,6 +15,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "adaptor/cuda/launch.h"
+#include "adaptor/cuda/time_runs.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "device/cuda/cuda_status.h"
@@ -171,37 +172,6 @@ bool Capturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
-// The best of three timed runs of `run` after one untimed, in milliseconds;
-// negative when a run fails.
-template <typename Run>
-float TimeRuns(cudaStream_t stream, Run&& run) {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
-    cudaGetLastError();
-    if (start != nullptr) cudaEventDestroy(start);
-    return -1.0f;
-  }
-  float best = -1.0f;
-  for (int i = 0; i < 4; ++i) {
-    cudaEventRecord(start, stream);
-    if (run() != CUBLAS_STATUS_SUCCESS) {
-      best = -1.0f;
-      break;
-    }
-    cudaEventRecord(stop, stream);
-    float ms = 0.0f;
-    if (cudaEventSynchronize(stop) != cudaSuccess || cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
-      best = -1.0f;
-      break;
-    }
-    if (i > 0 && (best < 0 || ms < best)) best = ms;
-  }
-  cudaGetLastError();
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return best;
-}
-
 absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s, const Scalars& scalars,
                       bool* no_algorithm) {
   const cudaDataType_t type = DataType(s.dtype);
@@ -271,13 +241,13 @@ absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s
       const auto run = [&](const cublasLtMatmulAlgo_t& a) {
         return cublasLtMatmul(state.lt, descs.op, scalars.alpha(s.dtype), s.b, descs.x, s.a, descs.y,
                               scalars.beta(s.dtype), c, descs.d, s.out, descs.d, &a, state.workspace,
-                              kBlasWorkspaceBytes, stream);
+                              kBlasWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS;
       };
       const float first_ms = TimeRuns(stream, [&] { return run(results[0].algo); });
       float best_ms = first_ms * 0.97f;
       int best = 0;
       for (int i = 1; first_ms >= 0 && i < found; ++i) {
-        const float ms = TimeRuns(stream, [&] { return run(results[i].algo); });
+        const float ms = TimeRuns(stream, [&] { return run(results[i].algo); }, 4 * first_ms + 20);
         if (ms >= 0 && ms < best_ms) {
           best_ms = ms;
           best = i;

@@ -47,10 +47,13 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "adaptor/cuda/cudnn_engines.h"
 #include "adaptor/cuda/half_launch.h"
 #include "adaptor/cuda/kernel_util.h"
 #include "adaptor/cuda/launch.h"
+#include "adaptor/cuda/time_runs.h"
 #include "adaptor/ops/cnn_rules.h"
 #include "base/log.h"
 #include "base/status_macros.h"
@@ -504,37 +507,6 @@ bool TryGraphEngines() {
   return engines && MeasureAlgorithms();
 }
 
-// The best of three timed runs of `run` on `stream` after one untimed, in
-// milliseconds; negative when a run fails.
-template <typename Run>
-float TimeRuns(cudaStream_t stream, Run&& run) {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
-    cudaGetLastError();
-    if (start != nullptr) cudaEventDestroy(start);
-    return -1.0f;
-  }
-  float best = -1.0f;
-  for (int i = 0; i < 4; ++i) {
-    cudaEventRecord(start, stream);
-    if (run() != CUDNN_STATUS_SUCCESS) {
-      best = -1.0f;
-      break;
-    }
-    cudaEventRecord(stop, stream);
-    float ms = 0.0f;
-    if (cudaEventSynchronize(stop) != cudaSuccess || cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
-      best = -1.0f;
-      break;
-    }
-    if (i > 0 && (best < 0 || ms < best)) best = ms;
-  }
-  cudaGetLastError();
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return best;
-}
-
 // The graph API's engines for `dir` timed against the chosen algorithm on
 // the call's tensors; the fastest engine is kept in `algo` when it beats the
 // algorithm by more than 3%. Nothing changes when no engine builds, runs,
@@ -542,7 +514,9 @@ float TimeRuns(cudaStream_t stream, Run&& run) {
 void TryEngines(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t stream, const ConvOperands& op,
                 size_t limit, Algo* algo) {
   if (!TryGraphEngines() || !CallAligned(dir, op)) return;
+  const absl::Time search_start = absl::Now();
   EngineFilter filter;
+  filter.fallback = std::getenv("TANDEM_CUDNN_FALLBACK_ENGINES") != nullptr;
   filter.allow_tf32 = plan.allow_tf32;
   filter.deterministic = plan.deterministic;
   filter.max_workspace = limit;
@@ -559,16 +533,20 @@ void TryEngines(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t s
   for (const auto& p : *plans) need = std::max(need, p->workspace());
   absl::StatusOr<void*> workspace = state.Workspace(need, stream);
   if (!workspace.ok()) return;
-  const float algo_ms =
-      TimeRuns(stream, [&] { return RunDirection(state.handle, plan, dir, *algo, false, op, *workspace); });
+  const auto runs = [&](const Algo& a, bool engine) {
+    return RunDirection(state.handle, plan, dir, a, engine, op, *workspace) == CUDNN_STATUS_SUCCESS;
+  };
+  const float algo_ms = TimeRuns(stream, [&] { return runs(*algo, false); });
   if (algo_ms < 0) return;
+  // An engine whose first run takes 4x the algorithm (plus 20 ms for a
+  // first launch's module load) is dropped after that run.
+  const float give_up_ms = 4 * algo_ms + 20;
   std::unique_ptr<EnginePlan>* best = nullptr;
   float best_ms = algo_ms * 0.97f;
   Algo trial = *algo;
   for (auto& p : *plans) {
     trial.engine = std::shared_ptr<const EnginePlan>(p.get(), [](const EnginePlan*) {});
-    const float ms =
-        TimeRuns(stream, [&] { return RunDirection(state.handle, plan, dir, trial, true, op, *workspace); });
+    const float ms = TimeRuns(stream, [&] { return runs(trial, true); }, give_up_ms);
     if (ms >= 0 && ms < best_ms) {
       best_ms = ms;
       best = &p;
@@ -580,6 +558,7 @@ void TryEngines(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t s
       .With("looked_at", absl::StrCat(stats.configs, " configs: ", stats.refused_notes, " refused for notes, ",
                                       stats.not_built, " not built, ", stats.over_workspace, " over workspace"))
       .With("algorithm_ms", algo_ms)
+      .With("search_ms", absl::ToDoubleMilliseconds(absl::Now() - search_start))
       .With("chosen", best != nullptr ? absl::StrCat("engine ", (*best)->engine_index(), " ", best_ms, " ms")
                                       : std::string("the algorithm"));
   if (best == nullptr) return;

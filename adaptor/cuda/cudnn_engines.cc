@@ -223,9 +223,10 @@ absl::StatusOr<std::vector<std::unique_ptr<EnginePlan>>> ConvEnginePlans(cudnnHa
   EngineSearchStats& tally = stats != nullptr ? *stats : counted;
   tally = EngineSearchStats{};
   std::vector<int64_t> seen;  // engines already taken (a fallback may repeat one of mode A)
-  // Mode A's ranking first, then the fallback list, filter.max_plans plans
-  // from each at most.
+  // Mode A's ranking first, then (if asked) the fallback list,
+  // filter.max_plans plans from each at most.
   for (const cudnnBackendHeurMode_t heur_mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    if (heur_mode == CUDNN_HEUR_MODE_FALLBACK && !filter.fallback) break;
     Descriptor heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     heur.Set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph_d)
         .Set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &heur_mode)

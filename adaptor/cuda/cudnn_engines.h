@@ -45,6 +45,7 @@ struct EngineFilter {
   bool deterministic = false;  // only engines whose results repeat bit for bit
   size_t max_workspace = 0;    // bytes
   int max_plans = 8;           // per heuristic mode: its first this many that pass
+  bool fallback = false;       // also cuDNN's fallback list (TANDEM_CUDNN_FALLBACK_ENGINES)
 };
 
 // What a search looked at (for the debug log): configurations read, and
@@ -85,8 +86,9 @@ class EnginePlan {
 };
 
 // The plans of the engines cuDNN's heuristics rank first for `dir` of
-// `shape` after the filter: mode A's ranking, best first, then the engines
-// of cuDNN's fallback list that mode A did not name; empty when cuDNN builds none. An error only when the operation graph
+// `shape` after the filter: mode A's ranking, best first, then (with
+// filter.fallback) the engines of cuDNN's fallback list that mode A did not
+// name; empty when cuDNN builds none. An error only when the operation graph
 // itself cannot be built. `stats`, when given, counts what was looked at.
 absl::StatusOr<std::vector<std::unique_ptr<EnginePlan>>> ConvEnginePlans(cudnnHandle_t handle, ConvDirection dir,
                                                                          const ConvShape& shape,

@@ -1,0 +1,48 @@
+// Timing candidate algorithms on the call's own operands (cuDNN engines in
+// convolution_ops.cc, cuBLASLt algorithms in blas.cc): the first time a
+// problem runs on a stream, in an op-by-op run, never during capture.
+#ifndef TANDEM_ADAPTOR_CUDA_TIME_RUNS_H_
+#define TANDEM_ADAPTOR_CUDA_TIME_RUNS_H_
+
+#include <cuda_runtime.h>
+
+namespace tandem::cuda {
+
+// The best of three timed runs of `run` (a callable returning true when it
+// enqueued its work) after a first one, in milliseconds; negative when a
+// run fails, or when the first run already took longer than `give_up_ms`
+// (when positive): a candidate that slow cannot win, and the first run of
+// a slow engine can take tens of milliseconds.
+template <typename Run>
+float TimeRuns(cudaStream_t stream, Run&& run, float give_up_ms = -1.0f) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
+    cudaGetLastError();
+    if (start != nullptr) cudaEventDestroy(start);
+    return -1.0f;
+  }
+  float best = -1.0f;
+  for (int i = 0; i < 4; ++i) {
+    cudaEventRecord(start, stream);
+    if (!run()) {
+      best = -1.0f;
+      break;
+    }
+    cudaEventRecord(stop, stream);
+    float ms = 0.0f;
+    if (cudaEventSynchronize(stop) != cudaSuccess || cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
+      best = -1.0f;
+      break;
+    }
+    if (i == 0 && give_up_ms > 0 && ms > give_up_ms) break;  // best stays negative
+    if (i > 0 && (best < 0 || ms < best)) best = ms;
+  }
+  cudaGetLastError();
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return best;
+}
+
+}  // namespace tandem::cuda
+
+#endif  // TANDEM_ADAPTOR_CUDA_TIME_RUNS_H_
