@@ -44,7 +44,7 @@ device::Device* Gpu();
 enum class Fill {
   kUniform,   // floats in [-1, 1); integers in [-50, 50] without -1
   kPositive,  // floats in [0.5, 2)
-  kNonZero,   // floats with magnitude in [0.5, 1.5), either sign
+  kNonZero,   // floats with magnitude in [1, 1.5], either sign; integers in [-50, 50] but 0 and -1
   kLabels,    // int64 in [0, labels_upper)
   kSmall,     // floats in [-0.02, 0.02): weights of wide layers
 };
