@@ -8,8 +8,8 @@
 #include <climits>
 #include <cstdlib>
 #include <memory>
-#include <string>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"

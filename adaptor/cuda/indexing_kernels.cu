@@ -49,15 +49,11 @@ bool DispatchFloat(DType dtype, F&& f) {
 // A warp per output row: the row's id is read by every lane and checked
 // before it addresses anything; a bad one is reported once (by lane 0) and
 // its output row is zeros. The row moves in units U: 16-byte vectors when
-// the row's bytes allow (LaunchEmbedding), single elements otherwise. Each
-// lane issues kUnitsInFlight loads before its stores (weight and out are
-// __restrict__, so loads need not wait for the stores before them): a
-// 4 KiB row takes one round trip, not eight.
+// the row's bytes allow (LaunchEmbedding), single elements otherwise.
 template <typename U, typename I>
-__global__ void EmbeddingKernel(int64_t count, int64_t rows, int64_t row_units, const U* __restrict__ weight,
-                                const I* __restrict__ ids, U* __restrict__ out, ErrorWord error) {
+__global__ void EmbeddingKernel(int64_t count, int64_t rows, int64_t row_units, const U* weight, const I* ids, U* out,
+                                ErrorWord error) {
   constexpr int kRowsPerBlock = kThreads / 32;
-  constexpr int kUnitsInFlight = 8;
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   const int64_t step = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
@@ -70,17 +66,8 @@ __global__ void EmbeddingKernel(int64_t count, int64_t rows, int64_t row_units, 
       continue;
     }
     const U* src = weight + id * row_units;
-    for (int64_t base = lane; base < row_units; base += 32 * kUnitsInFlight) {
-      U units[kUnitsInFlight];
-#pragma unroll
-      for (int k = 0; k < kUnitsInFlight; ++k) {
-        if (base + 32 * k < row_units) units[k] = src[base + 32 * k];
-      }
-#pragma unroll
-      for (int k = 0; k < kUnitsInFlight; ++k) {
-        if (base + 32 * k < row_units) dst[base + 32 * k] = units[k];
-      }
-    }
+#pragma unroll 4
+    for (int64_t j = lane; j < row_units; j += 32) dst[j] = src[j];
   }
 }
 
