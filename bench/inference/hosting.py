@@ -412,7 +412,7 @@ def run_mode(mode, args, state, result, deadline, save):
             watch = MemoryWatch(gpu=args.device == "cuda")
             if watch.base.get("gpu"):
                 out["gpu_mem_used_before_mib"] = watch.base["gpu"][0]
-            pool = new_pool("torch", env=env)
+            pool = new_pool("torch", env=env, mps=mode == "mps")
         out["specs"] = state["specs"]
         if prespawn:  # every worker ready before the first probe (see PRESPAWN)
             waited = pool.wait_ready(static_cap, deadline - probe_seconds(args, min(args.start, static_cap)))

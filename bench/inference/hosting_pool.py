@@ -8,7 +8,10 @@ from the workers a probe waits for: wait_ready() puts those back to the normal p
 niceness, and every worker does so itself once ready (run_normally()).
 A tandem worker hosts up to `per_proc` models; the slots added by one spawn() are grouped by (kind, batch)
 first, so that each worker captures few distinct specs (it captures each once). A worker that fails to start
-caps the pool below its first slot, with a reason (cap_from_failure()).
+caps the pool below its first slot, with a reason (cap_from_failure()). Under MPS (mps=True) a worker refused
+because the server holds its most clients caps the pool at the clients that did connect instead: workers start
+side by side, so the refused ones are scattered among the slots; wait_ready() then stops the workers of slots
+past that cap and starts the refused ones below it again.
 
 MemoryWatch estimates how many one-model processes fit the free GPU and host memory, from what the first
 ready ones took.
@@ -34,17 +37,26 @@ WORKER = os.path.join(HERE, "worker.py")
 
 _MPS_LIMIT = re.compile(r"MPS client have been exhausted|MpsMaxClients|MpsMaxConnections|"
                         r"device connections have been exhausted", re.IGNORECASE)
+# What an MPS client past the server's limit got on an H200 (driver 580): cudaErrorDevicesUnavailable
+# (bench/results/2026-11-30-h200-hosting-mps80.json: 48 of 80 connected). Without MPS the same error means a
+# GPU in exclusive-process mode, so it reads as the client limit only under MPS.
+_MPS_DEVICE_UNAVAILABLE = re.compile(r"busy or unavailable|cudaErrorDevicesUnavailable", re.IGNORECASE)
 _OUT_OF_MEMORY = re.compile(r"out of memory|RESOURCE_EXHAUSTED|Cannot allocate memory|MemoryError|"
                             r"CUBLAS_STATUS_ALLOC_FAILED", re.IGNORECASE)
+
+
+# How many times a pool stops the workers past the MPS client cap and starts the refused ones below it again.
+MAX_REFILLS = 3
 
 
 class ProbeFailed(Exception):
     """A probe could not run: a worker it needed died or did not answer."""
 
 
-def failure_reason(message):
-    """The search's stop reason for a worker that could not start with this error message."""
-    if _MPS_LIMIT.search(message):
+def failure_reason(message, mps=False):
+    """The search's stop reason for a worker that could not start with this error message (under MPS if
+    `mps`)."""
+    if _MPS_LIMIT.search(message) or (mps and _MPS_DEVICE_UNAVAILABLE.search(message)):
         return "mps_client_limit"
     if _OUT_OF_MEMORY.search(message):
         return "memory"
@@ -159,11 +171,14 @@ def stop_workers(workers, timeout=15.0):
 class Pool:
     """The worker processes of one mode. Worker lists are grouped by spec for tandem (per_proc > 1)."""
 
-    def __init__(self, backend, args, specs, endpoint=None, env=None, per_proc=1, idle=False, log=bc.log):
+    def __init__(self, backend, args, specs, endpoint=None, env=None, per_proc=1, idle=False, log=bc.log,
+                 mps=False):
         self.backend, self.args, self.specs = backend, args, specs
-        self.endpoint, self.env, self.per_proc, self.idle = endpoint, env, per_proc, idle
+        self.endpoint, self.env, self.per_proc, self.idle, self.mps = endpoint, env, per_proc, idle, mps
         self.workers = []
         self.failures = []  # (first slot, reason, message) of workers that could not start
+        self.client_cap = None  # (models, message): the clients the MPS server took when it refused one
+        self.refills = 0
         self.solo_ms = {}
         self.log = log
         self.serve_nice = os.getpriority(os.PRIO_PROCESS, 0)
@@ -196,8 +211,40 @@ class Pool:
 
     def cap_from_failure(self):
         """(count, reason, message): the pool hosts at most `count` models because the worker of slot `count`
-        could not start; None while none failed."""
-        return min(self.failures) if self.failures else None
+        could not start, or (under MPS) because the server took no more than `count` models' clients; None while
+        none failed. A client the MPS server refused caps nothing by its slot until the refills are spent."""
+        caps = [f for f in self.failures if f[1] != "mps_client_limit" or self.refills >= MAX_REFILLS]
+        if self.client_cap:
+            caps.append((self.client_cap[0], "mps_client_limit", self.client_cap[1]))
+        return min(caps) if caps else None
+
+    def _settle_client_cap(self):
+        """Once the MPS server refused a client and no worker is still starting, it holds as many clients as
+        there are ready workers: that many models is the cap."""
+        refused = [f for f in self.failures if f[1] == "mps_client_limit"]
+        if self.client_cap or not refused or any(w.state == "preparing" for w in self.workers):
+            return
+        self.client_cap = (sum(len(w.ids) for w in self.workers if w.state == "ready"), refused[0][2])
+
+    def _refill_below_client_cap(self):
+        """Stops the workers of slots at or past the client cap and forgets the refused ones below it, so that
+        spawn() starts those again in the clients freed; whether it did (at most MAX_REFILLS times)."""
+        cap = self.client_cap[0]
+        refused = [w for w in self.workers if w.state == "failed" and min(w.ids) < cap and
+                   failure_reason(w.error, self.mps) == "mps_client_limit"]
+        if not refused or self.refills >= MAX_REFILLS:
+            return False
+        self.refills += 1
+        beyond = [w for w in self.workers if w.state in ("ready", "preparing") and min(w.ids) >= cap]
+        if beyond:
+            stop_workers(beyond, timeout=5)
+            self.killed_total += len(beyond)
+        self.workers = [w for w in self.workers if w not in beyond and w not in refused]
+        again = {min(w.ids) for w in refused}
+        self.failures = [f for f in self.failures if not (f[1] == "mps_client_limit" and f[0] in again)]
+        self.log(f"    MPS took {cap} clients: stopped {len(beyond)} worker(s) past them, starting the "
+                 f"{len(refused)} refused below them again")
+        return True
 
     # ---- starting ----
 
@@ -210,8 +257,9 @@ class Pool:
         first = self.covered()
         if n <= first:
             return 0
-        groups = (group_slots(self.specs[first:n], self.per_proc) if self.per_proc > 1 else
-                  [[s] for s in self.specs[first:n]])
+        hosted = {i for w in self.workers if w.state in ("ready", "preparing") for i in w.ids}
+        missing = [s for s in self.specs[first:n] if s["id"] not in hosted]
+        groups = (group_slots(missing, self.per_proc) if self.per_proc > 1 else [[s] for s in missing])
         for g in groups:
             self.workers.append(WorkerProc(g, self.backend, self.args, self.endpoint, self.env, idle))
         self.started_total += len(groups)
@@ -227,10 +275,11 @@ class Pool:
                 for m in w.info.get("models", []):
                     self.solo_ms[m["id"]] = m.get("solo_ms")
             elif w.state == "failed":
-                reason = failure_reason(w.error)
+                reason = failure_reason(w.error, self.mps)
                 self.failures.append((min(w.ids), reason, w.error))
                 self.log(f"    worker of models {min(w.ids)}.. could not start ({reason}): {w.error[-300:]}")
                 stop_workers([w], timeout=5)
+        self._settle_client_cap()
 
     def wait_ready(self, n, deadline):
         """Waits until slots 0..n-1 are hosted by ready workers: "ready"; "capped" when a worker of one of them
@@ -243,6 +292,8 @@ class Pool:
                 if w.state == "preparing" and w.idle and min(w.ids) < n:
                     run_normally(w.proc.pid, self.serve_nice)  # due now; no probe runs while we wait
                     w.idle = False
+            if self.client_cap and self._refill_below_client_cap():
+                self.spawn(n)
             limit = self.cap_from_failure()
             if limit and limit[0] < n:
                 # The cap is the lowest failing slot: a worker of a lower slot still starting may fail too (under
@@ -304,7 +355,7 @@ class Pool:
         if failed:
             w, message = failed
             w.state, w.error = "failed", message
-            self.failures.append((min(w.ids), failure_reason(message), message))
+            self.failures.append((min(w.ids), failure_reason(message, self.mps), message))
             stop_workers([w], timeout=5)
             raise ProbeFailed(message)
         return sorted(models, key=lambda m: m["id"])
@@ -325,6 +376,8 @@ class Pool:
             if checks:
                 out["weight_checks"] = len(checks)
                 out["weight_check_max_rel_diff"] = max(c["max_rel_diff"] for c in checks)
+        if self.client_cap:
+            out["mps_client_cap"], out["mps_refills"] = self.client_cap[0], self.refills
         if self.failures:
             out["failures"] = [{"first_slot": f[0], "reason": f[1], "message": f[2][-500:]}
                                for f in sorted(self.failures)[:5]]

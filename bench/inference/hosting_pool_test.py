@@ -17,11 +17,34 @@ import hosting_pool  # noqa: E402
 import inference_models  # noqa: E402
 
 # Speaks worker.py's protocol. FAKE_FAIL_FROM: a worker hosting a slot >= it reports an out-of-memory error
-# instead of ready; FAKE_SLOW_FROM / FAKE_DELAY_S: a worker whose first slot is >= it takes that long to start.
+# instead of ready; FAKE_SLOW_FROM / FAKE_DELAY_S: a worker whose first slot is >= it takes that long to start;
+# FAKE_CLIENT_LIMIT / FAKE_CLIENT_DIR: an MPS server of that many clients (a file per client in the folder,
+# taken after a random pause so that the refused workers are scattered, given back when the worker ends),
+# refusing the others as an H200's did.
 FAKE_WORKER = r'''
-import json, os, sys, time
+import json, os, random, signal, sys, time
 args = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
 ids = [s["id"] for s in json.loads(args["models"])]
+client = None
+if int(os.environ.get("FAKE_CLIENT_LIMIT", "0")):
+    time.sleep(random.random() * 0.3)
+    for k in range(int(os.environ["FAKE_CLIENT_LIMIT"])):
+        path = os.path.join(os.environ["FAKE_CLIENT_DIR"], f"client{k}")
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL))
+            client = path
+            break
+        except FileExistsError:
+            pass
+    if client is None:
+        print(json.dumps({"event": "error", "message": "torch.AcceleratorError: CUDA error: CUDA-capable "
+                          "device(s) is/are busy or unavailable"}), flush=True)
+        sys.exit(1)
+def leave(*_):
+    if client:
+        os.remove(client)
+    os._exit(0)
+signal.signal(signal.SIGTERM, leave)
 if min(ids) >= int(os.environ.get("FAKE_SLOW_FROM", "1000000")):
     time.sleep(float(os.environ.get("FAKE_DELAY_S", "0")))
 if max(ids) >= int(os.environ.get("FAKE_FAIL_FROM", "1000000")):
@@ -33,6 +56,7 @@ for line in sys.stdin:
     if cmd["cmd"] == "quit":
         break
     print(json.dumps({"event": "done", "models": [{"id": i, "p99_ms": 1.0} for i in cmd["ids"]]}), flush=True)
+leave()
 '''
 
 
@@ -73,9 +97,9 @@ class PoolProcessTest(unittest.TestCase):
         hosting_pool.WORKER = self.saved_worker
         self.dir.cleanup()
 
-    def pool(self, per_proc=1, **env):
+    def pool(self, per_proc=1, mps=False, **env):
         pool = hosting_pool.Pool("torch", types.SimpleNamespace(device="cpu", small=False), self.specs,
-                                 env=dict(os.environ, **env), per_proc=per_proc, log=lambda *a: None)
+                                 env=dict(os.environ, **env), per_proc=per_proc, log=lambda *a: None, mps=mps)
         self.pools.append(pool)
         return pool
 
@@ -110,6 +134,24 @@ class PoolProcessTest(unittest.TestCase):
         self.assertEqual(pool.cap_from_failure()[:2], (6, "memory"))
         self.assertEqual(pool.wait_ready(6, time.monotonic() + 60), "ready")
         self.assertEqual(pool.spawn(12), 0)  # nothing is started at or beyond the cap
+
+    def test_an_mps_client_limit_caps_at_the_clients_taken_and_refills_below_it(self):
+        clients = os.path.join(self.dir.name, "clients")
+        os.mkdir(clients)
+        pool = self.pool(mps=True, FAKE_CLIENT_LIMIT="10", FAKE_CLIENT_DIR=clients)
+        pool.spawn(16)  # side by side: the six refused are scattered over the slots
+        self.assertEqual(pool.wait_ready(16, time.monotonic() + 60), "capped")
+        self.assertEqual(pool.cap_from_failure()[:2], (10, "mps_client_limit"))
+        self.assertEqual(pool.wait_ready(10, time.monotonic() + 60), "ready")
+        self.assertEqual(pool.ready_count(), 10)
+        self.assertEqual(len(os.listdir(clients)), 10)
+        self.assertEqual([m["id"] for m in pool.go(10, self.go_cmd())], list(range(10)))
+        self.assertEqual(pool.summary()["mps_client_cap"], 10)
+
+    def test_the_device_unavailable_error_is_the_client_limit_only_under_mps(self):
+        message = "torch.AcceleratorError: CUDA error: CUDA-capable device(s) is/are busy or unavailable"
+        self.assertEqual(hosting_pool.failure_reason(message, mps=True), "mps_client_limit")
+        self.assertEqual(hosting_pool.failure_reason(message), "worker_failed")
 
     def test_workers_not_ready_in_time_are_budget_and_can_be_stopped(self):
         pool = self.pool(FAKE_SLOW_FROM="4", FAKE_DELAY_S="30")
