@@ -39,16 +39,20 @@
 #include <cudnn.h>
 
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "adaptor/cuda/cuda_kernels.h"
 #include "adaptor/cuda/cudnn_engines.h"
 #include "adaptor/cuda/half_launch.h"
 #include "adaptor/cuda/kernel_util.h"
@@ -95,6 +99,8 @@ struct Algo {
   std::shared_ptr<const EnginePlan> engine;
 };
 
+using PlanKey = std::array<int64_t, 17>;
+
 // Descriptors of one convolution and the algorithms chosen for it so far.
 struct ConvPlan {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
@@ -104,6 +110,7 @@ struct ConvPlan {
   bool allow_tf32 = false;       // float32 may use TF32 tensor cores
   bool deterministic = false;    // only algorithms whose results do not vary run to run
   ConvShape shape;               // the same convolution for the graph API
+  PlanKey key{};                 // what other streams' choices are found by
   std::optional<Algo> algos[3];  // by Direction
 
   ~ConvPlan() {
@@ -114,8 +121,6 @@ struct ConvPlan {
     if (x != nullptr) cudnnDestroyTensorDescriptor(x);
   }
 };
-
-using PlanKey = std::array<int64_t, 17>;
 
 // How a node asks its convolution to compute (its attributes).
 struct MathMode {
@@ -157,6 +162,7 @@ class CudnnState final : public device::CudaStream::Attachment {
     size_t free_bytes = 0, total_bytes = 0;
     CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
     state->workspace_limit = static_cast<size_t>(device::ConvWorkspaceLimitBytes(total_bytes));
+    state->device = stream.ordinal();
     CudnnState* raw = state.get();
     stream.Attach(&kKey, std::move(state));
     return raw;
@@ -198,6 +204,7 @@ class CudnnState final : public device::CudaStream::Attachment {
 
   cudnnHandle_t handle = nullptr;
   size_t workspace_limit = 0;  // bytes; device::ConvWorkspaceLimitBytes() of the stream's device
+  int device = 0;              // the stream's device ordinal
   absl::flat_hash_map<PlanKey, std::unique_ptr<ConvPlan>> plans;
 
  private:
@@ -283,6 +290,7 @@ absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const Conv2dGe
     shape.stride[d] = p.stride[d];
     shape.dilation[d] = p.dilation[d];
   }
+  plan->key = key;
   ConvPlan* raw = plan.get();
   state.plans.emplace(key, std::move(plan));
   return raw;
@@ -507,19 +515,26 @@ bool TryGraphEngines() {
   return engines && MeasureAlgorithms();
 }
 
-// The graph API's engines for `dir` timed against the chosen algorithm on
-// the call's tensors; the fastest engine is kept in `algo` when it beats the
-// algorithm by more than 3%. Nothing changes when no engine builds, runs,
-// or fits the workspace.
-void TryEngines(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t stream, const ConvOperands& op,
-                size_t limit, Algo* algo) {
-  if (!TryGraphEngines() || !CallAligned(dir, op)) return;
-  const absl::Time search_start = absl::Now();
+// Which engines a plan's node allows, within `limit` bytes of workspace.
+EngineFilter FilterFor(const ConvPlan& plan, size_t limit) {
   EngineFilter filter;
   filter.fallback = std::getenv("TANDEM_CUDNN_FALLBACK_ENGINES") != nullptr;
   filter.allow_tf32 = plan.allow_tf32;
   filter.deterministic = plan.deterministic;
   filter.max_workspace = limit;
+  return filter;
+}
+
+// The graph API's engines for `dir` timed against the chosen algorithm on
+// the call's tensors; the fastest engine is kept in `algo` when it beats the
+// algorithm by more than 3%. Nothing changes when no engine builds, runs,
+// or fits the workspace.
+void TryEngines(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t stream, const ConvOperands& op,
+                size_t limit, Algo* algo, int* position) {
+  *position = -1;
+  if (!TryGraphEngines() || !CallAligned(dir, op)) return;
+  const absl::Time search_start = absl::Now();
+  const EngineFilter filter = FilterFor(plan, limit);
   EngineSearchStats stats;
   absl::StatusOr<std::vector<std::unique_ptr<EnginePlan>>> plans =
       ConvEnginePlans(state.handle, dir, plan.shape, filter, &stats);
@@ -562,8 +577,79 @@ void TryEngines(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t s
       .With("chosen", best != nullptr ? absl::StrCat("engine ", (*best)->engine_index(), " ", best_ms, " ms")
                                       : std::string("the algorithm"));
   if (best == nullptr) return;
+  *position = static_cast<int>(best - plans->data());
   algo->workspace = std::max(algo->workspace, (*best)->workspace());
   algo->engine = std::shared_ptr<const EnginePlan>(std::move(*best));
+}
+
+// A direction's choice, shared by the streams of one device (process-wide):
+// the first stream to meet a convolution searches (cudnnFind, the engines'
+// timing: 0.8 s of ResNet-50's first iteration on an H200), the others take
+// its result, building only the chosen engine's plan on their own handle.
+// TANDEM_CUDNN_SHARE_CHOICES=0 in the daemon's environment searches per
+// stream.
+struct SharedChoice {
+  int algo = 0;
+  cudnnMathType_t math = CUDNN_FMA_MATH;
+  size_t workspace = 0;        // the algorithm's, and the engine's when there is one
+  int engine_position = -1;    // in ConvEnginePlans' list; -1: the algorithm
+  int64_t engine_index = -1;   // its global index, checked when the plan is rebuilt
+};
+
+class SharedChoices {
+ public:
+  static SharedChoices& Get() {
+    static SharedChoices* const choices = new SharedChoices;
+    return *choices;
+  }
+  static bool Enabled() {
+    static const bool enabled = [] {
+      const char* value = std::getenv("TANDEM_CUDNN_SHARE_CHOICES");
+      return value == nullptr || std::string(value) != "0";
+    }();
+    return enabled && MeasureAlgorithms();
+  }
+  std::optional<SharedChoice> Find(int device, const ConvPlan& plan, Direction dir) {
+    absl::MutexLock lock(&mu_);
+    auto it = choices_.find(Key{device, plan.key, static_cast<int>(dir)});
+    if (it == choices_.end()) return std::nullopt;
+    return it->second;
+  }
+  void Put(int device, const ConvPlan& plan, Direction dir, const SharedChoice& choice) {
+    absl::MutexLock lock(&mu_);
+    choices_.emplace(Key{device, plan.key, static_cast<int>(dir)}, choice);
+  }
+
+ private:
+  using Key = std::tuple<int, PlanKey, int>;
+  absl::Mutex mu_;
+  absl::flat_hash_map<Key, SharedChoice> choices_ ABSL_GUARDED_BY(mu_);
+};
+
+std::atomic<int64_t> g_adopted{0};
+std::atomic<int64_t> g_adopted_with_engine{0};
+
+// Takes another stream's choice for `dir`: its algorithm, and its engine's
+// plan rebuilt on this stream's handle when the heuristics list the same
+// engine at the same place (otherwise the algorithm runs).
+Algo AdoptChoice(CudnnState& state, ConvPlan& plan, Direction dir, const SharedChoice& shared) {
+  Algo algo{shared.algo, shared.math, shared.workspace};
+  if (shared.engine_position < 0 || !TryGraphEngines()) return algo;
+  EngineFilter filter = FilterFor(plan, state.workspace_limit);
+  filter.max_plans = shared.engine_position + 1;
+  absl::StatusOr<std::vector<std::unique_ptr<EnginePlan>>> plans =
+      ConvEnginePlans(state.handle, dir, plan.shape, filter);
+  const size_t at = static_cast<size_t>(shared.engine_position);
+  if (plans.ok() && plans->size() > at && (*plans)[at]->engine_index() == shared.engine_index) {
+    algo.engine = std::shared_ptr<const EnginePlan>(std::move((*plans)[at]));
+  }
+  g_adopted.fetch_add(1);
+  if (algo.engine != nullptr) g_adopted_with_engine.fetch_add(1);
+  TLOG_DEBUG("cuDNN choice taken from another stream")
+      .With("direction", DirectionName(dir))
+      .With("algorithm", shared.algo)
+      .With("engine", algo.engine != nullptr ? absl::StrCat(shared.engine_index) : std::string("none"));
+  return algo;
 }
 
 // One debug line per choice (`tandemd --log_level=debug`, `op_bench
@@ -602,6 +688,18 @@ void LogChoice(const ConvPlan& plan, Direction dir, const Candidate& chosen,
 absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t stream,
                              const ConvOperands& op, void** workspace) {
   std::optional<Algo>& slot = plan.algos[static_cast<int>(dir)];
+  if (!slot.has_value() && SharedChoices::Enabled()) {
+    std::optional<SharedChoice> shared = SharedChoices::Get().Find(state.device, plan, dir);
+    if (shared.has_value() && shared->workspace <= state.workspace_limit) {
+      if (Capturing(stream)) return CaptureMiss("a new algorithm choice");
+      // The workspace this stream's own search would have taken (the one
+      // size it keeps; the daemon's reserve counts it per lane).
+      size_t bytes = 0;
+      ASSIGN_OR_RETURN(void* unused, state.SearchWorkspace(state.workspace_limit, stream, &bytes));
+      (void)unused;
+      slot = AdoptChoice(state, plan, dir, *shared);
+    }
+  }
   if (!slot.has_value()) {
     if (Capturing(stream)) return CaptureMiss("a new algorithm choice");
     std::vector<Candidate> candidates;
@@ -624,7 +722,13 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
       if (bytes > limit) continue;
       slot = Algo{c.algo, c.math, bytes};
       LogChoice(plan, dir, c, candidates);
-      TryEngines(state, plan, dir, stream, op, limit, &*slot);
+      int position = -1;
+      TryEngines(state, plan, dir, stream, op, limit, &*slot, &position);
+      if (SharedChoices::Enabled()) {
+        SharedChoices::Get().Put(state.device, plan, dir,
+                                 {slot->algo, slot->math, slot->workspace, position,
+                                  slot->engine != nullptr ? slot->engine->engine_index() : -1});
+      }
       break;
     }
     if (!slot.has_value()) {
@@ -756,5 +860,7 @@ void AddConvolutionKernels(CudaKernelTable& table) {
   table["convolution"] = ConvolutionKernel;
   table["convolution_backward"] = ConvolutionBackwardKernel;
 }
+
+ConvChoiceSharing ConvChoiceSharingForTesting() { return {g_adopted.load(), g_adopted_with_engine.load()}; }
 
 }  // namespace tandem::cuda

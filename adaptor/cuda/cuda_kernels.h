@@ -15,6 +15,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -40,6 +41,15 @@ CudaKernelFn FindCudaKernel(absl::string_view op);
 // word means ("index 12000 is outside the rows [0, 10000) of weight"), for
 // the indexing ops (indexing_ops.cc); the node's description is not included.
 std::string DescribeBadIndex(const Graph& graph, const Node& node, int64_t value);
+
+// How many convolution directions so far took their algorithm from another
+// stream of the same device instead of searching (convolution_ops.cc), and
+// how many of those also rebuilt the other stream's graph-API engine.
+struct ConvChoiceSharing {
+  int64_t adopted = 0;
+  int64_t with_engine = 0;
+};
+ConvChoiceSharing ConvChoiceSharingForTesting();
 
 }  // namespace tandem::cuda
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "adaptor/cuda/cuda_kernels.h"
 #include "adaptor/cuda/cuda_program_options.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -107,6 +108,26 @@ TEST(CudaCnnKernels, ConvolutionWithTf32Allowed) {
     AddConv(g, c, DType::kFloat32, /*allow_tf32=*/true);
     Check(g, kTf32);
   }
+}
+
+// A second stream meeting the same convolutions takes the first stream's
+// choices (the algorithm, and a graph-API engine rebuilt on its own handle)
+// instead of searching, and computes the same results. bfloat16 ResNet-50
+// and VGG-19 layers (at batch 32 their choices were graph-API engines on an
+// H200; the count of rebuilt engines is printed, not asserted).
+TEST(CudaCnnKernels, AnotherStreamTakesTheChoicesMade) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  constexpr double kBf16Conv = 4.0 / 256 + 2e-3;  // 4u + 2e-3, cuda_half_cnn_test's bound
+  GraphMaker g;
+  AddConv(g, {"resnet 64->64 3x3", {4, 64, 28, 28}, {64, 64, 3, 3}, 1, 1, 1, 1, false}, DType::kBFloat16);
+  AddConv(g, {"vgg 256->256 3x3 bias", {2, 256, 14, 14}, {256, 256, 3, 3}, 1, 1, 1, 1, true}, DType::kBFloat16);
+  Check(g, kBf16Conv);  // a new stream: searches (unless an earlier test met these shapes)
+  const cuda::ConvChoiceSharing before = cuda::ConvChoiceSharingForTesting();
+  Check(g, kBf16Conv);  // another new stream: takes every direction's choice
+  const cuda::ConvChoiceSharing after = cuda::ConvChoiceSharingForTesting();
+  EXPECT_EQ(after.adopted - before.adopted, 6) << "two convolutions, three directions each";
+  std::printf("directions that rebuilt another stream's engine: %lld of 6\n",
+              static_cast<long long>(after.with_engine - before.with_engine));
 }
 
 Attrs PoolAttrs(int64_t k, int64_t s, int64_t p, bool ceil_mode) {
