@@ -693,11 +693,11 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
     if (shared.has_value() && shared->workspace <= state.workspace_limit) {
       if (Capturing(stream)) return CaptureMiss("a new algorithm choice");
       // The workspace this stream's own search would have taken (the one
-      // size it keeps; the daemon's reserve counts it per lane).
+      // size it keeps; the daemon's reserve counts it per lane). When the
+      // device cannot give the choice's share of it, search here instead.
       size_t bytes = 0;
-      ASSIGN_OR_RETURN(void* unused, state.SearchWorkspace(state.workspace_limit, stream, &bytes));
-      (void)unused;
-      slot = AdoptChoice(state, plan, dir, *shared);
+      const absl::StatusOr<void*> space = state.SearchWorkspace(state.workspace_limit, stream, &bytes);
+      if (space.ok() && bytes >= shared->workspace) slot = AdoptChoice(state, plan, dir, *shared);
     }
   }
   if (!slot.has_value()) {
