@@ -6,7 +6,6 @@
 #include <array>
 #include <atomic>
 #include <climits>
-#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,6 +13,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "adaptor/cuda/kernel_util.h"
 #include "adaptor/cuda/launch.h"
 #include "adaptor/cuda/time_runs.h"
 #include "base/log.h"
@@ -154,23 +154,11 @@ struct Scalars {
 // choice by more than 3%), or the heuristics' first choice alone with
 // TANDEM_BLAS_ALGOS=heuristic in the daemon's environment.
 bool MeasureAlgorithms() {
-  static const bool measure = [] {
-    const char* mode = std::getenv("TANDEM_BLAS_ALGOS");
-    return mode == nullptr || std::string(mode) != "heuristic";
-  }();
+  static const bool measure = !EnvIs("TANDEM_BLAS_ALGOS", "heuristic");
   return measure;
 }
 
 constexpr int kCandidates = 8;
-
-bool Capturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
-    cudaGetLastError();
-    return true;  // unknown: do not synchronize
-  }
-  return status != cudaStreamCaptureStatusNone;
-}
 
 absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s, const Scalars& scalars,
                       bool* no_algorithm) {
@@ -237,7 +225,8 @@ absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s
     // Repeated runs must leave out as one run does: not when out is also
     // the c it accumulates into.
     const bool repeatable = !(use_c && c == s.out);
-    if (algo.has_value() && found > 1 && repeatable && MeasureAlgorithms() && !Capturing(stream)) {
+    if (algo.has_value() && found > 1 && repeatable && MeasureAlgorithms() &&
+        !Capturing(stream, /*if_unknown=*/true)) {  // timing synchronizes: not when unsure
       const auto run = [&](const cublasLtMatmulAlgo_t& a) {
         return cublasLtMatmul(state.lt, descs.op, scalars.alpha(s.dtype), s.b, descs.x, s.a, descs.y,
                               scalars.beta(s.dtype), c, descs.d, s.out, descs.d, &a, state.workspace,
@@ -247,7 +236,7 @@ absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s
       float best_ms = first_ms * 0.97f;
       int best = 0;
       for (int i = 1; first_ms >= 0 && i < found; ++i) {
-        const float ms = TimeRuns(stream, [&] { return run(results[i].algo); }, 4 * first_ms + 20);
+        const float ms = TimeRuns(stream, [&] { return run(results[i].algo); }, GiveUpMs(first_ms));
         if (ms >= 0 && ms < best_ms) {
           best_ms = ms;
           best = i;

@@ -135,15 +135,6 @@ PlanKey KeyOf(DType dtype, const Conv2dGeometry& g, const MathMode& mode) {
           mode.deterministic ? 1 : 0};
 }
 
-bool Capturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return status != cudaStreamCaptureStatusNone;
-}
-
 absl::Status CaptureMiss(absl::string_view what) {
   return absl::FailedPreconditionError(absl::StrCat(
       "convolution: ", what, " while the stream is being captured; the iteration must run op by op first"));
@@ -332,10 +323,7 @@ struct ConvOperands {
 // PyTorch does under cudnn.benchmark), or by cuDNN's heuristics alone with
 // TANDEM_CUDNN_ALGOS=heuristic in the daemon's environment.
 bool MeasureAlgorithms() {
-  static const bool measure = [] {
-    const char* mode = std::getenv("TANDEM_CUDNN_ALGOS");
-    return mode == nullptr || std::string(mode) != "heuristic";
-  }();
+  static const bool measure = !EnvIs("TANDEM_CUDNN_ALGOS", "heuristic");
   return measure;
 }
 
@@ -508,10 +496,7 @@ bool CallAligned(Direction dir, const ConvOperands& op) {
 // TANDEM_CUDNN_ENGINES=0 in the daemon's environment keeps to the
 // convolution API's algorithms). Only with measured choices.
 bool TryGraphEngines() {
-  static const bool engines = [] {
-    const char* value = std::getenv("TANDEM_CUDNN_ENGINES");
-    return value == nullptr || std::string(value) != "0";
-  }();
+  static const bool engines = !EnvIs("TANDEM_CUDNN_ENGINES", "0");
   return engines && MeasureAlgorithms();
 }
 
@@ -553,9 +538,7 @@ void TryEngines(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t s
   };
   const float algo_ms = TimeRuns(stream, [&] { return runs(*algo, false); });
   if (algo_ms < 0) return;
-  // An engine whose first run takes 4x the algorithm (plus 20 ms for a
-  // first launch's module load) is dropped after that run.
-  const float give_up_ms = 4 * algo_ms + 20;
+  const float give_up_ms = GiveUpMs(algo_ms);
   std::unique_ptr<EnginePlan>* best = nullptr;
   float best_ms = algo_ms * 0.97f;
   Algo trial = *algo;
@@ -603,10 +586,7 @@ class SharedChoices {
     return *choices;
   }
   static bool Enabled() {
-    static const bool enabled = [] {
-      const char* value = std::getenv("TANDEM_CUDNN_SHARE_CHOICES");
-      return value == nullptr || std::string(value) != "0";
-    }();
+    static const bool enabled = !EnvIs("TANDEM_CUDNN_SHARE_CHOICES", "0");
     return enabled && MeasureAlgorithms();
   }
   std::optional<SharedChoice> Find(int device, const ConvPlan& plan, Direction dir) {

@@ -3,6 +3,10 @@
 #ifndef TANDEM_ADAPTOR_CUDA_KERNEL_UTIL_H_
 #define TANDEM_ADAPTOR_CUDA_KERNEL_UTIL_H_
 
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -47,6 +51,26 @@ inline absl::Status Launched(const KernelArgs& args, cudaError_t error, DType dt
                                                  " (or an invalid launch)"));
   }
   return device::CudaStatus(error, absl::StrCat(args.node->op, " kernel launch"));
+}
+
+// Whether `stream` is being captured into a CUDA graph (so nothing may
+// synchronize or allocate); `if_unknown` when CUDA cannot tell (its error is
+// cleared).
+inline bool Capturing(cudaStream_t stream, bool if_unknown = false) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    cudaGetLastError();
+    return if_unknown;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// Whether the environment variable `name` is set to `value` (the daemon's
+// switches: TANDEM_CUDNN_ALGOS=heuristic, TANDEM_CUDNN_ENGINES=0, ...). Read
+// at each call: callers keep the answer in a static.
+inline bool EnvIs(const char* name, const char* value) {
+  const char* set = std::getenv(name);
+  return set != nullptr && std::strcmp(set, value) == 0;
 }
 
 // Copies `bytes` from `src` to `dst` on the stream unless they are the same

@@ -13,6 +13,10 @@ namespace tandem::cuda {
 // run fails, or when the first run already took longer than `give_up_ms`
 // (when positive): a candidate that slow cannot win, and the first run of
 // a slow engine can take tens of milliseconds.
+// The give-up time for a candidate against the incumbent's `incumbent_ms`:
+// 4x it, plus 20 ms for a first launch's module load.
+inline float GiveUpMs(float incumbent_ms) { return 4 * incumbent_ms + 20; }
+
 template <typename Run>
 float TimeRuns(cudaStream_t stream, Run&& run, float give_up_ms = -1.0f) {
   cudaEvent_t start = nullptr, stop = nullptr;
