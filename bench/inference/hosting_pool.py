@@ -187,15 +187,19 @@ class Pool:
 
     # ---- coverage ----
 
-    def _first_unhosted(self, states):
-        hosted = set()
-        for w in self.workers:
-            if w.state in states:
-                hosted.update(w.ids)
+    def _hosted(self, states):
+        """The slots of the workers in `states`."""
+        return {i for w in self.workers if w.state in states for i in w.ids}
+
+    @staticmethod
+    def _first_missing(hosted):
         n = 0
         while n in hosted:
             n += 1
         return n
+
+    def _first_unhosted(self, states):
+        return self._first_missing(self._hosted(states))
 
     def covered(self):
         """Slots 0..covered()-1 are hosted by workers that are ready or still preparing."""
@@ -254,10 +258,10 @@ class Pool:
         idle = self.idle if idle is None else idle and self.idle
         limit = self.cap_from_failure()
         n = min(n, len(self.specs), limit[0] if limit else len(self.specs))
-        first = self.covered()
+        hosted = self._hosted(("ready", "preparing"))
+        first = self._first_missing(hosted)  # covered()
         if n <= first:
             return 0
-        hosted = {i for w in self.workers if w.state in ("ready", "preparing") for i in w.ids}
         missing = [s for s in self.specs[first:n] if s["id"] not in hosted]
         groups = (group_slots(missing, self.per_proc) if self.per_proc > 1 else [[s] for s in missing])
         for g in groups:
