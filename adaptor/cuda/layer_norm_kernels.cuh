@@ -29,19 +29,19 @@ struct Affine {
 // y = (x - mean) * rstd * weight + bias.
 template <typename T, int kThreadsPerRow, int kPacks, int kRows>
 __global__ void __launch_bounds__(kThreads)
-    LayerNormTileKernel(int64_t rows, int64_t cols, T eps, const T* x, Affine<T> affine, T* y, T* mean_out,
+    LayerNormTileKernel(int rows, int cols, T eps, const T* x, Affine<T> affine, T* y, T* mean_out,
                         T* rstd_out) {
   using Tile = RowTile<T, kThreadsPerRow, kPacks>;
   using Pack = typename Tile::Pack;
   constexpr int kWidth = Tile::kWidth;
   __shared__ T shared[32];
-  const RowWalk<kThreadsPerRow, kRows> walk(rows);
+  const RowWalk<kThreadsPerRow, kRows, int> walk(rows);
   const int lane = walk.lane;
-  const int64_t row_packs = cols / kWidth;
+  const int row_packs = cols / kWidth;
   const T n = static_cast<T>(cols);
-  for (int64_t base = walk.first; base < rows; base += walk.step) {
+  for (int base = walk.first; base < rows; base += walk.step) {
     for (int q = 0; q < kRows; ++q) {  // the warp's rows one after another
-      const int64_t row = walk.Row(base, q);
+      const int row = walk.Row(base, q);
       const bool active = walk.Active(row);
       Tile v;
       T sum = 0;
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int k = 0; k < kPacks; ++k) {
         if (!Tile::Has(k, lane, row_packs)) continue;
-        const int64_t at = lane + static_cast<int64_t>(k) * kThreadsPerRow;
+        const int at = lane + k * kThreadsPerRow;
         Pack w, b;
         if (affine.weight != nullptr) w = reinterpret_cast<const Pack*>(affine.weight)[at];
         if (affine.bias != nullptr) b = reinterpret_cast<const Pack*>(affine.bias)[at];
@@ -127,19 +127,19 @@ __global__ void LayerNormLoopKernel(int64_t rows, int64_t cols, T eps, const T* 
 // xhat = (x - mean) * rstd; a row tile per row.
 template <typename T, int kThreadsPerRow, int kPacks, int kRows>
 __global__ void __launch_bounds__(kThreads)
-    LayerNormBackwardTileKernel(int64_t rows, int64_t cols, const T* grad, const T* x, const T* mean, const T* rstd,
+    LayerNormBackwardTileKernel(int rows, int cols, const T* grad, const T* x, const T* mean, const T* rstd,
                                 const T* weight, T* grad_x) {
   using Tile = RowTile<T, kThreadsPerRow, kPacks>;
   using Pack = typename Tile::Pack;
   constexpr int kWidth = Tile::kWidth;
   __shared__ T shared[32];
-  const RowWalk<kThreadsPerRow, kRows> walk(rows);
+  const RowWalk<kThreadsPerRow, kRows, int> walk(rows);
   const int lane = walk.lane;
-  const int64_t row_packs = cols / kWidth;
+  const int row_packs = cols / kWidth;
   const T n = static_cast<T>(cols);
-  for (int64_t base = walk.first; base < rows; base += walk.step) {
+  for (int base = walk.first; base < rows; base += walk.step) {
     for (int q = 0; q < kRows; ++q) {  // the warp's rows one after another
-      const int64_t row = walk.Row(base, q);
+      const int row = walk.Row(base, q);
       const bool active = walk.Active(row);
       Tile g, xhat;  // g = dy * w in place of dy
       T m = 0, s = 0, sum_g = 0, sum_gx = 0;
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int k = 0; k < kPacks; ++k) {
           if (!Tile::Has(k, lane, row_packs)) continue;
           Pack w;
-          const int64_t at = lane + static_cast<int64_t>(k) * kThreadsPerRow;
+          const int at = lane + k * kThreadsPerRow;
           if (weight != nullptr) w = reinterpret_cast<const Pack*>(weight)[at];
 #pragma unroll
           for (int e = 0; e < kWidth; ++e) {

@@ -24,6 +24,7 @@
 // shapes, other rows a block per row; grad_weight and grad_bias are column
 // sums over the rows by a cluster of blocks per column tile
 // (cluster_reduce.cuh: deterministic, no atomics).
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -345,6 +346,16 @@ cudaError_t LaunchLogSoftmaxBackward(DType dtype, int64_t outer, int64_t size, i
   return SoftmaxBackward<true>(dtype, outer, size, inner, grad, output, grad_in, stream);
 }
 
+namespace {
+std::atomic<int64_t> g_tile_launch_elements{kTileLaunchElements};
+}  // namespace
+
+int64_t TileLaunchElements() { return g_tile_launch_elements.load(std::memory_order_relaxed); }
+
+void SetTileLaunchElementsForTesting(int64_t elements) {
+  g_tile_launch_elements.store(elements > 0 && elements <= kTileLaunchElements ? elements : kTileLaunchElements);
+}
+
 cudaError_t LaunchLayerNorm(DType dtype, int64_t rows, int64_t cols, double eps, const void* x, const void* weight,
                             const void* bias, void* y, void* mean, void* rstd, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
@@ -358,8 +369,12 @@ cudaError_t LaunchLayerNorm(DType dtype, int64_t rows, int64_t cols, double eps,
     const T e = static_cast<T>(eps);
     const bool tiled = DispatchRowTile<T, 8>(
         cols, AllAligned16({x, weight, bias, y}), [&]<int kThreadsPerRow, int kPacks, int kRows>() {
-          LayerNormTileKernel<T, kThreadsPerRow, kPacks, kRows>
-              <<<RowBlocks<kThreadsPerRow, kRows>(rows), kThreads, 0, stream>>>(rows, cols, e, px, affine, py, pm, pr);
+          ForEachRowChunk(rows, cols, [&](int64_t first, int64_t n) {
+            const int64_t at = first * cols;
+            LayerNormTileKernel<T, kThreadsPerRow, kPacks, kRows>
+                <<<RowBlocks<kThreadsPerRow, kRows>(n), kThreads, 0, stream>>>(
+                    static_cast<int>(n), static_cast<int>(cols), e, px + at, affine, py + at, pm + first, pr + first);
+          });
         });
     if (!tiled) {
       LayerNormLoopKernel<T><<<Blocks(rows, 1), kThreads, 0, stream>>>(rows, cols, e, px, affine, py, pm, pr);
@@ -384,8 +399,13 @@ cudaError_t LaunchLayerNormBackward(DType dtype, int64_t rows, int64_t cols, con
     if (rows > 0) {
       const bool tiled = DispatchRowTile<T, 4>(
           cols, AllAligned16({grad, x, weight, grad_x}), [&]<int kThreadsPerRow, int kPacks, int kRows>() {
-            LayerNormBackwardTileKernel<T, kThreadsPerRow, kPacks, kRows>
-                <<<RowBlocks<kThreadsPerRow, kRows>(rows), kThreads, 0, stream>>>(rows, cols, g, px, pm, pr, pw, dx);
+            ForEachRowChunk(rows, cols, [&](int64_t first, int64_t n) {
+              const int64_t at = first * cols;
+              LayerNormBackwardTileKernel<T, kThreadsPerRow, kPacks, kRows>
+                  <<<RowBlocks<kThreadsPerRow, kRows>(n), kThreads, 0, stream>>>(
+                      static_cast<int>(n), static_cast<int>(cols), g + at, px + at, pm + first, pr + first, pw,
+                      dx + at);
+            });
           });
       if (!tiled) {
         LayerNormBackwardLoopKernel<T><<<Blocks(rows, 1), kThreads, 0, stream>>>(rows, cols, g, px, pm, pr, pw, dx);

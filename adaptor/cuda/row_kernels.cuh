@@ -37,13 +37,13 @@ struct RowTile {
   Pack pack[kPacks];
 
   // Whether the thread's pack k exists in a row of `row_packs` packs.
-  __device__ __forceinline__ static bool Has(int k, int lane, int64_t row_packs) {
-    return lane + static_cast<int64_t>(k) * kThreadsPerRow < row_packs;
+  __device__ __forceinline__ static bool Has(int k, int lane, int row_packs) {
+    return lane + k * kThreadsPerRow < row_packs;
   }
 
   // Loads the thread's packs of `row` (16-byte aligned); absent packs are
   // left unset and must not be read.
-  __device__ __forceinline__ void Load(const T* row, int lane, int64_t row_packs) {
+  __device__ __forceinline__ void Load(const T* row, int lane, int row_packs) {
     const Pack* p = reinterpret_cast<const Pack*>(row);
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
@@ -51,7 +51,7 @@ struct RowTile {
     }
   }
 
-  __device__ __forceinline__ void Store(T* row, int lane, int64_t row_packs) const {
+  __device__ __forceinline__ void Store(T* row, int lane, int row_packs) const {
     Pack* p = reinterpret_cast<Pack*>(row);
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
@@ -96,27 +96,54 @@ __device__ __forceinline__ T RowMax(T v, T* shared) {
 // a warp (of a block, for a block-wide row), so threads that shuffle or
 // synchronize together run the same iterations; a row past the end
 // (Active false) takes part in the reductions without touching memory.
-template <int kThreadsPerRow, int kRows>
+//
+// Row indices are of type I: the tile kernels walk in 32 bits (a launch of
+// at most kTileLaunchElements elements, ForEachRowChunk), the loop kernels,
+// whose rows may be of any length, in 64.
+template <int kThreadsPerRow, int kRows, typename I = int64_t>
 struct RowWalk {
   static constexpr int kGroupsPerBlock = kThreads / kThreadsPerRow;
   static constexpr int kGroupsPerWarp = kThreadsPerRow < 32 ? 32 / kThreadsPerRow : 1;
   static constexpr int kThreadsPerUnit = kThreadsPerRow * kGroupsPerWarp;  // threads in step: a warp or a block
-  int64_t rows;
-  int64_t first;
-  int64_t step;
+  I rows;
+  I first;
+  I step;
   int lane;
   int offset;  // the calling thread's first row past `base`
 
-  __device__ __forceinline__ explicit RowWalk(int64_t row_count) : rows(row_count) {
+  __device__ __forceinline__ explicit RowWalk(I row_count) : rows(row_count) {
     lane = static_cast<int>(threadIdx.x) % kThreadsPerRow;
-    const int64_t unit = static_cast<int64_t>(blockIdx.x) * (kThreads / kThreadsPerUnit) + threadIdx.x / kThreadsPerUnit;
+    const I unit = static_cast<I>(blockIdx.x) * (kThreads / kThreadsPerUnit) + threadIdx.x / kThreadsPerUnit;
     first = unit * kGroupsPerWarp * kRows;
-    step = static_cast<int64_t>(gridDim.x) * kGroupsPerBlock * kRows;
+    step = static_cast<I>(gridDim.x) * kGroupsPerBlock * kRows;
     offset = static_cast<int>((threadIdx.x / kThreadsPerRow) % kGroupsPerWarp) * kRows;
   }
-  __device__ __forceinline__ int64_t Row(int64_t base, int q) const { return base + offset + q; }
-  __device__ __forceinline__ bool Active(int64_t row) const { return row < rows; }
+  __device__ __forceinline__ I Row(I base, int q) const { return base + offset + q; }
+  __device__ __forceinline__ bool Active(I row) const { return row < rows; }
 };
+
+// The most elements one launch of a tile kernel covers, so that its row
+// offsets (row * size) and row walk (past the last row by at most one grid
+// step) fit in 32 bits. 32-bit indices take fewer registers: the float32
+// log_softmax tile of 32 threads x 1 pack x 2 rows went from 40 to 32
+// (`nvcc -Xptxas -v`), 8 blocks of kThreads per multiprocessor instead of 6.
+inline constexpr int64_t kTileLaunchElements = int64_t{1} << 30;
+
+// kTileLaunchElements, or what SetTileLaunchElementsForTesting set
+// (normalization_kernels.cu).
+int64_t TileLaunchElements();
+
+// Calls `launch(first_row, row_count)` over consecutive chunks of `rows`
+// rows of `size` elements (size <= a tile's elements), each of at most
+// TileLaunchElements() elements (at least one row).
+template <typename Launch>
+void ForEachRowChunk(int64_t rows, int64_t size, Launch&& launch) {
+  const int64_t per_row = size > 0 ? TileLaunchElements() / size : rows;
+  const int64_t per_launch = per_row > 0 ? per_row : 1;
+  for (int64_t first = 0; first < rows; first += per_launch) {
+    launch(first, rows - first < per_launch ? rows - first : per_launch);
+  }
+}
 
 // Calls `launch.template operator()<kThreadsPerRow, kPacks, kRows>()` with
 // the smallest row tile that holds a row of `size` elements of T, and

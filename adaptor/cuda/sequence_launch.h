@@ -186,6 +186,12 @@ cudaError_t LaunchLayerNorm(DType dtype, int64_t rows, int64_t cols, double eps,
 cudaError_t LaunchLayerNormBackward(DType dtype, int64_t rows, int64_t cols, const void* grad, const void* x,
                                     const void* mean, const void* rstd, const void* weight, void* grad_x,
                                     void* grad_weight, void* grad_bias, cudaStream_t stream);
+// The row-tile kernels of softmax, log_softmax (every float dtype) and
+// layer norm index in 32 bits, so their launchers split a tensor into
+// launches of at most 2^30 elements; a test lowers that to make several
+// launches of a small tensor (0 restores the default). Not thread-safe with
+// launches in flight.
+void SetTileLaunchElementsForTesting(int64_t elements);
 
 // ---- attention (attention_kernels.cu) ----
 

@@ -65,7 +65,7 @@ struct WideTile {
 
   Acc v[kPacks][kWidth];
 
-  __device__ __forceinline__ void From(const Tile& tile, int lane, int64_t row_packs) {
+  __device__ __forceinline__ void From(const Tile& tile, int lane, int row_packs) {
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       if (!Tile::Has(k, lane, row_packs)) continue;
@@ -73,7 +73,7 @@ struct WideTile {
       for (int e = 0; e < kWidth; ++e) v[k][e] = WidenTo<Acc>(tile.pack[k].v[e]);
     }
   }
-  __device__ __forceinline__ void To(Tile& tile, int lane, int64_t row_packs) const {
+  __device__ __forceinline__ void To(Tile& tile, int lane, int row_packs) const {
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       if (!Tile::Has(k, lane, row_packs)) continue;
@@ -102,22 +102,22 @@ inline constexpr int kForwardMinBlocks =
 // (softmax only), a row of all -inf is zeros.
 template <typename S, bool kLog, int kThreadsPerRow, int kPacks, int kRows>
 __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<S, kLog, kThreadsPerRow, kPacks, kRows>)
-    SoftmaxTileKernel(int64_t rows, int64_t size, bool zero_if_all_neg_inf, const S* in, S* out) {
+    SoftmaxTileKernel(int rows, int size, bool zero_if_all_neg_inf, const S* in, S* out) {
   using Tile = RowTile<S, kThreadsPerRow, kPacks>;
   using Wide = WideTile<S, kThreadsPerRow, kPacks>;
   using T = typename Wide::Acc;
   constexpr int kWidth = Tile::kWidth;
   __shared__ T shared[32];
-  const RowWalk<kThreadsPerRow, kRows> walk(rows);
+  const RowWalk<kThreadsPerRow, kRows, int> walk(rows);
   const int lane = walk.lane;
-  const int64_t row_packs = size / kWidth;
-  for (int64_t base = walk.first; base < rows; base += walk.step) {
+  const int row_packs = size / kWidth;
+  for (int base = walk.first; base < rows; base += walk.step) {
     Tile tile[kRows];
     Wide x[kRows];
     T m[kRows], s[kRows];
 #pragma unroll
     for (int q = 0; q < kRows; ++q) {
-      const int64_t row = walk.Row(base, q);
+      const int row = walk.Row(base, q);
       if (walk.Active(row)) tile[q].Load(in + row * size, lane, row_packs);
     }
 #pragma unroll
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<S, kLog, kThreadsP
     for (int q = 0; q < kRows; ++q) s[q] = RowSum<kThreadsPerRow>(s[q], shared);
 #pragma unroll
     for (int q = 0; q < kRows; ++q) {
-      const int64_t row = walk.Row(base, q);
+      const int row = walk.Row(base, q);
       if (!walk.Active(row)) continue;
       const bool zeros = !kLog && zero_if_all_neg_inf && AllNegInf(m[q]);
       // softmax scales by 1 / sum (one division per row, not per element).
@@ -184,22 +184,22 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<S, kLog, kThreadsP
 
 template <typename S, bool kLog, int kThreadsPerRow, int kPacks, int kRows>
 __global__ void __launch_bounds__(kThreads)
-    SoftmaxBackwardTileKernel(int64_t rows, int64_t size, const S* grad, const S* y, S* grad_in) {
+    SoftmaxBackwardTileKernel(int rows, int size, const S* grad, const S* y, S* grad_in) {
   using Tile = RowTile<S, kThreadsPerRow, kPacks>;
   using Wide = WideTile<S, kThreadsPerRow, kPacks>;
   using T = typename Wide::Acc;
   constexpr int kWidth = Tile::kWidth;
   __shared__ T shared[32];
-  const RowWalk<kThreadsPerRow, kRows> walk(rows);
+  const RowWalk<kThreadsPerRow, kRows, int> walk(rows);
   const int lane = walk.lane;
-  const int64_t row_packs = size / kWidth;
-  for (int64_t base = walk.first; base < rows; base += walk.step) {
+  const int row_packs = size / kWidth;
+  for (int base = walk.first; base < rows; base += walk.step) {
     Tile gt[kRows], ot[kRows];
     Wide g[kRows], o[kRows];
     T s[kRows];
 #pragma unroll
     for (int q = 0; q < kRows; ++q) {
-      const int64_t row = walk.Row(base, q);
+      const int row = walk.Row(base, q);
       if (!walk.Active(row)) continue;
       gt[q].Load(grad + row * size, lane, row_packs);
       ot[q].Load(y + row * size, lane, row_packs);
@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int q = 0; q < kRows; ++q) s[q] = RowSum<kThreadsPerRow>(s[q], shared);
 #pragma unroll
     for (int q = 0; q < kRows; ++q) {
-      const int64_t row = walk.Row(base, q);
+      const int row = walk.Row(base, q);
       if (!walk.Active(row)) continue;
 #pragma unroll
       for (int k = 0; k < kPacks; ++k) {
@@ -242,21 +242,26 @@ template <typename S, bool kLog>
 bool LaunchSoftmaxTile(int64_t outer, int64_t size, bool zero_if_all_neg_inf, const S* in, S* out,
                        cudaStream_t stream) {
   return DispatchRowTile<S, 4>(size, AllAligned16({in, out}), [&]<int kThreadsPerRow, int kPacks, int kRows>() {
-    SoftmaxTileKernel<S, kLog, kThreadsPerRow, kPacks, kRows>
-        <<<RowBlocks<kThreadsPerRow, kRows>(outer), kThreads, 0, stream>>>(outer, size, zero_if_all_neg_inf, in,
-                                                                           out);
+    ForEachRowChunk(outer, size, [&](int64_t first, int64_t rows) {
+      const int64_t at = first * size;
+      SoftmaxTileKernel<S, kLog, kThreadsPerRow, kPacks, kRows>
+          <<<RowBlocks<kThreadsPerRow, kRows>(rows), kThreads, 0, stream>>>(
+              static_cast<int>(rows), static_cast<int>(size), zero_if_all_neg_inf, in + at, out + at);
+    });
   });
 }
 
 template <typename S, bool kLog>
 bool LaunchSoftmaxBackwardTile(int64_t outer, int64_t size, const S* grad, const S* y, S* grad_in,
                                cudaStream_t stream) {
-  return DispatchRowTile<S, 4>(size, AllAligned16({grad, y, grad_in}),
-                               [&]<int kThreadsPerRow, int kPacks, int kRows>() {
-                                 SoftmaxBackwardTileKernel<S, kLog, kThreadsPerRow, kPacks, kRows>
-                                     <<<RowBlocks<kThreadsPerRow, kRows>(outer), kThreads, 0, stream>>>(
-                                         outer, size, grad, y, grad_in);
-                               });
+  return DispatchRowTile<S, 4>(size, AllAligned16({grad, y, grad_in}), [&]<int kThreadsPerRow, int kPacks, int kRows>() {
+    ForEachRowChunk(outer, size, [&](int64_t first, int64_t rows) {
+      const int64_t at = first * size;
+      SoftmaxBackwardTileKernel<S, kLog, kThreadsPerRow, kPacks, kRows>
+          <<<RowBlocks<kThreadsPerRow, kRows>(rows), kThreads, 0, stream>>>(
+              static_cast<int>(rows), static_cast<int>(size), grad + at, y + at, grad_in + at);
+    });
+  });
 }
 
 }  // namespace tandem::cuda

@@ -7,6 +7,7 @@
 
 #include "adaptor/cuda/blas.h"
 #include "adaptor/cuda/cuda_program_options.h"
+#include "adaptor/cuda/sequence_launch.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -506,6 +507,45 @@ TEST(CudaKernels, LogSoftmaxAndBackward) {
       Check(g, kElementwise32);
     }
   }
+}
+
+// The row-tile kernels (softmax, log_softmax, layer norm, forward and
+// backward) index a launch in 32 bits, and their launchers split a tensor
+// into launches of at most 2^30 elements. With the limit lowered to a few
+// rows (an odd count, so a warp's second row is missing in every launch),
+// each tensor takes many launches, whose row offsets must line up.
+TEST(CudaKernels, RowTilesInSeveralLaunches) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  // Half a warp per row, a warp (1 and 8 packs per thread), a block per row.
+  const std::vector<int64_t> widths = {4 * Dim(1, 16), 128, 4 * Dim(200, 256), 4 * Dim(300, 1024)};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (const int64_t cols : widths) {
+      const int64_t rows = 2 * Dim(20, 80) + 1;
+      const int64_t rows_per_launch = 2 * Dim(0, 3) + 1;
+      cuda::SetTileLaunchElementsForTesting(rows_per_launch * cols + Dim(0, cols - 1));
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " [" << rows << ", " << cols << "], "
+                                        << rows_per_launch << " rows per launch");
+      GraphMaker g;
+      const int x = g.Feed({dtype, {rows, cols}});
+      const int grad = g.Feed({dtype, {rows, cols}});
+      const int w = g.Feed({dtype, {cols}}, Fill::kPositive);
+      const int b = g.Feed({dtype, {cols}});
+      const Attrs dim = MakeAttrs({{"dim", int64_t{1}}, {"half_to_float", false}});
+      const Attrs backward = MakeAttrs({{"dim", int64_t{1}}, {"input_dtype", dtype}});
+      const int sm = g.Add1("_softmax", {x}, dim);
+      const int lsm = g.Add1("_log_softmax", {x}, dim);
+      g.Add1("_softmax_backward_data", {grad, sm}, backward);
+      g.Add1("_log_softmax_backward_data", {grad, lsm}, backward);
+      const std::vector<int> ln = g.Add("native_layer_norm", {x, w, b},
+                                        MakeAttrs({{"normalized_shape", std::vector<int64_t>{cols}}, {"eps", 1e-5}}));
+      ASSERT_EQ(ln.size(), 3u);
+      g.Add("native_layer_norm_backward", {grad, x, ln[1], ln[2], w, b},
+            MakeAttrs({{"normalized_shape", std::vector<int64_t>{cols}},
+                       {"output_mask", std::vector<int64_t>{1, 1, 1}}}));
+      Check(g, kReduction32);
+    }
+  }
+  cuda::SetTileLaunchElementsForTesting(0);
 }
 
 TEST(CudaKernels, NllLossEveryReduction) {
