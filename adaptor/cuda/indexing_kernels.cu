@@ -46,33 +46,28 @@ bool DispatchFloat(DType dtype, F&& f) {
   }
 }
 
-// A group of 2^row_shift threads per output row (the smallest power of two
-// that covers the row's units, at most a block), kThreads >> row_shift rows
-// per block: the row's id is read by each thread of its group and checked
-// before it addresses anything; a bad one is reported once (by the group's
-// first thread) and its output row is zeros. The row moves in units U:
-// 16-byte vectors when the row's bytes allow (LaunchEmbedding), single
-// elements otherwise. (A warp per row, looping over the row, ran the
-// language model's [2240] x 1024 float32 lookup at 0.81 of PyTorch's speed
-// on an H200: 2240 warps of 8 loads each, 17 warps per multiprocessor.)
+// A warp per output row: the row's id is read by every lane and checked
+// before it addresses anything; a bad one is reported once (by lane 0) and
+// its output row is zeros. The row moves in units U: 16-byte vectors when
+// the row's bytes allow (LaunchEmbedding), single elements otherwise.
 template <typename U, typename I>
-__global__ void EmbeddingKernel(int64_t count, int64_t rows, int64_t row_units, int row_shift, const U* weight,
-                                const I* ids, U* out, ErrorWord error) {
-  const int group = 1 << row_shift;
-  const int lane = static_cast<int>(threadIdx.x) & (group - 1);
-  const int rows_per_block = kThreads >> row_shift;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * rows_per_block + (threadIdx.x >> row_shift);
-  const int64_t step = static_cast<int64_t>(gridDim.x) * rows_per_block;
+__global__ void EmbeddingKernel(int64_t count, int64_t rows, int64_t row_units, const U* weight, const I* ids, U* out,
+                                ErrorWord error) {
+  constexpr int kRowsPerBlock = kThreads / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
   for (int64_t n = first; n < count; n += step) {
     const int64_t id = ids[n];
     U* dst = out + n * row_units;
     if (id < 0 || id >= rows) {
       if (lane == 0) ReportBadIndex(error, id);
-      for (int64_t j = lane; j < row_units; j += group) dst[j] = U{};
+      for (int64_t j = lane; j < row_units; j += 32) dst[j] = U{};
       continue;
     }
     const U* src = weight + id * row_units;
-    for (int64_t j = lane; j < row_units; j += group) dst[j] = src[j];
+#pragma unroll 4
+    for (int64_t j = lane; j < row_units; j += 32) dst[j] = src[j];
   }
 }
 
@@ -207,27 +202,23 @@ cudaError_t LaunchEmbedding(int element_bytes, int64_t count, int64_t rows, int6
                             IndexOperand ids, void* out, ErrorWord error, cudaStream_t stream) {
   if (count * width == 0) return cudaSuccess;
   const int64_t row_bytes = width * element_bytes;
+  const int64_t blocks = Blocks(count, kThreads / 32);
   const bool known_size = element_bytes == 1 || element_bytes == 2 || element_bytes == 4 || element_bytes == 8;
   const bool vectorized = known_size && row_bytes % 16 == 0 && Aligned16(weight) && Aligned16(out);
-  const int64_t row_units = vectorized ? row_bytes / 16 : width;
-  int row_shift = 0;
-  while ((int64_t{1} << row_shift) < row_units && (2 << row_shift) <= kThreads) ++row_shift;
-  const int64_t blocks = Blocks(count, kThreads >> row_shift);
   bool launched = false;
   DispatchIndex(ids.dtype, [&](auto index_tag) {
     using I = decltype(index_tag);
     const I* id = static_cast<const I*>(ids.data);
     if (vectorized) {
       EmbeddingKernel<uint4, I><<<blocks, kThreads, 0, stream>>>(
-          count, rows, row_units, row_shift, static_cast<const uint4*>(weight), id, static_cast<uint4*>(out), error);
+          count, rows, row_bytes / 16, static_cast<const uint4*>(weight), id, static_cast<uint4*>(out), error);
       launched = true;
       return;
     }
     launched = DispatchBytes(element_bytes, [&](auto tag) {
       using E = decltype(tag);
-      EmbeddingKernel<E, I><<<blocks, kThreads, 0, stream>>>(count, rows, row_units, row_shift,
-                                                             static_cast<const E*>(weight), id, static_cast<E*>(out),
-                                                             error);
+      EmbeddingKernel<E, I><<<blocks, kThreads, 0, stream>>>(count, rows, width, static_cast<const E*>(weight), id,
+                                                             static_cast<E*>(out), error);
     });
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;

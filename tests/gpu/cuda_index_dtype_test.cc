@@ -74,8 +74,7 @@ int64_t NumIndices(const Bytes& feed, DType dtype) { return static_cast<int64_t>
 TEST(CudaIndexDType, EmbeddingWithInt32IdsOfEveryRowWidth) {
   TANDEM_SKIP_WITHOUT_GPU();
   // 16-byte rows take the vectorized kernel, the others one element at a
-  // time; a row takes as many threads as it has units, up to a block (2052
-  // float32: 513 vectors, a block looping twice), several short rows a block.
+  // time; a warp loops over a row (2052 float32: 513 vectors, 17 passes).
   const std::vector<std::pair<DType, int64_t>> widths = {
       {DType::kFloat32, 256}, {DType::kFloat32, 7},   {DType::kFloat64, 2},     {DType::kFloat64, 3},
       {DType::kBFloat16, 8},  {DType::kFloat16, 5},   {DType::kFloat32, 2052}, {DType::kFloat32, 300}};
