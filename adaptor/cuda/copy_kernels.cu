@@ -91,6 +91,18 @@ __global__ void CopyUnlessErrorKernel(const int64_t* error, const uint8_t* src, 
   }
 }
 
+__device__ __forceinline__ uint64_t GlobalTimerNs() {
+  uint64_t ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  return ns;
+}
+
+__global__ void DelayKernel(uint64_t ns) {
+  const uint64_t start = GlobalTimerNs();
+  while (GlobalTimerNs() - start < ns) {
+  }
+}
+
 template <typename F>
 bool DispatchElementSize(int bytes, F&& f) {
   switch (bytes) {
@@ -110,6 +122,12 @@ cudaError_t LaunchCopyUnlessError(const int64_t* error, const void* src, void* d
   const int64_t units = static_cast<int64_t>(bytes / 16 + 1);
   CopyUnlessErrorKernel<<<Blocks(units), kThreads, 0, stream>>>(error, static_cast<const uint8_t*>(src),
                                                                 static_cast<uint8_t*>(dst), bytes);
+  return LaunchError();
+}
+
+cudaError_t LaunchDelay(int microseconds, cudaStream_t stream) {
+  if (microseconds <= 0) return cudaSuccess;
+  DelayKernel<<<1, 1, 0, stream>>>(static_cast<uint64_t>(microseconds) * 1000);
   return LaunchError();
 }
 

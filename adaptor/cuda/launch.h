@@ -119,6 +119,12 @@ cudaError_t LaunchFill(DType dtype, int64_t n, double value, void* out, cudaStre
 cudaError_t LaunchCopyUnlessError(const int64_t* error, const void* src, void* dst, size_t bytes,
                                   cudaStream_t stream);
 
+// Keeps the stream busy for about `microseconds` (one thread reading the
+// GPU's global timer): what TimeRuns (time_runs.h) enqueues ahead of a timed
+// run, so that the host's enqueueing of the run lies inside the delay and
+// not inside the timed span.
+cudaError_t LaunchDelay(int microseconds, cudaStream_t stream);
+
 // ---- reductions (reduce_kernels.cu) ----
 
 // Sums `in` viewed as [outer, size, inner] over the middle dim into

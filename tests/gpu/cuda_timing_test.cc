@@ -6,11 +6,14 @@
 // Times come from device events around many iterations after a warm-up.
 #include <atomic>
 #include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "adaptor/cuda/cuda_program_options.h"
+#include "adaptor/cuda/launch.h"
+#include "adaptor/cuda/time_runs.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -86,6 +89,39 @@ struct Fcn5 {
     }
   }
 };
+
+// TimeRuns (the algorithm and engine searches' timer) times a run's device
+// time, not the host's enqueueing of it: a run whose host side takes 2 ms
+// before it enqueues a tiny kernel measures far under 2 ms behind a delay
+// longer than that, and at least 2 ms without one (what the searches
+// measured before the delay).
+TEST(CudaTiming, TimedRunsExcludeTheHostsEnqueueing) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  int* word = nullptr;
+  ASSERT_EQ(cudaMalloc(&word, sizeof(int)), cudaSuccess);
+  const auto slow_host_run = [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return cuda::LaunchFill(DType::kInt32, 1, 7.0, word, stream) == cudaSuccess;
+  };
+  const float behind_delay = cuda::TimeRuns(stream, slow_host_run, -1.0f, /*delay_us=*/20000);
+  const float without_delay = cuda::TimeRuns(stream, slow_host_run, -1.0f, /*delay_us=*/0);
+  std::printf("tiny kernel after 2 ms of host work: %.4f ms timed behind a delay, %.4f ms without\n", behind_delay,
+              without_delay);
+  EXPECT_GT(behind_delay, 0.0f);
+  EXPECT_LT(behind_delay, 0.5f);
+  EXPECT_GE(without_delay, 1.9f);
+  // The delay kernel itself keeps the stream busy for about its time.
+  const float delay_ms = cuda::TimeRuns(stream, [&] { return cuda::LaunchDelay(1000, stream) == cudaSuccess; });
+  EXPECT_GT(delay_ms, 0.95f);
+  EXPECT_LT(delay_ms, 5.0f);
+  int value = 0;
+  ASSERT_EQ(cudaMemcpy(&value, word, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(value, 7);
+  cudaFree(word);
+  cudaStreamDestroy(stream);
+}
 
 TEST(CudaTiming, Fcn5StepOpByOpAndGraphReplay) {
   TANDEM_SKIP_WITHOUT_GPU();
