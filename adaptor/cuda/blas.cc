@@ -11,8 +11,10 @@
 #include <string>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "adaptor/cuda/kernel_util.h"
 #include "adaptor/cuda/launch.h"
 #include "adaptor/cuda/time_runs.h"
@@ -69,6 +71,7 @@ class BlasState final : public device::CudaStream::Attachment {
     CUDA_RETURN_IF_ERROR(cudaMalloc(&state->workspace, kBlasWorkspaceBytes));
     BLAS_RETURN_IF_ERROR(cublasSetStream(state->blas, stream.native()));
     BLAS_RETURN_IF_ERROR(cublasSetWorkspace(state->blas, state->workspace, kBlasWorkspaceBytes));
+    state->device = stream.ordinal();
     BlasState* raw = state.get();
     stream.Attach(&kKey, std::move(state));
     return raw;
@@ -83,7 +86,44 @@ class BlasState final : public device::CudaStream::Attachment {
   cublasLtHandle_t lt = nullptr;
   cublasHandle_t blas = nullptr;
   void* workspace = nullptr;
+  int device = 0;  // the stream's device ordinal
   absl::flat_hash_map<AlgoKey, std::optional<cublasLtMatmulAlgo_t>> algos;
+};
+
+// The algorithms chosen on any stream, by device: a stream meeting a
+// problem another stream of its device has met takes that choice instead of
+// timing candidates again. Two streams (two lanes, or a job's graphed and
+// op-by-op programs) then run the same kernels for the same product, so a
+// job's results do not depend on the lane it runs in; each choice is made
+// and timed once per device. (Timed per stream, two streams took different
+// algorithms for the same product whenever two candidates timed within
+// noise of each other, and their float32 results differed in the last
+// bits.) A cublasLtMatmulAlgo_t describes a kernel configuration, valid
+// with any handle of its device.
+class SharedAlgos {
+ public:
+  static SharedAlgos& Get() {
+    static SharedAlgos* const algos = new SharedAlgos;
+    return *algos;
+  }
+  // Whether `device` has a choice for `key`, and if so, it (nullopt inside:
+  // cuBLASLt had none).
+  std::optional<std::optional<cublasLtMatmulAlgo_t>> Find(int device, const AlgoKey& key) {
+    absl::MutexLock lock(&mu_);
+    auto it = algos_.find(std::make_pair(device, key));
+    if (it == algos_.end()) return std::nullopt;
+    return it->second;
+  }
+  // Keeps the first choice put for (device, key) and returns it.
+  std::optional<cublasLtMatmulAlgo_t> Put(int device, const AlgoKey& key,
+                                          const std::optional<cublasLtMatmulAlgo_t>& algo) {
+    absl::MutexLock lock(&mu_);
+    return algos_.emplace(std::make_pair(device, key), algo).first->second;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::pair<int, AlgoKey>, std::optional<cublasLtMatmulAlgo_t>> algos_ ABSL_GUARDED_BY(mu_);
 };
 
 // RAII owners of cuBLASLt descriptors.
@@ -150,9 +190,9 @@ struct Scalars {
 
 // How algorithms are chosen: measured by default (the heuristics' first
 // kCandidates run on the call's own operands, the first time a problem runs
-// on a stream, and the fastest kept when it beats the heuristics' first
-// choice by more than 3%), or the heuristics' first choice alone with
-// TANDEM_BLAS_ALGOS=heuristic in the daemon's environment.
+// on a device, and the fastest kept when it beats the heuristics' first
+// choice by more than 3%; SharedAlgos), or the heuristics' first choice
+// alone with TANDEM_BLAS_ALGOS=heuristic in the daemon's environment.
 bool MeasureAlgorithms() {
   static const bool measure = !EnvIs("TANDEM_BLAS_ALGOS", "heuristic");
   return measure;
@@ -199,6 +239,11 @@ absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s
                        AlignmentOf(s.a), AlignmentOf(s.b), AlignmentOf(c), AlignmentOf(s.out),
                        s.bias != nullptr ? AlignmentOf(s.bias) : 0, s.batch, OutRowStride(s), UsesTf32(s)};
   auto it = state.algos.find(key);
+  if (it == state.algos.end()) {
+    if (auto shared = SharedAlgos::Get().Find(state.device, key); shared.has_value()) {
+      it = state.algos.emplace(key, *shared).first;
+    }
+  }
   if (it == state.algos.end()) {
     BLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&descs.pref));
     const size_t workspace = kBlasWorkspaceBytes;
@@ -250,7 +295,8 @@ absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s
           .With("chosen", best == 0 ? std::string("the heuristic's first")
                                     : absl::StrCat("candidate ", best, " ", best_ms, " ms"));
     }
-    it = state.algos.emplace(key, algo).first;
+    // Another stream may have chosen meanwhile: every stream keeps the first.
+    it = state.algos.emplace(key, SharedAlgos::Get().Put(state.device, key, algo)).first;
   }
   if (!it->second.has_value()) {
     *no_algorithm = true;

@@ -608,6 +608,8 @@ class SharedChoices {
 
 std::atomic<int64_t> g_adopted{0};
 std::atomic<int64_t> g_adopted_with_engine{0};
+std::atomic<int64_t> g_declined{0};  // a choice existed, its workspace could not be had here
+std::atomic<int64_t> g_searched{0};  // directions searched on a stream
 
 // Takes another stream's choice for `dir`: its algorithm, and its engine's
 // plan rebuilt on this stream's handle when the heuristics list the same
@@ -677,11 +679,16 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
       // device cannot give the choice's share of it, search here instead.
       size_t bytes = 0;
       const absl::StatusOr<void*> space = state.SearchWorkspace(state.workspace_limit, stream, &bytes);
-      if (space.ok() && bytes >= shared->workspace) slot = AdoptChoice(state, plan, dir, *shared);
+      if (space.ok() && bytes >= shared->workspace) {
+        slot = AdoptChoice(state, plan, dir, *shared);
+      } else {
+        g_declined.fetch_add(1);
+      }
     }
   }
   if (!slot.has_value()) {
     if (Capturing(stream)) return CaptureMiss("a new algorithm choice");
+    g_searched.fetch_add(1);
     std::vector<Candidate> candidates;
     size_t limit = state.workspace_limit;
     if (MeasureAlgorithms()) {
@@ -841,6 +848,8 @@ void AddConvolutionKernels(CudaKernelTable& table) {
   table["convolution_backward"] = ConvolutionBackwardKernel;
 }
 
-ConvChoiceSharing ConvChoiceSharingForTesting() { return {g_adopted.load(), g_adopted_with_engine.load()}; }
+ConvChoiceSharing ConvChoiceSharingForTesting() {
+  return {g_adopted.load(), g_adopted_with_engine.load(), g_declined.load(), g_searched.load()};
+}
 
 }  // namespace tandem::cuda

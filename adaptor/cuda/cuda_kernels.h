@@ -43,11 +43,15 @@ CudaKernelFn FindCudaKernel(absl::string_view op);
 std::string DescribeBadIndex(const Graph& graph, const Node& node, int64_t value);
 
 // How many convolution directions so far took their algorithm from another
-// stream of the same device instead of searching (convolution_ops.cc), and
-// how many of those also rebuilt the other stream's graph-API engine.
+// stream of the same device instead of searching (convolution_ops.cc), how
+// many of those also rebuilt the other stream's graph-API engine, how many
+// found another stream's choice but not the workspace it needs (and
+// searched), and how many searched in all.
 struct ConvChoiceSharing {
   int64_t adopted = 0;
   int64_t with_engine = 0;
+  int64_t declined = 0;
+  int64_t searched = 0;
 };
 ConvChoiceSharing ConvChoiceSharingForTesting();
 

@@ -125,7 +125,9 @@ TEST(CudaCnnKernels, AnotherStreamTakesTheChoicesMade) {
   const cuda::ConvChoiceSharing before = cuda::ConvChoiceSharingForTesting();
   Check(g, kBf16Conv);  // another new stream: takes every direction's choice
   const cuda::ConvChoiceSharing after = cuda::ConvChoiceSharingForTesting();
-  EXPECT_EQ(after.adopted - before.adopted, 6) << "two convolutions, three directions each";
+  EXPECT_EQ(after.adopted - before.adopted, 6)
+      << "two convolutions, three directions each; declined for want of workspace "
+      << after.declined - before.declined << ", searched " << after.searched - before.searched;
   std::printf("directions that rebuilt another stream's engine: %lld of 6\n",
               static_cast<long long>(after.with_engine - before.with_engine));
 }
