@@ -153,7 +153,7 @@ __global__ void HalfPointwiseVecKernel(int64_t n, BinaryOperand a, BinaryOperand
 // used, 14.4 us cold). Not the other ops: bfloat16 add, sub and mul spill
 // 8-30 bytes at 32 (`nvcc -Xptxas -v`), and any launch bound, even
 // (1024, 0), changed their register use, so they keep the kernel above.
-constexpr bool kBoundedPointwise(HalfPointwiseOp op) {
+constexpr bool BoundedPointwise(HalfPointwiseOp op) {
   return op == HalfPointwiseOp::kGelu || op == HalfPointwiseOp::kGeluTanh;
 }
 
@@ -191,7 +191,7 @@ cudaError_t RunPointwise(DType dtype, int64_t n, const BinaryOperand& a, const B
     H* o = static_cast<H*>(out);
     if (vector) {
       const int64_t blocks = Blocks(n / Vec16<H>::kCount + 1);
-      if constexpr (kBoundedPointwise(kOp)) {
+      if constexpr (BoundedPointwise(kOp)) {
         HalfPointwiseVecBoundedKernel<H, kOp><<<blocks, kThreads, 0, stream>>>(n, a, b, p, o);
       } else {
         HalfPointwiseVecKernel<H, kOp><<<blocks, kThreads, 0, stream>>>(n, a, b, p, o);

@@ -88,11 +88,12 @@ struct WideTile {
 // 32 packs) fits 32 registers without spilling, and so 8 blocks of kThreads
 // (every thread slot) per multiprocessor instead of 6 at 40 registers. On an
 // H200, softmax of [32768, 128]: 9.7 -> 8.8 us (PyTorch 9.4). Not for
-// log_softmax, whose forward spills 20 bytes at 32 registers and measured
-// no faster (9.6-9.9 -> 10.0 us; ncu: achieved occupancy 58% -> 75%), nor
-// the backward, float64, 16-bit or block tiles (`nvcc -Xptxas -v`: they
-// spill 120-470 bytes at 32); 0 leaves the compiler unbounded (an explicit 1
-// let it take 44 registers for log_softmax).
+// log_softmax: with 64-bit indices its forward spilled 20 bytes at 32
+// registers and measured no faster (9.6-9.9 -> 10.0 us), and with the
+// tiles' 32-bit indices it takes 32 registers unbounded (7.7 us). Nor the
+// backward, float64, 16-bit or block tiles (`nvcc -Xptxas -v`: with 64-bit
+// indices they spilled 120-470 bytes at 32); 0 leaves the compiler
+// unbounded (an explicit 1 let it take 44 registers for log_softmax).
 template <typename S, bool kLog, int kThreadsPerRow, int kPacks, int kRows>
 inline constexpr int kForwardMinBlocks =
     std::is_same_v<S, float> && !kLog && kThreadsPerRow == 32 && kPacks * kRows <= 2 ? 8 : 0;
