@@ -94,17 +94,23 @@ void LaneLoads::OnIterationDone(JobId job, double now, double device_seconds, bo
   j.cost.Add(x);
 }
 
-bool LaneLoads::RequestStream(JobId job, double now) const {
+double LaneLoads::LoadOf(const Job& j, double now) {
+  return j.count * std::exp(-(now - j.at) / kDecaySeconds) / kDecaySeconds * j.cost.mean();
+}
+
+std::optional<double> LaneLoads::RequestStreamLoad(JobId job, double now) const {
   auto it = jobs_.find(job);
-  return it != jobs_.end() && it->second.backlog.samples() > 0 && it->second.backlog.mean() < 0.5 &&
-         Of(job, now) < kRequestStreamLoad;
+  if (it == jobs_.end() || it->second.backlog.samples() == 0 || !(it->second.backlog.mean() < 0.5)) {
+    return std::nullopt;
+  }
+  const double load = LoadOf(it->second, now);
+  if (!(load < kRequestStreamLoad)) return std::nullopt;
+  return load;
 }
 
 double LaneLoads::Of(JobId job, double now) const {
   auto it = jobs_.find(job);
-  if (it == jobs_.end()) return 0;
-  const Job& j = it->second;
-  return j.count * std::exp(-(now - j.at) / kDecaySeconds) / kDecaySeconds * j.cost.mean();
+  return it == jobs_.end() ? 0.0 : LoadOf(it->second, now);
 }
 
 void PackPolicy::OnJobMoved(const SchedState& state, const JobState& job, int from_lane) {
@@ -264,8 +270,9 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
       if (here == 0) continue;
       int best_lane = lane;
       int best = here;
-      const bool stream = loads_.RequestStream(job->id, state.now);
-      const double l = stream ? loads_.Of(job->id, state.now) : 0.0;
+      const std::optional<double> stream_load = loads_.RequestStreamLoad(job->id, state.now);
+      const bool stream = stream_load.has_value();
+      const double l = stream_load.value_or(0.0);
       for (int target = 0; target < existing; ++target) {
         if (target == lane) continue;
         if (stream && loads()[target] + l > kSaturated) continue;  // its requests would queue there
@@ -329,8 +336,9 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
   // busy, and a move costs it a capture.
   for (const JobState* job : lanes[hi]) {
     if (job->running || job->staged > 0 || Held(job->id, state.now)) continue;
-    if (!loads_.RequestStream(job->id, state.now)) continue;
-    const double l = loads_.Of(job->id, state.now);
+    const std::optional<double> stream_load = loads_.RequestStreamLoad(job->id, state.now);
+    if (!stream_load.has_value()) continue;
+    const double l = *stream_load;
     if (l <= 0 || l >= gap || std::abs(l - gap / 2) >= best_miss) continue;
     // It gains no clashing partner, unless the busiest lane is past
     // kSaturated: taking turns there queues its requests.

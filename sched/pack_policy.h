@@ -17,7 +17,7 @@
 //     lane when it clashes with nobody. When every lane is taken, it levels
 //     load: a lane whose jobs keep it busy (LaneLoads: recent iteration rate
 //     x cost per iteration) well beyond the least busy lane's gives that
-//     lane one request stream (LaneLoads::RequestStream; training jobs stay
+//     lane one request stream (LaneLoads::RequestStreamLoad; training jobs stay
 //     put): the one whose load is closest to half the gap, below the whole
 //     gap, that gains no clashing partner and has not moved in the last
 //     kHoldSeconds; one such move per kLevelSpacing. Each move lowers the
@@ -43,6 +43,7 @@
 #ifndef TANDEM_SCHED_PACK_POLICY_H_
 #define TANDEM_SCHED_PACK_POLICY_H_
 
+#include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -119,7 +120,9 @@ class LaneLoads {
   void OnIterationDone(JobId job, double now, double device_seconds, bool still_active);
   void Forget(JobId job) { jobs_.erase(job); }
   double Of(JobId job, double now) const;
-  bool RequestStream(JobId job, double now) const;
+  // The job's load (Of) when it is a request stream, nullopt otherwise: one
+  // lookup for both questions.
+  std::optional<double> RequestStreamLoad(JobId job, double now) const;
 
  private:
   struct Job {
@@ -128,6 +131,7 @@ class LaneLoads {
     RunningEstimate cost;
     RunningEstimate backlog;  // 1 when the job was still active at an iteration end, else 0
   };
+  static double LoadOf(const Job& j, double now);
   absl::flat_hash_map<JobId, Job> jobs_;
 };
 
@@ -153,7 +157,7 @@ class PackPolicy : public Policy {
   // Levelling moves only when the busiest lane's load exceeds the least
   // busy one's by this much (a fraction of a lane's time).
   static constexpr double kLevelGap = 0.15;
-  // Request streams (LaneLoads::RequestStream) and crowded lanes: a
+  // Request streams (LaneLoads::RequestStreamLoad) and crowded lanes: a
   // request stream is not folded into a lane whose load would pass
   // kSaturated, however it clashes there, and levelling may move one out
   // of a lane past kSaturated even beside a job it clashes with: taking

@@ -318,10 +318,11 @@ TEST(LaneLoadsTest, RequestStreamsAreIdleAtMostIterationEndsAndLight) {
   }
   EXPECT_NEAR(loads.Of(1, 10.0), 0.2, 0.01);
   EXPECT_NEAR(loads.Of(3, 10.0), 0.9, 0.02);
-  EXPECT_TRUE(loads.RequestStream(1, 10.0));
-  EXPECT_FALSE(loads.RequestStream(2, 10.0));
-  EXPECT_FALSE(loads.RequestStream(3, 10.0));
-  EXPECT_FALSE(loads.RequestStream(4, 10.0)) << "never seen";
+  ASSERT_TRUE(loads.RequestStreamLoad(1, 10.0).has_value());
+  EXPECT_DOUBLE_EQ(*loads.RequestStreamLoad(1, 10.0), loads.Of(1, 10.0));
+  EXPECT_FALSE(loads.RequestStreamLoad(2, 10.0).has_value());
+  EXPECT_FALSE(loads.RequestStreamLoad(3, 10.0).has_value());
+  EXPECT_FALSE(loads.RequestStreamLoad(4, 10.0).has_value()) << "never seen";
   // Quiet for a while: the rate, and so the load, decays.
   EXPECT_LT(loads.Of(1, 13.0), 0.2 * 0.06);
 }
