@@ -516,6 +516,9 @@ TEST(CudaKernels, LogSoftmaxAndBackward) {
 // each tensor takes many launches, whose row offsets must line up.
 TEST(CudaKernels, RowTilesInSeveralLaunches) {
   TANDEM_SKIP_WITHOUT_GPU();
+  struct RestoreLimit {
+    ~RestoreLimit() { cuda::SetTileLaunchElementsForTesting(0); }
+  } restore;  // also when an assertion below ends the test
   // Half a warp per row, a warp (1 and 8 packs per thread), a block per row.
   const std::vector<int64_t> widths = {4 * Dim(1, 16), 128, 4 * Dim(200, 256), 4 * Dim(300, 1024)};
   for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
@@ -545,7 +548,6 @@ TEST(CudaKernels, RowTilesInSeveralLaunches) {
       Check(g, kReduction32);
     }
   }
-  cuda::SetTileLaunchElementsForTesting(0);
 }
 
 TEST(CudaKernels, NllLossEveryReduction) {
