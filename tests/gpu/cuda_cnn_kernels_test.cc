@@ -14,6 +14,7 @@
 
 #include "adaptor/cuda/cuda_kernels.h"
 #include "adaptor/cuda/cuda_program_options.h"
+#include "base/log.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/gpu/shared_graphs.h"
@@ -123,7 +124,12 @@ TEST(CudaCnnKernels, AnotherStreamTakesTheChoicesMade) {
   AddConv(g, {"vgg 256->256 3x3 bias", {2, 256, 14, 14}, {256, 256, 3, 3}, 1, 1, 1, 1, true}, DType::kBFloat16);
   Check(g, kBf16Conv);  // a new stream: searches (unless an earlier test met these shapes)
   const cuda::ConvChoiceSharing before = cuda::ConvChoiceSharingForTesting();
+  // Each direction's choice is logged ("cuDNN choice taken from another
+  // stream", or "cuDNN algorithm chosen" after a search) for the count below.
+  const LogLevel level = MinLogLevel();
+  SetMinLogLevel(LogLevel::kDebug);
   Check(g, kBf16Conv);  // another new stream: takes every direction's choice
+  SetMinLogLevel(level);
   const cuda::ConvChoiceSharing after = cuda::ConvChoiceSharingForTesting();
   // Two convolutions, three directions each: none searched again, and the
   // other stream's choices were taken. (On the H200 the count of directions
