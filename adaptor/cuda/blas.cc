@@ -11,10 +11,9 @@
 #include <string>
 #include <utility>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "adaptor/cuda/device_choices.h"
 #include "adaptor/cuda/kernel_util.h"
 #include "adaptor/cuda/launch.h"
 #include "adaptor/cuda/time_runs.h"
@@ -90,41 +89,22 @@ class BlasState final : public device::CudaStream::Attachment {
   absl::flat_hash_map<AlgoKey, std::optional<cublasLtMatmulAlgo_t>> algos;
 };
 
-// The algorithms chosen on any stream, by device: a stream meeting a
-// problem another stream of its device has met takes that choice instead of
-// timing candidates again. Two streams (two lanes, or a job's graphed and
-// op-by-op programs) then run the same kernels for the same product, so a
-// job's results do not depend on the lane it runs in; each choice is made
-// and timed once per device. (Timed per stream, two streams took different
-// algorithms for the same product whenever two candidates timed within
-// noise of each other, and their float32 results differed in the last
-// bits.) A cublasLtMatmulAlgo_t describes a kernel configuration, valid
-// with any handle of its device.
-class SharedAlgos {
- public:
-  static SharedAlgos& Get() {
-    static SharedAlgos* const algos = new SharedAlgos;
-    return *algos;
-  }
-  // Whether `device` has a choice for `key`, and if so, it (nullopt inside:
-  // cuBLASLt had none).
-  std::optional<std::optional<cublasLtMatmulAlgo_t>> Find(int device, const AlgoKey& key) {
-    absl::MutexLock lock(&mu_);
-    auto it = algos_.find(std::make_pair(device, key));
-    if (it == algos_.end()) return std::nullopt;
-    return it->second;
-  }
-  // Keeps the first choice put for (device, key) and returns it.
-  std::optional<cublasLtMatmulAlgo_t> Put(int device, const AlgoKey& key,
-                                          const std::optional<cublasLtMatmulAlgo_t>& algo) {
-    absl::MutexLock lock(&mu_);
-    return algos_.emplace(std::make_pair(device, key), algo).first->second;
-  }
+// The algorithms chosen on any stream, by device (nullopt: cuBLASLt had
+// none): a stream meeting a problem another stream of its device has met
+// takes that choice instead of timing candidates again. Two streams (two
+// lanes, or a job's graphed and op-by-op programs) then run the same
+// kernels for the same product, so a job's results do not depend on the
+// lane it runs in; each choice is made and timed once per device. (Timed
+// per stream, two streams took different algorithms for the same product
+// whenever two candidates timed within noise of each other, and their
+// float32 results differed in the last bits.) A cublasLtMatmulAlgo_t
+// describes a kernel configuration, valid with any handle of its device.
+using SharedAlgos = DeviceChoices<AlgoKey, std::optional<cublasLtMatmulAlgo_t>>;
 
- private:
-  absl::Mutex mu_;
-  absl::flat_hash_map<std::pair<int, AlgoKey>, std::optional<cublasLtMatmulAlgo_t>> algos_ ABSL_GUARDED_BY(mu_);
-};
+SharedAlgos& DeviceAlgos() {
+  static SharedAlgos* const algos = new SharedAlgos;
+  return *algos;
+}
 
 // RAII owners of cuBLASLt descriptors.
 struct LtDescs {
@@ -191,7 +171,7 @@ struct Scalars {
 // How algorithms are chosen: measured by default (the heuristics' first
 // kCandidates run on the call's own operands, the first time a problem runs
 // on a device, and the fastest kept when it beats the heuristics' first
-// choice by more than 3%; SharedAlgos), or the heuristics' first choice
+// choice by more than 3%; DeviceAlgos), or the heuristics' first choice
 // alone with TANDEM_BLAS_ALGOS=heuristic in the daemon's environment.
 bool MeasureAlgorithms() {
   static const bool measure = !EnvIs("TANDEM_BLAS_ALGOS", "heuristic");
@@ -240,7 +220,7 @@ absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s
                        s.bias != nullptr ? AlignmentOf(s.bias) : 0, s.batch, OutRowStride(s), UsesTf32(s)};
   auto it = state.algos.find(key);
   if (it == state.algos.end()) {
-    if (auto shared = SharedAlgos::Get().Find(state.device, key); shared.has_value()) {
+    if (auto shared = DeviceAlgos().Find(state.device, key); shared.has_value()) {
       it = state.algos.emplace(key, *shared).first;
     }
   }
@@ -295,8 +275,7 @@ absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s
           .With("chosen", best == 0 ? std::string("the heuristic's first")
                                     : absl::StrCat("candidate ", best, " ", best_ms, " ms"));
     }
-    // Another stream may have chosen meanwhile: every stream keeps the first.
-    it = state.algos.emplace(key, SharedAlgos::Get().Put(state.device, key, algo)).first;
+    it = state.algos.emplace(key, DeviceAlgos().Put(state.device, key, algo)).first;
   }
   if (!it->second.has_value()) {
     *no_algorithm = true;

@@ -44,16 +44,16 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "adaptor/cuda/cuda_kernels.h"
 #include "adaptor/cuda/cudnn_engines.h"
+#include "adaptor/cuda/device_choices.h"
 #include "adaptor/cuda/half_launch.h"
 #include "adaptor/cuda/kernel_util.h"
 #include "adaptor/cuda/launch.h"
@@ -579,32 +579,18 @@ struct SharedChoice {
   int64_t engine_index = -1;   // its global index, checked when the plan is rebuilt
 };
 
-class SharedChoices {
- public:
-  static SharedChoices& Get() {
-    static SharedChoices* const choices = new SharedChoices;
-    return *choices;
-  }
-  static bool Enabled() {
-    static const bool enabled = !EnvIs("TANDEM_CUDNN_SHARE_CHOICES", "0");
-    return enabled && MeasureAlgorithms();
-  }
-  std::optional<SharedChoice> Find(int device, const ConvPlan& plan, Direction dir) {
-    absl::MutexLock lock(&mu_);
-    auto it = choices_.find(Key{device, plan.key, static_cast<int>(dir)});
-    if (it == choices_.end()) return std::nullopt;
-    return it->second;
-  }
-  void Put(int device, const ConvPlan& plan, Direction dir, const SharedChoice& choice) {
-    absl::MutexLock lock(&mu_);
-    choices_.emplace(Key{device, plan.key, static_cast<int>(dir)}, choice);
-  }
+// By device, the convolution (plan key) and direction.
+using SharedChoices = DeviceChoices<std::pair<PlanKey, int>, SharedChoice>;
 
- private:
-  using Key = std::tuple<int, PlanKey, int>;
-  absl::Mutex mu_;
-  absl::flat_hash_map<Key, SharedChoice> choices_ ABSL_GUARDED_BY(mu_);
-};
+SharedChoices& DeviceConvChoices() {
+  static SharedChoices* const choices = new SharedChoices;
+  return *choices;
+}
+
+bool ShareChoices() {
+  static const bool enabled = !EnvIs("TANDEM_CUDNN_SHARE_CHOICES", "0");
+  return enabled && MeasureAlgorithms();
+}
 
 std::atomic<int64_t> g_adopted{0};
 std::atomic<int64_t> g_adopted_with_engine{0};
@@ -670,8 +656,9 @@ void LogChoice(const ConvPlan& plan, Direction dir, const Candidate& chosen,
 absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t stream,
                              const ConvOperands& op, void** workspace) {
   std::optional<Algo>& slot = plan.algos[static_cast<int>(dir)];
-  if (!slot.has_value() && SharedChoices::Enabled()) {
-    std::optional<SharedChoice> shared = SharedChoices::Get().Find(state.device, plan, dir);
+  const std::pair<PlanKey, int> shared_key(plan.key, static_cast<int>(dir));
+  if (!slot.has_value() && ShareChoices()) {
+    std::optional<SharedChoice> shared = DeviceConvChoices().Find(state.device, shared_key);
     if (shared.has_value() && shared->workspace <= state.workspace_limit) {
       if (Capturing(stream)) return CaptureMiss("a new algorithm choice");
       // The workspace this stream's own search would have taken (the one
@@ -711,10 +698,10 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
       LogChoice(plan, dir, c, candidates);
       int position = -1;
       TryEngines(state, plan, dir, stream, op, limit, &*slot, &position);
-      if (SharedChoices::Enabled()) {
-        SharedChoices::Get().Put(state.device, plan, dir,
-                                 {slot->algo, slot->math, slot->workspace, position,
-                                  slot->engine != nullptr ? slot->engine->engine_index() : -1});
+      if (ShareChoices()) {
+        DeviceConvChoices().Put(state.device, shared_key,
+                                {slot->algo, slot->math, slot->workspace, position,
+                                 slot->engine != nullptr ? slot->engine->engine_index() : -1});
       }
       break;
     }
