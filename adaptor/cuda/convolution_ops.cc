@@ -503,7 +503,8 @@ bool TryGraphEngines() {
 // Which engines a plan's node allows, within `limit` bytes of workspace.
 EngineFilter FilterFor(const ConvPlan& plan, size_t limit) {
   EngineFilter filter;
-  static const bool fallback = std::getenv("TANDEM_CUDNN_FALLBACK_ENGINES") != nullptr;  // read once, as the other switches
+  // Read once, as the other switches are.
+  static const bool fallback = std::getenv("TANDEM_CUDNN_FALLBACK_ENGINES") != nullptr;
   filter.fallback = fallback;
   filter.allow_tf32 = plan.allow_tf32;
   filter.deterministic = plan.deterministic;

@@ -255,7 +255,8 @@ bool LaunchSoftmaxTile(int64_t outer, int64_t size, bool zero_if_all_neg_inf, co
 template <typename S, bool kLog>
 bool LaunchSoftmaxBackwardTile(int64_t outer, int64_t size, const S* grad, const S* y, S* grad_in,
                                cudaStream_t stream) {
-  return DispatchRowTile<S, 4>(size, AllAligned16({grad, y, grad_in}), [&]<int kThreadsPerRow, int kPacks, int kRows>() {
+  const bool aligned = AllAligned16({grad, y, grad_in});
+  return DispatchRowTile<S, 4>(size, aligned, [&]<int kThreadsPerRow, int kPacks, int kRows>() {
     ForEachRowChunk(outer, size, [&](int64_t first, int64_t rows) {
       const int64_t at = first * size;
       SoftmaxBackwardTileKernel<S, kLog, kThreadsPerRow, kPacks, kRows>
