@@ -49,10 +49,16 @@ bool DispatchFloat(DType dtype, F&& f) {
 // A warp per output row: the row's id is read by every lane and checked
 // before it addresses anything; a bad one is reported once (by lane 0) and
 // its output row is zeros. The row moves in units U: 16-byte vectors when
-// the row's bytes allow (LaunchEmbedding), single elements otherwise.
+// the row's bytes allow (LaunchEmbedding), single elements otherwise. Each
+// lane loads a batch of kEmbeddingBatch units into registers before it
+// stores any, so that many loads are in flight at once: a plain
+// `dst[j] = src[j]` loop keeps one, since a store may alias the next load
+// (a 4 KB row, 8 units per lane, was one load-to-use wait per unit).
+constexpr int kEmbeddingBatch = 8;
+
 template <typename U, typename I>
-__global__ void EmbeddingKernel(int64_t count, int64_t rows, int64_t row_units, const U* weight, const I* ids, U* out,
-                                ErrorWord error) {
+__global__ void EmbeddingKernel(int64_t count, int64_t rows, int64_t row_units, const U* __restrict__ weight,
+                                const I* __restrict__ ids, U* __restrict__ out, ErrorWord error) {
   constexpr int kRowsPerBlock = kThreads / 32;
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
@@ -66,8 +72,17 @@ __global__ void EmbeddingKernel(int64_t count, int64_t rows, int64_t row_units, 
       continue;
     }
     const U* src = weight + id * row_units;
-#pragma unroll 4
-    for (int64_t j = lane; j < row_units; j += 32) dst[j] = src[j];
+    for (int64_t base = lane; base < row_units; base += 32 * kEmbeddingBatch) {
+      U unit[kEmbeddingBatch];
+#pragma unroll
+      for (int k = 0; k < kEmbeddingBatch; ++k) {
+        if (base + 32 * k < row_units) unit[k] = src[base + 32 * k];
+      }
+#pragma unroll
+      for (int k = 0; k < kEmbeddingBatch; ++k) {
+        if (base + 32 * k < row_units) dst[base + 32 * k] = unit[k];
+      }
+    }
   }
 }
 

@@ -419,12 +419,14 @@ TEST(CudaSequenceKernels, PointwisePacksAndTails) {
 // Embedding rows move as 16-byte units when a row's bytes are a whole
 // number of them (width 1024 or 4 float32, 2 float64) and one element at a
 // time otherwise (width 7 or 3); bad ids in both kinds fail the iteration
-// with the value, and the next iteration is right.
+// with the value, and the next iteration is right. A lane moves its units
+// in batches of 8 (256 a warp): width 1500 float32 (375 units) and 301
+// (301 elements) end in a partial batch.
 TEST(CudaSequenceKernels, EmbeddingOfEveryRowWidth) {
   TANDEM_SKIP_WITHOUT_GPU();
-  const std::vector<std::pair<DType, int64_t>> widths = {{DType::kFloat32, 1024}, {DType::kFloat32, 4},
-                                                         {DType::kFloat32, 7},    {DType::kFloat32, 3},
-                                                         {DType::kFloat64, 2},    {DType::kFloat64, 3}};
+  const std::vector<std::pair<DType, int64_t>> widths = {
+      {DType::kFloat32, 1024}, {DType::kFloat32, 4}, {DType::kFloat32, 7},    {DType::kFloat32, 3},
+      {DType::kFloat64, 2},    {DType::kFloat64, 3}, {DType::kFloat32, 1500}, {DType::kFloat32, 301}};
   for (const auto& [dtype, width] : widths) {
     SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " width " << width);
     const int64_t vocab = Dim(50, 3000);
