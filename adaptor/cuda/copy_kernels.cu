@@ -103,6 +103,14 @@ __global__ void DelayKernel(uint64_t ns) {
   }
 }
 
+__global__ void PublishErrorWordKernel(int64_t* error, int64_t* host) {
+  const int64_t tag = error[0], value = error[1];
+  host[1] = value;
+  host[0] = tag;
+  error[0] = 0;
+  error[1] = 0;
+}
+
 template <typename F>
 bool DispatchElementSize(int bytes, F&& f) {
   switch (bytes) {
@@ -122,6 +130,11 @@ cudaError_t LaunchCopyUnlessError(const int64_t* error, const void* src, void* d
   const int64_t units = static_cast<int64_t>(bytes / 16 + 1);
   CopyUnlessErrorKernel<<<Blocks(units), kThreads, 0, stream>>>(error, static_cast<const uint8_t*>(src),
                                                                 static_cast<uint8_t*>(dst), bytes);
+  return LaunchError();
+}
+
+cudaError_t LaunchPublishErrorWord(int64_t* error, int64_t* host, cudaStream_t stream) {
+  PublishErrorWordKernel<<<1, 1, 0, stream>>>(error, host);
   return LaunchError();
 }
 

@@ -2,21 +2,26 @@
 // graph capture and its rules: cuda_program_options.h.
 //
 // Data errors: when the graph has ops that check data (class labels), each
-// iteration starts by zeroing the Program's device error word on the lane
-// stream (part of the captured graph) and ends by copying it to a pinned
-// host slot of its own (after the graph: the slot changes per iteration,
-// error_slots.h); the copy is checked when the stream's next completion
-// reports (a deferred check, cuda_stream.h), and a set word fails that
-// completion with INVALID_ARGUMENT naming the node and the bad value. A
-// slot is written again only after its check ran or was flushed into the
-// stream ahead of the write, so no error is lost or misattributed however
-// far the enqueuing runs ahead of the completions.
+// lane has a device error word that kernels set on bad data. An iteration
+// ends with one small kernel after its graph (LaunchPublishErrorWord): it
+// copies the word into a page-locked host slot of the iteration's own (the
+// slot changes per iteration, error_slots.h) and zeroes the word, so the
+// next iteration starts clean without a memset of its own. The slot is
+// checked when the stream's next completion reports (a deferred check,
+// cuda_stream.h), and a set word fails that completion with
+// INVALID_ARGUMENT naming the node and the bad value. A slot is written
+// again only after its check ran or was flushed into the stream ahead of
+// the write, so no error is lost or misattributed however far the
+// enqueuing runs ahead of the completions. An iteration that began but
+// never reached its end (a failed enqueue, an abandoned range) leaves the
+// word unknown: the next one zeroes it first (LaneState::word_zero).
 //
 // Ranges (Program::EnqueueNodes): an iteration cut into ranges runs each
 // range op by op the first time, then from a graph of that range captured
 // over the same address table (range_graphs). The zeroing of the error word
-// belongs to the range that starts at node 0, the read-back and the deferred
-// check to the range that ends at the last node, so the word spans the whole
+// (when needed) belongs to the range that starts at node 0, the read-back
+// and the deferred check to the range that ends at the last node, so the
+// word spans the whole
 // iteration: a bad label in any range skips every update after it (in this
 // range or a later one) and fails the completion that follows the last range.
 #include <cuda_runtime_api.h>
@@ -73,6 +78,11 @@ struct LaneState {
   uint64_t stream_serial = 0;
   int64_t* error_word = nullptr;  // device int64[2]
   int64_t* error_host = nullptr;  // pinned int64[2 * kErrorSlots]: one read-back per slot
+  int64_t* error_host_on_device = nullptr;  // error_host as the device addresses it
+  // The device word is zero once the enqueued work ran: no iteration began
+  // since the last read-back (which zeroes it). False at first (a fresh
+  // allocation) and from an iteration's first node to its read-back.
+  bool word_zero = false;
   std::shared_ptr<ErrorSlots> error_slots;  // shared with the deferred checks
   CapturedGraph whole;            // the whole iteration
   absl::flat_hash_map<std::pair<int, int>, CapturedGraph> ranges;  // [begin, end) of EnqueueNodes
@@ -98,6 +108,7 @@ class CudaProgram final : public Program {
   absl::Status Enqueue(device::Stream& stream, absl::Span<void* const> addresses) override {
     ASSIGN_OR_RETURN(CudaStream * cuda_stream, CheckAndSelect(stream, addresses));
     ASSIGN_OR_RETURN(LaneState * state, StateFor(*cuda_stream));
+    RETURN_IF_ERROR(BeginIteration(*cuda_stream, *state));
     if (options_.profile_nodes) {
       RETURN_IF_ERROR(EnqueueProfiled(*cuda_stream, *state, addresses));
     } else {
@@ -119,6 +130,7 @@ class CudaProgram final : public Program {
     }
     ASSIGN_OR_RETURN(CudaStream * cuda_stream, CheckAndSelect(stream, addresses));
     ASSIGN_OR_RETURN(LaneState * state, StateFor(*cuda_stream));
+    if (begin == 0) RETURN_IF_ERROR(BeginIteration(*cuda_stream, *state));
     if (options_.use_graphs && options_.range_graphs && !capture_disabled_) {
       CapturedGraph& range = state->ranges[{begin, end}];
       if (range.Replays(addresses)) {
@@ -171,9 +183,20 @@ class CudaProgram final : public Program {
     return cuda_stream;
   }
 
+  // An iteration's start, before its first node is enqueued (outside any
+  // capture): zeroes the error word unless the last read-back left it zero.
+  absl::Status BeginIteration(CudaStream& stream, LaneState& state) {
+    if (!checks_data_) return absl::OkStatus();
+    if (!state.word_zero) {
+      CUDA_RETURN_IF_ERROR(cudaMemsetAsync(state.error_word, 0, 2 * sizeof(int64_t), stream.native()));
+    }
+    state.word_zero = false;
+    return absl::OkStatus();
+  }
+
   // An iteration's end, once per iteration, after its last node was
   // enqueued: the read-back of the error word into a slot of its own, whose
-  // check runs at the stream's next completion.
+  // check runs at the stream's next completion; the word is zero after it.
   absl::Status EndIteration(CudaStream& stream, LaneState& state) {
     if (!checks_data_) return absl::OkStatus();
     std::optional<ErrorSlots::Claim> claim = state.error_slots->TakeSlot(stream.HasDeferredChecks(this));
@@ -193,13 +216,14 @@ class CudaProgram final : public Program {
     int64_t* host = state.error_host + 2 * claim->slot;
     if (status.ok()) {
       status = device::CudaStatus(
-          cudaMemcpyAsync(host, state.error_word, 2 * sizeof(int64_t), cudaMemcpyDeviceToHost, stream.native()),
-          "cudaMemcpyAsync");
+          LaunchPublishErrorWord(state.error_word, state.error_host_on_device + 2 * claim->slot, stream.native()),
+          "publishing the error word");
     }
     if (!status.ok()) {
       slots->Release(claim->slot, claim->generation);
       return status;
     }
+    state.word_zero = true;
     stream.DeferCheck(this, [this, host, slots, claim = *claim] {
       absl::Status checked = CheckErrorWord(host);
       slots->Release(claim.slot, claim.generation);
@@ -337,6 +361,14 @@ class CudaProgram final : public Program {
         }
         state->error_host = static_cast<int64_t*>(*host);
         std::fill(state->error_host, state->error_host + 2 * kErrorSlots, 0);
+        void* on_device = nullptr;
+        const cudaError_t mapped = cudaHostGetDevicePointer(&on_device, *host, 0);
+        if (mapped != cudaSuccess) {
+          device_.Free(word);
+          device_.FreeHost(*host);
+          return device::CudaStatus(mapped, "cudaHostGetDevicePointer");
+        }
+        state->error_host_on_device = static_cast<int64_t*>(on_device);
         state->error_slots = std::make_shared<ErrorSlots>(kErrorSlots);
       }
       slot = std::move(state);
@@ -359,17 +391,15 @@ class CudaProgram final : public Program {
 
   // Enqueues nodes [begin, end) kernel by kernel, each followed by the
   // updates scheduled after it (a whole iteration is [0, nodes): also what
-  // stream capture records). The range that starts the iteration zeroes the
-  // error word first (EndIteration reads it back after the last range).
+  // stream capture records). The error word is zero before the first node
+  // (BeginIteration) and read back after the last (EndIteration), both
+  // outside the captured graphs.
   // With `events` (nodes + 1 of them), records events[i] before node i and
   // events[end] after the last node.
   absl::Status LaunchNodes(CudaStream& stream, LaneState& state, absl::Span<void* const> addresses, int begin,
                            int end, cudaEvent_t* events = nullptr) {
     const cudaStream_t native = stream.native();
     const int num_nodes = static_cast<int>(graph_.nodes.size());
-    if (checks_data_ && begin == 0) {
-      CUDA_RETURN_IF_ERROR(cudaMemsetAsync(state.error_word, 0, 2 * sizeof(int64_t), native));
-    }
     CudaKernelContext context;
     context.stream = &stream;
     context.native = native;

@@ -1,7 +1,7 @@
 // Which host copy of a Program's device error word an iteration's read-back
 // may land in (adaptor/cuda/cuda_program.cc: every data-checking iteration
-// zeroes the device word first and copies it to pinned host memory last;
-// the copy is checked when the iteration's completion reports).
+// ends by copying the device word to pinned host memory and zeroing it; the
+// copy is checked when the iteration's completion reports).
 //
 // One host copy would be overwritten by the next iteration's read-back
 // whenever the check of the previous one has not run yet: the check runs on

@@ -119,6 +119,12 @@ cudaError_t LaunchFill(DType dtype, int64_t n, double value, void* out, cudaStre
 cudaError_t LaunchCopyUnlessError(const int64_t* error, const void* src, void* dst, size_t bytes,
                                   cudaStream_t stream);
 
+// The end of a data-checking iteration (cuda_program.cc): copies the two
+// words of `error` (device memory) to `host` (page-locked host memory,
+// addressed from the device) and zeroes `error` for the next iteration. One
+// thread: a kernel where a device-to-host copy and a memset were.
+cudaError_t LaunchPublishErrorWord(int64_t* error, int64_t* host, cudaStream_t stream);
+
 // Keeps the stream busy for about `microseconds` (one thread reading the
 // GPU's global timer): what TimeRuns (time_runs.h) enqueues ahead of a timed
 // run, so that the host's enqueueing of the run lies inside the delay and
