@@ -11,6 +11,7 @@
 // Accumulating writes (embedding_dense_backward, index_put with accumulate)
 // are atomic adds in the tensor's float dtype: the sum's order, and so its
 // last bits, may differ between runs.
+#include <algorithm>
 #include <type_traits>
 
 #include "adaptor/cuda/kernel_common.cuh"
@@ -46,44 +47,55 @@ bool DispatchFloat(DType dtype, F&& f) {
   }
 }
 
-// A warp per output row: the row's id is read by every lane and checked
-// before it addresses anything; a bad one is reported once (by lane 0) and
-// its output row is zeros. The row moves in units U: 16-byte vectors when
-// the row's bytes allow (LaunchEmbedding), single elements otherwise. Each
-// lane loads a batch of kEmbeddingBatch units into registers before it
-// stores any, so that many loads are in flight at once: a plain
-// `dst[j] = src[j]` loop keeps one, since a store may alias the next load
-// (a 4 KB row, 8 units per lane, was one load-to-use wait per unit).
-constexpr int kEmbeddingBatch = 8;
-
-template <typename U, typename I>
+// kWarps warps per output row (a block of 32 * kWarps threads moves
+// kRows rows at a time): the row's id is read by every lane and checked
+// before it addresses anything; a bad one is reported once and its output
+// row is zeros. The row moves in units U: 16-byte vectors when the row's
+// bytes allow (LaunchEmbedding), single elements otherwise; lane l of the
+// row's warp w moves units w * 32 + l + k * 32 * kWarps. Each lane loads a
+// batch of kBatch units into registers before it stores any, so that many
+// loads are in flight at once: a plain `dst[j] = src[j]` loop keeps one,
+// since a store may alias the next load.
+template <typename U, typename I, int kWarps, int kBatch>
 __global__ void EmbeddingKernel(int64_t count, int64_t rows, int64_t row_units, const U* __restrict__ weight,
                                 const I* __restrict__ ids, U* __restrict__ out, ErrorWord error) {
-  constexpr int kRowsPerBlock = kThreads / 32;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
+  const int rows_per_block = static_cast<int>(blockDim.x / 32) / kWarps;
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int64_t start = (warp % kWarps) * 32 + threadIdx.x % 32;  // this thread's first unit of a row
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * rows_per_block + warp / kWarps;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * rows_per_block;
+  constexpr int kStride = 32 * kWarps;
   for (int64_t n = first; n < count; n += step) {
     const int64_t id = ids[n];
     U* dst = out + n * row_units;
     if (id < 0 || id >= rows) {
-      if (lane == 0) ReportBadIndex(error, id);
-      for (int64_t j = lane; j < row_units; j += 32) dst[j] = U{};
+      if (start == 0) ReportBadIndex(error, id);
+      for (int64_t j = start; j < row_units; j += kStride) dst[j] = U{};
       continue;
     }
     const U* src = weight + id * row_units;
-    for (int64_t base = lane; base < row_units; base += 32 * kEmbeddingBatch) {
-      U unit[kEmbeddingBatch];
+    for (int64_t base = start; base < row_units; base += kStride * kBatch) {
+      U unit[kBatch];
 #pragma unroll
-      for (int k = 0; k < kEmbeddingBatch; ++k) {
-        if (base + 32 * k < row_units) unit[k] = src[base + 32 * k];
+      for (int k = 0; k < kBatch; ++k) {
+        if (base + kStride * k < row_units) unit[k] = src[base + kStride * k];
       }
 #pragma unroll
-      for (int k = 0; k < kEmbeddingBatch; ++k) {
-        if (base + 32 * k < row_units) dst[base + 32 * k] = unit[k];
+      for (int k = 0; k < kBatch; ++k) {
+        if (base + kStride * k < row_units) dst[base + kStride * k] = unit[k];
       }
     }
   }
+}
+
+// One embedding launch: kWarps warps per row in blocks of kThreadsPerBlock.
+template <int kThreadsPerBlock, int kWarps, int kBatch, typename U, typename I>
+void LaunchEmbeddingRows(int64_t count, int64_t rows, int64_t row_units, const U* weight, const I* ids, U* out,
+                         ErrorWord error, cudaStream_t stream) {
+  constexpr int kRowsPerBlock = kThreadsPerBlock / 32 / kWarps;
+  const int64_t blocks = std::min<int64_t>((count + kRowsPerBlock - 1) / kRowsPerBlock, kMaxBlocks);
+  EmbeddingKernel<U, I, kWarps, kBatch><<<blocks, kThreadsPerBlock, 0, stream>>>(count, rows, row_units, weight, ids,
+                                                                                 out, error);
 }
 
 template <typename T, typename I>
@@ -217,7 +229,6 @@ cudaError_t LaunchEmbedding(int element_bytes, int64_t count, int64_t rows, int6
                             IndexOperand ids, void* out, ErrorWord error, cudaStream_t stream) {
   if (count * width == 0) return cudaSuccess;
   const int64_t row_bytes = width * element_bytes;
-  const int64_t blocks = Blocks(count, kThreads / 32);
   const bool known_size = element_bytes == 1 || element_bytes == 2 || element_bytes == 4 || element_bytes == 8;
   const bool vectorized = known_size && row_bytes % 16 == 0 && Aligned16(weight) && Aligned16(out);
   bool launched = false;
@@ -225,15 +236,26 @@ cudaError_t LaunchEmbedding(int element_bytes, int64_t count, int64_t rows, int6
     using I = decltype(index_tag);
     const I* id = static_cast<const I*>(ids.data);
     if (vectorized) {
-      EmbeddingKernel<uint4, I><<<blocks, kThreads, 0, stream>>>(
-          count, rows, row_bytes / 16, static_cast<const uint4*>(weight), id, static_cast<uint4*>(out), error);
+      const auto* w = static_cast<const uint4*>(weight);
+      auto* o = static_cast<uint4*>(out);
+      const int64_t units = row_bytes / 16;
+      // Rows of 1 KB or more: two warps per row, a block per row (2240
+      // blocks for the language model's [64, 35] ids of 4 KB rows, at 4.8-5.1
+      // us per call on an H200 where a warp per row in blocks of eight took
+      // 5.2; bench/results/2026-12-01-h200-embedding-shapes.json). Shorter
+      // rows: a warp per row, eight rows per block.
+      if (units >= 64) {
+        LaunchEmbeddingRows<64, 2, 4>(count, rows, units, w, id, o, error, stream);
+      } else {
+        LaunchEmbeddingRows<kThreads, 1, 8>(count, rows, units, w, id, o, error, stream);
+      }
       launched = true;
       return;
     }
     launched = DispatchBytes(element_bytes, [&](auto tag) {
       using E = decltype(tag);
-      EmbeddingKernel<E, I><<<blocks, kThreads, 0, stream>>>(count, rows, width, static_cast<const E*>(weight), id,
-                                                             static_cast<E*>(out), error);
+      LaunchEmbeddingRows<kThreads, 1, 8>(count, rows, width, static_cast<const E*>(weight), id,
+                                          static_cast<E*>(out), error, stream);
     });
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
