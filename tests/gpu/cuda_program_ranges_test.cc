@@ -7,7 +7,7 @@
 // ones replay the ranges' graphs); a bad
 // label in one range fails the completion after the last range with
 // INVALID_ARGUMENT and leaves every weight unchanged, and the next
-// iteration runs clean.
+// iteration runs clean, as it does after an iteration abandoned midway.
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -109,6 +109,11 @@ class JobOnGpu {
   }
   absl::Status RunWhole() {
     if (absl::Status s = program_->Enqueue(*stream_, addresses_); !s.ok()) return s;
+    return WaitForCompletion(gpu_, *stream_);
+  }
+  // Nodes [begin, end) only, followed by a completion.
+  absl::Status RunNodes(int begin, int end) {
+    if (absl::Status s = program_->EnqueueNodes(*stream_, addresses_, begin, end); !s.ok()) return s;
     return WaitForCompletion(gpu_, *stream_);
   }
   // Ranges of `range` nodes, each followed by a completion; their statuses.
@@ -228,6 +233,39 @@ TEST(CudaProgramRanges, BadLabelFailsAfterTheLastRangeAndChangesNothing) {
   // That iteration replayed the ranges' graphs captured by the failed one:
   // the error word spans graphs as it spans op-by-op ranges.
   EXPECT_EQ(job.stats().range_graph_launches, (job.num_nodes() + 3) / 4);
+}
+
+// An iteration abandoned after its bad label was seen (its later ranges
+// never enqueued, so its error word was never read back and zeroed) leaves
+// the next iteration clean: that one zeroes the word before its first node.
+TEST(CudaProgramRanges, AnAbandonedIterationLeavesTheNextClean) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  const examples::MlpJobOptions options = SmallMlp();
+  const std::vector<Batch> batches = Batches(options, 2);
+  JobOnGpu job(options);
+  job.Feed(batches[0], 0.05f);
+  ASSERT_TRUE(job.RunWhole().ok());
+
+  int loss_node = -1;
+  for (int i = 0; i < job.num_nodes() && loss_node < 0; ++i) {
+    if (job.graph().nodes[i].op == "nll_loss_forward") loss_node = i;
+  }
+  ASSERT_GE(loss_node, 0);
+  ASSERT_LT(loss_node + 1, job.num_nodes());
+  Batch bad = batches[1];
+  bad.y[2] = -7;
+  job.Feed(bad, 0.05f);
+  ASSERT_TRUE(job.RunNodes(0, loss_node + 1).ok());  // the word is set; the rest never comes
+
+  JobOnGpu reference(options);
+  reference.Feed(batches[0], 0.05f);
+  ASSERT_TRUE(reference.RunWhole().ok());
+  reference.Feed(batches[1], 0.05f);
+  ASSERT_TRUE(reference.RunWhole().ok());
+  job.Feed(batches[1], 0.05f);
+  absl::Status s = job.RunWhole();
+  ASSERT_TRUE(s.ok()) << s;
+  job.ExpectMatches(job.Contents(), reference.Contents(), "after an abandoned iteration");
 }
 
 }  // namespace
