@@ -21,9 +21,9 @@
 // over the same address table (range_graphs). The zeroing of the error word
 // (when needed) belongs to the range that starts at node 0, the read-back
 // and the deferred check to the range that ends at the last node, so the
-// word spans the whole
-// iteration: a bad label in any range skips every update after it (in this
-// range or a later one) and fails the completion that follows the last range.
+// word spans the whole iteration: a bad label in any range skips every
+// update after it (in this range or a later one) and fails the completion
+// that follows the last range.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -244,7 +244,8 @@ class CudaProgram final : public Program {
       const int num_nodes = static_cast<int>(graph_.nodes.size());
       RETURN_IF_ERROR(LaunchNodes(stream, state, addresses, 0, num_nodes));
       CountOpByOp();
-      if (options_.use_graphs && !capture_disabled_ && TryCapture(stream, state, state.whole, addresses, 0, num_nodes)) {
+      if (options_.use_graphs && !capture_disabled_ &&
+          TryCapture(stream, state, state.whole, addresses, 0, num_nodes)) {
         ++stats_.captures;
         Count(captures_);
       }

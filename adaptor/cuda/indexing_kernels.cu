@@ -47,8 +47,8 @@ bool DispatchFloat(DType dtype, F&& f) {
   }
 }
 
-// kWarps warps per output row (a block of 32 * kWarps threads moves
-// kRows rows at a time): the row's id is read by every lane and checked
+// kWarps warps per output row (a block moves blockDim.x / (32 * kWarps)
+// rows at a time, striding by the grid): the row's id is read by every lane and checked
 // before it addresses anything; a bad one is reported once and its output
 // row is zeros. The row moves in units U: 16-byte vectors when the row's
 // bytes allow (LaunchEmbedding), single elements otherwise; lane l of the
