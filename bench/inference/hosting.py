@@ -47,7 +47,6 @@ import bench_common as bc  # noqa: E402
 import torch  # noqa: E402,F401  (bench_common's numerics; imported before the workers start)
 
 import inference_models  # noqa: E402
-from hosting_plot import plot  # noqa: E402
 from hosting_pool import MemoryWatch, Pool, ProbeFailed, can_start_idle, gpu_memory_mib  # noqa: E402
 from hosting_search import BUDGET, CAPPED, FAIL, PASS, ahead_of, ladder, search  # noqa: E402
 from pair_matrix import Mps, mps_unavailable_reason  # noqa: E402
@@ -703,6 +702,8 @@ def main():
     print_summary(result, s)
     if args.plot:
         try:
+            from hosting_plot import plot  # matplotlib only where a plot is asked for
+
             plot(result, args.plot)
             bc.log(f"wrote {args.plot}")
         except Exception as e:  # the JSON is what matters

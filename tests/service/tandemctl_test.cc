@@ -76,11 +76,16 @@ class TandemctlTest : public ::testing::Test {
   }
 
   // An mlp_train job that trains until killed.
-  pid_t StartTrainer(const std::string& name, int iterations = 1000000) {
-    pid_t pid = SpawnWithEnv({MlpTrainPath(), "--endpoint=" + daemon_->endpoint(), "--name=" + name,
-                              "--iterations=" + std::to_string(iterations), "--batch=32", "--hidden=32",
-                              "--inputs=16", "--classes=4", "--layers=1", "--print_every=100", "--inflight=2"},
-                             {}, daemon_->dir() + "/" + name + ".log");
+  // An MLP trainer with two iterations in flight; `shape`: its --batch,
+  // --hidden, --inputs, --classes and --layers flags.
+  pid_t StartTrainer(const std::string& name, int iterations = 1000000,
+                     std::vector<std::string> shape = {"--batch=32", "--hidden=32", "--inputs=16", "--classes=4",
+                                                       "--layers=1"}) {
+    std::vector<std::string> argv = {MlpTrainPath(), "--endpoint=" + daemon_->endpoint(), "--name=" + name,
+                                     "--iterations=" + std::to_string(iterations), "--print_every=100",
+                                     "--inflight=2"};
+    argv.insert(argv.end(), shape.begin(), shape.end());
+    pid_t pid = SpawnWithEnv(argv, {}, daemon_->dir() + "/" + name + ".log");
     trainers_.push_back(pid);
     return pid;
   }
@@ -287,7 +292,12 @@ TEST_F(TandemctlTest, MetricsMoveWithRealIterations) {
   EXPECT_EQ(idle.at("tandem_device_memory_bytes{device=\"cpu\",kind=\"capacity\"}"), double(uint64_t{kCpuMiB} << 20));
   EXPECT_EQ(idle.at("tandem_sessions"), 0);
 
-  pid_t trainer = StartTrainer("metered", 40);
+  // Iterations of a few milliseconds on the CPU device, so that the second
+  // one in flight always arrives while the first runs (with the tiny MLP of
+  // the other tests, a loaded 2-core machine finished each before the next
+  // came, and no gap was measured).
+  pid_t trainer =
+      StartTrainer("metered", 40, {"--batch=128", "--hidden=256", "--inputs=256", "--classes=4", "--layers=2"});
   ASSERT_EQ(WaitExit(trainer, 120), 0) << ReadFile(daemon_->dir() + "/metered.log");
   std::map<std::string, double> after = Scrape();
   EXPECT_EQ(after.at("tandem_device_iterations_total{device=\"cpu\"}"), 40);
