@@ -49,6 +49,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "adaptor/cuda/cuda_kernels.h"
@@ -284,6 +285,14 @@ absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const Conv2dGe
   plan->key = key;
   ConvPlan* raw = plan.get();
   state.plans.emplace(key, std::move(plan));
+  // One line per plan and stream (a stream's first use of a shape), for
+  // reading which streams chose or took which choices at --log_level=debug.
+  TLOG_DEBUG("cuDNN convolution plan made")
+      .With("stream", absl::StrFormat("%p", static_cast<void*>(stream)))
+      .With("plan", absl::StrFormat("%p", static_cast<void*>(raw)))
+      .With("x", absl::StrCat(g.n, "x", g.c, "x", g.h, "x", g.w))
+      .With("w", absl::StrCat(g.o, "x", g.c / p.groups, "x", g.kh, "x", g.kw))
+      .With("data_type", static_cast<int>(raw->type));
   return raw;
 }
 
@@ -616,6 +625,7 @@ Algo AdoptChoice(CudnnState& state, ConvPlan& plan, Direction dir, const SharedC
   g_adopted.fetch_add(1);
   if (algo.engine != nullptr) g_adopted_with_engine.fetch_add(1);
   TLOG_DEBUG("cuDNN choice taken from another stream")
+      .With("plan", absl::StrFormat("%p", static_cast<void*>(&plan)))
       .With("direction", DirectionName(dir))
       .With("algorithm", shared.algo)
       .With("engine", algo.engine != nullptr ? absl::StrCat(shared.engine_index) : std::string("none"));
@@ -642,6 +652,7 @@ void LogChoice(const ConvPlan& plan, Direction dir, const Candidate& chosen,
   cudnnDataType_t type;
   cudnnGetTensor4dDescriptor(plan.x, &type, &n, &ch, &h, &wd, &stride[0], &stride[1], &stride[2], &stride[3]);
   TLOG_DEBUG("cuDNN algorithm chosen")
+      .With("plan", absl::StrFormat("%p", static_cast<const void*>(&plan)))
       .With("direction", DirectionName(dir))
       .With("data_type", static_cast<int>(plan.type))
       .With("x", absl::StrCat(n, "x", ch, "x", h, "x", wd))
