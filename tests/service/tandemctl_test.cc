@@ -75,9 +75,9 @@ class TandemctlTest : public ::testing::Test {
     return RunProcess(argv);
   }
 
-  // An mlp_train job that trains until killed.
-  // An MLP trainer with two iterations in flight; `shape`: its --batch,
-  // --hidden, --inputs, --classes and --layers flags.
+  // An mlp_train job, two iterations in flight, that trains `iterations`
+  // steps (by default until killed); `shape`: its --batch, --hidden,
+  // --inputs, --classes and --layers flags.
   pid_t StartTrainer(const std::string& name, int iterations = 1000000,
                      std::vector<std::string> shape = {"--batch=32", "--hidden=32", "--inputs=16", "--classes=4",
                                                        "--layers=1"}) {
