@@ -11,18 +11,26 @@ namespace tandem::server {
 EventLoop::EventLoop() : context_(1) {}
 
 void EventLoop::Post(const char* name, std::function<void()> fn) {
-  boost::asio::post(context_, [this, name, fn = std::move(fn)]() {
-    auto start = std::chrono::steady_clock::now();
+  const auto posted = std::chrono::steady_clock::now();
+  boost::asio::post(context_, [this, name, posted, fn = std::move(fn)]() {
+    const auto start = std::chrono::steady_clock::now();
     fn();
-    AddSection(name, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    const auto end = std::chrono::steady_clock::now();
+    HandlerStats& s = Record(name, std::chrono::duration<double>(end - start).count());
+    const double wait = std::chrono::duration<double>(start - posted).count();
+    s.wait_seconds += wait;
+    s.max_wait_seconds = std::max(s.max_wait_seconds, wait);
   });
 }
 
-void EventLoop::AddSection(const char* name, double seconds) {
+void EventLoop::AddSection(const char* name, double seconds) { Record(name, seconds); }
+
+HandlerStats& EventLoop::Record(const char* name, double seconds) {
   HandlerStats& s = stats_[name];
   s.count++;
   s.total_seconds += seconds;
   if (seconds > s.max_seconds) s.max_seconds = seconds;
+  return s;
 }
 
 void EventLoop::Run() {
@@ -39,6 +47,8 @@ std::map<std::string, HandlerStats> EventLoop::Stats() const {
     m.count += s.count;
     m.total_seconds += s.total_seconds;
     m.max_seconds = std::max(m.max_seconds, s.max_seconds);
+    m.wait_seconds += s.wait_seconds;
+    m.max_wait_seconds = std::max(m.max_wait_seconds, s.max_wait_seconds);
   }
   return merged;
 }

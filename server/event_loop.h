@@ -4,7 +4,10 @@
 // Other threads (the ZeroMQ socket thread, the per-device executors, device
 // completion callbacks) never touch loop state; they Post() named work items
 // and the loop keeps per-name counts and timings, so the stats reply can show
-// where the loop spends its time ("Transport.OnMessage", "Executor.OnDone").
+// where the loop spends its time ("Transport.OnMessage", "Executor.OnDone"),
+// and how long each item waited in the queue behind others before it ran:
+// the delay the one thread adds to whatever the item does (a reply, the next
+// iteration's dispatch).
 //
 // A work item may also time parts of itself (LoopSection): those are kept
 // beside the handlers under the name "Handler/part" (proto/loop_names.h),
@@ -32,6 +35,9 @@ struct HandlerStats {
   uint64_t count = 0;
   double total_seconds = 0;
   double max_seconds = 0;
+  // From Post() to the start of the item (work items only; 0 for sections).
+  double wait_seconds = 0;
+  double max_wait_seconds = 0;
 };
 
 class EventLoop {
@@ -51,11 +57,13 @@ class EventLoop {
   // string literal of the form "Handler/part".
   void AddSection(const char* name, double seconds);
 
-  // Per work-item name, what the loop spent on it; sections (names with a
-  // '/') too.
+  // Per work-item name, what the loop spent on it and how long its items
+  // waited; sections (names with a '/') too.
   std::map<std::string, HandlerStats> Stats() const;
 
  private:
+  HandlerStats& Record(const char* name, double seconds);
+
   boost::asio::io_context context_;
   // Keyed by the literal's address (a name used in two files may have two
   // entries; Stats() merges them): no string is built per work item.

@@ -390,6 +390,8 @@ void Service::OnStats(const PendingReply& to) {
     l->set_count(h.count);
     l->set_total_seconds(h.total_seconds);
     l->set_max_seconds(h.max_seconds);
+    l->set_wait_seconds(h.wait_seconds);
+    l->set_max_wait_seconds(h.max_wait_seconds);
   }
   Reply(to, std::move(response));
 }

@@ -669,6 +669,15 @@ void LogChoice(const ConvPlan& plan, Direction dir, const Candidate& chosen,
 absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t stream,
                              const ConvOperands& op, void** workspace) {
   std::optional<Algo>& slot = plan.algos[static_cast<int>(dir)];
+  if (MinLogLevel() <= LogLevel::kDebug) {
+    // Every call at --log_level=debug: which direction of which plan ran on
+    // which stream, and whether its choice was already made there.
+    TLOG_DEBUG("cuDNN direction run")
+        .With("stream", absl::StrFormat("%p", static_cast<void*>(stream)))
+        .With("plan", absl::StrFormat("%p", static_cast<void*>(&plan)))
+        .With("direction", DirectionName(dir))
+        .With("chosen_before", slot.has_value() ? "yes" : "no");
+  }
   const std::pair<PlanKey, int> shared_key(plan.key, static_cast<int>(dir));
   if (!slot.has_value() && ShareChoices()) {
     std::optional<SharedChoice> shared = DeviceConvChoices().Find(state.device, shared_key);

@@ -46,6 +46,7 @@ sys.path.insert(0, os.path.join(BENCH, "models"))
 sys.path.insert(0, HERE)
 
 import bench_common as bc  # noqa: E402
+import daemon_stats  # noqa: E402
 import torch  # noqa: E402,F401  (bench_common's numerics; imported before the workers start)
 
 import inference_models  # noqa: E402
@@ -73,32 +74,6 @@ MODE_WEIGHT = {"tandem": 1.5, "timeslice": 1.0, "mps": 1.0}
 
 
 # ---- one probe ----
-
-def daemon_stats(client):
-    """The first device's counters from tandemd's stats (protobuf JSON: 64-bit integers come as strings)."""
-    if client is None:
-        return None
-    try:
-        stats = client.stats()
-    except Exception as e:  # stats are extra information; a probe does not fail for them
-        return {"error": str(e)}
-    dev = stats.get("devices", [{}])[0]
-    keys = ("persistent_bytes", "lane_bytes", "reserve_bytes", "capacity_bytes", "iterations", "lanes",
-            "lane_moves", "graph_launches", "op_by_op_runs", "graph_captures")
-    out = {k: int(dev.get(k, 0)) for k in keys}
-    out["pid"] = int(stats.get("pid", 0)) or None
-    out["busy_seconds"] = float(dev.get("busy_seconds", 0.0))
-    out["per_lane"] = {int(lane.get("lane", 0)): {"jobs": len(lane.get("jobs", [])),
-                                                  "iterations": int(lane.get("iterations", 0)),
-                                                  "busy_s": float(lane.get("busy_seconds", 0.0)),
-                                                  "occupied_s": float(lane.get("occupied_seconds", 0.0))}
-                       for lane in dev.get("lane_info", [])}
-    # The control loop's time per kind of work item: (count, seconds).
-    out["loop"] = {h["name"]: (int(h.get("count", 0)), float(h.get("total_seconds", 0.0)))
-                   for h in stats.get("loop_handlers", [])}
-    out["loop_max"] = {h["name"]: float(h.get("max_seconds", 0.0)) for h in stats.get("loop_handlers", [])}
-    return out
-
 
 def summarize_probe(n, models, args, pool):
     target = args.p99_ms
@@ -199,7 +174,7 @@ def probe_seconds(args, n):
 
 def run_probe(n, pool, args, stats_client, device):
     started = time.monotonic()
-    before = daemon_stats(stats_client)
+    before = daemon_stats.snapshot(stats_client)
     start_at = time.time() + START_DELAY_S + 0.002 * n  # every worker has its command by then
     cmd = {"cmd": "go", "start_at": start_at, "warmup_s": args.warmup_s, "duration_s": args.duration_s,
            "rate": args.rate, "grace_s": args.grace_s, "seed": args.seed + n, "slow_ms": args.p99_ms}
@@ -234,44 +209,15 @@ def run_probe(n, pool, args, stats_client, device):
     models = pool.go(n, cmd)
     for t in samplers:
         t.join(timeout=30)
-    after = daemon_stats(stats_client)
+    after = daemon_stats.snapshot(stats_client)
     out = summarize_probe(n, models, args, pool)
     out.update(mem)
     if "a" in cpu and "b" in cpu:
         out["cpu"] = cpu_during(cpu["a"], cpu["b"], args.duration_s, worker_pids, daemon_pid)
-    if before and after and "error" not in before and "error" not in after:
+    window = daemon_stats.delta(before, after)
+    if window is not None:
         out["tandemd"] = {"persistent_mib": round(after["persistent_bytes"] / 2**20, 1),
-                          "lane_mib": round(after["lane_bytes"] / 2**20, 1), "lanes": after["lanes"],
-                          "iterations": after["iterations"] - before["iterations"],
-                          "busy_s": round(after["busy_seconds"] - before["busy_seconds"], 3)}
-        # What the probe did to the lanes and the CUDA graphs: moves between lanes, graph replays against
-        # kernel-by-kernel runs and captures, and per lane its jobs, iterations and busy seconds.
-        for k in ("lane_moves", "graph_launches", "op_by_op_runs", "graph_captures"):
-            out["tandemd"][k] = after[k] - before[k]
-        # occupied_s: wall seconds with an iteration enqueued on the lane (busy_s counts only its kernels).
-        def lane_delta(lane, now):
-            was = before["per_lane"].get(lane, {})
-            return {"lane": lane, "jobs": now["jobs"], "iterations": now["iterations"] - was.get("iterations", 0),
-                    **{k: round(now[k] - was.get(k, 0.0), 3) for k in ("busy_s", "occupied_s")}}
-
-        out["tandemd"]["per_lane"] = [lane_delta(lane, now) for lane, now in sorted(after["per_lane"].items())]
-        # Where the daemon's control loop (one thread) spent the probe: busy seconds in total and the work
-        # items that took most of it, each with its count and mean microseconds.
-        loop = {name: (count - before["loop"].get(name, (0, 0.0))[0], secs - before["loop"].get(name, (0, 0.0))[1])
-                for name, (count, secs) in after["loop"].items()}
-        # Names with a '/' are sections of a handler (its time includes theirs): kept apart, all of them.
-        def rows(items):
-            return [{"name": name, "count": count, "mean_us": round(1e6 * secs / count, 1), "seconds": round(secs, 3)}
-                    for name, (count, secs) in sorted(items, key=lambda kv: -kv[1][1]) if count > 0]
-
-        handlers = [(k, v) for k, v in loop.items() if "/" not in k]
-        out["tandemd"]["loop_busy_s"] = round(sum(secs for _, (_, secs) in handlers), 3)
-        out["tandemd"]["loop_top"] = rows(handlers)[:6]
-        out["tandemd"]["loop_sections"] = rows((k, v) for k, v in loop.items() if "/" in k)
-        # The longest single work item seen so far, where the probe raised it (a stall of the loop itself).
-        out["tandemd"]["loop_new_max_ms"] = {
-            name: round(mx * 1e3, 3) for name, mx in after.get("loop_max", {}).items()
-            if mx > before.get("loop_max", {}).get(name, 0.0) and "/" not in name}
+                          "lane_mib": round(after["lane_bytes"] / 2**20, 1), **window}
     out["wall_s"] = round(time.monotonic() - started, 2)
     return out
 

@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "pairs"))
 
 import trace_common as tc  # noqa: E402
 import pair_matrix as pm  # noqa: E402  (its workers, barrier, Mps)
+import daemon_stats  # noqa: E402  (bench/models, on the path through trace_common)
 
 bc = tc.bc
 
@@ -81,16 +82,30 @@ def measure_system(system, args, slots, result, endpoint=None, deadline=None):
     def job(model, **kw):
         return {"model": model, "system": kind, "endpoint": endpoint, **kw}
 
+    stats_client = None
+    if endpoint is not None:
+        import tandem
+        stats_client = tandem.Client(endpoint=endpoint, name="qos-stats")
+    window = {}
+
     def run(what, indices, jobs):
-        """run_config's results, or {"error": ...} (failed, or skipped when the system's share is spent)."""
+        """run_config's results, or {"error": ...} (failed, or skipped when the system's share is spent).
+        Through tandemd, window["tandemd"] is the daemon's account of the configuration (daemon_stats)."""
+        window.clear()
         if deadline is not None and deadline - time.monotonic() < args.min_config_s:
             bc.log(f"  {system} {what}: skipped (budget spent)")
             return {"error": "skipped: budget spent"}
+        before = daemon_stats.snapshot(stats_client)
         try:
-            return [_strip(r) for r in pm.run_config(slots.view(indices), jobs, args)]
+            results = [_strip(r) for r in pm.run_config(slots.view(indices), jobs, args)]
         except pm.ConfigFailed as e:
             bc.log(f"  {system} {what}: FAILED: {e}")
             return {"error": str(e)}
+        d = daemon_stats.delta(before, daemon_stats.snapshot(stats_client))
+        if d is not None:
+            window["tandemd"] = d
+            log_daemon_window(d)
+        return results
 
     r = run(f"{be} alone", [1], [job(be, timed_s=args.solo_s)])
     if isinstance(r, dict):
@@ -110,7 +125,7 @@ def measure_system(system, args, slots, result, endpoint=None, deadline=None):
         if isinstance(r, dict):
             mode["hp_solo"] = r
             continue
-        hp_solo = mode["hp_solo"] = r[0]
+        hp_solo = mode["hp_solo"] = {**r[0], **window}
         bc.log(f"  {system} {hp} alone, depth {depth}: {hp_solo['ms_per_iter']:.3f} ms/iter")
         n = max(args.min_iters, int(hp_solo["iters"]))
         for k in range(1, args.max_best_effort + 1):
@@ -123,12 +138,23 @@ def measure_system(system, args, slots, result, endpoint=None, deadline=None):
             be_its = sum(x.get("its_per_s") or 0 for x in be_rs)
             entry = {"best_effort_jobs": k, "hp": hp_r, "best_effort": be_rs,
                      "hp_slowdown": round(hp_r["ms_per_iter"] / hp_solo["ms_per_iter"], 4),
-                     "be_its_per_s": round(be_its, 4), "be_throughput": round(be_its / be_solo_its, 4)}
+                     "be_its_per_s": round(be_its, 4), "be_throughput": round(be_its / be_solo_its, 4), **window}
             mode["shared"].append(entry)
             bc.log(f"  {system} {hp} (depth {depth}) + {k} x {be}: high priority {hp_r['ms_per_iter']:.3f} "
                    f"ms/iter (slowdown {entry['hp_slowdown']:.3f}x), best effort {be_its:.1f} it/s "
                    f"({entry['be_throughput']:.2f} of one alone)")
+    if stats_client is not None:
+        stats_client.close()
     return out
+
+
+def log_daemon_window(d):
+    """One line of tandemd's side of a configuration: per lane kernel/occupied seconds, the loop's busy time and
+    its work items' mean time and queue wait."""
+    lanes = ", ".join(f"{x['lane']}: {x['busy_s']:.2f}/{x['occupied_s']:.2f}" for x in d["per_lane"])
+    items = ", ".join(f"{x['name']} {x['count']} x {x['mean_us']} us (wait {x['mean_wait_us']})"
+                      for x in d["loop_top"][:4])
+    bc.log(f"    tandemd: lanes kernel/occupied s {lanes or '-'}; loop busy {d['loop_busy_s']} s: {items or '-'}")
 
 
 def _strip(r):

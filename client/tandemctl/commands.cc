@@ -215,11 +215,18 @@ absl::Status Loop(Client& c, const CtlOptions& options, std::ostream& out) {
   const double up = stats.uptime_seconds();
   out << absl::StrFormat("control loop: busy %.3f s of %s up (%s); parts of a work item are named Handler/part\n",
                          busy, HumanDuration(up), Percent(up > 0 ? busy / up : 0));
-  TextTable table({"WORK ITEM", ">COUNT", ">TOTAL S", ">MEAN US", ">MAX MS", ">OF UPTIME"});
+  // WAIT: from being posted to starting, behind the items ahead of it
+  // (parts of a work item have none: "-").
+  TextTable table({"WORK ITEM", ">COUNT", ">TOTAL S", ">MEAN US", ">MAX MS", ">OF UPTIME", ">MEAN WAIT US",
+                   ">MAX WAIT MS"});
   for (const v1::LoopHandlerStats* h : items) {
+    const double per = h->count() > 0 ? 1.0 / h->count() : 0.0;
+    const bool section = is_section(h);
     table.AddRow({h->name(), absl::StrCat(h->count()), absl::StrFormat("%.3f", h->total_seconds()),
-                  absl::StrFormat("%.1f", h->count() > 0 ? 1e6 * h->total_seconds() / h->count() : 0.0),
-                  absl::StrFormat("%.3f", 1e3 * h->max_seconds()), Percent(up > 0 ? h->total_seconds() / up : 0)});
+                  absl::StrFormat("%.1f", 1e6 * h->total_seconds() * per),
+                  absl::StrFormat("%.3f", 1e3 * h->max_seconds()), Percent(up > 0 ? h->total_seconds() / up : 0),
+                  section ? "-" : absl::StrFormat("%.1f", 1e6 * h->wait_seconds() * per),
+                  section ? "-" : absl::StrFormat("%.3f", 1e3 * h->max_wait_seconds())});
   }
   out << (table.rows() == 0 ? "no work items yet\n" : table.Render());
   return absl::OkStatus();

@@ -203,8 +203,11 @@ TEST_F(TandemctlTest, EverySubcommandAgainstTrainingJobs) {
   v1::StatsResponse loop_json = ParseJson<v1::StatsResponse>(Ctl({"loop", "--json"}).out);
   EXPECT_GT(loop_json.uptime_seconds(), 0);
   double ends = 0, parts = 0;
+  EXPECT_THAT(loop.out, HasSubstr("MEAN WAIT US"));
   for (const v1::LoopHandlerStats& h : loop_json.loop_handlers()) {
     EXPECT_LE(h.max_seconds(), h.total_seconds() + 1e-12) << h.name();
+    EXPECT_LE(h.max_wait_seconds(), h.wait_seconds() + 1e-12) << h.name();
+    if (absl::StrContains(h.name(), "/")) EXPECT_EQ(h.wait_seconds(), 0.0) << h.name();
     if (h.name() == "Executor.OnIterationDone") ends = h.total_seconds();
     if (absl::StartsWith(h.name(), "IterationEnd/")) parts += h.total_seconds();
   }

@@ -1,0 +1,81 @@
+"""tandemd's own account of a measured window, for the benchmarks that run jobs through it.
+
+    before = daemon_stats.snapshot(client)      # a tandem.Client on the daemon's endpoint
+    ... the window ...
+    window = daemon_stats.delta(before, daemon_stats.snapshot(client))
+
+delta() gives what the window did on the first device (iterations, kernel seconds, lane moves, graph replays
+and captures, per lane its jobs, iterations, kernel and occupied seconds) and where the control loop (one
+thread) spent it: busy seconds, the work items that took most of it with their mean time and their mean wait
+in the queue behind other items, and the sections of a work item ("Handler/part").
+"""
+
+COUNTERS = ("lane_moves", "graph_launches", "op_by_op_runs", "graph_captures")
+
+
+def snapshot(client):
+    """The first device's counters and the loop's work items from tandemd's stats (protobuf JSON: 64-bit
+    integers come as strings); None without a client, {"error": ...} when the stats cannot be had."""
+    if client is None:
+        return None
+    try:
+        stats = client.stats()
+    except Exception as e:  # stats are extra information; a measurement does not fail for them
+        return {"error": str(e)}
+    dev = stats.get("devices", [{}])[0]
+    keys = ("persistent_bytes", "lane_bytes", "reserve_bytes", "capacity_bytes", "iterations", "lanes") + COUNTERS
+    out = {k: int(dev.get(k, 0)) for k in keys}
+    out["pid"] = int(stats.get("pid", 0)) or None
+    out["busy_seconds"] = float(dev.get("busy_seconds", 0.0))
+    out["per_lane"] = {int(lane.get("lane", 0)): {"jobs": len(lane.get("jobs", [])),
+                                                  "iterations": int(lane.get("iterations", 0)),
+                                                  "busy_s": float(lane.get("busy_seconds", 0.0)),
+                                                  "occupied_s": float(lane.get("occupied_seconds", 0.0))}
+                       for lane in dev.get("lane_info", [])}
+    # Per kind of work item: (count, seconds run, seconds waited in the queue).
+    out["loop"] = {h["name"]: (int(h.get("count", 0)), float(h.get("total_seconds", 0.0)),
+                               float(h.get("wait_seconds", 0.0)))
+                   for h in stats.get("loop_handlers", [])}
+    out["loop_max"] = {h["name"]: float(h.get("max_seconds", 0.0)) for h in stats.get("loop_handlers", [])}
+    return out
+
+
+def usable(*snapshots):
+    return all(s and "error" not in s for s in snapshots)
+
+
+def delta(before, after, top=6):
+    """What happened between two snapshots (None unless both are usable)."""
+    if not usable(before, after):
+        return None
+    out = {"lanes": after["lanes"], "iterations": after["iterations"] - before["iterations"],
+           "busy_s": round(after["busy_seconds"] - before["busy_seconds"], 3)}
+    # Moves between lanes, graph replays against kernel-by-kernel runs, and captures.
+    for k in COUNTERS:
+        out[k] = after[k] - before[k]
+
+    # occupied_s: wall seconds with an iteration enqueued on the lane (busy_s counts only its kernels).
+    def lane_delta(lane, now):
+        was = before["per_lane"].get(lane, {})
+        return {"lane": lane, "jobs": now["jobs"], "iterations": now["iterations"] - was.get("iterations", 0),
+                **{k: round(now[k] - was.get(k, 0.0), 3) for k in ("busy_s", "occupied_s")}}
+
+    out["per_lane"] = [lane_delta(lane, now) for lane, now in sorted(after["per_lane"].items())]
+    zero = (0, 0.0, 0.0)
+    loop = {name: tuple(a - b for a, b in zip(now, before["loop"].get(name, zero)))
+            for name, now in after["loop"].items()}
+
+    # Names with a '/' are sections of a work item (its time includes theirs): kept apart, all of them.
+    def rows(items, waits):
+        return [{"name": name, "count": count, "mean_us": round(1e6 * secs / count, 1), "seconds": round(secs, 3),
+                 **({"mean_wait_us": round(1e6 * wait / count, 1)} if waits else {})}
+                for name, (count, secs, wait) in sorted(items, key=lambda kv: -kv[1][1]) if count > 0]
+
+    handlers = [(k, v) for k, v in loop.items() if "/" not in k]
+    out["loop_busy_s"] = round(sum(v[1] for _, v in handlers), 3)
+    out["loop_top"] = rows(handlers, True)[:top]
+    out["loop_sections"] = rows([(k, v) for k, v in loop.items() if "/" in k], False)
+    # The longest single work item seen so far, where the window raised it (a stall of the loop itself).
+    out["loop_new_max_ms"] = {name: round(mx * 1e3, 3) for name, mx in after.get("loop_max", {}).items()
+                              if mx > before.get("loop_max", {}).get(name, 0.0) and "/" not in name}
+    return out
