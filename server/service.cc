@@ -178,7 +178,12 @@ void Service::HandleMessage(const std::string& peer, const std::string& payload,
     return;
   }
   auto request = std::make_shared<v1::Request>();
-  if (!request->ParseFromString(payload)) {
+  bool parsed;
+  {
+    LoopSection timed(loop_, "Message/parse");
+    parsed = request->ParseFromString(payload);
+  }
+  if (!parsed) {
     ReplyError(to, absl::InvalidArgumentError(absl::StrCat(
                        "malformed request (", payload.size(),
                        " bytes): not a tandem.v1.Request in its first ZeroMQ frame; is the client speaking "

@@ -143,7 +143,11 @@ void Service::OnRunIteration(const PendingReply& to, Session& session,
     return;
   }
   Job& job = **job_or;
-  auto regions = ValidateRun(job, session, run);
+  absl::StatusOr<std::vector<std::shared_ptr<SharedRegion>>> regions;
+  {
+    LoopSection timed(loop_, "RunIteration/validate");
+    regions = ValidateRun(job, session, run);
+  }
   if (!regions.ok()) {
     ReplyError(to, regions.status());
     return;
@@ -161,6 +165,7 @@ void Service::OnRunIteration(const PendingReply& to, Session& session,
   }
   job.queued.emplace(ticket, QueuedIteration{to, std::move(request), *std::move(regions), Clock::now()});
   job.received++;
+  LoopSection timed(loop_, "RunIteration/dispatch");
   DispatchAll(dev);
 }
 

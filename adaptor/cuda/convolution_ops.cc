@@ -609,18 +609,21 @@ std::atomic<int64_t> g_declined{0};  // a choice existed, its workspace could no
 std::atomic<int64_t> g_searched{0};  // directions searched on a stream
 
 // Takes another stream's choice for `dir`: its algorithm, and its engine's
-// plan rebuilt on this stream's handle when the heuristics list the same
-// engine at the same place (otherwise the algorithm runs).
+// plan rebuilt on this stream's handle when the choice had one and the
+// heuristics list the same engine at the same place (otherwise the
+// algorithm runs). Every adoption is counted and logged, with or without
+// an engine.
 Algo AdoptChoice(CudnnState& state, ConvPlan& plan, Direction dir, const SharedChoice& shared) {
   Algo algo{shared.algo, shared.math, shared.workspace};
-  if (shared.engine_position < 0 || !TryGraphEngines()) return algo;
-  EngineFilter filter = FilterFor(plan, state.workspace_limit);
-  filter.max_plans = shared.engine_position + 1;
-  absl::StatusOr<std::vector<std::unique_ptr<EnginePlan>>> plans =
-      ConvEnginePlans(state.handle, dir, plan.shape, filter);
-  const size_t at = static_cast<size_t>(shared.engine_position);
-  if (plans.ok() && plans->size() > at && (*plans)[at]->engine_index() == shared.engine_index) {
-    algo.engine = std::shared_ptr<const EnginePlan>(std::move((*plans)[at]));
+  if (shared.engine_position >= 0 && TryGraphEngines()) {
+    EngineFilter filter = FilterFor(plan, state.workspace_limit);
+    filter.max_plans = shared.engine_position + 1;
+    absl::StatusOr<std::vector<std::unique_ptr<EnginePlan>>> plans =
+        ConvEnginePlans(state.handle, dir, plan.shape, filter);
+    const size_t at = static_cast<size_t>(shared.engine_position);
+    if (plans.ok() && plans->size() > at && (*plans)[at]->engine_index() == shared.engine_index) {
+      algo.engine = std::shared_ptr<const EnginePlan>(std::move((*plans)[at]));
+    }
   }
   g_adopted.fetch_add(1);
   if (algo.engine != nullptr) g_adopted_with_engine.fetch_add(1);
@@ -669,15 +672,6 @@ void LogChoice(const ConvPlan& plan, Direction dir, const Candidate& chosen,
 absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t stream,
                              const ConvOperands& op, void** workspace) {
   std::optional<Algo>& slot = plan.algos[static_cast<int>(dir)];
-  if (MinLogLevel() <= LogLevel::kDebug) {
-    // Every call at --log_level=debug: which direction of which plan ran on
-    // which stream, and whether its choice was already made there.
-    TLOG_DEBUG("cuDNN direction run")
-        .With("stream", absl::StrFormat("%p", static_cast<void*>(stream)))
-        .With("plan", absl::StrFormat("%p", static_cast<void*>(&plan)))
-        .With("direction", DirectionName(dir))
-        .With("chosen_before", slot.has_value() ? "yes" : "no");
-  }
   const std::pair<PlanKey, int> shared_key(plan.key, static_cast<int>(dir));
   if (!slot.has_value() && ShareChoices()) {
     std::optional<SharedChoice> shared = DeviceConvChoices().Find(state.device, shared_key);
