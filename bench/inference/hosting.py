@@ -244,11 +244,13 @@ def log_probe(r, note=""):
     d = r.get("tandemd", {})
     if "loop_busy_s" in d:  # tandem: the daemon's side of the same probe
         lanes = ", ".join(f"{x['busy_s']:.2f}/{x['occupied_s']:.2f}" for x in d.get("per_lane", []))
-        parts = ", ".join(f"{x['name'].split('/', 1)[1]} {x['mean_us']}" for x in d.get("loop_sections", []))
+        parts = ", ".join(f"{x['name']} {x['mean_us']}" for x in d.get("loop_sections", []))
+        items = ", ".join(f"{x['name']} {x['mean_us']} (wait {x.get('mean_wait_us', '-')})"
+                          for x in d.get("loop_top", [])[:3])
         longest = max(d.get("loop_new_max_ms", {}).items(), key=lambda kv: kv[1], default=None)
         bc.log(f"         loop busy {d['loop_busy_s']} s"
                + (f" (longest item {longest[1]} ms, {longest[0]})" if longest else "")
-               + f"; iteration end us: {parts or '-'}; "
+               + f"; items us: {items or '-'}; parts us: {parts or '-'}; "
                f"lanes kernel/occupied s: {lanes or '-'}; lane moves {d.get('lane_moves', '-')}, "
                f"graph captures {d.get('graph_captures', '-')}")
 
