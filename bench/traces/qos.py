@@ -11,7 +11,7 @@ Native processes have no priorities between them: the GPU cannot tell the jobs a
 
 Method (the workers and the barrier of bench/pairs/pair_matrix.py, whose worker processes run the jobs): per
 system, a best-effort job alone (2 in flight), then for each --hp_depths value d: the high-priority job alone
-(d iterations in flight, --think_ms between iterations, timed for --solo_s after a warm-up), and the
+(d iterations in flight, at d = 1 --think_ms between iterations, timed for --solo_s after a warm-up), and the
 high-priority job timed over the same number of iterations beside k = 1 .. --max_best_effort best-effort jobs
 that run as fast as they can from the start until it has finished. d = 2 is how a training job runs (its next
 iteration always waits behind the running one, so the priority policy never has a gap to fill); d = 1 leaves
@@ -115,11 +115,15 @@ def measure_system(system, args, slots, result, endpoint=None, deadline=None):
     be_solo_its = 1e3 / be_solo["ms_per_iter"]
     bc.log(f"  {system} {be} alone: {be_solo['ms_per_iter']:.3f} ms/iter ({be_solo_its:.1f} it/s)")
     for depth in args.hp_depths:
-        mode = {"hp_depth": depth, "think_ms": args.think_ms, "hp_solo": None, "shared": []}
+        # Think time only at depth 1: at depth 2 a pause longer than the iteration's device time minus the
+        # round trip would leave the stream idle between iterations (a 2 ms pause beside fcn5's 2.2 ms did:
+        # 2.64 ms per iteration alone, host-bound), which is not how a training job runs.
+        think_ms = args.think_ms if depth == 1 else 0.0
+        mode = {"hp_depth": depth, "think_ms": think_ms, "hp_solo": None, "shared": []}
         out["hp"].append(mode)
 
         def hp_job(**kw):
-            return job(hp, priority=1, depth=depth, think_ms=args.think_ms, **kw)
+            return job(hp, priority=1, depth=depth, think_ms=think_ms, **kw)
 
         r = run(f"{hp} alone (depth {depth})", [0], [hp_job(timed_s=args.solo_s)])
         if isinstance(r, dict):
@@ -205,7 +209,9 @@ def main():
                    help="iterations the high-priority job keeps in flight, one measurement per value: 2 is how a "
                         "training job runs (the next iteration waits behind the running one), 1 leaves the "
                         "device a gap after each iteration (the round trip, plus --think_ms)")
-    p.add_argument("--think_ms", type=float, default=0.0, help="pause of the high-priority job between iterations")
+    p.add_argument("--think_ms", type=float, default=0.0,
+                   help="pause of the high-priority job between iterations at depth 1 (none at depth 2 and more: "
+                        "its next iteration is always queued)")
     p.add_argument("--preemption", choices=("iteration", "op"), default="op",
                    help="tandemd's --preemption: best-effort iterations pause only between iterations, or between "
                         "ranges of ops (the daemon's default; docs/scheduling.md)")
@@ -342,7 +348,7 @@ def plot(result, path):
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=7)
     meta, cfg = result["meta"], result["config"]
-    fig.suptitle(f"QoS: {cfg['high']} (high priority, think {cfg['think_ms']} ms) beside {cfg['best_effort']} "
+    fig.suptitle(f"QoS: {cfg['high']} (high priority, think {cfg['think_ms']} ms at depth 1) beside {cfg['best_effort']} "
                  f"(best effort) - {meta['gpu']}, {(meta['date'] or '')[:10]}, {(meta['git_commit'] or '')[:10]}",
                  fontsize=9)
     fig.tight_layout()
