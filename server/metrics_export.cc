@@ -75,6 +75,11 @@ std::string Service::RenderMetrics() {
       w.Sample("tandem_loop_handled_total", {{"handler", name}}, static_cast<double>(h.count));
     }
   }
+  w.Family("tandem_loop_wait_seconds_total", "counter",
+           "time work items waited in the control loop's queue before they ran, by kind");
+  for (const auto& [name, h] : loop) {
+    if (!IsLoopSection(name)) w.Sample("tandem_loop_wait_seconds_total", {{"handler", name}}, h.wait_seconds);
+  }
   w.Family("tandem_loop_section_seconds_total", "counter",
            "time the control loop spent in parts of its work items (inside the handlers' time)");
   for (const auto& [name, h] : loop) {

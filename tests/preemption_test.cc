@@ -277,6 +277,11 @@ TEST_P(Preemption, HighPriorityBurstAgainstARunningBestEffortIteration) {
   const double loop_busy = daemon.Metric("tandem_loop_busy_seconds_total{handler=\"Transport.OnMessage\"}");
   EXPECT_GT(loop_busy, 0);
   EXPECT_LT(loop_busy, daemon.Metric("tandem_uptime_seconds"));
+  // Every request waited some time in the queue (at least the loop thread's
+  // wake-up), and not longer than the daemon has lived.
+  const double message_wait = daemon.Metric("tandem_loop_wait_seconds_total{handler=\"Transport.OnMessage\"}");
+  EXPECT_GT(message_wait, 0);
+  EXPECT_LT(message_wait / handled, daemon.Metric("tandem_uptime_seconds"));
   // An iteration end's sections lie inside the time of the handlers that
   // end iterations (one snapshot: the daemon may still be answering).
   const std::map<std::string, double> m = daemon.Metrics();

@@ -207,7 +207,9 @@ TEST_F(TandemctlTest, EverySubcommandAgainstTrainingJobs) {
   for (const v1::LoopHandlerStats& h : loop_json.loop_handlers()) {
     EXPECT_LE(h.max_seconds(), h.total_seconds() + 1e-12) << h.name();
     EXPECT_LE(h.max_wait_seconds(), h.wait_seconds() + 1e-12) << h.name();
-    if (absl::StrContains(h.name(), "/")) EXPECT_EQ(h.wait_seconds(), 0.0) << h.name();
+    if (absl::StrContains(h.name(), "/")) {
+      EXPECT_EQ(h.wait_seconds(), 0.0) << h.name();
+    }
     if (h.name() == "Executor.OnIterationDone") ends = h.total_seconds();
     if (absl::StartsWith(h.name(), "IterationEnd/")) parts += h.total_seconds();
   }
