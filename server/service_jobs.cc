@@ -108,12 +108,16 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
   }
   // Transposes feeding matrix products are read in place by the products
   // instead of being materialized (adaptor/fold_transposes.h).
-  v1::Graph wire_graph = reg.graph();
-  FoldTransposes(&wire_graph);
-  // Chains of elementwise nodes run as one kernel each
-  // (adaptor/fuse_elementwise.h).
-  if (options_.fuse_elementwise) FuseElementwise(reg.persistent(), &wire_graph);
-  auto graph = BuildGraph(wire_graph, reg.persistent());
+  absl::StatusOr<Graph> graph;
+  {
+    LoopSection timed(loop_, "RegisterJob/graph");
+    v1::Graph wire_graph = reg.graph();
+    FoldTransposes(&wire_graph);
+    // Chains of elementwise nodes run as one kernel each
+    // (adaptor/fuse_elementwise.h).
+    if (options_.fuse_elementwise) FuseElementwise(reg.persistent(), &wire_graph);
+    graph = BuildGraph(wire_graph, reg.persistent());
+  }
   if (!graph.ok()) {
     fail(graph.status());
     return;
@@ -141,14 +145,21 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
     fail(framed);
     return;
   }
-  auto layout = PlanIterationLayout(*job->graph);
+  absl::StatusOr<IterationLayout> layout;
+  {
+    LoopSection timed(loop_, "RegisterJob/layout");
+    layout = PlanIterationLayout(*job->graph);
+  }
   if (!layout.ok()) {
     fail(layout.status());
     return;
   }
   job->layout = *std::move(layout);
-  // Alike jobs (same graph and shapes) share their interference estimates.
-  job->interference_key = InterferenceKey(reg.graph());
+  {
+    // Alike jobs (same graph and shapes) share their interference estimates.
+    LoopSection timed(loop_, "RegisterJob/key");
+    job->interference_key = InterferenceKey(reg.graph());
+  }
 
   absl::Status error;
   DeviceRuntime* dev = ChooseDevice(reg.hints(), &error);
@@ -157,7 +168,11 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
     return;
   }
   job->device = dev;
-  auto program = CreateProgram(*job->graph, *dev->device);
+  absl::StatusOr<std::unique_ptr<Program>> program;
+  {
+    LoopSection timed(loop_, "RegisterJob/program");
+    program = CreateProgram(*job->graph, *dev->device);
+  }
   if (!program.ok()) {
     fail(program.status());
     return;
