@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "server/event_loop.h"
+#include "server/executor.h"
 #include "server/metrics.h"
 #include "server/options.h"
 #include "server/request_frames.h"
@@ -97,8 +98,28 @@ class Service {
   absl::StatusOr<Job*> FindJob(const Session& session, uint64_t job_id);
 
   // service_jobs.cc: registration, admission, closing.
+  // A registration runs in two steps: what depends on its request alone
+  // (the graph built, its transposes folded and elementwise chains fused,
+  // shared frames mapped and checked, the iteration's memory layout, the
+  // interference key) on the preparation thread (prep_), so that a large
+  // model's tens of milliseconds never hold the control loop; then, back on
+  // the loop, the device, the program, admission and the upload.
+  struct PreparedJob {
+    std::unique_ptr<Graph> graph;
+    IterationLayout layout;
+    std::string interference_key;
+    std::shared_ptr<const RequestFrames> frames;  // the request's, or its mapped shared frames
+    double seconds = 0;                           // the preparation's wall time
+  };
   void OnRegisterJob(const PendingReply& to, Session& session, std::shared_ptr<const v1::Request> request,
                      std::shared_ptr<const RequestFrames> frames);
+  // Preparation thread: no Service state is touched.
+  static absl::StatusOr<PreparedJob> PrepareJob(const v1::RegisterJobRequest& reg,
+                                                std::shared_ptr<const RequestFrames> frames, bool fuse_elementwise,
+                                                uint64_t max_message_bytes, uint64_t session_id);
+  // Loop thread: the second step (the session may have ended meanwhile).
+  void FinishRegistration(const PendingReply& to, uint64_t job_id, uint64_t session_id, std::string name,
+                          std::shared_ptr<const v1::Request> request, absl::StatusOr<PreparedJob> prepared);
   // Admits a prepared job into memory and the scheduler (the policy picks
   // the lane); FAILED_PRECONDITION when it could fit once others leave.
   absl::Status Admit(Job& job);
@@ -186,6 +207,9 @@ class Service {
   bool draining_ = false;  // registrations refused (admin drain)
   uint64_t config_reloads_ = 0;
   ServiceMeasurements measurements_;
+  // Last: destroyed first, so its thread (which posts back to the loop) has
+  // ended before any other member goes.
+  std::unique_ptr<Executor> prep_ = std::make_unique<Executor>("prep");
 };
 
 }  // namespace tandem::server

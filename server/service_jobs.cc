@@ -1,5 +1,8 @@
 // Registration, admission and closing of jobs.
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -90,12 +93,12 @@ DeviceRuntime* Service::ChooseDevice(const v1::JobHints& hints, absl::Status* er
 void Service::OnRegisterJob(const PendingReply& to, Session& session, std::shared_ptr<const v1::Request> request,
                             std::shared_ptr<const RequestFrames> frames) {
   const v1::RegisterJobRequest& reg = request->register_job();
-  auto job = std::make_unique<Job>();
-  job->name = reg.name().empty() ? absl::StrCat("job-", next_job_) : reg.name();
-  job->hints = reg.hints();
-  job->session = session.id;
+  // The id is taken now, so that concurrent registrations' default names
+  // differ; a registration that fails leaves a gap.
+  const uint64_t job_id = next_job_++;
+  std::string name = reg.name().empty() ? absl::StrCat("job-", job_id) : reg.name();
   auto fail = [&](const absl::Status& s) {
-    ReplyError(to, absl::Status(s.code(), absl::StrCat("job '", job->name, "': ", s.message())));
+    ReplyError(to, absl::Status(s.code(), absl::StrCat("job '", name, "': ", s.message())));
   };
   if (!(reg.hints().weight() >= 0) || std::isinf(reg.hints().weight())) {
     fail(absl::InvalidArgumentError(absl::StrCat("weight ", reg.hints().weight(), " must be finite and >= 0")));
@@ -106,60 +109,99 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
                                                  " is out of range [0, ", sched::kMaxExpectedIterations, "]")));
     return;
   }
+  const uint64_t session_id = session.id;
+  const bool fuse = options_.fuse_elementwise;
+  const uint64_t max_bytes = options_.max_message_bytes;
+  prep_->Post([this, to, job_id, session_id, name = std::move(name), request = std::move(request),
+               frames = std::move(frames), fuse, max_bytes]() mutable {
+    absl::StatusOr<PreparedJob> prepared =
+        PrepareJob(request->register_job(), std::move(frames), fuse, max_bytes, session_id);
+    // shared_ptr: the loop's work items are copyable std::functions.
+    auto result = std::make_shared<absl::StatusOr<PreparedJob>>(std::move(prepared));
+    loop_.Post("Service.OnJobPrepared", [this, to, job_id, session_id, name = std::move(name),
+                                         request = std::move(request), result]() mutable {
+      FinishRegistration(to, job_id, session_id, std::move(name), std::move(request), std::move(*result));
+    });
+  });
+}
+
+absl::StatusOr<Service::PreparedJob> Service::PrepareJob(const v1::RegisterJobRequest& reg,
+                                                         std::shared_ptr<const RequestFrames> frames,
+                                                         bool fuse_elementwise, uint64_t max_message_bytes,
+                                                         uint64_t session_id) {
+  const auto start = Clock::now();
+  // For tests only: a slow preparation, to show that the loop serves others
+  // meanwhile (tests/registration_test.cc).
+  static const int delay_ms = [] {
+    const char* v = std::getenv("TANDEM_TEST_PREPARE_DELAY_MS");
+    return v != nullptr ? std::atoi(v) : 0;
+  }();
+  if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+  PreparedJob out;
   // Transposes feeding matrix products are read in place by the products
   // instead of being materialized (adaptor/fold_transposes.h).
-  absl::StatusOr<Graph> graph;
-  {
-    LoopSection timed(loop_, "RegisterJob/graph");
-    v1::Graph wire_graph = reg.graph();
-    FoldTransposes(&wire_graph);
-    // Chains of elementwise nodes run as one kernel each
-    // (adaptor/fuse_elementwise.h).
-    if (options_.fuse_elementwise) FuseElementwise(reg.persistent(), &wire_graph);
-    graph = BuildGraph(wire_graph, reg.persistent());
-  }
-  if (!graph.ok()) {
-    fail(graph.status());
-    return;
-  }
-  job->graph = std::make_unique<Graph>(*std::move(graph));
+  v1::Graph wire_graph = reg.graph();
+  FoldTransposes(&wire_graph);
+  // Chains of elementwise nodes run as one kernel each
+  // (adaptor/fuse_elementwise.h).
+  if (fuse_elementwise) FuseElementwise(reg.persistent(), &wire_graph);
+  ASSIGN_OR_RETURN(Graph graph, BuildGraph(wire_graph, reg.persistent()));
+  out.graph = std::make_unique<Graph>(std::move(graph));
   // Mapped only for a graph that builds: a bad graph leaves the object untouched.
   if (reg.has_shared_frames()) {
     if (frames != nullptr) {
-      fail(absl::InvalidArgumentError(absl::StrCat(
-          "the registration names shared frames and ", frames->size(), " ZeroMQ frame(s) followed it; send one")));
-      return;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the registration names shared frames and ", frames->size(), " ZeroMQ frame(s) followed it; send one"));
     }
-    auto shared = SharedFrames::Map(reg.shared_frames(), options_.max_message_bytes);
-    if (!shared.ok()) {
-      fail(shared.status());
-      return;
-    }
+    ASSIGN_OR_RETURN(frames, SharedFrames::Map(reg.shared_frames(), max_message_bytes));
     TLOG_INFO("registration reads its initial values from shared memory")
-        .With("session", session.id)
-        .With("frames", (*shared)->size())
+        .With("session", session_id)
+        .With("frames", frames->size())
         .With("bytes", reg.shared_frames().bytes());
-    frames = *std::move(shared);
   }
-  if (absl::Status framed = CheckPersistentFrames(reg, *job->graph, frames.get()); !framed.ok()) {
-    fail(framed);
+  RETURN_IF_ERROR(CheckPersistentFrames(reg, *out.graph, frames.get()));
+  ASSIGN_OR_RETURN(out.layout, PlanIterationLayout(*out.graph));
+  // Alike jobs (same graph and shapes) share their interference estimates.
+  out.interference_key = InterferenceKey(reg.graph());
+  out.frames = std::move(frames);
+  out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return out;
+}
+
+void Service::FinishRegistration(const PendingReply& to, uint64_t job_id, uint64_t session_id, std::string name,
+                                 std::shared_ptr<const v1::Request> request,
+                                 absl::StatusOr<PreparedJob> prepared) {
+  auto fail = [&](const absl::Status& s) {
+    ReplyError(to, absl::Status(s.code(), absl::StrCat("job '", name, "': ", s.message())));
+  };
+  if (shutting_down_) {
+    fail(absl::UnavailableError("tandemd is shutting down"));
     return;
   }
-  absl::StatusOr<IterationLayout> layout;
-  {
-    LoopSection timed(loop_, "RegisterJob/layout");
-    layout = PlanIterationLayout(*job->graph);
-  }
-  if (!layout.ok()) {
-    fail(layout.status());
+  auto session_it = sessions_.find(session_id);
+  if (session_it == sessions_.end()) {
+    // The client closed its session, or went away, while the job was
+    // being prepared: nothing of it was admitted.
+    fail(absl::CancelledError("the session ended while the job was being registered"));
     return;
   }
-  job->layout = *std::move(layout);
-  {
-    // Alike jobs (same graph and shapes) share their interference estimates.
-    LoopSection timed(loop_, "RegisterJob/key");
-    job->interference_key = InterferenceKey(reg.graph());
+  if (absl::Status s = CheckAdmitting(); !s.ok()) {  // a drain began meanwhile
+    fail(s);
+    return;
   }
+  if (!prepared.ok()) {
+    fail(prepared.status());
+    return;
+  }
+  const v1::RegisterJobRequest& reg = request->register_job();
+  auto job = std::make_unique<Job>();
+  job->name = std::move(name);
+  job->hints = reg.hints();
+  job->session = session_id;
+  job->graph = std::move(prepared->graph);
+  job->layout = std::move(prepared->layout);
+  job->interference_key = std::move(prepared->interference_key);
+  std::shared_ptr<const RequestFrames> frames = std::move(prepared->frames);
 
   absl::Status error;
   DeviceRuntime* dev = ChooseDevice(reg.hints(), &error);
@@ -178,9 +220,14 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
     return;
   }
   job->program = *std::move(program);
-  job->id = next_job_++;
+  job->id = job_id;
+  TLOG_DEBUG("job prepared off the loop")
+      .With("job", job->id)
+      .With("name", job->name)
+      .With("prepare_ms", prepared->seconds * 1e3);
   job->registration = PendingRegistration{to, std::move(request), std::move(frames)};
 
+  LoopSection timed(loop_, "RegisterJob/admit");
   absl::Status admitted = Admit(*job);
   if (absl::IsFailedPrecondition(admitted) && reg.hints().queue_if_full()) {
     TLOG_INFO("job waits for memory").With("job", job->id).With("name", job->name).With("why", admitted.message());

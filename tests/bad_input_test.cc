@@ -19,6 +19,7 @@
 #include "tests/daemon_process.h"
 #include "tests/mlp_reference.h"
 #include "tests/mlp_trainer.h"
+#include "tests/raw_session.h"
 
 namespace tandem::testing {
 namespace {
@@ -174,41 +175,6 @@ TEST_F(BadInputTest, RequestForAnotherSessionsJobIsNotFound) {
   EXPECT_EQ(run.status().code(), absl::StatusCode::kNotFound);
   EXPECT_FALSE(c->CloseJob(good_->job()).ok());
 }
-
-// A raw connection that has said hello: sends requests with extra frames.
-class RawSession {
- public:
-  explicit RawSession(const std::string& endpoint) : socket_(context_, zmq::socket_type::dealer) {
-    socket_.set(zmq::sockopt::linger, 0);
-    socket_.set(zmq::sockopt::rcvtimeo, 5000);
-    socket_.connect(endpoint);
-    v1::Request hello;
-    hello.mutable_hello()->set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
-    hello.mutable_hello()->set_client_name("raw");
-    v1::Response r = Call(hello, {});
-    EXPECT_TRUE(r.has_hello()) << r.DebugString();
-  }
-  // The request (id 1 + calls so far) with `frames` after it; the response.
-  v1::Response Call(v1::Request request, const std::vector<std::string>& frames) {
-    request.set_request_id(++calls_);
-    const std::string bytes = request.SerializeAsString();
-    socket_.send(zmq::buffer(bytes), frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
-    for (size_t i = 0; i < frames.size(); ++i) {
-      socket_.send(zmq::buffer(frames[i]), i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
-    }
-    zmq::message_t reply;
-    v1::Response response;
-    EXPECT_TRUE(socket_.recv(reply, zmq::recv_flags::none));
-    EXPECT_TRUE(response.ParseFromArray(reply.data(), static_cast<int>(reply.size())));
-    EXPECT_EQ(response.request_id(), calls_);
-    return response;
-  }
-
- private:
-  zmq::context_t context_{1};
-  zmq::socket_t socket_;
-  uint64_t calls_ = 0;
-};
 
 // TinyJob("mm", 8) with w's bytes moved out into frame 1, as the client sends it.
 v1::Request FramedTinyJob(std::string* w_bytes) {

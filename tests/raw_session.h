@@ -1,0 +1,65 @@
+// A raw ZeroMQ connection to tandemd that has said hello, for tests that
+// need what the client library never sends: frames of their own choosing,
+// or several requests in flight at once.
+#ifndef TANDEM_TESTS_RAW_SESSION_H_
+#define TANDEM_TESTS_RAW_SESSION_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "gtest/gtest.h"
+#include "tandem.pb.h"
+
+namespace tandem::testing {
+
+class RawSession {
+ public:
+  explicit RawSession(const std::string& endpoint) : socket_(context_, zmq::socket_type::dealer) {
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.set(zmq::sockopt::rcvtimeo, 5000);
+    socket_.connect(endpoint);
+    v1::Request hello;
+    hello.mutable_hello()->set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
+    hello.mutable_hello()->set_client_name("raw");
+    v1::Response r = Call(hello, {});
+    EXPECT_TRUE(r.has_hello()) << r.DebugString();
+  }
+  // Sends the request (id 1 + requests so far) with `frames` after it;
+  // returns its id.
+  uint64_t Send(v1::Request request, const std::vector<std::string>& frames = {}) {
+    request.set_request_id(++sent_);
+    const std::string bytes = request.SerializeAsString();
+    socket_.send(zmq::buffer(bytes), frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    for (size_t i = 0; i < frames.size(); ++i) {
+      socket_.send(zmq::buffer(frames[i]), i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+    return sent_;
+  }
+  // The next response (within 5 s).
+  v1::Response Receive() {
+    zmq::message_t reply;
+    v1::Response response;
+    EXPECT_TRUE(socket_.recv(reply, zmq::recv_flags::none));
+    EXPECT_TRUE(response.ParseFromArray(reply.data(), static_cast<int>(reply.size())));
+    return response;
+  }
+  // Send, then the response, which must answer it.
+  v1::Response Call(v1::Request request, const std::vector<std::string>& frames) {
+    const uint64_t id = Send(std::move(request), frames);
+    v1::Response response = Receive();
+    EXPECT_EQ(response.request_id(), id);
+    return response;
+  }
+
+ private:
+  zmq::context_t context_{1};
+  zmq::socket_t socket_;
+  uint64_t sent_ = 0;
+};
+
+}  // namespace tandem::testing
+
+#endif  // TANDEM_TESTS_RAW_SESSION_H_

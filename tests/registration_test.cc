@@ -1,0 +1,114 @@
+// Registration off the control loop: a job's graph, frames and layout are
+// prepared on their own thread, so the daemon keeps serving other sessions
+// while a large model registers, and a session that ends meanwhile leaves
+// nothing behind. The daemon is slowed on purpose: each preparation first
+// sleeps TANDEM_TEST_PREPARE_DELAY_MS (read by tandemd for tests only).
+#include <stdlib.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client/client.h"
+#include "examples/mlp_train/mlp_graph.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/daemon_process.h"
+#include "tests/mlp_trainer.h"
+#include "tests/raw_session.h"
+
+namespace tandem::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using Seconds = std::chrono::duration<double>;
+
+constexpr int kDelayMs = 800;
+
+// A daemon whose every registration takes at least kDelayMs to prepare.
+std::unique_ptr<DaemonProcess> SlowRegistrations() {
+  ::setenv("TANDEM_TEST_PREPARE_DELAY_MS", std::to_string(kDelayMs).c_str(), 1);
+  auto daemon = std::make_unique<DaemonProcess>(std::vector<std::string>{"--policy=fair"});
+  ::unsetenv("TANDEM_TEST_PREPARE_DELAY_MS");
+  return daemon;
+}
+
+v1::RegisterJobRequest SecondJob() {
+  examples::MlpJobOptions o = GoodJob();
+  o.name = "second";
+  o.seed = 9;
+  return examples::BuildMlpTrainingJob(o);
+}
+
+TEST(Registration, AnotherSessionTrainsWhileAJobIsPrepared) {
+  std::unique_ptr<DaemonProcess> daemon = SlowRegistrations();
+  GoodTrainer good(daemon->endpoint());  // its own registration took the delay too
+  good.Step(2);
+
+  auto second = client::Client::Connect({.endpoint = daemon->endpoint(), .name = "second"});
+  ASSERT_TRUE(second.ok()) << second.status();
+  std::atomic<bool> registered{false};
+  absl::Status status;
+  double took = 0;
+  std::thread registering([&] {
+    const auto start = std::chrono::steady_clock::now();
+    auto job = (*second)->RegisterJob(SecondJob());
+    took = Seconds(std::chrono::steady_clock::now() - start).count();
+    status = job.status();
+    registered = true;
+  });
+  // Were the registration on the loop, the loop would answer nothing else
+  // for kDelayMs: at most the iteration in flight when it arrived.
+  // (At most 150 steps: the reference has 200 losses.)
+  int steps = 0;
+  while (!registered) {
+    if (steps < 150) {
+      good.Step(1);  // checks every loss against the reference
+      ++steps;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  registering.join();
+  ASSERT_TRUE(status.ok()) << status << daemon->Log();
+  EXPECT_GE(took, kDelayMs / 1e3);
+  EXPECT_GE(steps, 5) << "iterations of the other session while the job was prepared for " << took << " s";
+  good.Step(2);
+}
+
+TEST(Registration, ASessionThatEndsWhileItsJobIsPreparedLeavesNothing) {
+  std::unique_ptr<DaemonProcess> daemon = SlowRegistrations();
+  RawSession raw(daemon->endpoint());
+  v1::Request reg;
+  *reg.mutable_register_job() = SecondJob();
+  const uint64_t reg_id = raw.Send(reg);
+  v1::Request close;
+  close.mutable_close_session();
+  const uint64_t close_id = raw.Send(close);
+  // The close is answered at once; the registration once prepared, refused.
+  v1::Response first = raw.Receive();
+  EXPECT_EQ(first.request_id(), close_id) << first.DebugString();
+  EXPECT_TRUE(first.has_close_session()) << first.DebugString();
+  v1::Response second = raw.Receive();
+  EXPECT_EQ(second.request_id(), reg_id) << second.DebugString();
+  EXPECT_EQ(second.status().code(), static_cast<int>(absl::StatusCode::kCancelled)) << second.DebugString();
+  EXPECT_THAT(second.status().message(), HasSubstr("session ended while the job was being registered"));
+
+  // No job and no memory left; the daemon registers and trains the next one.
+  auto c = client::Client::Connect({.endpoint = daemon->endpoint(), .name = "after"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto stats = (*c)->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->jobs(), 0u);
+  ASSERT_GT(stats->devices_size(), 0);
+  EXPECT_EQ(stats->devices(0).persistent_bytes(), 0u);
+  GoodTrainer good(daemon->endpoint());
+  good.Step(3);
+}
+
+}  // namespace
+}  // namespace tandem::testing
