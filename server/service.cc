@@ -308,30 +308,60 @@ void Service::ExpireIdleSessions() {
 
 void Service::OnMapSharedMemory(const PendingReply& to, Session& session, const v1::MapSharedMemoryRequest& map) {
   constexpr size_t kMaxRegionsPerSession = 16;
-  if (session.regions.size() >= kMaxRegionsPerSession) {
+  if (session.regions.size() + session.regions_mapping >= kMaxRegionsPerSession) {
     ReplyError(to, absl::ResourceExhaustedError(
                        absl::StrCat("a session may map at most ", kMaxRegionsPerSession, " shared-memory regions")));
     return;
   }
   std::vector<device::Device*> devices;
   for (auto& d : devices_) devices.push_back(d->device.get());
+  // Mapping and pinning a region (cudaHostRegister of a client's 64 MiB
+  // ring takes tens of ms) happen on the preparation thread, as a
+  // registration's graph does, so the loop serves others meanwhile.
+  const uint64_t id = next_region_++;
+  const uint64_t session_id = session.id;
   // A region may hold a few full-size messages' worth of feeds.
-  auto region = SharedRegion::Map(next_region_, map.name(), map.bytes(), devices, 4 * options_.max_message_bytes);
-  if (!region.ok()) {
-    ReplyError(to, region.status());
-    return;
-  }
-  next_region_++;
-  TLOG_INFO("shared memory mapped")
-      .With("session", session.id)
-      .With("region", (*region)->id())
-      .With("bytes", map.bytes())
-      .With("pinned", (*region)->pinned() ? "yes" : "no");
-  v1::Response response;
-  response.mutable_map_shared_memory()->set_region_id((*region)->id());
-  response.mutable_map_shared_memory()->set_pinned((*region)->pinned());
-  session.regions[(*region)->id()] = *std::move(region);
-  Reply(to, std::move(response));
+  const uint64_t limit = 4 * options_.max_message_bytes;
+  session.regions_mapping++;
+  prep_->Post([this, to, id, session_id, name = map.name(), bytes = map.bytes(), devices, limit]() {
+    absl::StatusOr<std::shared_ptr<SharedRegion>> mapped = SharedRegion::Map(id, name, bytes, devices, limit);
+    {
+      absl::MutexLock lock(&mapped_mu_);
+      mapped_regions_.emplace(id, std::move(mapped));
+    }
+    loop_.Post("Service.OnRegionMapped", [this, to, id, session_id, bytes]() {
+      absl::StatusOr<std::shared_ptr<SharedRegion>> region = absl::InternalError("shared memory not mapped");
+      {
+        absl::MutexLock lock(&mapped_mu_);
+        auto taken = mapped_regions_.find(id);
+        if (taken == mapped_regions_.end()) return;
+        region = std::move(taken->second);
+        mapped_regions_.erase(taken);
+      }
+      auto it = sessions_.find(session_id);
+      if (it == sessions_.end()) {
+        ReplyError(to, absl::CancelledError("the session ended while its shared memory was being mapped"));
+        return;  // the region, if mapped, is unmapped with the last reference
+      }
+      Session& session = *it->second;
+      session.regions_mapping--;
+      if (!region.ok()) {
+        ReplyError(to, region.status());
+        return;
+      }
+      std::shared_ptr<SharedRegion> mapped = *std::move(region);
+      TLOG_INFO("shared memory mapped")
+          .With("session", session.id)
+          .With("region", mapped->id())
+          .With("bytes", bytes)
+          .With("pinned", mapped->pinned() ? "yes" : "no");
+      v1::Response response;
+      response.mutable_map_shared_memory()->set_region_id(mapped->id());
+      response.mutable_map_shared_memory()->set_pinned(mapped->pinned());
+      session.regions[mapped->id()] = std::move(mapped);
+      Reply(to, std::move(response));
+    });
+  });
 }
 
 void Service::OnListSessions(const PendingReply& to) {

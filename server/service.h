@@ -12,12 +12,14 @@
 
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "server/event_loop.h"
 #include "server/executor.h"
 #include "server/metrics.h"
@@ -207,6 +209,11 @@ class Service {
   bool draining_ = false;  // registrations refused (admin drain)
   uint64_t config_reloads_ = 0;
   ServiceMeasurements measurements_;
+  // Regions mapped (and pinned) on the preparation thread, until the loop
+  // takes them: here rather than in a posted work item, so that one the loop
+  // never ran (shutdown) is unpinned while the devices still exist.
+  absl::Mutex mapped_mu_;
+  std::map<uint64_t, absl::StatusOr<std::shared_ptr<SharedRegion>>> mapped_regions_ ABSL_GUARDED_BY(mapped_mu_);
   // Last: destroyed first, so its thread (which posts back to the loop) has
   // ended before any other member goes.
   std::unique_ptr<Executor> prep_ = std::make_unique<Executor>("prep");

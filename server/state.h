@@ -38,6 +38,7 @@ struct Session {
   Clock::time_point last_seen;
   absl::btree_set<uint64_t> jobs;
   absl::flat_hash_map<uint64_t, std::shared_ptr<SharedRegion>> regions;
+  int regions_mapping = 0;  // map requests on the preparation thread
 };
 
 // A request that waits for device work, with what is needed to answer it.
