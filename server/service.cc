@@ -324,6 +324,7 @@ void Service::OnMapSharedMemory(const PendingReply& to, Session& session, const 
   const uint64_t limit = 4 * options_.max_message_bytes;
   session.regions_mapping++;
   prep_->Post([this, to, id, session_id, name = map.name(), bytes = map.bytes(), devices, limit]() {
+    TestPrepareDelay();
     absl::StatusOr<std::shared_ptr<SharedRegion>> mapped = SharedRegion::Map(id, name, bytes, devices, limit);
     {
       absl::MutexLock lock(&mapped_mu_);

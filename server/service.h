@@ -119,6 +119,9 @@ class Service {
   static absl::StatusOr<PreparedJob> PrepareJob(const v1::RegisterJobRequest& reg,
                                                 std::shared_ptr<const RequestFrames> frames, bool fuse_elementwise,
                                                 uint64_t max_message_bytes, uint64_t session_id);
+  // Preparation thread: sleeps $TANDEM_TEST_PREPARE_DELAY_MS first (tests
+  // only; read once), before a registration's or a map's work.
+  static void TestPrepareDelay();
   // Loop thread: the second step (the session may have ended meanwhile).
   void FinishRegistration(const PendingReply& to, uint64_t job_id, uint64_t session_id, std::string name,
                           std::shared_ptr<const v1::Request> request, absl::StatusOr<PreparedJob> prepared);

@@ -90,6 +90,17 @@ DeviceRuntime* Service::ChooseDevice(const v1::JobHints& hints, absl::Status* er
   return nullptr;
 }
 
+void Service::TestPrepareDelay() {
+  // For tests only: a slow preparation, to show that the loop serves others
+  // meanwhile and that a session may end before it is done
+  // (tests/registration_test.cc).
+  static const int delay_ms = [] {
+    const char* v = std::getenv("TANDEM_TEST_PREPARE_DELAY_MS");
+    return v != nullptr ? std::atoi(v) : 0;
+  }();
+  if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+}
+
 void Service::OnRegisterJob(const PendingReply& to, Session& session, std::shared_ptr<const v1::Request> request,
                             std::shared_ptr<const RequestFrames> frames) {
   const v1::RegisterJobRequest& reg = request->register_job();
@@ -130,13 +141,7 @@ absl::StatusOr<Service::PreparedJob> Service::PrepareJob(const v1::RegisterJobRe
                                                          bool fuse_elementwise, uint64_t max_message_bytes,
                                                          uint64_t session_id) {
   const auto start = Clock::now();
-  // For tests only: a slow preparation, to show that the loop serves others
-  // meanwhile (tests/registration_test.cc).
-  static const int delay_ms = [] {
-    const char* v = std::getenv("TANDEM_TEST_PREPARE_DELAY_MS");
-    return v != nullptr ? std::atoi(v) : 0;
-  }();
-  if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+  TestPrepareDelay();
   PreparedJob out;
   // Transposes feeding matrix products are read in place by the products
   // instead of being materialized (adaptor/fold_transposes.h).

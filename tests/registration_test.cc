@@ -1,8 +1,9 @@
-// Registration off the control loop: a job's graph, frames and layout are
-// prepared on their own thread, so the daemon keeps serving other sessions
-// while a large model registers, and a session that ends meanwhile leaves
-// nothing behind. The daemon is slowed on purpose: each preparation first
-// sleeps TANDEM_TEST_PREPARE_DELAY_MS (read by tandemd for tests only).
+// Registration off the control loop: a job's graph, frames and layout, and
+// a client's shared-memory region, are prepared on their own thread, so the
+// daemon keeps serving other sessions while a large model registers, and a
+// session that ends meanwhile leaves nothing behind. The daemon is slowed
+// on purpose: each preparation first sleeps TANDEM_TEST_PREPARE_DELAY_MS
+// (read by tandemd for tests only).
 #include <stdlib.h>
 
 #include <atomic>
@@ -14,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "client/client.h"
+#include "client/shm_object.h"
 #include "examples/mlp_train/mlp_graph.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -106,6 +108,29 @@ TEST(Registration, ASessionThatEndsWhileItsJobIsPreparedLeavesNothing) {
   EXPECT_EQ(stats->jobs(), 0u);
   ASSERT_GT(stats->devices_size(), 0);
   EXPECT_EQ(stats->devices(0).persistent_bytes(), 0u);
+  GoodTrainer good(daemon->endpoint());
+  good.Step(3);
+}
+
+TEST(Registration, ASessionThatEndsWhileItsMemoryIsMappedGetsCancelled) {
+  std::unique_ptr<DaemonProcess> daemon = SlowRegistrations();
+  auto object = client::ShmObject::Create(1 << 20);
+  ASSERT_TRUE(object.ok()) << object.status();
+  RawSession raw(daemon->endpoint());
+  v1::Request map;
+  map.mutable_map_shared_memory()->set_name(object->name());
+  map.mutable_map_shared_memory()->set_bytes(object->bytes());
+  const uint64_t map_id = raw.Send(map);
+  v1::Request close;
+  close.mutable_close_session();
+  const uint64_t close_id = raw.Send(close);
+  v1::Response first = raw.Receive();
+  EXPECT_EQ(first.request_id(), close_id) << first.DebugString();
+  v1::Response second = raw.Receive();
+  EXPECT_EQ(second.request_id(), map_id) << second.DebugString();
+  EXPECT_EQ(second.status().code(), static_cast<int>(absl::StatusCode::kCancelled)) << second.DebugString();
+  EXPECT_THAT(second.status().message(), HasSubstr("session ended while its shared memory was being mapped"));
+  ASSERT_TRUE(daemon->Alive()) << daemon->Log();
   GoodTrainer good(daemon->endpoint());
   good.Step(3);
 }
