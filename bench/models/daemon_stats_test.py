@@ -1,0 +1,78 @@
+"""Tests of daemon_stats.py: snapshots from a stand-in client's stats reply (protobuf JSON), and the window
+between two of them. No daemon starts.
+
+    /usr/bin/python3 -m unittest discover -s bench/models -p 'daemon_stats_test.py'
+"""
+
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import daemon_stats  # noqa: E402
+
+
+def reply(iterations, busy, handlers, lanes=()):
+    """A stats reply as tandem.Client.stats() gives it: 64-bit integers as strings."""
+    return {"pid": 42, "loop_handlers": [
+                {"name": n, "count": str(c), "total_seconds": t, "max_seconds": m, "wait_seconds": w}
+                for n, c, t, m, w in handlers],
+            "devices": [{"iterations": str(iterations), "busy_seconds": busy, "lanes": len(lanes),
+                         "lane_moves": "1", "graph_captures": "2",
+                         "lane_info": [{"lane": i, "jobs": ["1"] * jobs, "iterations": str(it),
+                                        "busy_seconds": b, "occupied_seconds": o}
+                                       for i, (jobs, it, b, o) in enumerate(lanes)]}]}
+
+
+class Client:
+    def __init__(self, replies):
+        self.replies = list(replies)
+
+    def stats(self):
+        r = self.replies.pop(0)
+        if isinstance(r, Exception):
+            raise r
+        return r
+
+
+class DaemonStatsTest(unittest.TestCase):
+    def test_window_between_two_snapshots(self):
+        before = reply(100, 1.0, [("Transport.OnMessage", 10, 0.001, 0.0002, 0.0005),
+                                  ("Message/parse", 10, 0.0001, 0.00002, 0.0)], lanes=[(2, 50, 0.5, 0.6)])
+        after = reply(160, 1.9, [("Transport.OnMessage", 30, 0.003, 0.004, 0.0025),
+                                 ("Executor.OnIterationDone", 60, 0.0024, 0.0001, 0.0012),
+                                 ("Message/parse", 30, 0.0003, 0.00002, 0.0)],
+                      lanes=[(2, 110, 1.3, 1.5), (1, 5, 0.1, 0.2)])
+        client = Client([before, after])
+        d = daemon_stats.delta(daemon_stats.snapshot(client), daemon_stats.snapshot(client))
+        self.assertEqual(d["iterations"], 60)
+        self.assertAlmostEqual(d["busy_s"], 0.9)
+        self.assertEqual(d["lane_moves"], 0)
+        # Per lane: what the window added; a lane opened during it counts from zero.
+        self.assertEqual(d["per_lane"], [{"lane": 0, "jobs": 2, "iterations": 60, "busy_s": 0.8, "occupied_s": 0.9},
+                                         {"lane": 1, "jobs": 1, "iterations": 5, "busy_s": 0.1, "occupied_s": 0.2}])
+        # Work items: the window's count, mean time and mean wait, busiest first; sections apart, without waits.
+        top = {x["name"]: x for x in d["loop_top"]}
+        self.assertEqual(list(top), ["Executor.OnIterationDone", "Transport.OnMessage"])
+        self.assertEqual(top["Transport.OnMessage"]["count"], 20)
+        self.assertAlmostEqual(top["Transport.OnMessage"]["mean_us"], 100.0)
+        self.assertAlmostEqual(top["Transport.OnMessage"]["mean_wait_us"], 100.0)
+        self.assertAlmostEqual(top["Executor.OnIterationDone"]["mean_wait_us"], 20.0)
+        self.assertAlmostEqual(d["loop_busy_s"], 0.004, places=6)  # 0.002 + 0.0024, rounded
+        self.assertEqual([x["name"] for x in d["loop_sections"]], ["Message/parse"])
+        self.assertNotIn("mean_wait_us", d["loop_sections"][0])
+        # The longest item is reported only where the window raised it.
+        self.assertEqual(d["loop_new_max_ms"], {"Transport.OnMessage": 4.0, "Executor.OnIterationDone": 0.1})
+
+    def test_no_window_without_both_snapshots(self):
+        good = reply(1, 0.0, [])
+        self.assertIsNone(daemon_stats.snapshot(None))
+        failed = daemon_stats.snapshot(Client([RuntimeError("daemon gone")]))
+        self.assertIn("daemon gone", failed["error"])
+        self.assertIsNone(daemon_stats.delta(failed, daemon_stats.snapshot(Client([good]))))
+        self.assertIsNone(daemon_stats.delta(None, daemon_stats.snapshot(Client([good]))))
+
+
+if __name__ == "__main__":
+    unittest.main()
