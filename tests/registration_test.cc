@@ -46,6 +46,22 @@ v1::RegisterJobRequest SecondJob() {
   return examples::BuildMlpTrainingJob(o);
 }
 
+// Sends `request`, then closes the session at once: the close must be
+// answered first (the request's work runs on the preparation thread);
+// returns the request's own answer.
+v1::Response SendThenClose(RawSession& raw, const v1::Request& request) {
+  const uint64_t id = raw.Send(request);
+  v1::Request close;
+  close.mutable_close_session();
+  const uint64_t close_id = raw.Send(close);
+  const v1::Response first = raw.Receive();
+  EXPECT_EQ(first.request_id(), close_id) << first.DebugString();
+  EXPECT_TRUE(first.has_close_session()) << first.DebugString();
+  v1::Response answer = raw.Receive();
+  EXPECT_EQ(answer.request_id(), id) << answer.DebugString();
+  return answer;
+}
+
 TEST(Registration, AnotherSessionTrainsWhileAJobIsPrepared) {
   std::unique_ptr<DaemonProcess> daemon = SlowRegistrations();
   GoodTrainer good(daemon->endpoint());  // its own registration took the delay too
@@ -87,16 +103,7 @@ TEST(Registration, ASessionThatEndsWhileItsJobIsPreparedLeavesNothing) {
   RawSession raw(daemon->endpoint());
   v1::Request reg;
   *reg.mutable_register_job() = SecondJob();
-  const uint64_t reg_id = raw.Send(reg);
-  v1::Request close;
-  close.mutable_close_session();
-  const uint64_t close_id = raw.Send(close);
-  // The close is answered at once; the registration once prepared, refused.
-  v1::Response first = raw.Receive();
-  EXPECT_EQ(first.request_id(), close_id) << first.DebugString();
-  EXPECT_TRUE(first.has_close_session()) << first.DebugString();
-  v1::Response second = raw.Receive();
-  EXPECT_EQ(second.request_id(), reg_id) << second.DebugString();
+  const v1::Response second = SendThenClose(raw, reg);
   EXPECT_EQ(second.status().code(), static_cast<int>(absl::StatusCode::kCancelled)) << second.DebugString();
   EXPECT_THAT(second.status().message(), HasSubstr("session ended while the job was being registered"));
 
@@ -120,14 +127,7 @@ TEST(Registration, ASessionThatEndsWhileItsMemoryIsMappedGetsCancelled) {
   v1::Request map;
   map.mutable_map_shared_memory()->set_name(object->name());
   map.mutable_map_shared_memory()->set_bytes(object->bytes());
-  const uint64_t map_id = raw.Send(map);
-  v1::Request close;
-  close.mutable_close_session();
-  const uint64_t close_id = raw.Send(close);
-  v1::Response first = raw.Receive();
-  EXPECT_EQ(first.request_id(), close_id) << first.DebugString();
-  v1::Response second = raw.Receive();
-  EXPECT_EQ(second.request_id(), map_id) << second.DebugString();
+  const v1::Response second = SendThenClose(raw, map);
   EXPECT_EQ(second.status().code(), static_cast<int>(absl::StatusCode::kCancelled)) << second.DebugString();
   EXPECT_THAT(second.status().message(), HasSubstr("session ended while its shared memory was being mapped"));
   ASSERT_TRUE(daemon->Alive()) << daemon->Log();
