@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/loop_names.h"
 #include "tandem.pb.h"
 #include "tests/daemon_process.h"
 #include "tests/service/service_test_util.h"
@@ -207,7 +208,7 @@ TEST_F(TandemctlTest, EverySubcommandAgainstTrainingJobs) {
   for (const v1::LoopHandlerStats& h : loop_json.loop_handlers()) {
     EXPECT_LE(h.max_seconds(), h.total_seconds() + 1e-12) << h.name();
     EXPECT_LE(h.max_wait_seconds(), h.wait_seconds() + 1e-12) << h.name();
-    if (absl::StrContains(h.name(), "/")) {
+    if (IsLoopSection(h.name())) {
       EXPECT_EQ(h.wait_seconds(), 0.0) << h.name();
     }
     if (h.name() == "Executor.OnIterationDone") ends = h.total_seconds();
