@@ -102,6 +102,8 @@ def summarize_probe(n, models, args, pool):
         "worst_model": None if worst is None else {k: worst.get(k) for k in ("id", "kind", "batch", "p99_ms")},
         "errors": errors[:5],
         "stalls": stall_bins(models),
+        # Where the latency went (worker.py's LatencySplit), over every timed request and over the slow ones.
+        "latency_split_ms": {"all": merge_splits(models, "split_ms"), "slow": merge_splits(models, "slow_split_ms")},
         "models": [{k: m.get(k) for k in ("id", "kind", "batch", "requests", "failures", "dropped", "p50_ms",
                                           "p99_ms", "max_ms", "mean_ms")} | {"solo_ms": pool.solo_ms.get(m["id"])}
                    for m in models],
@@ -114,6 +116,16 @@ def summarize_probe(n, models, args, pool):
 # (bench/results/2026-11-30-h200-hosting-level-inflight4.json).
 INFLIGHT_PER_LANE = 4
 STALL_BIN_S = 0.05
+
+
+def merge_splits(models, key):
+    """The request-weighted mean of the models' `key` splits ({"requests", part: mean ms}), or None."""
+    splits = [m[key] for m in models if m.get(key)]
+    n = sum(s["requests"] for s in splits)
+    if n == 0:
+        return None
+    parts = [p for p in splits[0] if p != "requests"]
+    return {"requests": n} | {p: round(sum(s[p] * s["requests"] for s in splits) / n, 4) for p in parts}
 
 
 def stall_bins(models, top=5):

@@ -1,5 +1,5 @@
-"""Tests of the hosting benchmark's count search (hosting_search.py) against a simulated capacity, and of the
-summary's bounds (hosting.py): no processes start.
+"""Tests of the hosting benchmark's count search (hosting_search.py) against a simulated capacity, of the
+summary's bounds (hosting.py) and of the latency split (worker.py, hosting.py): no processes start.
 
     /usr/bin/python3 -m unittest discover -s bench/inference -p '*_test.py'
 """
@@ -156,6 +156,26 @@ class SummaryTest(unittest.TestCase):
         self.assertEqual(s["ratio_bounds"]["tandem_over_timeslice"], "bracketed")
         self.assertEqual(s["ratio_bounds"]["tandem_over_mps"], "upper_bound")
         self.assertFalse(s["lower_bound"])
+
+
+class LatencySplitTest(unittest.TestCase):
+    def test_parts_add_up_and_merge_weighs_by_requests(self):
+        import hosting
+        import worker
+        a = worker.LatencySplit()
+        self.assertIsNone(a.means_ms())
+        a.add(0.001, 0.010, (0.004, 0.002))  # 1 ms behind; of a 10 ms call 4 queued, 2 on the device
+        a.add(0.003, 0.002, None)             # torch backend: the whole call is "other"
+        self.assertEqual(a.means_ms(), {"requests": 2, "behind": 2.0, "queue": 2.0, "run": 1.0, "other": 3.0})
+        b = worker.LatencySplit()
+        b.add(0.0, 0.001, (0.0, 0.0015))      # the daemon's account over the call's: "other" is not negative
+        self.assertEqual(b.means_ms()["other"], 0.0)
+        models = [{"split_ms": a.means_ms()}, {"split_ms": b.means_ms()}, {"split_ms": None}, {}]
+        merged = hosting.merge_splits(models, "split_ms")
+        self.assertEqual(merged["requests"], 3)
+        self.assertAlmostEqual(merged["behind"], 4.0 / 3, places=3)
+        self.assertAlmostEqual(merged["run"], 3.5 / 3, places=3)
+        self.assertIsNone(hosting.merge_splits(models, "slow_split_ms"))
 
 
 if __name__ == "__main__":

@@ -91,6 +91,12 @@ class Hosted:
             self.device = device
             self.call = self._torch_call
 
+    def daemon_seconds(self):
+        """(queue, run) seconds of the last call by tandemd's account; None for the torch backend."""
+        if self.served is None or self.served.queue_seconds is None:
+            return None
+        return self.served.queue_seconds, self.served.run_seconds
+
     def _torch_call(self):
         with torch.inference_mode():
             return self.model(self.x.to(self.device)).cpu()
@@ -128,6 +134,32 @@ def percentile(sorted_values, q):
     return sorted_values[max(0, math.ceil(q * len(sorted_values)) - 1)]
 
 
+class LatencySplit:
+    """Where timed requests' latency went, summed: waiting in the client behind the model's previous request
+    ("behind", from the scheduled arrival to the call), and of the call itself the daemon's queue ("queue":
+    waiting for its turn in tandemd) and device time ("run"), and the rest ("other": the client library, the
+    transport, the copies). The daemon's parts are known for the tandem backend only; for torch, the whole
+    call is "other"."""
+
+    PARTS = ("behind", "queue", "run", "other")
+
+    def __init__(self):
+        self.n = 0
+        self.sums = dict.fromkeys(self.PARTS, 0.0)
+
+    def add(self, behind, call, daemon):
+        queue, run = daemon if daemon is not None else (0.0, 0.0)
+        self.n += 1
+        for part, v in zip(self.PARTS, (behind, queue, run, max(0.0, call - queue - run))):
+            self.sums[part] += v
+
+    def means_ms(self):
+        """{"requests": n, part: mean ms}, or None without requests."""
+        if self.n == 0:
+            return None
+        return {"requests": self.n} | {p: round(v / self.n * 1e3, 4) for p, v in self.sums.items()}
+
+
 def run_stream(hosted, go, t0, out):
     """Sends hosted's requests at their scheduled times from t0 (perf_counter) on; fills out with its stats."""
     rate, warmup, duration, grace = go["rate"], go["warmup_s"], go["duration_s"], go["grace_s"]
@@ -138,6 +170,7 @@ def run_stream(hosted, go, t0, out):
         t += rng.expovariate(rate)
     stop_at = t0 + warmup + duration + grace
     latencies, failures, dropped, first_error = [], 0, 0, None
+    split_all, split_slow = LatencySplit(), LatencySplit()
     # When the slow requests arrived (seconds into the timed window): the coordinator lines them up across
     # models, to tell a stall of the server (many models at once) from one model's bad luck.
     slow_s, slow_at = go.get("slow_ms", math.inf) / 1e3, []
@@ -150,6 +183,7 @@ def run_stream(hosted, go, t0, out):
         elif now > stop_at:  # too far behind: what is left is never sent
             dropped = sum(1 for b in arrivals[k:] if b >= warmup)
             break
+        called = time.perf_counter()
         try:
             hosted.call()
             ok = True
@@ -160,8 +194,12 @@ def run_stream(hosted, go, t0, out):
         if a >= warmup:
             if ok:
                 latencies.append(done - at)
-                if done - at > slow_s and len(slow_at) < 100:
-                    slow_at.append(round(a - warmup, 4))
+                split = (max(0.0, called - at), done - called, hosted.daemon_seconds())
+                split_all.add(*split)
+                if done - at > slow_s:
+                    split_slow.add(*split)
+                    if len(slow_at) < 100:
+                        slow_at.append(round(a - warmup, 4))
             else:
                 failures += 1
     latencies.sort()
@@ -177,7 +215,7 @@ def run_stream(hosted, go, t0, out):
                 "p50_ms": ms(p50), "p99_ms": ms(p99), "max_ms": ms(latencies[-1]) if latencies else None,
                 "mean_ms": ms(sum(latencies) / len(latencies)) if latencies else None,
                 "latencies_ms": [round(v * 1e3, 3) for v in latencies] if go.get("keep_latencies") else None,
-                "slow_at_s": slow_at})
+                "slow_at_s": slow_at, "split_ms": split_all.means_ms(), "slow_split_ms": split_slow.means_ms()})
     if first_error:
         out["error"] = first_error
 

@@ -99,6 +99,9 @@ class TrainingJob:
         self._session = _Session(endpoint, name, request, persistent)
         self._iteration = 0
         self.name = name
+        # The daemon's account of the last call: seconds waiting for its turn and on the device.
+        self.queue_seconds = None
+        self.run_seconds = None
 
     @property
     def job_id(self):
@@ -210,6 +213,9 @@ class ServedModel:
         self._session = _Session(endpoint, name, request, persistent)
         self._iteration = 0
         self.name = name
+        # The daemon's account of the last call: seconds waiting for its turn and on the device.
+        self.queue_seconds = None
+        self.run_seconds = None
 
     @property
     def job_id(self):
@@ -222,6 +228,8 @@ class ServedModel:
         self._iteration += 1
         ticket = self._session.client.submit(self.job_id, feeds, self._fetches, self._iteration)
         result = self._session.client.wait(ticket)
+        self.queue_seconds = result.queue_seconds
+        self.run_seconds = result.run_seconds
         leaves = [dtypes.to_torch(result.tensors[f]) for f in self._fetches]
         return self._unflatten(leaves, self._capture.out_spec)
 
