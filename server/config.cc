@@ -150,6 +150,9 @@ const std::vector<ConfigKey>& BuildKeys() {
       {"max_inflight_per_lane", "N", "iterations enqueued ahead on one lane's stream", false,
        [](absl::string_view v, DaemonOptions* o) { return ParseInt(v, 1, 16, &o->max_inflight_per_lane); },
        [](const DaemonOptions& o) { return absl::StrCat(o.max_inflight_per_lane); }},
+      {"executor_threads", "N", "threads per device enqueuing the lanes' work (lane k: thread k mod N); 0: one per lane",
+       false, [](absl::string_view v, DaemonOptions* o) { return ParseInt(v, 0, 64, &o->executor_threads); },
+       [](const DaemonOptions& o) { return absl::StrCat(o.executor_threads); }},
       {"socket_group", "GROUP", "group that owns an ipc socket (mode 0660); empty: the daemon's group", false,
        [](absl::string_view v, DaemonOptions* o) {
          if (!v.empty() && ::getgrnam(std::string(v).c_str()) == nullptr) {

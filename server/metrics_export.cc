@@ -145,6 +145,30 @@ std::string Service::RenderMetrics() {
       w.Sample("tandem_lane_occupied_seconds_total", labels, devices_[i]->lanes[lane].OccupiedSeconds(now_point));
     }
   }
+  // The enqueuing threads (server/executor.h): busy seconds near the
+  // uptime's rate make a thread the limit of its lanes.
+  const struct {
+    const char* name;
+    const char* help;
+    double (*value)(const ExecutorStats&);
+  } executor_families[] = {
+      {"tandem_executor_busy_seconds_total", "time a thread enqueuing lanes' device work spent running work items",
+       [](const ExecutorStats& e) { return e.busy_seconds; }},
+      {"tandem_executor_wait_seconds_total", "summed time work items waited for that thread",
+       [](const ExecutorStats& e) { return e.wait_seconds; }},
+      {"tandem_executor_items_total", "work items that thread ran",
+       [](const ExecutorStats& e) { return static_cast<double>(e.items); }},
+  };
+  for (const auto& family : executor_families) {
+    w.Family(family.name, "counter", family.help);
+    for (size_t i = 0; i < devices_.size(); ++i) {
+      for (const auto& executor : devices_[i]->executors) {
+        Labels labels = device_labels(i);
+        labels.push_back({"executor", executor->name()});
+        w.Sample(family.name, labels, family.value(executor->Stats()));
+      }
+    }
+  }
   w.Family("tandem_device_lane_moves_total", "counter", "jobs the scheduling policy moved to another lane");
   for (size_t i = 0; i < devices_.size(); ++i) {
     w.Sample("tandem_device_lane_moves_total", device_labels(i), static_cast<double>(devices_[i]->lane_moves));

@@ -24,6 +24,9 @@ struct DaemonOptions {
   uint64_t max_job_bytes = 0;    // per-job quota; 0: none
   int max_inflight_per_lane = 2; // iterations enqueued ahead on a lane
   int max_queued_per_job = 64;   // iterations a job may have waiting
+  // Threads per device that enqueue the lanes' work (copies, graph launches,
+  // captures); lane k uses thread k mod N. 0: one per lane.
+  int executor_threads = 0;
   std::string socket_group;      // group owning an ipc socket; empty: the daemon's
   int metrics_port = 0;          // Prometheus endpoint; 0: off
   std::string metrics_address = "127.0.0.1";

@@ -107,7 +107,6 @@ absl::StatusOr<std::unique_ptr<Service>> Service::Create(const DaemonOptions& op
                                              .max_lanes = options.max_lanes,
                                              .lookahead = options.max_inflight_per_lane - 1}));
     rt->device = std::move(dev);
-    rt->executor = std::make_unique<Executor>(info.name);
     TLOG_INFO("device ready")
         .With("device", info.name)
         .With("description", info.description)
@@ -437,10 +436,11 @@ void Service::Shutdown() {
   std::vector<uint64_t> ids;
   for (const auto& [id, s] : sessions_) ids.push_back(id);
   for (uint64_t id : ids) EndSession(id, "daemon shutting down");
-  // Drain each executor, then wait for every lane's work; completions
+  // Drain the executors, then wait for every lane's work; completions
   // posted meanwhile are dropped with the loop.
   for (auto& dev : devices_) {
-    dev->executor.reset();
+    for (auto& lane : dev->lanes) lane.executor = nullptr;
+    dev->executors.clear();
     for (auto& lane : dev->lanes) {
       if (lane.stream) (void)dev->device->Synchronize(*lane.stream);
     }

@@ -140,6 +140,9 @@ class Service {
 
   // service_lanes.cc: lanes and their streams.
   absl::Status EnsureLane(DeviceRuntime& dev, int lane);
+  // The executor of a new lane: a new thread, or with --executor_threads N
+  // once N exist, thread lane mod N.
+  Executor* LaneExecutor(DeviceRuntime& dev, int lane);
   // Under PRIORITY (and stream_priorities), each lane's stream priority
   // level follows its jobs (server/lane_priority.h). Called by DispatchAll:
   // recomputes the wanted levels when jobs or priorities changed, and

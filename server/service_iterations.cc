@@ -330,7 +330,7 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
   device::Event* end = events.end.get();
   uint64_t job_id = job.id;
   DeviceRuntime* devp = &dev;
-  dev.executor->Post([=, this, table = std::move(table), it = std::move(it)]() mutable {
+  l.executor->Post([=, this, table = std::move(table), it = std::move(it)]() mutable {
     absl::Status status = device->RecordEvent(*stream, *begin);
     for (const StagedCopy& c : feeds_in) {
       if (status.ok()) status = device->CopyToDevice(*stream, c.dst, c.src, c.bytes);
@@ -487,7 +487,7 @@ void Service::StartReads(Job& job) {
     device::Stream* stream = dev.lanes[job.lane].stream.get();
     uint64_t job_id = job.id;
     void* dst = *host;
-    dev.executor->Post([=, this]() {
+    dev.lanes[job.lane].executor->Post([=, this]() {
       auto done = [=, this](absl::Status s) {
         loop_.Post("Executor.OnReadDone", [=, this]() {
           if (s.ok()) {
@@ -618,7 +618,7 @@ void Service::EnqueueSegment(DeviceRuntime& dev, int lane, SegmentedIteration& r
   device::Event* segment_end = events.end.get();
   DeviceRuntime* devp = &dev;
   const uint64_t seq = run.probe.seq;
-  dev.executor->Post([=, this, table = run.table, feeds = std::move(feeds), fetches = std::move(fetches)]() {
+  l.executor->Post([=, this, table = run.table, feeds = std::move(feeds), fetches = std::move(fetches)]() {
     absl::Status status;
     if (first) {
       status = device->RecordEvent(*stream, *begin);

@@ -346,7 +346,7 @@ void Service::StartJob(std::unique_ptr<Job> job) {
   device::Device* device = dev->device.get();
   std::vector<void*> targets = raw->persistent;
   uint64_t job_id = raw->id;
-  dev->executor->Post([this, request, frames, stream, device, targets, job_id, to]() {
+  dev->lanes[raw->lane].executor->Post([this, request, frames, stream, device, targets, job_id, to]() {
     const auto& tensors = request->register_job().persistent();
     absl::Status status;
     for (int i = 0; i < tensors.size() && status.ok(); ++i) {

@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "server/lane_priority.h"
@@ -15,6 +16,7 @@ absl::Status Service::EnsureLane(DeviceRuntime& dev, int lane) {
   while (static_cast<int>(dev.lanes.size()) <= lane) {
     Lane l;
     ASSIGN_OR_RETURN(l.stream, dev.device->CreateStream());
+    l.executor = LaneExecutor(dev, static_cast<int>(dev.lanes.size()));
     l.slots.resize(options_.max_inflight_per_lane);
     l.events.resize(l.slots.size() + 1);
     for (IterationEvents& e : l.events) {
@@ -25,6 +27,17 @@ absl::Status Service::EnsureLane(DeviceRuntime& dev, int lane) {
     dev.lanes.push_back(std::move(l));
   }
   return absl::OkStatus();
+}
+
+Executor* Service::LaneExecutor(DeviceRuntime& dev, int lane) {
+  const std::string& device = dev.device->info().name;
+  const int shared = options_.executor_threads;
+  if (shared > 0 && static_cast<int>(dev.executors.size()) >= shared) {
+    return dev.executors[static_cast<size_t>(lane % shared)].get();
+  }
+  // "exec cuda:0/3" in top -H: the thread of lane 3 (or of lanes 3, 3+N, ...).
+  dev.executors.push_back(std::make_unique<Executor>(absl::StrCat(device, "/", lane)));
+  return dev.executors.back().get();
 }
 
 void Service::MatchLaneStreamLevels(DeviceRuntime& dev) {
@@ -71,7 +84,7 @@ void Service::MatchLaneStreamLevels(DeviceRuntime& dev) {
     // Destroying a CUDA stream frees its libraries' workspaces, which may
     // wait for the device: not on the loop thread.
     std::shared_ptr<device::Stream> old(std::move(l.stream));
-    dev.executor->Post([old]() mutable { old.reset(); });
+    l.executor->Post([old]() mutable { old.reset(); });
     l.stream = *std::move(stream);
     l.stream_level = l.wanted_stream_level;
   }

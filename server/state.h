@@ -86,7 +86,10 @@ struct Job {
 
   std::unique_ptr<Graph> graph;  // stable address: the program points into it
   IterationLayout layout;
-  std::unique_ptr<Program> program;  // used by the device's executor thread only
+  // Used by its lane's executor thread only; a job moves to another lane
+  // only with nothing of it in flight (Service::RebalanceLanes), whose
+  // completions reached the loop after the old thread's last use.
+  std::unique_ptr<Program> program;
   std::vector<void*> persistent;     // per graph.persistents entry
   uint64_t persistent_bytes = 0;
 
@@ -177,6 +180,9 @@ struct SegmentEvents {
 
 struct Lane {
   std::unique_ptr<device::Stream> stream;
+  // Enqueues everything of this lane's stream, in the loop's order (one of
+  // DeviceRuntime::executors).
+  Executor* executor = nullptr;
   int stream_level = 0;         // the stream's priority level (device.h)
   int wanted_stream_level = 0;  // what its jobs call for (lane_priority.h)
   std::vector<StagingSlot> slots;
@@ -231,8 +237,10 @@ struct DeviceRuntime {
   uint64_t yields = 0;
   uint64_t segments = 0;
   double segment_gap_seconds = 0;
-  // Last: destroyed first, so its thread stops before the streams go.
-  std::unique_ptr<Executor> executor;
+  // The threads that enqueue the lanes' device work (Lane::executor): one
+  // per lane, or --executor_threads shared round robin. Last: destroyed
+  // first, so their threads stop before the streams go.
+  std::vector<std::unique_ptr<Executor>> executors;
 };
 
 }  // namespace tandem::server

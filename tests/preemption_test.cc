@@ -266,6 +266,22 @@ TEST_P(Preemption, HighPriorityBurstAgainstARunningBestEffortIteration) {
       EXPECT_LT(occupied, daemon.Metric("tandem_uptime_seconds")) << "lane " << lane;
     }
   }
+  // Each lane that ran iterations had an enqueuing thread of its own
+  // (server/executor.h), which ran at least its iterations and was busy
+  // for part of the daemon's life.
+  int lanes_used = 0;
+  for (int lane = 0; lane < 4; ++lane) {
+    const std::string labels = absl::StrCat("{device=\"cpu\",lane=\"", lane, "\"}");
+    if (daemon.Metric(absl::StrCat("tandem_lane_busy_seconds_total", labels)) <= 0) continue;
+    ++lanes_used;
+    const std::string executor = absl::StrCat("{device=\"cpu\",executor=\"cpu/", lane, "\"}");
+    EXPECT_GT(daemon.Metric(absl::StrCat("tandem_executor_items_total", executor)), 0) << "lane " << lane;
+    const double busy = daemon.Metric(absl::StrCat("tandem_executor_busy_seconds_total", executor));
+    EXPECT_GT(busy, 0) << "lane " << lane;
+    EXPECT_LT(busy, daemon.Metric("tandem_uptime_seconds")) << "lane " << lane;
+    EXPECT_GE(daemon.Metric(absl::StrCat("tandem_executor_wait_seconds_total", executor)), 0) << "lane " << lane;
+  }
+  EXPECT_GE(lanes_used, 2) << "the best-effort and high-priority jobs ran in one lane";
   const double device_busy = daemon.Metric("tandem_device_busy_seconds_total{device=\"cpu\"}");
   EXPECT_GT(lanes_busy, 0);
   EXPECT_NEAR(lanes_busy, device_busy, 1e-6 + 1e-6 * device_busy);

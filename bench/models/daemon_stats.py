@@ -7,7 +7,8 @@
 delta() gives what the window did on the first device (iterations, kernel seconds, lane moves, graph replays
 and captures, per lane its jobs, iterations, kernel and occupied seconds) and where the control loop (one
 thread) spent it: busy seconds, the work items that took most of it with their mean time and their mean wait
-in the queue behind other items, and the sections of a work item ("Handler/part").
+in the queue behind other items, and the sections of a work item ("Handler/part"); and per thread that enqueues the lanes' device work its
+items, busy seconds and mean wait.
 """
 
 COUNTERS = ("lane_moves", "graph_launches", "op_by_op_runs", "graph_captures")
@@ -37,6 +38,10 @@ def snapshot(client):
                                float(h.get("wait_seconds", 0.0)))
                    for h in stats.get("loop_handlers", [])}
     out["loop_max"] = {h["name"]: float(h.get("max_seconds", 0.0)) for h in stats.get("loop_handlers", [])}
+    # The threads that enqueue the lanes' work: (items, seconds run, seconds waited).
+    out["executors"] = {e["name"]: (int(e.get("items", 0)), float(e.get("busy_seconds", 0.0)),
+                                    float(e.get("wait_seconds", 0.0)))
+                        for e in dev.get("executors", [])}
     return out
 
 
@@ -78,4 +83,11 @@ def delta(before, after, top=6):
     # The longest single work item seen so far, where the window raised it (a stall of the loop itself).
     out["loop_new_max_ms"] = {name: round(mx * 1e3, 3) for name, mx in after.get("loop_max", {}).items()
                               if mx > before.get("loop_max", {}).get(name, 0.0) and "/" not in name}
+    # The enqueuing threads: a thread busy for most of the window is where its lanes' iterations queue.
+    out["executors"] = [{"name": name, "items": items, "busy_s": round(busy, 3),
+                         "mean_us": round(1e6 * busy / items, 1), "mean_wait_us": round(1e6 * wait / items, 1)}
+                        for name, (items, busy, wait) in (
+                            (name, tuple(a - b for a, b in zip(now, before.get("executors", {}).get(name, zero))))
+                            for name, now in sorted(after.get("executors", {}).items()))
+                        if items > 0]
     return out

@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import daemon_stats  # noqa: E402
 
 
-def reply(iterations, busy, handlers, lanes=()):
+def reply(iterations, busy, handlers, lanes=(), executors=()):
     """A stats reply as tandem.Client.stats() gives it: 64-bit integers as strings."""
     return {"pid": 42, "loop_handlers": [
                 {"name": n, "count": str(c), "total_seconds": t, "max_seconds": m, "wait_seconds": w}
@@ -22,7 +22,9 @@ def reply(iterations, busy, handlers, lanes=()):
                          "lane_moves": "1", "graph_captures": "2",
                          "lane_info": [{"lane": i, "jobs": ["1"] * jobs, "iterations": str(it),
                                         "busy_seconds": b, "occupied_seconds": o}
-                                       for i, (jobs, it, b, o) in enumerate(lanes)]}]}
+                                       for i, (jobs, it, b, o) in enumerate(lanes)],
+                         "executors": [{"name": n, "items": str(k), "busy_seconds": b, "wait_seconds": w}
+                                       for n, k, b, w in executors]}]}
 
 
 class Client:
@@ -39,11 +41,13 @@ class Client:
 class DaemonStatsTest(unittest.TestCase):
     def test_window_between_two_snapshots(self):
         before = reply(100, 1.0, [("Transport.OnMessage", 10, 0.001, 0.0002, 0.0005),
-                                  ("Message/parse", 10, 0.0001, 0.00002, 0.0)], lanes=[(2, 50, 0.5, 0.6)])
+                                  ("Message/parse", 10, 0.0001, 0.00002, 0.0)], lanes=[(2, 50, 0.5, 0.6)],
+                       executors=[("cuda:0/0", 50, 0.2, 0.01)])
         after = reply(160, 1.9, [("Transport.OnMessage", 30, 0.003, 0.004, 0.0025),
                                  ("Executor.OnIterationDone", 60, 0.0024, 0.0001, 0.0012),
                                  ("Message/parse", 30, 0.0003, 0.00002, 0.0)],
-                      lanes=[(2, 110, 1.3, 1.5), (1, 5, 0.1, 0.2)])
+                      lanes=[(2, 110, 1.3, 1.5), (1, 5, 0.1, 0.2)],
+                      executors=[("cuda:0/0", 110, 0.5, 0.016), ("cuda:0/1", 5, 0.001, 0.0005)])
         client = Client([before, after])
         d = daemon_stats.delta(daemon_stats.snapshot(client), daemon_stats.snapshot(client))
         self.assertEqual(d["iterations"], 60)
@@ -62,6 +66,10 @@ class DaemonStatsTest(unittest.TestCase):
         self.assertAlmostEqual(d["loop_busy_s"], 0.004, places=6)  # 0.002 + 0.0024, rounded
         self.assertEqual([x["name"] for x in d["loop_sections"]], ["Message/parse"])
         self.assertNotIn("mean_wait_us", d["loop_sections"][0])
+        # Per enqueuing thread: the window's items, busy seconds, mean time and wait; a new thread from zero.
+        self.assertEqual(d["executors"], [
+            {"name": "cuda:0/0", "items": 60, "busy_s": 0.3, "mean_us": 5000.0, "mean_wait_us": 100.0},
+            {"name": "cuda:0/1", "items": 5, "busy_s": 0.001, "mean_us": 200.0, "mean_wait_us": 100.0}])
         # The longest item is reported only where the window raised it.
         self.assertEqual(d["loop_new_max_ms"], {"Transport.OnMessage": 4.0, "Executor.OnIterationDone": 0.1})
 
