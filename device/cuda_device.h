@@ -21,7 +21,10 @@ struct CudaDeviceOptions {
 };
 
 // Number of usable GPUs; 0 where there is no driver, no GPU, or no CUDA in
-// the build (never an error: the daemon then falls back to the CPU).
+// the build (never an error: the daemon then falls back to the CPU). The
+// first call sets CUDA_DEVICE_MAX_CONNECTIONS to 32 where the environment
+// does not set it, before the process's first CUDA call: independent lane
+// streams then get hardware queues of their own (cuda/cuda_device.cc).
 int CudaDeviceCount();
 
 absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateCudaDevices(const CudaDeviceOptions& options);

@@ -115,6 +115,12 @@ def summarize_probe(n, models, args, pool):
 # H200 that hosted 256 models where 2 (the daemon's default) hosted 192
 # (bench/results/2026-11-30-h200-hosting-level-inflight4.json).
 INFLIGHT_PER_LANE = 4
+# tandemd's --max_lanes for hosting: 8 lanes (streams side by side) hosted 352 models on an H200 where 4 hosted
+# 288-320, once each lane stream had a hardware queue of its own (CUDA_DEVICE_MAX_CONNECTIONS, which tandemd
+# sets; before that, 8 lanes did worse than 4: bench/results/2026-12-01-h200-hosting-lanes-queues.json).
+LANES = 8
+# The daemon-side defaults of hosting, each added unless --tandemd_flags names the flag.
+TANDEMD_DEFAULTS = {"--max_inflight_per_lane": INFLIGHT_PER_LANE, "--max_lanes": LANES}
 STALL_BIN_S = 0.05
 
 
@@ -346,8 +352,9 @@ def run_mode(mode, args, state, result, deadline, save):
             # them wait on a lane's stream behind the running one, hiding
             # the turnaround between iterations (docs/scheduling.md).
             flags = ["--session_timeout=600", *args.tandemd_flags]
-            if not any(f.startswith("--max_inflight_per_lane") for f in flags):
-                flags.append(f"--max_inflight_per_lane={INFLIGHT_PER_LANE}")
+            for flag, value in TANDEMD_DEFAULTS.items():
+                if not any(f.startswith(flag) for f in flags):
+                    flags.append(f"{flag}={value}")
             daemon = bc.Daemon(bc.find_tandemd(args.tandemd), args.device, args.tandem_policy, flags,
                                log_dir=args.log_dir, name="tandemd-hosting").start()
             out["tandemd_flags"] = daemon.flags
@@ -556,7 +563,7 @@ def parse_args(argv=None):
     p.add_argument("--grace_s", type=float, default=1.0,
                    help="a request not yet sent this long after the window is counted as unsent (a failed probe)")
     p.add_argument("--start", type=int, default=4, help="first count probed")
-    p.add_argument("--max_count", type=int, default=None, help="most models probed (default 256; --small 32)")
+    p.add_argument("--max_count", type=int, default=None, help="most models probed (default 512; --small 32)")
     p.add_argument("--resolution", type=float, default=0.25,
                    help="stop bisecting when the bracket is within this fraction of the passing count (0: exact)")
     p.add_argument("--counts", default=None, help="probe exactly these counts instead of searching, e.g. 8,16,32")
@@ -578,7 +585,7 @@ def parse_args(argv=None):
     p.add_argument("--tandem_policy", default="pack", help="tandemd's --policy")
     p.add_argument("--tandemd_flags", default="",
                    help='extra tandemd flags, space-separated, after an = sign: --tandemd_flags="--max_lanes=8" '
-                        f'(without a --max_inflight_per_lane, {INFLIGHT_PER_LANE} is added)')
+                        f'(without --max_inflight_per_lane or --max_lanes, {INFLIGHT_PER_LANE} and {LANES} are added)')
     p.add_argument("--no_preflight", action="store_true", help="skip the tandem mode's per-kind check")
     p.add_argument("--log_dir", default=None, help="where tandemd's log goes (default: a temporary folder)")
     p.add_argument("--mps_dir", default=None, help="MPS pipe/log folders go here (default: a new folder in /tmp)")
@@ -598,7 +605,7 @@ def parse_args(argv=None):
     if args.rate <= 0 or args.min_requests < 1:
         p.error("--rate and --min_requests must be positive")
     args.duration_s = args.duration_s if args.duration_s is not None else args.min_requests / args.rate
-    args.max_count = args.max_count if args.max_count is not None else small_or(32, 256)
+    args.max_count = args.max_count if args.max_count is not None else small_or(32, 512)
     args.budget_s = args.budget_s if args.budget_s is not None else small_or(0, 105)
     args.counts = sorted({int(c) for c in args.counts.split(",") if c}) if args.counts else None
     if args.counts:

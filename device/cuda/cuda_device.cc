@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -260,9 +261,28 @@ absl::StatusOr<DeviceInfo> Describe(int ordinal) {
   return info;
 }
 
+// The hardware work queues a CUDA context feeds its streams through
+// (CUDA_DEVICE_MAX_CONNECTIONS, read once, when the process first uses
+// CUDA): 8 unless set, and streams beyond that share queues, so that work
+// of one stream can wait behind another's without any dependency between
+// them. tandemd's lanes are independent streams (plus those of stream
+// priority changes): on the H200, with 8 lanes each lane's stream sat idle
+// 2/3 of the time it had iterations enqueued, and the hosting benchmark's
+// count stopped at 224-256 models; with 32 queues the same 8 lanes hosted
+// 352 (bench/results/README.md). 32 is CUDA's most. A value already in the
+// environment is kept.
+void UseAllHardwareQueues() {
+  static const bool once = [] {
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
+    return true;
+  }();
+  (void)once;
+}
+
 }  // namespace
 
 int CudaDeviceCount() {
+  UseAllHardwareQueues();  // before the process's first CUDA call
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     cudaGetLastError();  // no driver or no device: not an error here
@@ -292,6 +312,8 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateCudaDevices(const Cud
     ASSIGN_OR_RETURN(DeviceInfo info, Describe(ordinal));
     devices.push_back(std::make_unique<CudaDevice>(std::move(info)));
   }
+  const char* queues = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  TLOG_INFO("CUDA hardware queues per device").With("CUDA_DEVICE_MAX_CONNECTIONS", queues == nullptr ? "8" : queues);
   return devices;
 }
 

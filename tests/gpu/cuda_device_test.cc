@@ -2,6 +2,7 @@
 // events, completions and deferred checks, on a real GPU.
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -29,6 +30,11 @@ TEST(CudaDevice, CountAndCreation) {
     GTEST_SKIP() << "no GPU";
   }
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  // The first count asked for CUDA's most hardware queues (run without the
+  // variable set: a value from the environment is kept).
+  const char* queues = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  ASSERT_NE(queues, nullptr);
+  EXPECT_STREQ(queues, "32");
   auto twice = device::CreateCudaDevices(device::CudaDeviceOptions{{0, 0}});
   EXPECT_EQ(twice.status().code(), absl::StatusCode::kInvalidArgument) << twice.status();
   const device::DeviceInfo& info = Gpu()->info();
