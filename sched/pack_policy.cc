@@ -12,15 +12,30 @@ bool MeasuredToClash(const SchedState& state, int key_a, int key_b, double margi
 }
 
 int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes, double margin,
-                int max_lanes) {
+                int max_lanes, const std::vector<double>* stream_lane_loads) {
   const std::optional<int> key = params.interference_key.empty()
                                      ? std::nullopt
                                      : state.interference.Find(params.interference_key);
-  // A lane holding a job it clashes with, worst clash first.
+  // A lane holding a job it clashes with, worst clash first. For a request
+  // stream, only while the lane holds no more than its share of the jobs
+  // (all of them over max_lanes, rounded up) and is not past
+  // kSaturatedLaneLoad: without that, a crowd of alike request streams
+  // registering while the lanes were idle all went to one lane (181-246 of
+  // 320-352 models on an H200; that lane saturated, the others a third
+  // busy).
   if (key) {
+    size_t jobs = 0;
+    for (int lane = 0; lane < state.LaneCount(); ++lane) jobs += state.lanes[lane].jobs.size();
+    const size_t share = (jobs + static_cast<size_t>(max_lanes) - 1) / static_cast<size_t>(std::max(max_lanes, 1));
     int worst_lane = -1;
     double worst_gain = std::numeric_limits<double>::infinity();
     for (int lane = 0; lane < num_lanes && lane < state.LaneCount(); ++lane) {
+      if (stream_lane_loads != nullptr) {
+        if (state.lanes[lane].jobs.size() > share) continue;
+        if (lane < static_cast<int>(stream_lane_loads->size()) && (*stream_lane_loads)[lane] > kSaturatedLaneLoad) {
+          continue;
+        }
+      }
       for (const JobState* job : state.lanes[lane].jobs) {
         if (!MeasuredToClash(state, *key, job->key, margin)) continue;
         const double gain = 1.0 / *state.interference.R(*key, job->key) +
@@ -150,7 +165,21 @@ std::optional<JobId> PackPolicy::Pick(const SchedState& state, int lane) {
 }
 
 int PackPolicy::ChooseLane(const SchedState& state, const JobParams& params, int num_lanes) const {
-  return PackLaneFor(state, params, num_lanes, margin_, max_lanes_);
+  // A newcomer of a key whose jobs are request streams is taken for one.
+  const std::optional<int> key =
+      params.interference_key.empty() ? std::nullopt : state.interference.Find(params.interference_key);
+  bool stream_key = false;
+  for (int lane = 0; key && lane < state.LaneCount() && !stream_key; ++lane) {
+    for (const JobState* job : state.lanes[lane].jobs) {
+      if (job->key == *key && loads_.RequestStreamLoad(job->id, state.now).has_value()) {
+        stream_key = true;
+        break;
+      }
+    }
+  }
+  if (!stream_key) return PackLaneFor(state, params, num_lanes, margin_, max_lanes_);
+  const std::vector<double> loads = LaneLoadsNow(state, num_lanes);
+  return PackLaneFor(state, params, num_lanes, margin_, max_lanes_, &loads);
 }
 
 namespace {
@@ -286,8 +315,9 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
     }
   }
 
-  // Spread: a waiting job of a crowded lane that clashes with nobody gets an
-  // empty lane, or one new lane per call while fewer than max_lanes exist.
+  // Spread: a waiting job of a crowded lane that clashes with nobody, or a
+  // request stream of a lane past kSaturated, gets an empty lane, or one new
+  // lane per call while fewer than max_lanes exist.
   bool new_lane_used = false;
   for (int lane = 0; lane < existing; ++lane) {
     if (lanes[lane].size() < 2) continue;
@@ -300,12 +330,17 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
     }
     if (target < 0 && !new_lane_used && num_lanes < max_lanes_) target = num_lanes;
     if (target < 0) break;
-    // The newest waiting job that clashes with nobody anywhere.
+    // The newest waiting job that clashes with nobody anywhere; in a
+    // saturated lane, the newest waiting request stream.
+    const bool saturated = loads()[lane] > kSaturated;
     const std::vector<const JobState*> jobs = lanes[lane];
     for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) {
       const JobState* job = *it;
       if (job->running || job->staged > 0 || !job->has_queued() || moved(job)) continue;
-      if (counts.Outside(*job, lane, -1) > 0) continue;
+      if (counts.Outside(*job, lane, -1) > 0 &&
+          !(saturated && loads_.RequestStreamLoad(job->id, state.now).has_value())) {
+        continue;
+      }
       move(job, lane, target);
       if (target == num_lanes) new_lane_used = true;
       break;

@@ -8,13 +8,16 @@
 // side by side first (that is how they get measured), then decided.
 //
 //   * ChooseLane: a lane holding a job the new one is measured to clash with
-//     (the worst clash first); else an empty lane; else a new lane while
-//     fewer than max_lanes exist; else the lane with the fewest jobs.
+//     (the worst clash first; a newcomer of a key whose jobs are request
+//     streams only where the lane is within its share of the jobs and not
+//     past kSaturated); else an empty lane; else a new lane while fewer
+//     than max_lanes exist; else the lane with the fewest jobs.
 //   * Rebalance (at iteration boundaries): moves a job to the lane that
 //     leaves it the fewest clashing partners in other lanes (each move
 //     strictly reduces the clashing pairs running side by side, so it never
 //     oscillates), and spreads a job of a crowded lane to an empty or a new
-//     lane when it clashes with nobody. When every lane is taken, it levels
+//     lane when it clashes with nobody, or when it is a request stream of
+//     a lane past kSaturated (folding it back would pass kSaturated again). When every lane is taken, it levels
 //     load: a lane whose jobs keep it busy (LaneLoads: recent iteration rate
 //     x cost per iteration) well beyond the least busy lane's gives that
 //     lane one request stream (LaneLoads::RequestStreamLoad; training jobs stay
@@ -59,12 +62,19 @@ namespace tandem::sched {
 // (SideBySidePays is false); false while the pair is unmeasured.
 bool MeasuredToClash(const SchedState& state, int key_a, int key_b, double margin);
 
+// A lane this busy (LaneLoads: a fraction of its time) takes no more
+// request streams by the clash rule: taking turns there queues their
+// requests (PackPolicy::kSaturated).
+inline constexpr double kSaturatedLaneLoad = 0.7;
+
 // PACK's lane for a new job: a lane holding a job it is measured to clash
-// with (the worst clash first); else an empty lane; else a new lane
-// (num_lanes) while fewer than max_lanes exist; else the lane with the
-// fewest jobs.
+// with (the worst clash first); for a request stream (stream_lane_loads
+// given: the lanes' loads) only a lane within its share of the jobs (their
+// number over max_lanes, rounded up) and not past kSaturatedLaneLoad; else
+// an empty lane; else a new lane (num_lanes) while fewer than max_lanes
+// exist; else the lane with the fewest jobs.
 int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes, double margin,
-                int max_lanes);
+                int max_lanes, const std::vector<double>* stream_lane_loads = nullptr);
 
 // Solo probes: r is measured against a key's solo time, so a job whose key
 // has none yet runs iterations alone first (the other lanes drain), at most
@@ -159,12 +169,14 @@ class PackPolicy : public Policy {
   static constexpr double kLevelGap = 0.15;
   // Request streams (LaneLoads::RequestStreamLoad) and crowded lanes: a
   // request stream is not folded into a lane whose load would pass
-  // kSaturated, however it clashes there, and levelling may move one out
-  // of a lane past kSaturated even beside a job it clashes with: taking
+  // kSaturated, however it clashes there (nor is a new job placed by the
+  // clash rule into a lane already past it), and spreading and levelling
+  // may move one out of a lane past kSaturated even beside a job it
+  // clashes with: taking
   // turns in a lane that busy queues its requests. Fold cannot take it back
   // (its old lane is still past kSaturated with it), so this does not
   // oscillate. Training jobs fold as the clash rule says.
-  static constexpr double kSaturated = 0.7;
+  static constexpr double kSaturated = kSaturatedLaneLoad;
   // A job that moved stays where it is this long (any move). Levelling
   // moves at most one job per kLevelSpacing, and not before the job it
   // moved last has finished its first iteration on the new lane (op by op,

@@ -55,6 +55,21 @@ class PackPolicyTest : public ::testing::Test {
       scheduler_->OnIterationDone(a, 0, ta);
     }
   }
+  // Runs n iterations of `job` in `lane`, the next one always queued behind
+  // the running one (as a training job's), then the last alone.
+  void RunBacklogged(JobId job, int lane, int n, double seconds) {
+    ASSERT_TRUE(scheduler_->Enqueue(job, next_ticket_++).ok());
+    for (int i = 0; i <= n; ++i) {
+      if (i < n) {
+        ASSERT_TRUE(scheduler_->Enqueue(job, next_ticket_++).ok());
+      }
+      auto d = scheduler_->Next(lane);
+      ASSERT_TRUE(d.has_value());
+      ASSERT_EQ(d->job, job);
+      clock_->Advance(seconds);
+      scheduler_->OnIterationDone(job, lane, seconds);
+    }
+  }
   void MeasureSolo() {
     for (int i = 0; i < 3; ++i) {
       RunAlone(1, 0, 0.020);
@@ -64,6 +79,7 @@ class PackPolicyTest : public ::testing::Test {
 
   std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
   std::unique_ptr<Scheduler> scheduler_;
+  Ticket next_ticket_ = 1000;
 };
 
 TEST_F(PackPolicyTest, UntriedJobsGoSideBySide) {
@@ -144,7 +160,10 @@ TEST_F(PackPolicyTest, FoldsAPairThatClashes) {
   EXPECT_NE(changes[0].from_lane, changes[0].to_lane);
   ASSERT_TRUE(scheduler_->MoveJob(changes[0].job, changes[0].to_lane).ok());
   EXPECT_TRUE(scheduler_->Rebalance(2).empty()) << "folded: no more moves, no oscillation";
-  // A newcomer alike to job 1 joins the lane of the clash, not a new lane.
+  // A newcomer alike to job 1, a job whose next iteration is always queued
+  // (training), joins the lane of the clash, not a new lane (a request
+  // stream's newcomer: ANewJobJoinsAClashingPartnerOnlyWithinTheLanesShare).
+  RunBacklogged(1, changes[0].to_lane, 20, 0.048);
   JobParams alike;
   alike.interference_key = "a";
   EXPECT_EQ(scheduler_->ChooseLane(alike, 2), changes[0].to_lane);
@@ -305,6 +324,62 @@ TEST_F(PackPolicyTest, RequestStreamsThatClashLeaveALanePastSaturation) {
     EXPECT_NE(c.job, changes[0].job) << "moved back to lane " << c.to_lane;
     EXPECT_NE(c.to_lane, shared) << "job " << c.job;
   }
+}
+
+TEST_F(PackPolicyTest, ANewJobJoinsAClashingPartnerOnlyWithinTheLanesShare) {
+  Add(1, "a", 0);
+  Add(2, "b", 1);
+  MeasureSolo();
+  for (int i = 0; i < 4; ++i) RunPair(1, 0.048, 2, 0.048);
+  std::vector<LaneChange> fold = scheduler_->Rebalance(2);
+  ASSERT_EQ(fold.size(), 1u);
+  ASSERT_TRUE(scheduler_->MoveJob(fold[0].job, fold[0].to_lane).ok());
+  const int shared = fold[0].to_lane;
+  const int other = 1 - shared;
+  JobParams a;
+  a.interference_key = "a";
+  // As request streams keeping their lane 40% busy: 2 jobs, 3 lanes, so a
+  // lane's share is 1, and the pair's lane holds 2. The newcomer gets the
+  // emptied lane.
+  RunLoads(*scheduler_, *clock_, {{1, shared, 0.2}, {2, shared, 0.2}}, 300);
+  EXPECT_EQ(scheduler_->ChooseLane(a, 2), other);
+  // With 6 jobs the share is 2: the pair's lane may take one more while it
+  // is not busy...
+  Add(3, "c", other);
+  Add(4, "c", 2);
+  Add(5, "c", other);
+  Add(6, "c", 2);
+  RunLoads(*scheduler_, *clock_,
+           {{1, shared, 0.2}, {2, shared, 0.2}, {3, other, 0.05}, {4, 2, 0.05}, {5, other, 0.05}, {6, 2, 0.05}},
+           300);
+  EXPECT_EQ(scheduler_->ChooseLane(a, 3), shared);
+  // ... but not once its request streams keep it 90% busy.
+  RunLoads(*scheduler_, *clock_,
+           {{1, shared, 0.45}, {2, shared, 0.45}, {3, other, 0.05}, {4, 2, 0.05}, {5, other, 0.05}, {6, 2, 0.05}},
+           300);
+  EXPECT_NE(scheduler_->ChooseLane(a, 3), shared);
+}
+
+TEST_F(PackPolicyTest, ARequestStreamOfASaturatedLaneSpreadsToANewLaneDespiteAClash) {
+  Add(1, "a", 0);
+  Add(2, "b", 1);
+  MeasureSolo();
+  for (int i = 0; i < 4; ++i) RunPair(1, 0.048, 2, 0.048);
+  std::vector<LaneChange> fold = scheduler_->Rebalance(2);
+  ASSERT_EQ(fold.size(), 1u);
+  ASSERT_TRUE(scheduler_->MoveJob(fold[0].job, fold[0].to_lane).ok());
+  const int shared = fold[0].to_lane;
+  const int other = 1 - shared;
+  Add(3, "c", other);
+  // Two lanes of three open; the pair keeps its lane 90% busy.
+  RunLoads(*scheduler_, *clock_, {{1, shared, 0.45}, {2, shared, 0.45}, {3, other, 0.05}}, 300);
+  ASSERT_TRUE(scheduler_->Enqueue(1, 1000).ok());
+  ASSERT_TRUE(scheduler_->Enqueue(2, 1001).ok());
+  std::vector<LaneChange> changes = scheduler_->Rebalance(2);
+  ASSERT_EQ(changes.size(), 1u) << "a request stream leaves the saturated lane for a new one";
+  EXPECT_TRUE(changes[0].job == 1 || changes[0].job == 2) << changes[0].job;
+  EXPECT_EQ(changes[0].from_lane, shared);
+  EXPECT_EQ(changes[0].to_lane, 2);
 }
 
 TEST(LaneLoadsTest, RequestStreamsAreIdleAtMostIterationEndsAndLight) {
