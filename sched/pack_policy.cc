@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 namespace tandem::sched {
 
@@ -11,27 +12,31 @@ bool MeasuredToClash(const SchedState& state, int key_a, int key_b, double margi
   return pays.has_value() && !*pays;
 }
 
+size_t StreamLaneCap(const SchedState& state, int max_lanes) {
+  size_t jobs = 0;
+  for (int lane = 0; lane < state.LaneCount(); ++lane) jobs += state.lanes[lane].jobs.size();
+  const size_t lanes = static_cast<size_t>(std::max(max_lanes, 1));
+  return std::max<size_t>(2, (jobs + lanes - 1) / lanes);
+}
+
 int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes, double margin,
                 int max_lanes, const std::vector<double>* stream_lane_loads) {
   const std::optional<int> key = params.interference_key.empty()
                                      ? std::nullopt
                                      : state.interference.Find(params.interference_key);
   // A lane holding a job it clashes with, worst clash first. For a request
-  // stream, only while the lane holds no more than its share of the jobs
-  // (all of them over max_lanes, rounded up) and is not past
-  // kSaturatedLaneLoad: without that, a crowd of alike request streams
-  // registering while the lanes were idle all went to one lane (181-246 of
-  // 320-352 models on an H200; that lane saturated, the others a third
-  // busy).
+  // stream, only while the lane holds fewer jobs than StreamLaneCap and is
+  // not past kSaturatedLaneLoad: without that, a crowd of alike request
+  // streams registering while the lanes were idle all went to one lane
+  // (181-246 of 320-352 models on an H200; that lane saturated, the others
+  // a third busy).
   if (key) {
-    size_t jobs = 0;
-    for (int lane = 0; lane < state.LaneCount(); ++lane) jobs += state.lanes[lane].jobs.size();
-    const size_t share = (jobs + static_cast<size_t>(max_lanes) - 1) / static_cast<size_t>(std::max(max_lanes, 1));
+    const size_t cap = StreamLaneCap(state, max_lanes);
     int worst_lane = -1;
     double worst_gain = std::numeric_limits<double>::infinity();
     for (int lane = 0; lane < num_lanes && lane < state.LaneCount(); ++lane) {
       if (stream_lane_loads != nullptr) {
-        if (state.lanes[lane].jobs.size() > share) continue;
+        if (state.lanes[lane].jobs.size() >= cap) continue;
         if (lane < static_cast<int>(stream_lane_loads->size()) && (*stream_lane_loads)[lane] > kSaturatedLaneLoad) {
           continue;
         }
@@ -51,16 +56,22 @@ int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes,
   const int empty = FirstEmptyLane(state, num_lanes);
   if (empty >= 0) return empty;
   if (num_lanes < max_lanes) return num_lanes;
-  int fewest_lane = 0;
-  size_t fewest = std::numeric_limits<size_t>::max();
+  // The lane with the fewest jobs; for a request stream the least busy one
+  // (then the fewest jobs), where its requests wait least.
+  int best_lane = 0;
+  std::pair<double, size_t> best{std::numeric_limits<double>::infinity(), std::numeric_limits<size_t>::max()};
   for (int lane = 0; lane < num_lanes; ++lane) {
     const size_t n = lane < state.LaneCount() ? state.lanes[lane].jobs.size() : 0;
-    if (n < fewest) {
-      fewest = n;
-      fewest_lane = lane;
+    double load = 0;
+    if (stream_lane_loads != nullptr && lane < static_cast<int>(stream_lane_loads->size())) {
+      load = (*stream_lane_loads)[lane];
+    }
+    if (std::make_pair(load, n) < best) {
+      best = {load, n};
+      best_lane = lane;
     }
   }
-  return fewest_lane;
+  return best_lane;
 }
 
 bool SoloProbes::Settled(const SchedState& state, int key) const {
@@ -291,7 +302,12 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
 
   // Fold: each job goes where it has the fewest clashing partners beside it.
   // Every move strictly lowers the number of clashing pairs side by side.
+  // A request stream goes only to a lane below kSaturated with it and
+  // holding fewer jobs than StreamLaneCap: idle lanes have no load to stop
+  // a fold, and a crowd of alike models registered before their first
+  // requests folded into one or two lanes of 74-123 models each.
   const int existing = std::min(num_lanes, state.LaneCount());
+  const size_t cap = StreamLaneCap(state, max_lanes_);
   for (int lane = 0; lane < state.LaneCount() && counts.any(); ++lane) {
     for (const JobState* job : state.lanes[lane].jobs) {
       if (job->running || job->staged > 0 || moved(job)) continue;
@@ -305,6 +321,7 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
       for (int target = 0; target < existing; ++target) {
         if (target == lane) continue;
         if (stream && loads()[target] + l > kSaturated) continue;  // its requests would queue there
+        if (stream && lanes[target].size() >= cap) continue;
         const int there = counts.Outside(*job, lane, target);
         if (there < best) {
           best = there;

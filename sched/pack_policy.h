@@ -9,11 +9,13 @@
 //
 //   * ChooseLane: a lane holding a job the new one is measured to clash with
 //     (the worst clash first; a newcomer of a key whose jobs are request
-//     streams only where the lane is within its share of the jobs and not
-//     past kSaturated); else an empty lane; else a new lane while fewer
-//     than max_lanes exist; else the lane with the fewest jobs.
+//     streams only where the lane holds fewer than StreamLaneCap jobs and
+//     is not past kSaturated); else an empty lane; else a new lane while
+//     fewer than max_lanes exist; else the lane with the fewest jobs (for
+//     a request stream's newcomer, the least busy lane).
 //   * Rebalance (at iteration boundaries): moves a job to the lane that
-//     leaves it the fewest clashing partners in other lanes (each move
+//     leaves it the fewest clashing partners in other lanes (a request
+//     stream only to a lane below kSaturated and StreamLaneCap; each move
 //     strictly reduces the clashing pairs running side by side, so it never
 //     oscillates), and spreads a job of a crowded lane to an empty or a new
 //     lane when it clashes with nobody, or when it is a request stream of
@@ -67,12 +69,18 @@ bool MeasuredToClash(const SchedState& state, int key_a, int key_b, double margi
 // requests (PackPolicy::kSaturated).
 inline constexpr double kSaturatedLaneLoad = 0.7;
 
+// The most jobs a lane may hold for a request stream to join it by the
+// clash rule (placement or fold): the lane's share of the device's jobs
+// (their number over max_lanes, rounded up), at least 2 (a pair may always
+// take turns).
+size_t StreamLaneCap(const SchedState& state, int max_lanes);
+
 // PACK's lane for a new job: a lane holding a job it is measured to clash
 // with (the worst clash first); for a request stream (stream_lane_loads
-// given: the lanes' loads) only a lane within its share of the jobs (their
-// number over max_lanes, rounded up) and not past kSaturatedLaneLoad; else
-// an empty lane; else a new lane (num_lanes) while fewer than max_lanes
-// exist; else the lane with the fewest jobs.
+// given: the lanes' loads) only a lane holding fewer jobs than
+// StreamLaneCap and not past kSaturatedLaneLoad; else an empty lane; else
+// a new lane (num_lanes) while fewer than max_lanes exist; else the lane
+// with the fewest jobs (for a request stream, the least busy lane).
 int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes, double margin,
                 int max_lanes, const std::vector<double>* stream_lane_loads = nullptr);
 

@@ -339,24 +339,28 @@ TEST_F(PackPolicyTest, ANewJobJoinsAClashingPartnerOnlyWithinTheLanesShare) {
   JobParams a;
   a.interference_key = "a";
   // As request streams keeping their lane 40% busy: 2 jobs, 3 lanes, so a
-  // lane's share is 1, and the pair's lane holds 2. The newcomer gets the
-  // emptied lane.
+  // lane takes at most 2 (StreamLaneCap: a pair), and the pair's lane holds
+  // 2. The newcomer gets the emptied lane.
   RunLoads(*scheduler_, *clock_, {{1, shared, 0.2}, {2, shared, 0.2}}, 300);
   EXPECT_EQ(scheduler_->ChooseLane(a, 2), other);
-  // With 6 jobs the share is 2: the pair's lane may take one more while it
-  // is not busy...
+  // With 8 jobs the cap is 3: the pair's lane may take one more while it is
+  // not busy...
   Add(3, "c", other);
   Add(4, "c", 2);
   Add(5, "c", other);
   Add(6, "c", 2);
-  RunLoads(*scheduler_, *clock_,
-           {{1, shared, 0.2}, {2, shared, 0.2}, {3, other, 0.05}, {4, 2, 0.05}, {5, other, 0.05}, {6, 2, 0.05}},
-           300);
+  Add(7, "c", other);
+  Add(8, "c", 2);
+  auto light = [&](double pair_load) {
+    return std::vector<std::tuple<JobId, int, double>>{{1, shared, pair_load}, {2, shared, pair_load},
+                                                       {3, other, 0.05},       {4, 2, 0.05},
+                                                       {5, other, 0.05},       {6, 2, 0.05},
+                                                       {7, other, 0.05},       {8, 2, 0.05}};
+  };
+  RunLoads(*scheduler_, *clock_, light(0.2), 300);
   EXPECT_EQ(scheduler_->ChooseLane(a, 3), shared);
   // ... but not once its request streams keep it 90% busy.
-  RunLoads(*scheduler_, *clock_,
-           {{1, shared, 0.45}, {2, shared, 0.45}, {3, other, 0.05}, {4, 2, 0.05}, {5, other, 0.05}, {6, 2, 0.05}},
-           300);
+  RunLoads(*scheduler_, *clock_, light(0.45), 300);
   EXPECT_NE(scheduler_->ChooseLane(a, 3), shared);
 }
 
@@ -380,6 +384,25 @@ TEST_F(PackPolicyTest, ARequestStreamOfASaturatedLaneSpreadsToANewLaneDespiteACl
   EXPECT_TRUE(changes[0].job == 1 || changes[0].job == 2) << changes[0].job;
   EXPECT_EQ(changes[0].from_lane, shared);
   EXPECT_EQ(changes[0].to_lane, 2);
+}
+
+TEST_F(PackPolicyTest, IdleRequestStreamsFoldOnlyUpToTheLaneCap) {
+  // Keys a and b clash. Jobs of key a, light request streams, would all
+  // fold beside job 2 (key b): idle, no lane's load stops them.
+  Add(1, "a", 0);
+  Add(2, "b", 1);
+  MeasureSolo();
+  for (int i = 0; i < 4; ++i) RunPair(1, 0.048, 2, 0.048);
+  for (JobId job = 3; job <= 6; ++job) Add(job, "a", 0);
+  Add(7, "a", 2);
+  RunLoads(*scheduler_, *clock_,
+           {{1, 0, 0.02}, {2, 1, 0.02}, {3, 0, 0.02}, {4, 0, 0.02}, {5, 0, 0.02}, {6, 0, 0.02}, {7, 2, 0.02}}, 300);
+  int into_b = 0;
+  for (const LaneChange& c : scheduler_->Rebalance(3)) {
+    if (c.to_lane == 1) ++into_b;
+  }
+  // 7 jobs, 3 lanes: a lane takes at most 3 (StreamLaneCap), job 2 and two more.
+  EXPECT_EQ(into_b, 2);
 }
 
 TEST(LaneLoadsTest, RequestStreamsAreIdleAtMostIterationEndsAndLight) {
