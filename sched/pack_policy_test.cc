@@ -70,6 +70,18 @@ class PackPolicyTest : public ::testing::Test {
       scheduler_->OnIterationDone(job, lane, seconds);
     }
   }
+  // Jobs 1 (key a, lane 0) and 2 (key b, lane 1) measured to clash (r 2.4
+  // both ways) and folded into one lane, *shared.
+  void FoldAClashingPair(int* shared) {
+    Add(1, "a", 0);
+    Add(2, "b", 1);
+    MeasureSolo();
+    for (int i = 0; i < 4; ++i) RunPair(1, 0.048, 2, 0.048);
+    std::vector<LaneChange> fold = scheduler_->Rebalance(2);
+    ASSERT_EQ(fold.size(), 1u);
+    ASSERT_TRUE(scheduler_->MoveJob(fold[0].job, fold[0].to_lane).ok());
+    *shared = fold[0].to_lane;
+  }
   void MeasureSolo() {
     for (int i = 0; i < 3; ++i) {
       RunAlone(1, 0, 0.020);
@@ -291,14 +303,8 @@ TEST_F(PackPolicyTest, AnIterationOfACaptureDoesNotMakeAJobLookCostly) {
 
 TEST_F(PackPolicyTest, RequestStreamsThatClashLeaveALanePastSaturation) {
   // Keys a and b clash (measured by jobs 1 and 2 kept busy): folded.
-  Add(1, "a", 0);
-  Add(2, "b", 1);
-  MeasureSolo();
-  for (int i = 0; i < 4; ++i) RunPair(1, 0.048, 2, 0.048);
-  std::vector<LaneChange> fold = scheduler_->Rebalance(2);
-  ASSERT_EQ(fold.size(), 1u);
-  ASSERT_TRUE(scheduler_->MoveJob(fold[0].job, fold[0].to_lane).ok());
-  const int shared = fold[0].to_lane;
+  int shared = -1;
+  ASSERT_NO_FATAL_FAILURE(FoldAClashingPair(&shared));
   const int other = 1 - shared;
   // Now both are request streams, each keeping the shared lane 45% busy:
   // 90% together, where taking turns queues their requests. Two light
@@ -327,14 +333,8 @@ TEST_F(PackPolicyTest, RequestStreamsThatClashLeaveALanePastSaturation) {
 }
 
 TEST_F(PackPolicyTest, ANewJobJoinsAClashingPartnerOnlyWithinTheLanesShare) {
-  Add(1, "a", 0);
-  Add(2, "b", 1);
-  MeasureSolo();
-  for (int i = 0; i < 4; ++i) RunPair(1, 0.048, 2, 0.048);
-  std::vector<LaneChange> fold = scheduler_->Rebalance(2);
-  ASSERT_EQ(fold.size(), 1u);
-  ASSERT_TRUE(scheduler_->MoveJob(fold[0].job, fold[0].to_lane).ok());
-  const int shared = fold[0].to_lane;
+  int shared = -1;
+  ASSERT_NO_FATAL_FAILURE(FoldAClashingPair(&shared));
   const int other = 1 - shared;
   JobParams a;
   a.interference_key = "a";
@@ -365,14 +365,8 @@ TEST_F(PackPolicyTest, ANewJobJoinsAClashingPartnerOnlyWithinTheLanesShare) {
 }
 
 TEST_F(PackPolicyTest, ARequestStreamOfASaturatedLaneSpreadsToANewLaneDespiteAClash) {
-  Add(1, "a", 0);
-  Add(2, "b", 1);
-  MeasureSolo();
-  for (int i = 0; i < 4; ++i) RunPair(1, 0.048, 2, 0.048);
-  std::vector<LaneChange> fold = scheduler_->Rebalance(2);
-  ASSERT_EQ(fold.size(), 1u);
-  ASSERT_TRUE(scheduler_->MoveJob(fold[0].job, fold[0].to_lane).ok());
-  const int shared = fold[0].to_lane;
+  int shared = -1;
+  ASSERT_NO_FATAL_FAILURE(FoldAClashingPair(&shared));
   const int other = 1 - shared;
   Add(3, "c", other);
   // Two lanes of three open; the pair keeps its lane 90% busy.
