@@ -564,7 +564,9 @@ def parse_args(argv=None):
                    help="a request not yet sent this long after the window is counted as unsent (a failed probe)")
     p.add_argument("--start", type=int, default=4, help="first count probed")
     p.add_argument("--max_count", type=int, default=None, help="most models probed (default 512; --small 32)")
-    p.add_argument("--resolution", type=float, default=0.25,
+    # 0.1: on the H200 the 0.25 default stopped Tandem's search at 320 passing / 384 failing, and the
+    # question (Salus's 7x over MPS's 48 clients) is 337 (bench/results/2026-12-01-h200-hosting-modes4.json).
+    p.add_argument("--resolution", type=float, default=0.1,
                    help="stop bisecting when the bracket is within this fraction of the passing count (0: exact)")
     p.add_argument("--counts", default=None, help="probe exactly these counts instead of searching, e.g. 8,16,32")
     p.add_argument("--models_per_proc", type=int, default=16,
