@@ -99,9 +99,6 @@ class TrainingJob:
         self._session = _Session(endpoint, name, request, persistent)
         self._iteration = 0
         self.name = name
-        # The daemon's account of the last call: seconds waiting for its turn and on the device.
-        self.queue_seconds = None
-        self.run_seconds = None
 
     @property
     def job_id(self):
