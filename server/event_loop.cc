@@ -16,22 +16,12 @@ void EventLoop::Post(const char* name, std::function<void()> fn) {
     const auto start = std::chrono::steady_clock::now();
     fn();
     const auto end = std::chrono::steady_clock::now();
-    HandlerStats& s = Record(name, std::chrono::duration<double>(end - start).count());
-    const double wait = std::chrono::duration<double>(start - posted).count();
-    s.wait_seconds += wait;
-    s.max_wait_seconds = std::max(s.max_wait_seconds, wait);
+    stats_[name].Add(std::chrono::duration<double>(end - start).count(),
+                     std::chrono::duration<double>(start - posted).count());
   });
 }
 
-void EventLoop::AddSection(const char* name, double seconds) { Record(name, seconds); }
-
-HandlerStats& EventLoop::Record(const char* name, double seconds) {
-  HandlerStats& s = stats_[name];
-  s.count++;
-  s.total_seconds += seconds;
-  if (seconds > s.max_seconds) s.max_seconds = seconds;
-  return s;
-}
+void EventLoop::AddSection(const char* name, double seconds) { stats_[name].Add(seconds, 0); }
 
 void EventLoop::Run() {
   auto guard = boost::asio::make_work_guard(context_);

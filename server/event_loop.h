@@ -38,6 +38,15 @@ struct HandlerStats {
   // From Post() to the start of the item (work items only; 0 for sections).
   double wait_seconds = 0;
   double max_wait_seconds = 0;
+
+  // Counts one item that ran `seconds` after waiting `wait` (0: a section).
+  void Add(double seconds, double wait) {
+    count++;
+    total_seconds += seconds;
+    if (seconds > max_seconds) max_seconds = seconds;
+    wait_seconds += wait;
+    if (wait > max_wait_seconds) max_wait_seconds = wait;
+  }
 };
 
 class EventLoop {
@@ -62,7 +71,6 @@ class EventLoop {
   std::map<std::string, HandlerStats> Stats() const;
 
  private:
-  HandlerStats& Record(const char* name, double seconds);
 
   boost::asio::io_context context_;
   // Keyed by the literal's address (a name used in two files may have two

@@ -16,9 +16,7 @@
 
 #include <pthread.h>
 
-#include <algorithm>
 #include <chrono>
-#include <cstdint>
 #include <functional>
 #include <string>
 #include <thread>
@@ -28,15 +26,9 @@
 #include <boost/asio/post.hpp>
 
 #include "absl/synchronization/mutex.h"
+#include "server/event_loop.h"
 
 namespace tandem::server {
-
-struct ExecutorStats {
-  uint64_t items = 0;            // run to the end
-  double busy_seconds = 0;       // running them
-  double wait_seconds = 0;       // from being posted to starting, summed
-  double max_wait_seconds = 0;
-};
 
 class Executor {
  public:
@@ -61,16 +53,15 @@ class Executor {
       const Clock::time_point start = Clock::now();
       work();
       const Clock::time_point end = Clock::now();
-      const double wait = std::chrono::duration<double>(start - posted).count();
       absl::MutexLock lock(&mu_);
-      stats_.items++;
-      stats_.busy_seconds += std::chrono::duration<double>(end - start).count();
-      stats_.wait_seconds += wait;
-      stats_.max_wait_seconds = std::max(stats_.max_wait_seconds, wait);
+      stats_.Add(std::chrono::duration<double>(end - start).count(),
+                 std::chrono::duration<double>(start - posted).count());
     });
   }
 
-  ExecutorStats Stats() const {
+  // The items run to their end: count, time running, wait before starting
+  // (as the control loop counts its own, server/event_loop.h).
+  HandlerStats Stats() const {
     absl::MutexLock lock(&mu_);
     return stats_;
   }
@@ -80,7 +71,7 @@ class Executor {
 
   const std::string name_;
   mutable absl::Mutex mu_;
-  ExecutorStats stats_;  // guarded by mu_
+  HandlerStats stats_;  // guarded by mu_
   boost::asio::io_context context_{1};
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> guard_;
   std::thread thread_;  // last: starts after the fields above exist

@@ -16,7 +16,7 @@ TEST(Executor, RunsItemsInPostOrderAndCountsTheirWait) {
   constexpr auto kSlow = std::chrono::milliseconds(30);
   std::vector<int> order;  // touched by the executor's thread only, read after it stopped
   std::thread::id ran_on[2];
-  ExecutorStats stats;
+  HandlerStats stats;
   {
     Executor executor("test");
     EXPECT_EQ(executor.name(), "test");
@@ -33,7 +33,7 @@ TEST(Executor, RunsItemsInPostOrderAndCountsTheirWait) {
     executor.Post([&] { ran_on[1] = std::this_thread::get_id(); });
     release.Notify();
     // An item is counted once it returned.
-    for (int i = 0; i < 5000 && executor.Stats().items < 22; ++i) {
+    for (int i = 0; i < 5000 && executor.Stats().count < 22; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     stats = executor.Stats();
@@ -42,8 +42,8 @@ TEST(Executor, RunsItemsInPostOrderAndCountsTheirWait) {
   for (int i = 0; i <= 20; ++i) EXPECT_EQ(order[static_cast<size_t>(i)], i);
   EXPECT_EQ(ran_on[0], ran_on[1]);
   EXPECT_NE(ran_on[0], std::this_thread::get_id());
-  EXPECT_EQ(stats.items, 22u);
-  EXPECT_GE(stats.busy_seconds, 0.029);
+  EXPECT_EQ(stats.count, 22u);
+  EXPECT_GE(stats.total_seconds, 0.029);
   // 21 items each waited at least the slow item's 30 ms.
   EXPECT_GE(stats.wait_seconds, 21 * 0.029);
   EXPECT_GE(stats.max_wait_seconds, 0.029);

@@ -150,14 +150,14 @@ std::string Service::RenderMetrics() {
   const struct {
     const char* name;
     const char* help;
-    double (*value)(const ExecutorStats&);
+    double (*value)(const HandlerStats&);
   } executor_families[] = {
       {"tandem_executor_busy_seconds_total", "time a thread enqueuing lanes' device work spent running work items",
-       [](const ExecutorStats& e) { return e.busy_seconds; }},
+       [](const HandlerStats& e) { return e.total_seconds; }},
       {"tandem_executor_wait_seconds_total", "summed time work items waited for that thread",
-       [](const ExecutorStats& e) { return e.wait_seconds; }},
+       [](const HandlerStats& e) { return e.wait_seconds; }},
       {"tandem_executor_items_total", "work items that thread ran",
-       [](const ExecutorStats& e) { return static_cast<double>(e.items); }},
+       [](const HandlerStats& e) { return static_cast<double>(e.count); }},
   };
   for (const auto& family : executor_families) {
     w.Family(family.name, "counter", family.help);

@@ -171,11 +171,11 @@ void Service::FillDeviceDetails(const DeviceRuntime& dev, v1::DeviceStats* stats
   }
   stats->set_lane_moves(dev.lane_moves);
   for (const auto& executor : dev.executors) {
-    const ExecutorStats e = executor->Stats();
+    const HandlerStats e = executor->Stats();
     v1::ExecutorStats* x = stats->add_executors();
     x->set_name(executor->name());
-    x->set_items(e.items);
-    x->set_busy_seconds(e.busy_seconds);
+    x->set_items(e.count);
+    x->set_busy_seconds(e.total_seconds);
     x->set_wait_seconds(e.wait_seconds);
     x->set_max_wait_seconds(e.max_wait_seconds);
   }
