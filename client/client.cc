@@ -115,6 +115,7 @@ absl::Status Client::SetUpSharedMemory() {
   object.Unlink();
   if (!response.ok()) return response.status();
   shm_region_ = response->map_shared_memory().region_id();
+  shm_pinned_ = response->map_shared_memory().pinned();
   shm_bytes_ = object.bytes();
   shm_base_ = object.ReleaseMapping();
   shm_ring_ = std::make_unique<ShmRing>(shm_bytes_);

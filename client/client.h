@@ -87,6 +87,9 @@ class Client {
   const std::string& endpoint() const { return endpoint_; }
   // Whether feeds can go through shared memory, and if not, why.
   const absl::Status& shared_memory_status() const { return shm_status_; }
+  // Whether the daemon registered the region with its devices (pinned for
+  // asynchronous copies on a GPU); false without a region.
+  bool shared_memory_pinned() const { return shm_pinned_; }
 
   // The persistent tensors' initial values travel outside the request
   // (Tensor.frame), not inside it. `persistent` values (by reference, read
@@ -161,6 +164,7 @@ class Client {
   // Shared memory for large feeds (constant after Connect, except the ring).
   absl::Status shm_status_ = absl::UnavailableError("not set up");
   uint64_t shm_region_ = 0;
+  bool shm_pinned_ = false;
   char* shm_base_ = nullptr;
   uint64_t shm_bytes_ = 0;
   std::unique_ptr<ShmRing> shm_ring_;  // guarded by mu_

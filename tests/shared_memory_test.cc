@@ -47,9 +47,11 @@ TEST(SharedMemory, LargeFeedsGoThroughTheRegionAndMatchInline) {
   auto shared = Client::Connect({.endpoint = daemon.endpoint(), .name = "shm"});
   ASSERT_TRUE(shared.ok()) << shared.status();
   ASSERT_TRUE((*shared)->shared_memory_status().ok()) << (*shared)->shared_memory_status();
+  EXPECT_TRUE((*shared)->shared_memory_pinned()) << "the CPU device registers any host memory";
   auto inline_client = Client::Connect({.endpoint = daemon.endpoint(), .name = "inline", .shared_memory_bytes = 0});
   ASSERT_TRUE(inline_client.ok());
   EXPECT_FALSE((*inline_client)->shared_memory_status().ok());
+  EXPECT_FALSE((*inline_client)->shared_memory_pinned());
 
   auto a = (*shared)->RegisterJob(ColumnSums());
   auto b = (*inline_client)->RegisterJob(ColumnSums());

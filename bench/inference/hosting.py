@@ -261,7 +261,8 @@ def log_probe(r, note=""):
                f"most models at once: {tops}")
     d = r.get("tandemd", {})
     if "loop_busy_s" in d:  # tandem: the daemon's side of the same probe
-        lanes = ", ".join(f"{x['busy_s']:.2f}/{x['occupied_s']:.2f}" for x in d.get("per_lane", []))
+        lanes = ", ".join(f"{x.get('jobs', '?')}: {x['busy_s']:.2f}/{x['occupied_s']:.2f}"
+                          for x in d.get("per_lane", []))
         parts = ", ".join(f"{x['name']} {x['mean_us']}" for x in d.get("loop_sections", []))
         items = ", ".join(f"{x['name']} {x['mean_us']} (wait {x.get('mean_wait_us', '-')})"
                           for x in d.get("loop_top", [])[:3])
@@ -269,7 +270,7 @@ def log_probe(r, note=""):
         bc.log(f"         loop busy {d['loop_busy_s']} s"
                + (f" (longest item {longest[1]} ms, {longest[0]})" if longest else "")
                + f"; items us: {items or '-'}; parts us: {parts or '-'}; "
-               f"lanes kernel/occupied s: {lanes or '-'}; lane moves {d.get('lane_moves', '-')}, "
+               f"lanes jobs: kernel/occupied s: {lanes or '-'}; lane moves {d.get('lane_moves', '-')}, "
                f"graph captures {d.get('graph_captures', '-')}")
 
 

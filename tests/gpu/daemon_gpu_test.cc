@@ -110,6 +110,10 @@ TEST(DaemonOnGpu, HigherPriorityLaneGetsAHigherStreamPriority) {
     }
   }
   EXPECT_EQ(seen, 2);
+  // The client's shared region was mapped, and pinned with cudaHostRegister
+  // on tandemd's preparation thread, so copies from it are asynchronous.
+  ASSERT_TRUE(urgent.client().shared_memory_status().ok()) << urgent.client().shared_memory_status();
+  EXPECT_TRUE(urgent.client().shared_memory_pinned());
   // After each job's first iteration on a stream, its iterations replay a
   // captured graph: fewer kernel-by-kernel runs than iterations.
   EXPECT_GT(dev.graph_launches(), 0u);
