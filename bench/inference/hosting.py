@@ -115,10 +115,12 @@ def summarize_probe(n, models, args, pool):
 # H200 that hosted 256 models where 2 (the daemon's default) hosted 192
 # (bench/results/2026-11-30-h200-hosting-level-inflight4.json).
 INFLIGHT_PER_LANE = 4
-# tandemd's --max_lanes for hosting: 8 lanes (streams side by side) hosted 352 models on an H200 where 4 hosted
+# tandemd's --max_lanes for hosting: 8 lanes (streams side by side) hosted 320-352 models on an H200 where 4 hosted
 # 288-320, once each lane stream had a hardware queue of its own (CUDA_DEVICE_MAX_CONNECTIONS, which tandemd
-# sets; before that, 8 lanes did worse than 4: bench/results/2026-12-01-h200-hosting-lanes-queues.json).
-LANES = 8
+# sets; before that, 8 lanes did worse than 4: bench/results/2026-12-01-h200-hosting-lanes-queues.json). At
+# 352-416 models 12 lanes passed every count where 8 failed every one and 16 passed only 416
+# (bench/results/2026-12-01-h200-hosting-lanes12.json).
+LANES = 12
 # The daemon-side defaults of hosting, each added unless --tandemd_flags names the flag.
 TANDEMD_DEFAULTS = {"--max_inflight_per_lane": INFLIGHT_PER_LANE, "--max_lanes": LANES}
 STALL_BIN_S = 0.05
