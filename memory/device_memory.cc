@@ -138,36 +138,80 @@ std::vector<DeviceMemoryImpl::LaneCandidate> DeviceMemoryImpl::LaneCandidates(
   return candidates;
 }
 
+uint64_t DeviceMemoryImpl::SlackLimit() const { return std::min(options_.lane_slack_bytes, usable_ / 16); }
+
+uint64_t DeviceMemoryImpl::SlackBytes() const {
+  uint64_t bytes = 0;
+  for (const Lane& lane : lanes_) {
+    if (!lane.open) continue;
+    const uint64_t need = LaneNeed(lane);
+    if (lane.arena.bytes > need) bytes += lane.arena.bytes - need;
+  }
+  return bytes;
+}
+
+uint64_t DeviceMemoryImpl::RoomyArena(const LaneCandidate& candidate, uint64_t ephemeral) const {
+  uint64_t largest = ephemeral;
+  for (const auto& [id, job] : jobs_) largest = std::max(largest, job.ephemeral);
+  if (largest == ephemeral || SlackLimit() == 0) return ephemeral;
+  // The lanes' slack with this lane at `largest` (its own slack now, if any,
+  // is replaced: it grows because its arena is below `ephemeral`).
+  uint64_t slack = SlackBytes();
+  if (!candidate.opens) {
+    const Lane& lane = lanes_[candidate.lane];
+    const uint64_t need = LaneNeed(lane);
+    if (lane.arena.bytes > need) slack -= lane.arena.bytes - need;
+  }
+  return slack + (largest - ephemeral) <= SlackLimit() ? largest : ephemeral;
+}
+
+bool DeviceMemoryImpl::GrowInPlace(Lane& lane, uint64_t bytes) {
+  // The running iteration's bytes stay inside the lane, so nothing needs
+  // retiring (the base moves down when the range before is taken).
+  const uint64_t delta = bytes - lane.arena.bytes;
+  const uint64_t after = space_.FreeBytesStartingAt(lane.arena.end());
+  const uint64_t before = space_.FreeBytesEndingAt(lane.arena.offset);
+  if (after + before < delta) return false;
+  const uint64_t take_after = std::min(after, delta);
+  const uint64_t take_before = delta - take_after;
+  if (take_after > 0) space_.AllocateAt(lane.arena.end(), take_after);
+  if (take_before > 0) space_.AllocateAt(lane.arena.offset - take_before, take_before);
+  lane.arena = Range{lane.arena.offset - take_before, bytes};
+  return true;
+}
+
 bool DeviceMemoryImpl::PlaceLane(const LaneCandidate& candidate, uint64_t ephemeral) {
+  // Sizes to try, roomiest first: with slack, then exactly the job's peak.
+  const uint64_t roomy = RoomyArena(candidate, ephemeral);
+  std::vector<uint64_t> sizes{roomy};
+  if (roomy != ephemeral) sizes.push_back(ephemeral);
   if (candidate.opens) {
-    std::optional<uint64_t> offset = space_.Allocate(ephemeral, RangeAllocator::End::kHigh);
-    if (!offset) return false;
-    if (candidate.lane == NumLanes()) lanes_.emplace_back();
-    Lane& lane = lanes_[candidate.lane];
-    lane.open = true;
-    lane.arena = Range{*offset, ephemeral};
-    return true;
+    for (uint64_t bytes : sizes) {
+      std::optional<uint64_t> offset = space_.Allocate(bytes, RangeAllocator::End::kHigh);
+      if (!offset) continue;
+      if (candidate.lane == NumLanes()) lanes_.emplace_back();
+      Lane& lane = lanes_[candidate.lane];
+      lane.open = true;
+      lane.arena = Range{*offset, bytes};
+      return true;
+    }
+    return false;
   }
   Lane& lane = lanes_[candidate.lane];
   if (lane.arena.bytes >= ephemeral) return true;
-  // Grow in place when the neighbours are free: the running iteration's
-  // bytes stay inside the lane, so nothing needs retiring.
-  const uint64_t delta = ephemeral - lane.arena.bytes;
-  const uint64_t after = space_.FreeBytesStartingAt(lane.arena.end());
-  const uint64_t before = space_.FreeBytesEndingAt(lane.arena.offset);
-  if (after + before >= delta) {
-    const uint64_t take_after = std::min(after, delta);
-    const uint64_t take_before = delta - take_after;
-    if (take_after > 0) space_.AllocateAt(lane.arena.end(), take_after);
-    if (take_before > 0) space_.AllocateAt(lane.arena.offset - take_before, take_before);
-    lane.arena = Range{lane.arena.offset - take_before, ephemeral};
+  // In place when the neighbours are free, else a new range (the old one is
+  // retired: an iteration running in the lane may still use it).
+  for (uint64_t bytes : sizes) {
+    if (GrowInPlace(lane, bytes)) return true;
+  }
+  for (uint64_t bytes : sizes) {
+    std::optional<uint64_t> offset = space_.Allocate(bytes, RangeAllocator::End::kHigh);
+    if (!offset) continue;
+    lane.retired.push_back(lane.arena);
+    lane.arena = Range{*offset, bytes};
     return true;
   }
-  std::optional<uint64_t> offset = space_.Allocate(ephemeral, RangeAllocator::End::kHigh);
-  if (!offset) return false;
-  lane.retired.push_back(lane.arena);
-  lane.arena = Range{*offset, ephemeral};
-  return true;
+  return false;
 }
 
 std::optional<std::vector<uint64_t>> DeviceMemoryImpl::PlacePersistent(
@@ -331,9 +375,10 @@ void DeviceMemoryImpl::LeaveLane(const Job& job) {
     lane.arena = Range{};
     lane.open = false;
   } else {
-    // Shrink in place: the base stays, the tail is retired.
+    // Shrink in place (the base stays, the tail is retired) unless the
+    // lanes' slack, this lane's new slack included, is within the limit.
     const uint64_t need = LaneNeed(lane);
-    if (need < lane.arena.bytes) {
+    if (need < lane.arena.bytes && SlackBytes() > SlackLimit()) {
       lane.retired.push_back(Range{lane.arena.offset + need, lane.arena.bytes - need});
       lane.arena.bytes = need;
     }

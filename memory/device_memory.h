@@ -7,7 +7,8 @@
 // the persistent pool when it is admitted and stay resident until it leaves.
 // A lane is one ephemeral arena that one iteration at a time uses; jobs in a
 // lane take turns, lanes run side by side. A lane's arena is as large as the
-// largest planned peak among its jobs. Admission: sum of persistent + sum
+// largest planned peak among its jobs, plus slack within
+// DeviceMemoryOptions::lane_slack_bytes. Admission: sum of persistent + sum
 // over lanes of each lane's arena <= usable.
 //
 // Raw memory comes from the device interface (a fake device in tests): Create
@@ -43,6 +44,16 @@ struct DeviceMemoryOptions {
   int max_lanes = 4;
   // Per-job bound on persistent + ephemeral bytes; 0: none.
   uint64_t max_job_bytes = 0;
+  // Bytes the open lanes' arenas may hold beyond their jobs' needs, in sum
+  // (at most usable / 16): a lane whose largest job leaves keeps its size
+  // while the slack stays within this, and a lane that grows or opens takes
+  // the largest planned peak among the device's jobs when the slack allows.
+  // A lane's arena then moves less often, and each move gives every job in
+  // the lane a new address table (on CUDA: a kernel-by-kernel run and a new
+  // graph capture each; a crowd of small inference models moved between
+  // lanes by PACK's levelling stalled the destination lane for 10-30 ms).
+  // 0: every lane fits its jobs exactly.
+  uint64_t lane_slack_bytes = 0;
 };
 
 struct JobMemoryRequest {
@@ -143,13 +154,14 @@ class DeviceMemory {
   // (3) the open lane that grows least.
   virtual absl::StatusOr<JobMemoryGrant> Admit(const JobMemoryRequest& request) = 0;
 
-  // Frees everything of `job`; lanes shrink when their largest job leaves.
+  // Frees everything of `job`; lanes shrink when their largest job leaves
+  // (unless the lane slack keeps their size).
   virtual void Release(JobId job) = 0;
 
   // Moves `job` into lane `lane` (NumLanes() or a closed index opens one):
-  // the target grows to the job's planned peak if needed, the source shrinks
-  // or closes (retiring ranges as above); persistent tensors stay where they
-  // are. The caller must not run an iteration of the job meanwhile.
+  // the target grows to the job's planned peak if needed (more within the
+  // lane slack), the source shrinks (unless the slack keeps it) or closes
+  // (retiring ranges as above); persistent tensors stay where they are. The caller must not run an iteration of the job meanwhile.
   // FAILED_PRECONDITION when the target cannot grow or no lane can open.
   virtual absl::Status MoveJob(JobId job, int lane) = 0;
 

@@ -74,14 +74,25 @@ class DeviceMemoryImpl final : public DeviceMemory {
   // The candidates in order of preference (see Admit in device_memory.h).
   std::vector<LaneCandidate> LaneCandidates(const JobMemoryRequest& request,
                                             uint64_t ephemeral) const;
-  // Gives lane `candidate.lane` an arena of at least `ephemeral` bytes;
-  // false (and no change) when no free range allows it.
+  // Gives lane `candidate.lane` an arena of at least `ephemeral` bytes (up
+  // to RoomyArena's); false (and no change) when no free range allows it.
   bool PlaceLane(const LaneCandidate& candidate, uint64_t ephemeral);
+  // Grows `lane`'s arena to `bytes` into the free ranges beside it; false
+  // (and no change) when they are too small.
+  bool GrowInPlace(Lane& lane, uint64_t bytes);
+  // The arena a lane that must hold `ephemeral` takes: the largest planned
+  // peak among the device's jobs when the lanes' slack stays within
+  // SlackLimit() with it, else `ephemeral`.
+  uint64_t RoomyArena(const LaneCandidate& candidate, uint64_t ephemeral) const;
+  // Sum over open lanes of arena bytes beyond LaneNeed, and its bound.
+  uint64_t SlackBytes() const;
+  uint64_t SlackLimit() const;
   // Places every tensor (largest first) or none; the offsets by tensor index.
   std::optional<std::vector<uint64_t>> PlacePersistent(const std::vector<uint64_t>& aligned);
   void TrimLanes();
-  // Takes `job` out of its lane: the lane shrinks (its tail retired) or,
-  // when it was the last job, closes (its arena retired).
+  // Takes `job` out of its lane: the lane shrinks (its tail retired) unless
+  // the slack keeps its size, or, when it was the last job, closes (its
+  // arena retired).
   void LeaveLane(const Job& job);
   uint64_t RetiredBytes() const;
   uint64_t LaneBytes() const;

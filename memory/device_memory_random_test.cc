@@ -60,10 +60,16 @@ class RandomWorkload {
     ASSERT_EQ(stats.lanes.size(), lane_need.size());
     ASSERT_LE(static_cast<int>(stats.lanes.size()), options_.max_lanes);
     uint64_t lane_bytes = 0;
+    uint64_t slack = 0;
     for (const LaneStats& lane : stats.lanes) {
       ASSERT_TRUE(lane_need.contains(lane.lane));
-      // An arena is exactly the largest peak of its jobs.
-      ASSERT_EQ(lane.arena_bytes, lane_need[lane.lane]) << "lane " << lane.lane;
+      // An arena holds the largest peak of its jobs; without lane slack,
+      // exactly that.
+      ASSERT_GE(lane.arena_bytes, lane_need[lane.lane]) << "lane " << lane.lane;
+      if (options_.lane_slack_bytes == 0) {
+        ASSERT_EQ(lane.arena_bytes, lane_need[lane.lane]) << "lane " << lane.lane;
+      }
+      slack += lane.arena_bytes - lane_need[lane.lane];
       void* arena = memory_->LaneArena(lane.lane);
       ASSERT_NE(arena, nullptr);
       ASSERT_EQ(memory_->HasRetired(lane.lane), lane.retired_bytes > 0) << "lane " << lane.lane;
@@ -78,6 +84,8 @@ class RandomWorkload {
       ASSERT_LE(ranges[i - 1].first + ranges[i - 1].second, ranges[i].first)
           << "two live ranges overlap";
     }
+    ASSERT_LE(slack, std::min(options_.lane_slack_bytes, stats.usable_bytes / 16));
+    max_slack_ = std::max(max_slack_, slack);
     ASSERT_EQ(stats.persistent_bytes, persistent);
     ASSERT_EQ(stats.lane_bytes, lane_bytes);
     ASSERT_EQ(stats.persistent_bytes + stats.lane_bytes + stats.retired_bytes + stats.free_bytes,
@@ -148,10 +156,34 @@ class RandomWorkload {
     jobs_.erase(it);
   }
 
+  // A job moves to a random lane (an open one or a new one): on success the
+  // model follows it; a refusal changes nothing.
+  void Move() {
+    auto it = jobs_.begin();
+    std::advance(it, rng_() % jobs_.size());
+    const int to = static_cast<int>(rng_() % (memory_->NumLanes() + 1));
+    const DeviceMemoryStats before = memory_->Stats();
+    const absl::Status moved = memory_->MoveJob(it->first, to);
+    if (moved.ok()) {
+      it->second.lane = to;
+      ++moves_;
+      return;
+    }
+    ASSERT_TRUE(moved.code() == absl::StatusCode::kFailedPrecondition ||
+                moved.code() == absl::StatusCode::kInvalidArgument)
+        << moved;
+    const DeviceMemoryStats after = memory_->Stats();
+    ASSERT_EQ(after.free_bytes, before.free_bytes);
+    ASSERT_EQ(after.lane_bytes, before.lane_bytes);
+    ASSERT_EQ(after.retired_bytes, before.retired_bytes);
+  }
+
   void Step() {
     const uint64_t dice = rng_() % 100;
     if (jobs_.empty() || dice < 50) {
       Arrive();
+    } else if (options_.lane_slack_bytes > 0 && dice >= 75 && dice < 85) {
+      Move();  // only with slack, so the other workloads keep their sequences
     } else if (dice < 85) {
       Leave();
     } else if (dice < 97) {
@@ -190,6 +222,8 @@ class RandomWorkload {
   int admitted_ = 0;
   int refused_ = 0;
   int compactions_ = 0;
+  int moves_ = 0;
+  uint64_t max_slack_ = 0;  // the most lane slack Check saw
 };
 
 TEST(DeviceMemoryRandomTest, ArrivalsAndDeparturesKeepEveryInvariant) {
@@ -210,6 +244,27 @@ TEST(DeviceMemoryRandomTest, ArrivalsAndDeparturesKeepEveryInvariant) {
     workload.DrainAndCheckZero();
     std::printf("seed %d: %d admitted, %d refused, %d compactions\n", static_cast<int>(seed),
                 workload.admitted_, workload.refused_, workload.compactions_);
+  }
+}
+
+TEST(DeviceMemoryRandomTest, LaneSlackStaysWithinItsBoundThroughMoves) {
+  for (uint64_t seed : {5, 6}) {
+    SCOPED_TRACE(absl::StrCat("seed ", seed));
+    DeviceMemoryOptions options;
+    options.reserve_bytes = 64 * kMiB;
+    options.max_lanes = 4;
+    options.lane_slack_bytes = seed == 5 ? 96 * kMiB : 4096 * kMiB;  // the second: capped at usable / 16
+    RandomWorkload workload(seed, options, 4096 * kMiB);
+    for (int step = 0; step < 5000; ++step) {
+      ASSERT_NO_FATAL_FAILURE(workload.Step()) << "step " << step;
+      ASSERT_NO_FATAL_FAILURE(workload.Check()) << "step " << step;
+    }
+    EXPECT_GT(workload.admitted_, 500);
+    EXPECT_GT(workload.moves_, 100);
+    EXPECT_GT(workload.max_slack_, 0u) << "the slack was never used";
+    workload.DrainAndCheckZero();
+    std::printf("seed %d: %d admitted, %d moves, most slack %.1f MiB\n", static_cast<int>(seed), workload.admitted_,
+                workload.moves_, static_cast<double>(workload.max_slack_) / kMiB);
   }
 }
 

@@ -379,3 +379,66 @@ TEST(DeviceMemoryMoveJobTest, RefusesATargetThatCannotGrow) {
 
 }  // namespace
 }  // namespace tandem::memory
+
+namespace tandem::memory {
+namespace {
+
+// Lane slack: a lane keeps bytes beyond its jobs' needs (within the bound),
+// so that moving jobs between lanes rarely relocates an arena (a relocated
+// arena gives every job in the lane a new address table).
+TEST(DeviceMemorySlackTest, ALaneKeepsItsSizeWhenItsLargestJobLeavesOnlyWithinTheSlack) {
+  for (uint64_t slack : {32 * kMiB, 16 * kMiB}) {
+    SCOPED_TRACE(absl::StrCat("slack ", FormatBytes(slack)));
+    FakeDevice device({.capacity_bytes = 1 * kGiB});
+    auto memory = Make(device, {.lane_slack_bytes = slack});
+    ASSERT_TRUE(memory->Admit(Job(1, {}, 10 * kMiB, 0)).ok());
+    ASSERT_TRUE(memory->Admit(Job(2, {}, 40 * kMiB, 0)).ok());
+    void* arena = memory->LaneArena(0);
+    memory->Release(2);  // 30 MiB beyond job 1's need
+    EXPECT_EQ(memory->LaneArena(0), arena);
+    DeviceMemoryStats stats = memory->Stats();
+    if (slack >= 30 * kMiB) {
+      EXPECT_EQ(stats.lanes[0].arena_bytes, 40 * kMiB);
+      EXPECT_EQ(stats.retired_bytes, 0u);
+    } else {
+      EXPECT_EQ(stats.lanes[0].arena_bytes, 10 * kMiB);
+      EXPECT_EQ(stats.retired_bytes, 30 * kMiB);
+    }
+    ExpectAddsUp(*memory);
+  }
+}
+
+TEST(DeviceMemorySlackTest, ALaneOpensAtTheLargestPeakSoAMoveIntoItKeepsItsBase) {
+  for (uint64_t slack : {uint64_t{0}, 4 * kGiB}) {  // 4 GiB: capped at usable / 16 = 64 MiB
+    SCOPED_TRACE(absl::StrCat("slack ", FormatBytes(slack)));
+    FakeDevice device({.capacity_bytes = 1 * kGiB});
+    auto memory = Make(device, {.max_lanes = 4, .lane_slack_bytes = slack});
+    ASSERT_TRUE(memory->Admit(Job(1, {}, 50 * kMiB, 0)).ok());
+    ASSERT_TRUE(memory->Admit(Job(2, {}, 10 * kMiB, 1)).ok());  // 40 MiB of slack
+    ASSERT_TRUE(memory->Admit(Job(3, {}, 30 * kMiB, 2)).ok());  // 20 more: 60 of 64
+    ASSERT_TRUE(memory->Admit(Job(4, {}, 10 * kMiB, 3)).ok());  // 40 more would pass 64
+    DeviceMemoryStats stats = memory->Stats();
+    const uint64_t roomy = slack > 0 ? 50 * kMiB : 10 * kMiB;
+    EXPECT_EQ(stats.lanes[1].arena_bytes, roomy);
+    EXPECT_EQ(stats.lanes[2].arena_bytes, slack > 0 ? 50 * kMiB : 30 * kMiB);
+    EXPECT_EQ(stats.lanes[3].arena_bytes, 10 * kMiB);
+    // Job 1 moves into lane 1: with slack the arena already holds it.
+    void* arena = memory->LaneArena(1);
+    ASSERT_TRUE(memory->MoveJob(1, 1).ok());
+    if (slack > 0) {
+      EXPECT_EQ(memory->LaneArena(1), arena);
+      EXPECT_FALSE(memory->HasRetired(1));
+    } else {
+      EXPECT_NE(memory->LaneArena(1), arena);  // grown into a new range
+      EXPECT_TRUE(memory->HasRetired(1));
+    }
+    stats = memory->Stats();  // lane 0 closed: it is no longer listed
+    ASSERT_EQ(stats.lanes.size(), 3u);
+    EXPECT_EQ(stats.lanes[0].lane, 1);
+    EXPECT_EQ(stats.lanes[0].arena_bytes, 50 * kMiB);
+    ExpectAddsUp(*memory);
+  }
+}
+
+}  // namespace
+}  // namespace tandem::memory

@@ -141,6 +141,11 @@ const std::vector<ConfigKey>& BuildKeys() {
       {"max_lanes", "N", "most lanes (concurrent arenas and streams) per device", false,
        [](absl::string_view v, DaemonOptions* o) { return ParseInt(v, 1, 64, &o->max_lanes); },
        [](const DaemonOptions& o) { return absl::StrCat(o.max_lanes); }},
+      {"lane_slack_mib", "MIB",
+       "lane arena bytes per device kept beyond the jobs' needs, so that moves between lanes rarely relocate "
+       "an arena (at most 1/16 of the device's memory); 0: none",
+       false, [](absl::string_view v, DaemonOptions* o) { return ParseMiB(v, 0, &o->lane_slack_bytes); },
+       [](const DaemonOptions& o) { return absl::StrCat(o.lane_slack_bytes >> kMiBShift); }},
       {"max_job_memory_mib", "MIB", "per-job memory quota (persistent + ephemeral); 0: none", true,
        [](absl::string_view v, DaemonOptions* o) { return ParseMiB(v, 0, &o->max_job_bytes); },
        [](const DaemonOptions& o) { return absl::StrCat(o.max_job_bytes >> kMiBShift); }},

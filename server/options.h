@@ -21,6 +21,8 @@ struct DaemonOptions {
   uint64_t cpu_memory_bytes = uint64_t{8} << 30;  // capacity of the CPU device
   uint64_t reserve_bytes = 0;    // 0: measured/estimated per device at start
   int max_lanes = 4;
+  // Lane arenas' slack per device (memory::DeviceMemoryOptions::lane_slack_bytes).
+  uint64_t lane_slack_bytes = uint64_t{512} << 20;
   uint64_t max_job_bytes = 0;    // per-job quota; 0: none
   int max_inflight_per_lane = 2; // iterations enqueued ahead on a lane
   int max_queued_per_job = 64;   // iterations a job may have waiting

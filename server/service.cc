@@ -84,6 +84,7 @@ absl::StatusOr<std::unique_ptr<Service>> Service::Create(const DaemonOptions& op
     memory::DeviceMemoryOptions mem;
     mem.max_lanes = options.max_lanes;
     mem.max_job_bytes = options.max_job_bytes;
+    mem.lane_slack_bytes = options.lane_slack_bytes;
     if (options.reserve_bytes > 0) {
       mem.reserve_bytes = options.reserve_bytes;
     } else if (info.backend == device::Backend::kCuda) {
