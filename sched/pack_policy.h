@@ -12,7 +12,8 @@
 //     streams only where the lane holds fewer than StreamLaneCap jobs and
 //     is not past kSaturated); else an empty lane; else a new lane while
 //     fewer than max_lanes exist; else the lane with the fewest jobs (for
-//     a request stream's newcomer, the least busy lane).
+//     a request stream's newcomer, the fewest among the least busy lanes:
+//     loads within kLaneLoadTie count as equal).
 //   * Rebalance (at iteration boundaries): moves a job to the lane that
 //     leaves it the fewest clashing partners in other lanes (a request
 //     stream only to a lane below kSaturated and StreamLaneCap; each move
@@ -69,6 +70,11 @@ bool MeasuredToClash(const SchedState& state, int key_a, int key_b, double margi
 // requests (PackPolicy::kSaturated).
 inline constexpr double kSaturatedLaneLoad = 0.7;
 
+// Lane loads this close (fractions of a lane's time) count as equal when a
+// request stream's newcomer looks for the least busy lane: it then takes
+// the one with the fewest jobs.
+inline constexpr double kLaneLoadTie = 0.05;
+
 // The most jobs a lane may hold for a request stream to join it by the
 // clash rule (placement or fold): the lane's share of the device's jobs
 // (their number over max_lanes, rounded up), at least 2 (a pair may always
@@ -80,7 +86,8 @@ size_t StreamLaneCap(const SchedState& state, int max_lanes);
 // given: the lanes' loads) only a lane holding fewer jobs than
 // StreamLaneCap and not past kSaturatedLaneLoad; else an empty lane; else
 // a new lane (num_lanes) while fewer than max_lanes exist; else the lane
-// with the fewest jobs (for a request stream, the least busy lane).
+// with the fewest jobs (for a request stream, the one with the fewest jobs
+// among the lanes within kLaneLoadTie of the least busy).
 int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes, double margin,
                 int max_lanes, const std::vector<double>* stream_lane_loads = nullptr);
 

@@ -399,6 +399,28 @@ TEST_F(PackPolicyTest, IdleRequestStreamsFoldOnlyUpToTheLaneCap) {
   EXPECT_EQ(into_b, 2);
 }
 
+TEST_F(PackPolicyTest, ARequestStreamNewcomerTakesTheFewestJobsAmongLanesOfAboutEqualLoad) {
+  // Every lane taken by light request streams of key a: lane 0 holds five
+  // and is the least busy by a hair, lanes 1 and 2 one and two.
+  for (JobId job = 1; job <= 5; ++job) Add(job, "a", 0);
+  Add(6, "a", 1);
+  Add(7, "a", 2);
+  Add(8, "a", 2);
+  auto loads = [](double job6) {
+    return std::vector<std::tuple<JobId, int, double>>{{1, 0, 0.001}, {2, 0, 0.001}, {3, 0, 0.001},
+                                                       {4, 0, 0.001}, {5, 0, 0.001}, {6, 1, job6},
+                                                       {7, 2, 0.01},  {8, 2, 0.01}};
+  };
+  JobParams a;
+  a.interference_key = "a";
+  // Loads 0.005, 0.01 and 0.02 are all idle: the lane with the fewest jobs.
+  RunLoads(*scheduler_, *clock_, loads(0.01), 300);
+  EXPECT_EQ(scheduler_->ChooseLane(a, 3), 1);
+  // Lane 1 busy (0.3) is out of the tie: the fewest jobs of lanes 0 and 2.
+  RunLoads(*scheduler_, *clock_, loads(0.3), 300);
+  EXPECT_EQ(scheduler_->ChooseLane(a, 3), 2);
+}
+
 TEST(LaneLoadsTest, RequestStreamsAreIdleAtMostIterationEndsAndLight) {
   LaneLoads loads;
   // 100 iterations a second of 2 ms each: load 0.2.
