@@ -16,7 +16,8 @@
 //     loads within kLaneLoadTie count as equal).
 //   * Rebalance (at iteration boundaries): moves a job to the lane that
 //     leaves it the fewest clashing partners in other lanes (a request
-//     stream only to a lane below kSaturated and StreamLaneCap; each move
+//     stream only to a lane below kSaturated and StreamLaneCap, and not
+//     within kHoldSeconds of its last move; each move
 //     strictly reduces the clashing pairs running side by side, so it never
 //     oscillates), and spreads a job of a crowded lane to an empty or a new
 //     lane when it clashes with nobody, or when it is a request stream of

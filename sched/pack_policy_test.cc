@@ -399,6 +399,23 @@ TEST_F(PackPolicyTest, IdleRequestStreamsFoldOnlyUpToTheLaneCap) {
   EXPECT_EQ(into_b, 2);
 }
 
+TEST_F(PackPolicyTest, ARequestStreamMovedLatelyStaysPutAndItsPartnerFoldsToIt) {
+  // Keys a and b clash; jobs 1 (a) and 2 (b) are light request streams.
+  Add(1, "a", 0);
+  Add(2, "b", 1);
+  MeasureSolo();
+  for (int i = 0; i < 4; ++i) RunPair(1, 0.048, 2, 0.048);
+  RunLoads(*scheduler_, *clock_, {{1, 0, 0.02}, {2, 1, 0.02}}, 300);
+  // Job 1 moved away and back: held in lane 0 for kHoldSeconds.
+  ASSERT_TRUE(scheduler_->MoveJob(1, 2).ok());
+  ASSERT_TRUE(scheduler_->MoveJob(1, 0).ok());
+  std::vector<LaneChange> changes = scheduler_->Rebalance(3);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].job, 2) << "the held job 1 would have gone first (lane 0 comes first)";
+  EXPECT_EQ(changes[0].from_lane, 1);
+  EXPECT_EQ(changes[0].to_lane, 0);
+}
+
 TEST_F(PackPolicyTest, ARequestStreamNewcomerTakesTheFewestJobsAmongLanesOfAboutEqualLoad) {
   // Every lane taken by light request streams of key a: lane 0 holds five
   // and is the least busy by a hair, lanes 1 and 2 one and two.

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "adaptor/cuda/cuda_kernels.h"
@@ -84,6 +85,7 @@ struct LaneState {
   // allocation) and from an iteration's first node to its read-back.
   bool word_zero = false;
   std::shared_ptr<ErrorSlots> error_slots;  // shared with the deferred checks
+  uint64_t last_used = 0;         // the Program's use count at this stream's last iteration
   CapturedGraph whole;            // the whole iteration
   absl::flat_hash_map<std::pair<int, int>, CapturedGraph> ranges;  // [begin, end) of EnqueueNodes
 };
@@ -108,6 +110,7 @@ class CudaProgram final : public Program {
   absl::Status Enqueue(device::Stream& stream, absl::Span<void* const> addresses) override {
     ASSIGN_OR_RETURN(CudaStream * cuda_stream, CheckAndSelect(stream, addresses));
     ASSIGN_OR_RETURN(LaneState * state, StateFor(*cuda_stream));
+    state->last_used = ++uses_;
     RETURN_IF_ERROR(BeginIteration(*cuda_stream, *state));
     if (options_.profile_nodes) {
       RETURN_IF_ERROR(EnqueueProfiled(*cuda_stream, *state, addresses));
@@ -130,6 +133,7 @@ class CudaProgram final : public Program {
     }
     ASSIGN_OR_RETURN(CudaStream * cuda_stream, CheckAndSelect(stream, addresses));
     ASSIGN_OR_RETURN(LaneState * state, StateFor(*cuda_stream));
+    state->last_used = ++uses_;
     if (begin == 0) RETURN_IF_ERROR(BeginIteration(*cuda_stream, *state));
     if (options_.use_graphs && options_.range_graphs && !capture_disabled_) {
       CapturedGraph& range = state->ranges[{begin, end}];
@@ -255,18 +259,73 @@ class CudaProgram final : public Program {
 
   // Captures nodes [begin, end) into `graph`; true when it worked. A failed
   // capture is counted and logged, and turns capturing off for this Program
-  // (its iterations and ranges then run op by op).
+  // (its iterations and ranges then run op by op), unless it failed for
+  // want of device memory: then the Program's graphs of other streams are
+  // released and capturing resumes after a backoff (cuda_program_options.h).
   bool TryCapture(CudaStream& stream, LaneState& state, CapturedGraph& graph, absl::Span<void* const> addresses,
                   int begin, int end) {
+    if (uses_ < capture_retry_at_) return false;
     absl::Status captured = Capture(stream, state, graph, addresses, begin, end);
-    if (captured.ok()) return true;
+    if (captured.ok()) {
+      capture_backoff_ = 0;
+      KeepGraphsOf(state, std::max(options_.kept_lane_graphs, 1) - 1);
+      return true;
+    }
     ++stats_.capture_failures;
+    if (absl::IsResourceExhausted(captured)) {
+      ++stats_.capture_out_of_memory;
+      KeepGraphsOf(state, 0);
+      capture_backoff_ = std::clamp<uint64_t>(2 * capture_backoff_, kMinCaptureBackoff, kMaxCaptureBackoff);
+      capture_retry_at_ = uses_ + capture_backoff_;
+      if (stats_.capture_out_of_memory == 1) {
+        TLOG_WARNING("CUDA graph capture found no device memory; this job runs op by op and tries again later")
+            .With("device", device_.info().name)
+            .With("nodes", absl::StrCat("[", begin, ", ", end, ")"))
+            .With("retry_after_iterations", capture_backoff_)
+            .With("reason", captured.ToString());
+      }
+      return false;
+    }
     capture_disabled_ = true;
     TLOG_WARNING("CUDA graph capture failed; this job's iterations run op by op")
         .With("device", device_.info().name)
         .With("nodes", absl::StrCat("[", begin, ", ", end, ")"))
         .With("reason", captured.ToString());
     return false;
+  }
+
+  // Releases the graphs of every stream but `current` and the `others` most
+  // recently used other streams that hold graphs.
+  void KeepGraphsOf(const LaneState& current, int others) {
+    std::vector<LaneState*> holding;
+    for (auto& [stream, state] : lanes_) {
+      if (state.get() != &current && HoldsGraphs(*state)) holding.push_back(state.get());
+    }
+    if (static_cast<int>(holding.size()) <= others) return;
+    std::sort(holding.begin(), holding.end(),
+              [](const LaneState* a, const LaneState* b) { return a->last_used > b->last_used; });
+    for (size_t i = static_cast<size_t>(others); i < holding.size(); ++i) {
+      ReleaseGraphs(*holding[i]);
+      ++stats_.lane_graph_releases;
+    }
+  }
+
+  static bool HoldsGraphs(const LaneState& state) {
+    if (state.whole.exec != nullptr) return true;
+    return std::any_of(state.ranges.begin(), state.ranges.end(),
+                       [](const auto& range) { return range.second.exec != nullptr; });
+  }
+
+  // Destroys a stream's executable graphs (one still running is freed when
+  // it completes); its next iteration there runs op by op and captures.
+  static void ReleaseGraphs(LaneState& state) {
+    if (state.whole.exec != nullptr) cudaGraphExecDestroy(state.whole.exec);
+    state.whole.exec = nullptr;
+    state.whole.captured.clear();
+    for (auto& [range, graph] : state.ranges) {
+      if (graph.exec != nullptr) cudaGraphExecDestroy(graph.exec);
+    }
+    state.ranges.clear();
   }
 
   // An op-by-op run with an event before every node, waited for here; adds
@@ -378,12 +437,7 @@ class CudaProgram final : public Program {
   }
 
   void Release(LaneState& state) {
-    if (state.whole.exec != nullptr) cudaGraphExecDestroy(state.whole.exec);
-    state.whole.exec = nullptr;
-    for (auto& [range, graph] : state.ranges) {
-      if (graph.exec != nullptr) cudaGraphExecDestroy(graph.exec);
-    }
-    state.ranges.clear();
+    ReleaseGraphs(state);
     device_.Free(state.error_word);
     device_.FreeHost(state.error_host);
     state.error_word = nullptr;
@@ -521,6 +575,13 @@ class CudaProgram final : public Program {
   const CudaProgramOptions options_;
   absl::flat_hash_map<CudaStream*, std::unique_ptr<LaneState>> lanes_;
   bool capture_disabled_ = false;
+  // Iterations (and ranges) enqueued so far; no capture is tried before
+  // capture_retry_at_ (a backoff after a capture out of memory).
+  uint64_t uses_ = 0;
+  uint64_t capture_retry_at_ = 0;
+  uint64_t capture_backoff_ = 0;
+  static constexpr uint64_t kMinCaptureBackoff = 16;
+  static constexpr uint64_t kMaxCaptureBackoff = 1024;
   CudaProgramStats stats_;
   // Counters() for other threads (stats_ is the executor thread's).
   static void Count(std::atomic<int64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }

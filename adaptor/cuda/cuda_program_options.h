@@ -7,8 +7,18 @@
 // the whole iteration into a CUDA graph (stream capture on the lane stream,
 // thread-local mode), and later iterations with the same address table on
 // the same stream replay it with one cudaGraphLaunch. A failed capture is
-// logged once and the Program stays op by op. Node ranges (EnqueueNodes)
-// follow the same rule range by range (range_graphs).
+// logged once and the Program stays op by op, except when the executable
+// graph found no device memory (executable graphs live outside the daemon's
+// pools, in what its reserve leaves): then the Program releases its graphs
+// of other streams, runs op by op, and tries again after a backoff (16
+// iterations, doubling to 1024). Node ranges (EnqueueNodes) follow the same
+// rule range by range (range_graphs).
+//
+// A Program keeps its graphs on at most `kept_lane_graphs` streams (the
+// one it captures on and the most recently used others): a job that moves
+// between lanes would otherwise leave an executable graph on every lane it
+// ran on (512 inference jobs on 12 lanes of an H200 ran the device out of
+// memory for new graphs).
 //
 // A captured graph holds raw device addresses: the tensors of its address
 // table, the stream's BLAS workspace and the Program's error word. Whoever
@@ -50,6 +60,9 @@ struct CudaProgramOptions {
   // environment.
   bool profile_nodes = false;
   int profile_report_every = 50;
+  // The streams whose graphs a Program keeps (at least 1): coming back to a
+  // stream it kept, with the same address table, replays without capturing.
+  int kept_lane_graphs = 2;
 };
 
 struct CudaProgramStats {
@@ -58,7 +71,9 @@ struct CudaProgramStats {
   int64_t captures = 0;         // graphs captured (including updates of one)
   int64_t range_graph_launches = 0;  // node ranges enqueued as one graph launch
   int64_t range_captures = 0;        // graphs of node ranges captured
-  int64_t capture_failures = 0;
+  int64_t capture_failures = 0;       // including those out of memory
+  int64_t capture_out_of_memory = 0;  // failures for want of device memory (retried later)
+  int64_t lane_graph_releases = 0;    // streams whose graphs were released (kept_lane_graphs, or memory)
   int64_t profiled_iterations = 0;   // iterations in the node profile (profile_nodes)
   double profiled_seconds = 0.0;      // the nodes' summed time over those iterations
 };

@@ -3,6 +3,7 @@
 // change, and bad class labels failing their iteration (INVALID_ARGUMENT
 // naming the node and value) while the stream keeps working.
 #include <cstring>
+#include <iterator>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -204,6 +205,38 @@ TEST(CudaProgram, ChangedAddressesRunOpByOpAndRecapture) {
   EXPECT_EQ(stats.op_by_op_runs, 2);
   EXPECT_EQ(stats.graph_launches, 2);
   EXPECT_EQ(stats.captures, 2);
+}
+
+// A Program keeps its graphs on at most kept_lane_graphs streams: running
+// on streams A, B, C, A, C with 2 kept, C's capture releases A's graph (the
+// least recently used), A comes back op by op and captures (releasing B's),
+// and C replays. Every iteration matches the CPU.
+TEST(CudaProgram, KeepsGraphsOnlyOfTheMostRecentStreams) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  Mlp mlp(16, {48, 32, 5});
+  const Graph& graph = mlp.g.graph();
+  auto program = cuda::CreateCudaProgram(graph, *Gpu(), {.kept_lane_graphs = 2});
+  ASSERT_TRUE(program.ok()) << program.status();
+  GpuRun a(graph), b(graph), c(graph);
+  GpuRun* order[] = {&a, &b, &c, &a, &c};
+  for (size_t i = 0; i < std::size(order); ++i) {
+    SCOPED_TRACE(::testing::Message() << "iteration " << i);
+    const std::vector<Bytes> feeds = mlp.g.RandomFeeds(Rng());
+    auto ref = RunOnCpu(graph, feeds);
+    ASSERT_TRUE(ref.ok());
+    ASSERT_TRUE(order[i]->Upload(feeds).ok());
+    absl::Status s = order[i]->RunIteration(**program);
+    ASSERT_TRUE(s.ok()) << s;
+    auto out = order[i]->Download();
+    ASSERT_TRUE(out.ok());
+    ExpectOutputsMatch(graph, *out, *ref, kStepTolerance, "GPU vs CPU");
+  }
+  const cuda::CudaProgramStats stats = cuda::GetCudaProgramStats(**program);
+  EXPECT_EQ(stats.op_by_op_runs, 4);
+  EXPECT_EQ(stats.captures, 4);
+  EXPECT_EQ(stats.graph_launches, 1);
+  EXPECT_EQ(stats.lane_graph_releases, 2);
+  EXPECT_EQ(stats.capture_failures, 0);
 }
 
 // A bad label fails its iteration; the next iteration on the same stream
