@@ -190,6 +190,16 @@ void Service::FillDeviceDetails(const DeviceRuntime& dev, v1::DeviceStats* stats
   stats->set_graph_launches(static_cast<uint64_t>(programs.graph_launches));
   stats->set_op_by_op_runs(static_cast<uint64_t>(programs.op_by_op_runs));
   stats->set_graph_captures(static_cast<uint64_t>(programs.captures));
+  for (const JournalEntry& e : dev.journal.Since(0)) {
+    v1::DeviceEvent* event = stats->add_events();
+    event->set_unix_seconds(e.unix_seconds);
+    event->set_kind(JournalKindName(e.kind));
+    event->set_job(e.job);
+    event->set_lane(e.lane);
+    event->set_from_lane(e.from_lane);
+    event->set_seconds(e.seconds);
+  }
+  stats->set_events_dropped(dev.journal.dropped());
   if (const DeviceMeasurements* d = measurements_.Device(dev.index); d != nullptr) {
     stats->set_busy_seconds(d->busy_seconds);
   }
@@ -199,6 +209,25 @@ void Service::MeasureIteration(const DeviceRuntime& dev, uint64_t job_id, double
                                Clock::time_point enqueued) {
   double waited = std::chrono::duration<double>(Clock::now() - enqueued).count() - run_seconds;
   measurements_.OnIteration(dev.index, job_id, run_seconds, waited, NowSeconds());
+}
+
+void Service::JournalIteration(DeviceRuntime& dev, int lane, Job& job, double run_seconds, double queue_seconds) {
+  const int64_t captures = job.program != nullptr ? job.program->Counters().captures : 0;
+  if (captures > job.captures_seen) {
+    dev.journal.Add({.unix_seconds = DeviceJournal::UnixNow(),
+                     .kind = JournalKind::kCapture,
+                     .job = job.id,
+                     .lane = lane,
+                     .seconds = run_seconds});
+  }
+  job.captures_seen = captures;
+  if (queue_seconds >= DeviceJournal::kSlowWaitSeconds) {
+    dev.journal.Add({.unix_seconds = DeviceJournal::UnixNow(),
+                     .kind = JournalKind::kSlowWait,
+                     .job = job.id,
+                     .lane = lane,
+                     .seconds = queue_seconds});
+  }
 }
 
 void Service::ApplyLiveOptions(const DaemonOptions& fresh, const std::vector<std::string>& changed) {

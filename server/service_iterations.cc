@@ -204,6 +204,11 @@ void Service::RebalanceLanes(DeviceRuntime& dev) {
         .With("to", change.to_lane);
     job.lane = change.to_lane;
     dev.lane_moves++;
+    dev.journal.Add({.unix_seconds = DeviceJournal::UnixNow(),
+                     .kind = JournalKind::kMove,
+                     .job = job.id,
+                     .lane = change.to_lane,
+                     .from_lane = change.from_lane});
     dev.lane_levels_stale = true;
   }
 }
@@ -413,6 +418,7 @@ void Service::FinishIteration(DeviceRuntime& dev, int lane, int slot_index, uint
       l.iterations++;
       l.busy_seconds += seconds;
       MeasureIteration(dev, job_id, seconds, it.enqueued);
+      JournalIteration(dev, lane, *job, seconds, r->queue_seconds());
       iterations_++;
       Reply(it.reply, std::move(response));
     } else {

@@ -21,6 +21,7 @@
 #include "device/device.h"
 #include "memory/device_memory.h"
 #include "sched/scheduler.h"
+#include "server/device_journal.h"
 #include "server/executor.h"
 #include "server/shared_region.h"
 #include "server/request_frames.h"
@@ -90,6 +91,7 @@ struct Job {
   // only with nothing of it in flight (Service::RebalanceLanes), whose
   // completions reached the loop after the old thread's last use.
   std::unique_ptr<Program> program;
+  int64_t captures_seen = 0;         // program's captures when its last iteration ended (journal)
   std::vector<void*> persistent;     // per graph.persistents entry
   uint64_t persistent_bytes = 0;
 
@@ -225,6 +227,8 @@ struct DeviceRuntime {
   std::vector<Lane> lanes;  // by lane index; grows as memory opens lanes
   uint64_t iterations = 0;
   uint64_t lane_moves = 0;  // jobs the policy moved to another lane
+  // Recent moves, captures and long waits, with wall-clock times.
+  DeviceJournal journal;
   // When the policy may next be asked for moves (RebalanceLanes: at least
   // kRebalanceInterval apart, more while a proposal takes long).
   Clock::time_point next_rebalance;

@@ -124,6 +124,11 @@ LANES = 12
 # The daemon-side defaults of hosting, each added unless --tandemd_flags names the flag.
 TANDEMD_DEFAULTS = {"--max_inflight_per_lane": INFLIGHT_PER_LANE, "--max_lanes": LANES}
 STALL_BIN_S = 0.05
+# tandemd's journal events lined up with a stall bin: from this long before the bin (a capture or a move holds
+# up its lane for a while before the requests behind it come out slow) to the bin's end.
+EVENT_LEAD_S = 0.1
+# The most journal events a probe keeps in the JSON (as seconds into its timed window).
+MAX_PROBE_EVENTS = 400
 
 
 def merge_splits(models, key):
@@ -236,8 +241,16 @@ def run_probe(n, pool, args, stats_client, device):
         out["cpu"] = cpu_during(cpu["a"], cpu["b"], args.duration_s, worker_pids, daemon_pid)
     window = daemon_stats.delta(before, after)
     if window is not None:
+        events = window.pop("events")
         out["tandemd"] = {"persistent_mib": round(after["persistent_bytes"] / 2**20, 1),
                           "lane_mib": round(after["lane_bytes"] / 2**20, 1), **window}
+        # What tandemd did around each stall: its journal on the clock of the timed window.
+        window_start = start_at + args.warmup_s
+        for b in (out.get("stalls") or {}).get("top", []):
+            t = window_start + b["at_s"]
+            b["tandemd"] = daemon_stats.summarize(daemon_stats.near(events, t - EVENT_LEAD_S, t + STALL_BIN_S))
+        out["tandemd"]["events"] = [{"at_s": round(e["t"] - window_start, 4),
+                                     **{k: v for k, v in e.items() if k != "t"}} for e in events[:MAX_PROBE_EVENTS]]
     out["wall_s"] = round(time.monotonic() - started, 2)
     return out
 
@@ -258,7 +271,13 @@ def log_probe(r, note=""):
            f"{r['dropped']} unsent, {r['served_rps']:.0f}/{r['offered_rps']:.0f} req/s{cpu} ({r['wall_s']} s{bg}){note}")
     st = r.get("stalls") or {}
     if st.get("slow_requests"):
-        tops = ", ".join(f"{b['at_s']}s: {b['requests']} in {b['models']} models" for b in st["top"][:3])
+        def around(b):  # tandemd's journal near the bin: e.g. "capture 2 (lanes 3,5)"
+            d = b.get("tandemd")
+            if not d:
+                return ""
+            return " [" + "; ".join(f"{k} {v['n']} (lanes {','.join(map(str, v['lanes']))})" for k, v in d.items()) + "]"
+
+        tops = ", ".join(f"{b['at_s']}s: {b['requests']} in {b['models']} models{around(b)}" for b in st["top"][:3])
         bc.log(f"         {st['slow_requests']} requests over target in {st['bins']} bins of {STALL_BIN_S}s; "
                f"most models at once: {tops}")
     d = r.get("tandemd", {})
@@ -273,7 +292,8 @@ def log_probe(r, note=""):
                + (f" (longest item {longest[1]} ms, {longest[0]})" if longest else "")
                + f"; items us: {items or '-'}; parts us: {parts or '-'}; "
                f"lanes jobs: kernel/occupied s: {lanes or '-'}; lane moves {d.get('lane_moves', '-')}, "
-               f"graph captures {d.get('graph_captures', '-')}")
+               f"graph captures {d.get('graph_captures', '-')}; journal {d.get('event_counts', '-')}"
+               + (f" ({d['events_dropped']} dropped)" if d.get("events_dropped") else ""))
 
 
 # ---- the tandem mode's check of each kind ----
@@ -327,6 +347,7 @@ def trim_models(out):
     for p in out.get("probes", []):
         if p.get("n") not in keep or p.get("discarded"):
             p.pop("models", None)
+            p.get("tandemd", {}).pop("events", None)
 
 
 def run_mode(mode, args, state, result, deadline, save):

@@ -8,8 +8,13 @@ delta() gives what the window did on the first device (iterations, kernel second
 and captures, per lane its jobs, iterations, kernel and occupied seconds) and where the control loop (one
 thread) spent it: busy seconds, the work items that took most of it with their mean time and their mean wait
 in the queue behind other items, and the sections of a work item ("Handler/part"); and per thread that enqueues the lanes' device work its
-items, busy seconds and mean wait.
+items, busy seconds and mean wait. The device's journal (server/device_journal.h: lane moves, iterations that
+captured a graph, iterations that waited 5 ms or more in the daemon, each with its wall-clock time) comes with
+each snapshot; delta() keeps the window's events and counts them, and near() and summarize() line them up
+with a client's slow requests.
 """
+
+import time
 
 COUNTERS = ("lane_moves", "graph_launches", "op_by_op_runs", "graph_captures")
 
@@ -26,6 +31,7 @@ def snapshot(client):
     dev = stats.get("devices", [{}])[0]
     keys = ("persistent_bytes", "lane_bytes", "reserve_bytes", "capacity_bytes", "iterations", "lanes") + COUNTERS
     out = {k: int(dev.get(k, 0)) for k in keys}
+    out["at"] = time.time()  # the journal's clock (tandemd runs on this machine)
     out["pid"] = int(stats.get("pid", 0)) or None
     out["busy_seconds"] = float(dev.get("busy_seconds", 0.0))
     out["per_lane"] = {int(lane.get("lane", 0)): {"jobs": len(lane.get("jobs", [])),
@@ -42,7 +48,28 @@ def snapshot(client):
     out["executors"] = {e["name"]: (int(e.get("items", 0)), float(e.get("busy_seconds", 0.0)),
                                     float(e.get("wait_seconds", 0.0)))
                         for e in dev.get("executors", [])}
+    # Protobuf JSON leaves out fields at their defaults (lane 0, from_lane 0).
+    out["events"] = [{"t": float(e.get("unix_seconds", 0.0)), "kind": e.get("kind", ""), "job": int(e.get("job", 0)),
+                      "lane": int(e.get("lane", 0)), "from_lane": int(e.get("from_lane", 0)),
+                      "seconds": float(e.get("seconds", 0.0))}
+                     for e in dev.get("events", [])]
+    out["events_dropped"] = int(dev.get("events_dropped", 0))
     return out
+
+
+def near(events, t0, t1):
+    """The events with t0 <= t < t1."""
+    return [e for e in events if t0 <= e["t"] < t1]
+
+
+def summarize(events):
+    """Per kind, how many and on which lanes ({"capture": {"n": 2, "lanes": [1, 4]}, ...})."""
+    out = {}
+    for e in events:
+        k = out.setdefault(e["kind"], {"n": 0, "lanes": set()})
+        k["n"] += 1
+        k["lanes"].add(e["lane"])
+    return {kind: {"n": v["n"], "lanes": sorted(v["lanes"])} for kind, v in sorted(out.items())}
 
 
 def usable(*snapshots):
@@ -90,4 +117,9 @@ def delta(before, after, top=6):
                             (name, tuple(a - b for a, b in zip(now, before.get("executors", {}).get(name, zero))))
                             for name, now in sorted(after.get("executors", {}).items()))
                         if items > 0]
+    # The journal's events of the window (a snapshot's events are the journal's last 1024; events_dropped says
+    # whether the window lost some to newer ones).
+    out["events"] = near(after.get("events", []), before.get("at", 0.0), after.get("at", float("inf")))
+    out["event_counts"] = {kind: v["n"] for kind, v in summarize(out["events"]).items()}
+    out["events_dropped"] = after.get("events_dropped", 0) - before.get("events_dropped", 0)
     return out

@@ -81,6 +81,35 @@ class DaemonStatsTest(unittest.TestCase):
         self.assertIsNone(daemon_stats.delta(failed, daemon_stats.snapshot(Client([good]))))
         self.assertIsNone(daemon_stats.delta(None, daemon_stats.snapshot(Client([good]))))
 
+    def test_journal_events_of_the_window(self):
+        def with_events(events, dropped):
+            r = reply(1, 0.0, [])
+            r["devices"][0]["events"] = events
+            r["devices"][0]["events_dropped"] = str(dropped)
+            return r
+
+        # As protobuf JSON writes them: lane 0 and from_lane 0 left out, 64-bit job ids as strings.
+        early = {"unix_seconds": 99.5, "kind": "move", "job": "7", "lane": 2, "seconds": 0.0}
+        move = {"unix_seconds": 100.2, "kind": "move", "job": "7", "lane": 3, "from_lane": 1}
+        capture = {"unix_seconds": 100.25, "kind": "capture", "job": "7", "lane": 3, "seconds": 0.004}
+        wait = {"unix_seconds": 100.3, "kind": "slow_wait", "job": "9", "seconds": 0.012}
+        late = {"unix_seconds": 101.5, "kind": "slow_wait", "job": "9", "lane": 1, "seconds": 0.02}
+        client = Client([with_events([early], 3), with_events([early, move, capture, wait, late], 5)])
+        before, after = daemon_stats.snapshot(client), daemon_stats.snapshot(client)
+        self.assertEqual(after["events"][3], {"t": 100.3, "kind": "slow_wait", "job": 9, "lane": 0, "from_lane": 0,
+                                              "seconds": 0.012})
+        before["at"], after["at"] = 100.0, 101.0
+        d = daemon_stats.delta(before, after)
+        # Only the events between the two snapshots, and how many the journal dropped meanwhile.
+        self.assertEqual([e["kind"] for e in d["events"]], ["move", "capture", "slow_wait"])
+        self.assertEqual(d["event_counts"], {"capture": 1, "move": 1, "slow_wait": 1})
+        self.assertEqual(d["events_dropped"], 2)
+        self.assertEqual(d["events"][0]["from_lane"], 1)
+        # Near a moment: what happened, per kind, on which lanes.
+        self.assertEqual(daemon_stats.summarize(daemon_stats.near(d["events"], 100.22, 100.4)),
+                         {"capture": {"n": 1, "lanes": [3]}, "slow_wait": {"n": 1, "lanes": [0]}})
+        self.assertEqual(daemon_stats.near(d["events"], 100.31, 100.4), [])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -167,6 +167,8 @@ absl::Status Lanes(Client& c, const CtlOptions& options, std::ostream& out) {
       l->set_graph_launches(d.graph_launches());
       l->set_op_by_op_runs(d.op_by_op_runs());
       l->set_graph_captures(d.graph_captures());
+      *l->mutable_events() = d.events();
+      l->set_events_dropped(d.events_dropped());
     }
     out << ToJson(lanes);
     return absl::OkStatus();
