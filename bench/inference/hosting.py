@@ -143,17 +143,20 @@ def merge_splits(models, key):
 
 def stall_bins(models, top=5):
     """Requests over the latency target, by when they arrived (STALL_BIN_S bins of the timed window; a worker
-    lists at most 100 per model): the bins with most of them, each with how many models they span. A stall of
-    the server shows as one bin spanning many models; one model's bad luck as scattered bins of one."""
+    lists at most 100 per model): the bins with most of them, each with how many models and client processes
+    they span. A stall of the server shows as one bin spanning many models of many processes; a pause of one
+    client process as a bin of its models only; one model's bad luck as scattered bins of one."""
     bins = {}
     for m in models:
         for t in m.get("slow_at_s") or []:
-            b = bins.setdefault(int(t / STALL_BIN_S), [0, set()])
+            b = bins.setdefault(int(t / STALL_BIN_S), [0, set(), set()])
             b[0] += 1
             b[1].add(m["id"])
+            b[2].add(m.get("pid"))
     ranked = sorted(bins.items(), key=lambda kv: (-len(kv[1][1]), kv[0]))[:top]
     return {"slow_requests": sum(b[0] for b in bins.values()), "bins": len(bins),
-            "top": [{"at_s": round(k * STALL_BIN_S, 3), "requests": b[0], "models": len(b[1])} for k, b in ranked]}
+            "top": [{"at_s": round(k * STALL_BIN_S, 3), "requests": b[0], "models": len(b[1]),
+                     "processes": len(b[2])} for k, b in ranked]}
 
 
 def _cpu_snapshot(pids):
@@ -277,7 +280,8 @@ def log_probe(r, note=""):
                 return ""
             return " [" + "; ".join(f"{k} {v['n']} (lanes {','.join(map(str, v['lanes']))})" for k, v in d.items()) + "]"
 
-        tops = ", ".join(f"{b['at_s']}s: {b['requests']} in {b['models']} models{around(b)}" for b in st["top"][:3])
+        tops = ", ".join(f"{b['at_s']}s: {b['requests']} in {b['models']} models of {b.get('processes', '?')} "
+                         f"processes{around(b)}" for b in st["top"][:3])
         bc.log(f"         {st['slow_requests']} requests over target in {st['bins']} bins of {STALL_BIN_S}s; "
                f"most models at once: {tops}")
     d = r.get("tandemd", {})

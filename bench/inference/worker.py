@@ -37,6 +37,7 @@ import time
 IMPORT_START = time.perf_counter()
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
@@ -251,14 +252,25 @@ def go(models, cmd):
     t0 = time.perf_counter() + (cmd["start_at"] - time.time())
     results = [{} for _ in active]
     threads = [threading.Thread(target=run_stream, args=(h, cmd, t0, r), daemon=True) for h, r in zip(active, results)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    # No garbage collection while the streams run, in every mode's workers alike: a collection pauses all of
+    # the process's threads (all its models' streams) at once, and the requests would count the pause as
+    # latency. What exists now is frozen out of later collections; the collector runs again after the probe.
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        gc.enable()
+        gc.unfreeze()
     for h, r in zip(active, results):
         if "id" not in r:  # the thread died before writing its stats
             r.update({"id": h.spec["id"], "kind": h.spec["kind"], "batch": h.spec["batch"], "failures": 1,
                       "error": "the stream thread failed"})
+        r["pid"] = os.getpid()  # the coordinator tells a stall of one client process from one across processes
     emit({"event": "done", "models": results})
 
 
