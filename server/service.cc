@@ -453,6 +453,7 @@ void Service::Shutdown() {
       for (auto& slot : lane.slots) {
         if (slot.host != nullptr) dev->device->FreeHost(slot.host);
       }
+      for (void* host : lane.retired_host) dev->device->FreeHost(host);
     }
   }
 }

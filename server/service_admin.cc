@@ -200,6 +200,7 @@ void Service::FillDeviceDetails(const DeviceRuntime& dev, v1::DeviceStats* stats
     event->set_seconds(e.seconds);
   }
   stats->set_events_dropped(dev.journal.dropped());
+  stats->set_staging_allocations(dev.staging_allocations);
   if (const DeviceMeasurements* d = measurements_.Device(dev.index); d != nullptr) {
     stats->set_busy_seconds(d->busy_seconds);
   }

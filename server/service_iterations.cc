@@ -257,17 +257,19 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
   const StagingLayout layout = LayOutStaging(g, run);
   const size_t bytes = layout.bytes;
   if (slot.capacity < bytes) {
-    if (slot.host != nullptr) dev.device->FreeHost(slot.host);
-    slot.host = nullptr;
-    slot.capacity = 0;
-    auto host = dev.device->AllocateHost(bytes);
+    // At least twice the old size, so that a slot grows a few times in its
+    // life; the old buffer is kept until shutdown (Lane::retired_host).
+    const size_t capacity = std::max({bytes, kMinStagingBytes, 2 * slot.capacity});
+    auto host = dev.device->AllocateHost(capacity);
     if (!host.ok()) {
       ReplyError(it.reply, host.status());
       dev.scheduler->CancelDispatch(job.id, lane);
       return;
     }
+    dev.staging_allocations++;
+    if (slot.host != nullptr) l.retired_host.push_back(slot.host);
     slot.host = *host;
-    slot.capacity = bytes;
+    slot.capacity = capacity;
   }
   bool segmented = RunsInSegments(dev, job, l);
   if (segmented) {

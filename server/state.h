@@ -110,6 +110,12 @@ struct Job {
 
 // A host staging area for one in-flight iteration of a lane: feeds are
 // copied in before the iteration, fetches land here after it.
+// A slot's smallest buffer, allocated with its lane: a feed-and-fetch
+// staging area of the small models of inference hosting never grows, so
+// serving allocates no page-locked memory (an allocation, like a free, is a
+// device-wide synchronization point).
+inline constexpr size_t kMinStagingBytes = size_t{1} << 20;
+
 struct StagingSlot {
   void* host = nullptr;
   size_t capacity = 0;
@@ -188,6 +194,10 @@ struct Lane {
   int stream_level = 0;         // the stream's priority level (device.h)
   int wanted_stream_level = 0;  // what its jobs call for (lane_priority.h)
   std::vector<StagingSlot> slots;
+  // Staging buffers a slot outgrew, freed at shutdown: freeing page-locked
+  // memory synchronizes the whole device (every lane's queued work), and
+  // slots grow on the control loop, in the middle of serving.
+  std::vector<void*> retired_host;
   int outstanding = 0;  // iterations enqueued, not completed
   // Each iteration started on the lane gets a sequence number and records
   // its events in events[seq % size]. There is one entry more than slots,
@@ -227,6 +237,7 @@ struct DeviceRuntime {
   std::vector<Lane> lanes;  // by lane index; grows as memory opens lanes
   uint64_t iterations = 0;
   uint64_t lane_moves = 0;  // jobs the policy moved to another lane
+  uint64_t staging_allocations = 0;  // page-locked staging buffers allocated (lanes' slots)
   // Recent moves, captures and long waits, with wall-clock times.
   DeviceJournal journal;
   // When the policy may next be asked for moves (RebalanceLanes: at least

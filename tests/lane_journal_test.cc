@@ -4,9 +4,12 @@
 // of that job with wall-clock times inside the run; nothing moved and
 // nothing was captured (one job under FIFO, CPU programs have no graphs).
 // Moves and captures are checked on the GPU (tests/gpu/daemon_gpu_test.cc).
+// Also the lanes' staging buffers: allocated when a lane opens, grown only
+// when an iteration outgrows one.
 #include <sys/wait.h>
 
 #include <chrono>
+#include <random>
 #include <string>
 
 #include "client/client.h"
@@ -55,6 +58,43 @@ TEST(LaneJournal, ListsIterationsThatWaitedInTheDaemon) {
   }
   EXPECT_GE(waits, 1) << "daemon log:\n" << daemon.Log();
   EXPECT_EQ(dev.events_dropped(), 0u);
+}
+
+// Runs mlp_train through `daemon` with one iteration in flight; the device's stats afterwards.
+v1::DeviceStats TrainAndReadStats(DaemonProcess& daemon, const std::string& name, int batch) {
+  const std::string log = daemon.dir() + "/" + name + ".log";
+  const pid_t pid = Spawn({MlpTrainPath(), "--endpoint=" + daemon.endpoint(), "--iterations=4",
+                           "--batch=" + std::to_string(batch), "--inputs=512", "--hidden=32", "--layers=2",
+                           "--classes=10", "--inflight=1"},
+                          log);
+  int status = 0;
+  EXPECT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFile(log) << "\ndaemon log:\n" << daemon.Log();
+  auto client = client::Client::Connect({.endpoint = daemon.endpoint(), .name = "staging-test"});
+  EXPECT_TRUE(client.ok()) << client.status();
+  if (!client.ok()) return {};
+  auto stats = (*client)->Stats();
+  EXPECT_TRUE(stats.ok()) << stats.status();
+  if (!stats.ok() || stats->devices_size() == 0) return {};
+  return stats->devices(0);
+}
+
+// Each lane's staging slots get their page-locked buffers when the lane
+// opens (an allocation synchronizes the device, so none happens while
+// small models are served): with one iteration in flight only slot 0 of a
+// lane is ever used, yet every slot has its buffer. A batch whose feeds
+// outgrow a slot (1024 x 512 floats, 2 MiB) grows that one slot, once.
+TEST(LaneStaging, BuffersComeWithTheirLaneAndGrowOnlyWhenOutgrown) {
+  // Over TCP the client has no shared memory region, so its feeds travel
+  // in the iteration's staging slot.
+  std::random_device rd;
+  const int port = 20000 + static_cast<int>(rd() % 30000);
+  DaemonProcess daemon("tcp://127.0.0.1:" + std::to_string(port), {"--policy=fifo", "--max_inflight_per_lane=2"});
+  // FIFO places every job in lane 0: one lane of two slots in all.
+  const v1::DeviceStats small = TrainAndReadStats(daemon, "small", 16);  // 32 KiB of feeds
+  EXPECT_EQ(small.staging_allocations(), 2u);
+  const v1::DeviceStats large = TrainAndReadStats(daemon, "large", 1024);
+  EXPECT_EQ(large.staging_allocations(), 3u);
 }
 
 }  // namespace
