@@ -16,7 +16,8 @@ with a client's slow requests.
 
 import time
 
-COUNTERS = ("lane_moves", "graph_launches", "op_by_op_runs", "graph_captures")
+# staging_allocations: page-locked staging buffers allocated (each one a point where the device synchronizes).
+COUNTERS = ("lane_moves", "graph_launches", "op_by_op_runs", "graph_captures", "staging_allocations")
 
 
 def snapshot(client):
