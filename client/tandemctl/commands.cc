@@ -194,6 +194,43 @@ absl::Status Lanes(Client& c, const CtlOptions& options, std::ostream& out) {
   return absl::OkStatus();
 }
 
+// Each device's journal (server/device_journal.h): lane moves, iterations
+// that captured a graph and iterations that waited 5 ms or more in the
+// daemon, oldest first, with how long ago each was.
+absl::Status Events(Client& c, const CtlOptions& options, std::ostream& out) {
+  ASSIGN_OR_RETURN(v1::StatsResponse stats, c.Stats());
+  if (options.json) {
+    v1::StatsResponse events;
+    for (const v1::DeviceStats& d : stats.devices()) {
+      v1::DeviceStats* e = events.add_devices();
+      e->set_name(d.name());
+      *e->mutable_events() = d.events();
+      e->set_events_dropped(d.events_dropped());
+    }
+    out << ToJson(events);
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(v1::ListSessionsResponse list, c.ListSessions());
+  std::map<uint64_t, std::string> names;
+  for (const v1::JobInfo* j : AllJobs(list)) names[j->job_id()] = j->name();
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  TextTable table({"DEVICE", ">AGO S", "KIND", "JOB", ">LANE", ">FROM", ">MS"});
+  uint64_t dropped = 0;
+  for (const v1::DeviceStats& d : stats.devices()) {
+    dropped += d.events_dropped();
+    for (const v1::DeviceEvent& e : d.events()) {
+      const uint64_t id = e.job();
+      table.AddRow({d.name(), absl::StrFormat("%.3f", now - e.unix_seconds()), e.kind(),
+                    absl::StrCat(id, names.contains(id) ? ":" + names[id] : ""), absl::StrCat(e.lane()),
+                    e.kind() == "move" ? absl::StrCat(e.from_lane()) : "-",
+                    e.kind() == "move" ? "-" : absl::StrFormat("%.3f", e.seconds() * 1e3)});
+    }
+  }
+  out << (table.rows() == 0 ? "no events (no lane moves, captures or waits of 5 ms or more)\n" : table.Render());
+  if (dropped > 0) out << dropped << " older events dropped\n";
+  return absl::OkStatus();
+}
+
 // The control loop's time per kind of work item, then per part of one
 // (names "Handler/part", whose time lies inside their handler's).
 absl::Status Loop(Client& c, const CtlOptions& options, std::ostream& out) {
@@ -382,7 +419,7 @@ absl::Status CheckEndpoint(const std::string& endpoint) {
 
 absl::Status ValidateCommand(const std::string& command, const std::vector<std::string>& args,
                              const CtlOptions& options) {
-  static const char* const kCommands[] = {"status", "jobs", "lanes", "loop", "set-priority", "set-policy",
+  static const char* const kCommands[] = {"status", "jobs", "lanes", "loop", "events", "set-priority", "set-policy",
                                           "drain",  "kill", "top"};
   if (std::find(std::begin(kCommands), std::end(kCommands), command) == std::end(kCommands)) {
     return Usage(absl::StrCat("unknown command '", command, "'"));
@@ -415,6 +452,7 @@ absl::Status RunCommand(const std::string& command, const std::vector<std::strin
   if (command == "jobs") return Jobs(*c, options, out);
   if (command == "lanes") return Lanes(*c, options, out);
   if (command == "loop") return Loop(*c, options, out);
+  if (command == "events") return Events(*c, options, out);
   if (command == "set-priority") return SetPriority(*c, args, options, out);
   if (command == "set-policy") return SetPolicy(*c, args, options, out);
   if (command == "drain") return Drain(*c, options, out);
@@ -432,6 +470,8 @@ std::string CtlUsage() {
          "  lanes                  every lane of every device: arena, running iterations, jobs\n"
          "  loop                   the control loop's time per kind of work item and per part of an\n"
          "                         iteration's end (its one thread is the daemon's own limit)\n"
+         "  events                 each device's recent lane moves, graph captures and iterations that\n"
+         "                         waited 5 ms or more in the daemon (the last 1,024)\n"
          "  set-priority JOB N     change a job's priority (the priority policy runs higher first)\n"
          "  set-policy NAME        switch every device to fifo, pack, fair, srtf or priority\n"
          "  drain [--resume] [--wait]\n"

@@ -292,6 +292,32 @@ TEST_F(TandemctlTest, EverySubcommandAgainstTrainingJobs) {
   EXPECT_EQ(Stats().jobs(), 0u);
 }
 
+// events: the device journal. Empty at first; a trainer whose CPU
+// iterations take milliseconds keeps two in flight, so the second waits
+// behind the first, and those waits are listed as its "slow_wait" events,
+// in the JSON and in the table.
+TEST_F(TandemctlTest, EventsListIterationsThatWaited) {
+  ProcessResult empty = Ctl({"events"});
+  ASSERT_EQ(empty.exit_code, 0) << empty.err;
+  EXPECT_THAT(empty.out, HasSubstr("no events"));
+  StartTrainer("heavy", 1000000, {"--batch=256", "--hidden=512", "--inputs=512", "--classes=10", "--layers=3"});
+  v1::StatsResponse events;
+  ASSERT_TRUE(Eventually([&] {
+    events = ParseJson<v1::StatsResponse>(Ctl({"events", "--json"}).out);
+    return events.devices_size() == 1 && events.devices(0).events_size() > 0;
+  })) << Ctl({"events"}).out;
+  const v1::JobInfo heavy = FindJob("heavy");
+  for (const v1::DeviceEvent& e : events.devices(0).events()) {
+    EXPECT_EQ(e.kind(), "slow_wait");
+    EXPECT_EQ(e.job(), heavy.job_id());
+    EXPECT_GE(e.seconds(), 0.005);
+  }
+  ProcessResult table = Ctl({"events"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("slow_wait"));
+  EXPECT_THAT(table.out, HasSubstr(absl::StrCat(heavy.job_id(), ":heavy")));
+}
+
 TEST_F(TandemctlTest, MetricsMoveWithRealIterations) {
   std::map<std::string, double> idle = Scrape();
   EXPECT_EQ(idle.at("tandem_device_iterations_total{device=\"cpu\"}"), 0);
