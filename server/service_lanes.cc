@@ -18,6 +18,12 @@ absl::Status Service::EnsureLane(DeviceRuntime& dev, int lane) {
     ASSIGN_OR_RETURN(l.stream, dev.device->CreateStream());
     l.executor = LaneExecutor(dev, static_cast<int>(dev.lanes.size()));
     l.slots.resize(options_.max_inflight_per_lane);
+    l.events.resize(l.slots.size() + 1);
+    for (IterationEvents& e : l.events) {
+      ASSIGN_OR_RETURN(e.begin, dev.device->CreateEvent());
+      ASSIGN_OR_RETURN(e.start, dev.device->CreateEvent());
+      ASSIGN_OR_RETURN(e.end, dev.device->CreateEvent());
+    }
     // Each slot's buffer now, not at its first iteration (kMinStagingBytes);
     // one that cannot be had is allocated when an iteration needs it.
     for (StagingSlot& slot : l.slots) {
@@ -26,12 +32,6 @@ absl::Status Service::EnsureLane(DeviceRuntime& dev, int lane) {
       dev.staging_allocations++;
       slot.host = *host;
       slot.capacity = kMinStagingBytes;
-    }
-    l.events.resize(l.slots.size() + 1);
-    for (IterationEvents& e : l.events) {
-      ASSIGN_OR_RETURN(e.begin, dev.device->CreateEvent());
-      ASSIGN_OR_RETURN(e.start, dev.device->CreateEvent());
-      ASSIGN_OR_RETURN(e.end, dev.device->CreateEvent());
     }
     dev.lanes.push_back(std::move(l));
   }
