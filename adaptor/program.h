@@ -31,6 +31,11 @@ struct ProgramCounters {
   int64_t graph_launches = 0;  // whole iterations and node ranges replayed as one CUDA graph
   int64_t op_by_op_runs = 0;   // iterations started kernel by kernel (a new address table, or no graph)
   int64_t captures = 0;        // graphs captured (whole iterations and node ranges)
+  // Host seconds the enqueuing thread spent on whole iterations run kernel
+  // by kernel and then captured (the run, recording, instantiating or
+  // updating, uploading): what a lane's thread is held up by when a job
+  // arrives on it or its addresses change.
+  double recapture_seconds = 0;
 };
 
 class Program {

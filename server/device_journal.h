@@ -18,7 +18,8 @@ namespace tandem::server {
 
 enum class JournalKind {
   kMove,      // the policy moved `job` from `from_lane` to `lane`
-  kCapture,   // an iteration of `job` on `lane` captured a graph; seconds: its run time
+  kCapture,   // an iteration of `job` on `lane` captured a graph; seconds: the host time of its
+              // kernel-by-kernel run and capture (ProgramCounters::recapture_seconds)
   kSlowWait,  // an iteration of `job` on `lane` waited `seconds` in the daemon before it ran
 };
 

@@ -89,7 +89,7 @@ class Service {
   void MeasureIteration(const DeviceRuntime& dev, uint64_t job_id, double run_seconds, Clock::time_point enqueued);
   // Journals an iteration that captured a graph or waited long in the
   // daemon (DeviceRuntime::journal).
-  void JournalIteration(DeviceRuntime& dev, int lane, Job& job, double run_seconds, double queue_seconds);
+  void JournalIteration(DeviceRuntime& dev, int lane, Job& job, double queue_seconds);
 
   // service.cc: sessions and the small requests.
   void Reply(const PendingReply& to, v1::Response response);

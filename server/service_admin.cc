@@ -212,16 +212,17 @@ void Service::MeasureIteration(const DeviceRuntime& dev, uint64_t job_id, double
   measurements_.OnIteration(dev.index, job_id, run_seconds, waited, NowSeconds());
 }
 
-void Service::JournalIteration(DeviceRuntime& dev, int lane, Job& job, double run_seconds, double queue_seconds) {
-  const int64_t captures = job.program != nullptr ? job.program->Counters().captures : 0;
-  if (captures > job.captures_seen) {
+void Service::JournalIteration(DeviceRuntime& dev, int lane, Job& job, double queue_seconds) {
+  const ProgramCounters c = job.program != nullptr ? job.program->Counters() : ProgramCounters{};
+  if (c.captures > job.captures_seen) {
     dev.journal.Add({.unix_seconds = DeviceJournal::UnixNow(),
                      .kind = JournalKind::kCapture,
                      .job = job.id,
                      .lane = lane,
-                     .seconds = run_seconds});
+                     .seconds = c.recapture_seconds - job.recapture_seconds_seen});
   }
-  job.captures_seen = captures;
+  job.captures_seen = c.captures;
+  job.recapture_seconds_seen = c.recapture_seconds;
   if (queue_seconds >= DeviceJournal::kSlowWaitSeconds) {
     dev.journal.Add({.unix_seconds = DeviceJournal::UnixNow(),
                      .kind = JournalKind::kSlowWait,

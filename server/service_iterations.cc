@@ -420,7 +420,7 @@ void Service::FinishIteration(DeviceRuntime& dev, int lane, int slot_index, uint
       l.iterations++;
       l.busy_seconds += seconds;
       MeasureIteration(dev, job_id, seconds, it.enqueued);
-      JournalIteration(dev, lane, *job, seconds, r->queue_seconds());
+      JournalIteration(dev, lane, *job, r->queue_seconds());
       iterations_++;
       Reply(it.reply, std::move(response));
     } else {

@@ -92,6 +92,7 @@ struct Job {
   // completions reached the loop after the old thread's last use.
   std::unique_ptr<Program> program;
   int64_t captures_seen = 0;         // program's captures when its last iteration ended (journal)
+  double recapture_seconds_seen = 0;  // and its recapture_seconds
   std::vector<void*> persistent;     // per graph.persistents entry
   uint64_t persistent_bytes = 0;
 

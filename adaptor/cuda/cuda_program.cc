@@ -161,7 +161,8 @@ class CudaProgram final : public Program {
   ProgramCounters Counters() const override {
     return ProgramCounters{graph_launches_.load(std::memory_order_relaxed),
                            op_by_op_runs_.load(std::memory_order_relaxed),
-                           captures_.load(std::memory_order_relaxed)};
+                           captures_.load(std::memory_order_relaxed),
+                           recapture_ns_.load(std::memory_order_relaxed) * 1e-9};
   }
 
  private:
@@ -245,6 +246,7 @@ class CudaProgram final : public Program {
       ++stats_.graph_launches;
       Count(graph_launches_);
     } else {
+      const auto began = std::chrono::steady_clock::now();
       const int num_nodes = static_cast<int>(graph_.nodes.size());
       RETURN_IF_ERROR(LaunchNodes(stream, state, addresses, 0, num_nodes));
       CountOpByOp();
@@ -252,6 +254,10 @@ class CudaProgram final : public Program {
           TryCapture(stream, state, state.whole, addresses, 0, num_nodes)) {
         ++stats_.captures;
         Count(captures_);
+        recapture_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                    std::chrono::steady_clock::now() - began)
+                                    .count(),
+                                std::memory_order_relaxed);
       }
     }
     return absl::OkStatus();
@@ -590,6 +596,7 @@ class CudaProgram final : public Program {
     Count(op_by_op_runs_);
   }
   std::atomic<int64_t> graph_launches_{0}, op_by_op_runs_{0}, captures_{0};
+  std::atomic<int64_t> recapture_ns_{0};  // ProgramCounters::recapture_seconds
   // The profile (options_.profile_nodes).
   std::vector<cudaEvent_t> profile_events_;
   std::vector<double> node_seconds_;  // summed over the profiled iterations
