@@ -274,11 +274,12 @@ def log_probe(r, note=""):
            f"{r['dropped']} unsent, {r['served_rps']:.0f}/{r['offered_rps']:.0f} req/s{cpu} ({r['wall_s']} s{bg}){note}")
     st = r.get("stalls") or {}
     if st.get("slow_requests"):
-        def around(b):  # tandemd's journal near the bin: e.g. "capture 2 (lanes 3,5)"
+        def around(b):  # tandemd's journal near the bin: e.g. "capture 2 (lanes 3,5; 6.1 ms)"
             d = b.get("tandemd")
             if not d:
                 return ""
-            return " [" + "; ".join(f"{k} {v['n']} (lanes {','.join(map(str, v['lanes']))})" for k, v in d.items()) + "]"
+            return " [" + "; ".join(f"{k} {v['n']} (lanes {','.join(map(str, v['lanes']))}; {v['ms']} ms)"
+                                    for k, v in d.items()) + "]"
 
         tops = ", ".join(f"{b['at_s']}s: {b['requests']} in {b['models']} models of {b.get('processes', '?')} "
                          f"processes{around(b)}" for b in st["top"][:3])

@@ -64,13 +64,16 @@ def near(events, t0, t1):
 
 
 def summarize(events):
-    """Per kind, how many and on which lanes ({"capture": {"n": 2, "lanes": [1, 4]}, ...})."""
+    """Per kind, how many, on which lanes, and their summed seconds in ms (a capture's: the host time it held its
+    lane's thread; a slow wait's: the wait): {"capture": {"n": 2, "lanes": [1, 4], "ms": 6.1}, ...}."""
     out = {}
     for e in events:
-        k = out.setdefault(e["kind"], {"n": 0, "lanes": set()})
+        k = out.setdefault(e["kind"], {"n": 0, "lanes": set(), "s": 0.0})
         k["n"] += 1
         k["lanes"].add(e["lane"])
-    return {kind: {"n": v["n"], "lanes": sorted(v["lanes"])} for kind, v in sorted(out.items())}
+        k["s"] += e.get("seconds", 0.0)
+    return {kind: {"n": v["n"], "lanes": sorted(v["lanes"]), "ms": round(v["s"] * 1e3, 3)}
+            for kind, v in sorted(out.items())}
 
 
 def usable(*snapshots):

@@ -107,7 +107,7 @@ class DaemonStatsTest(unittest.TestCase):
         self.assertEqual(d["events"][0]["from_lane"], 1)
         # Near a moment: what happened, per kind, on which lanes.
         self.assertEqual(daemon_stats.summarize(daemon_stats.near(d["events"], 100.22, 100.4)),
-                         {"capture": {"n": 1, "lanes": [3]}, "slow_wait": {"n": 1, "lanes": [0]}})
+                         {"capture": {"n": 1, "lanes": [3], "ms": 4.0}, "slow_wait": {"n": 1, "lanes": [0], "ms": 12.0}})
         self.assertEqual(daemon_stats.near(d["events"], 100.31, 100.4), [])
 
 
