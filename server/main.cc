@@ -141,6 +141,19 @@ int Run(int argc, char** argv) {
   });
   if (!service.ok()) return Fail(kExitFailure, service.status().message());
   Service* svc = service->get();
+  // The metrics endpoint before the transport: once the socket exists (what
+  // clients and tests wait for), every listener of the daemon is up.
+  std::unique_ptr<MetricsHttpServer> metrics;
+  if (options.metrics_port > 0) {
+    auto snapshot = std::make_shared<MetricsSnapshot>();
+    auto started = MetricsHttpServer::Start(
+        {.address = options.metrics_address, .port = options.metrics_port}, snapshot, [&loop, svc, snapshot]() {
+          loop.Post("Metrics.Render", [svc, snapshot]() { snapshot->Publish(svc->RenderMetrics()); });
+        });
+    if (!started.ok()) return Fail(kExitFailure, started.status().message());
+    metrics = *std::move(started);
+  }
+
   auto created = ZmqTransport::Create(
       {.endpoint = options.endpoint, .max_message_bytes = options.max_message_bytes},
       [&loop, svc](std::string peer, std::string payload, std::shared_ptr<const RequestFrames> frames) {
@@ -156,17 +169,6 @@ int Run(int argc, char** argv) {
   transport = *std::move(created);
   if (absl::Status s = SetSocketGroup(transport->endpoint(), options.socket_group); !s.ok()) {
     return Fail(kExitFailure, s.message());
-  }
-
-  std::unique_ptr<MetricsHttpServer> metrics;
-  if (options.metrics_port > 0) {
-    auto snapshot = std::make_shared<MetricsSnapshot>();
-    auto started = MetricsHttpServer::Start(
-        {.address = options.metrics_address, .port = options.metrics_port}, snapshot, [&loop, svc, snapshot]() {
-          loop.Post("Metrics.Render", [svc, snapshot]() { snapshot->Publish(svc->RenderMetrics()); });
-        });
-    if (!started.ok()) return Fail(kExitFailure, started.status().message());
-    metrics = *std::move(started);
   }
 
   stop_signals.async_wait([&](const boost::system::error_code& error, int signal) {
