@@ -1,6 +1,5 @@
 #include "server/device_journal.h"
 
-#include <algorithm>
 #include <chrono>
 
 namespace tandem::server {

@@ -15,6 +15,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -154,6 +155,27 @@ absl::Status Jobs(Client& c, const CtlOptions& options, std::ostream& out) {
   return absl::OkStatus();
 }
 
+// Every job's name by id, for labelling ids in the tables.
+using JobNameMap = std::map<uint64_t, std::string>;
+absl::StatusOr<JobNameMap> JobNames(Client& c) {
+  ASSIGN_OR_RETURN(v1::ListSessionsResponse list, c.ListSessions());
+  JobNameMap names;
+  for (const v1::JobInfo* j : AllJobs(list)) names[j->job_id()] = j->name();
+  return names;
+}
+
+// "7:alpha", or "7" for a job no longer listed.
+std::string JobLabel(const JobNameMap& names, uint64_t id) {
+  auto it = names.find(id);
+  return it == names.end() ? absl::StrCat(id) : absl::StrCat(id, ":", it->second);
+}
+
+// A device's journal into `to` (the JSON views of lanes and events).
+void CopyJournal(const v1::DeviceStats& from, v1::DeviceStats* to) {
+  *to->mutable_events() = from.events();
+  to->set_events_dropped(from.events_dropped());
+}
+
 absl::Status Lanes(Client& c, const CtlOptions& options, std::ostream& out) {
   ASSIGN_OR_RETURN(v1::StatsResponse stats, c.Stats());
   if (options.json) {
@@ -167,22 +189,19 @@ absl::Status Lanes(Client& c, const CtlOptions& options, std::ostream& out) {
       l->set_graph_launches(d.graph_launches());
       l->set_op_by_op_runs(d.op_by_op_runs());
       l->set_graph_captures(d.graph_captures());
-      *l->mutable_events() = d.events();
-      l->set_events_dropped(d.events_dropped());
+      CopyJournal(d, l);
     }
     out << ToJson(lanes);
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(v1::ListSessionsResponse list, c.ListSessions());
-  std::map<uint64_t, std::string> names;
-  for (const v1::JobInfo* j : AllJobs(list)) names[j->job_id()] = j->name();
+  ASSIGN_OR_RETURN(const JobNameMap names, JobNames(c));
   TextTable table(
       {"DEVICE", ">LANE", ">ARENA", ">RETIRED", ">RUNNING", ">ITERATIONS", ">BUSY S", ">OCCUPIED S", ">STREAM PRIO",
        "JOBS"});
   for (const v1::DeviceStats& d : stats.devices()) {
     for (const v1::LaneInfo& l : d.lane_info()) {
       std::vector<std::string> jobs;
-      for (uint64_t id : l.jobs()) jobs.push_back(absl::StrCat(id, names.contains(id) ? ":" + names[id] : ""));
+      for (uint64_t id : l.jobs()) jobs.push_back(JobLabel(names, id));
       table.AddRow({d.name(), absl::StrCat(l.lane()), HumanBytes(l.arena_bytes()), HumanBytes(l.retired_bytes()),
                     absl::StrCat(l.running_iterations()), absl::StrCat(l.iterations()),
                     absl::StrFormat("%.2f", l.busy_seconds()), absl::StrFormat("%.2f", l.occupied_seconds()),
@@ -204,24 +223,20 @@ absl::Status Events(Client& c, const CtlOptions& options, std::ostream& out) {
     for (const v1::DeviceStats& d : stats.devices()) {
       v1::DeviceStats* e = events.add_devices();
       e->set_name(d.name());
-      *e->mutable_events() = d.events();
-      e->set_events_dropped(d.events_dropped());
+      CopyJournal(d, e);
     }
     out << ToJson(events);
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(v1::ListSessionsResponse list, c.ListSessions());
-  std::map<uint64_t, std::string> names;
-  for (const v1::JobInfo* j : AllJobs(list)) names[j->job_id()] = j->name();
+  ASSIGN_OR_RETURN(const JobNameMap names, JobNames(c));
   const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   TextTable table({"DEVICE", ">AGO S", "KIND", "JOB", ">LANE", ">FROM", ">MS"});
   uint64_t dropped = 0;
   for (const v1::DeviceStats& d : stats.devices()) {
     dropped += d.events_dropped();
     for (const v1::DeviceEvent& e : d.events()) {
-      const uint64_t id = e.job();
-      table.AddRow({d.name(), absl::StrFormat("%.3f", now - e.unix_seconds()), e.kind(),
-                    absl::StrCat(id, names.contains(id) ? ":" + names[id] : ""), absl::StrCat(e.lane()),
+      table.AddRow({d.name(), absl::StrFormat("%.3f", now - e.unix_seconds()), e.kind(), JobLabel(names, e.job()),
+                    absl::StrCat(e.lane()),
                     e.kind() == "move" ? absl::StrCat(e.from_lane()) : "-",
                     e.kind() == "move" ? "-" : absl::StrFormat("%.3f", e.seconds() * 1e3)});
     }
