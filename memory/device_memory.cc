@@ -150,19 +150,28 @@ uint64_t DeviceMemoryImpl::SlackBytes() const {
   return bytes;
 }
 
-uint64_t DeviceMemoryImpl::RoomyArena(const LaneCandidate& candidate, uint64_t ephemeral) const {
-  uint64_t largest = ephemeral;
-  for (const auto& [id, job] : jobs_) largest = std::max(largest, job.ephemeral);
-  if (largest == ephemeral || SlackLimit() == 0) return ephemeral;
-  // The lanes' slack with this lane at `largest` (its own slack now, if any,
-  // is replaced: it grows because its arena is below `ephemeral`).
-  uint64_t slack = SlackBytes();
-  if (!candidate.opens) {
-    const Lane& lane = lanes_[candidate.lane];
-    const uint64_t need = LaneNeed(lane);
-    if (lane.arena.bytes > need) slack -= lane.arena.bytes - need;
+std::vector<uint64_t> DeviceMemoryImpl::ArenaSizes(const LaneCandidate& candidate, uint64_t ephemeral) const {
+  std::vector<uint64_t> sizes;
+  if (SlackLimit() > 0) {
+    uint64_t largest = ephemeral;
+    for (const auto& [id, job] : jobs_) largest = std::max(largest, job.ephemeral);
+    const uint64_t unit = space_.alignment();
+    const uint64_t share = SlackLimit() / std::max(options_.max_lanes, 1) / unit * unit;
+    // The lanes' slack with this lane at `bytes` (its own slack now, if
+    // any, is replaced: it grows because its arena is below `ephemeral`).
+    uint64_t slack = SlackBytes();
+    if (!candidate.opens) {
+      const Lane& lane = lanes_[candidate.lane];
+      const uint64_t need = LaneNeed(lane);
+      if (lane.arena.bytes > need) slack -= lane.arena.bytes - need;
+    }
+    for (uint64_t bytes : {std::max(largest, share), largest}) {
+      const bool known = std::find(sizes.begin(), sizes.end(), bytes) != sizes.end();
+      if (bytes > ephemeral && !known && slack + (bytes - ephemeral) <= SlackLimit()) sizes.push_back(bytes);
+    }
   }
-  return slack + (largest - ephemeral) <= SlackLimit() ? largest : ephemeral;
+  sizes.push_back(ephemeral);
+  return sizes;
 }
 
 bool DeviceMemoryImpl::GrowInPlace(Lane& lane, uint64_t bytes) {
@@ -181,10 +190,7 @@ bool DeviceMemoryImpl::GrowInPlace(Lane& lane, uint64_t bytes) {
 }
 
 bool DeviceMemoryImpl::PlaceLane(const LaneCandidate& candidate, uint64_t ephemeral) {
-  // Sizes to try, roomiest first: with slack, then exactly the job's peak.
-  const uint64_t roomy = RoomyArena(candidate, ephemeral);
-  std::vector<uint64_t> sizes{roomy};
-  if (roomy != ephemeral) sizes.push_back(ephemeral);
+  const std::vector<uint64_t> sizes = ArenaSizes(candidate, ephemeral);
   if (candidate.opens) {
     for (uint64_t bytes : sizes) {
       std::optional<uint64_t> offset = space_.Allocate(bytes, RangeAllocator::End::kHigh);
@@ -286,18 +292,32 @@ absl::StatusOr<JobMemoryGrant> DeviceMemoryImpl::Admit(const JobMemoryRequest& r
                    suggestion);
   }
 
-  std::vector<LaneCandidate> candidates = LaneCandidates(request, ephemeral);
-  std::optional<std::vector<uint64_t>> offsets = PlacePersistent(aligned);
+  std::vector<LaneCandidate> candidates;
+  std::optional<std::vector<uint64_t>> offsets;
   const LaneCandidate* chosen = nullptr;
-  if (offsets) {
+  // Persistent tensors first, then a lane; on failure nothing stays placed.
+  auto place = [&] {
+    candidates = LaneCandidates(request, ephemeral);
+    offsets = PlacePersistent(aligned);
+    if (!offsets) return;
     for (const LaneCandidate& candidate : candidates) {
       if (PlaceLane(candidate, ephemeral)) {
         chosen = &candidate;
-        break;
+        return;
       }
     }
+    for (size_t i = 0; i < aligned.size(); ++i) space_.Free((*offsets)[i], aligned[i]);
+  };
+  place();
+  if (chosen == nullptr && SlackBytes() > 0) {
+    // The lanes' slack is a convenience; a job that fits without it comes
+    // first. Refused all the same, the lanes get their slack back.
+    const std::vector<Range> arenas = TrimSlack();
+    place();
     if (chosen == nullptr) {
-      for (size_t i = 0; i < aligned.size(); ++i) space_.Free((*offsets)[i], aligned[i]);
+      RestoreSlack(arenas);
+    } else {
+      slack_trims_ += arenas.size();
     }
   }
   if (chosen == nullptr) {
@@ -414,6 +434,32 @@ absl::Status DeviceMemoryImpl::MoveJob(JobId id, int to) {
   return absl::OkStatus();
 }
 
+std::vector<Range> DeviceMemoryImpl::TrimSlack() {
+  std::vector<Range> trimmed(lanes_.size());
+  for (size_t i = 0; i < lanes_.size(); ++i) {
+    Lane& lane = lanes_[i];
+    if (!lane.open) continue;
+    const uint64_t need = LaneNeed(lane);
+    if (lane.arena.bytes <= need) continue;
+    trimmed[i] = lane.arena;
+    space_.Free(lane.arena.offset + need, lane.arena.bytes - need);
+    lane.arena.bytes = need;
+  }
+  std::erase_if(trimmed, [](const Range& r) { return r.bytes == 0; });
+  return trimmed;
+}
+
+void DeviceMemoryImpl::RestoreSlack(const std::vector<Range>& arenas) {
+  for (Lane& lane : lanes_) {
+    if (!lane.open) continue;
+    for (const Range& arena : arenas) {
+      if (arena.offset != lane.arena.offset) continue;
+      // The tail is free: the refused placement freed all it took.
+      if (space_.AllocateAt(lane.arena.end(), arena.bytes - lane.arena.bytes)) lane.arena = arena;
+    }
+  }
+}
+
 void DeviceMemoryImpl::TrimLanes() {
   while (!lanes_.empty() && !lanes_.back().open && lanes_.back().retired.empty()) {
     lanes_.pop_back();
@@ -452,6 +498,7 @@ DeviceMemoryStats DeviceMemoryImpl::Stats() const {
   stats.jobs_admitted = jobs_admitted_;
   stats.jobs_refused = jobs_refused_;
   stats.compactions = compactions_;
+  stats.slack_trims = slack_trims_;
   stats.compaction_bytes_moved = compaction_bytes_moved_;
   for (int i = 0; i < NumLanes(); ++i) {
     const Lane& lane = lanes_[i];

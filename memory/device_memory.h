@@ -45,14 +45,18 @@ struct DeviceMemoryOptions {
   // Per-job bound on persistent + ephemeral bytes; 0: none.
   uint64_t max_job_bytes = 0;
   // Bytes the open lanes' arenas may hold beyond their jobs' needs, in sum
-  // (at most usable / 16): a lane whose largest job leaves keeps its size
-  // while the slack stays within this, and a lane that grows or opens takes
-  // the largest planned peak among the device's jobs when the slack allows.
-  // A lane's arena then moves less often, and each move gives every job in
-  // the lane a new address table (on CUDA: a kernel-by-kernel run and a new
-  // graph capture each; a crowd of small inference models moved between
-  // lanes by PACK's levelling stalled the destination lane for 10-30 ms).
-  // 0: every lane fits its jobs exactly.
+  // (at most usable / 16). A lane that opens or grows takes the larger of
+  // the largest planned peak among the device's jobs and its even share of
+  // the slack (the bound / max_lanes), while the sum stays within the bound;
+  // a lane whose largest job leaves keeps its size while the slack stays
+  // within it. A lane's arena then moves less often, and each move gives
+  // every job in the lane a new address table (on CUDA: a kernel-by-kernel
+  // run and a new graph capture each; a crowd of small inference models
+  // moved between lanes by PACK's levelling stalled the destination lane for
+  // 10-30 ms, and lanes opened while only small models were registered grew
+  // one by one, mid-serving, as larger ones moved in). Admission comes
+  // first: a job that fits only without the slack gets it (Admit trims every
+  // lane to its need). 0: every lane fits its jobs exactly.
   uint64_t lane_slack_bytes = 0;
 };
 
@@ -107,6 +111,7 @@ struct DeviceMemoryStats {
   uint64_t jobs_refused = 0;
   uint64_t compactions = 0;
   uint64_t compaction_bytes_moved = 0;
+  uint64_t slack_trims = 0;  // lanes shrunk to their need so that a job could be admitted
   std::vector<JobMemoryStats> jobs;  // admitted jobs, by id
 };
 
@@ -154,7 +159,8 @@ class DeviceMemory {
   // (3) the open lane that grows least.
   virtual absl::StatusOr<JobMemoryGrant> Admit(const JobMemoryRequest& request) = 0;
 
-  // Frees everything of `job`; lanes shrink when their largest job leaves
+  // Frees everything of `job` (the caller runs none of its iterations any
+  // more); lanes shrink when their largest job leaves
   // (unless the lane slack keeps their size).
   virtual void Release(JobId job) = 0;
 

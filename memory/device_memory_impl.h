@@ -75,21 +75,30 @@ class DeviceMemoryImpl final : public DeviceMemory {
   std::vector<LaneCandidate> LaneCandidates(const JobMemoryRequest& request,
                                             uint64_t ephemeral) const;
   // Gives lane `candidate.lane` an arena of at least `ephemeral` bytes (up
-  // to RoomyArena's); false (and no change) when no free range allows it.
+  // to ArenaSizes' roomiest); false (and no change) when no free range allows it.
   bool PlaceLane(const LaneCandidate& candidate, uint64_t ephemeral);
   // Grows `lane`'s arena to `bytes` into the free ranges beside it; false
   // (and no change) when they are too small.
   bool GrowInPlace(Lane& lane, uint64_t bytes);
-  // The arena a lane that must hold `ephemeral` takes: the largest planned
-  // peak among the device's jobs when the lanes' slack stays within
-  // SlackLimit() with it, else `ephemeral`.
-  uint64_t RoomyArena(const LaneCandidate& candidate, uint64_t ephemeral) const;
+  // The arena sizes to try, roomiest first, for a lane that must hold
+  // `ephemeral`: the larger of the largest planned peak among the device's
+  // jobs and the lane's even share of the slack (SlackLimit() / max_lanes),
+  // then that largest peak, each only while the lanes' slack stays within
+  // SlackLimit() with it; last `ephemeral` itself.
+  std::vector<uint64_t> ArenaSizes(const LaneCandidate& candidate, uint64_t ephemeral) const;
   // Sum over open lanes of arena bytes beyond LaneNeed, and its bound.
   uint64_t SlackBytes() const;
   uint64_t SlackLimit() const;
   // Places every tensor (largest first) or none; the offsets by tensor index.
   std::optional<std::vector<uint64_t>> PlacePersistent(const std::vector<uint64_t>& aligned);
   void TrimLanes();
+  // Shrinks every open lane to LaneNeed, freeing the tails at once (the
+  // base stays): no iteration uses them, because a running iteration's job
+  // is in the lane (jobs move and leave only with none running) and uses at
+  // most its own peak from the base. Returns the trimmed lanes' arenas as
+  // they were, for RestoreSlack (which needs the tails still free).
+  std::vector<Range> TrimSlack();
+  void RestoreSlack(const std::vector<Range>& arenas);
   // Takes `job` out of its lane: the lane shrinks (its tail retired) unless
   // the slack keeps its size, or, when it was the last job, closes (its
   // arena retired).
@@ -118,6 +127,7 @@ class DeviceMemoryImpl final : public DeviceMemory {
   uint64_t jobs_admitted_ = 0;
   uint64_t jobs_refused_ = 0;
   uint64_t compactions_ = 0;
+  uint64_t slack_trims_ = 0;
   uint64_t compaction_bytes_moved_ = 0;
 };
 

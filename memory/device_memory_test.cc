@@ -440,5 +440,65 @@ TEST(DeviceMemorySlackTest, ALaneOpensAtTheLargestPeakSoAMoveIntoItKeepsItsBase)
   }
 }
 
+// Lanes that open while only small jobs are admitted take their share of
+// the slack, so a larger job (up to the share) joins or moves in without
+// relocating the arena.
+TEST(DeviceMemorySlackTest, ALaneOpensAtItsShareOfTheSlackSoLargerJobsMoveInWithoutRelocating) {
+  for (uint64_t slack : {uint64_t{0}, 4 * kGiB}) {  // 4 GiB: capped at usable / 16 = 64 MiB, 16 per lane
+    SCOPED_TRACE(absl::StrCat("slack ", FormatBytes(slack)));
+    FakeDevice device({.capacity_bytes = 1 * kGiB});
+    auto memory = Make(device, {.max_lanes = 4, .lane_slack_bytes = slack});
+    ASSERT_TRUE(memory->Admit(Job(1, {}, 2 * kMiB, 0)).ok());
+    ASSERT_TRUE(memory->Admit(Job(2, {}, 1 * kMiB, 1)).ok());
+    DeviceMemoryStats stats = memory->Stats();
+    const uint64_t opened = slack > 0 ? 16 * kMiB : 2 * kMiB;
+    EXPECT_EQ(stats.lanes[0].arena_bytes, opened);
+    EXPECT_EQ(stats.lanes[1].arena_bytes, slack > 0 ? 16 * kMiB : 1 * kMiB);
+    // A job larger than any before joins lane 1, and job 1 moves there.
+    void* arena = memory->LaneArena(1);
+    ASSERT_TRUE(memory->Admit(Job(3, {}, 12 * kMiB, 1)).ok());
+    ASSERT_TRUE(memory->MoveJob(1, 1).ok());
+    if (slack > 0) {
+      EXPECT_EQ(memory->LaneArena(1), arena);
+      EXPECT_FALSE(memory->HasRetired(1));
+    } else {
+      EXPECT_NE(memory->LaneArena(1), arena);  // 1 MiB could not hold 12
+    }
+    stats = memory->Stats();  // lane 0 closed with job 1's move
+    ASSERT_EQ(stats.lanes.size(), 1u);
+    EXPECT_EQ(stats.lanes[0].lane, 1);
+    EXPECT_EQ(stats.lanes[0].arena_bytes, slack > 0 ? 16 * kMiB : 12 * kMiB);
+    ExpectAddsUp(*memory);
+  }
+}
+
+// The slack never costs a job its admission: one that fits only without it
+// trims every lane to its need (bases kept, tails free at once) and is
+// admitted; without the trim it would wait for memory.
+TEST(DeviceMemorySlackTest, AJobThatFitsOnlyWithoutTheSlackTrimsTheLanesAndIsAdmitted) {
+  FakeDevice device({.capacity_bytes = 1 * kGiB});
+  auto memory = Make(device, {.max_lanes = 4, .lane_slack_bytes = 64 * kMiB});
+  std::vector<void*> arenas;
+  for (int lane = 0; lane < 4; ++lane) {
+    ASSERT_TRUE(memory->Admit(Job(lane + 1, {}, 1 * kMiB, lane)).ok());
+    arenas.push_back(memory->LaneArena(lane));
+  }
+  DeviceMemoryStats stats = memory->Stats();
+  ASSERT_EQ(stats.lane_bytes, 64 * kMiB);  // 16 MiB each: 60 MiB of slack
+  // Persistent bytes that fit beside 4 MiB of arenas but not beside 64: the
+  // trimmed tails (15 MiB each, between the lanes) take the 10 MiB tensors.
+  auto grant = memory->Admit(Job(5, {stats.free_bytes, 10 * kMiB, 10 * kMiB, 10 * kMiB}, 1 * kMiB));
+  ASSERT_TRUE(grant.ok()) << grant.status();
+  stats = memory->Stats();
+  EXPECT_EQ(stats.slack_trims, 4u);
+  EXPECT_EQ(stats.lane_bytes, 4 * kMiB);
+  EXPECT_EQ(stats.retired_bytes, 0u);
+  for (int lane = 0; lane < 4; ++lane) EXPECT_EQ(memory->LaneArena(lane), arenas[lane]);
+  ExpectAddsUp(*memory);
+  // Nothing fits now, and a refusal trims nothing more.
+  EXPECT_TRUE(absl::IsFailedPrecondition(memory->Admit(Job(6, {40 * kMiB}, 1 * kMiB)).status()));
+  EXPECT_EQ(memory->Stats().slack_trims, 4u);
+}
+
 }  // namespace
 }  // namespace tandem::memory

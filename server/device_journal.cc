@@ -12,6 +12,8 @@ const char* JournalKindName(JournalKind kind) {
       return "capture";
     case JournalKind::kSlowWait:
       return "slow_wait";
+    case JournalKind::kArena:
+      return "arena";
   }
   return "unknown";
 }

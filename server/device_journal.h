@@ -1,8 +1,8 @@
 // A device's recent lane events, with wall-clock times, for lining up a
 // client's slow requests with what the daemon did at that moment: a job
-// moved to another lane, an iteration that captured its graph (it ran
-// kernel by kernel first, holding up its lane), an iteration that waited
-// long in the daemon before it ran. A bounded ring: the oldest events go
+// moved to another lane, a lane's arena that moved, an iteration that
+// captured its graph (it ran kernel by kernel first, holding up its lane),
+// an iteration that waited long in the daemon before it ran. A bounded ring: the oldest events go
 // first, counted as dropped. The stats reply carries it (DeviceStats.events);
 // bench/inference/hosting.py puts the events beside each probe's stalls.
 // Thread-compatible (the control loop's).
@@ -21,6 +21,8 @@ enum class JournalKind {
   kCapture,   // an iteration of `job` on `lane` captured a graph; seconds: the host time of its
               // kernel-by-kernel run and capture (ProgramCounters::recapture_seconds)
   kSlowWait,  // an iteration of `job` on `lane` waited `seconds` in the daemon before it ran
+  kArena,     // `lane`'s arena moved to other addresses (each of its jobs captures its graphs again);
+              // `job`: the job whose admission, move or departure moved it
 };
 
 const char* JournalKindName(JournalKind kind);

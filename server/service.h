@@ -90,6 +90,9 @@ class Service {
   // Journals an iteration that captured a graph or waited long in the
   // daemon (DeviceRuntime::journal).
   void JournalIteration(DeviceRuntime& dev, int lane, Job& job, double queue_seconds);
+  // Journals (and counts) each lane whose arena moved since the last call;
+  // `job`: the job whose admission, move or departure came just before.
+  void JournalArenaMoves(DeviceRuntime& dev, uint64_t job);
 
   // service.cc: sessions and the small requests.
   void Reply(const PendingReply& to, v1::Response response);

@@ -201,6 +201,7 @@ void Service::FillDeviceDetails(const DeviceRuntime& dev, v1::DeviceStats* stats
   }
   stats->set_events_dropped(dev.journal.dropped());
   stats->set_staging_allocations(dev.staging_allocations);
+  stats->set_arena_moves(dev.arena_moves);
   if (const DeviceMeasurements* d = measurements_.Device(dev.index); d != nullptr) {
     stats->set_busy_seconds(d->busy_seconds);
   }
@@ -210,6 +211,22 @@ void Service::MeasureIteration(const DeviceRuntime& dev, uint64_t job_id, double
                                Clock::time_point enqueued) {
   double waited = std::chrono::duration<double>(Clock::now() - enqueued).count() - run_seconds;
   measurements_.OnIteration(dev.index, job_id, run_seconds, waited, NowSeconds());
+}
+
+void Service::JournalArenaMoves(DeviceRuntime& dev, uint64_t job) {
+  const int lanes = dev.memory->NumLanes();
+  if (static_cast<int>(dev.arenas_seen.size()) < lanes) dev.arenas_seen.resize(lanes, nullptr);
+  for (int lane = 0; lane < static_cast<int>(dev.arenas_seen.size()); ++lane) {
+    void* arena = lane < lanes ? dev.memory->LaneArena(lane) : nullptr;
+    void*& seen = dev.arenas_seen[lane];
+    // A lane that opens or closes is no move: no job of it had a table.
+    if (arena != nullptr && seen != nullptr && arena != seen) {
+      dev.arena_moves++;
+      dev.journal.Add(
+          {.unix_seconds = DeviceJournal::UnixNow(), .kind = JournalKind::kArena, .job = job, .lane = lane});
+    }
+    seen = arena;
+  }
 }
 
 void Service::JournalIteration(DeviceRuntime& dev, int lane, Job& job, double queue_seconds) {

@@ -195,8 +195,10 @@ void Service::RebalanceLanes(DeviceRuntime& dev) {
     if (!dev.memory->MoveJob(job.id, change.to_lane).ok()) continue;
     if (!EnsureLane(dev, change.to_lane).ok() || !dev.scheduler->MoveJob(job.id, change.to_lane).ok()) {
       (void)dev.memory->MoveJob(job.id, change.from_lane);
+      JournalArenaMoves(dev, job.id);
       continue;
     }
+    JournalArenaMoves(dev, job.id);
     TLOG_INFO("job moved to another lane")
         .With("job", job.id)
         .With("name", job.name)

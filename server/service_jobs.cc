@@ -280,6 +280,7 @@ absl::Status Service::Admit(Job& job) {
     dev.memory->Release(job.id);
     return s;
   }
+  JournalArenaMoves(dev, job.id);
   dev.lane_levels_stale = true;
   return absl::OkStatus();
 }
@@ -435,6 +436,7 @@ void Service::MaybeFinishClose(Job& job) {
   uint64_t id = job.id;
   DeviceRuntime& dev = *job.device;
   dev.memory->Release(id);
+  JournalArenaMoves(dev, id);
   dev.lane_levels_stale = true;
   auto s = sessions_.find(job.session);
   if (s != sessions_.end()) s->second->jobs.erase(id);

@@ -239,6 +239,8 @@ struct DeviceRuntime {
   uint64_t iterations = 0;
   uint64_t lane_moves = 0;  // jobs the policy moved to another lane
   uint64_t staging_allocations = 0;  // page-locked staging buffers allocated (lanes' slots)
+  uint64_t arena_moves = 0;  // times a lane's arena moved to other addresses
+  std::vector<void*> arenas_seen;  // each lane's arena as last seen (JournalArenaMoves)
   // Recent moves, captures and long waits, with wall-clock times.
   DeviceJournal journal;
   // When the policy may next be asked for moves (RebalanceLanes: at least

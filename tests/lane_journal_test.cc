@@ -5,12 +5,15 @@
 // nothing was captured (one job under FIFO, CPU programs have no graphs).
 // Moves and captures are checked on the GPU (tests/gpu/daemon_gpu_test.cc).
 // Also the lanes' staging buffers: allocated when a lane opens, grown only
-// when an iteration outgrows one.
+// when an iteration outgrows one; and "arena" events, when a lane's arena
+// moves because a larger job joined it.
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <chrono>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "client/client.h"
 #include "gtest/gtest.h"
@@ -95,6 +98,63 @@ TEST(LaneStaging, BuffersComeWithTheirLaneAndGrowOnlyWhenOutgrown) {
   EXPECT_EQ(small.staging_allocations(), 2u);
   const v1::DeviceStats large = TrainAndReadStats(daemon, "large", 1024);
   EXPECT_EQ(large.staging_allocations(), 3u);
+}
+
+// A small job trains in lane 0 (the only one); a larger one joins it while
+// it runs. Without lane slack the arena fits the small job exactly, so it
+// grows for the larger one, and it cannot grow in place at its base (lanes
+// sit at the top of the region): the arena moves, which the journal lists
+// as an "arena" event naming the larger job, and arena_moves counts. With
+// the slack the lane opened at its share (256 MiB here) and stays put.
+v1::DeviceStats LargeJoinsSmall(const std::vector<std::string>& flags) {
+  DaemonProcess daemon(flags);
+  auto client = client::Client::Connect({.endpoint = daemon.endpoint(), .name = "arena-test"});
+  EXPECT_TRUE(client.ok()) << client.status();
+  if (!client.ok()) return {};
+  const pid_t small = Spawn({MlpTrainPath(), "--endpoint=" + daemon.endpoint(), "--iterations=1000000", "--batch=4",
+                             "--inputs=64", "--hidden=16", "--layers=1", "--classes=4", "--inflight=1"},
+                            daemon.dir() + "/small.log");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto stats = (*client)->Stats();
+    if (stats.ok() && stats->jobs() >= 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const std::string log = daemon.dir() + "/large.log";
+  const pid_t large = Spawn({MlpTrainPath(), "--endpoint=" + daemon.endpoint(), "--iterations=3", "--batch=256",
+                             "--inputs=512", "--hidden=512", "--layers=2", "--classes=10", "--inflight=1"},
+                            log);
+  int status = 0;
+  EXPECT_EQ(::waitpid(large, &status, 0), large);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFile(log) << "\ndaemon log:\n" << daemon.Log();
+  auto stats = (*client)->Stats();
+  ::kill(small, SIGKILL);
+  ::waitpid(small, &status, 0);
+  EXPECT_TRUE(stats.ok()) << stats.status();
+  if (!stats.ok() || stats->devices_size() == 0) return {};
+  return stats->devices(0);
+}
+
+TEST(LaneJournal, ListsALaneArenaThatMovedForALargerJob) {
+  const double started = UnixNow();
+  const v1::DeviceStats dev = LargeJoinsSmall(
+      {"--policy=fair", "--max_lanes=1", "--cpu_memory_mib=4096", "--lane_slack_mib=0"});
+  EXPECT_EQ(dev.arena_moves(), 1u);
+  int arena_events = 0;
+  for (const v1::DeviceEvent& e : dev.events()) {
+    if (e.kind() != "arena") continue;
+    ++arena_events;
+    EXPECT_EQ(e.lane(), 0);
+    EXPECT_GT(e.job(), 1u) << "the larger job, which registered second";
+    EXPECT_GE(e.unix_seconds(), started);
+  }
+  EXPECT_EQ(arena_events, 1);
+}
+
+TEST(LaneJournal, TheLaneSlackKeepsTheArenaInPlace) {
+  const v1::DeviceStats dev = LargeJoinsSmall({"--policy=fair", "--max_lanes=1", "--cpu_memory_mib=4096"});
+  EXPECT_EQ(dev.arena_moves(), 0u);
+  for (const v1::DeviceEvent& e : dev.events()) EXPECT_NE(e.kind(), "arena");
 }
 
 }  // namespace

@@ -297,8 +297,8 @@ def log_probe(r, note=""):
                + (f" (longest item {longest[1]} ms, {longest[0]})" if longest else "")
                + f"; items us: {items or '-'}; parts us: {parts or '-'}; "
                f"lanes jobs: kernel/occupied s: {lanes or '-'}; lane moves {d.get('lane_moves', '-')}, "
-               f"graph captures {d.get('graph_captures', '-')}, staging allocations "
-               f"{d.get('staging_allocations', '-')}; journal {d.get('event_counts', '-')}"
+               f"graph captures {d.get('graph_captures', '-')}, arena moves {d.get('arena_moves', '-')}, "
+               f"staging allocations {d.get('staging_allocations', '-')}; journal {d.get('event_counts', '-')}"
                + (f" ({d['events_dropped']} dropped)" if d.get("events_dropped") else ""))
 
 

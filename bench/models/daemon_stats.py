@@ -9,15 +9,16 @@ and captures, per lane its jobs, iterations, kernel and occupied seconds) and wh
 thread) spent it: busy seconds, the work items that took most of it with their mean time and their mean wait
 in the queue behind other items, and the sections of a work item ("Handler/part"); and per thread that enqueues the lanes' device work its
 items, busy seconds and mean wait. The device's journal (server/device_journal.h: lane moves, iterations that
-captured a graph, iterations that waited 5 ms or more in the daemon, each with its wall-clock time) comes with
+captured a graph, lane arenas that moved, iterations that waited 5 ms or more in the daemon, each with its wall-clock time) comes with
 each snapshot; delta() keeps the window's events and counts them, and near() and summarize() line them up
 with a client's slow requests.
 """
 
 import time
 
-# staging_allocations: page-locked staging buffers allocated (each one a point where the device synchronizes).
-COUNTERS = ("lane_moves", "graph_launches", "op_by_op_runs", "graph_captures", "staging_allocations")
+# staging_allocations: page-locked staging buffers allocated (each one a point where the device synchronizes);
+# arena_moves: lane arenas that moved to other addresses (each job of the lane then captures its graphs again).
+COUNTERS = ("lane_moves", "graph_launches", "op_by_op_runs", "graph_captures", "staging_allocations", "arena_moves")
 
 
 def snapshot(client):

@@ -238,10 +238,10 @@ absl::Status Events(Client& c, const CtlOptions& options, std::ostream& out) {
       table.AddRow({d.name(), absl::StrFormat("%.3f", now - e.unix_seconds()), e.kind(), JobLabel(names, e.job()),
                     absl::StrCat(e.lane()),
                     e.kind() == "move" ? absl::StrCat(e.from_lane()) : "-",
-                    e.kind() == "move" ? "-" : absl::StrFormat("%.3f", e.seconds() * 1e3)});
+                    e.kind() == "move" || e.kind() == "arena" ? "-" : absl::StrFormat("%.3f", e.seconds() * 1e3)});
     }
   }
-  out << (table.rows() == 0 ? "no events (no lane moves, captures or waits of 5 ms or more)\n" : table.Render());
+  out << (table.rows() == 0 ? "no events (no lane moves, arena moves, captures or waits of 5 ms or more)\n" : table.Render());
   if (dropped > 0) out << dropped << " older events dropped\n";
   return absl::OkStatus();
 }
