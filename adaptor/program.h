@@ -36,6 +36,11 @@ struct ProgramCounters {
   // updating, uploading): what a lane's thread is held up by when a job
   // arrives on it or its addresses change.
   double recapture_seconds = 0;
+  // Of those: the kernel-by-kernel runs', and the graphs' (recording,
+  // instantiating or updating, uploading). The rest went to releasing the
+  // job's graphs on other streams.
+  double recapture_run_seconds = 0;
+  double recapture_graph_seconds = 0;
 };
 
 class Program {

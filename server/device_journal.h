@@ -34,6 +34,10 @@ struct JournalEntry {
   int lane = -1;
   int from_lane = -1;  // kMove only
   double seconds = 0;
+  // kCapture: of `seconds`, the kernel-by-kernel run's and the graph's
+  // (ProgramCounters::recapture_run_seconds, recapture_graph_seconds).
+  double run_seconds = 0;
+  double graph_seconds = 0;
 };
 
 class DeviceJournal {

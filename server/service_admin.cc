@@ -198,6 +198,8 @@ void Service::FillDeviceDetails(const DeviceRuntime& dev, v1::DeviceStats* stats
     event->set_lane(e.lane);
     event->set_from_lane(e.from_lane);
     event->set_seconds(e.seconds);
+    event->set_run_seconds(e.run_seconds);
+    event->set_graph_seconds(e.graph_seconds);
   }
   stats->set_events_dropped(dev.journal.dropped());
   stats->set_staging_allocations(dev.staging_allocations);
@@ -236,10 +238,14 @@ void Service::JournalIteration(DeviceRuntime& dev, int lane, Job& job, double qu
                      .kind = JournalKind::kCapture,
                      .job = job.id,
                      .lane = lane,
-                     .seconds = c.recapture_seconds - job.recapture_seconds_seen});
+                     .seconds = c.recapture_seconds - job.recapture_seconds_seen,
+                     .run_seconds = c.recapture_run_seconds - job.recapture_run_seconds_seen,
+                     .graph_seconds = c.recapture_graph_seconds - job.recapture_graph_seconds_seen});
   }
   job.captures_seen = c.captures;
   job.recapture_seconds_seen = c.recapture_seconds;
+  job.recapture_run_seconds_seen = c.recapture_run_seconds;
+  job.recapture_graph_seconds_seen = c.recapture_graph_seconds;
   if (queue_seconds >= DeviceJournal::kSlowWaitSeconds) {
     dev.journal.Add({.unix_seconds = DeviceJournal::UnixNow(),
                      .kind = JournalKind::kSlowWait,

@@ -93,6 +93,8 @@ struct Job {
   std::unique_ptr<Program> program;
   int64_t captures_seen = 0;         // program's captures when its last iteration ended (journal)
   double recapture_seconds_seen = 0;  // and its recapture_seconds
+  double recapture_run_seconds_seen = 0;    // ... recapture_run_seconds
+  double recapture_graph_seconds_seen = 0;  // ... recapture_graph_seconds
   std::vector<void*> persistent;     // per graph.persistents entry
   uint64_t persistent_bytes = 0;
 

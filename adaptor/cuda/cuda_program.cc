@@ -162,7 +162,9 @@ class CudaProgram final : public Program {
     return ProgramCounters{graph_launches_.load(std::memory_order_relaxed),
                            op_by_op_runs_.load(std::memory_order_relaxed),
                            captures_.load(std::memory_order_relaxed),
-                           recapture_ns_.load(std::memory_order_relaxed) * 1e-9};
+                           recapture_ns_.load(std::memory_order_relaxed) * 1e-9,
+                           recapture_run_ns_.load(std::memory_order_relaxed) * 1e-9,
+                           recapture_graph_ns_.load(std::memory_order_relaxed) * 1e-9};
   }
 
  private:
@@ -249,15 +251,16 @@ class CudaProgram final : public Program {
       const auto began = std::chrono::steady_clock::now();
       const int num_nodes = static_cast<int>(graph_.nodes.size());
       RETURN_IF_ERROR(LaunchNodes(stream, state, addresses, 0, num_nodes));
+      const auto ran = std::chrono::steady_clock::now();
       CountOpByOp();
       if (options_.use_graphs && !capture_disabled_ &&
           TryCapture(stream, state, state.whole, addresses, 0, num_nodes)) {
         ++stats_.captures;
         Count(captures_);
-        recapture_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                    std::chrono::steady_clock::now() - began)
-                                    .count(),
-                                std::memory_order_relaxed);
+        auto ns = [](auto d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); };
+        recapture_ns_.fetch_add(ns(std::chrono::steady_clock::now() - began), std::memory_order_relaxed);
+        recapture_run_ns_.fetch_add(ns(ran - began), std::memory_order_relaxed);
+        recapture_graph_ns_.fetch_add(last_capture_ns_, std::memory_order_relaxed);
       }
     }
     return absl::OkStatus();
@@ -271,7 +274,10 @@ class CudaProgram final : public Program {
   bool TryCapture(CudaStream& stream, LaneState& state, CapturedGraph& graph, absl::Span<void* const> addresses,
                   int begin, int end) {
     if (uses_ < capture_retry_at_) return false;
+    const auto began = std::chrono::steady_clock::now();
     absl::Status captured = Capture(stream, state, graph, addresses, begin, end);
+    last_capture_ns_ =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began).count();
     if (captured.ok()) {
       capture_backoff_ = 0;
       KeepGraphsOf(state, std::max(options_.kept_lane_graphs, 1) - 1);
@@ -596,7 +602,10 @@ class CudaProgram final : public Program {
     Count(op_by_op_runs_);
   }
   std::atomic<int64_t> graph_launches_{0}, op_by_op_runs_{0}, captures_{0};
-  std::atomic<int64_t> recapture_ns_{0};  // ProgramCounters::recapture_seconds
+  std::atomic<int64_t> recapture_ns_{0};        // ProgramCounters::recapture_seconds
+  std::atomic<int64_t> recapture_run_ns_{0};    // ... its recapture_run_seconds
+  std::atomic<int64_t> recapture_graph_ns_{0};  // ... its recapture_graph_seconds
+  int64_t last_capture_ns_ = 0;                 // the last Capture() call's (executor thread)
   // The profile (options_.profile_nodes).
   std::vector<cudaEvent_t> profile_events_;
   std::vector<double> node_seconds_;  // summed over the profiled iterations

@@ -53,7 +53,8 @@ def snapshot(client):
     # Protobuf JSON leaves out fields at their defaults (lane 0, from_lane 0).
     out["events"] = [{"t": float(e.get("unix_seconds", 0.0)), "kind": e.get("kind", ""), "job": int(e.get("job", 0)),
                       "lane": int(e.get("lane", 0)), "from_lane": int(e.get("from_lane", 0)),
-                      "seconds": float(e.get("seconds", 0.0))}
+                      "seconds": float(e.get("seconds", 0.0)), "run_seconds": float(e.get("run_seconds", 0.0)),
+                      "graph_seconds": float(e.get("graph_seconds", 0.0))}
                      for e in dev.get("events", [])]
     out["events_dropped"] = int(dev.get("events_dropped", 0))
     return out
@@ -66,15 +67,24 @@ def near(events, t0, t1):
 
 def summarize(events):
     """Per kind, how many, on which lanes, and their summed seconds in ms (a capture's: the host time it held its
-    lane's thread; a slow wait's: the wait): {"capture": {"n": 2, "lanes": [1, 4], "ms": 6.1}, ...}."""
+    lane's thread, with its parts run_ms and graph_ms and the longest, max_ms; a slow wait's: the wait):
+    {"capture": {"n": 2, "lanes": [1, 4], "ms": 6.1, "max_ms": 5.0, "run_ms": 0.9, "graph_ms": 4.8}, ...}."""
     out = {}
     for e in events:
-        k = out.setdefault(e["kind"], {"n": 0, "lanes": set(), "s": 0.0})
+        k = out.setdefault(e["kind"], {"n": 0, "lanes": set(), "s": 0.0, "max": 0.0, "run": 0.0, "graph": 0.0})
         k["n"] += 1
         k["lanes"].add(e["lane"])
         k["s"] += e.get("seconds", 0.0)
-    return {kind: {"n": v["n"], "lanes": sorted(v["lanes"]), "ms": round(v["s"] * 1e3, 3)}
-            for kind, v in sorted(out.items())}
+        k["max"] = max(k["max"], e.get("seconds", 0.0))
+        k["run"] += e.get("run_seconds", 0.0)
+        k["graph"] += e.get("graph_seconds", 0.0)
+    summary = {}
+    for kind, v in sorted(out.items()):
+        summary[kind] = {"n": v["n"], "lanes": sorted(v["lanes"]), "ms": round(v["s"] * 1e3, 3)}
+        if kind == "capture":
+            summary[kind].update(max_ms=round(v["max"] * 1e3, 3), run_ms=round(v["run"] * 1e3, 3),
+                                 graph_ms=round(v["graph"] * 1e3, 3))
+    return summary
 
 
 def usable(*snapshots):

@@ -91,13 +91,14 @@ class DaemonStatsTest(unittest.TestCase):
         # As protobuf JSON writes them: lane 0 and from_lane 0 left out, 64-bit job ids as strings.
         early = {"unix_seconds": 99.5, "kind": "move", "job": "7", "lane": 2, "seconds": 0.0}
         move = {"unix_seconds": 100.2, "kind": "move", "job": "7", "lane": 3, "from_lane": 1}
-        capture = {"unix_seconds": 100.25, "kind": "capture", "job": "7", "lane": 3, "seconds": 0.004}
+        capture = {"unix_seconds": 100.25, "kind": "capture", "job": "7", "lane": 3, "seconds": 0.004,
+                   "run_seconds": 0.001, "graph_seconds": 0.0025}
         wait = {"unix_seconds": 100.3, "kind": "slow_wait", "job": "9", "seconds": 0.012}
         late = {"unix_seconds": 101.5, "kind": "slow_wait", "job": "9", "lane": 1, "seconds": 0.02}
         client = Client([with_events([early], 3), with_events([early, move, capture, wait, late], 5)])
         before, after = daemon_stats.snapshot(client), daemon_stats.snapshot(client)
         self.assertEqual(after["events"][3], {"t": 100.3, "kind": "slow_wait", "job": 9, "lane": 0, "from_lane": 0,
-                                              "seconds": 0.012})
+                                              "seconds": 0.012, "run_seconds": 0.0, "graph_seconds": 0.0})
         before["at"], after["at"] = 100.0, 101.0
         d = daemon_stats.delta(before, after)
         # Only the events between the two snapshots, and how many the journal dropped meanwhile.
@@ -107,7 +108,8 @@ class DaemonStatsTest(unittest.TestCase):
         self.assertEqual(d["events"][0]["from_lane"], 1)
         # Near a moment: what happened, per kind, on which lanes.
         self.assertEqual(daemon_stats.summarize(daemon_stats.near(d["events"], 100.22, 100.4)),
-                         {"capture": {"n": 1, "lanes": [3], "ms": 4.0}, "slow_wait": {"n": 1, "lanes": [0], "ms": 12.0}})
+                         {"capture": {"n": 1, "lanes": [3], "ms": 4.0, "max_ms": 4.0, "run_ms": 1.0, "graph_ms": 2.5},
+                          "slow_wait": {"n": 1, "lanes": [0], "ms": 12.0}})
         self.assertEqual(daemon_stats.near(d["events"], 100.31, 100.4), [])
 
 

@@ -121,7 +121,8 @@ TEST(DaemonOnGpu, HigherPriorityLaneGetsAHigherStreamPriority) {
   EXPECT_LT(dev.op_by_op_runs(), dev.iterations());
   // The journal names the captures: one or more per job (its first
   // iteration on its lane), on the lane the job is in, each with the host
-  // time its run and capture held the lane's thread.
+  // time its run and capture held the lane's thread, split into the
+  // kernel-by-kernel run's part and the graph's (both within the whole).
   // (0 s for a capture of node ranges, which a preemptible iteration runs in).
   int urgent_captures = 0, best_effort_captures = 0, timed = 0;
   for (const v1::DeviceEvent& e : dev.events()) {
@@ -129,7 +130,14 @@ TEST(DaemonOnGpu, HigherPriorityLaneGetsAHigherStreamPriority) {
     EXPECT_GE(e.lane(), 0);
     EXPECT_GE(e.seconds(), 0.0);
     EXPECT_LT(e.seconds(), 10.0);
-    timed += e.seconds() > 0 ? 1 : 0;
+    EXPECT_GE(e.run_seconds(), 0.0);
+    EXPECT_GE(e.graph_seconds(), 0.0);
+    EXPECT_LE(e.run_seconds() + e.graph_seconds(), e.seconds() + 1e-9);
+    if (e.seconds() > 0) {
+      ++timed;
+      EXPECT_GT(e.run_seconds(), 0.0);
+      EXPECT_GT(e.graph_seconds(), 0.0);
+    }
     urgent_captures += e.job() == urgent.job() ? 1 : 0;
     best_effort_captures += e.job() == best_effort.job() ? 1 : 0;
   }
