@@ -346,14 +346,23 @@ def spawned_first(args, cap_count, steps, prespawn):
     return ahead_of(min(args.start, cap_count), cap_count, steps)
 
 
+def stall_events(probe):
+    """The probe's journal events that its stall bins summarize (from EVENT_LEAD_S before each bin to its end)."""
+    bins = [b["at_s"] for b in (probe.get("stalls") or {}).get("top", [])]
+    return [e for e in probe.get("tandemd", {}).get("events", [])
+            if any(t - EVENT_LEAD_S <= e["at_s"] <= t + STALL_BIN_S for t in bins)]
+
+
 def trim_models(out):
-    """Keeps every model's numbers only in the probes at the hosted and the first failing count (the others
-    keep their worst model): the JSON stays small at hundreds of models."""
+    """Keeps every model's numbers and all journal events only in the probes at the hosted and the first failing
+    count (the others keep their worst model, and the events beside their stalls): the JSON stays small at
+    hundreds of models."""
     keep = {out.get("hosted"), out.get("first_failing")}
     for p in out.get("probes", []):
         if p.get("n") not in keep or p.get("discarded"):
             p.pop("models", None)
-            p.get("tandemd", {}).pop("events", None)
+            if "events" in p.get("tandemd", {}):
+                p["tandemd"]["events"] = stall_events(p)
 
 
 def run_mode(mode, args, state, result, deadline, save):
