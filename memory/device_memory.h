@@ -167,7 +167,8 @@ class DeviceMemory {
   // Moves `job` into lane `lane` (NumLanes() or a closed index opens one):
   // the target grows to the job's planned peak if needed (more within the
   // lane slack), the source shrinks (unless the slack keeps it) or closes
-  // (retiring ranges as above); persistent tensors stay where they are. The caller must not run an iteration of the job meanwhile.
+  // (retiring ranges as above); persistent tensors stay where they are.
+  // The caller must not run an iteration of the job meanwhile.
   // FAILED_PRECONDITION when the target cannot grow or no lane can open.
   virtual absl::Status MoveJob(JobId job, int lane) = 0;
 

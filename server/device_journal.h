@@ -2,8 +2,8 @@
 // client's slow requests with what the daemon did at that moment: a job
 // moved to another lane, a lane's arena that moved, an iteration that
 // captured its graph (it ran kernel by kernel first, holding up its lane),
-// an iteration that waited long in the daemon before it ran. A bounded ring: the oldest events go
-// first, counted as dropped. The stats reply carries it (DeviceStats.events);
+// an iteration that waited long in the daemon before it ran. A bounded
+// ring: the oldest events go first, counted as dropped. The stats reply carries it (DeviceStats.events);
 // bench/inference/hosting.py puts the events beside each probe's stalls.
 // Thread-compatible (the control loop's).
 #ifndef TANDEM_SERVER_DEVICE_JOURNAL_H_

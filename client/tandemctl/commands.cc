@@ -241,7 +241,8 @@ absl::Status Events(Client& c, const CtlOptions& options, std::ostream& out) {
                     e.kind() == "move" || e.kind() == "arena" ? "-" : absl::StrFormat("%.3f", e.seconds() * 1e3)});
     }
   }
-  out << (table.rows() == 0 ? "no events (no lane moves, arena moves, captures or waits of 5 ms or more)\n" : table.Render());
+  out << (table.rows() == 0 ? "no events (no lane moves, arena moves, captures or waits of 5 ms or more)\n"
+                            : table.Render());
   if (dropped > 0) out << dropped << " older events dropped\n";
   return absl::OkStatus();
 }
