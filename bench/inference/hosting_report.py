@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""What a hosting search's JSON says about Tandem's probes, one line each, without a GPU.
+
+    /usr/bin/python3 bench/inference/hosting_report.py bench/results/2026-12-02-h200-hosting-modes14.json
+
+Per probe of the tandem mode: the count, pass or fail, the worst p99, the models over the target, tandemd's lane
+moves, graph captures and arena moves in the window, and where the slow requests' time went (behind / queue /
+run / other, ms); under a failing probe its top stall bins, each with the models and client processes it spans and
+what tandemd's journal shows beside it (per kind: how many, on which lanes, ms; a capture's longest and its run
+and graph parts). Last, the probes' captures that took longest (from the events the JSON kept).
+"""
+
+import argparse
+import json
+import sys
+
+
+def probe_line(p):
+    d = p.get("tandemd") or {}
+    slow = (p.get("latency_split_ms") or {}).get("slow") or {}
+    split = "/".join(f"{slow.get(k, 0):.1f}" for k in ("behind", "queue", "run", "other")) if slow else "-"
+    return (f"N={p['n']:4d} {'pass' if p['pass'] else 'FAIL'}  p99 {p['p99_ms_max']:8.2f} ms  over {p['models_over_target']:3d}"
+            f"  moves {d.get('lane_moves', '-'):>3}  captures {d.get('graph_captures', '-'):>3}"
+            f"  arena {d.get('arena_moves', '-'):>2}  slow b/q/r/o ms {split}")
+
+
+def bin_line(b):
+    parts = []
+    for kind, v in sorted((b.get("tandemd") or {}).items()):
+        text = f"{kind} {v['n']} on {v['lanes']} {v['ms']:.1f} ms"
+        if "max_ms" in v:
+            text += f" (longest {v['max_ms']:.1f}, run {v['run_ms']:.1f}, graph {v['graph_ms']:.1f})"
+        parts.append(text)
+    return (f"    at {b['at_s']:.2f} s: {b['requests']} requests, {b['models']} models, {b['processes']} processes; "
+            + ("; ".join(parts) or "nothing journaled"))
+
+
+def longest_captures(probes, top):
+    caps = []
+    for p in probes:
+        for e in (p.get("tandemd") or {}).get("events") or []:
+            if e.get("kind") == "capture":
+                caps.append((e.get("seconds", 0.0), e.get("run_seconds", 0.0), e.get("graph_seconds", 0.0),
+                             e.get("job"), e.get("lane"), p["n"], e.get("at_s")))
+    caps.sort(reverse=True)
+    return caps[:top]
+
+
+def report(result, bins=3, top=10):
+    mode = (result.get("modes") or {}).get("tandem")
+    if not mode:
+        return ["no tandem mode in this file"]
+    lines = [f"tandem hosted {mode.get('hosted')} (first failing {mode.get('first_failing')})"]
+    for p in mode.get("probes", []):
+        lines.append(probe_line(p))
+        if not p["pass"]:
+            lines += [bin_line(b) for b in ((p.get("stalls") or {}).get("top") or [])[:bins]]
+    caps = longest_captures(mode.get("probes", []), top)
+    if caps:
+        lines.append("longest captures kept (ms: whole, run, graph; job, lane, probe, at_s):")
+        lines += [f"    {s * 1e3:7.2f} {r * 1e3:7.2f} {g * 1e3:7.2f}  job {j} lane {lane} N={n} at {at}"
+                  for s, r, g, j, lane, n, at in caps]
+    return lines
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("json", help="a hosting.json (bench/inference/hosting.py --out)")
+    p.add_argument("--bins", type=int, default=3, help="stall bins shown per failing probe")
+    p.add_argument("--top", type=int, default=10, help="longest captures listed")
+    args = p.parse_args(argv)
+    with open(args.json) as f:
+        result = json.load(f)
+    print("\n".join(report(result, args.bins, args.top)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""hosting_report: the one-line-per-probe view of a hosting search (runs without a GPU)."""
+
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import hosting_report  # noqa: E402
+
+
+def result():
+    passing = {"n": 16, "pass": True, "p99_ms_max": 3.2, "models_over_target": 0, "latency_split_ms": None,
+               "tandemd": {"lane_moves": 0, "graph_captures": 0, "arena_moves": 0}}
+    failing = {"n": 32, "pass": False, "p99_ms_max": 28.5, "models_over_target": 3,
+               "latency_split_ms": {"slow": {"requests": 4, "behind": 1.0, "queue": 15.5, "run": 6.0, "other": 0.5}},
+               "stalls": {"top": [
+                   {"at_s": 1.2, "requests": 4, "models": 3, "processes": 2,
+                    "tandemd": {"capture": {"n": 1, "lanes": [2], "ms": 26.8, "max_ms": 26.8, "run_ms": 3.0,
+                                            "graph_ms": 23.5},
+                                "move": {"n": 1, "lanes": [2], "ms": 0.0}}},
+                   {"at_s": 0.4, "requests": 1, "models": 1, "processes": 1, "tandemd": {}}]},
+               "tandemd": {"lane_moves": 5, "graph_captures": 6, "arena_moves": 0, "events": [
+                   {"at_s": 1.15, "kind": "capture", "job": 7, "lane": 2, "seconds": 0.0268, "run_seconds": 0.003,
+                    "graph_seconds": 0.0235},
+                   {"at_s": 1.1, "kind": "move", "job": 7, "lane": 2, "from_lane": 1, "seconds": 0.0},
+                   {"at_s": 0.2, "kind": "capture", "job": 9, "lane": 0, "seconds": 0.001}]}}
+    return {"modes": {"tandem": {"hosted": 16, "first_failing": 32, "probes": [passing, failing]}}}
+
+
+class HostingReportTest(unittest.TestCase):
+    def test_probes_their_stalls_and_the_longest_captures(self):
+        lines = hosting_report.report(result())
+        self.assertEqual(lines[0], "tandem hosted 16 (first failing 32)")
+        self.assertIn("N=  16 pass", lines[1])
+        self.assertIn("N=  32 FAIL", lines[2])
+        self.assertIn("moves   5  captures   6  arena  0", lines[2])
+        self.assertIn("slow b/q/r/o ms 1.0/15.5/6.0/0.5", lines[2])
+        self.assertIn("at 1.20 s: 4 requests, 3 models, 2 processes", lines[3])
+        self.assertIn("capture 1 on [2] 26.8 ms (longest 26.8, run 3.0, graph 23.5)", lines[3])
+        self.assertTrue(lines[4].endswith("nothing journaled"))
+        # The longest capture first, then the other; the move is no capture.
+        captures = lines[lines.index("longest captures kept (ms: whole, run, graph; job, lane, probe, at_s):") + 1:]
+        self.assertEqual(len(captures), 2)
+        self.assertIn("26.80", captures[0])
+        self.assertIn("job 7 lane 2 N=32", captures[0])
+        self.assertIn("job 9 lane 0", captures[1])
+
+    def test_a_file_without_the_tandem_mode(self):
+        self.assertEqual(hosting_report.report({"modes": {"mps": {}}}), ["no tandem mode in this file"])
+
+
+if __name__ == "__main__":
+    unittest.main()
