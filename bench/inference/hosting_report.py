@@ -19,7 +19,8 @@ def probe_line(p):
     d = p.get("tandemd") or {}
     slow = (p.get("latency_split_ms") or {}).get("slow") or {}
     split = "/".join(f"{slow.get(k, 0):.1f}" for k in ("behind", "queue", "run", "other")) if slow else "-"
-    return (f"N={p['n']:4d} {'pass' if p['pass'] else 'FAIL'}  p99 {p['p99_ms_max']:8.2f} ms  over {p['models_over_target']:3d}"
+    verdict = "pass" if p["pass"] else "FAIL"
+    return (f"N={p['n']:4d} {verdict}  p99 {p['p99_ms_max']:8.2f} ms  over {p['models_over_target']:3d}"
             f"  moves {d.get('lane_moves', '-'):>3}  captures {d.get('graph_captures', '-'):>3}"
             f"  arena {d.get('arena_moves', '-'):>2}  slow b/q/r/o ms {split}")
 

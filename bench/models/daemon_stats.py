@@ -7,11 +7,11 @@
 delta() gives what the window did on the first device (iterations, kernel seconds, lane moves, graph replays
 and captures, per lane its jobs, iterations, kernel and occupied seconds) and where the control loop (one
 thread) spent it: busy seconds, the work items that took most of it with their mean time and their mean wait
-in the queue behind other items, and the sections of a work item ("Handler/part"); and per thread that enqueues the lanes' device work its
-items, busy seconds and mean wait. The device's journal (server/device_journal.h: lane moves, iterations that
-captured a graph, lane arenas that moved, iterations that waited 5 ms or more in the daemon, each with its wall-clock time) comes with
-each snapshot; delta() keeps the window's events and counts them, and near() and summarize() line them up
-with a client's slow requests.
+in the queue behind other items, and the sections of a work item ("Handler/part"); and per thread that
+enqueues the lanes' device work its items, busy seconds and mean wait. The device's journal
+(server/device_journal.h: lane moves, lane arenas that moved, iterations that captured a graph, iterations that
+waited 5 ms or more in the daemon, each with its wall-clock time) comes with each snapshot; delta() keeps the
+window's events and counts them, and near() and summarize() line them up with a client's slow requests.
 """
 
 import time
