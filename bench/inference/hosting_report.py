@@ -7,7 +7,9 @@ Per probe of the tandem mode: the count, pass or fail, the worst p99, the models
 moves, graph captures and arena moves in the window, and where the slow requests' time went (behind / queue /
 run / other, ms); under a failing probe its top stall bins, each with the models and client processes it spans and
 what tandemd's journal shows beside it (per kind: how many, on which lanes, ms; a capture's longest and its run
-and graph parts). Last, the probes' captures that took longest (from the events the JSON kept).
+and graph parts). Last, the probes' captures that took longest (from the events the JSON kept), with the parts:
+the kernel-by-kernel run, the graph (record, instantiate or update, upload) and the rest (releasing the job's
+graphs on its other lanes).
 """
 
 import argparse
@@ -58,9 +60,10 @@ def report(result, bins=3, top=10):
             lines += [bin_line(b) for b in ((p.get("stalls") or {}).get("top") or [])[:bins]]
     caps = longest_captures(mode.get("probes", []), top)
     if caps:
-        lines.append("longest captures kept (ms: whole, run, graph; job, lane, probe, at_s):")
-        lines += [f"    {s * 1e3:7.2f} {r * 1e3:7.2f} {g * 1e3:7.2f}  job {j} lane {lane} N={n} at {at}"
-                  for s, r, g, j, lane, n, at in caps]
+        # The rest of a capture's time released the job's graphs on its other lanes (cudaGraphExecDestroy).
+        lines.append("longest captures kept (ms: whole, run, graph, rest; job, lane, probe, at_s):")
+        lines += [f"    {s * 1e3:7.2f} {r * 1e3:7.2f} {g * 1e3:7.2f} {max(0.0, s - r - g) * 1e3:7.2f}"
+                  f"  job {j} lane {lane} N={n} at {at}" for s, r, g, j, lane, n, at in caps]
     return lines
 
 
