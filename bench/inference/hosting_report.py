@@ -22,7 +22,8 @@ def probe_line(p):
     slow = (p.get("latency_split_ms") or {}).get("slow") or {}
     split = "/".join(f"{slow.get(k, 0):.1f}" for k in ("behind", "queue", "run", "other")) if slow else "-"
     verdict = "pass" if p["pass"] else "FAIL"
-    return (f"N={p['n']:4d} {verdict}  p99 {p['p99_ms_max']:8.2f} ms  over {p['models_over_target']:3d}"
+    p99 = f"{p['p99_ms_max']:8.2f}" if isinstance(p.get("p99_ms_max"), (int, float)) else f"{'-':>8}"
+    return (f"N={p['n']:4d} {verdict}  p99 {p99} ms  over {p.get('models_over_target', '-'):>3}"
             f"  moves {d.get('lane_moves', '-'):>3}  captures {d.get('graph_captures', '-'):>3}"
             f"  arena {d.get('arena_moves', '-'):>2}  slow b/q/r/o ms {split}")
 
@@ -30,11 +31,13 @@ def probe_line(p):
 def bin_line(b):
     parts = []
     for kind, v in sorted((b.get("tandemd") or {}).items()):
-        text = f"{kind} {v['n']} on {v['lanes']} {v['ms']:.1f} ms"
+        text = f"{kind} {v['n']} on {v.get('lanes', '?')} {v.get('ms', 0.0):.1f} ms"
         if "max_ms" in v:
             text += f" (longest {v['max_ms']:.1f}, run {v['run_ms']:.1f}, graph {v['graph_ms']:.1f})"
         parts.append(text)
-    return (f"    at {b['at_s']:.2f} s: {b['requests']} requests, {b['models']} models, {b['processes']} processes; "
+    # Files older than a field show "?" for it.
+    return (f"    at {b['at_s']:.2f} s: {b.get('requests', '?')} requests, {b.get('models', '?')} models, "
+            f"{b.get('processes', '?')} processes; "
             + ("; ".join(parts) or "nothing journaled"))
 
 

@@ -48,6 +48,15 @@ class HostingReportTest(unittest.TestCase):
         self.assertIn("job 7 lane 2 N=32", captures[0])
         self.assertIn("job 9 lane 0", captures[1])
 
+    def test_a_file_from_before_the_journal(self):
+        old = {"modes": {"tandem": {"hosted": 8, "first_failing": 16, "probes": [
+            {"n": 16, "pass": False, "p99_ms_max": None, "models_over_target": 2,
+             "stalls": {"top": [{"at_s": 0.5, "requests": 3, "models": 2}]}, "tandemd": {"lane_moves": 4}}]}}}
+        lines = hosting_report.report(old)
+        self.assertIn("N=  16 FAIL  p99        - ms", lines[1])
+        self.assertIn("arena  -", lines[1])
+        self.assertEqual(lines[2], "    at 0.50 s: 3 requests, 2 models, ? processes; nothing journaled")
+
     def test_a_file_without_the_tandem_mode(self):
         self.assertEqual(hosting_report.report({"modes": {"mps": {}}}), ["no tandem mode in this file"])
 
