@@ -146,6 +146,10 @@ class Service {
 
   // service_lanes.cc: lanes and their streams.
   absl::Status EnsureLane(DeviceRuntime& dev, int lane);
+  // Gives `slot` of `lane` a page-locked buffer of `capacity` bytes; its old
+  // one is kept in lane.retired_host until shutdown (freeing page-locked
+  // memory synchronizes the whole device).
+  absl::Status GiveSlotBuffer(DeviceRuntime& dev, Lane& lane, StagingSlot& slot, size_t capacity);
   // The executor of a new lane: a new thread, or with --executor_threads N
   // once N exist, thread lane mod N.
   Executor* LaneExecutor(DeviceRuntime& dev, int lane);

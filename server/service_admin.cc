@@ -233,19 +233,17 @@ void Service::JournalArenaMoves(DeviceRuntime& dev, uint64_t job) {
 
 void Service::JournalIteration(DeviceRuntime& dev, int lane, Job& job, double queue_seconds) {
   const ProgramCounters c = job.program != nullptr ? job.program->Counters() : ProgramCounters{};
-  if (c.captures > job.captures_seen) {
+  const ProgramCounters& seen = job.counters_seen;
+  if (c.captures > seen.captures) {
     dev.journal.Add({.unix_seconds = DeviceJournal::UnixNow(),
                      .kind = JournalKind::kCapture,
                      .job = job.id,
                      .lane = lane,
-                     .seconds = c.recapture_seconds - job.recapture_seconds_seen,
-                     .run_seconds = c.recapture_run_seconds - job.recapture_run_seconds_seen,
-                     .graph_seconds = c.recapture_graph_seconds - job.recapture_graph_seconds_seen});
+                     .seconds = c.recapture_seconds - seen.recapture_seconds,
+                     .run_seconds = c.recapture_run_seconds - seen.recapture_run_seconds,
+                     .graph_seconds = c.recapture_graph_seconds - seen.recapture_graph_seconds});
   }
-  job.captures_seen = c.captures;
-  job.recapture_seconds_seen = c.recapture_seconds;
-  job.recapture_run_seconds_seen = c.recapture_run_seconds;
-  job.recapture_graph_seconds_seen = c.recapture_graph_seconds;
+  job.counters_seen = c;
   if (queue_seconds >= DeviceJournal::kSlowWaitSeconds) {
     dev.journal.Add({.unix_seconds = DeviceJournal::UnixNow(),
                      .kind = JournalKind::kSlowWait,

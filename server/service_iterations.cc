@@ -193,12 +193,10 @@ void Service::RebalanceLanes(DeviceRuntime& dev) {
     // read), so that its next work on the new stream cannot overtake it.
     if (job.device_work > 0 || job.state != JobState::kRunning || job.lane != change.from_lane) continue;
     if (!dev.memory->MoveJob(job.id, change.to_lane).ok()) continue;
-    if (!EnsureLane(dev, change.to_lane).ok() || !dev.scheduler->MoveJob(job.id, change.to_lane).ok()) {
-      (void)dev.memory->MoveJob(job.id, change.from_lane);
-      JournalArenaMoves(dev, job.id);
-      continue;
-    }
+    const bool moved = EnsureLane(dev, change.to_lane).ok() && dev.scheduler->MoveJob(job.id, change.to_lane).ok();
+    if (!moved) (void)dev.memory->MoveJob(job.id, change.from_lane);
     JournalArenaMoves(dev, job.id);
+    if (!moved) continue;
     TLOG_INFO("job moved to another lane")
         .With("job", job.id)
         .With("name", job.name)
@@ -259,19 +257,13 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
   const StagingLayout layout = LayOutStaging(g, run);
   const size_t bytes = layout.bytes;
   if (slot.capacity < bytes) {
-    // At least twice the old size, so that a slot grows a few times in its
-    // life; the old buffer is kept until shutdown (Lane::retired_host).
+    // At least twice the old size, so that a slot grows a few times in its life.
     const size_t capacity = std::max({bytes, kMinStagingBytes, 2 * slot.capacity});
-    auto host = dev.device->AllocateHost(capacity);
-    if (!host.ok()) {
-      ReplyError(it.reply, host.status());
+    if (absl::Status s = GiveSlotBuffer(dev, l, slot, capacity); !s.ok()) {
+      ReplyError(it.reply, s);
       dev.scheduler->CancelDispatch(job.id, lane);
       return;
     }
-    dev.staging_allocations++;
-    if (slot.host != nullptr) l.retired_host.push_back(slot.host);
-    slot.host = *host;
-    slot.capacity = capacity;
   }
   bool segmented = RunsInSegments(dev, job, l);
   if (segmented) {

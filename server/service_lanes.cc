@@ -27,14 +27,19 @@ absl::Status Service::EnsureLane(DeviceRuntime& dev, int lane) {
     // Each slot's buffer now, not at its first iteration (kMinStagingBytes);
     // one that cannot be had is allocated when an iteration needs it.
     for (StagingSlot& slot : l.slots) {
-      auto host = dev.device->AllocateHost(kMinStagingBytes);
-      if (!host.ok()) break;
-      dev.staging_allocations++;
-      slot.host = *host;
-      slot.capacity = kMinStagingBytes;
+      if (!GiveSlotBuffer(dev, l, slot, kMinStagingBytes).ok()) break;
     }
     dev.lanes.push_back(std::move(l));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Service::GiveSlotBuffer(DeviceRuntime& dev, Lane& lane, StagingSlot& slot, size_t capacity) {
+  ASSIGN_OR_RETURN(void* host, dev.device->AllocateHost(capacity));
+  dev.staging_allocations++;
+  if (slot.host != nullptr) lane.retired_host.push_back(slot.host);
+  slot.host = host;
+  slot.capacity = capacity;
   return absl::OkStatus();
 }
 

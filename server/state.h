@@ -91,10 +91,7 @@ struct Job {
   // only with nothing of it in flight (Service::RebalanceLanes), whose
   // completions reached the loop after the old thread's last use.
   std::unique_ptr<Program> program;
-  int64_t captures_seen = 0;         // program's captures when its last iteration ended (journal)
-  double recapture_seconds_seen = 0;  // and its recapture_seconds
-  double recapture_run_seconds_seen = 0;    // ... recapture_run_seconds
-  double recapture_graph_seconds_seen = 0;  // ... recapture_graph_seconds
+  ProgramCounters counters_seen;     // program's counters when its last iteration ended (journal)
   std::vector<void*> persistent;     // per graph.persistents entry
   uint64_t persistent_bytes = 0;
 
@@ -111,14 +108,14 @@ struct Job {
   std::vector<PendingReply> close_replies;  // answered when the job is gone
 };
 
-// A host staging area for one in-flight iteration of a lane: feeds are
-// copied in before the iteration, fetches land here after it.
 // A slot's smallest buffer, allocated with its lane: a feed-and-fetch
 // staging area of the small models of inference hosting never grows, so
 // serving allocates no page-locked memory (an allocation, like a free, is a
 // device-wide synchronization point).
 inline constexpr size_t kMinStagingBytes = size_t{1} << 20;
 
+// A host staging area for one in-flight iteration of a lane: feeds are
+// copied in before the iteration, fetches land here after it.
 struct StagingSlot {
   void* host = nullptr;
   size_t capacity = 0;
