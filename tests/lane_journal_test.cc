@@ -14,6 +14,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "client/client.h"
 #include "gtest/gtest.h"
@@ -26,18 +27,26 @@ double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-TEST(LaneJournal, ListsIterationsThatWaitedInTheDaemon) {
-  DaemonProcess daemon({"--policy=fifo"});
-  const double started = UnixNow();
-  const std::string log = daemon.dir() + "/mlp.log";
-  // Products of 256 x 512 x 512 per layer: milliseconds per iteration on
-  // one core, so the third iteration in flight waits well over 5 ms.
-  const pid_t pid = Spawn({MlpTrainPath(), "--endpoint=" + daemon.endpoint(), "--iterations=12", "--batch=256",
-                           "--inputs=512", "--hidden=512", "--layers=3", "--classes=10", "--inflight=3"},
-                          log);
+// Runs mlp_train with `flags` through `daemon` to its end (its output in
+// <name>.log); fails unless it exits 0.
+void Train(DaemonProcess& daemon, const std::string& name, const std::vector<std::string>& flags) {
+  std::vector<std::string> argv = {MlpTrainPath(), "--endpoint=" + daemon.endpoint()};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  const std::string log = daemon.dir() + "/" + name + ".log";
+  const pid_t pid = Spawn(argv, log);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFile(log) << "\ndaemon log:\n" << daemon.Log();
+}
+
+TEST(LaneJournal, ListsIterationsThatWaitedInTheDaemon) {
+  DaemonProcess daemon({"--policy=fifo"});
+  const double started = UnixNow();
+  // Products of 256 x 512 x 512 per layer: milliseconds per iteration on
+  // one core, so the third iteration in flight waits well over 5 ms.
+  ASSERT_NO_FATAL_FAILURE(Train(daemon, "mlp",
+                                {"--iterations=12", "--batch=256", "--inputs=512", "--hidden=512", "--layers=3",
+                                 "--classes=10", "--inflight=3"}));
   const double ended = UnixNow();
 
   auto client = client::Client::Connect({.endpoint = daemon.endpoint(), .name = "journal-test"});
@@ -65,14 +74,9 @@ TEST(LaneJournal, ListsIterationsThatWaitedInTheDaemon) {
 
 // Runs mlp_train through `daemon` with one iteration in flight; the device's stats afterwards.
 v1::DeviceStats TrainAndReadStats(DaemonProcess& daemon, const std::string& name, int batch) {
-  const std::string log = daemon.dir() + "/" + name + ".log";
-  const pid_t pid = Spawn({MlpTrainPath(), "--endpoint=" + daemon.endpoint(), "--iterations=4",
-                           "--batch=" + std::to_string(batch), "--inputs=512", "--hidden=32", "--layers=2",
-                           "--classes=10", "--inflight=1"},
-                          log);
-  int status = 0;
-  EXPECT_EQ(::waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFile(log) << "\ndaemon log:\n" << daemon.Log();
+  Train(daemon, name,
+        {"--iterations=4", "--batch=" + std::to_string(batch), "--inputs=512", "--hidden=32", "--layers=2",
+         "--classes=10", "--inflight=1"});
   auto client = client::Client::Connect({.endpoint = daemon.endpoint(), .name = "staging-test"});
   EXPECT_TRUE(client.ok()) << client.status();
   if (!client.ok()) return {};
@@ -120,15 +124,12 @@ v1::DeviceStats LargeJoinsSmall(const std::vector<std::string>& flags) {
     if (stats.ok() && stats->jobs() >= 1) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  const std::string log = daemon.dir() + "/large.log";
-  const pid_t large = Spawn({MlpTrainPath(), "--endpoint=" + daemon.endpoint(), "--iterations=3", "--batch=256",
-                             "--inputs=512", "--hidden=512", "--layers=2", "--classes=10", "--inflight=1"},
-                            log);
-  int status = 0;
-  EXPECT_EQ(::waitpid(large, &status, 0), large);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFile(log) << "\ndaemon log:\n" << daemon.Log();
+  Train(daemon, "large",
+        {"--iterations=3", "--batch=256", "--inputs=512", "--hidden=512", "--layers=2", "--classes=10",
+         "--inflight=1"});
   auto stats = (*client)->Stats();
   ::kill(small, SIGKILL);
+  int status = 0;
   ::waitpid(small, &status, 0);
   EXPECT_TRUE(stats.ok()) << stats.status();
   if (!stats.ok() || stats->devices_size() == 0) return {};
