@@ -131,6 +131,11 @@ EVENT_LEAD_S = 0.1
 MAX_PROBE_EVENTS = 400
 
 
+def event_window(t):
+    """The times of the journal events that go with a stall bin starting at t (any clock)."""
+    return t - EVENT_LEAD_S, t + STALL_BIN_S
+
+
 def merge_splits(models, key):
     """The request-weighted mean of the models' `key` splits ({"requests", part: mean ms}), or None."""
     splits = [m[key] for m in models if m.get(key)]
@@ -251,7 +256,7 @@ def run_probe(n, pool, args, stats_client, device):
         window_start = start_at + args.warmup_s
         for b in (out.get("stalls") or {}).get("top", []):
             t = window_start + b["at_s"]
-            b["tandemd"] = daemon_stats.summarize(daemon_stats.near(events, t - EVENT_LEAD_S, t + STALL_BIN_S))
+            b["tandemd"] = daemon_stats.summarize(daemon_stats.near(events, *event_window(t)))
         out["tandemd"]["events"] = [{"at_s": round(e["t"] - window_start, 4),
                                      **{k: v for k, v in e.items() if k != "t"}} for e in events[:MAX_PROBE_EVENTS]]
     out["wall_s"] = round(time.monotonic() - started, 2)
@@ -347,10 +352,10 @@ def spawned_first(args, cap_count, steps, prespawn):
 
 
 def stall_events(probe):
-    """The probe's journal events that its stall bins summarize (from EVENT_LEAD_S before each bin to its end)."""
-    bins = [b["at_s"] for b in (probe.get("stalls") or {}).get("top", [])]
+    """The probe's journal events that its stall bins summarize (event_window of each bin)."""
+    windows = [event_window(b["at_s"]) for b in (probe.get("stalls") or {}).get("top", [])]
     return [e for e in probe.get("tandemd", {}).get("events", [])
-            if any(t - EVENT_LEAD_S <= e["at_s"] <= t + STALL_BIN_S for t in bins)]
+            if any(lo <= e["at_s"] <= hi for lo, hi in windows)]
 
 
 def trim_models(out):
