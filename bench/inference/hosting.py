@@ -125,15 +125,18 @@ LANES = 12
 TANDEMD_DEFAULTS = {"--max_inflight_per_lane": INFLIGHT_PER_LANE, "--max_lanes": LANES}
 STALL_BIN_S = 0.05
 # tandemd's journal events lined up with a stall bin: from this long before the bin (a capture or a move holds
-# up its lane for a while before the requests behind it come out slow) to the bin's end.
+# up its lane for a while before the requests behind it come out slow) to this long after the bin's end (the
+# journal stamps an iteration's capture or slow wait when the iteration ends: a slow request that arrived in the
+# bin ends up to its latency later).
 EVENT_LEAD_S = 0.1
+EVENT_LAG_S = 0.05
 # The most journal events a probe keeps in the JSON (as seconds into its timed window).
 MAX_PROBE_EVENTS = 400
 
 
 def event_window(t):
     """The times of the journal events that go with a stall bin starting at t (any clock)."""
-    return t - EVENT_LEAD_S, t + STALL_BIN_S
+    return t - EVENT_LEAD_S, t + STALL_BIN_S + EVENT_LAG_S
 
 
 def merge_splits(models, key):
@@ -252,8 +255,11 @@ def run_probe(n, pool, args, stats_client, device):
         events = window.pop("events")
         out["tandemd"] = {"persistent_mib": round(after["persistent_bytes"] / 2**20, 1),
                           "lane_mib": round(after["lane_bytes"] / 2**20, 1), **window}
-        # What tandemd did around each stall: its journal on the clock of the timed window.
         window_start = start_at + args.warmup_s
+        # The whole timed window's journal, per kind (the JSON keeps the events themselves beside stalls only).
+        out["tandemd"]["journal"] = daemon_stats.summarize(
+            daemon_stats.near(events, window_start, window_start + args.duration_s))
+        # What tandemd did around each stall: its journal on the clock of the timed window.
         for b in (out.get("stalls") or {}).get("top", []):
             t = window_start + b["at_s"]
             b["tandemd"] = daemon_stats.summarize(daemon_stats.near(events, *event_window(t)))
@@ -303,7 +309,8 @@ def log_probe(r, note=""):
                + f"; items us: {items or '-'}; parts us: {parts or '-'}; "
                f"lanes jobs: kernel/occupied s: {lanes or '-'}; lane moves {d.get('lane_moves', '-')}, "
                f"graph captures {d.get('graph_captures', '-')}, arena moves {d.get('arena_moves', '-')}, "
-               f"staging allocations {d.get('staging_allocations', '-')}; journal {d.get('event_counts', '-')}"
+               f"staging allocations {d.get('staging_allocations', '-')}, warm steps {d.get('warm_steps', '-')}; "
+               f"journal {d.get('event_counts', '-')}"
                + (f" ({d['events_dropped']} dropped)" if d.get("events_dropped") else ""))
 
 

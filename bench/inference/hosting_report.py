@@ -5,7 +5,7 @@
 
 Per probe of the tandem mode: the count, pass or fail, the worst p99, the models over the target, tandemd's lane
 moves, graph captures and arena moves in the window, and where the slow requests' time went (behind / queue /
-run / other, ms); under a failing probe its top stall bins, each with the models and client processes it spans and
+run / other, ms) and the whole window's captures and slow waits; under a failing probe its top stall bins, each with the models and client processes it spans and
 what tandemd's journal shows beside it (per kind: how many, on which lanes, ms; a capture's longest and its run
 and graph parts). Last, the probes' captures that took longest (from the events the JSON kept), with the parts:
 the kernel-by-kernel run, the graph (record, instantiate or update, upload) and the rest (releasing the job's
@@ -25,15 +25,33 @@ def probe_line(p):
     p99 = f"{p['p99_ms_max']:8.2f}" if isinstance(p.get("p99_ms_max"), (int, float)) else f"{'-':>8}"
     return (f"N={p['n']:4d} {verdict}  p99 {p99} ms  over {p.get('models_over_target', '-'):>3}"
             f"  moves {d.get('lane_moves', '-'):>3}  captures {d.get('graph_captures', '-'):>3}"
-            f"  arena {d.get('arena_moves', '-'):>2}  slow b/q/r/o ms {split}")
+            f"  arena {d.get('arena_moves', '-'):>2}  slow b/q/r/o ms {split}{journal_text(d.get('journal'))}")
+
+
+def journal_text(journal):
+    """The whole window's captures and slow waits (files since the journal summary): "; capture longest 23.1 ms
+    (run 19.0 of 41.2 ms in all), slow_wait 12 longest 14.2 ms"."""
+    if not journal:
+        return ""
+    parts = []
+    if "capture" in journal:
+        c = journal["capture"]
+        parts.append(f"capture longest {c.get('max_ms', 0.0):.1f} ms (run {c['run_ms']:.1f}, graph "
+                     f"{c['graph_ms']:.1f} of {c['ms']:.1f} ms in all)")
+    if "slow_wait" in journal:
+        w = journal["slow_wait"]
+        parts.append(f"slow_wait {w['n']} longest {w.get('max_ms', 0.0):.1f} ms")
+    return "; " + ", ".join(parts) if parts else ""
 
 
 def bin_line(b):
     parts = []
     for kind, v in sorted((b.get("tandemd") or {}).items()):
         text = f"{kind} {v['n']} on {v.get('lanes', '?')} {v.get('ms', 0.0):.1f} ms"
-        if "max_ms" in v:
+        if "run_ms" in v:
             text += f" (longest {v['max_ms']:.1f}, run {v['run_ms']:.1f}, graph {v['graph_ms']:.1f})"
+        elif "max_ms" in v:
+            text += f" (longest {v['max_ms']:.1f})"
         parts.append(text)
     # Files older than a field show "?" for it.
     return (f"    at {b['at_s']:.2f} s: {b.get('requests', '?')} requests, {b.get('models', '?')} models, "

@@ -19,9 +19,15 @@ def result():
                    {"at_s": 1.2, "requests": 4, "models": 3, "processes": 2,
                     "tandemd": {"capture": {"n": 1, "lanes": [2], "ms": 26.8, "max_ms": 26.8, "run_ms": 3.0,
                                             "graph_ms": 23.5},
-                                "move": {"n": 1, "lanes": [2], "ms": 0.0}}},
+                                "move": {"n": 1, "lanes": [2], "ms": 0.0},
+                                "slow_wait": {"n": 2, "lanes": [2], "ms": 29.0, "max_ms": 15.5}}},
                    {"at_s": 0.4, "requests": 1, "models": 1, "processes": 1, "tandemd": {}}]},
-               "tandemd": {"lane_moves": 5, "graph_captures": 6, "arena_moves": 0, "events": [
+               "tandemd": {"lane_moves": 5, "graph_captures": 6, "arena_moves": 0,
+                           "journal": {"capture": {"n": 2, "lanes": [0, 2], "ms": 27.8, "max_ms": 26.8,
+                                                   "run_ms": 3.5, "graph_ms": 23.6},
+                                       "slow_wait": {"n": 3, "lanes": [2], "ms": 40.0, "max_ms": 15.5},
+                                       "move": {"n": 5, "lanes": [2], "ms": 0.0}},
+                           "events": [
                    {"at_s": 1.15, "kind": "capture", "job": 7, "lane": 2, "seconds": 0.0268, "run_seconds": 0.003,
                     "graph_seconds": 0.0235},
                    {"at_s": 1.1, "kind": "move", "job": 7, "lane": 2, "from_lane": 1, "seconds": 0.0},
@@ -37,6 +43,11 @@ class HostingReportTest(unittest.TestCase):
         self.assertIn("N=  32 FAIL", lines[2])
         self.assertIn("moves   5  captures   6  arena  0", lines[2])
         self.assertIn("slow b/q/r/o ms 1.0/15.5/6.0/0.5", lines[2])
+        # The whole window's journal: captures and slow waits, each with its longest.
+        self.assertIn("; capture longest 26.8 ms (run 3.5, graph 23.6 of 27.8 ms in all), slow_wait 3 longest "
+                      "15.5 ms", lines[2])
+        self.assertNotIn("journal", lines[1])
+        self.assertIn("slow_wait 2 on [2] 29.0 ms (longest 15.5)", lines[3])
         self.assertIn("at 1.20 s: 4 requests, 3 models, 2 processes", lines[3])
         self.assertIn("capture 1 on [2] 26.8 ms (longest 26.8, run 3.0, graph 23.5)", lines[3])
         self.assertTrue(lines[4].endswith("nothing journaled"))

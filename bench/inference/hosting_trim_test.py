@@ -19,7 +19,7 @@ class TrimModelsTest(unittest.TestCase):
     def test_other_probes_keep_only_the_events_beside_their_stalls(self):
         hosted = probe(16, [], [0.5, 1.0])
         failing = probe(32, [1.0], [0.1, 0.95])
-        other = probe(64, [1.0, 2.0], [0.5, 0.9, 1.0, 1.04, 1.2, 1.95])
+        other = probe(64, [1.0, 2.0], [0.5, 0.9, 1.0, 1.04, 1.08, 1.12, 1.95])
         quiet = probe(8, [], [0.3])
         out = {"hosted": 16, "first_failing": 32, "probes": [hosted, failing, other, quiet]}
         hosting.trim_models(out)
@@ -27,9 +27,9 @@ class TrimModelsTest(unittest.TestCase):
         self.assertEqual(len(hosted["tandemd"]["events"]), 2)
         self.assertEqual(len(failing["tandemd"]["events"]), 2)
         self.assertIn("models", failing)
-        # The others: no models; events from EVENT_LEAD_S before a bin to its end.
+        # The others: no models; events from EVENT_LEAD_S before a bin to EVENT_LAG_S after its end.
         self.assertNotIn("models", other)
-        self.assertEqual([e["at_s"] for e in other["tandemd"]["events"]], [0.9, 1.0, 1.04, 1.95])
+        self.assertEqual([e["at_s"] for e in other["tandemd"]["events"]], [0.9, 1.0, 1.04, 1.08, 1.95])
         self.assertEqual(quiet["tandemd"]["events"], [])
 
 

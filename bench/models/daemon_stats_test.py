@@ -109,7 +109,7 @@ class DaemonStatsTest(unittest.TestCase):
         # Near a moment: what happened, per kind, on which lanes.
         self.assertEqual(daemon_stats.summarize(daemon_stats.near(d["events"], 100.22, 100.4)),
                          {"capture": {"n": 1, "lanes": [3], "ms": 4.0, "max_ms": 4.0, "run_ms": 1.0, "graph_ms": 2.5},
-                          "slow_wait": {"n": 1, "lanes": [0], "ms": 12.0}})
+                          "slow_wait": {"n": 1, "lanes": [0], "ms": 12.0, "max_ms": 12.0}})
         self.assertEqual(daemon_stats.near(d["events"], 100.31, 100.4), [])
 
 

@@ -7,6 +7,7 @@
 //
 //   op_bench --out=/tmp/out/tandem_ops.json            # every row, ~1 minute on an H200
 //   op_bench --rows=conv,bn --iterations=20            # rows whose name holds "conv" or "bn"
+//   op_bench --rows=conv --first_use=3                  # host cost of each row's first iteration on other streams
 //   op_bench --small --cpu_check                       # tiny rows on the CPU oracle; no GPU needed
 //
 // Compute rows (matrix products, convolutions) are rated in TFLOP/s; memory
@@ -23,6 +24,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
@@ -44,6 +46,9 @@ ABSL_FLAG(bool, allow_tf32, false, "set allow_tf32 on convolution and convolutio
 ABSL_FLAG(bool, small, false, "tiny shapes (the sizes of torch_ops.py --small)");
 ABSL_FLAG(bool, cpu_check, false, "run every selected row once on the CPU oracle instead of timing it");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error (debug: each convolution's cuDNN choice)");
+ABSL_FLAG(int, first_use, 0,
+          "instead of timing, N > 0: each row's first-iteration host cost on its own stream and then on N other "
+          "streams that ran the rows before it (a job's first iteration in a lane of the daemon)");
 ABSL_FLAG(bool, list, false, "print the selected rows (name, op, kind, flops, bytes, shapes) and exit");
 
 namespace {
@@ -67,6 +72,61 @@ int CheckOnCpu(const std::vector<const tb::OpRow*>& rows) {
     if (!s.ok()) ++failed;
   }
   std::printf("cpu check: %zu rows, %d failed\n", rows.size(), failed);
+  return failed == 0 ? 0 : 1;
+}
+
+// --first_use: one line per row, host ms of the first enqueue on the row's
+// stream, on each of the other streams, and of a replay; JSON to --out.
+int FirstUse(const std::vector<const tb::OpRow*>& rows, int other_streams, const std::string& out) {
+  tandem::device::Device* gpu = tandem::gpu_test::Gpu();
+  std::vector<std::unique_ptr<tandem::device::Stream>> owned;
+  std::vector<tandem::device::Stream*> streams;
+  for (int i = 0; i < other_streams; ++i) {
+    absl::StatusOr<std::unique_ptr<tandem::device::Stream>> s = gpu->CreateStream();
+    if (!s.ok()) {
+      std::fprintf(stderr, "op_bench: %s\n", s.status().ToString().c_str());
+      return 1;
+    }
+    streams.push_back(s->get());
+    owned.push_back(*std::move(s));
+  }
+  absl::StatusOr<std::unique_ptr<tb::FeedFiller>> filler = tb::FeedFiller::Create(tandem::gpu_test::TestSeed());
+  if (!filler.ok()) {
+    std::fprintf(stderr, "op_bench: %s\n", filler.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("%-28s %10s %s  %s   (host ms of Program::Enqueue; the first row's other streams are new)\n",
+              "row", "first", "other streams", "replay");
+  std::string json;
+  int failed = 0;
+  for (const tb::OpRow* row : rows) {
+    absl::StatusOr<tb::FirstUse> use = tb::TimeFirstUse(*row, **filler, streams);
+    if (!use.ok()) {
+      std::printf("%-28s FAILED %s\n", row->name.c_str(), use.status().ToString().c_str());
+      ++failed;
+      continue;
+    }
+    std::string others;
+    for (double ms : use->other_ms) absl::StrAppend(&others, absl::StrFormat(" %8.3f", ms));
+    std::printf("%-28s %10.3f %s  %8.3f\n", row->name.c_str(), use->first_ms, others.c_str(), use->replay_ms);
+    std::fflush(stdout);
+    absl::StrAppend(&json, json.empty() ? "" : ",\n", absl::StrFormat(R"(  {"row": "%s", "first_ms": %.4f, )",
+                                                                       row->name, use->first_ms),
+                    R"("other_ms": [)", absl::StrJoin(use->other_ms, ", "), "], ",
+                    absl::StrFormat(R"("replay_ms": %.4f})", use->replay_ms));
+  }
+  std::printf("op_bench --first_use: %zu rows, %d failed\n", rows.size(), failed);
+  if (!out.empty()) {
+    const char* commit = std::getenv("TANDEM_GIT_COMMIT");
+    std::FILE* f = std::fopen(out.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "op_bench: cannot write %s\n", out.c_str());
+      return 1;
+    }
+    std::fprintf(f, "{\"gpu\": \"%s\", \"git_commit\": \"%s\", \"other_streams\": %d, \"rows\": [\n%s\n]}\n",
+                 gpu->info().description.c_str(), commit != nullptr ? commit : "", other_streams, json.c_str());
+    std::fclose(f);
+  }
   return failed == 0 ? 0 : 1;
 }
 
@@ -116,6 +176,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "op_bench: no CUDA device; nothing to time (--cpu_check runs the rows on the CPU)\n");
     return 2;
   }
+  if (const int n = absl::GetFlag(FLAGS_first_use); n > 0) return FirstUse(rows, n, absl::GetFlag(FLAGS_out));
   tb::TimingOptions options;
   options.iterations = absl::GetFlag(FLAGS_iterations);
   options.batches = absl::GetFlag(FLAGS_batches);

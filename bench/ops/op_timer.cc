@@ -9,6 +9,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "adaptor/cpu/half.h"
 #include "adaptor/cuda/cuda_program_options.h"
 #include "base/status_macros.h"
@@ -267,6 +269,41 @@ absl::StatusOr<RowTiming> TimeRow(const OpRow& row, FeedFiller& filler, const Ti
     }
   }
   return timing;
+}
+
+absl::StatusOr<FirstUse> TimeFirstUse(const OpRow& row, FeedFiller& filler,
+                                      const std::vector<device::Stream*>& streams) {
+  device::Device* gpu = gpu_test::Gpu();
+  if (gpu == nullptr) return absl::FailedPreconditionError("no CUDA device");
+  const Graph& graph = row.graph.graph();
+  GtestFailures failures;
+  gpu_test::GpuRun run(graph);
+  RETURN_IF_ERROR(failures.Check("allocating the row's buffers"));
+  for (const FeedSpec& spec : row.feeds) {
+    RETURN_IF_ERROR(filler.Fill(run.stream(), graph, spec, run.addresses()[spec.value]));
+  }
+  if (row.setup.has_value()) RETURN_IF_ERROR(RunSetup(row, filler, run.addresses()));
+  ASSIGN_OR_RETURN(std::unique_ptr<Program> program, cuda::CreateCudaProgram(graph, *gpu, cuda::CudaProgramOptions{}));
+  // One enqueue's host milliseconds; the stream is drained before and after,
+  // so that each stream's run has the device to itself.
+  auto enqueue_ms = [&](device::Stream& stream) -> absl::StatusOr<double> {
+    RETURN_IF_ERROR(gpu->Synchronize(stream));
+    const absl::Time began = absl::Now();
+    RETURN_IF_ERROR(program->Enqueue(stream, run.addresses()));
+    const double ms = absl::ToDoubleMilliseconds(absl::Now() - began);
+    RETURN_IF_ERROR(gpu_test::WaitForCompletion(*gpu, stream));
+    return ms;
+  };
+  FirstUse use;
+  ASSIGN_OR_RETURN(use.first_ms, enqueue_ms(run.stream()));
+  for (device::Stream* stream : streams) {
+    ASSIGN_OR_RETURN(double ms, enqueue_ms(*stream));
+    use.other_ms.push_back(ms);
+  }
+  if (!streams.empty()) {
+    ASSIGN_OR_RETURN(use.replay_ms, enqueue_ms(*streams.back()));
+  }
+  return use;
 }
 
 absl::StatusOr<Timing> TimeDeviceCopy(int64_t bytes, const TimingOptions& options) {

@@ -72,6 +72,25 @@ class FeedFiller {
 // the row's graph, a buffer did not fit, the Program or a kernel failed.
 absl::StatusOr<RowTiming> TimeRow(const OpRow& row, FeedFiller& filler, const TimingOptions& options);
 
+// What a Program's first iteration on a stream costs the enqueuing thread
+// (host milliseconds of Program::Enqueue: the op-by-op run that sets up the
+// stream's per-shape state, and the capture), as when the daemon first runs
+// a job in a lane. `first_ms`: on the row's own stream, where the device
+// meets the row's shapes for the first time (algorithm searches, unless an
+// earlier row had the same shapes); `other_ms`: then on each of `streams`,
+// which have run other rows before (their handles and workspaces exist) and
+// take the first stream's choices; `replay_ms`: a graph replay's enqueue on
+// the last of them.
+struct FirstUse {
+  double first_ms = 0;
+  std::vector<double> other_ms;
+  double replay_ms = 0;
+};
+
+// Times `row` as above. The streams are the caller's, kept across rows.
+absl::StatusOr<FirstUse> TimeFirstUse(const OpRow& row, FeedFiller& filler,
+                                      const std::vector<device::Stream*>& streams);
+
 // Times a device-to-device copy of `bytes` (cudaMemcpyAsync): the bandwidth
 // reference of the memory-bound rows.
 absl::StatusOr<Timing> TimeDeviceCopy(int64_t bytes, const TimingOptions& options);
