@@ -11,7 +11,7 @@
 // surface when the stream's OnComplete reports.
 //
 // Not thread-safe: one iteration of a job is enqueued at a time, from one
-// thread (the device's executor).
+// thread (the device's executor); WarmStream's rule is below.
 #ifndef TANDEM_ADAPTOR_PROGRAM_H_
 #define TANDEM_ADAPTOR_PROGRAM_H_
 
@@ -41,6 +41,7 @@ struct ProgramCounters {
   // job's graphs on other streams.
   double recapture_run_seconds = 0;
   double recapture_graph_seconds = 0;
+  int64_t warmed_nodes = 0;  // WarmStream steps that readied a node's kernel on a stream
 };
 
 class Program {
@@ -74,6 +75,20 @@ class Program {
   // [0, num_nodes].
   virtual absl::Status EnqueueNodes(device::Stream& stream, absl::Span<void* const> addresses, int begin,
                                     int end) = 0;
+
+  // Readies `stream` for this program's first iteration there without
+  // running anything on it: the per-stream state its kernels would otherwise
+  // set up during that iteration, holding up the thread that enqueues it
+  // (CUDA: each convolution's cuDNN plan, built from the algorithm another
+  // stream of the device chose; 0.2-5 ms each on an H200, 20-30 ms for a
+  // ResNet-18's forward pass). In steps, so that the caller can put other
+  // work of the stream's thread between them: call with node = 0, then with
+  // each returned node until it returns -1; a step does the costly setup of
+  // at most one node. Optional: the first iteration does whatever is not
+  // done. It touches only `stream`'s state: it may run on that stream's
+  // thread while other threads enqueue this program's iterations on other
+  // streams. The default has nothing to do.
+  virtual absl::StatusOr<int> WarmStream(device::Stream& stream, int node) { return -1; }
 
   // The counters so far; unlike the rest, callable from any thread.
   virtual ProgramCounters Counters() const { return {}; }

@@ -195,6 +195,12 @@ const std::vector<ConfigKey>& BuildKeys() {
        false,
        [](absl::string_view v, DaemonOptions* o) { return ParseBool(v, &o->stream_priorities); },
        [](const DaemonOptions& o) { return BoolText(o.stream_priorities); }},
+      {"warm_lanes", "true|false",
+       "after a job's first iteration, ready every other lane's stream for it between that lane's iterations "
+       "(cuDNN plans), so that a later move of the job to another lane does not hold that lane up",
+       false,
+       [](absl::string_view v, DaemonOptions* o) { return ParseBool(v, &o->warm_lanes); },
+       [](const DaemonOptions& o) { return BoolText(o.warm_lanes); }},
       {"preemption_segment_nodes", "N",
        "with preemption=op: nodes of a preemptible iteration enqueued per segment (smaller: quicker yields, more "
        "round trips)",

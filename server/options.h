@@ -44,6 +44,10 @@ struct DaemonOptions {
   // Under PRIORITY, lanes of higher-priority jobs get higher device stream
   // priorities where the device has them (CUDA).
   bool stream_priorities = true;
+  // Ready every lane's stream for each job after its first iteration, so
+  // that a move to another lane does not set up per-stream state (cuDNN
+  // plans) on that lane's thread in the middle of serving.
+  bool warm_lanes = true;
 };
 
 }  // namespace tandem::server

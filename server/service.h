@@ -161,6 +161,15 @@ class Service {
   // reordered. The old stream is destroyed on the executor thread.
   void MatchLaneStreamLevels(DeviceRuntime& dev);
 
+  // service_warm.cc: lane warm-up (--warm_lanes). Queues `job` on every
+  // other lane of `dev` (after its first iteration).
+  void WarmLanesFor(DeviceRuntime& dev, const Job& job);
+  // Queues every running job of `dev` that has run on the new `lane`.
+  void WarmNewLane(DeviceRuntime& dev, int lane);
+  // Posts the lane's next warm-up step unless one is in flight.
+  void PumpWarmUp(DeviceRuntime& dev, int lane);
+  void OnWarmStep(DeviceRuntime& dev, int lane, WarmTask task, const absl::StatusOr<int>& next);
+
   // service_iterations.cc: iterations and reads.
   void OnRunIteration(const PendingReply& to, Session& session, std::shared_ptr<const v1::Request> request);
   void OnReadTensor(const PendingReply& to, Session& session, const v1::ReadTensorRequest& read);

@@ -204,6 +204,7 @@ void Service::FillDeviceDetails(const DeviceRuntime& dev, v1::DeviceStats* stats
   stats->set_events_dropped(dev.journal.dropped());
   stats->set_staging_allocations(dev.staging_allocations);
   stats->set_arena_moves(dev.arena_moves);
+  stats->set_warm_steps(dev.warm_steps);
   if (const DeviceMeasurements* d = measurements_.Device(dev.index); d != nullptr) {
     stats->set_busy_seconds(d->busy_seconds);
   }

@@ -409,6 +409,7 @@ void Service::FinishIteration(DeviceRuntime& dev, int lane, int slot_index, uint
         t->set_data(static_cast<const char*>(slot.host) + layout.fetch_offsets[i], g.values[v].type.bytes());
       }
       job->done++;
+      if (job->done == 1) WarmLanesFor(dev, *job);  // its shapes' choices are made now
       job->device_seconds += seconds;
       dev.iterations++;
       l.iterations++;

@@ -432,7 +432,7 @@ void Service::BeginCloseJob(Job& job, const char* reason) {
 }
 
 void Service::MaybeFinishClose(Job& job) {
-  if (job.state != JobState::kClosing || job.device_work > 0) return;
+  if (job.state != JobState::kClosing || job.device_work > 0 || job.warm_steps > 0) return;
   uint64_t id = job.id;
   DeviceRuntime& dev = *job.device;
   dev.memory->Release(id);

@@ -30,6 +30,7 @@ absl::Status Service::EnsureLane(DeviceRuntime& dev, int lane) {
       if (!GiveSlotBuffer(dev, l, slot, kMinStagingBytes).ok()) break;
     }
     dev.lanes.push_back(std::move(l));
+    WarmNewLane(dev, static_cast<int>(dev.lanes.size()) - 1);
   }
   return absl::OkStatus();
 }

@@ -5,8 +5,8 @@
 // nothing was captured (one job under FIFO, CPU programs have no graphs).
 // Moves and captures are checked on the GPU (tests/gpu/daemon_gpu_test.cc).
 // Also the lanes' staging buffers: allocated when a lane opens, grown only
-// when an iteration outgrows one; and "arena" events, when a lane's arena
-// moves because a larger job joined it.
+// when an iteration outgrows one; "arena" events, when a lane's arena
+// moves because a larger job joined it; and the lanes' warm-up steps.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -156,6 +156,28 @@ TEST(LaneJournal, TheLaneSlackKeepsTheArenaInPlace) {
   const v1::DeviceStats dev = LargeJoinsSmall({"--policy=fair", "--max_lanes=1", "--cpu_memory_mib=4096"});
   EXPECT_EQ(dev.arena_moves(), 0u);
   for (const v1::DeviceEvent& e : dev.events()) EXPECT_NE(e.kind(), "arena");
+}
+
+// Lane warm-up: under PACK the two jobs of LargeJoinsSmall train in lanes
+// of their own (the larger one's closes when it leaves; its executor
+// thread stays), and each is readied on the other's lane (once the larger
+// one's lane opens, for the small job; after its first iteration, for the
+// larger one). CPU programs have nothing to set up per stream, so each
+// job's warm-up is one step; the steps are counted all the same.
+TEST(LaneWarmUp, ReadiesEachJobOnTheOtherLane) {
+  const v1::DeviceStats dev = LargeJoinsSmall({"--policy=pack", "--max_lanes=2", "--cpu_memory_mib=4096"});
+  ASSERT_EQ(dev.executors_size(), 2) << "one per lane opened; " << dev.DebugString();
+  // One step per job on the other job's lane; none for a job that PACK
+  // moved to that lane before its step ran there.
+  EXPECT_GE(dev.warm_steps(), 1u);
+  EXPECT_LE(dev.warm_steps(), 2u);
+}
+
+TEST(LaneWarmUp, NoneWithTheFlagOff) {
+  const v1::DeviceStats dev =
+      LargeJoinsSmall({"--policy=pack", "--max_lanes=2", "--cpu_memory_mib=4096", "--warm_lanes=false"});
+  ASSERT_EQ(dev.executors_size(), 2) << "one per lane opened; " << dev.DebugString();
+  EXPECT_EQ(dev.warm_steps(), 0u);
 }
 
 }  // namespace

@@ -669,26 +669,34 @@ void LogChoice(const ConvPlan& plan, Direction dir, const Candidate& chosen,
 // whose results do not vary from run to run (PyTorch's
 // cudnn.deterministic); otherwise any algorithm may be chosen, as in
 // PyTorch by default.
+// The choice another stream of the device made for `dir`, taken into the
+// plan when `dir` has none yet and this stream can have the workspace it
+// needs; otherwise the plan is left as it was.
+absl::Status AdoptShared(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t stream) {
+  std::optional<Algo>& slot = plan.algos[static_cast<int>(dir)];
+  if (slot.has_value() || !ShareChoices()) return absl::OkStatus();
+  std::optional<SharedChoice> shared =
+      DeviceConvChoices().Find(state.device, std::pair<PlanKey, int>(plan.key, static_cast<int>(dir)));
+  if (!shared.has_value() || shared->workspace > state.workspace_limit) return absl::OkStatus();
+  if (Capturing(stream)) return CaptureMiss("a new algorithm choice");
+  // The workspace this stream's own search would have taken (the one size
+  // it keeps; the daemon's reserve counts it per lane). When the device
+  // cannot give the choice's share of it, search here instead.
+  size_t bytes = 0;
+  const absl::StatusOr<void*> space = state.SearchWorkspace(state.workspace_limit, stream, &bytes);
+  if (space.ok() && bytes >= shared->workspace) {
+    slot = AdoptChoice(state, plan, dir, *shared);
+  } else {
+    g_declined.fetch_add(1);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t stream,
                              const ConvOperands& op, void** workspace) {
   std::optional<Algo>& slot = plan.algos[static_cast<int>(dir)];
   const std::pair<PlanKey, int> shared_key(plan.key, static_cast<int>(dir));
-  if (!slot.has_value() && ShareChoices()) {
-    std::optional<SharedChoice> shared = DeviceConvChoices().Find(state.device, shared_key);
-    if (shared.has_value() && shared->workspace <= state.workspace_limit) {
-      if (Capturing(stream)) return CaptureMiss("a new algorithm choice");
-      // The workspace this stream's own search would have taken (the one
-      // size it keeps; the daemon's reserve counts it per lane). When the
-      // device cannot give the choice's share of it, search here instead.
-      size_t bytes = 0;
-      const absl::StatusOr<void*> space = state.SearchWorkspace(state.workspace_limit, stream, &bytes);
-      if (space.ok() && bytes >= shared->workspace) {
-        slot = AdoptChoice(state, plan, dir, *shared);
-      } else {
-        g_declined.fetch_add(1);
-      }
-    }
-  }
+  RETURN_IF_ERROR(AdoptShared(state, plan, dir, stream));
   if (!slot.has_value()) {
     if (Capturing(stream)) return CaptureMiss("a new algorithm choice");
     g_searched.fetch_add(1);
@@ -844,11 +852,38 @@ absl::Status ConvolutionBackwardKernel(const CudaKernelContext& context, const K
   return absl::OkStatus();
 }
 
+// The warmers (FindCudaWarmer): each direction the kernel would run gets
+// its plan on the context's stream now, from another stream's choice; a
+// direction no stream has chosen yet is left to the first run, whose search
+// needs the operands.
+absl::Status ConvolutionWarmer(const CudaKernelContext& context, const KernelArgs& args) {
+  Conv2dGeometry g;
+  ASSIGN_OR_RETURN(Setup s, SetUp(context, args, args.inputs[0], args.inputs[1], &g));
+  return AdoptShared(*s.state, *s.plan, Direction::kForward, context.native);
+}
+
+absl::Status ConvolutionBackwardWarmer(const CudaKernelContext& context, const KernelArgs& args) {
+  Conv2dGeometry g;
+  ASSIGN_OR_RETURN(Setup s, SetUp(context, args, args.inputs[1], args.inputs[2], &g));
+  if (args.outputs[0].numel() > 0) {
+    RETURN_IF_ERROR(AdoptShared(*s.state, *s.plan, Direction::kBackwardData, context.native));
+  }
+  if (args.outputs[1].numel() > 0) {
+    RETURN_IF_ERROR(AdoptShared(*s.state, *s.plan, Direction::kBackwardFilter, context.native));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void AddConvolutionKernels(CudaKernelTable& table) {
   table["convolution"] = ConvolutionKernel;
   table["convolution_backward"] = ConvolutionBackwardKernel;
+}
+
+void AddConvolutionWarmers(CudaKernelTable& table) {
+  table["convolution"] = ConvolutionWarmer;
+  table["convolution_backward"] = ConvolutionBackwardWarmer;
 }
 
 ConvChoiceSharing ConvChoiceSharingForTesting() {

@@ -30,4 +30,14 @@ CudaKernelFn FindCudaKernel(absl::string_view op) {
   return it == table->end() ? nullptr : it->second;
 }
 
+CudaKernelFn FindCudaWarmer(absl::string_view op) {
+  static const CudaKernelTable* table = [] {
+    auto* t = new CudaKernelTable();
+    AddConvolutionWarmers(*t);
+    return t;
+  }();
+  auto it = table->find(op);
+  return it == table->end() ? nullptr : it->second;
+}
+
 }  // namespace tandem::cuda

@@ -37,6 +37,12 @@ using CudaKernelFn = absl::Status (*)(const CudaKernelContext& context, const Ke
 // nullptr when the op has no CUDA kernel.
 CudaKernelFn FindCudaKernel(absl::string_view op);
 
+// The op's warmer, or nullptr when its kernel sets up nothing costly per
+// stream: called with a node's types (addresses may be null), it readies the
+// context's stream for the kernel's first run there (Program::WarmStream)
+// and enqueues nothing.
+CudaKernelFn FindCudaWarmer(absl::string_view op);
+
 // What the bad value `value` that `node`'s kernel reported through the error
 // word means ("index 12000 is outside the rows [0, 10000) of weight"), for
 // the indexing ops (indexing_ops.cc); the node's description is not included.

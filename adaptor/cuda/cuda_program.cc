@@ -92,11 +92,12 @@ struct LaneState {
 
 class CudaProgram final : public Program {
  public:
-  CudaProgram(const Graph& graph, device::Device& device, std::vector<CudaKernelFn> kernels, bool checks_data,
-              const CudaProgramOptions& options)
+  CudaProgram(const Graph& graph, device::Device& device, std::vector<CudaKernelFn> kernels,
+              std::vector<CudaKernelFn> warmers, bool checks_data, const CudaProgramOptions& options)
       : graph_(graph),
         device_(device),
         kernels_(std::move(kernels)),
+        warmers_(std::move(warmers)),
         checks_data_(checks_data),
         options_(options) {}
 
@@ -157,6 +158,35 @@ class CudaProgram final : public Program {
     return absl::OkStatus();
   }
 
+  // The nodes with a warmer (FindCudaWarmer), one per step, each given its
+  // types and no addresses; nothing is enqueued.
+  absl::StatusOr<int> WarmStream(device::Stream& stream, int node) override {
+    const int num_nodes = static_cast<int>(graph_.nodes.size());
+    if (node < 0 || node > num_nodes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("warm-up node ", node, " is outside the graph's ", num_nodes, " nodes"));
+    }
+    ASSIGN_OR_RETURN(CudaStream * cuda_stream, SelectStream(stream));
+    CudaKernelContext context;
+    context.stream = cuda_stream;
+    context.native = cuda_stream->native();
+    for (int i = node; i < num_nodes; ++i) {
+      if (warmers_[i] == nullptr) continue;
+      const Node& n = graph_.nodes[i];
+      KernelArgs args;
+      args.node = &n;
+      for (int v : n.inputs) args.inputs.push_back(TensorArg{nullptr, graph_.values[v].type});
+      for (int v : n.outputs) args.outputs.push_back(TensorArg{nullptr, graph_.values[v].type});
+      context.error.node = static_cast<int32_t>(i);
+      if (absl::Status status = warmers_[i](context, args); !status.ok()) {
+        return absl::Status(status.code(), absl::StrCat(n.Describe(i), " (warm-up): ", status.message()));
+      }
+      warmed_nodes_.fetch_add(1, std::memory_order_relaxed);
+      return i + 1 < num_nodes ? i + 1 : -1;
+    }
+    return -1;
+  }
+
   const CudaProgramStats& stats() const { return stats_; }
   ProgramCounters Counters() const override {
     return ProgramCounters{graph_launches_.load(std::memory_order_relaxed),
@@ -164,7 +194,8 @@ class CudaProgram final : public Program {
                            captures_.load(std::memory_order_relaxed),
                            recapture_ns_.load(std::memory_order_relaxed) * 1e-9,
                            recapture_run_ns_.load(std::memory_order_relaxed) * 1e-9,
-                           recapture_graph_ns_.load(std::memory_order_relaxed) * 1e-9};
+                           recapture_graph_ns_.load(std::memory_order_relaxed) * 1e-9,
+                           warmed_nodes_.load(std::memory_order_relaxed)};
   }
 
  private:
@@ -180,6 +211,11 @@ class CudaProgram final : public Program {
         return absl::InternalError(absl::StrCat("value '", graph_.values[v].name, "' has no address"));
       }
     }
+    return SelectStream(stream);
+  }
+
+  // `stream` as a CudaStream of this program's device, made current.
+  absl::StatusOr<CudaStream*> SelectStream(device::Stream& stream) {
     CudaStream* cuda_stream = device::AsCudaStream(stream);
     if (cuda_stream == nullptr) return absl::InternalError("a CUDA program was given a non-CUDA stream");
     if (cuda_stream->ordinal() != device_.info().ordinal) {
@@ -582,6 +618,7 @@ class CudaProgram final : public Program {
   const Graph& graph_;
   device::Device& device_;
   const std::vector<CudaKernelFn> kernels_;  // one per node
+  const std::vector<CudaKernelFn> warmers_;  // one per node; nullptr: nothing to warm (FindCudaWarmer)
   const bool checks_data_;                   // some node may write the error word
   const UpdateSchedule updates_ = ScheduleUpdates(graph_);
   const CudaProgramOptions options_;
@@ -606,6 +643,9 @@ class CudaProgram final : public Program {
   std::atomic<int64_t> recapture_run_ns_{0};    // ... its recapture_run_seconds
   std::atomic<int64_t> recapture_graph_ns_{0};  // ... its recapture_graph_seconds
   int64_t last_capture_ns_ = 0;                 // the last Capture() call's (executor thread)
+  // WarmStream steps that readied a node; atomic: the lanes' threads warm
+  // their own streams for one program at the same time.
+  std::atomic<int64_t> warmed_nodes_{0};
   // The profile (options_.profile_nodes).
   std::vector<cudaEvent_t> profile_events_;
   std::vector<double> node_seconds_;  // summed over the profiled iterations
@@ -621,7 +661,7 @@ absl::StatusOr<std::unique_ptr<Program>> CreateCudaProgram(const Graph& graph, d
     return absl::InvalidArgumentError(
         absl::StrCat("a CUDA program needs a CUDA device; ", device.info().name, " is not one"));
   }
-  std::vector<CudaKernelFn> kernels;
+  std::vector<CudaKernelFn> kernels, warmers;
   bool checks_data = false;
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     CudaKernelFn fn = FindCudaKernel(graph.nodes[i].op);
@@ -630,9 +670,11 @@ absl::StatusOr<std::unique_ptr<Program>> CreateCudaProgram(const Graph& graph, d
                                                    ": the CUDA backend has no kernel for this op"));
     }
     kernels.push_back(fn);
+    warmers.push_back(FindCudaWarmer(graph.nodes[i].op));
     checks_data = checks_data || OpChecksData(graph.nodes[i].op);
   }
-  return std::unique_ptr<Program>(new CudaProgram(graph, device, std::move(kernels), checks_data, options));
+  return std::unique_ptr<Program>(
+      new CudaProgram(graph, device, std::move(kernels), std::move(warmers), checks_data, options));
 }
 
 CudaProgramStats GetCudaProgramStats(const Program& program) {

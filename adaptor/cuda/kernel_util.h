@@ -25,6 +25,7 @@ void AddShapeKernels(CudaKernelTable& table);
 void AddLossKernels(CudaKernelTable& table);
 void AddFactoryKernels(CudaKernelTable& table);
 void AddConvolutionKernels(CudaKernelTable& table);
+void AddConvolutionWarmers(CudaKernelTable& table);  // FindCudaWarmer's
 void AddPoolingKernels(CudaKernelTable& table);
 void AddBatchNormKernels(CudaKernelTable& table);
 void AddIndexingKernels(CudaKernelTable& table);

@@ -18,7 +18,9 @@ import time
 
 # staging_allocations: page-locked staging buffers allocated (each one a point where the device synchronizes);
 # arena_moves: lane arenas that moved to other addresses (each job of the lane then captures its graphs again).
-COUNTERS = ("lane_moves", "graph_launches", "op_by_op_runs", "graph_captures", "staging_allocations", "arena_moves")
+# warm_steps: lane warm-up steps (tandemd --warm_lanes: a node of a job readied on another lane's stream).
+COUNTERS = ("lane_moves", "graph_launches", "op_by_op_runs", "graph_captures", "staging_allocations", "arena_moves",
+            "warm_steps")
 
 
 def snapshot(client):
@@ -66,8 +68,8 @@ def near(events, t0, t1):
 
 
 def summarize(events):
-    """Per kind, how many, on which lanes, and their summed seconds in ms (a capture's: the host time it held its
-    lane's thread, with its parts run_ms and graph_ms and the longest, max_ms; a slow wait's: the wait):
+    """Per kind, how many, on which lanes, their summed seconds in ms and the longest, max_ms (a capture's: the host
+    time it held its lane's thread, with its parts run_ms and graph_ms; a slow wait's: the wait):
     {"capture": {"n": 2, "lanes": [1, 4], "ms": 6.1, "max_ms": 5.0, "run_ms": 0.9, "graph_ms": 4.8}, ...}."""
     out = {}
     for e in events:
@@ -81,9 +83,10 @@ def summarize(events):
     summary = {}
     for kind, v in sorted(out.items()):
         summary[kind] = {"n": v["n"], "lanes": sorted(v["lanes"]), "ms": round(v["s"] * 1e3, 3)}
+        if v["max"] > 0:
+            summary[kind]["max_ms"] = round(v["max"] * 1e3, 3)
         if kind == "capture":
-            summary[kind].update(max_ms=round(v["max"] * 1e3, 3), run_ms=round(v["run"] * 1e3, 3),
-                                 graph_ms=round(v["graph"] * 1e3, 3))
+            summary[kind].update(run_ms=round(v["run"] * 1e3, 3), graph_ms=round(v["graph"] * 1e3, 3))
     return summary
 
 

@@ -8,6 +8,7 @@
 #include <cudnn.h>
 
 #include <atomic>
+#include <memory>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -141,6 +142,63 @@ TEST(CudaCnnKernels, AnotherStreamTakesTheChoicesMade) {
   std::printf("directions adopted from another stream: %lld of 6, %lld with its engine rebuilt\n",
               static_cast<long long>(after.adopted - before.adopted),
               static_cast<long long>(after.with_engine - before.with_engine));
+}
+
+// Lane warm-up (Program::WarmStream): a stream warmed for a program takes
+// the device's choices for its convolutions then, one node per step, and
+// its first run there sets up nothing (no direction adopted or searched),
+// computing what the CPU oracle does.
+TEST(CudaCnnKernels, AWarmedStreamSetsUpNothingInItsFirstRun) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  GraphMaker g;
+  AddConv(g, {"resnet 128->128 3x3", {2, 128, 14, 14}, {128, 128, 3, 3}, 1, 1, 1, 1, false}, DType::kFloat32);
+  AddConv(g, {"stem 3->64 7x7 s2 bias", {2, 3, 48, 48}, {64, 3, 7, 7}, 2, 3, 1, 1, true}, DType::kFloat32);
+  Check(g, kConv32);  // the device's choices for these shapes
+  const Graph& graph = g.graph();
+  GpuRun run(graph);
+  absl::StatusOr<std::unique_ptr<Program>> program = cuda::CreateCudaProgram(graph, *Gpu(), {});
+  ASSERT_TRUE(program.ok()) << program.status();
+  const std::vector<Bytes> feeds = g.RandomFeeds(Rng());
+  ASSERT_TRUE(run.Upload(feeds).ok());
+
+  const cuda::ConvChoiceSharing before = cuda::ConvChoiceSharingForTesting();
+  int steps = 0;
+  for (int node = 0; node >= 0; ++steps) {
+    absl::StatusOr<int> next = (*program)->WarmStream(run.stream(), node);
+    ASSERT_TRUE(next.ok()) << next.status();
+    ASSERT_TRUE(*next == -1 || *next > node) << *next;
+    node = *next;
+  }
+  const cuda::ConvChoiceSharing warmed = cuda::ConvChoiceSharingForTesting();
+  EXPECT_EQ(steps, 4) << "one per node: two convolutions and their backwards";
+  EXPECT_EQ((*program)->Counters().warmed_nodes, 4);
+  // Three directions per convolution, each taken (or declined for want of
+  // workspace, to be searched at the first run).
+  EXPECT_EQ((warmed.adopted - before.adopted) + (warmed.declined - before.declined), 6);
+  EXPECT_EQ(warmed.searched, before.searched);
+
+  ASSERT_TRUE(run.RunIteration(**program).ok());
+  const cuda::ConvChoiceSharing ran = cuda::ConvChoiceSharingForTesting();
+  EXPECT_EQ(ran.adopted, warmed.adopted);
+  if (warmed.declined == before.declined) {
+    EXPECT_EQ(ran.searched, warmed.searched);
+  }
+  absl::StatusOr<std::vector<Bytes>> gpu = run.Download();
+  absl::StatusOr<std::vector<Bytes>> cpu = RunOnCpu(graph, feeds);
+  ASSERT_TRUE(gpu.ok() && cpu.ok());
+  int compared = 0;
+  for (const Node& node : graph.nodes) {
+    for (int v : node.outputs) {
+      if (graph.values[v].type.numel() == 0) continue;
+      EXPECT_TRUE(Matches((*gpu)[v], (*cpu)[v], graph.values[v].type, kConv32)) << node.op << " value " << v;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 8);  // each convolution's output and three gradients
+
+  // Past the last node: nothing to do; before the first: an error.
+  EXPECT_EQ((*program)->WarmStream(run.stream(), static_cast<int>(graph.nodes.size())).value_or(0), -1);
+  EXPECT_TRUE(absl::IsInvalidArgument((*program)->WarmStream(run.stream(), -1).status()));
 }
 
 Attrs PoolAttrs(int64_t k, int64_t s, int64_t p, bool ceil_mode) {
