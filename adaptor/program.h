@@ -41,7 +41,7 @@ struct ProgramCounters {
   // job's graphs on other streams.
   double recapture_run_seconds = 0;
   double recapture_graph_seconds = 0;
-  int64_t warmed_nodes = 0;  // WarmStream steps that readied a node's kernel on a stream
+  int64_t warmed_nodes = 0;  // nodes WarmStream set up on a stream
 };
 
 class Program {
@@ -84,7 +84,7 @@ class Program {
   // ResNet-18's forward pass). In steps, so that the caller can put other
   // work of the stream's thread between them: call with node = 0, then with
   // each returned node until it returns -1; a step does the costly setup of
-  // at most one node. Optional: the first iteration does whatever is not
+  // at most one node (a stream set up already takes one cheap step). Optional: the first iteration does whatever is not
   // done. It touches only `stream`'s state: it may run on that stream's
   // thread while other threads enqueue this program's iterations on other
   // streams. The default has nothing to do.

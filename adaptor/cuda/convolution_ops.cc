@@ -52,6 +52,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "adaptor/cuda/cuda_kernels.h"
 #include "adaptor/cuda/cudnn_engines.h"
 #include "adaptor/cuda/device_choices.h"
@@ -671,7 +672,7 @@ void LogChoice(const ConvPlan& plan, Direction dir, const Candidate& chosen,
 // PyTorch by default.
 // The choice another stream of the device made for `dir`, taken into the
 // plan when `dir` has none yet and this stream can have the workspace it
-// needs; otherwise the plan is left as it was.
+// needs; otherwise the plan is left as it was. (Prepare and the warmers.)
 absl::Status AdoptShared(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t stream) {
   std::optional<Algo>& slot = plan.algos[static_cast<int>(dir)];
   if (slot.has_value() || !ShareChoices()) return absl::OkStatus();
@@ -855,23 +856,35 @@ absl::Status ConvolutionBackwardKernel(const CudaKernelContext& context, const K
 // The warmers (FindCudaWarmer): each direction the kernel would run gets
 // its plan on the context's stream now, from another stream's choice; a
 // direction no stream has chosen yet is left to the first run, whose search
-// needs the operands.
-absl::Status ConvolutionWarmer(const CudaKernelContext& context, const KernelArgs& args) {
+// needs the operands. True when the stream had no plan for the shape or a
+// direction had no algorithm (its setup was done now, or tried).
+absl::StatusOr<bool> WarmDirections(const CudaKernelContext& context, const KernelArgs& args,
+                                    const TensorArg& input, const TensorArg& weight,
+                                    absl::Span<const Direction> directions) {
+  ASSIGN_OR_RETURN(CudnnState * state, CudnnState::For(*context.stream));
+  const size_t plans = state->plans.size();
   Conv2dGeometry g;
-  ASSIGN_OR_RETURN(Setup s, SetUp(context, args, args.inputs[0], args.inputs[1], &g));
-  return AdoptShared(*s.state, *s.plan, Direction::kForward, context.native);
+  ASSIGN_OR_RETURN(Setup s, SetUp(context, args, input, weight, &g));
+  bool warmed = state->plans.size() != plans;
+  for (Direction dir : directions) {
+    if (s.plan->algos[static_cast<int>(dir)].has_value()) continue;
+    warmed = true;
+    RETURN_IF_ERROR(AdoptShared(*s.state, *s.plan, dir, context.native));
+  }
+  return warmed;
 }
 
-absl::Status ConvolutionBackwardWarmer(const CudaKernelContext& context, const KernelArgs& args) {
-  Conv2dGeometry g;
-  ASSIGN_OR_RETURN(Setup s, SetUp(context, args, args.inputs[1], args.inputs[2], &g));
-  if (args.outputs[0].numel() > 0) {
-    RETURN_IF_ERROR(AdoptShared(*s.state, *s.plan, Direction::kBackwardData, context.native));
-  }
-  if (args.outputs[1].numel() > 0) {
-    RETURN_IF_ERROR(AdoptShared(*s.state, *s.plan, Direction::kBackwardFilter, context.native));
-  }
-  return absl::OkStatus();
+absl::StatusOr<bool> ConvolutionWarmer(const CudaKernelContext& context, const KernelArgs& args) {
+  const Direction forward[] = {Direction::kForward};
+  return WarmDirections(context, args, args.inputs[0], args.inputs[1], forward);
+}
+
+absl::StatusOr<bool> ConvolutionBackwardWarmer(const CudaKernelContext& context, const KernelArgs& args) {
+  std::vector<Direction> directions;
+  if (args.outputs[0].numel() > 0) directions.push_back(Direction::kBackwardData);
+  if (args.outputs[1].numel() > 0) directions.push_back(Direction::kBackwardFilter);
+  if (directions.empty()) return false;
+  return WarmDirections(context, args, args.inputs[1], args.inputs[2], directions);
 }
 
 }  // namespace
@@ -881,7 +894,7 @@ void AddConvolutionKernels(CudaKernelTable& table) {
   table["convolution_backward"] = ConvolutionBackwardKernel;
 }
 
-void AddConvolutionWarmers(CudaKernelTable& table) {
+void AddConvolutionWarmers(CudaWarmTable& table) {
   table["convolution"] = ConvolutionWarmer;
   table["convolution_backward"] = ConvolutionBackwardWarmer;
 }

@@ -30,9 +30,9 @@ CudaKernelFn FindCudaKernel(absl::string_view op) {
   return it == table->end() ? nullptr : it->second;
 }
 
-CudaKernelFn FindCudaWarmer(absl::string_view op) {
-  static const CudaKernelTable* table = [] {
-    auto* t = new CudaKernelTable();
+CudaWarmFn FindCudaWarmer(absl::string_view op) {
+  static const CudaWarmTable* table = [] {
+    auto* t = new CudaWarmTable();
     AddConvolutionWarmers(*t);
     return t;
   }();

@@ -40,8 +40,10 @@ CudaKernelFn FindCudaKernel(absl::string_view op);
 // The op's warmer, or nullptr when its kernel sets up nothing costly per
 // stream: called with a node's types (addresses may be null), it readies the
 // context's stream for the kernel's first run there (Program::WarmStream)
-// and enqueues nothing.
-CudaKernelFn FindCudaWarmer(absl::string_view op);
+// and enqueues nothing; true when it set something up, false when the
+// stream was ready already.
+using CudaWarmFn = absl::StatusOr<bool> (*)(const CudaKernelContext& context, const KernelArgs& args);
+CudaWarmFn FindCudaWarmer(absl::string_view op);
 
 // What the bad value `value` that `node`'s kernel reported through the error
 // word means ("index 12000 is outside the rows [0, 10000) of weight"), for

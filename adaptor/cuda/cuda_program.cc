@@ -93,7 +93,7 @@ struct LaneState {
 class CudaProgram final : public Program {
  public:
   CudaProgram(const Graph& graph, device::Device& device, std::vector<CudaKernelFn> kernels,
-              std::vector<CudaKernelFn> warmers, bool checks_data, const CudaProgramOptions& options)
+              std::vector<CudaWarmFn> warmers, bool checks_data, const CudaProgramOptions& options)
       : graph_(graph),
         device_(device),
         kernels_(std::move(kernels)),
@@ -158,8 +158,10 @@ class CudaProgram final : public Program {
     return absl::OkStatus();
   }
 
-  // The nodes with a warmer (FindCudaWarmer), one per step, each given its
-  // types and no addresses; nothing is enqueued.
+  // The nodes with a warmer (FindCudaWarmer), each given its types and no
+  // addresses; a step ends after the first that set something up (nodes
+  // whose state the stream has already cost a lookup each); nothing is
+  // enqueued.
   absl::StatusOr<int> WarmStream(device::Stream& stream, int node) override {
     const int num_nodes = static_cast<int>(graph_.nodes.size());
     if (node < 0 || node > num_nodes) {
@@ -178,9 +180,12 @@ class CudaProgram final : public Program {
       for (int v : n.inputs) args.inputs.push_back(TensorArg{nullptr, graph_.values[v].type});
       for (int v : n.outputs) args.outputs.push_back(TensorArg{nullptr, graph_.values[v].type});
       context.error.node = static_cast<int32_t>(i);
-      if (absl::Status status = warmers_[i](context, args); !status.ok()) {
+      absl::StatusOr<bool> warmed = warmers_[i](context, args);
+      if (!warmed.ok()) {
+        const absl::Status& status = warmed.status();
         return absl::Status(status.code(), absl::StrCat(n.Describe(i), " (warm-up): ", status.message()));
       }
+      if (!*warmed) continue;
       warmed_nodes_.fetch_add(1, std::memory_order_relaxed);
       return i + 1 < num_nodes ? i + 1 : -1;
     }
@@ -618,7 +623,7 @@ class CudaProgram final : public Program {
   const Graph& graph_;
   device::Device& device_;
   const std::vector<CudaKernelFn> kernels_;  // one per node
-  const std::vector<CudaKernelFn> warmers_;  // one per node; nullptr: nothing to warm (FindCudaWarmer)
+  const std::vector<CudaWarmFn> warmers_;  // one per node; nullptr: nothing to warm (FindCudaWarmer)
   const bool checks_data_;                   // some node may write the error word
   const UpdateSchedule updates_ = ScheduleUpdates(graph_);
   const CudaProgramOptions options_;
@@ -661,7 +666,8 @@ absl::StatusOr<std::unique_ptr<Program>> CreateCudaProgram(const Graph& graph, d
     return absl::InvalidArgumentError(
         absl::StrCat("a CUDA program needs a CUDA device; ", device.info().name, " is not one"));
   }
-  std::vector<CudaKernelFn> kernels, warmers;
+  std::vector<CudaKernelFn> kernels;
+  std::vector<CudaWarmFn> warmers;
   bool checks_data = false;
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     CudaKernelFn fn = FindCudaKernel(graph.nodes[i].op);

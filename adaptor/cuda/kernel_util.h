@@ -25,7 +25,8 @@ void AddShapeKernels(CudaKernelTable& table);
 void AddLossKernels(CudaKernelTable& table);
 void AddFactoryKernels(CudaKernelTable& table);
 void AddConvolutionKernels(CudaKernelTable& table);
-void AddConvolutionWarmers(CudaKernelTable& table);  // FindCudaWarmer's
+using CudaWarmTable = absl::flat_hash_map<std::string, CudaWarmFn>;
+void AddConvolutionWarmers(CudaWarmTable& table);  // FindCudaWarmer's
 void AddPoolingKernels(CudaKernelTable& table);
 void AddBatchNormKernels(CudaKernelTable& table);
 void AddIndexingKernels(CudaKernelTable& table);

@@ -254,7 +254,8 @@ def run_probe(n, pool, args, stats_client, device):
     if window is not None:
         events = window.pop("events")
         out["tandemd"] = {"persistent_mib": round(after["persistent_bytes"] / 2**20, 1),
-                          "lane_mib": round(after["lane_bytes"] / 2**20, 1), **window}
+                          "lane_mib": round(after["lane_bytes"] / 2**20, 1),
+                          "warm_steps_total": after.get("warm_steps"), **window}
         window_start = start_at + args.warmup_s
         # The whole timed window's journal, per kind (the JSON keeps the events themselves beside stalls only).
         out["tandemd"]["journal"] = daemon_stats.summarize(
@@ -309,7 +310,8 @@ def log_probe(r, note=""):
                + f"; items us: {items or '-'}; parts us: {parts or '-'}; "
                f"lanes jobs: kernel/occupied s: {lanes or '-'}; lane moves {d.get('lane_moves', '-')}, "
                f"graph captures {d.get('graph_captures', '-')}, arena moves {d.get('arena_moves', '-')}, "
-               f"staging allocations {d.get('staging_allocations', '-')}, warm steps {d.get('warm_steps', '-')}; "
+               f"staging allocations {d.get('staging_allocations', '-')}, warm steps {d.get('warm_steps', '-')} "
+               f"({d.get('warm_steps_total', '-')} since start); "
                f"journal {d.get('event_counts', '-')}"
                + (f" ({d['events_dropped']} dropped)" if d.get("events_dropped") else ""))
 

@@ -145,9 +145,10 @@ TEST(CudaCnnKernels, AnotherStreamTakesTheChoicesMade) {
 }
 
 // Lane warm-up (Program::WarmStream): a stream warmed for a program takes
-// the device's choices for its convolutions then, one node per step, and
-// its first run there sets up nothing (no direction adopted or searched),
-// computing what the CPU oracle does.
+// the device's choices for its convolutions then, one node per step (and
+// once set up, in one step that does nothing), and its first run there sets
+// up nothing (no direction adopted or searched), computing what the CPU
+// oracle does.
 TEST(CudaCnnKernels, AWarmedStreamSetsUpNothingInItsFirstRun) {
   TANDEM_SKIP_WITHOUT_GPU();
   GraphMaker g;
@@ -176,6 +177,9 @@ TEST(CudaCnnKernels, AWarmedStreamSetsUpNothingInItsFirstRun) {
   // workspace, to be searched at the first run).
   EXPECT_EQ((warmed.adopted - before.adopted) + (warmed.declined - before.declined), 6);
   EXPECT_EQ(warmed.searched, before.searched);
+  // Warmed again: one step that sets up nothing.
+  EXPECT_EQ((*program)->WarmStream(run.stream(), 0).value_or(0), -1);
+  EXPECT_EQ((*program)->Counters().warmed_nodes, 4);
 
   ASSERT_TRUE(run.RunIteration(**program).ok());
   const cuda::ConvChoiceSharing ran = cuda::ConvChoiceSharingForTesting();

@@ -144,6 +144,10 @@ TEST(DaemonOnGpu, HigherPriorityLaneGetsAHigherStreamPriority) {
   EXPECT_GE(urgent_captures, 1);
   EXPECT_GE(best_effort_captures, 1);
   EXPECT_GE(timed, 1);
+  // Lane warm-up: the best-effort job was readied on the urgent job's lane
+  // when that lane opened, and the urgent job on the other after its first
+  // iteration (an MLP has nothing to set up per stream: a step each).
+  EXPECT_GE(dev.warm_steps(), 1u);
   ASSERT_TRUE(daemon.Alive()) << daemon.Log();
 }
 
