@@ -223,18 +223,30 @@ absl::Status FeedFiller::Fill(device::Stream& stream, const Graph& graph, const 
   return device_.Synchronize(stream);
 }
 
+namespace {
+
+// The row's buffers, its feeds filled and its setup run.
+absl::StatusOr<std::unique_ptr<gpu_test::GpuRun>> ReadyRow(const OpRow& row, FeedFiller& filler) {
+  const Graph& graph = row.graph.graph();
+  if (graph.nodes.empty()) return absl::InternalError(absl::StrCat(row.name, ": the graph has no node"));
+  GtestFailures failures;
+  auto run = std::make_unique<gpu_test::GpuRun>(graph);
+  RETURN_IF_ERROR(failures.Check("allocating the row's buffers"));
+  for (const FeedSpec& spec : row.feeds) {
+    RETURN_IF_ERROR(filler.Fill(run->stream(), graph, spec, run->addresses()[spec.value]));
+  }
+  if (row.setup.has_value()) RETURN_IF_ERROR(RunSetup(row, filler, run->addresses()));
+  return run;
+}
+
+}  // namespace
+
 absl::StatusOr<RowTiming> TimeRow(const OpRow& row, FeedFiller& filler, const TimingOptions& options) {
   device::Device* gpu = gpu_test::Gpu();
   if (gpu == nullptr) return absl::FailedPreconditionError("no CUDA device");
   const Graph& graph = row.graph.graph();
-  if (graph.nodes.empty()) return absl::InternalError(absl::StrCat(row.name, ": the graph has no node"));
-  GtestFailures failures;
-  gpu_test::GpuRun run(graph);
-  RETURN_IF_ERROR(failures.Check("allocating the row's buffers"));
-  for (const FeedSpec& spec : row.feeds) {
-    RETURN_IF_ERROR(filler.Fill(run.stream(), graph, spec, run.addresses()[spec.value]));
-  }
-  if (row.setup.has_value()) RETURN_IF_ERROR(RunSetup(row, filler, run.addresses()));
+  ASSIGN_OR_RETURN(std::unique_ptr<gpu_test::GpuRun> ready, ReadyRow(row, filler));
+  gpu_test::GpuRun& run = *ready;
 
   RowTiming timing;
   // Completions are taken every few runs, as the daemon takes one per
@@ -276,13 +288,8 @@ absl::StatusOr<FirstUse> TimeFirstUse(const OpRow& row, FeedFiller& filler,
   device::Device* gpu = gpu_test::Gpu();
   if (gpu == nullptr) return absl::FailedPreconditionError("no CUDA device");
   const Graph& graph = row.graph.graph();
-  GtestFailures failures;
-  gpu_test::GpuRun run(graph);
-  RETURN_IF_ERROR(failures.Check("allocating the row's buffers"));
-  for (const FeedSpec& spec : row.feeds) {
-    RETURN_IF_ERROR(filler.Fill(run.stream(), graph, spec, run.addresses()[spec.value]));
-  }
-  if (row.setup.has_value()) RETURN_IF_ERROR(RunSetup(row, filler, run.addresses()));
+  ASSIGN_OR_RETURN(std::unique_ptr<gpu_test::GpuRun> ready, ReadyRow(row, filler));
+  gpu_test::GpuRun& run = *ready;
   ASSIGN_OR_RETURN(std::unique_ptr<Program> program, cuda::CreateCudaProgram(graph, *gpu, cuda::CudaProgramOptions{}));
   // One enqueue's host milliseconds; the stream is drained before and after,
   // so that each stream's run has the device to itself.
