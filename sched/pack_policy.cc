@@ -62,18 +62,30 @@ int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes,
   // of models registering while every lane was idle otherwise all went to
   // the lane whose last iteration was longest ago (162 of 512 models in one
   // of 12 lanes on an H200, which then held ~half of every probe's active
-  // models).
+  // models). And a request stream passes over lanes holding StreamLaneCap
+  // jobs while a lane not past kSaturatedLaneLoad holds fewer, however idle
+  // the full ones are: models registering while the others ran their first
+  // requests elsewhere still crowded one idle lane (100-167 of 512 on an
+  // H200; when they became active PACK moved 245 of them in one probe).
   auto load_of = [&](int lane) {
     if (stream_lane_loads == nullptr || lane >= static_cast<int>(stream_lane_loads->size())) return 0.0;
     return (*stream_lane_loads)[lane];
   };
+  auto jobs_in = [&](int lane) { return lane < state.LaneCount() ? state.lanes[lane].jobs.size() : size_t{0}; };
+  const size_t cap = stream_lane_loads != nullptr ? StreamLaneCap(state, max_lanes) : 0;
+  auto open = [&](int lane) { return jobs_in(lane) < cap && load_of(lane) <= kSaturatedLaneLoad; };
+  bool any_open = false;
+  for (int lane = 0; lane < num_lanes && !any_open; ++lane) any_open = open(lane);
+  auto candidate = [&](int lane) { return !any_open || open(lane); };
   double least = std::numeric_limits<double>::infinity();
-  for (int lane = 0; lane < num_lanes; ++lane) least = std::min(least, load_of(lane));
+  for (int lane = 0; lane < num_lanes; ++lane) {
+    if (candidate(lane)) least = std::min(least, load_of(lane));
+  }
   int best_lane = 0;
   size_t fewest = std::numeric_limits<size_t>::max();
   for (int lane = 0; lane < num_lanes; ++lane) {
-    if (load_of(lane) > least + kLaneLoadTie) continue;
-    const size_t n = lane < state.LaneCount() ? state.lanes[lane].jobs.size() : 0;
+    if (!candidate(lane) || load_of(lane) > least + kLaneLoadTie) continue;
+    const size_t n = jobs_in(lane);
     if (n < fewest) {
       fewest = n;
       best_lane = lane;

@@ -438,6 +438,25 @@ TEST_F(PackPolicyTest, ARequestStreamNewcomerTakesTheFewestJobsAmongLanesOfAbout
   EXPECT_EQ(scheduler_->ChooseLane(a, 3), 2);
 }
 
+TEST_F(PackPolicyTest, ARequestStreamNewcomerPassesOverTheIdlestLaneAtTheCap) {
+  // Lane 0 holds five light request streams of key a and is the idlest;
+  // lanes 1 and 2 one busy stream each (0.3). Eight jobs, three lanes: a
+  // lane takes three (StreamLaneCap), so lane 0 is passed over.
+  for (JobId job = 1; job <= 5; ++job) Add(job, "a", 0);
+  Add(6, "a", 1);
+  Add(7, "a", 2);
+  RunLoads(*scheduler_, *clock_,
+           {{1, 0, 0.001}, {2, 0, 0.001}, {3, 0, 0.001}, {4, 0, 0.001}, {5, 0, 0.001}, {6, 1, 0.3}, {7, 2, 0.3}},
+           300);
+  JobParams a;
+  a.interference_key = "a";
+  const int lane = scheduler_->ChooseLane(a, 3);
+  EXPECT_NE(lane, 0);
+  // Once every lane holds the cap (15 jobs: 5), the idlest again.
+  for (JobId job = 8; job <= 15; ++job) Add(job, "a", job <= 11 ? 1 : 2);
+  EXPECT_EQ(scheduler_->ChooseLane(a, 3), 0);
+}
+
 TEST(LaneLoadsTest, RequestStreamsAreIdleAtMostIterationEndsAndLight) {
   LaneLoads loads;
   // 100 iterations a second of 2 ms each: load 0.2.
