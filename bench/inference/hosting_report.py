@@ -4,12 +4,12 @@
     /usr/bin/python3 bench/inference/hosting_report.py bench/results/2026-12-02-h200-hosting-modes14.json
 
 Per probe of the tandem mode: the count, pass or fail, the worst p99, the models over the target, tandemd's lane
-moves, graph captures and arena moves in the window, and where the slow requests' time went (behind / queue /
-run / other, ms) and the whole window's captures and slow waits; under a failing probe its top stall bins, each with the models and client processes it spans and
-what tandemd's journal shows beside it (per kind: how many, on which lanes, ms; a capture's longest and its run
-and graph parts). Last, the probes' captures that took longest (from the events the JSON kept), with the parts:
-the kernel-by-kernel run, the graph (record, instantiate or update, upload) and the rest (releasing the job's
-graphs on its other lanes).
+moves, graph captures and arena moves in the window, where the slow requests' time went (behind / queue / run /
+other, ms) and the whole window's captures and slow waits; under a failing probe its top stall bins, each with
+the models and client processes it spans and what tandemd's journal shows beside it (per kind: how many, on
+which lanes, ms; a capture's longest and its run and graph parts). Last, the probes' captures that took longest
+(from the events the JSON kept), with the parts: the kernel-by-kernel run, the graph (record, instantiate or
+update, upload) and the rest (releasing the job's graphs on its other lanes).
 """
 
 import argparse
