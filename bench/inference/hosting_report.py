@@ -4,12 +4,13 @@
     /usr/bin/python3 bench/inference/hosting_report.py bench/results/2026-12-02-h200-hosting-modes14.json
 
 Per probe of the tandem mode: the count, pass or fail, the worst p99, the models over the target, tandemd's lane
-moves, graph captures and arena moves in the window, where the slow requests' time went (behind / queue / run /
-other, ms) and the whole window's captures and slow waits; under a failing probe its top stall bins, each with
-the models and client processes it spans and what tandemd's journal shows beside it (per kind: how many, on
-which lanes, ms; a capture's longest and its run and graph parts). Last, the probes' captures that took longest
-(from the events the JSON kept), with the parts: the kernel-by-kernel run, the graph (record, instantiate or
-update, upload) and the rest (releasing the job's graphs on its other lanes).
+moves, graph captures and arena moves in the window, the fewest and most jobs in a lane, where the slow
+requests' time went (behind / queue / run / other, ms) and the whole window's captures and slow waits; under a
+failing probe its top stall bins, each with the models and client processes it spans and what tandemd's journal
+shows beside it (per kind: how many, on which lanes, ms; a capture's longest and its run and graph parts). Last,
+the probes' captures that took longest (from the events the JSON kept), with the parts: the kernel-by-kernel
+run, the graph (record, instantiate or update, upload) and the rest (releasing the job's graphs on its other
+lanes).
 """
 
 import argparse
@@ -25,7 +26,14 @@ def probe_line(p):
     p99 = f"{p['p99_ms_max']:8.2f}" if isinstance(p.get("p99_ms_max"), (int, float)) else f"{'-':>8}"
     return (f"N={p['n']:4d} {verdict}  p99 {p99} ms  over {p.get('models_over_target', '-'):>3}"
             f"  moves {d.get('lane_moves', '-'):>3}  captures {d.get('graph_captures', '-'):>3}"
-            f"  arena {d.get('arena_moves', '-'):>2}  slow b/q/r/o ms {split}{journal_text(d.get('journal'))}")
+            f"  arena {d.get('arena_moves', '-'):>2}{lanes_text(d.get('per_lane'))}  slow b/q/r/o ms {split}"
+            f"{journal_text(d.get('journal'))}")
+
+
+def lanes_text(per_lane):
+    """The fewest and most jobs a lane held after the probe: "  lane jobs 25-100"."""
+    jobs = [x.get("jobs", 0) for x in per_lane or []]
+    return f"  lane jobs {min(jobs)}-{max(jobs)}" if jobs else ""
 
 
 def journal_text(journal):
