@@ -664,20 +664,16 @@ void LogChoice(const ConvPlan& plan, Direction dir, const Candidate& chosen,
       .With("fastest", measured);
 }
 
-// The plan's algorithm for `dir` (chosen now if new: measured on `op`, or by
-// the heuristics), with the descriptor's math type set for it, and a
-// workspace large enough for it. A deterministic plan keeps to algorithms
-// whose results do not vary from run to run (PyTorch's
-// cudnn.deterministic); otherwise any algorithm may be chosen, as in
-// PyTorch by default.
+// The key of `dir`'s choice in DeviceConvChoices.
+std::pair<PlanKey, int> SharedKey(const ConvPlan& plan, Direction dir) { return {plan.key, static_cast<int>(dir)}; }
+
 // The choice another stream of the device made for `dir`, taken into the
 // plan when `dir` has none yet and this stream can have the workspace it
 // needs; otherwise the plan is left as it was. (Prepare and the warmers.)
 absl::Status AdoptShared(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t stream) {
   std::optional<Algo>& slot = plan.algos[static_cast<int>(dir)];
   if (slot.has_value() || !ShareChoices()) return absl::OkStatus();
-  std::optional<SharedChoice> shared =
-      DeviceConvChoices().Find(state.device, std::pair<PlanKey, int>(plan.key, static_cast<int>(dir)));
+  std::optional<SharedChoice> shared = DeviceConvChoices().Find(state.device, SharedKey(plan, dir));
   if (!shared.has_value() || shared->workspace > state.workspace_limit) return absl::OkStatus();
   if (Capturing(stream)) return CaptureMiss("a new algorithm choice");
   // The workspace this stream's own search would have taken (the one size
@@ -693,10 +689,15 @@ absl::Status AdoptShared(CudnnState& state, ConvPlan& plan, Direction dir, cudaS
   return absl::OkStatus();
 }
 
+// The plan's algorithm for `dir` (chosen now if new: measured on `op`, or by
+// the heuristics), with the descriptor's math type set for it, and a
+// workspace large enough for it. A deterministic plan keeps to algorithms
+// whose results do not vary from run to run (PyTorch's
+// cudnn.deterministic); otherwise any algorithm may be chosen, as in
+// PyTorch by default.
 absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t stream,
                              const ConvOperands& op, void** workspace) {
   std::optional<Algo>& slot = plan.algos[static_cast<int>(dir)];
-  const std::pair<PlanKey, int> shared_key(plan.key, static_cast<int>(dir));
   RETURN_IF_ERROR(AdoptShared(state, plan, dir, stream));
   if (!slot.has_value()) {
     if (Capturing(stream)) return CaptureMiss("a new algorithm choice");
@@ -724,7 +725,7 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
       int position = -1;
       TryEngines(state, plan, dir, stream, op, limit, &*slot, &position);
       if (ShareChoices()) {
-        DeviceConvChoices().Put(state.device, shared_key,
+        DeviceConvChoices().Put(state.device, SharedKey(plan, dir),
                                 {slot->algo, slot->math, slot->workspace, position,
                                  slot->engine != nullptr ? slot->engine->engine_index() : -1});
       }
