@@ -139,6 +139,20 @@ def event_window(t):
     return t - EVENT_LEAD_S, t + STALL_BIN_S + EVENT_LAG_S
 
 
+def probe_events(events, start, duration_s, stall_times, limit=MAX_PROBE_EVENTS):
+    """The journal events a probe keeps, in time order: every one beside a stall bin (event_window of each bin
+    start in `stall_times`), then the rest of the timed window [start - EVENT_LEAD_S, start + duration_s +
+    EVENT_LAG_S) from its start, up to `limit` in all. The events outside the window (the workers' warm-up, the
+    lanes' warm steps while models register) are left out: cutting a busy window's journal at its first `limit`
+    events could drop the ones the stalls need."""
+    def beside_stall(e):
+        return any(lo <= e["t"] < hi for lo, hi in map(event_window, stall_times))
+    timed = daemon_stats.near(events, start - EVENT_LEAD_S, start + duration_s + EVENT_LAG_S)
+    stalls = [e for e in timed if beside_stall(e)]
+    rest = [e for e in timed if not beside_stall(e)][:max(0, limit - len(stalls))]
+    return sorted(stalls[:limit] + rest, key=lambda e: e["t"])
+
+
 def merge_splits(models, key):
     """The request-weighted mean of the models' `key` splits ({"requests", part: mean ms}), or None."""
     splits = [m[key] for m in models if m.get(key)]
@@ -264,8 +278,10 @@ def run_probe(n, pool, args, stats_client, device):
         for b in (out.get("stalls") or {}).get("top", []):
             t = window_start + b["at_s"]
             b["tandemd"] = daemon_stats.summarize(daemon_stats.near(events, *event_window(t)))
+        stall_times = [window_start + b["at_s"] for b in (out.get("stalls") or {}).get("top", [])]
         out["tandemd"]["events"] = [{"at_s": round(e["t"] - window_start, 4),
-                                     **{k: v for k, v in e.items() if k != "t"}} for e in events[:MAX_PROBE_EVENTS]]
+                                     **{k: v for k, v in e.items() if k != "t"}}
+                                    for e in probe_events(events, window_start, args.duration_s, stall_times)]
     out["wall_s"] = round(time.monotonic() - started, 2)
     return out
 

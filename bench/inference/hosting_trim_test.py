@@ -33,5 +33,21 @@ class TrimModelsTest(unittest.TestCase):
         self.assertEqual(quiet["tandemd"]["events"], [])
 
 
+class ProbeEventsTest(unittest.TestCase):
+    def test_keeps_the_events_beside_stalls_before_filling_up_with_the_rest_of_the_window(self):
+        start = 100.0
+        # Registration's warm steps before the window, a busy first second, a stall bin at 2.0 s, a late event.
+        events = ([{"t": 90.0 + i * 0.01, "kind": "warm"} for i in range(5)]
+                  + [{"t": start + i * 0.001, "kind": "capture"} for i in range(10)]
+                  + [{"t": start + 2.02, "kind": "slow_wait"}, {"t": start + 2.5, "kind": "move"},
+                     {"t": start + 3.5, "kind": "capture"}])
+        kept = hosting.probe_events(events, start, 3.0, [start + 2.0], limit=4)
+        self.assertEqual([round(e["t"] - start, 3) for e in kept], [0.0, 0.001, 0.002, 2.02])
+        everything = hosting.probe_events(events, start, 3.0, [start + 2.0], limit=400)
+        # Nothing from before the window's lead or after its lag.
+        self.assertEqual(len(everything), 12)
+        self.assertEqual(everything[-1]["kind"], "move")
+
+
 if __name__ == "__main__":
     unittest.main()
