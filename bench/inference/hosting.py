@@ -299,7 +299,8 @@ def log_probe(r, note=""):
                + (f", tandemd {c['tandemd_cores']}" if "tandemd_cores" in c else ""))
     bc.log(f"  N={r['n']:3d}: {'pass' if r['pass'] else 'FAIL'}  worst p99 {p99}, median p50 "
            f"{r['p50_ms_median']} ms, {r['models_over_target']} over target, {r['failures']} failed, "
-           f"{r['dropped']} unsent, {r['served_rps']:.0f}/{r['offered_rps']:.0f} req/s{cpu} ({r['wall_s']} s{bg}){note}")
+           f"{r['dropped']} unsent, {r['served_rps']:.0f}/{r['offered_rps']:.0f} req/s{cpu} "
+           f"({r['wall_s']} s{bg}){note}")
     st = r.get("stalls") or {}
     if st.get("slow_requests"):
         def around(b):  # tandemd's journal near the bin: e.g. "capture 2 (lanes 3,5; 6.1 ms)"
