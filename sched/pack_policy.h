@@ -27,7 +27,8 @@
 //     lane one request stream (LaneLoads::RequestStreamLoad; training jobs stay
 //     put): the one whose load is closest to half the gap, below the whole
 //     gap, that gains no clashing partner and has not moved in the last
-//     kHoldSeconds; one such move per kLevelSpacing. Each move lowers the
+//     kHoldSeconds; then the next busiest and least busy lanes, each lane
+//     giving or taking one job per kLevelSpacing at most. Each move lowers the
 //     sum of squared lane loads, so it does not oscillate while loads hold,
 //     and a move's own cost (the moved job captures its graph again) is
 //     kept out of the loads. It is for crowds of request streams of unequal
@@ -194,8 +195,8 @@ class PackPolicy : public Policy {
   // oscillate. Training jobs fold as the clash rule says.
   static constexpr double kSaturated = kSaturatedLaneLoad;
   // A job that moved stays where it is this long (any move). Levelling
-  // moves at most one job per kLevelSpacing, and not before the job it
-  // moved last has finished its first iteration on the new lane (op by op,
+  // moves at most one job into or out of a lane per kLevelSpacing, and not
+  // before the job it moved last has finished its first iteration on the new lane (op by op,
   // a new capture: it holds up that lane's other jobs, whose rates dip)
   // and kSettleSeconds more have passed.
   static constexpr double kHoldSeconds = 10.0;

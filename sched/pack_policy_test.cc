@@ -1,6 +1,8 @@
 #include "sched/pack_policy.h"
 
+#include <algorithm>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -251,6 +253,37 @@ TEST_F(PackPolicyTest, LevelsLoadWhenEveryLaneIsTaken) {
   const JobId stayed = changes[0].job == 1 ? 2 : 1;
   RunLoads(*scheduler_, *clock_, {{stayed, 0, 0.4}, {changes[0].job, 1, 0.4}, {3, 1, 0.05}, {4, 2, 0.35}}, 300);
   EXPECT_TRUE(scheduler_->Rebalance(3).empty());
+}
+
+TEST(PackPolicyLevelling, EachBusyLaneGivesALessBusyOneAJobInOneCall) {
+  // Four lanes: 0 and 1 hold two costly request streams each, 2 and 3 one
+  // cheap one each. One call moves a stream out of each busy lane, into
+  // different lanes (a lane takes one newcomer at a time).
+  SchedulerOptions options;
+  options.policy = "pack";
+  auto clock = std::make_shared<ManualClock>();
+  options.clock = clock;
+  options.max_lanes = 4;
+  std::unique_ptr<Scheduler> scheduler = std::move(CreateScheduler(options)).value();
+  const std::vector<std::tuple<JobId, int, std::string>> jobs = {
+      {1, 0, "heavy"}, {2, 0, "heavy"}, {3, 1, "heavy"}, {4, 1, "heavy"}, {5, 2, "light"}, {6, 3, "light"}};
+  for (const auto& [job, lane, key] : jobs) {
+    JobParams params;
+    params.interference_key = key;
+    params.lane = lane;
+    ASSERT_TRUE(scheduler->AddJob(job, params).ok());
+  }
+  RunLoads(*scheduler, *clock,
+           {{1, 0, 0.35}, {2, 0, 0.35}, {3, 1, 0.3}, {4, 1, 0.3}, {5, 2, 0.05}, {6, 3, 0.04}}, 300);
+  std::vector<LaneChange> changes = scheduler->Rebalance(4);
+  ASSERT_EQ(changes.size(), 2u);
+  std::sort(changes.begin(), changes.end(),
+            [](const LaneChange& a, const LaneChange& b) { return a.from_lane < b.from_lane; });
+  // The busiest lane gives the least busy one (lane 3) a job, the next two pair up.
+  EXPECT_EQ(changes[0].from_lane, 0);
+  EXPECT_EQ(changes[0].to_lane, 3);
+  EXPECT_EQ(changes[1].from_lane, 1);
+  EXPECT_EQ(changes[1].to_lane, 2);
 }
 
 TEST_F(PackPolicyTest, AMovedJobIsHeldAndMovesAreSpaced) {
