@@ -31,9 +31,13 @@ def probe_line(p):
 
 
 def lanes_text(per_lane):
-    """The fewest and most jobs a lane held after the probe: "  lane jobs 25-100"."""
+    """The fewest and most jobs a lane held after the probe, and the least and most kernel time a lane ran in it
+    (PACK levels lane loads, not job counts): "  lane jobs 25-100, busy 0.80-1.65 s"."""
     jobs = [x.get("jobs", 0) for x in per_lane or []]
-    return f"  lane jobs {min(jobs)}-{max(jobs)}" if jobs else ""
+    if not jobs:
+        return ""
+    busy = [x["busy_s"] for x in per_lane if isinstance(x.get("busy_s"), (int, float))]
+    return f"  lane jobs {min(jobs)}-{max(jobs)}" + (f", busy {min(busy):.2f}-{max(busy):.2f} s" if busy else "")
 
 
 def journal_text(journal):

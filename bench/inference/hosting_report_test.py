@@ -23,7 +23,7 @@ def result():
                                 "slow_wait": {"n": 2, "lanes": [2], "ms": 29.0, "max_ms": 15.5}}},
                    {"at_s": 0.4, "requests": 1, "models": 1, "processes": 1, "tandemd": {}}]},
                "tandemd": {"lane_moves": 5, "graph_captures": 6, "arena_moves": 0,
-                           "per_lane": [{"lane": 0, "jobs": 9}, {"lane": 1, "jobs": 23}],
+                           "per_lane": [{"lane": 0, "jobs": 9, "busy_s": 1.65}, {"lane": 1, "jobs": 23, "busy_s": 0.8}],
                            "journal": {"capture": {"n": 2, "lanes": [0, 2], "ms": 27.8, "max_ms": 26.8,
                                                    "run_ms": 3.5, "graph_ms": 23.6},
                                        "slow_wait": {"n": 3, "lanes": [2], "ms": 40.0, "max_ms": 15.5},
@@ -42,7 +42,7 @@ class HostingReportTest(unittest.TestCase):
         self.assertEqual(lines[0], "tandem hosted 16 (first failing 32)")
         self.assertIn("N=  16 pass", lines[1])
         self.assertIn("N=  32 FAIL", lines[2])
-        self.assertIn("moves   5  captures   6  arena  0  lane jobs 9-23", lines[2])
+        self.assertIn("moves   5  captures   6  arena  0  lane jobs 9-23, busy 0.80-1.65 s", lines[2])
         self.assertNotIn("lane jobs", lines[1])  # no per-lane numbers
         self.assertIn("slow b/q/r/o ms 1.0/15.5/6.0/0.5", lines[2])
         # The whole window's journal: captures and slow waits, each with its longest.
