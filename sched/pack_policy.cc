@@ -322,12 +322,16 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
 
   // Fold: each job goes where it has the fewest clashing partners beside it.
   // Every move strictly lowers the number of clashing pairs side by side.
-  // A request stream goes only to a lane below kSaturated with it and
-  // holding fewer jobs than StreamLaneCap: idle lanes have no load to stop
+  // A request stream goes only to a lane below kSaturated with it (while
+  // levelling is on, no busier with it than its own lane without it, within
+  // kLevelGap), holding fewer jobs than StreamLaneCap: idle lanes have no load to stop
   // a fold, and a crowd of alike models registered before their first
   // requests folded into one or two lanes of 74-123 models each.
   const int existing = std::min(num_lanes, state.LaneCount());
   const size_t cap = StreamLaneCap(state, max_lanes_);
+  // Levelling (below) is on with every lane taken: max_lanes of them, none empty.
+  bool levelling = existing >= 2 && num_lanes >= max_lanes_;
+  for (int lane = 0; lane < existing && levelling; ++lane) levelling = !lanes[lane].empty();
   for (int lane = 0; lane < state.LaneCount() && counts.any(); ++lane) {
     for (const JobState* job : state.lanes[lane].jobs) {
       if (job->running || job->staged > 0 || moved(job)) continue;
@@ -347,6 +351,12 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
         if (target == lane) continue;
         if (stream && loads()[target] + l > kSaturated) continue;  // its requests would queue there
         if (stream && lanes[target].size() >= cap) continue;
+        // While levelling is on, nor past its own lane's load without it
+        // by more than levelling leaves: levelling took a job out of a busy
+        // lane (below the cap then) and a fold put another into it, and the
+        // busiest lanes of 352-384 models on an H200 kept twice the least
+        // busy ones' load.
+        if (stream && levelling && loads()[target] + l > loads()[lane] - l + kLevelGap) continue;
         const int there = counts.Outside(*job, lane, target);
         if (there < best) {
           best = there;
@@ -396,13 +406,9 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
   // up a few ms). With one move per call, a probe of 352-384 models in 12
   // lanes of an H200 ended with its busiest lanes at twice the kernel time
   // of the least busy ones, and most slow requests in those.
+  // (A free lane is spreading's business.)
   const bool awaiting_capture = recapturing_ != 0 && state.now < recapture_deadline_;
-  if (!changes.empty() || existing < 2 || num_lanes < max_lanes_ || state.now < next_level_ || awaiting_capture) {
-    return changes;
-  }
-  for (int lane = 0; lane < existing; ++lane) {
-    if (lanes[lane].empty()) return changes;  // a lane is free: spreading's business
-  }
+  if (!changes.empty() || !levelling || state.now < next_level_ || awaiting_capture) return changes;
   if (state.now < next_level_check_) return changes;
   next_level_check_ = state.now + kLevelSpacing;  // loads change slowly: look at most this often
   loads();

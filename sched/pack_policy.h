@@ -16,8 +16,9 @@
 //     loads within kLaneLoadTie count as equal).
 //   * Rebalance (at iteration boundaries): moves a job to the lane that
 //     leaves it the fewest clashing partners in other lanes (a request
-//     stream only to a lane below kSaturated and StreamLaneCap, and not
-//     within kHoldSeconds of its last move; each move
+//     stream only to a lane below kSaturated and StreamLaneCap, while
+//     levelling is on not to one that it would leave busier than its own
+//     by more than kLevelGap, and not within kHoldSeconds of its last move; each move
 //     strictly reduces the clashing pairs running side by side, so it never
 //     oscillates), and spreads a job of a crowded lane to an empty or a new
 //     lane when it clashes with nobody, or when it is a request stream of

@@ -413,6 +413,29 @@ TEST_F(PackPolicyTest, ARequestStreamOfASaturatedLaneSpreadsToANewLaneDespiteACl
   EXPECT_EQ(changes[0].to_lane, 2);
 }
 
+TEST_F(PackPolicyTest, ARequestStreamDoesNotFoldIntoAFarBusierLane) {
+  // Keys a and b clash. Job 1 (a) is a light stream in lane 0, its partner
+  // job 2 (b) shares lane 1 with a heavy stream: folding job 1 there would
+  // undo what levelling does. Lane 0 is at the cap (7 jobs, 3 lanes: 3), so
+  // job 2 cannot come to it either: levelling moves job 2 to the idle lane.
+  Add(1, "a", 0);
+  Add(2, "b", 1);
+  MeasureSolo();
+  for (int i = 0; i < 4; ++i) RunPair(1, 0.048, 2, 0.048);
+  Add(3, "c", 1);
+  Add(4, "c", 2);
+  Add(5, "c", 0);
+  Add(6, "c", 0);
+  Add(7, "c", 2);
+  RunLoads(*scheduler_, *clock_,
+           {{1, 0, 0.05}, {5, 0, 0.05}, {6, 0, 0.05}, {2, 1, 0.05}, {3, 1, 0.45}, {4, 2, 0.05}, {7, 2, 0.05}}, 300);
+  std::vector<LaneChange> changes = scheduler_->Rebalance(3);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].job, 2u) << "job " << changes[0].job << " to lane " << changes[0].to_lane;
+  EXPECT_EQ(changes[0].from_lane, 1);
+  EXPECT_EQ(changes[0].to_lane, 2);
+}
+
 TEST_F(PackPolicyTest, IdleRequestStreamsFoldOnlyUpToTheLaneCap) {
   // Keys a and b clash. Jobs of key a, light request streams, would all
   // fold beside job 2 (key b): idle, no lane's load stops them.
