@@ -153,6 +153,48 @@ def probe_events(events, start, duration_s, stall_times, limit=MAX_PROBE_EVENTS)
     return sorted(stalls[:limit] + rest, key=lambda e: e["t"])
 
 
+class RegistrationWatch:
+    """Samples tandemd's per-lane job counts and lane moves every `every_s` while the prespawned models register,
+    on its own thread (the stats client is not used by anything else then): whether a crowded lane forms as the
+    models are placed or by moves among them."""
+
+    def __init__(self, client, every_s=1.0):
+        self.client, self.every_s, self.samples = client, every_s, []
+        self._stop = threading.Event()
+        self._started = time.monotonic()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _sample(self):
+        snap = daemon_stats.snapshot(self.client)
+        if snap and "error" not in snap:
+            lanes = snap["per_lane"]
+            self.samples.append({"t": round(time.monotonic() - self._started, 2),
+                                 "lane_jobs": [lanes[k]["jobs"] for k in sorted(lanes)],
+                                 "lane_moves": snap["lane_moves"]})
+
+    def _run(self):
+        while not self._stop.wait(self.every_s):
+            self._sample()
+
+    def stop(self):
+        """Stops sampling, takes a last sample, and returns registration_summary of them all."""
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self._sample()
+        return registration_summary(self.samples)
+
+
+def registration_summary(samples):
+    """{"lane_jobs": at the end, "lane_moves": moves while the models registered, "fullest": [[t, most jobs in a
+    lane, moves so far], ...] at each sample} from RegistrationWatch's samples (None without any)."""
+    if not samples:
+        return None
+    last = samples[-1]
+    return {"lane_jobs": last["lane_jobs"], "lane_moves": last["lane_moves"],
+            "fullest": [[x["t"], max(x["lane_jobs"], default=0), x["lane_moves"]] for x in samples]}
+
+
 def merge_splits(models, key):
     """The request-weighted mean of the models' `key` splits ({"requests", part: mean ms}), or None."""
     splits = [m[key] for m in models if m.get(key)]
@@ -453,8 +495,14 @@ def run_mode(mode, args, state, result, deadline, save):
             pool = new_pool("torch", env=env, mps=mode == "mps")
         out["specs"] = state["specs"]
         if prespawn:  # every worker ready before the first probe (see PRESPAWN)
-            waited = pool.wait_ready(static_cap, deadline - probe_seconds(args, min(args.start, static_cap)))
+            watch_registration = RegistrationWatch(stats_client) if stats_client is not None else None
+            try:
+                waited = pool.wait_ready(static_cap, deadline - probe_seconds(args, min(args.start, static_cap)))
+            finally:  # the stats client is the main thread's again
+                registration = watch_registration.stop() if watch_registration is not None else None
             out["prespawn_wait"] = waited
+            if registration is not None:
+                out["registration"] = registration
         out["setup_s"] = round(time.monotonic() - began, 2)
 
         def cap():

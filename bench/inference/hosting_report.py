@@ -10,7 +10,7 @@ failing probe its top stall bins, each with the models and client processes it s
 shows beside it (per kind: how many, on which lanes, ms; a capture's longest and its run and graph parts). Last,
 the probes' captures that took longest (from the events the JSON kept), with the parts: the kernel-by-kernel
 run, the graph (record, instantiate or update, upload) and the rest (releasing the job's graphs on its other
-lanes).
+lanes). First, where a search prespawned its models, how they sat in the lanes while they registered.
 """
 
 import argparse
@@ -82,11 +82,25 @@ def longest_captures(probes, top):
     return caps[:top]
 
 
+def registration_line(r, samples=8):
+    """While the prespawned models registered: the jobs per lane at the end, the lane moves, and the fullest lane
+    over time: "registration: lane jobs 33-99, 4 moves; fullest lane (s: jobs, moves) 1: 5/0, 2: 40/0, ..."."""
+    jobs = r.get("lane_jobs") or [0]
+    fullest = r.get("fullest") or []
+    step = max(1, -(-len(fullest) // samples))  # at most `samples` of them, the last always
+    shown = fullest[::step] + ([fullest[-1]] if fullest and (len(fullest) - 1) % step else [])
+    over_time = ", ".join(f"{t:g}: {most}/{moves}" for t, most, moves in shown)
+    return (f"registration: lane jobs {min(jobs)}-{max(jobs)}, {r.get('lane_moves', 0)} moves; "
+            f"fullest lane (s: jobs/moves) {over_time}")
+
+
 def report(result, bins=3, top=10):
     mode = (result.get("modes") or {}).get("tandem")
     if not mode:
         return ["no tandem mode in this file"]
     lines = [f"tandem hosted {mode.get('hosted')} (first failing {mode.get('first_failing')})"]
+    if mode.get("registration"):
+        lines.append(registration_line(mode["registration"]))
     for p in mode.get("probes", []):
         lines.append(probe_line(p))
         if not p["pass"]:

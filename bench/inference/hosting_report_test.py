@@ -74,5 +74,22 @@ class HostingReportTest(unittest.TestCase):
         self.assertEqual(hosting_report.report({"modes": {"mps": {}}}), ["no tandem mode in this file"])
 
 
+class RegistrationLineTest(unittest.TestCase):
+    def test_the_end_and_the_fullest_lane_over_time_with_the_last_sample_always(self):
+        r = {"lane_jobs": [33, 99, 40], "lane_moves": 4,
+             "fullest": [[1.0, 5, 0], [2.0, 40, 0], [3.0, 80, 2], [4.0, 99, 4], [5.0, 99, 4]]}
+        line = hosting_report.registration_line(r, samples=2)
+        self.assertEqual(line, "registration: lane jobs 33-99, 4 moves; fullest lane (s: jobs/moves) "
+                               "1: 5/0, 4: 99/4, 5: 99/4")
+        self.assertTrue(hosting_report.registration_line(r).endswith("3: 80/2, 4: 99/4, 5: 99/4"))
+
+    def test_the_report_shows_it_under_the_header(self):
+        res = result()
+        res["modes"]["tandem"]["registration"] = {"lane_jobs": [9, 23], "lane_moves": 0, "fullest": [[1.0, 23, 0]]}
+        lines = hosting_report.report(res)
+        self.assertTrue(lines[1].startswith("registration: lane jobs 9-23, 0 moves"), lines[1])
+        self.assertIn("N=  16 pass", lines[2])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -49,5 +49,13 @@ class ProbeEventsTest(unittest.TestCase):
         self.assertEqual(everything[-1]["kind"], "move")
 
 
+class RegistrationSummaryTest(unittest.TestCase):
+    def test_the_last_sample_and_the_fullest_lane_of_each(self):
+        samples = [{"t": 1.0, "lane_jobs": [3, 1], "lane_moves": 0}, {"t": 2.0, "lane_jobs": [4, 9], "lane_moves": 2}]
+        self.assertEqual(hosting.registration_summary(samples),
+                         {"lane_jobs": [4, 9], "lane_moves": 2, "fullest": [[1.0, 3, 0], [2.0, 9, 2]]})
+        self.assertIsNone(hosting.registration_summary([]))
+
+
 if __name__ == "__main__":
     unittest.main()
