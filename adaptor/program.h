@@ -84,10 +84,11 @@ class Program {
   // ResNet-18's forward pass). In steps, so that the caller can put other
   // work of the stream's thread between them: call with node = 0, then with
   // each returned node until it returns -1; a step does the costly setup of
-  // at most one node (a stream set up already takes one cheap step). Optional: the first iteration does whatever is not
-  // done. It touches only `stream`'s state: it may run on that stream's
-  // thread while other threads enqueue this program's iterations on other
-  // streams. The default has nothing to do.
+  // at most one node (a stream set up already takes one cheap step).
+  // Optional: the first iteration does whatever is not done. It touches only
+  // `stream`'s state: it may run on that stream's thread while other threads
+  // enqueue this program's iterations on other streams. The default has
+  // nothing to do.
   virtual absl::StatusOr<int> WarmStream(device::Stream& stream, int node) { return -1; }
 
   // The counters so far; unlike the rest, callable from any thread.

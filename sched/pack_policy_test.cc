@@ -14,11 +14,13 @@ namespace {
 
 class PackPolicyTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { Start(3); }
+  // A fresh PACK scheduler with up to `max_lanes` lanes.
+  void Start(int max_lanes) {
     SchedulerOptions options;
     options.policy = "pack";
     options.clock = clock_;
-    options.max_lanes = 3;
+    options.max_lanes = max_lanes;
     scheduler_ = std::move(CreateScheduler(options)).value();
   }
   void Add(JobId job, const std::string& key, int lane) {
@@ -255,27 +257,20 @@ TEST_F(PackPolicyTest, LevelsLoadWhenEveryLaneIsTaken) {
   EXPECT_TRUE(scheduler_->Rebalance(3).empty());
 }
 
-TEST(PackPolicyLevelling, EachBusyLaneGivesALessBusyOneAJobInOneCall) {
+TEST_F(PackPolicyTest, EachBusyLaneGivesALessBusyOneAJobInOneCall) {
   // Four lanes: 0 and 1 hold two costly request streams each, 2 and 3 one
   // cheap one each. One call moves a stream out of each busy lane, into
   // different lanes (a lane takes one newcomer at a time).
-  SchedulerOptions options;
-  options.policy = "pack";
-  auto clock = std::make_shared<ManualClock>();
-  options.clock = clock;
-  options.max_lanes = 4;
-  std::unique_ptr<Scheduler> scheduler = std::move(CreateScheduler(options)).value();
-  const std::vector<std::tuple<JobId, int, std::string>> jobs = {
-      {1, 0, "heavy"}, {2, 0, "heavy"}, {3, 1, "heavy"}, {4, 1, "heavy"}, {5, 2, "light"}, {6, 3, "light"}};
-  for (const auto& [job, lane, key] : jobs) {
-    JobParams params;
-    params.interference_key = key;
-    params.lane = lane;
-    ASSERT_TRUE(scheduler->AddJob(job, params).ok());
-  }
-  RunLoads(*scheduler, *clock,
+  Start(4);
+  Add(1, "heavy", 0);
+  Add(2, "heavy", 0);
+  Add(3, "heavy", 1);
+  Add(4, "heavy", 1);
+  Add(5, "light", 2);
+  Add(6, "light", 3);
+  RunLoads(*scheduler_, *clock_,
            {{1, 0, 0.35}, {2, 0, 0.35}, {3, 1, 0.3}, {4, 1, 0.3}, {5, 2, 0.05}, {6, 3, 0.04}}, 300);
-  std::vector<LaneChange> changes = scheduler->Rebalance(4);
+  std::vector<LaneChange> changes = scheduler_->Rebalance(4);
   ASSERT_EQ(changes.size(), 2u);
   std::sort(changes.begin(), changes.end(),
             [](const LaneChange& a, const LaneChange& b) { return a.from_lane < b.from_lane; });

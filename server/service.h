@@ -164,7 +164,8 @@ class Service {
   // service_warm.cc: lane warm-up (--warm_lanes). Queues `job` on every
   // other lane of `dev` (after its first iteration).
   void WarmLanesFor(DeviceRuntime& dev, const Job& job);
-  // Queues every running job of `dev` that has run on the new `lane`.
+  // Queues, on the new `lane`, every running job of `dev` in another lane
+  // that has finished an iteration.
   void WarmNewLane(DeviceRuntime& dev, int lane);
   // Posts the lane's next warm-up step unless one is in flight.
   void PumpWarmUp(DeviceRuntime& dev, int lane);

@@ -317,10 +317,10 @@ def run_probe(n, pool, args, stats_client, device):
         out["tandemd"]["journal"] = daemon_stats.summarize(
             daemon_stats.near(events, window_start, window_start + args.duration_s))
         # What tandemd did around each stall: its journal on the clock of the timed window.
-        for b in (out.get("stalls") or {}).get("top", []):
-            t = window_start + b["at_s"]
+        stalls = (out.get("stalls") or {}).get("top", [])
+        stall_times = [window_start + b["at_s"] for b in stalls]
+        for b, t in zip(stalls, stall_times):
             b["tandemd"] = daemon_stats.summarize(daemon_stats.near(events, *event_window(t)))
-        stall_times = [window_start + b["at_s"] for b in (out.get("stalls") or {}).get("top", [])]
         out["tandemd"]["events"] = [{"at_s": round(e["t"] - window_start, 4),
                                      **{k: v for k, v in e.items() if k != "t"}}
                                     for e in probe_events(events, window_start, args.duration_s, stall_times)]
