@@ -3,14 +3,15 @@
 
     /usr/bin/python3 bench/inference/hosting_report.py bench/results/2026-12-02-h200-hosting-modes14.json
 
-Per probe of the tandem mode: the count, pass or fail, the worst p99, the models over the target, tandemd's lane
-moves, graph captures and arena moves in the window, the fewest and most jobs in a lane, where the slow
+First, where a search prespawned its models, how they sat in the lanes while they registered. Then per probe
+of the tandem mode: the count, pass or fail, the worst p99, the models over the target, tandemd's lane
+moves, graph captures and arena moves in the window, the fewest and most jobs and kernel time of a lane, where the slow
 requests' time went (behind / queue / run / other, ms) and the whole window's captures and slow waits; under a
 failing probe its top stall bins, each with the models and client processes it spans and what tandemd's journal
 shows beside it (per kind: how many, on which lanes, ms; a capture's longest and its run and graph parts). Last,
 the probes' captures that took longest (from the events the JSON kept), with the parts: the kernel-by-kernel
 run, the graph (record, instantiate or update, upload) and the rest (releasing the job's graphs on its other
-lanes). First, where a search prespawned its models, how they sat in the lanes while they registered.
+lanes).
 """
 
 import argparse
@@ -84,7 +85,7 @@ def longest_captures(probes, top):
 
 def registration_line(r, samples=8):
     """While the prespawned models registered: the jobs per lane at the end, the lane moves, and the fullest lane
-    over time: "registration: lane jobs 33-99, 4 moves; fullest lane (s: jobs, moves) 1: 5/0, 2: 40/0, ..."."""
+    over time: "registration: lane jobs 33-99, 4 moves; fullest lane (s: jobs/moves) 1: 5/0, 2: 40/0, ..."."""
     jobs = r.get("lane_jobs") or [0]
     fullest = r.get("fullest") or []
     step = max(1, -(-len(fullest) // samples))  # at most `samples` of them, the last always
