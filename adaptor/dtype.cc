@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/checked_math.h"
 
 namespace tandem {
 
@@ -40,6 +41,23 @@ int64_t NumElements(const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+std::optional<int64_t> CheckedNumElements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return std::nullopt;
+    std::optional<int64_t> next = CheckedMul(n, d);
+    if (!next.has_value()) return std::nullopt;
+    n = *next;
+  }
+  return n;
+}
+
+std::optional<int64_t> TensorType::CheckedBytes() const {
+  std::optional<int64_t> n = CheckedNumElements(shape);
+  if (!n.has_value()) return std::nullopt;
+  return CheckedMul(*n, static_cast<int64_t>(DTypeSize(dtype)));
 }
 
 std::string ShapeString(const Shape& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }

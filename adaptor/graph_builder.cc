@@ -65,27 +65,35 @@ v1::DType DTypeToProto(DType dtype) {
   return v1::DTYPE_UNSPECIFIED;
 }
 
+absl::Status CheckTensorType(const TensorType& type, const GraphLimits& limits) {
+  if (type.rank() > limits.max_rank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(type.ToString(), " has rank ", type.rank(), "; the limit is ", limits.max_rank));
+  }
+  for (int64_t d : type.shape) {
+    if (d < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(ShapeString(type.shape), " has the negative dimension ", d));
+    }
+  }
+  const std::optional<int64_t> bytes = type.CheckedBytes();
+  if (!bytes.has_value() || *bytes > limits.max_tensor_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(type.ToString(), " exceeds the tensor size limit of ",
+                                                   limits.max_tensor_bytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TensorType> TensorTypeFromProto(const v1::TensorSpec& spec, const GraphLimits& limits) {
   std::string where = absl::StrCat("tensor '", spec.name(), "'");
   auto dtype = DTypeFromProto(spec.dtype());
   if (!dtype.ok()) return Invalid(where, dtype.status().message());
+  // The rank first, so that a huge shape list is refused before it is copied.
   if (spec.shape_size() > limits.max_rank) {
     return Invalid(where, absl::StrCat("rank ", spec.shape_size(), " exceeds the limit of ", limits.max_rank));
   }
-  TensorType type;
-  type.dtype = *dtype;
-  // Overflow-safe product: each dim is bounded by max_tensor_bytes.
-  int64_t bytes = static_cast<int64_t>(DTypeSize(type.dtype));
-  for (int64_t d : spec.shape()) {
-    if (d < 0) return Invalid(where, absl::StrCat("negative dimension ", d));
-    if (d > limits.max_tensor_bytes || (d > 0 && bytes > limits.max_tensor_bytes / d)) {
-      return Invalid(where, absl::StrCat("shape ", ShapeString({spec.shape().begin(), spec.shape().end()}),
-                                         " exceeds the tensor size limit of ", limits.max_tensor_bytes,
-                                         " bytes"));
-    }
-    bytes *= d;
-    type.shape.push_back(d);
-  }
+  TensorType type{*dtype, Shape(spec.shape().begin(), spec.shape().end())};
+  absl::Status valid = CheckTensorType(type, limits);
+  if (!valid.ok()) return Invalid(where, valid.message());
   return type;
 }
 
@@ -183,8 +191,16 @@ absl::StatusOr<Graph> BuildGraph(const v1::Graph& wire,
     }
     for (int o = 0; o < num_outputs; ++o) {
       const TensorType& type = (*inferred)[o];
-      if (type.bytes() > static_cast<uint64_t>(limits.max_tensor_bytes)) {
-        return Invalid(where, absl::StrCat("output ", type.ToString(), " exceeds the tensor size limit"));
+      // An inferred type is checked as a wire one is: a size computed from
+      // attributes (zeros' size, view's shape) must not wrap around.
+      if (absl::Status valid = CheckTensorType(type, limits); !valid.ok()) {
+        return Invalid(where, absl::StrCat("output ", o, ": ", valid.message()));
+      }
+      // A view shares its input's buffer (the memory plan aliases the two),
+      // so it must not be larger than the input.
+      if (o == 0 && def.alias == AliasKind::kView &&
+          (input_types.empty() || type.bytes() > input_types[0].bytes())) {
+        return Invalid(where, absl::StrCat("output ", type.ToString(), " is a view larger than its input"));
       }
       if (o < wn.declared_outputs_size()) {
         const v1::TensorSpec& declared = wn.declared_outputs(o);

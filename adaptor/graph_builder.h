@@ -23,6 +23,10 @@ struct GraphLimits {
 
 absl::StatusOr<DType> DTypeFromProto(v1::DType dtype);
 v1::DType DTypeToProto(DType dtype);
+// OK when `type` is within `limits`: rank, no negative dim, and a byte
+// count that neither overflows nor exceeds max_tensor_bytes. Every type of
+// a built graph passes it, wire and inferred alike.
+absl::Status CheckTensorType(const TensorType& type, const GraphLimits& limits);
 // Validates a wire TensorSpec (known dtype, rank and dims in range).
 absl::StatusOr<TensorType> TensorTypeFromProto(const v1::TensorSpec& spec, const GraphLimits& limits);
 void TensorTypeToProto(const TensorType& type, v1::TensorSpec* spec);

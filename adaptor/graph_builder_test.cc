@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <utility>
@@ -293,6 +294,77 @@ TEST(GraphBuilderTest, FetchNamingNothing) {
   g.add_fetches("b");
   g.add_fetches("ghost");
   EXPECT_THAT(BuildError(g, {}), HasSubstr("fetch 'ghost' names no tensor"));
+}
+
+// Sizes computed from attributes are checked as wire shapes are: a byte
+// count that wraps around plans a buffer far smaller than the kernels use
+// (zeros of 2^62 floats planned as 0 bytes and killed the daemon; a 4-float
+// tensor viewed as [2^62 + 1, 4] wrapped to 4 elements, and slicing it read
+// another job's weights).
+TEST(GraphBuilderTest, InferredSizesThatOverflowAreRefused) {
+  constexpr int64_t k2To62 = int64_t{1} << 62;
+  {
+    v1::Graph g;
+    v1::Node* zeros = AddNode(g, "zeros", {}, {"z"});
+    Attr(zeros, "size").mutable_ints()->add_values(k2To62);
+    EXPECT_THAT(BuildError(g, {}), AllOf(HasSubstr("node 0 (zeros)"), HasSubstr("exceeds the tensor size limit")));
+  }
+  {
+    v1::Graph g;
+    v1::Node* zeros = AddNode(g, "zeros", {}, {"z"});
+    for (int i = 0; i < 4; ++i) Attr(zeros, "size").mutable_ints()->add_values(int64_t{1} << 16);
+    EXPECT_THAT(BuildError(g, {}), HasSubstr("exceeds the tensor size limit"));
+  }
+  {
+    v1::Graph g;
+    SetSpec(g.add_feeds(), "a", v1::FLOAT32, {4});
+    v1::Node* view = AddNode(g, "view", {"a"}, {"v"});
+    Attr(view, "size").mutable_ints()->add_values(k2To62 + 1);
+    Attr(view, "size").mutable_ints()->add_values(4);
+    v1::Node* slice = AddNode(g, "slice.Tensor", {"v"}, {"s"});
+    Attr(slice, "dim").set_i(0);
+    Attr(slice, "start").set_i(k2To62);
+    Attr(slice, "end").set_i(k2To62 + 1);
+    g.add_fetches("s");
+    EXPECT_THAT(BuildError(g, {}), AllOf(HasSubstr("node 0 (view)"), HasSubstr("more elements than an int64")));
+    // -1 beside a huge dim: the known product overflows before the division.
+    Attr(g.mutable_nodes(0), "size").mutable_ints()->set_values(0, -1);
+    Attr(g.mutable_nodes(0), "size").mutable_ints()->set_values(1, k2To62);
+    Attr(g.mutable_nodes(0), "size").mutable_ints()->add_values(8);
+    EXPECT_THAT(BuildError(g, {}), HasSubstr("node 0 (view)"));
+  }
+  {
+    v1::Graph g;
+    SetSpec(g.add_feeds(), "a", v1::FLOAT32, {4});
+    v1::Node* split = AddNode(g, "split_with_sizes", {"a"}, {"p", "q", "r"});
+    Attr(split, "split_sizes").mutable_ints()->add_values(std::numeric_limits<int64_t>::max());
+    Attr(split, "split_sizes").mutable_ints()->add_values(std::numeric_limits<int64_t>::max());
+    Attr(split, "split_sizes").mutable_ints()->add_values(6);  // wraps to 4
+    EXPECT_THAT(BuildError(g, {}), HasSubstr("sums to more than dim 0's size 4"));
+  }
+  {
+    v1::Graph g;
+    v1::Node* arange = AddNode(g, "arange.start_step", {}, {"r"});
+    Attr(arange, "start").set_i(std::numeric_limits<int64_t>::min());
+    Attr(arange, "end").set_i(std::numeric_limits<int64_t>::max());
+    Attr(arange, "step").set_i(1);
+    EXPECT_THAT(BuildError(g, {}), HasSubstr("too long"));
+    Attr(g.mutable_nodes(0), "start").set_f(0);
+    Attr(g.mutable_nodes(0), "end").set_f(1e30);
+    Attr(g.mutable_nodes(0), "step").set_f(1);
+    EXPECT_THAT(BuildError(g, {}), HasSubstr("too long"));
+  }
+  {
+    v1::Graph g;
+    SetSpec(g.add_feeds(), "x", v1::FLOAT32, {1, 1, 8, 8});
+    SetSpec(g.add_feeds(), "w", v1::FLOAT32, {1, 1, 3, 3});
+    v1::Node* conv = AddNode(g, "convolution", {"x", "w"}, {"y"});
+    Attr(conv, "dilation").mutable_ints()->add_values(std::numeric_limits<int64_t>::max());
+    EXPECT_THAT(BuildError(g, {}), HasSubstr("must be at most 2147483647"));
+    Attr(conv, "dilation").mutable_ints()->set_values(0, 1);
+    Attr(conv, "groups").set_i(std::numeric_limits<int64_t>::max());
+    EXPECT_THAT(BuildError(g, {}), HasSubstr("groups="));
+  }
 }
 
 }  // namespace

@@ -220,6 +220,37 @@ TEST_F(BadInputTest, PersistentFramesAreChecked) {
   EXPECT_EQ(raw.Call(close, {}).status().code(), 0);
 }
 
+// Regressions of sizes that wrapped around: zeros of 2^62 floats planned as
+// 0 bytes and its first iteration killed the daemon; a 4-float tensor
+// viewed as [2^62 + 1, 4] and sliced read another session's weights.
+TEST_F(BadInputTest, SizesThatWrapAroundAreRefusedAtRegistration) {
+  auto c = Connect();
+  constexpr int64_t k2To62 = int64_t{1} << 62;
+  {
+    GraphBuilder b("zeros");
+    std::string z = b.Op("zeros", {}, {{"size", client::AttrInts({k2To62})}}, "z");
+    b.Fetch(z);
+    auto r = c->RegisterJob(std::move(b).Build());
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("exceeds the tensor size limit"));
+  }
+  {
+    GraphBuilder b("view");
+    std::string w = b.Persistent("w", HostTensor::Floats({4}, {1, 2, 3, 4}));
+    std::string v = b.Op("view", {w}, {{"size", client::AttrInts({k2To62 + 1, 4})}}, "v");
+    std::string s = b.Op("slice.Tensor", {v},
+                         {{"dim", client::AttrInt(0)}, {"start", client::AttrInt(int64_t{1} << 16)},
+                          {"end", client::AttrInt((int64_t{1} << 16) + 1)}},
+                         "s");
+    b.Fetch(s);
+    auto r = c->RegisterJob(std::move(b).Build());
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("more elements than an int64"));
+  }
+}
+
 TEST_F(BadInputTest, RequestBeforeHelloIsRefused) {
   auto c = Connect();
   v1::Request request;

@@ -5,10 +5,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/checked_math.h"
 #include "base/status_macros.h"
 
 namespace tandem {
 namespace {
+
+constexpr int64_t kMaxWindowParam = 2147483647;
 
 // A 2-D list attribute: one int stands for both dims; `fallback` when
 // absent (or, with `empty_means_fallback`, empty).
@@ -19,6 +22,14 @@ absl::StatusOr<std::array<int64_t, 2>> GetPair(const Attrs& attrs, absl::string_
   if (fallback.has_value()) fallback_list = std::vector<int64_t>{(*fallback)[0], (*fallback)[1]};
   ASSIGN_OR_RETURN(std::vector<int64_t> v, attrs.GetInts(name, fallback_list));
   if (v.empty() && empty_means_fallback && fallback.has_value()) return *fallback;
+  // Bounded as cuDNN's int parameters are, so that the geometry's sums
+  // and products of them stay far from overflowing.
+  for (int64_t x : v) {
+    if (x > kMaxWindowParam) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("attribute '", name, "' has ", x, "; entries must be at most ", kMaxWindowParam));
+    }
+  }
   if (v.size() == 1) return std::array<int64_t, 2>{v[0], v[0]};
   if (v.size() == 2) return std::array<int64_t, 2>{v[0], v[1]};
   return absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' is [", absl::StrJoin(v, ", "),
@@ -82,7 +93,7 @@ absl::StatusOr<Conv2dGeometry> Conv2dShape(const Conv2dParams& params, const Sha
   g.o = weight[0];
   g.kh = weight[2];
   g.kw = weight[3];
-  if (g.o % params.groups != 0 || weight[1] * params.groups != g.c || g.o == 0) {
+  if (g.o % params.groups != 0 || g.c % params.groups != 0 || weight[1] != g.c / params.groups || g.o == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "input is ", ShapeString(input), " and weight is ", ShapeString(weight), " with groups=", params.groups,
         "; expected weight [O, C / groups, kH, kW] with O > 0 a multiple of groups and C = ", weight[1], " * ",
@@ -95,7 +106,14 @@ absl::StatusOr<Conv2dGeometry> Conv2dShape(const Conv2dParams& params, const Sha
   const int64_t kernel[2] = {g.kh, g.kw};
   int64_t out[2];
   for (int d = 0; d < 2; ++d) {
-    const int64_t span = params.dilation[d] * (kernel[d] - 1) + 1;
+    // A kernel dim comes from a (bounded) tensor, dilation and padding from
+    // attributes of at most kMaxWindowParam: the product is checked.
+    const std::optional<int64_t> dilated = CheckedMul(params.dilation[d], kernel[d] - 1);
+    if (!dilated.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat("weight is ", ShapeString(weight), " with dilation ",
+                                                     params.dilation[d], ": the dilated kernel is too large"));
+    }
+    const int64_t span = *dilated + 1;
     const int64_t padded = extent[d] + 2 * params.padding[d];
     out[d] = padded >= span ? (padded - span) / params.stride[d] + 1 : 0;
     if (out[d] < 1) {

@@ -15,6 +15,7 @@
 #include "adaptor/op_registry.h"
 #include "adaptor/ops/infer_util.h"
 #include "adaptor/ops/shape_rules.h"
+#include "base/checked_math.h"
 #include "base/status_macros.h"
 
 namespace tandem {
@@ -187,14 +188,26 @@ absl::StatusOr<TypeList> ArangeInfer(const Attrs& attrs, absl::Span<const Tensor
     return absl::InvalidArgumentError(absl::StrCat("start ", start, ", end ", end, ", step ", step,
                                                    " do not describe a finite range"));
   }
-  int64_t length;
+  // The length is bounded before it becomes an integer: a range of more
+  // than 2^53 elements is no tensor the daemon could hold anyway.
+  const double steps = std::ceil((end - start) / step);
+  if (steps > 9007199254740992.0) {
+    return absl::InvalidArgumentError(absl::StrCat("start ", start, ", end ", end, ", step ", step,
+                                                   " describe a range of ", steps, " elements; too long"));
+  }
+  int64_t length = static_cast<int64_t>(steps);
   if (ints) {
     ASSIGN_OR_RETURN(int64_t s, attrs.GetInt("start", 0));
     ASSIGN_OR_RETURN(int64_t e, attrs.GetInt("end"));
     ASSIGN_OR_RETURN(int64_t st, attrs.GetInt("step", 1));
-    length = st > 0 ? (e - s + st - 1) / st : (s - e - st - 1) / -st;
-  } else {
-    length = static_cast<int64_t>(std::ceil((end - start) / step));
+    // Exact in integers; the range's sign was checked above.
+    std::optional<int64_t> diff = st > 0 ? CheckedSub(e, s) : CheckedSub(s, e);
+    std::optional<int64_t> stride = st > 0 ? std::optional<int64_t>(st) : CheckedSub(0, st);
+    if (!diff.has_value() || !stride.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("start ", s, ", end ", e, ", step ", st, " overflow an int64 range"));
+    }
+    length = *diff <= 0 ? 0 : CeilDiv(*diff, *stride);
   }
   return TypeList{{dtype, {length < 0 ? 0 : length}}};
 }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/checked_math.h"
 
 namespace tandem {
 
@@ -77,7 +78,12 @@ absl::StatusOr<Shape> InferViewShape(const Shape& input, absl::Span<const int64_
       return absl::InvalidArgumentError(
           absl::StrCat("size [", absl::StrJoin(size, ", "), "] has the negative dim ", size[i]));
     } else {
-      known *= size[i];
+      std::optional<int64_t> product = CheckedMul(known, size[i]);
+      if (!product.has_value()) {
+        return absl::InvalidArgumentError(absl::StrCat("size [", absl::StrJoin(size, ", "),
+                                                       "] has more elements than an int64 counts"));
+      }
+      known = *product;
     }
   }
   Shape out(size.begin(), size.end());

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "adaptor/ops/shape_rules.h"
+#include "base/checked_math.h"
 #include "base/status_macros.h"
 
 namespace tandem {
@@ -44,7 +45,7 @@ absl::StatusOr<SliceRange> ResolveSlice(const Attrs& attrs, const Shape& shape) 
   if (end < 0) end += size;
   start = std::clamp<int64_t>(start, 0, size);
   end = std::clamp<int64_t>(end, start, size);
-  return SliceRange{dim, start, (end - start + step - 1) / step, step};
+  return SliceRange{dim, start, CeilDiv(end - start, step), step};
 }
 
 absl::StatusOr<SplitPieces> ResolveSplit(const Attrs& attrs, const Shape& shape, bool with_sizes) {
@@ -56,7 +57,12 @@ absl::StatusOr<SplitPieces> ResolveSplit(const Attrs& attrs, const Shape& shape,
     int64_t total = 0;
     for (int64_t s : pieces.sizes) {
       if (s < 0) return absl::InvalidArgumentError(absl::StrCat("attribute 'split_sizes' has the negative size ", s));
-      total += s;
+      std::optional<int64_t> sum = CheckedAdd(total, s);
+      if (!sum.has_value() || *sum > size) {
+        return absl::InvalidArgumentError(absl::StrCat("attribute 'split_sizes' [", absl::StrJoin(pieces.sizes, ", "),
+                                                       "] sums to more than dim ", pieces.dim, "'s size ", size));
+      }
+      total = *sum;
     }
     if (total != size) {
       return absl::InvalidArgumentError(absl::StrCat("attribute 'split_sizes' [", absl::StrJoin(pieces.sizes, ", "),

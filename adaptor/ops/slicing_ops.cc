@@ -13,6 +13,7 @@
 #include "adaptor/ops/infer_util.h"
 #include "adaptor/ops/shape_rules.h"
 #include "adaptor/ops/slice_rules.h"
+#include "base/checked_math.h"
 #include "base/status_macros.h"
 
 namespace tandem {
@@ -98,7 +99,9 @@ absl::StatusOr<TypeList> CatInfer(const Attrs& attrs, absl::Span<const TensorTyp
                                                      kept[0], "] is ", first.ToString(), "; only dim ", *dim,
                                                      " may differ"));
     }
-    out[*dim] += in[i].shape[*dim];
+    std::optional<int64_t> sum = CheckedAdd(out[*dim], in[i].shape[*dim]);
+    if (!sum.has_value()) return absl::InvalidArgumentError(absl::StrCat("dim ", *dim, " of the result overflows"));
+    out[*dim] = *sum;
   }
   return TypeList{{first.dtype, out}};
 }
