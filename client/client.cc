@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/parallel_copy.h"
-#include "client/shm_object.h"
+#include "client/sealed_memfd.h"
 #include "base/endpoint.h"
 #include "base/status_macros.h"
 #include "proto/status_convert.h"
@@ -62,7 +62,10 @@ Client::Client(const ClientOptions& options, std::string endpoint)
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
-  std::string endpoint = options.endpoint.empty() ? ClientDefaultEndpoint() : options.endpoint;
+  std::string endpoint = options.endpoint;
+  if (endpoint.empty()) {
+    ASSIGN_OR_RETURN(endpoint, ClientDefaultEndpoint());
+  }
   std::string path = IpcPath(endpoint);
   struct stat st;
   if (!path.empty() && ::stat(path.c_str(), &st) != 0) {
@@ -99,21 +102,43 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   if (!response.ok()) return response.status();
   if (!response->has_hello()) return Unexpected(*response, "hello");
   client->hello_ = response->hello();
-  if (options.shared_memory_bytes > 0 && !path.empty()) client->shm_status_ = client->SetUpSharedMemory();
   if (options.heartbeat) client->heartbeat_ = std::thread([raw = client.get()] { raw->HeartbeatLoop(); });
   return client;
 }
 
+absl::Status Client::EnsureSharedMemory() {
+  std::lock_guard<std::mutex> setup(shm_setup_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shm_tried_) return shm_status_;
+  }
+  absl::Status status = SetUpSharedMemory();
+  std::lock_guard<std::mutex> lock(mu_);
+  shm_tried_ = true;
+  shm_status_ = status;
+  return status;
+}
+
+absl::StatusOr<uint64_t> Client::PassDescriptor(const SealedMemfd& object) {
+  if (hello_.fd_socket().empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("tandemd at ", endpoint_, " takes no shared memory from this client (not a local ipc client)"));
+  }
+  const uint64_t nonce = next_nonce_.fetch_add(1);
+  RETURN_IF_ERROR(object.PassTo(hello_.fd_socket(), hello_.session_token(), nonce));
+  return nonce;
+}
+
 absl::Status Client::SetUpSharedMemory() {
-  // The object is unlinked as soon as the daemon has mapped it, so it never
-  // outlives the two processes.
-  ASSIGN_OR_RETURN(ShmObject object, ShmObject::Create(options_.shared_memory_bytes));
+  if (options_.shared_memory_bytes == 0) return absl::UnavailableError("shared memory is off (shared_memory_bytes 0)");
+  ASSIGN_OR_RETURN(SealedMemfd object, SealedMemfd::Create(options_.shared_memory_bytes));
+  ASSIGN_OR_RETURN(uint64_t nonce, PassDescriptor(object));
   v1::Request request;
-  request.mutable_map_shared_memory()->set_name(object.name());
+  request.mutable_map_shared_memory()->set_fd_nonce(nonce);
   request.mutable_map_shared_memory()->set_bytes(object.bytes());
   auto response = Call(std::move(request));
-  object.Unlink();
   if (!response.ok()) return response.status();
+  std::lock_guard<std::mutex> lock(mu_);
   shm_region_ = response->map_shared_memory().region_id();
   shm_pinned_ = response->map_shared_memory().pinned();
   shm_bytes_ = object.bytes();
@@ -329,9 +354,9 @@ absl::StatusOr<v1::RegisterJobResponse> Client::RegisterJob(v1::RegisterJobReque
   }
   // A local daemon reads them from a shared-memory object: one copy here,
   // none through the socket. The object goes once the daemon has answered.
-  std::optional<ShmObject> shared =
-      shm_status_.ok() && total >= options_.shared_frames_threshold ? PutInSharedFrames(persistent, &request)
-                                                                      : std::nullopt;
+  std::optional<SealedMemfd> shared = !hello_.fd_socket().empty() && total >= options_.shared_frames_threshold
+                                          ? PutInSharedFrames(persistent, &request)
+                                          : std::nullopt;
   std::vector<zmq::message_t> frames;
   if (!shared) {
     for (const FeedView& v : persistent) {
@@ -359,8 +384,8 @@ absl::StatusOr<v1::RegisterJobResponse> Client::RegisterJob(v1::RegisterJobReque
   return response->register_job();
 }
 
-std::optional<ShmObject> Client::PutInSharedFrames(const std::vector<FeedView>& persistent,
-                                                   v1::RegisterJobRequest* request) {
+std::optional<SealedMemfd> Client::PutInSharedFrames(const std::vector<FeedView>& persistent,
+                                                     v1::RegisterJobRequest* request) {
   // Each tensor at a 64-byte boundary (the device copies read whole lines).
   constexpr uint64_t kAlign = 64;
   std::vector<uint64_t> offsets;
@@ -369,13 +394,18 @@ std::optional<ShmObject> Client::PutInSharedFrames(const std::vector<FeedView>& 
     offsets.push_back(end);
     end += (v.bytes + kAlign - 1) / kAlign * kAlign;
   }
-  auto object = ShmObject::Create(std::max<uint64_t>(end, 1), /*populate=*/true);
+  auto object = SealedMemfd::Create(std::max<uint64_t>(end, 1), /*populate=*/true);
   if (!object.ok()) return std::nullopt;  // frames instead
-  v1::SharedFrames* frames = request->mutable_shared_frames();
-  frames->set_name(object->name());
-  frames->set_bytes(object->bytes());
   for (size_t k = 0; k < persistent.size(); ++k) {
     if (persistent[k].bytes > 0) ParallelCopy(object->data() + offsets[k], persistent[k].data, persistent[k].bytes);
+  }
+  // Passed once written: the daemon may map it as soon as it arrives.
+  absl::StatusOr<uint64_t> nonce = PassDescriptor(*object);
+  if (!nonce.ok()) return std::nullopt;
+  v1::SharedFrames* frames = request->mutable_shared_frames();
+  frames->set_fd_nonce(*nonce);
+  frames->set_bytes(object->bytes());
+  for (size_t k = 0; k < persistent.size(); ++k) {
     frames->add_offsets(offsets[k]);
     frames->add_sizes(persistent[k].bytes);
   }
@@ -392,6 +422,14 @@ absl::StatusOr<uint64_t> Client::SubmitIteration(uint64_t job_id, const NamedTen
 
 absl::StatusOr<uint64_t> Client::SubmitIteration(uint64_t job_id, const std::vector<FeedView>& feeds,
                                                  const std::vector<std::string>& fetches, uint64_t iteration) {
+  // The shared-memory region is set up at the first large feed (a client
+  // that never sends one, tandemctl, reserves none).
+  for (const FeedView& f : feeds) {
+    if (options_.shared_memory_bytes > 0 && f.bytes >= options_.shared_memory_threshold) {
+      (void)EnsureSharedMemory();  // on failure the feeds travel inline
+      break;
+    }
+  }
   v1::Request r;
   v1::RunIterationRequest* run = r.mutable_run_iteration();
   run->set_job_id(job_id);

@@ -16,6 +16,7 @@
 #ifndef TANDEM_CLIENT_CLIENT_H_
 #define TANDEM_CLIENT_CLIENT_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -33,7 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/host_tensor.h"
-#include "client/shm_object.h"
+#include "client/sealed_memfd.h"
 #include "client/shm_ring.h"
 #include "tandem.pb.h"
 
@@ -83,13 +84,25 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   uint64_t session_id() const { return hello_.session_id(); }
+  // The daemon's answer to hello (its session token, fd socket, limits).
   const v1::HelloResponse& hello() const { return hello_; }
   const std::string& endpoint() const { return endpoint_; }
-  // Whether feeds can go through shared memory, and if not, why.
-  const absl::Status& shared_memory_status() const { return shm_status_; }
+  // Sets up the shared-memory region for large feeds now, if it is not yet
+  // (otherwise the first feed of at least shared_memory_threshold bytes
+  // does); its status, which later calls return without trying again.
+  absl::Status EnsureSharedMemory();
+  // Whether feeds go through shared memory, and if not, why
+  // (FAILED_PRECONDITION until the region was first wanted).
+  absl::Status shared_memory_status() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return shm_status_;
+  }
   // Whether the daemon registered the region with its devices (pinned for
   // asynchronous copies on a GPU); false without a region.
-  bool shared_memory_pinned() const { return shm_pinned_; }
+  bool shared_memory_pinned() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return shm_pinned_;
+  }
 
   // The persistent tensors' initial values travel outside the request
   // (Tensor.frame), not inside it. `persistent` values (by reference, read
@@ -129,11 +142,14 @@ class Client {
   absl::Status CheckSize(size_t bytes) const;
   // Creates the shared-memory region and has the daemon map it.
   absl::Status SetUpSharedMemory();
+  // Passes `object`'s descriptor on the daemon's fd socket; the nonce that
+  // names it.
+  absl::StatusOr<uint64_t> PassDescriptor(const SealedMemfd& object);
   // Copies `persistent` into a new shared-memory object and names it in
   // `request` (shared_frames; tensor k is frame k + 1); nullopt when the
   // object cannot be made (the caller sends frames instead).
-  std::optional<ShmObject> PutInSharedFrames(const std::vector<FeedView>& persistent,
-                                             v1::RegisterJobRequest* request);
+  std::optional<SealedMemfd> PutInSharedFrames(const std::vector<FeedView>& persistent,
+                                               v1::RegisterJobRequest* request);
   std::chrono::milliseconds HeartbeatPeriod() const;
   // Sends a heartbeat when one is due; mu_ held.
   void MaybeHeartbeatLocked();
@@ -146,7 +162,7 @@ class Client {
   const std::string endpoint_;
   v1::HelloResponse hello_;  // constant after Connect
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   zmq::context_t context_;
   zmq::socket_t socket_;  // guarded by mu_
   // On an ipc endpoint, the socket's disconnect events (zmq_socket_monitor):
@@ -161,8 +177,11 @@ class Client {
   std::chrono::steady_clock::time_point last_heard_;     // guarded by mu_
   std::chrono::steady_clock::time_point last_heartbeat_;  // guarded by mu_
 
-  // Shared memory for large feeds (constant after Connect, except the ring).
-  absl::Status shm_status_ = absl::UnavailableError("not set up");
+  // Shared memory for large feeds: set up once, at the first need
+  // (EnsureSharedMemory, serialized by shm_setup_mu_); guarded by mu_.
+  std::mutex shm_setup_mu_;
+  bool shm_tried_ = false;
+  absl::Status shm_status_ = absl::FailedPreconditionError("not set up yet (the first large feed sets it up)");
   uint64_t shm_region_ = 0;
   bool shm_pinned_ = false;
   char* shm_base_ = nullptr;
@@ -173,6 +192,7 @@ class Client {
   std::condition_variable stop_cv_;
   bool stopping_ = false;  // guarded by stop_mu_
   std::thread heartbeat_;
+  std::atomic<uint64_t> next_nonce_{1};  // names descriptors passed on the fd socket
 };
 
 }  // namespace tandem::client

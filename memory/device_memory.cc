@@ -262,7 +262,8 @@ absl::StatusOr<JobMemoryGrant> DeviceMemoryImpl::Admit(const JobMemoryRequest& r
   const uint64_t total = SaturatingAdd(persistent, ephemeral);
 
   uint64_t quota = request.quota_bytes;
-  if (options_.max_job_bytes != 0 && (quota == 0 || options_.max_job_bytes < quota)) {
+  if (options_.max_job_bytes != 0 && !request.quota_replaces_limit &&
+      (quota == 0 || options_.max_job_bytes < quota)) {
     quota = options_.max_job_bytes;
   }
   if (quota != 0 && total > quota) {

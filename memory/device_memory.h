@@ -66,6 +66,7 @@ struct JobMemoryRequest {
   std::vector<uint64_t> persistent_bytes;  // one entry per persistent tensor
   uint64_t ephemeral_bytes = 0;            // the planned peak of one iteration
   uint64_t quota_bytes = 0;                // the job's own bound; 0: the default
+  bool quota_replaces_limit = false;       // quota_bytes applies instead of max_job_bytes (an administrator's)
   int lane = -1;                           // a lane to join; -1: the allocator picks
 };
 

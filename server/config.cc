@@ -167,6 +167,29 @@ const std::vector<ConfigKey>& BuildKeys() {
          return absl::OkStatus();
        },
        [](const DaemonOptions& o) { return o.socket_group; }},
+      {"admin_group", "GROUP",
+       "members of this group administer tandemd (kill or reprioritize anyone's job, set the policy, drain, "
+       "exceed the user ceilings); root and the daemon's own user always do; empty: nobody else",
+       false,
+       [](absl::string_view v, DaemonOptions* o) {
+         if (!v.empty() && ::getgrnam(std::string(v).c_str()) == nullptr) {
+           return Expected(absl::StrCat("a group of this host ('", v, "' does not exist)"));
+         }
+         o->admin_group = std::string(v);
+         return absl::OkStatus();
+       },
+       [](const DaemonOptions& o) { return o.admin_group; }},
+      {"max_user_priority", "N", "highest job priority a non-administrator may ask for (hints or set-priority)", true,
+       [](absl::string_view v, DaemonOptions* o) { return ParseInt(v, -1000000, 1000000, &o->max_user_priority); },
+       [](const DaemonOptions& o) { return absl::StrCat(o.max_user_priority); }},
+      {"max_user_weight", "W", "largest FAIR weight a non-administrator may ask for", true,
+       [](absl::string_view v, DaemonOptions* o) {
+         double w;
+         if (!absl::SimpleAtod(v, &w) || !(w > 0) || w > 1e6) return Expected("a number in (0, 1e6]");
+         o->max_user_weight = w;
+         return absl::OkStatus();
+       },
+       [](const DaemonOptions& o) { return FormatDouble(o.max_user_weight); }},
       {"metrics_port", "PORT", "TCP port of the Prometheus endpoint (GET /metrics); 0: off", false,
        [](absl::string_view v, DaemonOptions* o) { return ParseInt(v, 0, 65535, &o->metrics_port); },
        [](const DaemonOptions& o) { return absl::StrCat(o.metrics_port); }},

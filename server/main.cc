@@ -26,6 +26,7 @@
 #include "server/admin_notify.h"
 #include "server/config.h"
 #include "server/event_loop.h"
+#include "server/fd_socket.h"
 #include "server/metrics_http.h"
 #include "server/options.h"
 #include "server/service.h"
@@ -42,9 +43,8 @@ int Fail(int code, absl::string_view message) {
   return code;
 }
 
-// Hands an ipc socket to `group` (its mode is already 0660).
-absl::Status SetSocketGroup(const std::string& endpoint, const std::string& group) {
-  std::string path = IpcPath(endpoint);
+// Hands a socket file to `group` (its mode is already 0660).
+absl::Status SetSocketGroup(const std::string& path, const std::string& group) {
   if (group.empty() || path.empty()) return absl::OkStatus();
   struct group* g = ::getgrnam(group.c_str());
   if (g == nullptr) return absl::NotFoundError(absl::StrCat("socket_group '", group, "' does not exist"));
@@ -127,7 +127,11 @@ int Run(int argc, char** argv) {
   SetMinLogLevel(level);
 
   DaemonOptions options = *loaded;
-  if (options.endpoint.empty()) options.endpoint = DaemonDefaultEndpoint();
+  if (options.endpoint.empty()) {
+    absl::StatusOr<std::string> endpoint = DaemonDefaultEndpoint();
+    if (!endpoint.ok()) return Fail(kExitFailure, endpoint.status().message());
+    options.endpoint = *std::move(endpoint);
+  }
 
   EventLoop loop;
   // Signals first: a SIGHUP during a slow device start must not kill the daemon.
@@ -154,20 +158,37 @@ int Run(int argc, char** argv) {
     metrics = *std::move(started);
   }
 
+  // The side socket for file descriptors (sealed memfds of shared memory),
+  // beside an ipc endpoint; bound before the endpoint, whose socket file is
+  // what clients wait for.
+  std::unique_ptr<FdSocket> fd_socket;
+  if (const std::string ipc = IpcPath(options.endpoint); !ipc.empty()) {
+    auto bound = FdSocket::Create(v1::FdSocketPath(ipc), [&loop, svc](ReceivedFd received) {
+      loop.Post("FdSocket.OnReceived", [svc, received]() mutable { svc->OnFdReceived(std::move(received)); });
+    });
+    if (!bound.ok()) return Fail(kExitFailure, bound.status().message());
+    fd_socket = *std::move(bound);
+    svc->SetFdSocketPath(fd_socket->path());
+    if (absl::Status s = SetSocketGroup(fd_socket->path(), options.socket_group); !s.ok()) {
+      return Fail(kExitFailure, s.message());
+    }
+  }
+
   auto created = ZmqTransport::Create(
       {.endpoint = options.endpoint, .max_message_bytes = options.max_message_bytes},
-      [&loop, svc](std::string peer, std::string payload, std::shared_ptr<const RequestFrames> frames) {
-        loop.Post("Transport.OnMessage",
-                  [svc, peer = std::move(peer), payload = std::move(payload), frames = std::move(frames)]() {
-                    svc->HandleMessage(peer, payload, frames);
-                  });
+      [&loop, svc](std::string peer, PeerIdentity identity, std::string payload,
+                   std::shared_ptr<const RequestFrames> frames) {
+        loop.Post("Transport.OnMessage", [svc, peer = std::move(peer), identity = std::move(identity),
+                                          payload = std::move(payload), frames = std::move(frames)]() {
+          svc->HandleMessage(peer, identity, payload, frames);
+        });
       },
       [&loop, svc](std::string peer) {
         loop.Post("Transport.OnPeerGone", [svc, peer = std::move(peer)]() { svc->HandlePeerGone(peer); });
       });
   if (!created.ok()) return Fail(kExitFailure, created.status().message());
   transport = *std::move(created);
-  if (absl::Status s = SetSocketGroup(transport->endpoint(), options.socket_group); !s.ok()) {
+  if (absl::Status s = SetSocketGroup(IpcPath(transport->endpoint()), options.socket_group); !s.ok()) {
     return Fail(kExitFailure, s.message());
   }
 
@@ -177,8 +198,19 @@ int Run(int argc, char** argv) {
     notifier.Stopping();
     if (metrics) metrics->Stop();
     svc->Shutdown();
-    transport->Stop();
-    loop.Stop();
+    // Shutdown waited for the devices: the completions it let through are
+    // queued on the loop now, and the transport then queues every request
+    // clients had sent before the signal (each answered UNAVAILABLE). The
+    // loop stops after all of them have run, so every request gets its
+    // reply and every shared region goes while the devices exist; the
+    // transport flushes the replies as it stops.
+    transport->DrainThen([&]() {
+      loop.Post("Daemon.Stop", [&]() {
+        svc->FinishShutdown();
+        transport->Stop();
+        loop.Stop();
+      });
+    });
   });
 
   ConfigReloader reloader(*command_line, *loaded, svc, &notifier);
@@ -232,6 +264,7 @@ int Run(int argc, char** argv) {
   loop.Run();
   metrics.reset();
   transport.reset();
+  fd_socket.reset();
   service->reset();
   TLOG_INFO("tandemd stopped");
   return 0;

@@ -30,6 +30,12 @@ struct DaemonOptions {
   // captures); lane k uses thread k mod N. 0: one per lane.
   int executor_threads = 0;
   std::string socket_group;      // group owning an ipc socket; empty: the daemon's
+  // Access control (server/access_control.h): the group whose members
+  // administer the daemon (besides root and the daemon's own user), and the
+  // ceilings of what a non-administrator's job may ask for.
+  std::string admin_group;
+  int max_user_priority = 0;
+  double max_user_weight = 1.0;
   int metrics_port = 0;          // Prometheus endpoint; 0: off
   std::string metrics_address = "127.0.0.1";
   bool fuse_elementwise = true;  // fuse chains of elementwise nodes at registration

@@ -1,5 +1,7 @@
 #include "server/service.h"
 
+#include <grp.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +31,17 @@ uint64_t LeadingRequestId(const std::string& payload) {
     if ((byte & 0x80) == 0) return value;
   }
   return 0;
+}
+
+// 16 bytes from the kernel's random source.
+std::string RandomToken() {
+  std::string token(16, '\0');
+  size_t filled = 0;
+  while (filled < token.size()) {
+    ssize_t got = ::getrandom(token.data() + filled, token.size() - filled, 0);
+    if (got > 0) filled += static_cast<size_t>(got);
+  }
+  return token;
 }
 
 double SecondsSince(Clock::time_point t) {
@@ -76,6 +89,13 @@ Service::~Service() = default;
 absl::StatusOr<std::unique_ptr<Service>> Service::Create(const DaemonOptions& options, EventLoop& loop,
                                                          SendFn send) {
   std::unique_ptr<Service> service(new Service(options, loop, std::move(send)));
+  if (!options.admin_group.empty()) {
+    struct group* g = ::getgrnam(options.admin_group.c_str());
+    if (g == nullptr) {
+      return absl::NotFoundError(absl::StrCat("admin_group '", options.admin_group, "' does not exist"));
+    }
+    service->admin_gid_ = g->gr_gid;
+  }
   ASSIGN_OR_RETURN(auto devices, OpenDevices(options));
   for (auto& dev : devices) {
     auto rt = std::make_unique<DeviceRuntime>();
@@ -159,7 +179,15 @@ absl::StatusOr<Job*> Service::FindJob(const Session& session, uint64_t job_id) {
   return job;
 }
 
-void Service::HandleMessage(const std::string& peer, const std::string& payload,
+AccessOptions Service::AccessOptionsNow() const {
+  return AccessOptions{.daemon_uid = ::geteuid(),
+                       .admin_gid = admin_gid_,
+                       .max_user_priority = options_.max_user_priority,
+                       .max_user_weight = options_.max_user_weight,
+                       .max_job_bytes = options_.max_job_bytes};
+}
+
+void Service::HandleMessage(const std::string& peer, const PeerIdentity& identity, const std::string& payload,
                             std::shared_ptr<const RequestFrames> frames) {
   ++requests_;
   PendingReply to{peer, 0};
@@ -199,8 +227,20 @@ void Service::HandleMessage(const std::string& peer, const std::string& payload,
   }
 
   Session* session = FindSession(peer);
+  if (session != nullptr && !session->identity.SameClient(identity)) {
+    // Another connection took this routing id (the session's own client
+    // disconnected, or never had it): it gets nothing of the session.
+    TLOG_WARNING("message refused: routing id of another client's session")
+        .With("session", session->id)
+        .With("owner", session->identity.ToString())
+        .With("sender", identity.ToString());
+    ReplyError(to, absl::PermissionDeniedError(
+                       "this connection's ZeroMQ routing id belongs to another client's session; connect without "
+                       "setting a routing id"));
+    return;
+  }
   if (request->body_case() == v1::Request::kHello) {
-    OnHello(to, request->hello());
+    OnHello(to, identity, request->hello());
     return;
   }
   if (session == nullptr) {
@@ -208,7 +248,7 @@ void Service::HandleMessage(const std::string& peer, const std::string& payload,
     return;
   }
   session->last_seen = Clock::now();
-  if (HandleAdminRequest(to, *request)) return;
+  if (HandleAdminRequest(to, *session, *request)) return;
   switch (request->body_case()) {
     case v1::Request::kRegisterJob: OnRegisterJob(to, *session, request, std::move(frames)); return;
     case v1::Request::kRunIteration: OnRunIteration(to, *session, request); return;
@@ -227,7 +267,7 @@ void Service::HandleMessage(const std::string& peer, const std::string& payload,
       Reply(to, std::move(response));
       return;
     }
-    case v1::Request::kListSessions: OnListSessions(to); return;
+    case v1::Request::kListSessions: OnListSessions(to, *session); return;
     case v1::Request::kStats: OnStats(to); return;
     case v1::Request::kMapSharedMemory: OnMapSharedMemory(to, *session, request->map_shared_memory()); return;
     default: break;
@@ -235,11 +275,17 @@ void Service::HandleMessage(const std::string& peer, const std::string& payload,
   ReplyError(to, absl::InvalidArgumentError("request has no body this daemon knows (protocol v1)"));
 }
 
-void Service::OnHello(const PendingReply& to, const v1::HelloRequest& hello) {
+void Service::OnHello(const PendingReply& to, const PeerIdentity& identity, const v1::HelloRequest& hello) {
   if (hello.protocol_version() != v1::PROTOCOL_VERSION_CURRENT) {
     ReplyError(to, absl::FailedPreconditionError(absl::StrCat(
                        "protocol version ", hello.protocol_version(), " is not supported; tandemd ",
                        kDaemonVersion, " speaks version ", static_cast<int>(v1::PROTOCOL_VERSION_CURRENT))));
+    return;
+  }
+  if (identity.kind == PeerIdentity::Kind::kUnknown) {
+    ReplyError(to, absl::PermissionDeniedError(
+                       "tandemd cannot tell who this connection belongs to (no peer credentials); connect over "
+                       "ipc or tcp"));
     return;
   }
   Session* session = FindSession(to.peer);
@@ -247,6 +293,10 @@ void Service::OnHello(const PendingReply& to, const v1::HelloRequest& hello) {
     auto s = std::make_unique<Session>();
     s->id = next_session_++;
     s->peer = to.peer;
+    s->identity = identity;
+    s->admin = IsAdministrator(identity, AccessOptionsNow(), identity.curve_admin);
+    s->token = RandomToken();
+    session_by_token_[s->token] = s->id;
     s->client_name = hello.client_name();
     s->client_pid = hello.client_pid();
     session = s.get();
@@ -255,7 +305,9 @@ void Service::OnHello(const PendingReply& to, const v1::HelloRequest& hello) {
     TLOG_INFO("session opened")
         .With("session", session->id)
         .With("client", session->client_name)
-        .With("pid", session->client_pid);
+        .With("pid", session->client_pid)
+        .With("peer", identity.ToString())
+        .With("admin", session->admin ? "yes" : "no");
   }
   session->last_seen = Clock::now();
   v1::Response response;
@@ -265,6 +317,9 @@ void Service::OnHello(const PendingReply& to, const v1::HelloRequest& hello) {
   h->set_daemon_version(kDaemonVersion);
   h->set_session_timeout_seconds(options_.session_timeout_seconds);
   h->set_max_message_bytes(options_.max_message_bytes);
+  h->set_session_token(session->token);
+  // The side socket takes descriptors of local clients only.
+  if (identity.kind == PeerIdentity::Kind::kLocal) h->set_fd_socket(fd_socket_path_);
   for (const auto& name : DeviceNames()) h->add_devices(name);
   Reply(to, std::move(response));
 }
@@ -285,6 +340,7 @@ void Service::EndSession(uint64_t session_id, const char* reason) {
   }
   waiting_for_memory_.remove_if([&](const std::unique_ptr<Job>& job) { return job->session == session_id; });
   session_by_peer_.erase(session.peer);
+  session_by_token_.erase(session.token);
   sessions_.erase(it);
 }
 
@@ -306,6 +362,43 @@ void Service::ExpireIdleSessions() {
   for (uint64_t id : expired) EndSession(id, "session timed out (no message from the client)");
 }
 
+void Service::OnFdReceived(ReceivedFd received) {
+  auto it = session_by_token_.find(received.message.token);
+  Session* session = nullptr;
+  if (it != session_by_token_.end()) {
+    if (auto s = sessions_.find(it->second); s != sessions_.end()) session = s->second.get();
+  }
+  // Only the session's own user may hand it a descriptor (the token alone,
+  // if it leaked, is not enough).
+  if (session == nullptr || session->identity.kind != PeerIdentity::Kind::kLocal ||
+      session->identity.uid != received.sender.uid) {
+    TLOG_WARNING("descriptor from the fd socket refused: no session of the sender's with that token")
+        .With("sender", received.sender.ToString());
+    return;  // the descriptor closes
+  }
+  constexpr size_t kMaxReceivedFds = 16;
+  if (session->received_fds.size() >= kMaxReceivedFds) {
+    TLOG_WARNING("descriptor from the fd socket refused: too many unclaimed")
+        .With("session", session->id)
+        .With("unclaimed", session->received_fds.size());
+    return;
+  }
+  session->received_fds[received.message.nonce] = std::move(received.fd);
+}
+
+absl::StatusOr<std::shared_ptr<UniqueFd>> Service::TakeReceivedFd(Session& session, uint64_t nonce) {
+  auto it = session.received_fds.find(nonce);
+  if (it == session.received_fds.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "no file descriptor was passed to this session under nonce ", nonce, " (pass a sealed memfd on ",
+        fd_socket_path_.empty() ? "the daemon's fd socket, which this endpoint has none of" : fd_socket_path_,
+        " with the session token from hello, then name its nonce)"));
+  }
+  std::shared_ptr<UniqueFd> fd = std::move(it->second);
+  session.received_fds.erase(it);
+  return fd;
+}
+
 void Service::OnMapSharedMemory(const PendingReply& to, Session& session, const v1::MapSharedMemoryRequest& map) {
   constexpr size_t kMaxRegionsPerSession = 16;
   if (session.regions.size() + session.regions_mapping >= kMaxRegionsPerSession) {
@@ -318,14 +411,19 @@ void Service::OnMapSharedMemory(const PendingReply& to, Session& session, const 
   // Mapping and pinning a region (cudaHostRegister of a client's 64 MiB
   // ring takes tens of ms) happen on the preparation thread, as a
   // registration's graph does, so the loop serves others meanwhile.
+  absl::StatusOr<std::shared_ptr<UniqueFd>> fd = TakeReceivedFd(session, map.fd_nonce());
+  if (!fd.ok()) {
+    ReplyError(to, fd.status());
+    return;
+  }
   const uint64_t id = next_region_++;
   const uint64_t session_id = session.id;
   // A region may hold a few full-size messages' worth of feeds.
   const uint64_t limit = 4 * options_.max_message_bytes;
   session.regions_mapping++;
-  prep_->Post([this, to, id, session_id, name = map.name(), bytes = map.bytes(), devices, limit]() {
+  prep_->Post([this, to, id, session_id, fd = *std::move(fd), bytes = map.bytes(), devices, limit]() {
     TestPrepareDelay();
-    absl::StatusOr<std::shared_ptr<SharedRegion>> mapped = SharedRegion::Map(id, name, bytes, devices, limit);
+    absl::StatusOr<std::shared_ptr<SharedRegion>> mapped = SharedRegion::Map(id, *fd, bytes, devices, limit);
     {
       absl::MutexLock lock(&mapped_mu_);
       mapped_regions_.emplace(id, std::move(mapped));
@@ -365,10 +463,13 @@ void Service::OnMapSharedMemory(const PendingReply& to, Session& session, const 
   });
 }
 
-void Service::OnListSessions(const PendingReply& to) {
+void Service::OnListSessions(const PendingReply& to, const Session& asking) {
   v1::Response response;
   auto* list = response.mutable_list_sessions();
   for (const auto& [id, session] : sessions_) {
+    // Others' sessions (their names, pids and jobs) are an administrator's
+    // to see.
+    if (!asking.admin && id != asking.id && !asking.identity.SamePrincipal(session->identity)) continue;
     v1::SessionInfo* s = list->add_sessions();
     s->set_session_id(id);
     s->set_client_name(session->client_name);
@@ -437,8 +538,9 @@ void Service::Shutdown() {
   std::vector<uint64_t> ids;
   for (const auto& [id, s] : sessions_) ids.push_back(id);
   for (uint64_t id : ids) EndSession(id, "daemon shutting down");
-  // Drain the executors, then wait for every lane's work; completions
-  // posted meanwhile are dropped with the loop.
+  // Drain the executors, then wait for every lane's work. The completions
+  // posted meanwhile run on the loop after this (they answer their
+  // iterations and reads), then FinishShutdown frees what is left.
   for (auto& dev : devices_) {
     for (auto& lane : dev->lanes) lane.executor = nullptr;
     dev->executors.clear();
@@ -446,6 +548,9 @@ void Service::Shutdown() {
       if (lane.stream) (void)dev->device->Synchronize(*lane.stream);
     }
   }
+}
+
+void Service::FinishShutdown() {
   for (auto& [id, job] : jobs_) job->device->memory->Release(id);
   jobs_.clear();
   for (auto& dev : devices_) {

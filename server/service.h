@@ -21,7 +21,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "server/event_loop.h"
+#include "server/access_control.h"
 #include "server/executor.h"
+#include "server/fd_socket.h"
 #include "server/metrics.h"
 #include "server/options.h"
 #include "server/request_frames.h"
@@ -42,17 +44,31 @@ class Service {
                                                          SendFn send);
   ~Service();
 
-  // Loop thread. A message from `peer`, with the frames that followed its
-  // first (null: none); only a job registration may have such frames (its
-  // persistent tensors' bytes, Tensor.frame), any other is malformed.
-  void HandleMessage(const std::string& peer, const std::string& payload,
+  // Loop thread. A message from `peer` on a connection of `identity`, with
+  // the frames that followed its first (null: none); only a job
+  // registration may have such frames (its persistent tensors' bytes,
+  // Tensor.frame), any other is malformed. A message whose identity is not
+  // that of the session its routing id names is refused (PERMISSION_DENIED)
+  // and leaves the session alone.
+  void HandleMessage(const std::string& peer, const PeerIdentity& identity, const std::string& payload,
                      std::shared_ptr<const RequestFrames> frames = nullptr);
+  // Loop thread. A descriptor from the side socket: kept for the session
+  // whose token it carries if the sender is that session's user, else
+  // closed.
+  void OnFdReceived(ReceivedFd received);
+  // Before the loop runs: the side socket's path, given to clients at hello
+  // ("" when there is none).
+  void SetFdSocketPath(std::string path) { fd_socket_path_ = std::move(path); }
   // Loop thread. The transport could not reach `peer`: its session ends.
   void HandlePeerGone(const std::string& peer);
   // Loop thread. Ends sessions idle for longer than the session timeout.
   void ExpireIdleSessions();
-  // Loop thread. Waits for all device work, then frees every job.
+  // Loop thread. Ends every session (queued iterations get CANCELLED) and
+  // waits for all device work; the completions that posts to the loop
+  // answer the iterations that were running. Then, in a later work item
+  // (after those completions), FinishShutdown frees every job.
   void Shutdown();
+  void FinishShutdown();
 
   std::vector<std::string> DeviceNames() const;
 
@@ -72,13 +88,19 @@ class Service {
  private:
   Service(const DaemonOptions& options, EventLoop& loop, SendFn send);
 
-  // service_admin.cc: the admin requests, which act on any session's jobs.
-  // True (and answered) when the request was an admin request.
-  bool HandleAdminRequest(const PendingReply& to, const v1::Request& request);
-  void OnSetPriority(const PendingReply& to, const v1::SetPriorityRequest& set);
+  // service_admin.cc: the admin requests, which act on other sessions' jobs
+  // under the rules of server/access_control.h. True (and answered) when
+  // the request was an admin request.
+  bool HandleAdminRequest(const PendingReply& to, const Session& session, const v1::Request& request);
+  void OnSetPriority(const PendingReply& to, const Session& session, const v1::SetPriorityRequest& set);
   void OnSetPolicy(const PendingReply& to, const v1::SetPolicyRequest& set);
   void OnDrain(const PendingReply& to, const v1::DrainRequest& drain);
-  void OnKillJob(const PendingReply& to, const v1::KillJobRequest& kill);
+  void OnKillJob(const PendingReply& to, const Session& session, const v1::KillJobRequest& kill);
+  // The rules' settings now (the ceilings may change on reload).
+  AccessOptions AccessOptionsNow() const;
+  // OK when `session` may kill or reprioritize `job`; NOT_FOUND otherwise,
+  // exactly as for a job that does not exist.
+  absl::Status CheckMayManage(const Session& session, const Job& job) const;
   // UNAVAILABLE while draining (registrations are refused).
   absl::Status CheckAdmitting() const;
   // The measured fields of a job's JobInfo (queue wait, share, slowdown).
@@ -97,11 +119,15 @@ class Service {
   // service.cc: sessions and the small requests.
   void Reply(const PendingReply& to, v1::Response response);
   void ReplyError(const PendingReply& to, const absl::Status& status);
-  void OnHello(const PendingReply& to, const v1::HelloRequest& hello);
-  void OnListSessions(const PendingReply& to);
+  void OnHello(const PendingReply& to, const PeerIdentity& identity, const v1::HelloRequest& hello);
+  // Administrators see every session; others see their own principal's.
+  void OnListSessions(const PendingReply& to, const Session& session);
   void OnStats(const PendingReply& to);
   void OnMapSharedMemory(const PendingReply& to, Session& session, const v1::MapSharedMemoryRequest& map);
   void EndSession(uint64_t session_id, const char* reason);
+  // The descriptor passed under `nonce` for `session`, taken out of it;
+  // NOT_FOUND saying what to do when there is none.
+  absl::StatusOr<std::shared_ptr<UniqueFd>> TakeReceivedFd(Session& session, uint64_t nonce);
   Session* FindSession(const std::string& peer);
   absl::StatusOr<Job*> FindJob(const Session& session, uint64_t job_id);
 
@@ -123,7 +149,8 @@ class Service {
                      std::shared_ptr<const RequestFrames> frames);
   // Preparation thread: no Service state is touched.
   static absl::StatusOr<PreparedJob> PrepareJob(const v1::RegisterJobRequest& reg,
-                                                std::shared_ptr<const RequestFrames> frames, bool fuse_elementwise,
+                                                std::shared_ptr<const RequestFrames> frames,
+                                                std::shared_ptr<UniqueFd> frames_fd, bool fuse_elementwise,
                                                 uint64_t max_message_bytes, uint64_t session_id);
   // Preparation thread: sleeps $TANDEM_TEST_PREPARE_DELAY_MS first (tests
   // only; read once), before a registration's or a map's work.
@@ -214,12 +241,15 @@ class Service {
   void StopSegmentedIteration(Job& job, const char* reason);
 
   DaemonOptions options_;  // the live keys change on reload (ApplyLiveOptions)
+  gid_t admin_gid_ = static_cast<gid_t>(-1);  // options_.admin_group's, resolved at start
   EventLoop& loop_;
   const SendFn send_;
   const Clock::time_point started_ = Clock::now();
 
   std::vector<std::unique_ptr<DeviceRuntime>> devices_;
   absl::flat_hash_map<std::string, uint64_t> session_by_peer_;
+  absl::flat_hash_map<std::string, uint64_t> session_by_token_;
+  std::string fd_socket_path_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> sessions_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Job>> jobs_;
   // Registrations that asked to wait for memory, in arrival order.

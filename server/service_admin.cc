@@ -14,16 +14,27 @@ namespace {
 
 double NowSeconds() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
-const char* kAdminKillReason = "killed by an administrator (tandemctl kill)";
+const char* kAdminKillReason = "killed with tandemctl kill";
 
 }  // namespace
 
-bool Service::HandleAdminRequest(const PendingReply& to, const v1::Request& request) {
+bool Service::HandleAdminRequest(const PendingReply& to, const Session& session, const v1::Request& request) {
+  auto admin_only = [&](const char* what) {
+    if (session.admin) return true;
+    ReplyError(to, absl::PermissionDeniedError(absl::StrCat(
+                       what, " needs an administrator of tandemd (root, the daemon's user, or a member of its "
+                       "admin_group); this session is ", session.identity.ToString())));
+    return false;
+  };
   switch (request.body_case()) {
-    case v1::Request::kSetPriority: OnSetPriority(to, request.set_priority()); return true;
-    case v1::Request::kSetPolicy: OnSetPolicy(to, request.set_policy()); return true;
-    case v1::Request::kDrain: OnDrain(to, request.drain()); return true;
-    case v1::Request::kKillJob: OnKillJob(to, request.kill_job()); return true;
+    case v1::Request::kSetPriority: OnSetPriority(to, session, request.set_priority()); return true;
+    case v1::Request::kSetPolicy:
+      if (admin_only("set-policy")) OnSetPolicy(to, request.set_policy());
+      return true;
+    case v1::Request::kDrain:
+      if (admin_only("drain")) OnDrain(to, request.drain());
+      return true;
+    case v1::Request::kKillJob: OnKillJob(to, session, request.kill_job()); return true;
     case v1::Request::kRegisterJob:
       if (absl::Status s = CheckAdmitting(); !s.ok()) {
         ReplyError(to, s);
@@ -41,7 +52,12 @@ absl::Status Service::CheckAdmitting() const {
       "try again later or use another daemon");
 }
 
-void Service::OnSetPriority(const PendingReply& to, const v1::SetPriorityRequest& set) {
+absl::Status Service::CheckMayManage(const Session& session, const Job& job) const {
+  if (MayManageJob(session.identity, session.admin, session.id, job.owner, job.session)) return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat("no job ", job.id, " of yours (tandemctl jobs lists them)"));
+}
+
+void Service::OnSetPriority(const PendingReply& to, const Session& session, const v1::SetPriorityRequest& set) {
   Job* job = nullptr;
   if (auto it = jobs_.find(set.job_id()); it != jobs_.end()) job = it->second.get();
   for (auto& waiting : waiting_for_memory_) {
@@ -49,6 +65,14 @@ void Service::OnSetPriority(const PendingReply& to, const v1::SetPriorityRequest
   }
   if (job == nullptr) {
     ReplyError(to, absl::NotFoundError(absl::StrCat("no job ", set.job_id(), " (tandemctl jobs lists them)")));
+    return;
+  }
+  if (absl::Status s = CheckMayManage(session, *job); !s.ok()) {
+    ReplyError(to, s);
+    return;
+  }
+  if (absl::Status s = CheckPriorityCeiling(set.priority(), session.admin, AccessOptionsNow()); !s.ok()) {
+    ReplyError(to, s);
     return;
   }
   if (job->state == JobState::kClosing) {
@@ -103,10 +127,14 @@ void Service::OnDrain(const PendingReply& to, const v1::DrainRequest& drain) {
   Reply(to, std::move(response));
 }
 
-void Service::OnKillJob(const PendingReply& to, const v1::KillJobRequest& kill) {
+void Service::OnKillJob(const PendingReply& to, const Session& session, const v1::KillJobRequest& kill) {
   std::string reason = kill.reason().empty() ? kAdminKillReason : kill.reason();
   for (auto it = waiting_for_memory_.begin(); it != waiting_for_memory_.end(); ++it) {
     if ((*it)->id != kill.job_id()) continue;
+    if (absl::Status s = CheckMayManage(session, **it); !s.ok()) {
+      ReplyError(to, s);
+      return;
+    }
     std::unique_ptr<Job> job = std::move(*it);
     waiting_for_memory_.erase(it);
     TLOG_INFO("waiting job killed").With("job", job->id).With("name", job->name).With("reason", reason);
@@ -120,6 +148,10 @@ void Service::OnKillJob(const PendingReply& to, const v1::KillJobRequest& kill) 
   auto it = jobs_.find(kill.job_id());
   if (it == jobs_.end()) {
     ReplyError(to, absl::NotFoundError(absl::StrCat("no job ", kill.job_id(), " (tandemctl jobs lists them)")));
+    return;
+  }
+  if (absl::Status s = CheckMayManage(session, *it->second); !s.ok()) {
+    ReplyError(to, s);
     return;
   }
   // Answered with the owner's close replies, once the job's memory is free.
@@ -283,6 +315,12 @@ void Service::ApplyLiveOptions(const DaemonOptions& fresh, const std::vector<std
       options_.max_job_bytes = fresh.max_job_bytes;
       for (auto& dev : devices_) dev->memory->SetMaxJobBytes(fresh.max_job_bytes);
       TLOG_INFO("per-job memory quota changed").With("max_job_memory_mib", fresh.max_job_bytes >> 20);
+    } else if (key == "max_user_priority" || key == "max_user_weight") {
+      options_.max_user_priority = fresh.max_user_priority;
+      options_.max_user_weight = fresh.max_user_weight;
+      TLOG_INFO("user ceilings changed")
+          .With("max_user_priority", fresh.max_user_priority)
+          .With("max_user_weight", fresh.max_user_weight);
     } else if (key == "max_queued_per_job") {
       options_.max_queued_per_job = fresh.max_queued_per_job;
       TLOG_INFO("queued iterations per job changed").With("max_queued_per_job", fresh.max_queued_per_job);

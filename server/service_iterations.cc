@@ -649,7 +649,8 @@ void Service::EnqueueSegment(DeviceRuntime& dev, int lane, SegmentedIteration& r
 }
 
 void Service::OnSegmentDone(DeviceRuntime& dev, int lane, uint64_t seq, int segment, absl::Status status) {
-  if (shutting_down_) return;
+  // Also while shutting down: the iteration was stopped (StopSegmentedIteration
+  // enqueues nothing more) and ends, answered, with its last segment.
   Lane& l = dev.lanes[lane];
   SegmentedIteration* run = l.segmented.get();
   if (run == nullptr || run->probe.seq != seq) {
@@ -700,7 +701,6 @@ void Service::StopSegmentedIteration(Job& job, const char* reason) {
   // since the caller still uses `job`, which the end may erase.
   const uint64_t seq = run.probe.seq;
   loop_.Post("Service.EndParkedIteration", [this, dev, lane, seq]() {
-    if (shutting_down_) return;
     const SegmentedIteration* parked = dev->lanes[lane].segmented.get();
     if (parked == nullptr || parked->probe.seq != seq || parked->in_flight > 0) return;
     FinishSegmentedIteration(*dev, lane);

@@ -120,13 +120,26 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
                                                  " is out of range [0, ", sched::kMaxExpectedIterations, "]")));
     return;
   }
+  if (absl::Status s = CheckHintCeilings(reg.hints(), session.admin, AccessOptionsNow()); !s.ok()) {
+    fail(s);
+    return;
+  }
+  std::shared_ptr<UniqueFd> frames_fd;
+  if (reg.has_shared_frames()) {
+    absl::StatusOr<std::shared_ptr<UniqueFd>> fd = TakeReceivedFd(session, reg.shared_frames().fd_nonce());
+    if (!fd.ok()) {
+      fail(fd.status());
+      return;
+    }
+    frames_fd = *std::move(fd);
+  }
   const uint64_t session_id = session.id;
   const bool fuse = options_.fuse_elementwise;
   const uint64_t max_bytes = options_.max_message_bytes;
   prep_->Post([this, to, job_id, session_id, name = std::move(name), request = std::move(request),
-               frames = std::move(frames), fuse, max_bytes]() mutable {
+               frames = std::move(frames), frames_fd = std::move(frames_fd), fuse, max_bytes]() mutable {
     absl::StatusOr<PreparedJob> prepared =
-        PrepareJob(request->register_job(), std::move(frames), fuse, max_bytes, session_id);
+        PrepareJob(request->register_job(), std::move(frames), std::move(frames_fd), fuse, max_bytes, session_id);
     // shared_ptr: the loop's work items are copyable std::functions.
     auto result = std::make_shared<absl::StatusOr<PreparedJob>>(std::move(prepared));
     loop_.Post("Service.OnJobPrepared", [this, to, job_id, session_id, name = std::move(name),
@@ -138,6 +151,7 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
 
 absl::StatusOr<Service::PreparedJob> Service::PrepareJob(const v1::RegisterJobRequest& reg,
                                                          std::shared_ptr<const RequestFrames> frames,
+                                                         std::shared_ptr<UniqueFd> frames_fd,
                                                          bool fuse_elementwise, uint64_t max_message_bytes,
                                                          uint64_t session_id) {
   const auto start = Clock::now();
@@ -158,7 +172,7 @@ absl::StatusOr<Service::PreparedJob> Service::PrepareJob(const v1::RegisterJobRe
       return absl::InvalidArgumentError(absl::StrCat(
           "the registration names shared frames and ", frames->size(), " ZeroMQ frame(s) followed it; send one"));
     }
-    ASSIGN_OR_RETURN(frames, SharedFrames::Map(reg.shared_frames(), max_message_bytes));
+    ASSIGN_OR_RETURN(frames, SharedFrames::Map(reg.shared_frames(), *frames_fd, max_message_bytes));
     TLOG_INFO("registration reads its initial values from shared memory")
         .With("session", session_id)
         .With("frames", frames->size())
@@ -200,9 +214,11 @@ void Service::FinishRegistration(const PendingReply& to, uint64_t job_id, uint64
   }
   const v1::RegisterJobRequest& reg = request->register_job();
   auto job = std::make_unique<Job>();
-  job->name = std::move(name);
+  job->name = name;  // a copy: `fail` still names the job
   job->hints = reg.hints();
   job->session = session_id;
+  job->owner = session_it->second->identity;
+  job->admin_owner = session_it->second->admin;
   job->graph = std::move(prepared->graph);
   job->layout = std::move(prepared->layout);
   job->interference_key = std::move(prepared->interference_key);
@@ -257,6 +273,9 @@ absl::Status Service::Admit(Job& job) {
   for (int v : job.graph->persistents) mem.persistent_bytes.push_back(job.graph->values[v].type.bytes());
   mem.ephemeral_bytes = job.layout.arena_bytes;
   mem.quota_bytes = hints.memory_quota_bytes();
+  // An administrator's quota may exceed max_job_memory_mib (others' were
+  // refused above it at registration).
+  mem.quota_replaces_limit = job.admin_owner && hints.memory_quota_bytes() != 0;
   sched::JobParams params = SchedParams(job);
   // Where the policy wants the job; if that lane cannot take it, where
   // memory can.

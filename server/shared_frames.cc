@@ -6,7 +6,7 @@
 namespace tandem::server {
 
 absl::StatusOr<std::shared_ptr<const SharedFrames>> SharedFrames::Map(const v1::SharedFrames& spec,
-                                                                      uint64_t max_bytes) {
+                                                                      const UniqueFd& fd, uint64_t max_bytes) {
   if (spec.offsets_size() != spec.sizes_size()) {
     return absl::InvalidArgumentError(absl::StrCat("shared frames: ", spec.offsets_size(), " offsets but ",
                                                    spec.sizes_size(), " sizes"));
@@ -23,7 +23,7 @@ absl::StatusOr<std::shared_ptr<const SharedFrames>> SharedFrames::Map(const v1::
   }
   // Read once: no device registration (pinning would cost more than it saves).
   ASSIGN_OR_RETURN(std::shared_ptr<SharedRegion> region,
-                   SharedRegion::Map(/*id=*/0, spec.name(), spec.bytes(), /*devices=*/{}, max_bytes,
+                   SharedRegion::Map(/*id=*/0, fd, spec.bytes(), /*devices=*/{}, max_bytes,
                                      /*populate=*/true));
   return std::shared_ptr<const SharedFrames>(new SharedFrames(std::move(region), std::move(slices)));
 }

@@ -1,4 +1,4 @@
-// A registration's frames in a client's shared-memory object
+// A registration's frames in a client's sealed memfd
 // (RegisterJobRequest.shared_frames): each frame a slice of the object,
 // which is mapped for this registration only. The initial values of a large
 // model are then read straight from the client's pages instead of
@@ -24,10 +24,11 @@ namespace tandem::server {
 
 class SharedFrames final : public RequestFrames {
  public:
-  // Maps `spec`'s object (at most `max_bytes` bytes). INVALID_ARGUMENT for a
-  // bad name, size or slice (offsets and sizes of different lengths, a
-  // slice past the object's end), NOT_FOUND when the object does not exist.
-  static absl::StatusOr<std::shared_ptr<const SharedFrames>> Map(const v1::SharedFrames& spec, uint64_t max_bytes);
+  // Maps `spec`'s object, the memfd `fd` (at most `max_bytes` bytes).
+  // INVALID_ARGUMENT for a bad descriptor, size or slice (offsets and sizes
+  // of different lengths, a slice past the object's end).
+  static absl::StatusOr<std::shared_ptr<const SharedFrames>> Map(const v1::SharedFrames& spec, const UniqueFd& fd,
+                                                                 uint64_t max_bytes);
 
   size_t size() const override { return slices_.size(); }
   absl::string_view frame(size_t i) const override {

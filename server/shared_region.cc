@@ -8,54 +8,34 @@
 #include <cerrno>
 #include <cstring>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
 
 namespace tandem::server {
-namespace {
 
-bool ValidName(const std::string& name) {
-  constexpr absl::string_view kPrefix = "/tandem-";
-  if (!absl::StartsWith(name, kPrefix) || name.size() != kPrefix.size() + 32) return false;
-  for (size_t i = kPrefix.size(); i < name.size(); ++i) {
-    if (!absl::ascii_isxdigit(static_cast<unsigned char>(name[i]))) return false;
-  }
-  return true;
-}
-
-}  // namespace
-
-absl::StatusOr<std::shared_ptr<SharedRegion>> SharedRegion::Map(uint64_t id, const std::string& name, uint64_t bytes,
+absl::StatusOr<std::shared_ptr<SharedRegion>> SharedRegion::Map(uint64_t id, const UniqueFd& fd, uint64_t bytes,
                                                                 const std::vector<device::Device*>& devices,
                                                                 uint64_t max_bytes, bool populate) {
-  if (!ValidName(name)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shared-memory name '", name, "' must be \"/tandem-\" followed by 32 hex digits"));
-  }
   if (bytes == 0 || bytes > max_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("shared-memory region of ", bytes, " bytes: must be between 1 and ", max_bytes, " bytes"));
   }
-  int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
-  if (fd < 0) {
-    int e = errno;
-    std::string why = absl::StrCat("cannot open shared memory ", name, ": ", std::strerror(e));
-    if (e == ENOENT) return absl::NotFoundError(why);
-    if (e == EACCES) return absl::PermissionDeniedError(why);
-    return absl::InvalidArgumentError(why);
+  // Sealed against shrinking, the object can never end before `bytes`: no
+  // read of the mapping can fault.
+  const int seals = ::fcntl(fd.get(), F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    return absl::InvalidArgumentError(
+        "the shared-memory descriptor must be a memfd sealed with F_SEAL_SHRINK (memfd_create with "
+        "MFD_ALLOW_SEALING, then fcntl F_ADD_SEALS), so that it cannot shrink under the daemon");
   }
   struct stat st;
-  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != bytes) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat("shared memory ", name, " is ", st.st_size,
-                                                   " bytes, not the ", bytes, " bytes announced"));
+  if (::fstat(fd.get(), &st) != 0 || static_cast<uint64_t>(st.st_size) < bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the shared-memory object is ", st.st_size,
+                                                   " bytes, less than the ", bytes, " bytes announced"));
   }
-  void* base = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
-  ::close(fd);  // the mapping stays
+  void* base = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd.get(), 0);
   if (base == MAP_FAILED) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot map shared memory ", name, ": ", std::strerror(errno)));
+    return absl::ResourceExhaustedError(absl::StrCat("cannot map shared memory: ", std::strerror(errno)));
   }
   std::shared_ptr<SharedRegion> region(new SharedRegion(id, base, bytes));
   for (device::Device* d : devices) {

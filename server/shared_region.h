@@ -2,10 +2,17 @@
 // pinned on every device, so large feeds reach the GPU with one
 // asynchronous copy instead of travelling through the socket.
 //
+// The region is a memfd the client created and passed on the side socket
+// (proto/fd_message.h), sealed against shrinking (F_SEAL_SHRINK): a client
+// that could shrink the object under the daemon's mapping would make the
+// daemon's next read of it raise SIGBUS, killing every job. A memfd also
+// has no name another user could open (a POSIX object in /dev/shm did).
+//
 // Owned by its session through a shared_ptr; every queued or running
 // iteration that reads from it holds a reference too, so the mapping
 // outlives the device copies even when the session ends first. Destroyed on
-// the control loop thread.
+// the control loop thread while the devices exist (Service::Shutdown drops
+// every reference first).
 #ifndef TANDEM_SERVER_SHARED_REGION_H_
 #define TANDEM_SERVER_SHARED_REGION_H_
 
@@ -15,20 +22,20 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/unique_fd.h"
 #include "device/device.h"
 
 namespace tandem::server {
 
 class SharedRegion {
  public:
-  // Opens and maps the POSIX shared-memory object `name` ("/tandem-" + 32
-  // hex digits) of exactly `bytes` bytes, and registers it with `devices`
-  // (a failed registration leaves it unpinned: copies still work, only
-  // slower). INVALID_ARGUMENT for a bad name or size, NOT_FOUND when the
-  // object does not exist, PERMISSION_DENIED when the daemon may not read it.
-  // `populate` maps every page at once (for an object that is read whole
-  // right away: one call instead of a fault per page).
-  static absl::StatusOr<std::shared_ptr<SharedRegion>> Map(uint64_t id, const std::string& name, uint64_t bytes,
+  // Maps the first `bytes` bytes of the memfd `fd` and registers them with
+  // `devices` (a failed registration leaves it unpinned: copies still work,
+  // only slower). INVALID_ARGUMENT when `bytes` is 0 or above `max_bytes`,
+  // when `fd` is not a memfd sealed with F_SEAL_SHRINK, or when it is
+  // smaller than `bytes`. `populate` maps every page at once (for an object
+  // that is read whole right away: one call instead of a fault per page).
+  static absl::StatusOr<std::shared_ptr<SharedRegion>> Map(uint64_t id, const UniqueFd& fd, uint64_t bytes,
                                                            const std::vector<device::Device*>& devices,
                                                            uint64_t max_bytes, bool populate = false);
   ~SharedRegion();

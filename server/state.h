@@ -18,11 +18,13 @@
 #include "adaptor/graph.h"
 #include "adaptor/iteration_layout.h"
 #include "adaptor/program.h"
+#include "base/unique_fd.h"
 #include "device/device.h"
 #include "memory/device_memory.h"
 #include "sched/scheduler.h"
 #include "server/device_journal.h"
 #include "server/executor.h"
+#include "server/peer_identity.h"
 #include "server/shared_region.h"
 #include "server/request_frames.h"
 #include "tandem.pb.h"
@@ -34,12 +36,22 @@ using Clock = std::chrono::steady_clock;
 struct Session {
   uint64_t id = 0;
   std::string peer;  // ZeroMQ routing id
+  // The connection that said hello: every later message must come from the
+  // same client (a routing id reused by another connection gets nothing).
+  PeerIdentity identity;
+  bool admin = false;  // server/access_control.h, decided at hello
+  // 16 random bytes given to the client at hello: it proves the session
+  // where the routing id cannot (file descriptors passed on the side socket).
+  std::string token;
   std::string client_name;
   uint32_t client_pid = 0;
   Clock::time_point last_seen;
   absl::btree_set<uint64_t> jobs;
   absl::flat_hash_map<uint64_t, std::shared_ptr<SharedRegion>> regions;
   int regions_mapping = 0;  // map requests on the preparation thread
+  // Descriptors passed on the side socket (server/fd_socket.h) under this
+  // session's token, by nonce, until a request names them.
+  absl::flat_hash_map<uint64_t, std::shared_ptr<UniqueFd>> received_fds;
 };
 
 // A request that waits for device work, with what is needed to answer it.
@@ -77,6 +89,8 @@ struct DeviceRuntime;
 struct Job {
   uint64_t id = 0;
   uint64_t session = 0;
+  PeerIdentity owner;        // the identity of the session that registered it
+  bool admin_owner = false;  // that session was an administrator's
   std::string name;
   JobState state = JobState::kWaitingForMemory;
   DeviceRuntime* device = nullptr;

@@ -1,17 +1,24 @@
 #include "server/transport.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/endpoint.h"
 #include "base/log.h"
+#include "server/socket_path.h"
 
 namespace tandem::server {
 namespace {
@@ -29,10 +36,53 @@ class ZmqFrames final : public RequestFrames {
   std::vector<zmq::message_t> parts_;
 };
 
+// The remote "ip:port" of the tcp connection a message came on ("" when it
+// cannot be read: the connection closed meanwhile).
+std::string RemoteAddress(zmq::message_t& message) {
+  const int fd = zmq_msg_get(message.handle(), ZMQ_SRCFD);
+  if (fd < 0) return "";
+  sockaddr_storage addr;
+  socklen_t len = sizeof(addr);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";
+  char text[INET6_ADDRSTRLEN] = {0};
+  if (addr.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&addr);
+    ::inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
+    return absl::StrCat(text, ":", ntohs(in->sin_port));
+  }
+  if (addr.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&addr);
+    ::inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text));
+    return absl::StrCat("[", text, "]:", ntohs(in6->sin6_port));
+  }
+  return "";
+}
+
+// Who sent `message`, a frame that came from the peer.
+PeerIdentity IdentityOf(zmq::message_t& message, bool tcp) {
+  const char* address = zmq_msg_gets(message.handle(), "Peer-Address");
+  if (address == nullptr) return PeerIdentity{};
+  if (!tcp) return ParsePeerAddress(address, "");
+  std::string remote = RemoteAddress(message);
+  if (remote.empty()) return PeerIdentity{};
+  PeerIdentity id = ParsePeerAddress(address, remote);
+  if (const char* user = zmq_msg_gets(message.handle(), "User-Id"); user != nullptr) id.user = user;
+  return id;
+}
+
+// Whether a tcp:// endpoint binds only the loopback interface.
+bool IsLoopbackTcp(absl::string_view endpoint) {
+  absl::string_view host = endpoint.substr(std::string_view("tcp://").size());
+  const size_t colon = host.rfind(':');
+  if (colon != absl::string_view::npos) host = host.substr(0, colon);
+  return absl::StartsWith(host, "127.") || host == "localhost" || host == "[::1]" || host == "lo";
+}
+
 }  // namespace
 
 ZmqTransport::ZmqTransport(std::string endpoint, MessageHandler on_message, PeerGoneHandler on_peer_gone)
     : endpoint_(std::move(endpoint)),
+      tcp_(absl::StartsWith(endpoint_, "tcp://")),
       on_message_(std::move(on_message)),
       on_peer_gone_(std::move(on_peer_gone)),
       context_(1),
@@ -43,6 +93,18 @@ absl::StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(const Transpo
                                                                    PeerGoneHandler on_peer_gone) {
   std::unique_ptr<ZmqTransport> t(
       new ZmqTransport(options.endpoint, std::move(on_message), std::move(on_peer_gone)));
+  const std::string path = IpcPath(options.endpoint);
+  if (!path.empty()) {
+    if (absl::Status s = ClaimSocketPath(path); !s.ok()) return s;
+  }
+  // Without authentication, anyone who can reach a tcp port can submit
+  // jobs and read their own results on the GPU: beyond loopback, refuse.
+  if (t->tcp_ && !IsLoopbackTcp(options.endpoint)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing to listen on ", options.endpoint,
+        ": tcp endpoints carry no authentication, so tandemd binds tcp only on loopback (127.0.0.1, [::1]); "
+        "use an ipc endpoint, or reach a remote daemon through an ssh tunnel to its loopback port"));
+  }
   try {
     t->router_.set(zmq::sockopt::router_mandatory, 1);
     t->router_.set(zmq::sockopt::linger, 0);
@@ -66,8 +128,10 @@ absl::StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(const Transpo
   } catch (const zmq::error_t& e) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.endpoint, ": ", e.what()));
   }
-  std::string path = IpcPath(options.endpoint);
-  if (!path.empty()) ::chmod(path.c_str(), 0660);
+  if (!path.empty()) {
+    ::chmod(path.c_str(), 0660);
+    t->socket_file_ = BoundSocketFile(path);
+  }
   t->wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (t->wake_fd_ < 0) return absl::InternalError(absl::StrCat("eventfd: ", std::strerror(errno)));
   t->thread_ = std::thread([raw = t.get()] {
@@ -81,8 +145,7 @@ ZmqTransport::~ZmqTransport() {
   Stop();
   if (thread_.joinable()) thread_.join();
   if (wake_fd_ >= 0) ::close(wake_fd_);
-  std::string path = IpcPath(endpoint_);
-  if (!path.empty()) ::unlink(path.c_str());
+  socket_file_.RemoveIfOurs();
 }
 
 void ZmqTransport::Send(std::string peer, std::string payload) {
@@ -134,6 +197,65 @@ void ZmqTransport::Flush() {
   }
 }
 
+void ZmqTransport::ReceiveReadable() {
+  while (true) {
+    zmq::message_t id;
+    auto got = router_.recv(id, zmq::recv_flags::dontwait);
+    if (!got) break;
+    std::string peer(static_cast<const char*>(id.data()), id.size());
+    PeerIdentity identity;
+    std::string payload;
+    std::vector<zmq::message_t> extra;
+    int frames = 0;
+    while (router_.get(zmq::sockopt::rcvmore)) {
+      zmq::message_t part;
+      (void)router_.recv(part, zmq::recv_flags::none);
+      if (frames++ == 0) {
+        // The connection's metadata rides on the frames it sent (the
+        // routing-id frame is the ROUTER's own and carries none).
+        identity = IdentityOf(part, tcp_);
+        payload.assign(static_cast<const char*>(part.data()), part.size());
+      } else {
+        extra.push_back(std::move(part));
+      }
+    }
+    std::shared_ptr<const RequestFrames> rest;
+    if (!extra.empty()) rest = std::make_shared<ZmqFrames>(std::move(extra));
+    on_message_(std::move(peer), std::move(identity), std::move(payload), std::move(rest));
+  }
+}
+
+void ZmqTransport::DrainIncoming() {
+  // Until nothing has arrived for 50 ms (what a client sent before the
+  // daemon was told to stop is in ZeroMQ's queues well before that), at
+  // most 500 ms.
+  using SteadyClock = std::chrono::steady_clock;
+  const auto deadline = SteadyClock::now() + std::chrono::milliseconds(500);
+  auto quiet_until = SteadyClock::now() + std::chrono::milliseconds(50);
+  zmq::pollitem_t item = {static_cast<void*>(router_), 0, ZMQ_POLLIN, 0};
+  while (SteadyClock::now() < std::min(deadline, quiet_until)) {
+    try {
+      zmq::poll(&item, 1, std::chrono::milliseconds(10));
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;
+      return;
+    }
+    if (item.revents & ZMQ_POLLIN) {
+      ReceiveReadable();
+      quiet_until = SteadyClock::now() + std::chrono::milliseconds(50);
+    }
+  }
+}
+
+void ZmqTransport::DrainThen(std::function<void()> then) {
+  {
+    absl::MutexLock lock(&mu_);
+    drain_then_ = std::move(then);
+  }
+  uint64_t one = 1;
+  if (wake_fd_ >= 0) (void)!::write(wake_fd_, &one, sizeof(one));
+}
+
 void ZmqTransport::Run() {
   zmq::pollitem_t items[] = {
       {static_cast<void*>(router_), 0, ZMQ_POLLIN, 0},
@@ -158,29 +280,16 @@ void ZmqTransport::Run() {
       (void)!::read(wake_fd_, &count, sizeof(count));
       Flush();
     }
-    if (items[0].revents & ZMQ_POLLIN) {
-      // Drain everything readable now.
-      while (true) {
-        zmq::message_t id;
-        auto got = router_.recv(id, zmq::recv_flags::dontwait);
-        if (!got) break;
-        std::string peer(static_cast<const char*>(id.data()), id.size());
-        std::string payload;
-        std::vector<zmq::message_t> extra;
-        int frames = 0;
-        while (router_.get(zmq::sockopt::rcvmore)) {
-          zmq::message_t part;
-          (void)router_.recv(part, zmq::recv_flags::none);
-          if (frames++ == 0) {
-            payload.assign(static_cast<const char*>(part.data()), part.size());
-          } else {
-            extra.push_back(std::move(part));
-          }
-        }
-        std::shared_ptr<const RequestFrames> rest;
-        if (!extra.empty()) rest = std::make_shared<ZmqFrames>(std::move(extra));
-        on_message_(std::move(peer), std::move(payload), std::move(rest));
-      }
+    if (items[0].revents & ZMQ_POLLIN) ReceiveReadable();
+    std::function<void()> then;
+    {
+      absl::MutexLock lock(&mu_);
+      then = std::move(drain_then_);
+      drain_then_ = nullptr;
+    }
+    if (then) {
+      DrainIncoming();
+      then();
     }
   }
   Flush();

@@ -1,17 +1,26 @@
 // The daemon's ZeroMQ transport: a ROUTER socket on its own thread.
 //
 // Each incoming message is [peer routing id][payload]; the transport hands
-// (peer, payload) to `on_message` on its socket thread (which posts to the
-// control loop). Replies are queued with Send() from any thread and written
+// (peer, identity, payload) to `on_message` on its socket thread (which
+// posts to the control loop). The identity is the connection's, as the
+// kernel or ZeroMQ's security reports it (server/peer_identity.h), never a
+// claim of the client's. Replies are queued with Send() from any thread and written
 // by the socket thread. The socket uses ROUTER_MANDATORY, so a reply to a
 // client that has gone away fails at once and `on_peer_gone` reports it;
 // ZeroMQ heartbeats close dead TCP peers. Messages above the hard size limit
 // (twice the protocol limit) are dropped by ZeroMQ with the connection; the
 // service answers those between the two limits with a clear error.
 //
+// An ipc socket path that another daemon is listening on is refused; a stale
+// socket file (nobody listening) is replaced. On exit the file is removed
+// only while it is still this daemon's (another daemon may have replaced a
+// path it was told to take over).
+//
 // Thread-safety: Send() and Stop() from any thread.
 #ifndef TANDEM_SERVER_TRANSPORT_H_
 #define TANDEM_SERVER_TRANSPORT_H_
+
+#include <sys/types.h>
 
 #include <deque>
 #include <functional>
@@ -24,7 +33,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "server/peer_identity.h"
 #include "server/request_frames.h"
+#include "server/socket_path.h"
 
 namespace tandem::server {
 
@@ -36,18 +47,24 @@ struct TransportOptions {
 class ZmqTransport {
  public:
   // `frames`: the message's frames after its first, or null when it had one.
-  using MessageHandler =
-      std::function<void(std::string peer, std::string payload, std::shared_ptr<const RequestFrames> frames)>;
+  using MessageHandler = std::function<void(std::string peer, PeerIdentity identity, std::string payload,
+                                            std::shared_ptr<const RequestFrames> frames)>;
   using PeerGoneHandler = std::function<void(std::string peer)>;
 
   // Binds and starts the socket thread. For ipc endpoints the socket file is
-  // made group-accessible (0660) and its directory must exist.
+  // made group-accessible (0660) and its directory must exist; UNAVAILABLE
+  // when another process listens on the path.
   static absl::StatusOr<std::unique_ptr<ZmqTransport>> Create(const TransportOptions& options,
                                                               MessageHandler on_message,
                                                               PeerGoneHandler on_peer_gone);
   ~ZmqTransport();
 
   void Send(std::string peer, std::string payload);
+  // For a clean stop: the socket thread takes in every message clients have
+  // already sent (until 50 ms pass with none, 500 ms at most), handing each
+  // to on_message as usual, then calls `then` on its thread. Messages sent
+  // later are not read.
+  void DrainThen(std::function<void()> then);
   void Stop();
   const std::string& endpoint() const { return endpoint_; }
 
@@ -55,8 +72,14 @@ class ZmqTransport {
   ZmqTransport(std::string endpoint, MessageHandler on_message, PeerGoneHandler on_peer_gone);
   void Run();
   void Flush();
+  // Hands every message readable now to on_message (socket thread).
+  void ReceiveReadable();
+  // DrainThen's reading (socket thread).
+  void DrainIncoming();
 
   const std::string endpoint_;
+  const bool tcp_;            // the endpoint is tcp:// (identities are addresses)
+  BoundSocketFile socket_file_;  // ipc: the socket file this daemon bound
   const MessageHandler on_message_;
   const PeerGoneHandler on_peer_gone_;
   zmq::context_t context_;
@@ -66,6 +89,7 @@ class ZmqTransport {
   absl::Mutex mu_;
   std::deque<std::pair<std::string, std::string>> outbox_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void()> drain_then_ ABSL_GUARDED_BY(mu_);
 
   std::thread thread_;
 };

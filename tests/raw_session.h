@@ -17,16 +17,23 @@ namespace tandem::testing {
 
 class RawSession {
  public:
-  explicit RawSession(const std::string& endpoint) : socket_(context_, zmq::socket_type::dealer) {
+  // Connects (with ZeroMQ routing id `routing_id` when not empty) and,
+  // with `say_hello`, opens a session.
+  explicit RawSession(const std::string& endpoint, const std::string& routing_id = "", bool say_hello = true)
+      : socket_(context_, zmq::socket_type::dealer) {
     socket_.set(zmq::sockopt::linger, 0);
     socket_.set(zmq::sockopt::rcvtimeo, 5000);
+    if (!routing_id.empty()) socket_.set(zmq::sockopt::routing_id, routing_id);
     socket_.connect(endpoint);
+    if (!say_hello) return;
     v1::Request hello;
     hello.mutable_hello()->set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
     hello.mutable_hello()->set_client_name("raw");
     v1::Response r = Call(hello, {});
     EXPECT_TRUE(r.has_hello()) << r.DebugString();
+    hello_ = r.hello();
   }
+  const v1::HelloResponse& hello() const { return hello_; }
   // Sends the request (id 1 + requests so far) with `frames` after it;
   // returns its id.
   uint64_t Send(v1::Request request, const std::vector<std::string>& frames = {}) {
@@ -58,6 +65,7 @@ class RawSession {
   zmq::context_t context_{1};
   zmq::socket_t socket_;
   uint64_t sent_ = 0;
+  v1::HelloResponse hello_;
 };
 
 }  // namespace tandem::testing

@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "client/client.h"
-#include "client/shm_object.h"
+#include "client/sealed_memfd.h"
 #include "examples/mlp_train/mlp_graph.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -121,11 +121,12 @@ TEST(Registration, ASessionThatEndsWhileItsJobIsPreparedLeavesNothing) {
 
 TEST(Registration, ASessionThatEndsWhileItsMemoryIsMappedGetsCancelled) {
   std::unique_ptr<DaemonProcess> daemon = SlowRegistrations();
-  auto object = client::ShmObject::Create(1 << 20);
+  auto object = client::SealedMemfd::Create(1 << 20);
   ASSERT_TRUE(object.ok()) << object.status();
   RawSession raw(daemon->endpoint());
+  ASSERT_TRUE(object->PassTo(raw.hello().fd_socket(), raw.hello().session_token(), 1).ok());
   v1::Request map;
-  map.mutable_map_shared_memory()->set_name(object->name());
+  map.mutable_map_shared_memory()->set_fd_nonce(1);
   map.mutable_map_shared_memory()->set_bytes(object->bytes());
   const v1::Response second = SendThenClose(raw, map);
   EXPECT_EQ(second.status().code(), static_cast<int>(absl::StatusCode::kCancelled)) << second.DebugString();

@@ -10,7 +10,7 @@
 
 #include "client/client.h"
 #include "client/graph_builder.h"
-#include "client/shm_object.h"
+#include "client/sealed_memfd.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/daemon_process.h"
@@ -22,7 +22,7 @@ using client::Client;
 using client::FeedView;
 using client::GraphBuilder;
 using client::HostTensor;
-using client::ShmObject;
+using client::SealedMemfd;
 using ::testing::HasSubstr;
 
 constexpr int64_t kN = 512;  // w is kN x kN floats: 1 MiB, the default threshold
@@ -65,7 +65,6 @@ TEST(SharedFrames, LargeModelsRegisterThroughSharedMemoryAndMatchFrames) {
   framed_options.shared_frames_threshold = UINT64_MAX;
   auto framed = Client::Connect(framed_options);
   ASSERT_TRUE(shared.ok() && framed.ok());
-  ASSERT_TRUE((*shared)->shared_memory_status().ok()) << (*shared)->shared_memory_status();
   const Values v;
   auto a = (*shared)->RegisterJob(Affine(), v.Views());
   ASSERT_TRUE(a.ok()) << a.status();
@@ -97,13 +96,21 @@ TEST(SharedFrames, BadSharedFramesAreRefused) {
   ASSERT_TRUE(c.ok());
   const Values v;
   const uint64_t w_bytes = v.w.size() * 4, b_bytes = v.b.size() * 4;
-  auto object = ShmObject::Create(w_bytes + b_bytes);
+  auto object = SealedMemfd::Create(w_bytes + b_bytes);
   ASSERT_TRUE(object.ok()) << object.status();
   std::memcpy(object->data(), v.w.data(), w_bytes);
   std::memcpy(object->data() + w_bytes, v.b.data(), b_bytes);
 
-  // A registration naming `object` (or another name) with the given slices.
-  auto register_with = [&](const std::string& name, std::vector<uint64_t> offsets, std::vector<uint64_t> sizes) {
+  // A registration naming `object`, passed under a fresh nonce (or a nonce
+  // under which nothing was passed, 0), with the given slices.
+  const v1::HelloResponse& hello = (*c)->hello();
+  uint64_t next_nonce = 100;
+  auto pass = [&]() {
+    const uint64_t nonce = next_nonce++;
+    EXPECT_TRUE(object->PassTo(hello.fd_socket(), hello.session_token(), nonce).ok());
+    return nonce;
+  };
+  auto register_with = [&](uint64_t nonce, std::vector<uint64_t> offsets, std::vector<uint64_t> sizes) {
     v1::Request r;
     v1::RegisterJobRequest* reg = r.mutable_register_job();
     *reg = Affine();
@@ -112,30 +119,30 @@ TEST(SharedFrames, BadSharedFramesAreRefused) {
       t.set_frame(t.spec().name() == "w" ? 1 : 2);
     }
     v1::SharedFrames* frames = reg->mutable_shared_frames();
-    frames->set_name(name);
+    frames->set_fd_nonce(nonce);
     frames->set_bytes(object->bytes());
     for (uint64_t o : offsets) frames->add_offsets(o);
     for (uint64_t s : sizes) frames->add_sizes(s);
     return (*c)->Call(std::move(r));
   };
-  auto r = register_with("/tandem-" + std::string(32, '0'), {0, w_bytes}, {w_bytes, b_bytes});
+  auto r = register_with(0, {0, w_bytes}, {w_bytes, b_bytes});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound) << r.status();
-  r = register_with(object->name(), {0, w_bytes + 8}, {w_bytes, b_bytes});
+  r = register_with(pass(), {0, w_bytes + 8}, {w_bytes, b_bytes});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("ends past"));
-  r = register_with(object->name(), {0, ~uint64_t{0}}, {w_bytes, 16});
+  r = register_with(pass(), {0, ~uint64_t{0}}, {w_bytes, 16});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  r = register_with(object->name(), {0}, {w_bytes, b_bytes});
+  r = register_with(pass(), {0}, {w_bytes, b_bytes});
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("1 offsets but 2 sizes"));
-  r = register_with(object->name(), {0, w_bytes}, {w_bytes - 4, b_bytes});
+  r = register_with(pass(), {0, w_bytes}, {w_bytes - 4, b_bytes});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("frame 1 has"));
-  r = register_with(object->name(), {0}, {w_bytes});  // frame 2 named, only one slice
+  r = register_with(pass(), {0}, {w_bytes});  // frame 2 named, only one slice
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
 
@@ -143,7 +150,7 @@ TEST(SharedFrames, BadSharedFramesAreRefused) {
   {
     v1::Request req;
     *req.mutable_register_job() = Affine();
-    req.mutable_register_job()->mutable_shared_frames()->set_name(object->name());
+    req.mutable_register_job()->mutable_shared_frames()->set_fd_nonce(pass());
     req.mutable_register_job()->mutable_shared_frames()->set_bytes(object->bytes());
     std::vector<zmq::message_t> extra;
     extra.emplace_back(16);
@@ -155,7 +162,7 @@ TEST(SharedFrames, BadSharedFramesAreRefused) {
   }
 
   // The right slices register, and the job computes with the object's values.
-  r = register_with(object->name(), {0, w_bytes}, {w_bytes, b_bytes});
+  r = register_with(pass(), {0, w_bytes}, {w_bytes, b_bytes});
   ASSERT_TRUE(r.ok()) << r.status();
   const uint64_t job = r->register_job().job_id();
   auto w = (*c)->ReadTensor(job, "w");

@@ -2,13 +2,23 @@
 // through the session's region and give the same results as inline feeds;
 // slices that point outside the region, or at a region of another session,
 // are refused without disturbing anything.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+
 #include <string>
 #include <vector>
 
 #include "client/client.h"
 #include "client/graph_builder.h"
+#include "client/sealed_memfd.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/fd_message.h"
 #include "tests/daemon_process.h"
 
 namespace tandem::testing {
@@ -46,10 +56,14 @@ TEST(SharedMemory, LargeFeedsGoThroughTheRegionAndMatchInline) {
   DaemonProcess daemon({"--policy=fair"});
   auto shared = Client::Connect({.endpoint = daemon.endpoint(), .name = "shm"});
   ASSERT_TRUE(shared.ok()) << shared.status();
+  // Set up only when first wanted: nothing until then.
+  EXPECT_EQ((*shared)->shared_memory_status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE((*shared)->EnsureSharedMemory().ok()) << (*shared)->shared_memory_status();
   ASSERT_TRUE((*shared)->shared_memory_status().ok()) << (*shared)->shared_memory_status();
   EXPECT_TRUE((*shared)->shared_memory_pinned()) << "the CPU device registers any host memory";
   auto inline_client = Client::Connect({.endpoint = daemon.endpoint(), .name = "inline", .shared_memory_bytes = 0});
   ASSERT_TRUE(inline_client.ok());
+  EXPECT_FALSE((*inline_client)->EnsureSharedMemory().ok());
   EXPECT_FALSE((*inline_client)->shared_memory_status().ok());
   EXPECT_FALSE((*inline_client)->shared_memory_pinned());
 
@@ -81,6 +95,9 @@ TEST(SharedMemory, BadSlicesAreRefused) {
   auto owner = Client::Connect({.endpoint = daemon.endpoint(), .name = "owner"});
   auto other = Client::Connect({.endpoint = daemon.endpoint(), .name = "other"});
   ASSERT_TRUE(owner.ok() && other.ok());
+  // Regions 1 and 2, in this order.
+  ASSERT_TRUE((*owner)->EnsureSharedMemory().ok());
+  ASSERT_TRUE((*other)->EnsureSharedMemory().ok());
   auto job = (*other)->RegisterJob(ColumnSums());
   ASSERT_TRUE(job.ok());
   auto run_with = [&](uint64_t region, uint64_t offset, uint64_t bytes) {
@@ -111,13 +128,58 @@ TEST(SharedMemory, BadSlicesAreRefused) {
   r = run_with(2, 0, bytes - 4);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("must hold exactly"));
-  // A name that is not a Tandem region is refused at mapping.
-  v1::Request m;
-  m.mutable_map_shared_memory()->set_name("/etc-passwd");
-  m.mutable_map_shared_memory()->set_bytes(4096);
-  auto mapped = (*other)->Call(std::move(m));
+  // A nonce under which nothing was passed names no region.
+  auto map = [&](uint64_t nonce, uint64_t bytes) {
+    v1::Request m;
+    m.mutable_map_shared_memory()->set_fd_nonce(nonce);
+    m.mutable_map_shared_memory()->set_bytes(bytes);
+    return (*other)->Call(std::move(m));
+  };
+  auto mapped = map(9999, 4096);
+  ASSERT_FALSE(mapped.ok());
+  EXPECT_EQ(mapped.status().code(), absl::StatusCode::kNotFound);
+  // A descriptor that is not a memfd sealed against shrinking (a client
+  // could shrink it under the daemon's mapping: SIGBUS) is refused, and so
+  // is one smaller than announced.
+  const v1::HelloResponse& hello = (*other)->hello();
+  int unsealed = ::memfd_create("unsealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_EQ(::ftruncate(unsealed, 4096), 0);
+  ASSERT_TRUE(client::PassFileDescriptor(hello.fd_socket(), hello.session_token(), 7001, unsealed).ok());
+  mapped = map(7001, 4096);
   ASSERT_FALSE(mapped.ok());
   EXPECT_EQ(mapped.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(mapped.status().message()), HasSubstr("F_SEAL_SHRINK"));
+  ASSERT_EQ(::fcntl(unsealed, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  ASSERT_TRUE(client::PassFileDescriptor(hello.fd_socket(), hello.session_token(), 7002, unsealed).ok());
+  mapped = map(7002, 8192);
+  ASSERT_FALSE(mapped.ok());
+  EXPECT_THAT(std::string(mapped.status().message()), HasSubstr("less than the 8192 bytes"));
+  // The owner cannot shrink the sealed object it passed.
+  EXPECT_NE(::ftruncate(unsealed, 0), 0);
+  ::close(unsealed);
+  // A descriptor passed with another session's token is not that session's.
+  int sealed = ::memfd_create("sealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_EQ(::ftruncate(sealed, 4096), 0);
+  ASSERT_EQ(::fcntl(sealed, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  ASSERT_TRUE(client::PassFileDescriptor(hello.fd_socket(), std::string(16, 'x'), 7003, sealed).ok());
+  EXPECT_EQ(map(7003, 4096).status().code(), absl::StatusCode::kNotFound);
+  // A malformed message on the fd socket (no descriptor, a wrong length)
+  // is answered so, and harms nothing.
+  {
+    int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, hello.fd_socket().c_str(), sizeof(addr.sun_path) - 1);
+    ASSERT_EQ(::connect(s, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+    ASSERT_EQ(::send(s, "TFD1garbage", 11, 0), 11);
+    uint8_t answer = 0;
+    ASSERT_EQ(::recv(s, &answer, 1, 0), 1);
+    EXPECT_EQ(answer, v1::kFdMalformed);
+    ::close(s);
+  }
+  ASSERT_TRUE(client::PassFileDescriptor(hello.fd_socket(), hello.session_token(), 7005, sealed).ok());
+  EXPECT_TRUE(map(7005, 4096).ok());
+  ::close(sealed);
   // And the job still runs.
   auto ok = (*other)->RunIteration(job->job_id(), {{"x", HostTensor::Floats({kRows, kCols}, Batch(1))}}, {"s"});
   EXPECT_TRUE(ok.ok()) << ok.status();

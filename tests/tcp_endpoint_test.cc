@@ -16,7 +16,7 @@ TEST(TcpEndpoint, TrainsOverLoopback) {
   DaemonProcess daemon("tcp://127.0.0.1:" + std::to_string(port), {"--policy=fair"});
   GoodTrainer trainer(daemon.endpoint());
   trainer.Step(5);
-  EXPECT_FALSE(trainer.client().shared_memory_status().ok());  // not an ipc endpoint
+  EXPECT_FALSE(trainer.client().EnsureSharedMemory().ok());  // not an ipc endpoint
   auto stats = trainer.client().Stats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->iterations(), 5u);

@@ -42,7 +42,10 @@ std::string ToJson(const google::protobuf::Message& message) {
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Connect(const CtlOptions& options, bool heartbeat) {
-  std::string endpoint = options.endpoint.empty() ? ClientDefaultEndpoint() : options.endpoint;
+  std::string endpoint = options.endpoint;
+  if (endpoint.empty()) {
+    ASSIGN_OR_RETURN(endpoint, ClientDefaultEndpoint());
+  }
   RETURN_IF_ERROR(CheckEndpoint(endpoint));
   client::ClientOptions co;
   co.endpoint = endpoint;
