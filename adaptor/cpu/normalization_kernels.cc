@@ -108,7 +108,8 @@ absl::Status LayerNormKernel(const KernelArgs& args) {
   const TensorArg& input = args.inputs[0];
   ASSIGN_OR_RETURN(double eps, args.node->attrs.GetFloat("eps"));
   ASSIGN_OR_RETURN(auto dims, LayerNormRows(args, input));
-  const auto [rows, cols] = dims;
+  // Plain names, not a structured binding: the lambdas below capture them.
+  const int64_t rows = dims.first, cols = dims.second;
   return DispatchFloat(args, input.type.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* x = input.as<const T>();
@@ -146,7 +147,8 @@ absl::Status LayerNormKernel(const KernelArgs& args) {
 absl::Status LayerNormBackwardKernel(const KernelArgs& args) {
   const TensorArg& input = args.inputs[1];
   ASSIGN_OR_RETURN(auto dims, LayerNormRows(args, input));
-  const auto [rows, cols] = dims;
+  // Plain names, not a structured binding: the lambdas below capture them.
+  const int64_t rows = dims.first, cols = dims.second;
   return DispatchFloat(args, input.type.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* dy = args.inputs[0].as<const T>();
