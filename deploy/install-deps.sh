@@ -14,7 +14,7 @@ PACKAGES=(
 )
 # The PyTorch adaptor and its tests use Debian's Python 3.11 with torch.
 if [ "${TANDEM_WITH_PYTHON:-1}" = 1 ]; then
-  PACKAGES+=(python3 python3-numpy python3-torch)
+  PACKAGES+=(python3 python3-numpy python3-torch python3-pip python3-setuptools python3-wheel)
 fi
 missing=()
 for p in "${PACKAGES[@]}"; do

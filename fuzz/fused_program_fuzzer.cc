@@ -1,5 +1,5 @@
 // Fuzzing of fused-program validation: a `fused_elementwise` node whose
-// program (code, consts, outputs; adaptor/ops/fused_program.h) is the
+// program (code, consts, outputs; ir/ops/fused_program.h) is the
 // input's choices, over one to three inputs of one shape and dtype (and
 // sometimes a rank-0 one). Validation must refuse every program that
 // would read a register not yet written, index past the constants or

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "adaptor/graph_builder.h"
-#include "adaptor/op_registry.h"
+#include "ir/graph_builder.h"
+#include "ir/op_registry.h"
 #include "fuzz/byte_source.h"
 #include "fuzz/registration.h"
 

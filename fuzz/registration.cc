@@ -4,11 +4,8 @@
 #include <random>
 #include <vector>
 
-#include "adaptor/cpu/cpu_program.h"
-#include "adaptor/fold_transposes.h"
-#include "adaptor/fuse_elementwise.h"
-#include "adaptor/graph_builder.h"
-#include "adaptor/iteration_layout.h"
+#include "compiler/compile_job.h"
+#include "kernels/cpu/cpu_program.h"
 
 namespace tandem::fuzz {
 namespace {
@@ -48,13 +45,9 @@ void Fill(const TensorType& type, std::mt19937_64& rng, void* out) {
 }  // namespace
 
 bool ExerciseRegistration(const v1::RegisterJobRequest& registration, uint64_t seed) {
-  v1::Graph wire = registration.graph();
-  FoldTransposes(&wire);
-  FuseElementwise(registration.persistent(), &wire);
-  absl::StatusOr<Graph> built = BuildGraph(wire, registration.persistent());
-  if (!built.ok()) return false;
-  const Graph& graph = *built;
-  if (!PlanIterationLayout(graph).ok()) return false;
+  absl::StatusOr<CompiledJob> compiled = CompileJob(registration);
+  if (!compiled.ok()) return false;
+  const Graph& graph = compiled->graph;
   if (!cpu::CreateCpuProgram(graph).ok()) return true;
 
   uint64_t total = 0;

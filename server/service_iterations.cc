@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "adaptor/graph_builder.h"
+#include "ir/graph_builder.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "device/device.h"

@@ -7,9 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "adaptor/fold_transposes.h"
-#include "adaptor/fuse_elementwise.h"
-#include "adaptor/graph_builder.h"
+#include "compiler/compile_job.h"
+#include "ir/graph_builder.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "proto/status_convert.h"
@@ -157,15 +156,10 @@ absl::StatusOr<Service::PreparedJob> Service::PrepareJob(const v1::RegisterJobRe
   const auto start = Clock::now();
   TestPrepareDelay();
   PreparedJob out;
-  // Transposes feeding matrix products are read in place by the products
-  // instead of being materialized (adaptor/fold_transposes.h).
-  v1::Graph wire_graph = reg.graph();
-  FoldTransposes(&wire_graph);
-  // Chains of elementwise nodes run as one kernel each
-  // (adaptor/fuse_elementwise.h).
-  if (fuse_elementwise) FuseElementwise(reg.persistent(), &wire_graph);
-  ASSIGN_OR_RETURN(Graph graph, BuildGraph(wire_graph, reg.persistent()));
-  out.graph = std::make_unique<Graph>(std::move(graph));
+  // Validation, the graph passes and the memory plan (compiler/compile_job.h).
+  ASSIGN_OR_RETURN(CompiledJob compiled, CompileJob(reg, {.fuse_elementwise = fuse_elementwise}));
+  out.graph = std::make_unique<Graph>(std::move(compiled.graph));
+  out.layout = std::move(compiled.layout);
   // Mapped only for a graph that builds: a bad graph leaves the object untouched.
   if (reg.has_shared_frames()) {
     if (frames != nullptr) {
@@ -179,7 +173,6 @@ absl::StatusOr<Service::PreparedJob> Service::PrepareJob(const v1::RegisterJobRe
         .With("bytes", reg.shared_frames().bytes());
   }
   RETURN_IF_ERROR(CheckPersistentFrames(reg, *out.graph, frames.get()));
-  ASSIGN_OR_RETURN(out.layout, PlanIterationLayout(*out.graph));
   // Alike jobs (same graph and shapes) share their interference estimates.
   out.interference_key = InterferenceKey(reg.graph());
   out.frames = std::move(frames);

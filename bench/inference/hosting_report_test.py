@@ -29,10 +29,10 @@ def result():
                                        "slow_wait": {"n": 3, "lanes": [2], "ms": 40.0, "max_ms": 15.5},
                                        "move": {"n": 5, "lanes": [2], "ms": 0.0}},
                            "events": [
-                   {"at_s": 1.15, "kind": "capture", "job": 7, "lane": 2, "seconds": 0.0268, "run_seconds": 0.003,
-                    "graph_seconds": 0.0235},
-                   {"at_s": 1.1, "kind": "move", "job": 7, "lane": 2, "from_lane": 1, "seconds": 0.0},
-                   {"at_s": 0.2, "kind": "capture", "job": 9, "lane": 0, "seconds": 0.001}]}}
+                               {"at_s": 1.15, "kind": "capture", "job": 7, "lane": 2, "seconds": 0.0268,
+                                "run_seconds": 0.003, "graph_seconds": 0.0235},
+                               {"at_s": 1.1, "kind": "move", "job": 7, "lane": 2, "from_lane": 1, "seconds": 0.0},
+                               {"at_s": 0.2, "kind": "capture", "job": 9, "lane": 0, "seconds": 0.001}]}}
     return {"modes": {"tandem": {"hosted": 16, "first_failing": 32, "probes": [passing, failing]}}}
 
 

@@ -188,8 +188,10 @@ def measure_tandem(name, args, endpoint, device, out):
             stats = now
         density.update({
             "tandem_copies": copies, "exhausted": exhausted, "seconds": round(time.perf_counter() - start, 2),
-            "capacity_bytes": int(before.get("capacity_bytes", 0)), "reserve_bytes": int(before.get("reserve_bytes", 0)),
-            "free_bytes_at_start": int(before.get("free_bytes", 0)), "free_bytes_at_end": int(stats.get("free_bytes", 0)),
+            "capacity_bytes": int(before.get("capacity_bytes", 0)),
+            "reserve_bytes": int(before.get("reserve_bytes", 0)),
+            "free_bytes_at_start": int(before.get("free_bytes", 0)),
+            "free_bytes_at_end": int(stats.get("free_bytes", 0)),
             "lanes": stats.get("lanes"), "per_copy_bytes": last_cost,
         })
         if exhausted:

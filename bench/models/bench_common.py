@@ -26,7 +26,8 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
-for _path in (os.path.join(REPO_ROOT, "adaptor", "pytorch"), os.path.join(REPO_ROOT, "examples", "pytorch")):
+for _path in (os.path.join(REPO_ROOT, "adaptor", "pytorch"), os.path.join(REPO_ROOT, "client", "python"),
+              os.path.join(REPO_ROOT, "examples", "pytorch")):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
@@ -395,7 +396,7 @@ def _infer_undeclared(node, k, types):
 
 
 def graph_no_reuse_bytes(graph, persistent=()):
-    """The arena without any reuse, as the daemon's planner defines it (adaptor/iteration_layout.cc): the sum of
+    """The arena without any reuse, as the daemon's planner defines it (compiler/iteration_layout.cc): the sum of
     the 256-aligned sizes of every feed and every node output. Sizes come from the feeds, `persistent`
     [(name, tensor)] and each node's declared outputs; outputs sent without a declared type are inferred for
     the ops the adaptor emits that way. Returns (bytes, number of outputs whose size stayed unknown)."""

@@ -12,13 +12,14 @@ Per model (fcn5, resnet50, vgg19, lstm, transformer at the sizes of GPU.md; --sm
 
 Every path copies the batch from host memory each iteration: eager and graph replay from a pinned host buffer
 (non_blocking copy inside the step), Tandem from the client's tensor (shared memory to the daemon, then a copy to
-the device). SGD with momentum, float32 (PyTorch's default math: TF32 in cuDNN convolutions only, on both sides), no dropout.
+the device). SGD with momentum, float32 (PyTorch's default math: TF32 in cuDNN convolutions only, on both sides),
+no dropout.
 
 Batch transfer: two extra jobs are registered with a feed-only graph, one whose feeds are the model's batch
 tensors plus a scalar, one with the scalar alone; each runs one tiny kernel (a sum of the scalar) and fetches a
-scalar. Run one at a time, each iteration's wall time (the median) is round trip + scheduling (+ the batch's transfer for the
-first); the difference of the two is the batch's transfer cost (client copy into shared memory, host to device
-copy). The per-iteration overhead of the training job at depth 1 (wall - run_seconds) is reported as well.
+scalar. Run one at a time, each iteration's wall time (the median) is round trip + scheduling (+ the batch's
+transfer for the first); the difference of the two is the batch's transfer cost (client copy into shared memory,
+host to device copy). The per-iteration overhead of the training job at depth 1 (wall - run_seconds) is reported too.
 
     python3 bench/models/overhead.py --out /tmp/out/overhead.json                    # on the GPU machine
     python3 bench/models/overhead.py --small --device cpu --out /tmp/overhead.json   # smoke test on a CPU

@@ -20,7 +20,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_common as bc  # noqa: E402
-import torch  # noqa: E402
 
 import tandem  # noqa: E402
 import tandem.torch  # noqa: E402,F401

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "adaptor/cpu/half.h"
+#include "kernels/half.h"
 
 namespace tandem::bench {
 namespace {

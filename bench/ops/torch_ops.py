@@ -135,6 +135,7 @@ BF16_ROWS = ("fcn5.fc.fwd", "fcn5.fc.grad_w", "lstm.decoder.fwd", "xf.qkv.fwd", 
              "r50.layer1.conv2.fwd", "r50.layer1.conv2.bwd", "vgg.conv3_2.fwd", "vgg.conv3_2.bwd", "r50.relu.fwd",
              "r50.residual.add", "xf.ff.gelu", "xf.attn.softmax", "xf.ln.fwd")
 
+
 def matmul(name, n, k, m, bias):
     def build(mk):
         a, b = mk.uniform(n, k), mk.small(k, m)

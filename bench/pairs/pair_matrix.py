@@ -641,7 +641,8 @@ def summarize(result):
         for s in systems.values():
             entry = next((p for p in s.get("pairs", []) if p["pair"] == pair), None)
             if entry is None or "jobs" not in entry:
-                state = "-" if entry is None else ("skipped" if entry.get("error", "").startswith("skipped") else "failed")
+                skipped = entry is not None and entry.get("error", "").startswith("skipped")
+                state = "-" if entry is None else ("skipped" if skipped else "failed")
                 cells.append(f"{state:>30s}")
             else:
                 rs = ", ".join(f"{j['r']:.2f}" for j in entry["jobs"])
@@ -710,6 +711,7 @@ def main():
     daemon = None
     bc.log(f"pair matrix on {result['meta']['gpu']}: systems {', '.join(systems)}; pairs "
            f"{', '.join('+'.join(x) for x in args.pairs)}; priority {args.priority}")
+
     def deadline(system):
         """An equal share of what is left of the budget for this system and the ones after it."""
         rest = [s for s in SYSTEMS if s in systems and not (s == "mps" and mps_reason)]

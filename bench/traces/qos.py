@@ -286,9 +286,9 @@ def main():
     try:
         if "tandem" in systems:
             bc.log("== tandem (policy priority)")
-            daemon = tc.start_daemon(args, "priority", "tandemd-qos", extra=[f"--preemption={args.preemption}",
-                                                                                f"--stream_priorities={args.stream_priorities}",
-                                                                                *args.tandemd_flags.split()])
+            extra = [f"--preemption={args.preemption}", f"--stream_priorities={args.stream_priorities}",
+                     *args.tandemd_flags.split()]
+            daemon = tc.start_daemon(args, "priority", "tandemd-qos", extra=extra)
             measure_system("tandem", args, slots, result, daemon.endpoint, deadline("tandem"))
             daemon.stop()
             daemon = None
@@ -348,9 +348,9 @@ def plot(result, path):
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=7)
     meta, cfg = result["meta"], result["config"]
-    fig.suptitle(f"QoS: {cfg['high']} (high priority, think {cfg['think_ms']} ms at depth 1) beside {cfg['best_effort']} "
-                 f"(best effort) - {meta['gpu']}, {(meta['date'] or '')[:10]}, {(meta['git_commit'] or '')[:10]}",
-                 fontsize=9)
+    fig.suptitle(f"QoS: {cfg['high']} (high priority, think {cfg['think_ms']} ms at depth 1) beside "
+                 f"{cfg['best_effort']} (best effort) - {meta['gpu']}, {(meta['date'] or '')[:10]}, "
+                 f"{(meta['git_commit'] or '')[:10]}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

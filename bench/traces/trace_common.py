@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(BENCH, "models"))
 
-import bench_common as bc  # noqa: E402  (puts adaptor/pytorch and examples/pytorch on sys.path)
+import bench_common as bc  # noqa: E402  (puts the tandem package and examples/pytorch on sys.path)
 import numpy as np  # noqa: E402
 
 WORKER = os.path.join(HERE, "trace_worker.py")
@@ -378,7 +378,8 @@ def _job_result(job, ev, arrival, t0):
         "first_done_s": rel(ev["first_done"]), "finish_s": rel(end), "closed_s": rel(times.get("closed")),
         "jct_s": round(end - arrival, 4), "register_s": round(times["registered"] - times["received"], 4),
         "iterations": ev["iterations"], "stopped": ev["stopped"], "device_s": ev["device_s"],
-        "queue_s": ev["queue_s"], "lane": ev["lane"], "device": ev.get("device", ""), "first_loss": ev["first_loss"], "last_loss": ev["last_loss"],
+        "queue_s": ev["queue_s"], "lane": ev["lane"], "device": ev.get("device", ""),
+        "first_loss": ev["first_loss"], "last_loss": ev["last_loss"],
     }
 
 

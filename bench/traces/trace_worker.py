@@ -34,6 +34,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO_ROOT, "adaptor", "pytorch"))
+sys.path.insert(0, os.path.join(REPO_ROOT, "client", "python"))
 
 import numpy as np  # noqa: E402
 

@@ -18,6 +18,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "adaptor", "pytorch"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "client", "python"))
 
 import torch  # noqa: E402
 
@@ -96,7 +97,8 @@ def main():
                             bar.set_postfix(loss=f"{loss:.4f}")
                         elif handle.iteration % max(1, args.steps // 10) == 0 or handle.iteration == args.steps:
                             print(f"step {handle.iteration:5d}  loss {loss:.4f}  "
-                                  f"device {handle.run_seconds * 1e3:.1f} ms  queued {handle.queue_seconds * 1e3:.1f} ms")
+                                  f"device {handle.run_seconds * 1e3:.1f} ms  "
+                                  f"queued {handle.queue_seconds * 1e3:.1f} ms")
             job.load_into(model)
     except tandem.TandemError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "adaptor/cuda/cuda_kernels.h"
-#include "adaptor/cuda/cuda_program_options.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_program_options.h"
 #include "base/log.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"

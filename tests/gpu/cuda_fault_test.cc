@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "adaptor/cuda/cuda_program_options.h"
+#include "kernels/cuda/cuda_program_options.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
 

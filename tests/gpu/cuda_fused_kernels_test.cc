@@ -1,5 +1,5 @@
 // The fused_elementwise CUDA kernel against the CPU kernel (the oracle,
-// itself bit-for-bit the unfused CPU ops: adaptor/fuse_elementwise_test.cc),
+// itself bit-for-bit the unfused CPU ops: compiler/fuse_elementwise_test.cc),
 // on fresh random inputs (the seed is printed): float32 and float64, rank-0
 // operands, sizes that are and are not whole 16-byte vectors, in-place
 // outputs, and pointers that are not 16-byte aligned. The fused kernel also
@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "adaptor/cpu/cpu_kernels.h"
-#include "adaptor/cuda/cuda_kernels.h"
-#include "adaptor/cuda/cuda_program_options.h"
-#include "adaptor/ops/fused_program.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_program_options.h"
+#include "ir/ops/fused_program.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
 

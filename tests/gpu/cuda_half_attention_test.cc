@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "adaptor/cpu/half.h"
+#include "kernels/half.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
 

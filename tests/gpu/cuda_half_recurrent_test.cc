@@ -13,7 +13,7 @@
 //
 // Tolerances (normwise relative, ||gpu - cpu|| / ||cpu||; u = 2^-8 for
 // bfloat16, 2^-11 for float16): both backends round the same quantities to
-// 16 bits at the same points (adaptor/cpu/recurrent_kernels.cc), the CPU
+// 16 bits at the same points (kernels/cpu/recurrent_kernels.cc), the CPU
 // from double and the GPU from float32 sums, so they differ where a
 // rounding lands one ulp apart: 2u + 1e-3 for an op, as cuda_half_ops_test
 // allows. The fused layer carries its rounded state from step to step, so

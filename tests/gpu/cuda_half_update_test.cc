@@ -30,11 +30,11 @@
 #include <string>
 #include <vector>
 
-#include "adaptor/cpu/cpu_kernels.h"
-#include "adaptor/cpu/half.h"
-#include "adaptor/cuda/cuda_kernels.h"
-#include "adaptor/op_registry.h"
-#include "adaptor/ops/fused_program.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/half.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "ir/op_registry.h"
+#include "ir/ops/fused_program.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
 

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "adaptor/cuda/cuda_program_options.h"
+#include "kernels/cuda/cuda_program_options.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
 

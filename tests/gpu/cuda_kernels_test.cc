@@ -5,9 +5,9 @@
 #include <cstring>
 #include <vector>
 
-#include "adaptor/cuda/blas.h"
-#include "adaptor/cuda/cuda_program_options.h"
-#include "adaptor/cuda/sequence_launch.h"
+#include "kernels/cuda/blas.h"
+#include "kernels/cuda/cuda_program_options.h"
+#include "kernels/cuda/sequence_launch.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
 

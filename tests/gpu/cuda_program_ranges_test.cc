@@ -15,13 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "adaptor/fold_transposes.h"
-#include "adaptor/fuse_elementwise.h"
-#include "adaptor/graph_builder.h"
-#include "adaptor/iteration_layout.h"
-#include "adaptor/cuda/cuda_program_options.h"
-#include "adaptor/program.h"
+#include "compiler/compile_job.h"
 #include "examples/mlp_train/mlp_graph.h"
+#include "kernels/cuda/cuda_program_options.h"
+#include "kernels/program.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -59,14 +56,10 @@ class JobOnGpu {
  public:
   explicit JobOnGpu(const examples::MlpJobOptions& options) : gpu_(*Gpu()) {
     v1::RegisterJobRequest reg = examples::BuildMlpTrainingJob(options);
-    v1::Graph wire = reg.graph();
-    FoldTransposes(&wire);
-    FuseElementwise(reg.persistent(), &wire);
-    auto graph = BuildGraph(wire, reg.persistent());
-    EXPECT_TRUE(graph.ok()) << graph.status();
-    graph_ = std::make_unique<Graph>(*std::move(graph));
-    auto layout = PlanIterationLayout(*graph_);
-    EXPECT_TRUE(layout.ok()) << layout.status();
+    auto compiled = CompileJob(reg);
+    EXPECT_TRUE(compiled.ok()) << compiled.status();
+    graph_ = std::make_unique<Graph>(std::move(compiled->graph));
+    const IterationLayout* layout = &compiled->layout;
     auto stream = gpu_.CreateStream();
     EXPECT_TRUE(stream.ok()) << stream.status();
     stream_ = *std::move(stream);

@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "adaptor/cpu/cpu_kernels.h"
-#include "adaptor/cuda/cuda_kernels.h"
-#include "adaptor/cuda/cuda_program_options.h"
-#include "adaptor/op_registry.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_program_options.h"
+#include "ir/op_registry.h"
 #include "device/cpu_device.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "adaptor/cuda/cuda_program_options.h"
+#include "kernels/cuda/cuda_program_options.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/gpu/shared_graphs.h"

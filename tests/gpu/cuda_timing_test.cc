@@ -11,9 +11,9 @@
 #include <cstring>
 #include <vector>
 
-#include "adaptor/cuda/cuda_program_options.h"
-#include "adaptor/cuda/launch.h"
-#include "adaptor/cuda/time_runs.h"
+#include "kernels/cuda/cuda_program_options.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/time_runs.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
 

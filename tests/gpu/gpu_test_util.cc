@@ -8,10 +8,10 @@
 #include <future>
 
 #include "absl/strings/str_cat.h"
-#include "adaptor/cpu/cpu_program.h"
-#include "adaptor/cuda/cuda_program_options.h"
-#include "adaptor/cpu/half.h"
-#include "adaptor/op_registry.h"
+#include "kernels/cpu/cpu_program.h"
+#include "kernels/cuda/cuda_program_options.h"
+#include "kernels/half.h"
+#include "ir/op_registry.h"
 #include "device/cuda_device.h"
 
 namespace tandem::gpu_test {

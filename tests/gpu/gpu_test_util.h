@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "adaptor/attrs.h"
-#include "adaptor/graph.h"
-#include "adaptor/program.h"
+#include "ir/attrs.h"
+#include "ir/graph.h"
+#include "kernels/program.h"
 #include "device/device.h"
 #include "gtest/gtest.h"
 

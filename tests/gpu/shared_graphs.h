@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "adaptor/cuda/blas.h"
+#include "kernels/cuda/blas.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tandem::gpu_test {

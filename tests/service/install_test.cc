@@ -48,8 +48,10 @@ TEST_F(InstallTest, PutsEveryPartInPlace) {
                            "share/doc/tandem/deploy.md", "share/tandem/proto/tandem.proto"}) {
     EXPECT_TRUE(Exists(p + "/" + file)) << file;
   }
-  if (Exists(TANDEM_SOURCE_DIR "/adaptor/pytorch/tandem/__init__.py")) {
-    EXPECT_TRUE(Exists(p + "/lib/python3/dist-packages/tandem/__init__.py"));
+  // The Python package: its framework-free part (client/python), its
+  // PyTorch adaptor (adaptor/pytorch) inside it, and the library it loads.
+  for (const char* file : {"__init__.py", "client.py", "libtandem.so", "torch/__init__.py", "torch/capture.py"}) {
+    EXPECT_TRUE(Exists(p + "/lib/python3/dist-packages/tandem/" + file)) << file;
   }
   ProcessResult version = RunProcess({p + "/bin/tandemd", "--version"});
   EXPECT_EQ(version.exit_code, 0);

@@ -43,8 +43,8 @@ TEST(PackageTest, DebInstallsTheDaemonCliLibraryUnitsAndConfig) {
                            "./usr/share/doc/tandem/deploy.md"}) {
     EXPECT_THAT(contents.out, HasSubstr(file));
   }
-  if (Exists(TANDEM_SOURCE_DIR "/adaptor/pytorch/tandem/__init__.py")) {
-    EXPECT_THAT(contents.out, HasSubstr("./usr/lib/python3/dist-packages/tandem/__init__.py"));
+  for (const char* file : {"tandem/__init__.py", "tandem/torch/__init__.py", "tandem/libtandem.so"}) {
+    EXPECT_THAT(contents.out, HasSubstr(std::string("./usr/lib/python3/dist-packages/") + file));
   }
 
   // The control data: dependencies found by dpkg-shlibdeps, the config as a

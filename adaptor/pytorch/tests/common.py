@@ -7,7 +7,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-for path in (os.path.dirname(HERE), os.path.join(SOURCE_ROOT, "examples", "pytorch")):
+for path in (os.path.dirname(HERE), os.path.join(SOURCE_ROOT, "client", "python"),
+             os.path.join(SOURCE_ROOT, "examples", "pytorch")):
     if path not in sys.path:
         sys.path.insert(0, path)
 

@@ -18,8 +18,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_ROOT = os.path.dirname(HERE)
 SOURCE_ROOT = os.path.dirname(os.path.dirname(PACKAGE_ROOT))
-if PACKAGE_ROOT not in sys.path:
-    sys.path.insert(0, PACKAGE_ROOT)
+for _path in (PACKAGE_ROOT, os.path.join(SOURCE_ROOT, "client", "python")):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 
 import tandem  # noqa: E402
 

@@ -153,7 +153,7 @@ class ErrorsWithoutDaemonTest(unittest.TestCase):
         code = ("import tandem\n"
                 "try:\n    tandem.Client()\nexcept tandem.LibraryNotFoundError as e:\n    print('LNF', e)\n")
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                             cwd=os.path.dirname(common.HERE))
+                             cwd=os.path.join(common.SOURCE_ROOT, "client", "python"))
         self.assertIn("LNF", out.stdout, out.stderr)
         self.assertIn("TANDEM_LIB", out.stdout)
 

@@ -85,6 +85,7 @@ class ReferenceMathTest(unittest.TestCase):
         outs = fused_rnn.lstm_forward_reference(x, h0, c0, *w)
         grads = fused_rnn.lstm_backward_reference(torch.randn(2, 1, 2), torch.randn(1, 2), torch.randn(1, 2),
                                                   x, h0, c0, w[0], w[1], outs[0], outs[3])
+
         def storage(t):
             return t.untyped_storage().data_ptr() if hasattr(t, "untyped_storage") else t.storage().data_ptr()
 

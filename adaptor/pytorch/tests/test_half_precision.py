@@ -9,7 +9,7 @@ A 5u relative bound on each loss (2e-2) allows for that drift over ten steps.
 
 The optimizer steps of a bfloat16 model (Adam with amsgrad, AdamW with weight decay, SGD with Nesterov momentum
 and weight decay) lower to 16-bit elementwise ops with float32 rank-0 step sizes (sqrt, maximum, mul, div, ...);
-tandemd fuses each parameter's update into one fused_elementwise node (adaptor/fuse_elementwise.h), which must give
+tandemd fuses each parameter's update into one fused_elementwise node (compiler/fuse_elementwise.h), which must give
 the unfused ops' bits exactly: a daemon with fusion and one without (`--fuse_elementwise=false`) give the same
 losses and weights bit for bit, both within bfloat16 tolerance of PyTorch's bfloat16 eager step, and the fused
 daemon's graph has at least (update ops - 1) nodes fewer per parameter (its `job registered` log line counts them).

@@ -4,7 +4,7 @@ PyTorch's embedding takes int32 ids as well as int64 ones, and so does Tandem: t
 (nothing casts it to int64), embedding and embedding_dense_backward read it as it is, and ten momentum-SGD
 steps give PyTorch's eager float32 losses and weights. A bad int32 id fails its step with the node and the
 value named, and changes no weight. The class labels stay int64: torch 1.13's CPU nll_loss refuses int32
-labels (Tandem's nll_loss takes them; adaptor/cpu/index_dtype_test.cc covers that).
+labels (Tandem's nll_loss takes them; kernels/cpu/index_dtype_test.cc covers that).
 """
 
 import unittest

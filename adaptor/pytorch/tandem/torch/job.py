@@ -205,8 +205,8 @@ class ServedModel:
         self._input_specs = [(n, *feed_specs[n]) for n in capture.input_names]
         self._fetches = [lowered.fetch_names[o.name] for o in capture.outputs]
         request = {"name": name, "graph": lowered.graph, "hints": hints}
-        persistent = [dtypes.host_tensor(n, t) for n, t in (lowered.persistent if persistent is None
-                                                             else persistent)]
+        chosen = lowered.persistent if persistent is None else persistent
+        persistent = [dtypes.host_tensor(n, t) for n, t in chosen]
         self._session = _Session(endpoint, name, request, persistent)
         self._iteration = 0
         self.name = name

@@ -129,7 +129,8 @@ def attr_value(v, what):
 
 
 def _spec(name, value):
-    return {"name": name, "dtype": dtypes.name_of(value.dtype, f"tensor '{name}'"), "shape": [str(s) for s in value.shape]}
+    return {"name": name, "dtype": dtypes.name_of(value.dtype, f"tensor '{name}'"),
+            "shape": [str(s) for s in value.shape]}
 
 
 def _record_values(gm, example_inputs):

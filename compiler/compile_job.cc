@@ -1,0 +1,24 @@
+#include "compiler/compile_job.h"
+
+#include <utility>
+
+#include "base/status_macros.h"
+#include "compiler/fold_transposes.h"
+#include "compiler/fuse_elementwise.h"
+
+namespace tandem {
+
+absl::StatusOr<CompiledJob> CompileJob(const v1::RegisterJobRequest& request, const CompileOptions& options) {
+  CompiledJob job;
+  ASSIGN_OR_RETURN(job.graph, BuildGraph(request.graph(), request.persistent(), options.limits));
+  if (options.fold_transposes) {
+    ASSIGN_OR_RETURN(job.graph, FoldTransposes(job.graph));
+  }
+  if (options.fuse_elementwise) {
+    ASSIGN_OR_RETURN(job.graph, FuseElementwise(job.graph));
+  }
+  ASSIGN_OR_RETURN(job.layout, PlanIterationLayout(job.graph));
+  return job;
+}
+
+}  // namespace tandem

@@ -1,0 +1,41 @@
+// Registration is compilation: the one entry point from a job's wire form to
+// what a device runs. CompileJob validates the client's graph (BuildGraph:
+// every error a job can fail with names the client's own node), runs the
+// graph passes over the IR, and plans one iteration's memory exactly.
+//
+// The passes, in order: transposes folded into the products that read them
+// (compiler/fold_transposes.h), then chains of elementwise nodes fused into
+// one node each (compiler/fuse_elementwise.h). Each rewrites the graph
+// through an IrBuilder, so every graph a pass produces is validated again.
+//
+// Thread-safe (a plain function); it runs on the daemon's preparation
+// thread, off the control loop.
+#ifndef TANDEM_COMPILER_COMPILE_JOB_H_
+#define TANDEM_COMPILER_COMPILE_JOB_H_
+
+#include "absl/status/statusor.h"
+#include "compiler/iteration_layout.h"
+#include "ir/graph.h"
+#include "ir/graph_builder.h"
+#include "tandem.pb.h"
+
+namespace tandem {
+
+struct CompileOptions {
+  GraphLimits limits;
+  bool fold_transposes = true;
+  bool fuse_elementwise = true;
+};
+
+struct CompiledJob {
+  Graph graph;            // after every pass
+  IterationLayout layout;  // where each ephemeral value lives in its lane's arena
+};
+
+// INVALID_ARGUMENT for a graph a client may not register (unknown op, shape
+// mismatch, ...: BuildGraph's messages); INTERNAL if a pass broke a graph.
+absl::StatusOr<CompiledJob> CompileJob(const v1::RegisterJobRequest& request, const CompileOptions& options = {});
+
+}  // namespace tandem
+
+#endif  // TANDEM_COMPILER_COMPILE_JOB_H_

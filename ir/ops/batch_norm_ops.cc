@@ -1,0 +1,184 @@
+// Registry entries of batch normalization over [N, C, *]: native_batch_norm,
+// _native_batch_norm_legit_functional (which also returns the updated
+// running statistics) and native_batch_norm_backward.
+//
+// Optional tensors: weight and bias must be present (affine batch norm).
+// Running statistics may be absent only where the input count says so
+// unambiguously: native_batch_norm with 3 inputs (input, weight, bias) in
+// training, native_batch_norm_backward with 5 inputs (grad_out, input,
+// weight, save_mean, save_invstd) with train=true.
+//
+// Dtypes (PyTorch's CUDA rules): a float32 or float64 input has every
+// per-channel tensor in its own dtype. A bfloat16 or float16 input has its
+// weight, bias and running statistics all in its own dtype or all in
+// float32 (PyTorch's mixed batch norm); its save_mean and save_invstd are
+// float32 either way (the accumulation type, as PyTorch's CUDA kernels
+// return them), grad_weight and grad_bias take the weight's dtype, and the
+// running statistics keep theirs.
+#include "absl/strings/str_cat.h"
+#include "ir/op_registry.h"
+#include "ir/ops/cnn_rules.h"
+#include "ir/ops/infer_util.h"
+#include "base/status_macros.h"
+
+namespace tandem {
+namespace {
+
+using ops::TypeList;
+
+bool IsHalf(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::kFloat16; }
+
+// input [N, C, *] of a float or 16-bit float dtype; returns C.
+absl::StatusOr<int64_t> CheckInput(const TensorType& input) {
+  RETURN_IF_ERROR(ops::RequireDType("input", input, ops::kFloatAndHalfTypes));
+  if (input.rank() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("input is ", input.ToString(), "; expected [N, C, ...]"));
+  }
+  return input.shape[1];
+}
+
+// The dtype of save_mean and save_invstd: float32 for a 16-bit input, else
+// the input's.
+DType StatsDType(DType input) { return IsHalf(input) ? DType::kFloat32 : input; }
+
+// The dtype of the per-channel parameters, from the weight's: the input's,
+// or float32 for a 16-bit input.
+absl::StatusOr<DType> ParamDType(const TensorType& weight, const TensorType& input) {
+  if (weight.dtype == input.dtype) return input.dtype;
+  if (IsHalf(input.dtype) && weight.dtype == DType::kFloat32) return DType::kFloat32;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "weight is ", weight.ToString(), " but input is ", input.ToString(), "; expected ", DTypeName(input.dtype),
+      ShapeString({input.shape[1]}),
+      IsHalf(input.dtype) ? absl::StrCat(" or float32", ShapeString({input.shape[1]})) : ""));
+}
+
+// A per-channel tensor: `dtype` and [C] (or, with `may_be_empty`, [0]).
+// `note` ends the message (why `dtype` is expected).
+absl::Status CheckPerChannel(absl::string_view name, const TensorType& t, const TensorType& input, DType dtype,
+                             bool may_be_empty = false, absl::string_view note = "") {
+  const int64_t c = input.shape[1];
+  if (t.dtype == dtype && (t.shape == Shape{c} || (may_be_empty && t.shape == Shape{0}))) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(name, " is ", t.ToString(), " but input is ", input.ToString(),
+                                                 "; expected ", DTypeName(dtype), ShapeString({c}),
+                                                 may_be_empty ? " (or [0])" : "", note));
+}
+
+// The note of a parameter of `param` dtype that is not the input's.
+absl::string_view ParamNote(DType param, const TensorType& input) {
+  return param != input.dtype ? " (the weight's dtype)" : "";
+}
+
+// weight, bias and (where given) the running statistics of a forward, all
+// of one parameter dtype; returns it.
+absl::StatusOr<DType> CheckParams(absl::Span<const TensorType> in) {
+  ASSIGN_OR_RETURN(DType param, ParamDType(in[1], in[0]));
+  const absl::string_view note = ParamNote(param, in[0]);
+  RETURN_IF_ERROR(CheckPerChannel("weight", in[1], in[0], param));
+  RETURN_IF_ERROR(CheckPerChannel("bias", in[2], in[0], param, /*may_be_empty=*/false, note));
+  if (in.size() == 5) {
+    RETURN_IF_ERROR(CheckPerChannel("running_mean", in[3], in[0], param, /*may_be_empty=*/false, note));
+    RETURN_IF_ERROR(CheckPerChannel("running_var", in[4], in[0], param, /*may_be_empty=*/false, note));
+  }
+  return param;
+}
+
+struct ForwardAttrs {
+  bool training = false;
+};
+
+absl::StatusOr<ForwardAttrs> CheckForwardAttrs(const Attrs& attrs) {
+  ForwardAttrs a;
+  ASSIGN_OR_RETURN(a.training, attrs.GetBool("training"));
+  RETURN_IF_ERROR(attrs.GetFloat("momentum").status());
+  ASSIGN_OR_RETURN(double eps, attrs.GetFloat("eps"));
+  if (!(eps >= 0.0)) return absl::InvalidArgumentError(absl::StrCat("attribute 'eps' is ", eps, "; must be >= 0"));
+  return a;
+}
+
+// out, save_mean, save_invstd; the saved statistics are [0] in eval mode,
+// as in ATen.
+TypeList ForwardOutputs(const TensorType& input, bool training) {
+  const Shape saved = training ? Shape{input.shape[1]} : Shape{0};
+  const DType stats = StatsDType(input.dtype);
+  return TypeList{input, TensorType{stats, saved}, TensorType{stats, saved}};
+}
+
+// Inputs: input, weight, bias[, running_mean, running_var].
+absl::StatusOr<TypeList> NativeBatchNormInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
+  if (in.size() != 3 && in.size() != 5) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "got ", in.size(), " inputs; expected input, weight, bias[, running_mean, running_var] (absent weight or "
+        "bias is not supported)"));
+  }
+  RETURN_IF_ERROR(CheckInput(in[0]).status());
+  ASSIGN_OR_RETURN(ForwardAttrs a, CheckForwardAttrs(attrs));
+  RETURN_IF_ERROR(CheckParams(in).status());
+  if (in.size() != 5 && !a.training) {
+    return absl::InvalidArgumentError("eval mode (training=false) needs running_mean and running_var");
+  }
+  return ForwardOutputs(in[0], a.training);
+}
+
+// Inputs: input, weight, bias, running_mean, running_var. Outputs: out,
+// save_mean, save_rstd, running_mean, running_var (updated in training,
+// copied in eval mode).
+absl::StatusOr<TypeList> LegitFunctionalInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
+  RETURN_IF_ERROR(CheckInput(in[0]).status());
+  ASSIGN_OR_RETURN(ForwardAttrs a, CheckForwardAttrs(attrs));
+  RETURN_IF_ERROR(CheckParams(in).status());
+  TypeList out = ForwardOutputs(in[0], a.training);
+  out.push_back(in[3]);
+  out.push_back(in[4]);
+  return out;
+}
+
+// Inputs: grad_out, input, weight[, running_mean, running_var], save_mean,
+// save_invstd. Outputs: grad_input, grad_weight, grad_bias ([0] where
+// output_mask is false).
+absl::StatusOr<TypeList> BatchNormBackwardInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
+  if (in.size() != 5 && in.size() != 7) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "got ", in.size(), " inputs; expected grad_out, input, weight[, running_mean, running_var], save_mean, "
+        "save_invstd (absent weight is not supported)"));
+  }
+  const TensorType& grad = in[0];
+  const TensorType& input = in[1];
+  ASSIGN_OR_RETURN(int64_t c, CheckInput(input));
+  if (!(grad == input)) {
+    return absl::InvalidArgumentError(absl::StrCat("grad_out is ", grad.ToString(), " but input is ",
+                                                   input.ToString(), "; they must have the same type"));
+  }
+  ASSIGN_OR_RETURN(bool train, attrs.GetBool("train"));
+  ASSIGN_OR_RETURN(double eps, attrs.GetFloat("eps"));
+  if (!(eps >= 0.0)) return absl::InvalidArgumentError(absl::StrCat("attribute 'eps' is ", eps, "; must be >= 0"));
+  ASSIGN_OR_RETURN(DType param, ParamDType(in[2], input));
+  RETURN_IF_ERROR(CheckPerChannel("weight", in[2], input, param));
+  const bool has_running = in.size() == 7;
+  if (has_running) {
+    const absl::string_view note = ParamNote(param, input);
+    RETURN_IF_ERROR(CheckPerChannel("running_mean", in[3], input, param, /*may_be_empty=*/false, note));
+    RETURN_IF_ERROR(CheckPerChannel("running_var", in[4], input, param, /*may_be_empty=*/false, note));
+  } else if (!train) {
+    return absl::InvalidArgumentError("eval mode (train=false) needs running_mean and running_var");
+  }
+  const size_t saved = has_running ? 5 : 3;
+  const DType stats = StatsDType(input.dtype);
+  RETURN_IF_ERROR(CheckPerChannel("save_mean", in[saved], input, stats, /*may_be_empty=*/!train));
+  RETURN_IF_ERROR(CheckPerChannel("save_invstd", in[saved + 1], input, stats, /*may_be_empty=*/!train));
+  ASSIGN_OR_RETURN(auto mask, ParseOutputMask(attrs));
+  return TypeList{TensorType{input.dtype, mask[0] ? input.shape : Shape{0}},
+                  TensorType{param, mask[1] ? Shape{c} : Shape{0}},
+                  TensorType{param, mask[2] ? Shape{c} : Shape{0}}};
+}
+
+}  // namespace
+
+void RegisterBatchNormOps(OpRegistry& registry) {
+  ops::RegisterOp(registry, "native_batch_norm", 3, 5, 3, AliasKind::kNone, NativeBatchNormInfer);
+  ops::RegisterOp(registry, "_native_batch_norm_legit_functional", 5, 5, 5, AliasKind::kNone, LegitFunctionalInfer);
+  ops::RegisterOp(registry, "native_batch_norm_backward", 5, 7, 3, AliasKind::kNone, BatchNormBackwardInfer);
+}
+
+}  // namespace tandem

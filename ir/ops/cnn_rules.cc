@@ -1,0 +1,229 @@
+#include "ir/ops/cnn_rules.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/checked_math.h"
+#include "base/status_macros.h"
+
+namespace tandem {
+namespace {
+
+constexpr int64_t kMaxWindowParam = 2147483647;
+
+// A 2-D list attribute: one int stands for both dims; `fallback` when
+// absent (or, with `empty_means_fallback`, empty).
+absl::StatusOr<std::array<int64_t, 2>> GetPair(const Attrs& attrs, absl::string_view name,
+                                               std::optional<std::array<int64_t, 2>> fallback,
+                                               bool empty_means_fallback = false) {
+  std::optional<std::vector<int64_t>> fallback_list;
+  if (fallback.has_value()) fallback_list = std::vector<int64_t>{(*fallback)[0], (*fallback)[1]};
+  ASSIGN_OR_RETURN(std::vector<int64_t> v, attrs.GetInts(name, fallback_list));
+  if (v.empty() && empty_means_fallback && fallback.has_value()) return *fallback;
+  // Bounded as cuDNN's int parameters are, so that the geometry's sums
+  // and products of them stay far from overflowing.
+  for (int64_t x : v) {
+    if (x > kMaxWindowParam) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("attribute '", name, "' has ", x, "; entries must be at most ", kMaxWindowParam));
+    }
+  }
+  if (v.size() == 1) return std::array<int64_t, 2>{v[0], v[0]};
+  if (v.size() == 2) return std::array<int64_t, 2>{v[0], v[1]};
+  return absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' is [", absl::StrJoin(v, ", "),
+                                                 "]; expected one or two ints (2-D only)"));
+}
+
+absl::Status RequireAtLeast(absl::string_view name, const std::array<int64_t, 2>& v, int64_t min) {
+  if (v[0] >= min && v[1] >= min) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("attribute '", name, "' is [", v[0], ", ", v[1], "]; each must be at least ", min));
+}
+
+}  // namespace
+
+absl::StatusOr<Conv2dParams> ParseConv2dParams(const Attrs& attrs) {
+  Conv2dParams p;
+  ASSIGN_OR_RETURN(auto stride, GetPair(attrs, "stride", std::array<int64_t, 2>{1, 1}));
+  ASSIGN_OR_RETURN(auto padding, GetPair(attrs, "padding", std::array<int64_t, 2>{0, 0}));
+  ASSIGN_OR_RETURN(auto dilation, GetPair(attrs, "dilation", std::array<int64_t, 2>{1, 1}));
+  RETURN_IF_ERROR(RequireAtLeast("stride", stride, 1));
+  RETURN_IF_ERROR(RequireAtLeast("padding", padding, 0));
+  RETURN_IF_ERROR(RequireAtLeast("dilation", dilation, 1));
+  ASSIGN_OR_RETURN(p.groups, attrs.GetInt("groups", 1));
+  if (p.groups < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("attribute 'groups' is ", p.groups, "; must be at least 1"));
+  }
+  ASSIGN_OR_RETURN(bool transposed, attrs.GetBool("transposed", false));
+  if (transposed) {
+    return absl::InvalidArgumentError("transposed convolutions are not supported (attribute 'transposed' is true)");
+  }
+  ASSIGN_OR_RETURN(std::vector<int64_t> output_padding, attrs.GetInts("output_padding", std::vector<int64_t>{}));
+  for (int64_t v : output_padding) {
+    if (v < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("attribute 'output_padding' has ", v, "; entries must be non-negative"));
+    }
+  }
+  for (int d = 0; d < 2; ++d) {
+    p.stride[d] = stride[d];
+    p.padding[d] = padding[d];
+    p.dilation[d] = dilation[d];
+  }
+  return p;
+}
+
+absl::StatusOr<Conv2dGeometry> Conv2dShape(const Conv2dParams& params, const Shape& input, const Shape& weight) {
+  if (input.size() != 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input is ", ShapeString(input), "; expected [N, C, H, W] (2-D convolution only)"));
+  }
+  if (weight.size() != 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight is ", ShapeString(weight), "; expected [out_channels, in_channels / groups, kH, kW]"));
+  }
+  Conv2dGeometry g;
+  g.params = params;
+  g.n = input[0];
+  g.c = input[1];
+  g.h = input[2];
+  g.w = input[3];
+  g.o = weight[0];
+  g.kh = weight[2];
+  g.kw = weight[3];
+  if (g.o % params.groups != 0 || g.c % params.groups != 0 || weight[1] != g.c / params.groups || g.o == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input is ", ShapeString(input), " and weight is ", ShapeString(weight), " with groups=", params.groups,
+        "; expected weight [O, C / groups, kH, kW] with O > 0 a multiple of groups and C = ", weight[1], " * ",
+        params.groups));
+  }
+  if (g.kh < 1 || g.kw < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("weight is ", ShapeString(weight), "; kernel dims must be positive"));
+  }
+  const int64_t extent[2] = {g.h, g.w};
+  const int64_t kernel[2] = {g.kh, g.kw};
+  int64_t out[2];
+  for (int d = 0; d < 2; ++d) {
+    // A kernel dim comes from a (bounded) tensor, dilation and padding from
+    // attributes of at most kMaxWindowParam: the product is checked.
+    const std::optional<int64_t> dilated = CheckedMul(params.dilation[d], kernel[d] - 1);
+    if (!dilated.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat("weight is ", ShapeString(weight), " with dilation ",
+                                                     params.dilation[d], ": the dilated kernel is too large"));
+    }
+    const int64_t span = *dilated + 1;
+    const int64_t padded = extent[d] + 2 * params.padding[d];
+    out[d] = padded >= span ? (padded - span) / params.stride[d] + 1 : 0;
+    if (out[d] < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input is ", ShapeString(input), ": spatial dim ", d, " padded to ", padded,
+          " is smaller than the dilated kernel (", span, "); the output would be empty"));
+    }
+  }
+  g.oh = out[0];
+  g.ow = out[1];
+  return g;
+}
+
+int64_t PoolOutputSize(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation, bool ceil_mode) {
+  const int64_t numerator = in + 2 * pad - dilation * (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+  // Floor division (the numerator can be negative for a too-small input).
+  int64_t out = numerator >= 0 ? numerator / stride : -((-numerator + stride - 1) / stride);
+  out += 1;
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+absl::StatusOr<Pool2dParams> ParsePool2dParams(const Attrs& attrs, PoolKind kind) {
+  Pool2dParams p;
+  ASSIGN_OR_RETURN(auto kernel, GetPair(attrs, "kernel_size", std::nullopt));
+  RETURN_IF_ERROR(RequireAtLeast("kernel_size", kernel, 1));
+  ASSIGN_OR_RETURN(auto stride, GetPair(attrs, "stride", kernel, /*empty_means_fallback=*/true));
+  RETURN_IF_ERROR(RequireAtLeast("stride", stride, 1));
+  ASSIGN_OR_RETURN(auto padding, GetPair(attrs, "padding", std::array<int64_t, 2>{0, 0}));
+  RETURN_IF_ERROR(RequireAtLeast("padding", padding, 0));
+  std::array<int64_t, 2> dilation = {1, 1};
+  if (kind == PoolKind::kMax) {
+    ASSIGN_OR_RETURN(dilation, GetPair(attrs, "dilation", std::array<int64_t, 2>{1, 1}));
+    RETURN_IF_ERROR(RequireAtLeast("dilation", dilation, 1));
+  } else {
+    ASSIGN_OR_RETURN(p.count_include_pad, attrs.GetBool("count_include_pad", true));
+    if (attrs.Has("divisor_override")) {
+      ASSIGN_OR_RETURN(p.divisor_override, attrs.GetInt("divisor_override"));
+      if (p.divisor_override == 0) {
+        return absl::InvalidArgumentError("attribute 'divisor_override' is 0; it must be nonzero");
+      }
+    }
+  }
+  ASSIGN_OR_RETURN(p.ceil_mode, attrs.GetBool("ceil_mode", false));
+  for (int d = 0; d < 2; ++d) {
+    if (padding[d] > kernel[d] / 2) {
+      return absl::InvalidArgumentError(absl::StrCat("attribute 'padding' is [", padding[0], ", ", padding[1],
+                                                     "] and kernel_size is [", kernel[0], ", ", kernel[1],
+                                                     "]; padding must be at most half the kernel size"));
+    }
+    p.kernel[d] = kernel[d];
+    p.stride[d] = stride[d];
+    p.padding[d] = padding[d];
+    p.dilation[d] = dilation[d];
+  }
+  return p;
+}
+
+absl::StatusOr<Pool2dGeometry> Pool2dShape(const Pool2dParams& params, const Shape& input) {
+  if (input.size() != 3 && input.size() != 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("self is ", ShapeString(input), "; expected [N, C, H, W] or [C, H, W]"));
+  }
+  Pool2dGeometry g;
+  g.params = params;
+  const size_t r = input.size();
+  g.h = input[r - 2];
+  g.w = input[r - 1];
+  g.planes = 1;
+  for (size_t d = 0; d + 2 < r; ++d) g.planes *= input[d];
+  g.oh = PoolOutputSize(g.h, params.kernel[0], params.stride[0], params.padding[0], params.dilation[0],
+                        params.ceil_mode);
+  g.ow = PoolOutputSize(g.w, params.kernel[1], params.stride[1], params.padding[1], params.dilation[1],
+                        params.ceil_mode);
+  if (g.h < 1 || g.w < 1 || g.oh < 1 || g.ow < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("self is ", ShapeString(input), ": the pooled output would be ",
+                                                   g.oh, " x ", g.ow, "; it must not be empty"));
+  }
+  return g;
+}
+
+Shape PooledShape(const Shape& input, int64_t oh, int64_t ow) {
+  Shape out = input;
+  out[out.size() - 2] = oh;
+  out[out.size() - 1] = ow;
+  return out;
+}
+
+absl::StatusOr<std::array<int64_t, 2>> ParseAdaptiveOutputSize(const Attrs& attrs) {
+  ASSIGN_OR_RETURN(auto size, GetPair(attrs, "output_size", std::nullopt));
+  RETURN_IF_ERROR(RequireAtLeast("output_size", size, 1));
+  return size;
+}
+
+ChannelSplit SplitChannels(const Shape& shape) {
+  ChannelSplit s;
+  if (shape.size() < 2) return s;
+  s.outer = shape[0];
+  s.channels = shape[1];
+  for (size_t d = 2; d < shape.size(); ++d) s.inner *= shape[d];
+  return s;
+}
+
+absl::StatusOr<std::array<bool, 3>> ParseOutputMask(const Attrs& attrs) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> mask, attrs.GetInts("output_mask", std::vector<int64_t>{1, 1, 1}));
+  if (mask.size() != 3) {
+    return absl::InvalidArgumentError(absl::StrCat("attribute 'output_mask' is [", absl::StrJoin(mask, ", "),
+                                                   "]; expected three 0/1 entries"));
+  }
+  return std::array<bool, 3>{mask[0] != 0, mask[1] != 0, mask[2] != 0};
+}
+
+}  // namespace tandem

@@ -1,0 +1,110 @@
+// Geometry of the CNN ops, shared by the op registry and every backend's
+// kernels: attribute parsing and output sizes of 2-D convolution and pooling
+// over NCHW tensors, adaptive pooling windows, the [N, C, *] channel split
+// of batch norm, and the output_mask of the backward ops.
+//
+// The rules follow ATen's: a list attribute of one int stands for both
+// spatial dims; a pooling `stride` that is absent or empty is the kernel
+// size; pooling padding must be at most half the kernel size; every output
+// dim must be at least 1. Plain functions without state; thread-safe.
+// Errors are INVALID_ARGUMENT messages naming the attribute or input; the
+// registry prefixes the op.
+#ifndef TANDEM_IR_OPS_CNN_RULES_H_
+#define TANDEM_IR_OPS_CNN_RULES_H_
+
+#include <array>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "ir/attrs.h"
+#include "ir/dtype.h"
+
+namespace tandem {
+
+struct Conv2dParams {
+  int64_t stride[2] = {1, 1};
+  int64_t padding[2] = {0, 0};
+  int64_t dilation[2] = {1, 1};
+  int64_t groups = 1;
+};
+
+// A 2-D convolution: input [n, c, h, w], weight [o, c / groups, kh, kw],
+// output [n, o, oh, ow].
+struct Conv2dGeometry {
+  int64_t n = 0, c = 0, h = 0, w = 0;
+  int64_t o = 0, kh = 0, kw = 0;
+  int64_t oh = 0, ow = 0;
+  Conv2dParams params;
+
+  Shape output_shape() const { return {n, o, oh, ow}; }
+};
+
+// stride, padding, dilation, groups; transposed must be false (transposed
+// convolutions are not supported); output_padding, which only a transposed
+// convolution uses, must be a list of non-negative ints when present.
+absl::StatusOr<Conv2dParams> ParseConv2dParams(const Attrs& attrs);
+
+// Checks input (rank 4), weight (rank 4) and the params against each other.
+absl::StatusOr<Conv2dGeometry> Conv2dShape(const Conv2dParams& params, const Shape& input, const Shape& weight);
+
+enum class PoolKind { kMax, kAvg };
+
+struct Pool2dParams {
+  int64_t kernel[2] = {1, 1};
+  int64_t stride[2] = {1, 1};
+  int64_t padding[2] = {0, 0};
+  int64_t dilation[2] = {1, 1};  // max pooling only
+  bool ceil_mode = false;
+  bool count_include_pad = true;  // average pooling only
+  int64_t divisor_override = 0;   // average pooling only; 0: none
+};
+
+// kernel_size, stride, padding, ceil_mode, and dilation (max) or
+// count_include_pad and divisor_override (average).
+absl::StatusOr<Pool2dParams> ParsePool2dParams(const Attrs& attrs, PoolKind kind);
+
+// A pooling input viewed as `planes` planes of h x w (planes = N * C for
+// [N, C, H, W], C for [C, H, W]); the output planes are oh x ow.
+struct Pool2dGeometry {
+  int64_t planes = 0, h = 0, w = 0;
+  int64_t oh = 0, ow = 0;
+  Pool2dParams params;
+};
+
+// Checks the input (rank 3 or 4) against the params.
+absl::StatusOr<Pool2dGeometry> Pool2dShape(const Pool2dParams& params, const Shape& input);
+
+// `input` with its last two dims replaced by (oh, ow).
+Shape PooledShape(const Shape& input, int64_t oh, int64_t ow);
+
+// One output size of ATen's pooling: floor (or ceil) of
+// (in + 2 * pad - dilation * (kernel - 1) - 1) / stride, plus 1, less one
+// when ceil mode would start the last window past the input and its left
+// padding.
+int64_t PoolOutputSize(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation, bool ceil_mode);
+
+// adaptive_avg_pool2d's output_size: two positive ints (one stands for
+// both).
+absl::StatusOr<std::array<int64_t, 2>> ParseAdaptiveOutputSize(const Attrs& attrs);
+
+// Adaptive pooling window of output index `o` of `out` over `in` inputs:
+// [floor(o * in / out), ceil((o + 1) * in / out)).
+inline int64_t AdaptiveStart(int64_t o, int64_t in, int64_t out) { return (o * in) / out; }
+inline int64_t AdaptiveEnd(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
+
+// A batch-norm input [N, C, *] as [outer = N, channels = C, inner = prod(*)]
+// (rank >= 2).
+struct ChannelSplit {
+  int64_t outer = 1, channels = 1, inner = 1;
+  int64_t per_channel() const { return outer * inner; }
+};
+ChannelSplit SplitChannels(const Shape& shape);
+
+// A backward op's output_mask: three 0/1 ints (or bools), all true when
+// absent. An output whose entry is false has the shape [0] and is not
+// computed.
+absl::StatusOr<std::array<bool, 3>> ParseOutputMask(const Attrs& attrs);
+
+}  // namespace tandem
+
+#endif  // TANDEM_IR_OPS_CNN_RULES_H_

@@ -1,0 +1,220 @@
+// Reference CPU kernels of 2-D convolution: convolution and
+// convolution_backward.
+//
+// Per image and group the input is unfolded (im2col) into a double matrix
+// col[K = C/groups * kH * kW][P = oH * oW]; then
+//   forward:         out[oc, :]  = sum_r weight[oc, r] * col[r, :]
+//   grad_input:      gcol[r, :]  = sum_oc weight[oc, r] * grad[oc, :], folded
+//                                  back (col2im) into a double plane
+//   grad_weight:     gw[oc, r]  += dot(grad[oc, :], col[r, :])
+//   grad_bias:       gb[oc]     += sum(grad[oc, :])
+// Every inner loop runs over contiguous memory, and everything accumulates
+// in double and rounds once. Outputs of shape [0] (masked off by
+// output_mask) are skipped. bfloat16 and float16 run these kernels on
+// float32 copies (half_kernels.h's WithHalf), so they too accumulate in
+// double and round once to float32, then to 16 bits.
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/half_kernels.h"
+#include "kernels/cpu/kernel_util.h"
+#include "ir/ops/cnn_rules.h"
+#include "base/status_macros.h"
+
+namespace tandem::cpu {
+namespace {
+
+struct GroupDims {
+  int64_t cg = 0;  // input channels per group
+  int64_t og = 0;  // output channels per group
+  int64_t k = 0;   // cg * kh * kw
+  int64_t p = 0;   // oh * ow
+};
+
+GroupDims DimsOf(const Conv2dGeometry& g) {
+  GroupDims d;
+  d.cg = g.c / g.params.groups;
+  d.og = g.o / g.params.groups;
+  d.k = d.cg * g.kh * g.kw;
+  d.p = g.oh * g.ow;
+  return d;
+}
+
+// col[(ci * kh + i) * kw + j][y * ow + x] = plane ci at (y * sh - ph + i * dh,
+// x * sw - pw + j * dw), 0 in the padding. `x` points at the group's first
+// input channel.
+template <typename T>
+void Im2Col(const T* x, const Conv2dGeometry& g, const GroupDims& d, double* col) {
+  const Conv2dParams& p = g.params;
+  for (int64_t ci = 0; ci < d.cg; ++ci) {
+    const T* plane = x + ci * g.h * g.w;
+    for (int64_t i = 0; i < g.kh; ++i) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        double* row = col + ((ci * g.kh + i) * g.kw + j) * d.p;
+        for (int64_t y = 0; y < g.oh; ++y) {
+          const int64_t iy = y * p.stride[0] - p.padding[0] + i * p.dilation[0];
+          double* out = row + y * g.ow;
+          if (iy < 0 || iy >= g.h) {
+            std::fill(out, out + g.ow, 0.0);
+            continue;
+          }
+          const T* in_row = plane + iy * g.w;
+          for (int64_t xo = 0; xo < g.ow; ++xo) {
+            const int64_t ix = xo * p.stride[1] - p.padding[1] + j * p.dilation[1];
+            out[xo] = (ix >= 0 && ix < g.w) ? static_cast<double>(in_row[ix]) : 0.0;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of Im2Col: adds col into the group's double planes.
+void Col2Im(const double* col, const Conv2dGeometry& g, const GroupDims& d, double* x) {
+  const Conv2dParams& p = g.params;
+  for (int64_t ci = 0; ci < d.cg; ++ci) {
+    double* plane = x + ci * g.h * g.w;
+    for (int64_t i = 0; i < g.kh; ++i) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const double* row = col + ((ci * g.kh + i) * g.kw + j) * d.p;
+        for (int64_t y = 0; y < g.oh; ++y) {
+          const int64_t iy = y * p.stride[0] - p.padding[0] + i * p.dilation[0];
+          if (iy < 0 || iy >= g.h) continue;
+          double* in_row = plane + iy * g.w;
+          const double* src = row + y * g.ow;
+          for (int64_t xo = 0; xo < g.ow; ++xo) {
+            const int64_t ix = xo * p.stride[1] - p.padding[1] + j * p.dilation[1];
+            if (ix >= 0 && ix < g.w) in_row[ix] += src[xo];
+          }
+        }
+      }
+    }
+  }
+}
+
+absl::StatusOr<Conv2dGeometry> GeometryOf(const KernelArgs& args, const TensorArg& input, const TensorArg& weight) {
+  ASSIGN_OR_RETURN(Conv2dParams params, ParseConv2dParams(args.node->attrs));
+  return Conv2dShape(params, input.type.shape, weight.type.shape);
+}
+
+template <typename T>
+void ConvForward(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y) {
+  const GroupDims d = DimsOf(g);
+  std::vector<double> col(static_cast<size_t>(d.k * d.p));
+  std::vector<double> acc(static_cast<size_t>(d.p));
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t grp = 0; grp < g.params.groups; ++grp) {
+      Im2Col(x + (n * g.c + grp * d.cg) * g.h * g.w, g, d, col.data());
+      for (int64_t oc = grp * d.og; oc < (grp + 1) * d.og; ++oc) {
+        std::fill(acc.begin(), acc.end(), bias != nullptr ? static_cast<double>(bias[oc]) : 0.0);
+        const T* w_row = w + oc * d.k;
+        for (int64_t r = 0; r < d.k; ++r) {
+          const double a = static_cast<double>(w_row[r]);
+          const double* c_row = col.data() + r * d.p;
+          for (int64_t q = 0; q < d.p; ++q) acc[q] += a * c_row[q];
+        }
+        T* out = y + (n * g.o + oc) * d.p;
+        for (int64_t q = 0; q < d.p; ++q) out[q] = static_cast<T>(acc[q]);
+      }
+    }
+  }
+}
+
+absl::Status ConvolutionKernel(const KernelArgs& args) {
+  const TensorArg& input = args.inputs[0];
+  const TensorArg& weight = args.inputs[1];
+  const TensorArg* bias = args.inputs.size() > 2 ? &args.inputs[2] : nullptr;
+  ASSIGN_OR_RETURN(Conv2dGeometry g, GeometryOf(args, input, weight));
+  return DispatchFloat(args, input.type.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    ConvForward<T>(g, input.as<const T>(), weight.as<const T>(), bias != nullptr ? bias->as<const T>() : nullptr,
+                   args.outputs[0].as<T>());
+    return absl::OkStatus();
+  });
+}
+
+// Outputs with a null pointer are not computed.
+template <typename T>
+void ConvBackward(const Conv2dGeometry& g, const T* grad, const T* x, const T* w, T* grad_input, T* grad_weight,
+                  T* grad_bias) {
+  const GroupDims d = DimsOf(g);
+  const int64_t plane = g.h * g.w;
+  std::vector<double> col(static_cast<size_t>(d.k * d.p));
+  std::vector<double> gx;
+  if (grad_input != nullptr) gx.resize(static_cast<size_t>(d.cg * plane));
+  std::vector<double> gw;
+  if (grad_weight != nullptr) gw.assign(static_cast<size_t>(g.o * d.k), 0.0);
+  std::vector<double> gb;
+  if (grad_bias != nullptr) gb.assign(static_cast<size_t>(g.o), 0.0);
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t grp = 0; grp < g.params.groups; ++grp) {
+      const int64_t first_oc = grp * d.og;
+      if (grad_weight != nullptr) {
+        Im2Col(x + (n * g.c + grp * d.cg) * plane, g, d, col.data());
+        for (int64_t oc = first_oc; oc < first_oc + d.og; ++oc) {
+          const T* dy = grad + (n * g.o + oc) * d.p;
+          for (int64_t r = 0; r < d.k; ++r) {
+            const double* c_row = col.data() + r * d.p;
+            double dot = 0.0;
+            for (int64_t q = 0; q < d.p; ++q) dot += static_cast<double>(dy[q]) * c_row[q];
+            gw[oc * d.k + r] += dot;
+          }
+        }
+      }
+      if (grad_bias != nullptr) {
+        for (int64_t oc = first_oc; oc < first_oc + d.og; ++oc) {
+          const T* dy = grad + (n * g.o + oc) * d.p;
+          double sum = 0.0;
+          for (int64_t q = 0; q < d.p; ++q) sum += static_cast<double>(dy[q]);
+          gb[oc] += sum;
+        }
+      }
+      if (grad_input != nullptr) {
+        std::fill(col.begin(), col.end(), 0.0);  // now gcol
+        for (int64_t oc = first_oc; oc < first_oc + d.og; ++oc) {
+          const T* dy = grad + (n * g.o + oc) * d.p;
+          const T* w_row = w + oc * d.k;
+          for (int64_t r = 0; r < d.k; ++r) {
+            const double a = static_cast<double>(w_row[r]);
+            double* c_row = col.data() + r * d.p;
+            for (int64_t q = 0; q < d.p; ++q) c_row[q] += a * static_cast<double>(dy[q]);
+          }
+        }
+        std::fill(gx.begin(), gx.end(), 0.0);
+        Col2Im(col.data(), g, d, gx.data());
+        T* out = grad_input + (n * g.c + grp * d.cg) * plane;
+        for (int64_t i = 0; i < d.cg * plane; ++i) out[i] = static_cast<T>(gx[i]);
+      }
+    }
+  }
+  if (grad_weight != nullptr) {
+    for (size_t i = 0; i < gw.size(); ++i) grad_weight[i] = static_cast<T>(gw[i]);
+  }
+  if (grad_bias != nullptr) {
+    for (size_t i = 0; i < gb.size(); ++i) grad_bias[i] = static_cast<T>(gb[i]);
+  }
+}
+
+// Inputs: grad_output, input, weight. Outputs: grad_input, grad_weight,
+// grad_bias, each of 0 elements when masked off.
+absl::Status ConvolutionBackwardKernel(const KernelArgs& args) {
+  const TensorArg& grad = args.inputs[0];
+  const TensorArg& input = args.inputs[1];
+  const TensorArg& weight = args.inputs[2];
+  ASSIGN_OR_RETURN(Conv2dGeometry g, GeometryOf(args, input, weight));
+  return DispatchFloat(args, input.type.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    auto out = [&](int i) { return args.outputs[i].numel() > 0 ? args.outputs[i].as<T>() : nullptr; };
+    ConvBackward<T>(g, grad.as<const T>(), input.as<const T>(), weight.as<const T>(), out(0), out(1), out(2));
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace
+
+void AddConvolutionKernels(CpuKernelTable& table) {
+  table["convolution"] = WithHalf<ConvolutionKernel>;
+  table["convolution_backward"] = WithHalf<ConvolutionBackwardKernel>;
+}
+
+}  // namespace tandem::cpu

@@ -1,0 +1,82 @@
+// The CPU kernel tests' host tensor (TestTensor) and their way to run one
+// op: its kernel (FindCpuKernel) on outputs of the registry's inferred
+// types, poisoned first so that an output the kernel leaves unwritten shows,
+// optionally with output 0 on input 0's buffer (as the planner places
+// kInPlace and kView ops). Test-only; header-only; thread-compatible.
+#ifndef TANDEM_KERNELS_CPU_RUN_OP_TEST_UTIL_H_
+#define TANDEM_KERNELS_CPU_RUN_OP_TEST_UTIL_H_
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ir/attrs.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "ir/graph.h"
+#include "kernels/kernel.h"
+#include "ir/op_registry.h"
+#include "base/status_macros.h"
+
+namespace tandem::cpu {
+
+// A test's host tensor: `type` and 8-byte aligned storage for it (one word
+// more than it needs, so that even an empty tensor has an address).
+struct TestTensor {
+  TensorType type;
+  std::vector<uint64_t> storage;
+
+  explicit TestTensor(TensorType t) : type(std::move(t)), storage(type.bytes() / 8 + 1) {}
+  void* data() { return storage.data(); }
+  const void* data() const { return storage.data(); }
+  int64_t numel() const { return type.numel(); }
+};
+
+// `T` is a test's host tensor: T(TensorType) allocates it, `type`,
+// `data()`, and `storage` (a vector of 8-byte words). `poison` fills every
+// output byte before the kernel runs. With `output_is_input`, output 0 is
+// written into input 0 and returned as a copy of it.
+template <typename T>
+absl::StatusOr<std::vector<T>> RunCpuOp(const std::string& op, const Attrs& attrs, std::vector<T>& inputs,
+                                        uint8_t poison, bool output_is_input = false) {
+  const OpDef* def = OpRegistry::Global().Find(op);
+  if (def == nullptr) return absl::NotFoundError("no op " + op);
+  const int count = static_cast<int>(inputs.size());
+  if (count < def->min_inputs || (def->max_inputs >= 0 && count > def->max_inputs)) {
+    return absl::InvalidArgumentError(op + ": input count out of the op's range");
+  }
+  std::vector<TensorType> in_types;
+  for (const T& t : inputs) in_types.push_back(t.type);
+  ASSIGN_OR_RETURN(std::vector<TensorType> out_types, def->infer(attrs, in_types));
+  Node node;
+  node.op = op;
+  node.def = def;
+  node.attrs = attrs;
+  KernelArgs args;
+  args.node = &node;
+  for (T& t : inputs) args.inputs.push_back(TensorArg{t.data(), t.type});
+  std::vector<T> outputs;
+  for (const TensorType& type : out_types) {
+    outputs.emplace_back(type);
+    std::memset(outputs.back().data(), poison, outputs.back().storage.size() * 8);
+  }
+  for (T& t : outputs) args.outputs.push_back(TensorArg{t.data(), t.type});
+  if (output_is_input) {
+    if (inputs.empty() || outputs.empty() || inputs[0].type.bytes() != outputs[0].type.bytes()) {
+      return absl::InternalError("output 0 cannot take input 0's place");
+    }
+    args.outputs[0].data = inputs[0].data();
+  }
+  CpuKernelFn fn = FindCpuKernel(op);
+  if (fn == nullptr) return absl::UnimplementedError("no CPU kernel for " + op);
+  RETURN_IF_ERROR(fn(args));
+  if (output_is_input) outputs[0].storage = inputs[0].storage;
+  return outputs;
+}
+
+}  // namespace tandem::cpu
+
+#endif  // TANDEM_KERNELS_CPU_RUN_OP_TEST_UTIL_H_

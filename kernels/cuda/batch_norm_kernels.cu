@@ -1,0 +1,614 @@
+// Batch normalization on CUDA. Each channel's elements (outer rows of
+// `inner` contiguous elements) are cut into chunks of kChunkElements, and
+// each chunk is one block's work in the streaming kernels, so even a layer
+// with few channels fills the GPU (64 channels of [32, 64, 112, 112] are
+// 6272 blocks). An op is a short sequence of launches on one stream:
+//   forward:  [training] statistics (per chunk: mean and sum of squared
+//             deviations, two-pass in registers) -> finalize (a warp per
+//             channel merges the chunks, writes the saved and running
+//             statistics and the channel's scale and shift) -> apply
+//             (out = x * scale + shift);
+//   backward: [when needed] gradient sums (per chunk: sum(dy) and
+//             sum(dy * (x - mean))) -> finalize (a warp per channel:
+//             grad_weight, grad_bias and grad_input's coefficients) ->
+//             [grad_input] apply.
+// The partial results and coefficients live in the caller's scratch buffer
+// (BatchNormScratchBytes). Every sum has a fixed order (per thread, then a
+// fixed shuffle tree, then chunks in order), so results are deterministic;
+// no atomics. All arithmetic is in double, like the CPU kernels
+// (kernels/cpu/batch_norm_kernels.cc), whose formulas these are: the
+// variance is exact two-pass within a chunk, and the chunks merge as
+// M2 = sum(M2_j + n_j * (mean_j - mean)^2), which is the two-pass variance
+// of the whole channel up to rounding. Loads and stores are 16 bytes wide
+// when `inner` is a multiple of the vector width and the tensors are
+// 16-byte aligned, one element wide otherwise.
+//
+// The kernels are templated on three storage types: T for the data (x, out,
+// grad_output, grad_input), P for the per-channel parameters (weight, bias,
+// running statistics, grad_weight, grad_bias) and S for the saved
+// statistics (save_mean, save_invstd; the backward's mean and invstd
+// inputs, which are the running statistics, of type P, in eval mode).
+// float32 and float64 use one type throughout. A bfloat16 or float16 T has
+// float32 S and P either T or float32 (the registry's rules, PyTorch's
+// CUDA dtypes): arithmetic stays in double, values widen exactly, and each
+// 16-bit store rounds once (through float32, as the CPU kernels round).
+#include <cmath>
+
+#include "kernels/cuda/cnn_launch.h"
+#include "kernels/cuda/half_cnn_common.cuh"
+#include "kernels/cuda/kernel_common.cuh"
+
+namespace tandem::cuda {
+namespace {
+
+constexpr int kBatchNormThreads = 256;
+constexpr int kElementsPerThread = 16;
+constexpr int64_t kChunkElements = int64_t{kBatchNormThreads} * kElementsPerThread;  // 4096
+constexpr int kWarpsPerBlock = kBatchNormThreads / 32;
+constexpr int64_t kMaxGrid = int64_t{1} << 30;
+
+// `kWidth` consecutive elements, loaded and stored as one access (16 bytes
+// when kWidth is Vec16<T>::kCount).
+template <typename T, int kWidth>
+struct alignas(sizeof(T) * kWidth) Pack {
+  T v[kWidth];
+};
+
+// How the streaming kernels walk the tensor, in units of kWidth elements
+// (computed on the host for the launch's width). Block b handles chunk
+// b % chunks of channel b / chunks; its thread t takes the chunk's units
+// t, t + kBatchNormThreads, t + 2 * kBatchNormThreads, ..., so that a
+// warp's accesses are consecutive units of a row.
+struct ChunkGeometry {
+  int64_t channels = 0;
+  int64_t count = 0;          // elements per channel: outer * inner
+  int64_t chunks = 0;         // chunks (blocks) per channel
+  int64_t row_units = 0;      // units of one row (inner / width)
+  int64_t channel_units = 0;  // outer * row_units
+  int64_t chunk_units = 0;    // kChunkElements / width
+  int64_t row_stride = 0;     // units from a row of a channel to its next row: channels * row_units
+  int64_t step_rows = 0;      // kBatchNormThreads units of a channel as whole rows ...
+  int64_t step_col = 0;       // ... and the rest (< row_units)
+};
+
+int64_t ChunksPerChannel(const BatchNormLaunchParams& p) {
+  return (p.outer * p.inner + kChunkElements - 1) / kChunkElements;
+}
+
+ChunkGeometry GeometryFor(const BatchNormLaunchParams& p, int width) {
+  ChunkGeometry g;
+  g.channels = p.channels;
+  g.count = p.outer * p.inner;
+  g.chunks = ChunksPerChannel(p);
+  g.row_units = p.inner / width;
+  g.channel_units = p.outer * g.row_units;
+  g.chunk_units = kChunkElements / width;
+  g.row_stride = p.channels * g.row_units;
+  g.step_rows = kBatchNormThreads / g.row_units;
+  g.step_col = kBatchNormThreads % g.row_units;
+  return g;
+}
+
+// Elements in chunk `j` of a channel of `count` elements.
+__host__ __device__ __forceinline__ int64_t ChunkCount(int64_t count, int64_t j) {
+  const int64_t rest = count - j * kChunkElements;
+  return rest < kChunkElements ? rest : kChunkElements;
+}
+
+// A thread's position in the tensor: `offset` units from its start, at unit
+// `col` of its row.
+struct UnitCursor {
+  int64_t offset;
+  int64_t col;
+
+  // Moves kBatchNormThreads units on in the channel (onto later rows when
+  // the row ends). Pure arithmetic: moving past the channel's end is
+  // harmless as long as nothing is accessed there.
+  __device__ __forceinline__ void Advance(const ChunkGeometry& g) {
+    offset += g.step_rows * g.row_stride + g.step_col;
+    col += g.step_col;
+    if (col >= g.row_units) {
+      col -= g.row_units;
+      offset += g.row_stride - g.row_units;
+    }
+  }
+};
+
+// The calling thread's first unit in chunk `chunk` of channel `c`, and how
+// many of its kUnits units exist (the channel's last chunk may be short).
+template <int kUnits>
+__device__ __forceinline__ int StartCursor(const ChunkGeometry& g, int64_t c, int64_t chunk, UnitCursor* cursor) {
+  const int64_t u = chunk * g.chunk_units + threadIdx.x;  // unit index within the channel
+  if (u >= g.channel_units) {
+    cursor->offset = 0;
+    cursor->col = 0;
+    return 0;
+  }
+  int64_t row, col;
+  if (g.channel_units <= int64_t{0xffffffff}) {
+    const uint32_t q = static_cast<uint32_t>(u) / static_cast<uint32_t>(g.row_units);
+    row = q;
+    col = u - static_cast<int64_t>(q) * g.row_units;
+  } else {
+    row = u / g.row_units;
+    col = u - row * g.row_units;
+  }
+  cursor->offset = row * g.row_stride + c * g.row_units + col;
+  cursor->col = col;
+  const int64_t left = (g.channel_units - u - 1) / kBatchNormThreads + 1;
+  return left < kUnits ? static_cast<int>(left) : kUnits;
+}
+
+// Per chunk: its mean and its sum of squared deviations from that mean
+// (two passes over the values held in registers), into partials[2 * b] and
+// partials[2 * b + 1] for block-chunk b = c * chunks + chunk.
+template <typename T, int kWidth>
+__global__ void __launch_bounds__(kBatchNormThreads)
+    BatchNormStatsKernel(ChunkGeometry g, const T* x, double* partials) {
+  constexpr int kUnits = kElementsPerThread / kWidth;
+  __shared__ double shared[32];
+  const Pack<T, kWidth>* in = reinterpret_cast<const Pack<T, kWidth>*>(x);
+  const int64_t blocks = g.channels * g.chunks;
+  for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    const int64_t c = b / g.chunks;
+    const int64_t chunk = b - c * g.chunks;
+    UnitCursor cursor;
+    const int valid = StartCursor<kUnits>(g, c, chunk, &cursor);
+    Pack<T, kWidth> v[kUnits];
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+      if (k < valid) {
+        v[k] = in[cursor.offset];
+      } else {
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) v[k].v[e] = RoundTo<T>(0.0);
+      }
+      cursor.Advance(g);
+    }
+    double sum = 0.0;
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) sum += WidenTo<double>(v[k].v[e]);  // absent units hold 0
+    }
+    const double n = static_cast<double>(ChunkCount(g.count, chunk));
+    const double mean = BlockSum(sum, shared) / n;
+    double m2 = 0.0;
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+      if (k < valid) {
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) {
+          const double d = WidenTo<double>(v[k].v[e]) - mean;
+          m2 += d * d;
+        }
+      }
+    }
+    m2 = BlockSum(m2, shared);
+    if (threadIdx.x == 0) {
+      partials[2 * b] = mean;
+      partials[2 * b + 1] = m2;
+    }
+  }
+}
+
+// A warp per channel: the channel's statistics (training: merged from the
+// chunks' partials; eval: the running ones), the saved and running
+// statistics, and coeffs[2c], coeffs[2c + 1] = scale, shift.
+template <typename P, typename S>
+__global__ void __launch_bounds__(kBatchNormThreads)
+    BatchNormForwardFinalizeKernel(BatchNormLaunchParams p, int64_t chunks, BatchNormForwardOperands op,
+                                   const double* partials, double* coeffs) {
+  const P* weight = static_cast<const P*>(op.weight);
+  const P* bias = static_cast<const P*>(op.bias);
+  const P* running_mean = static_cast<const P*>(op.running_mean);
+  const P* running_var = static_cast<const P*>(op.running_var);
+  P* new_running_mean = static_cast<P*>(op.new_running_mean);
+  P* new_running_var = static_cast<P*>(op.new_running_var);
+  const int lane = threadIdx.x % 32;
+  const int64_t count_elements = p.outer * p.inner;
+  const double count = static_cast<double>(count_elements);
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; c < p.channels;
+       c += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
+    double mean, invstd;
+    if (p.training) {
+      const double* part = partials + 2 * c * chunks;
+      double sum = 0.0;
+      for (int64_t j = lane; j < chunks; j += 32) {
+        sum += static_cast<double>(ChunkCount(count_elements, j)) * part[2 * j];
+      }
+      mean = WarpSum(sum) / count;
+      double m2 = 0.0;
+      for (int64_t j = lane; j < chunks; j += 32) {
+        const double d = part[2 * j] - mean;
+        m2 += part[2 * j + 1] + static_cast<double>(ChunkCount(count_elements, j)) * d * d;
+      }
+      m2 = WarpSum(m2);
+      invstd = 1.0 / sqrt(m2 / count + p.eps);
+      if (lane == 0) {
+        static_cast<S*>(op.save_mean)[c] = RoundTo<S>(mean);
+        static_cast<S*>(op.save_invstd)[c] = RoundTo<S>(invstd);
+        if (new_running_mean != nullptr) {
+          new_running_mean[c] =
+              RoundTo<P>((1.0 - p.momentum) * WidenTo<double>(running_mean[c]) + p.momentum * mean);
+          new_running_var[c] = RoundTo<P>((1.0 - p.momentum) * WidenTo<double>(running_var[c]) +
+                                          p.momentum * m2 / (count - 1.0));
+        }
+      }
+    } else {
+      mean = WidenTo<double>(running_mean[c]);
+      invstd = 1.0 / sqrt(WidenTo<double>(running_var[c]) + p.eps);
+      if (lane == 0 && new_running_mean != nullptr) {
+        new_running_mean[c] = running_mean[c];
+        new_running_var[c] = running_var[c];
+      }
+    }
+    if (lane == 0) {
+      const double scale = invstd * WidenTo<double>(weight[c]);
+      coeffs[2 * c] = scale;
+      coeffs[2 * c + 1] = WidenTo<double>(bias[c]) - mean * scale;
+    }
+  }
+}
+
+// out = x * scale + shift, a chunk per block. Each thread loads all its
+// units before storing any, so `out` may be `x`.
+template <typename T, int kWidth>
+__global__ void __launch_bounds__(kBatchNormThreads)
+    BatchNormApplyKernel(ChunkGeometry g, const double* coeffs, const T* x, T* out) {
+  constexpr int kUnits = kElementsPerThread / kWidth;
+  const Pack<T, kWidth>* in = reinterpret_cast<const Pack<T, kWidth>*>(x);
+  Pack<T, kWidth>* y = reinterpret_cast<Pack<T, kWidth>*>(out);
+  const int64_t blocks = g.channels * g.chunks;
+  for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    const int64_t c = b / g.chunks;
+    const int64_t chunk = b - c * g.chunks;
+    const double scale = coeffs[2 * c];
+    const double shift = coeffs[2 * c + 1];
+    UnitCursor start;
+    const int valid = StartCursor<kUnits>(g, c, chunk, &start);
+    UnitCursor cursor = start;
+    Pack<T, kWidth> v[kUnits];
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+      if (k < valid) v[k] = in[cursor.offset];
+      cursor.Advance(g);
+    }
+    cursor = start;
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+      if (k < valid) {
+        Pack<T, kWidth> o;
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) o.v[e] = RoundTo<T>(WidenTo<double>(v[k].v[e]) * scale + shift);
+        y[cursor.offset] = o;
+      }
+      cursor.Advance(g);
+    }
+  }
+}
+
+// Per chunk: sum(dy) and sum(dy * (x - mean)) with the channel's given
+// mean (of type M), into partials[2 * b] and partials[2 * b + 1].
+template <typename T, typename M, int kWidth>
+__global__ void __launch_bounds__(kBatchNormThreads)
+    BatchNormGradSumsKernel(ChunkGeometry g, const T* grad_output, const T* x, const M* mean_in,
+                            double* partials) {
+  constexpr int kUnits = kElementsPerThread / kWidth;
+  __shared__ double shared[32];
+  const Pack<T, kWidth>* dy = reinterpret_cast<const Pack<T, kWidth>*>(grad_output);
+  const Pack<T, kWidth>* in = reinterpret_cast<const Pack<T, kWidth>*>(x);
+  const int64_t blocks = g.channels * g.chunks;
+  for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    const int64_t c = b / g.chunks;
+    const int64_t chunk = b - c * g.chunks;
+    const double mean = WidenTo<double>(mean_in[c]);
+    UnitCursor cursor;
+    const int valid = StartCursor<kUnits>(g, c, chunk, &cursor);
+    Pack<T, kWidth> gv[kUnits], xv[kUnits];
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+      if (k < valid) {
+        gv[k] = dy[cursor.offset];
+        xv[k] = in[cursor.offset];
+      }
+      cursor.Advance(g);
+    }
+    double sum_dy = 0.0, sum_dy_xmu = 0.0;
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+      if (k < valid) {
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) {
+          const double gd = WidenTo<double>(gv[k].v[e]);
+          sum_dy += gd;
+          sum_dy_xmu += gd * (WidenTo<double>(xv[k].v[e]) - mean);
+        }
+      }
+    }
+    sum_dy = BlockSum(sum_dy, shared);
+    sum_dy_xmu = BlockSum(sum_dy_xmu, shared);
+    if (threadIdx.x == 0) {
+      partials[2 * b] = sum_dy;
+      partials[2 * b + 1] = sum_dy_xmu;
+    }
+  }
+}
+
+// A warp per channel: sum_dy and sum_dy_xmu over the chunks (zero when
+// `partials` is null: no gradient output needs them), grad_weight and
+// grad_bias, and, when grad_input is wanted, its coefficients
+// coeffs[4c .. 4c + 3] = mean, sum_dy / n, sum_dy_xmu / n * invstd^2,
+// invstd * weight. The mean and invstd inputs are of type M.
+template <typename P, typename M>
+__global__ void __launch_bounds__(kBatchNormThreads)
+    BatchNormBackwardFinalizeKernel(BatchNormLaunchParams p, int64_t chunks, BatchNormBackwardOperands op,
+                                    const double* partials, double* coeffs) {
+  const M* mean_in = static_cast<const M*>(op.mean);
+  const M* invstd_in = static_cast<const M*>(op.invstd);
+  P* grad_weight = static_cast<P*>(op.grad_weight);
+  P* grad_bias = static_cast<P*>(op.grad_bias);
+  const int lane = threadIdx.x % 32;
+  const double count = static_cast<double>(p.outer * p.inner);
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; c < p.channels;
+       c += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
+    const double mean = WidenTo<double>(mean_in[c]);
+    const double invstd = p.training ? WidenTo<double>(invstd_in[c])
+                                     : 1.0 / sqrt(WidenTo<double>(invstd_in[c]) + p.eps);
+    double sum_dy = 0.0, sum_dy_xmu = 0.0;
+    if (partials != nullptr) {
+      const double* part = partials + 2 * c * chunks;
+      for (int64_t j = lane; j < chunks; j += 32) {
+        sum_dy += part[2 * j];
+        sum_dy_xmu += part[2 * j + 1];
+      }
+      sum_dy = WarpSum(sum_dy);
+      sum_dy_xmu = WarpSum(sum_dy_xmu);
+    }
+    if (lane == 0) {
+      if (grad_weight != nullptr) grad_weight[c] = RoundTo<P>(sum_dy_xmu * invstd);
+      if (grad_bias != nullptr) grad_bias[c] = RoundTo<P>(sum_dy);
+      if (op.grad_input != nullptr) {
+        coeffs[4 * c] = mean;
+        coeffs[4 * c + 1] = sum_dy / count;
+        coeffs[4 * c + 2] = sum_dy_xmu / count * invstd * invstd;
+        coeffs[4 * c + 3] = invstd * WidenTo<double>(static_cast<const P*>(op.weight)[c]);
+      }
+    }
+  }
+}
+
+// grad_input, a chunk per block: training (dy - mean_dy - (x - mean) * k) *
+// invstd * weight; eval dy * invstd * weight (x is not read). Each thread
+// loads all its units before storing any, so grad_input may be dy or x.
+template <typename T, int kWidth, bool kTraining>
+__global__ void __launch_bounds__(kBatchNormThreads)
+    BatchNormGradInputKernel(ChunkGeometry g, const double* coeffs, const T* grad_output, const T* x,
+                             T* grad_input) {
+  constexpr int kUnits = kElementsPerThread / kWidth;
+  const Pack<T, kWidth>* dy = reinterpret_cast<const Pack<T, kWidth>*>(grad_output);
+  const Pack<T, kWidth>* in = reinterpret_cast<const Pack<T, kWidth>*>(x);
+  Pack<T, kWidth>* dx = reinterpret_cast<Pack<T, kWidth>*>(grad_input);
+  const int64_t blocks = g.channels * g.chunks;
+  for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    const int64_t c = b / g.chunks;
+    const int64_t chunk = b - c * g.chunks;
+    const double mean = coeffs[4 * c];
+    const double mean_dy = coeffs[4 * c + 1];
+    const double k_xmu = coeffs[4 * c + 2];
+    const double scale = coeffs[4 * c + 3];
+    UnitCursor start;
+    const int valid = StartCursor<kUnits>(g, c, chunk, &start);
+    UnitCursor cursor = start;
+    Pack<T, kWidth> gv[kUnits], xv[kUnits];
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+      if (k < valid) {
+        gv[k] = dy[cursor.offset];
+        if constexpr (kTraining) xv[k] = in[cursor.offset];
+      }
+      cursor.Advance(g);
+    }
+    cursor = start;
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+      if (k < valid) {
+        Pack<T, kWidth> o;
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) {
+          const double gd = WidenTo<double>(gv[k].v[e]);
+          if constexpr (kTraining) {
+            const double xmu = WidenTo<double>(xv[k].v[e]) - mean;
+            o.v[e] = RoundTo<T>((gd - mean_dy - xmu * k_xmu) * scale);
+          } else {
+            o.v[e] = RoundTo<T>(gd * scale);
+          }
+        }
+        dx[cursor.offset] = o;
+      }
+      cursor.Advance(g);
+    }
+  }
+}
+
+// The vector width (elements per 16 bytes) when `inner` is a multiple of it
+// and every pointer is 16-byte aligned (null ones are ignored), else 1.
+template <typename T>
+int WidthFor(int64_t inner, const void* a, const void* b = nullptr, const void* c = nullptr) {
+  constexpr int kVector = Vec16<T>::kCount;
+  if (inner % kVector != 0) return 1;
+  for (const void* ptr : {a, b, c}) {
+    if (ptr != nullptr && !Aligned16(ptr)) return 1;
+  }
+  return kVector;
+}
+
+unsigned ChunkGrid(const ChunkGeometry& g) {
+  const int64_t blocks = g.channels * g.chunks;
+  return static_cast<unsigned>(blocks < kMaxGrid ? blocks : kMaxGrid);
+}
+
+unsigned FinalizeGrid(int64_t channels) {
+  const int64_t blocks = (channels + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  return static_cast<unsigned>(blocks < kMaxGrid ? blocks : kMaxGrid);
+}
+
+// Where the scratch buffer's parts start: 2 * channels * chunks partials,
+// then 4 coefficients per channel.
+double* PartialsOf(void* scratch) { return static_cast<double*>(scratch); }
+double* CoeffsOf(void* scratch, const BatchNormLaunchParams& p) {
+  return static_cast<double*>(scratch) + 2 * p.channels * ChunksPerChannel(p);
+}
+
+template <typename T, typename P, typename S>
+cudaError_t Forward(const BatchNormLaunchParams& p, const BatchNormForwardOperands& op, void* scratch,
+                    cudaStream_t stream) {
+  constexpr int kVector = Vec16<T>::kCount;
+  const int64_t chunks = ChunksPerChannel(p);
+  double* partials = PartialsOf(scratch);
+  double* coeffs = CoeffsOf(scratch, p);
+  const T* x = static_cast<const T*>(op.x);
+  if (p.training && chunks > 0) {
+    const int width = WidthFor<T>(p.inner, op.x);
+    const ChunkGeometry g = GeometryFor(p, width);
+    if (width == kVector) {
+      BatchNormStatsKernel<T, kVector><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, x, partials);
+    } else {
+      BatchNormStatsKernel<T, 1><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, x, partials);
+    }
+    if (const cudaError_t error = LaunchError(); error != cudaSuccess) return error;
+  }
+  BatchNormForwardFinalizeKernel<P, S>
+      <<<FinalizeGrid(p.channels), kBatchNormThreads, 0, stream>>>(p, chunks, op, partials, coeffs);
+  if (const cudaError_t error = LaunchError(); error != cudaSuccess) return error;
+  if (chunks == 0) return cudaSuccess;
+  const int width = WidthFor<T>(p.inner, op.x, op.out);
+  const ChunkGeometry g = GeometryFor(p, width);
+  T* out = static_cast<T*>(op.out);
+  if (width == kVector) {
+    BatchNormApplyKernel<T, kVector><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, coeffs, x, out);
+  } else {
+    BatchNormApplyKernel<T, 1><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, coeffs, x, out);
+  }
+  return LaunchError();
+}
+
+template <typename T, bool kTraining>
+void LaunchGradInput(const ChunkGeometry& g, int width, const double* coeffs, const T* dy, const T* x, T* dx,
+                     cudaStream_t stream) {
+  constexpr int kVector = Vec16<T>::kCount;
+  if (width == kVector) {
+    BatchNormGradInputKernel<T, kVector, kTraining>
+        <<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, coeffs, dy, x, dx);
+  } else {
+    BatchNormGradInputKernel<T, 1, kTraining><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, coeffs, dy, x, dx);
+  }
+}
+
+// M: the type of op.mean and op.invstd (S in training, P in eval mode).
+template <typename T, typename P, typename M>
+cudaError_t Backward(const BatchNormLaunchParams& p, const BatchNormBackwardOperands& op, void* scratch,
+                     cudaStream_t stream) {
+  constexpr int kVector = Vec16<T>::kCount;
+  const int64_t chunks = ChunksPerChannel(p);
+  double* coeffs = CoeffsOf(scratch, p);
+  const T* dy = static_cast<const T*>(op.grad_output);
+  const T* x = static_cast<const T*>(op.x);
+  const bool need_sums =
+      op.grad_weight != nullptr || op.grad_bias != nullptr || (p.training && op.grad_input != nullptr);
+  double* partials = nullptr;
+  if (need_sums) {
+    partials = PartialsOf(scratch);
+    if (chunks > 0) {
+      const int width = WidthFor<T>(p.inner, op.grad_output, op.x);
+      const ChunkGeometry g = GeometryFor(p, width);
+      const M* mean = static_cast<const M*>(op.mean);
+      if (width == kVector) {
+        BatchNormGradSumsKernel<T, M, kVector>
+            <<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, dy, x, mean, partials);
+      } else {
+        BatchNormGradSumsKernel<T, M, 1><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, dy, x, mean, partials);
+      }
+      if (const cudaError_t error = LaunchError(); error != cudaSuccess) return error;
+    }
+  }
+  BatchNormBackwardFinalizeKernel<P, M>
+      <<<FinalizeGrid(p.channels), kBatchNormThreads, 0, stream>>>(p, chunks, op, partials, coeffs);
+  if (const cudaError_t error = LaunchError(); error != cudaSuccess) return error;
+  if (op.grad_input == nullptr || chunks == 0) return cudaSuccess;
+  const int width = p.training ? WidthFor<T>(p.inner, op.grad_output, op.x, op.grad_input)
+                               : WidthFor<T>(p.inner, op.grad_output, op.grad_input);
+  const ChunkGeometry g = GeometryFor(p, width);
+  T* dx = static_cast<T*>(op.grad_input);
+  if (p.training) {
+    LaunchGradInput<T, true>(g, width, coeffs, dy, x, dx, stream);
+  } else {
+    LaunchGradInput<T, false>(g, width, coeffs, dy, x, dx, stream);
+  }
+  return LaunchError();
+}
+
+}  // namespace
+
+size_t BatchNormScratchBytes(const BatchNormLaunchParams& p) {
+  return static_cast<size_t>(2 * p.channels * ChunksPerChannel(p) + 4 * p.channels) * sizeof(double);
+}
+
+cudaError_t LaunchBatchNormForward(DType dtype, const BatchNormLaunchParams& p, const BatchNormForwardOperands& op,
+                                   void* scratch, cudaStream_t stream) {
+  if (p.channels == 0) return cudaSuccess;
+  switch (dtype) {
+    case DType::kFloat32: return Forward<float, float, float>(p, op, scratch, stream);
+    case DType::kFloat64: return Forward<double, double, double>(p, op, scratch, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t LaunchBatchNormBackward(DType dtype, const BatchNormLaunchParams& p,
+                                    const BatchNormBackwardOperands& op, void* scratch, cudaStream_t stream) {
+  if (p.channels == 0) return cudaSuccess;
+  switch (dtype) {
+    case DType::kFloat32: return Backward<float, float, float>(p, op, scratch, stream);
+    case DType::kFloat64: return Backward<double, double, double>(p, op, scratch, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t LaunchHalfBatchNormForward(DType dtype, DType param_dtype, const BatchNormLaunchParams& p,
+                                       const BatchNormForwardOperands& op, void* scratch, cudaStream_t stream) {
+  if (param_dtype != dtype && param_dtype != DType::kFloat32) return cudaErrorInvalidValue;
+  cudaError_t error = cudaErrorInvalidValue;
+  DispatchHalf(dtype, [&](auto tag) {
+    using H = decltype(tag);
+    if (p.channels == 0) {
+      error = cudaSuccess;
+    } else if (param_dtype == dtype) {
+      error = Forward<H, H, float>(p, op, scratch, stream);
+    } else {
+      error = Forward<H, float, float>(p, op, scratch, stream);
+    }
+  });
+  return error;
+}
+
+cudaError_t LaunchHalfBatchNormBackward(DType dtype, DType param_dtype, const BatchNormLaunchParams& p,
+                                        const BatchNormBackwardOperands& op, void* scratch, cudaStream_t stream) {
+  if (param_dtype != dtype && param_dtype != DType::kFloat32) return cudaErrorInvalidValue;
+  cudaError_t error = cudaErrorInvalidValue;
+  DispatchHalf(dtype, [&](auto tag) {
+    using H = decltype(tag);
+    if (p.channels == 0) {
+      error = cudaSuccess;
+    } else if (param_dtype == DType::kFloat32) {
+      // Saved and running statistics are both float32.
+      error = Backward<H, float, float>(p, op, scratch, stream);
+    } else if (p.training) {
+      error = Backward<H, H, float>(p, op, scratch, stream);
+    } else {
+      error = Backward<H, H, H>(p, op, scratch, stream);  // the running statistics, 16-bit
+    }
+  });
+  return error;
+}
+
+}  // namespace tandem::cuda

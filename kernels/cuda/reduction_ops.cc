@@ -1,0 +1,130 @@
+// CUDA kernels of sum, sum.dim_IntList and mean.dim. The input's dims are
+// grouped into runs of kept and reduced dims (size-1 dims dropped, adjacent
+// dims of one kind merged); one reduced run becomes [outer, size, inner] for
+// the row and column kernels, anything else the general kernel.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/cuda/half_launch.h"
+#include "kernels/cuda/kernel_util.h"
+#include "ir/ops/shape_rules.h"
+#include "base/status_macros.h"
+
+namespace tandem::cuda {
+namespace {
+
+bool IsNumeric(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kInt64;
+}
+
+struct Run {
+  int64_t size = 1;
+  bool reduced = false;
+};
+
+absl::Status Reduce(const CudaKernelContext& context, const KernelArgs& args, const std::vector<bool>& mask,
+                    bool mean) {
+  const TensorArg& in = args.inputs[0];
+  const TensorArg& out = args.outputs[0];
+  // 16-bit floats (on either side) take the 16-bit kernels, whose empty
+  // sums are 0 (mean: NaN) without a separate fill.
+  const bool half = IsHalfDType(in.type.dtype) || IsHalfDType(out.type.dtype);
+  if (!IsNumeric(in.type.dtype) && !IsHalfDType(in.type.dtype)) return UnsupportedDType(args, in.type.dtype);
+  if (!IsNumeric(out.type.dtype) && !IsHalfDType(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);
+  if (out.numel() == 0) return absl::OkStatus();
+  if (half && in.numel() == 0) {
+    return Launched(args,
+                    LaunchHalfReduceMiddle(out.type.dtype, in.type.dtype, out.numel(), 0, 1, mean, in.data, out.data,
+                                           context.native),
+                    in.type.dtype);
+  }
+  if (in.numel() == 0) {
+    // Every output sums an empty slice: 0, or 0 / 0 for a mean.
+    const double value = mean ? std::numeric_limits<double>::quiet_NaN() : 0.0;
+    return Launched(args, LaunchFill(out.type.dtype, out.numel(), value, out.data, context.native), out.type.dtype);
+  }
+  const Shape& shape = in.type.shape;
+  std::vector<Run> runs;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    if (!runs.empty() && runs.back().reduced == mask[d]) {
+      runs.back().size *= shape[d];
+    } else {
+      runs.push_back(Run{shape[d], static_cast<bool>(mask[d])});
+    }
+  }
+  int reduced_runs = 0;
+  int reduced_at = -1;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    if (runs[r].reduced) {
+      ++reduced_runs;
+      reduced_at = static_cast<int>(r);
+    }
+  }
+  if (reduced_runs <= 1) {
+    int64_t outer = 1, size = 1, inner = 1;
+    for (int r = 0; r < static_cast<int>(runs.size()); ++r) {
+      if (r < reduced_at) {
+        outer *= runs[r].size;
+      } else if (r == reduced_at) {
+        size = runs[r].size;
+      } else if (reduced_at >= 0) {
+        inner *= runs[r].size;
+      } else {
+        outer *= runs[r].size;  // nothing reduced: a converting copy through the row kernel
+      }
+    }
+    if (half) {
+      return Launched(args,
+                      LaunchHalfReduceMiddle(out.type.dtype, in.type.dtype, outer, size, inner, mean, in.data,
+                                             out.data, context.native),
+                      in.type.dtype);
+    }
+    return Launched(args,
+                    LaunchReduceMiddle(out.type.dtype, in.type.dtype, outer, size, inner, mean, in.data, out.data,
+                                       context.native),
+                    in.type.dtype);
+  }
+  // Several reduced runs: index kept and reduced runs separately.
+  std::vector<int64_t> sizes;
+  for (const Run& run : runs) sizes.push_back(run.size);
+  const std::vector<int64_t> strides = ContiguousStrides(sizes);
+  StridedOperand kept, reduced;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    StridedOperand& target = runs[r].reduced ? reduced : kept;
+    target.sizes[target.rank] = runs[r].size;
+    target.strides[target.rank] = strides[r];
+    ++target.rank;
+  }
+  if (half) {
+    return Launched(args,
+                    LaunchHalfReduceGeneral(out.type.dtype, in.type.dtype, out.numel(), kept, reduced, mean, in.data,
+                                            out.data, context.native),
+                    in.type.dtype);
+  }
+  return Launched(args,
+                  LaunchReduceGeneral(out.type.dtype, in.type.dtype, out.numel(), kept, reduced, mean, in.data,
+                                      out.data, context.native),
+                  in.type.dtype);
+}
+
+template <bool kMean, bool kAllDims>
+absl::Status ReduceKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  std::vector<int64_t> dims;
+  if constexpr (!kAllDims) {
+    ASSIGN_OR_RETURN(dims, args.node->attrs.GetInts("dim", std::vector<int64_t>{}));
+  }
+  ASSIGN_OR_RETURN(std::vector<bool> mask, ReductionMask(dims, args.inputs[0].type.rank()));
+  return Reduce(context, args, mask, kMean);
+}
+
+}  // namespace
+
+void AddReductionKernels(CudaKernelTable& table) {
+  table["sum"] = ReduceKernel<false, true>;
+  table["sum.dim_IntList"] = ReduceKernel<false, false>;
+  table["mean.dim"] = ReduceKernel<true, false>;
+}
+
+}  // namespace tandem::cuda
