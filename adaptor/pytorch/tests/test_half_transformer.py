@@ -65,7 +65,8 @@ class HalfTransformerTest(unittest.TestCase):
 
     def test_lowered_encoder_keeps_bfloat16_with_float32_layer_norm_statistics(self):
         model, loss_fn, batch = _encoder()
-        _, lowered = tandem.torch.capture_training_job(model, loss_fn, _sgd(model.parameters()), batch)
+        _, lowered = tandem.torch.capture_training_job(model, loss_fn, _sgd(model.parameters()), batch,
+                                                       record_values=True)
         ops = {n["op"] for n in lowered.graph["nodes"]}
         self.assertTrue({"bmm", "native_layer_norm", "native_layer_norm_backward", "embedding_dense_backward"} <= ops,
                         ops)

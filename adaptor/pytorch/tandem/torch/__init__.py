@@ -44,11 +44,12 @@ def _as_tuple(batch):
                      "target(s) passed to loss_fn(output, *targets)")
 
 
-def capture_training_job(model, loss_fn, optimizer, example_batch):
-    """The lowered training step (a tandem.torch.lower.Lowered) and its capture, without a daemon."""
+def capture_training_job(model, loss_fn, optimizer, example_batch, record_values=False):
+    """The lowered training step (a tandem.torch.lower.Lowered) and its capture, without a daemon. With
+    `record_values` the step also runs once in PyTorch, for check.check_lowering (Lowered.values)."""
     plan = OptimizerPlan(optimizer, list(model.named_parameters()))
     capture = capture_training_step(model, loss_fn, plan, _as_tuple(example_batch))
-    lowered = lower(capture.gm, capture.inputs, capture.outputs, capture.flat_inputs)
+    lowered = lower(capture.gm, capture.inputs, capture.outputs, capture.flat_inputs, record_values)
     return capture, lowered
 
 

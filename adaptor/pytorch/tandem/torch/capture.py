@@ -7,7 +7,11 @@ capture_training_step builds a pure function of flat tensors
 
 that runs the model through functional_call, differentiates the loss with
 grad, and applies the optimizer's functional update (optim.OptimizerPlan);
-then traces it with make_fx over functionalize on the CPU. Module hooks label
+then traces it with make_fx over functionalize on the CPU, under fake
+tensors from torch 2.0 on (shapes and dtypes only: nothing of the model
+runs, so capture time and memory do not grow with its FLOPs or its batch;
+torch 1.13 runs the step once, compat.tracing_mode) and with PyTorch's core
+decompositions (every op reaches the Core ATen opset; compat.decompositions). Module hooks label
 every node with the module that produced it (forward nodes) or with
 "backward" / "optimizer", so that the daemon can name the module behind an
 op it refuses. Where PyTorch allows it (fused_rnn.available()), every
@@ -147,7 +151,8 @@ def _cpu_model(model):
 def _trace(fn, flat_inputs, what):
     try:
         with compat.tracing_context():
-            gm = compat.make_fx(compat.functionalize(fn))(*flat_inputs)
+            gm = compat.make_fx(compat.functionalize(fn), decomposition_table=compat.decompositions(),
+                                tracing_mode=compat.tracing_mode())(*flat_inputs)
     except CaptureError:
         raise
     except Exception as e:  # the tracer reports failures as many exception types
@@ -215,8 +220,9 @@ def capture_training_step(model, loss_fn, plan, example_batch):
             _set_phase("loss")
             loss = loss_fn(output, *data[n_model_inputs:])
             if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+                shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else ""
                 raise CaptureError("loss_fn must return a scalar tensor (a 0-dim tensor), got "
-                                   f"{type(loss).__name__}{'' if not isinstance(loss, torch.Tensor) else tuple(loss.shape)}")
+                                   f"{type(loss).__name__}{shape}")
             _set_phase("backward")
             return loss, (loss, buffers)
 

@@ -1,7 +1,10 @@
 """What differs between the PyTorch versions the adaptor supports (1.13 and 2.x).
 
 functionalize, grad and functional_call live in torch.func from 2.0 on and in
-functorch / torch.nn.utils.stateless in 1.13. tracing_context() switches off,
+functorch / torch.nn.utils.stateless in 1.13 (whose functional_call does not
+follow tied parameters: functional_call here gives every name of a tied
+parameter its tensor). decompositions() takes a trace to PyTorch's Core ATen
+opset on both. tracing_context() switches off,
 for the duration of a capture, the fused CPU paths whose ops Tandem does not
 have (oneDNN's RNN layer, the fused attention kernels), so that LSTMs and
 attention trace to their plain ATen ops as they do in 1.13.
@@ -26,7 +29,32 @@ from torch.fx.experimental.proxy_tensor import make_fx
 TORCH_VERSION = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2] if p.isdigit())
 
 
+def tied_names(module):
+    """{name: [other names of the same tensor]} for the module's parameters and buffers that are shared
+    (`head.weight = tok.weight`), by every path that reaches them."""
+    by_tensor = {}
+    for prefix, m in module.named_modules(remove_duplicate=False):
+        for name, t in list(m._parameters.items()) + list(m._buffers.items()):
+            if t is not None:
+                by_tensor.setdefault(id(t), []).append(f"{prefix}.{name}" if prefix else name)
+    ties = {}
+    for names in by_tensor.values():
+        unique = list(dict.fromkeys(names))
+        if len(unique) > 1:
+            for n in unique:
+                ties[n] = [o for o in unique if o != n]
+    return ties
+
+
 def functional_call(module, tensors, args):
+    if TORCH_VERSION < (2, 0):
+        # 1.13 swaps in only the names it is given: a tied parameter's other names would keep reading the
+        # module's own tensor (a constant of the trace, never trained).
+        tensors = dict(tensors)
+        for name, others in tied_names(module).items():
+            if name in tensors:
+                for other in others:
+                    tensors.setdefault(other, tensors[name])
     return _functional_call(module, tensors, tuple(args))
 
 
@@ -36,6 +64,50 @@ def functionalize(fn):
 
 def grad(fn, has_aux=False):
     return _grad(fn, has_aux=has_aux)
+
+
+# Ops Tandem runs whole, with kernels of its own, though the core decomposition
+# tables would take them apart: losses (whose kernels name a bad label),
+# backward ops, optimizer arithmetic, dropout and attention.
+KEEP_WHOLE = frozenset([
+    "nll_loss_forward", "nll_loss_backward", "_log_softmax_backward_data", "_softmax_backward_data",
+    "gelu_backward", "sigmoid_backward", "tanh_backward", "threshold_backward", "native_batch_norm",
+    "native_batch_norm_backward",
+    "native_layer_norm_backward", "embedding_dense_backward", "select_backward", "slice_backward",
+    "native_dropout", "native_dropout_backward", "addcmul", "addcdiv", "lerp.Scalar", "lerp.Tensor",
+    "masked_fill.Scalar", "masked_fill.Tensor", "stack", "_safe_softmax",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
+    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward",
+])
+
+
+def tracing_mode():
+    """How make_fx traces: "fake" (shapes and dtypes only, nothing of the model runs) from torch 2.0 on;
+    "real" under 1.13, whose fake tensors cannot trace functionalize over grad (its FakeTensorMode asserts on
+    the meta tensors functionalization makes for batch norm), so the step runs once there."""
+    return "fake" if TORCH_VERSION >= (2, 0) else "real"
+
+
+def _op_name(op):
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return ""
+    base = schema.name.split("::", 1)[-1]
+    return base if schema.overload_name in ("", "default") else f"{base}.{schema.overload_name}"
+
+
+def decompositions():
+    """The table the capture traces with: it takes every op down to PyTorch's Core ATen opset (torch >= 2.1:
+    torch._decomp.core_aten_decompositions(); 1.13, which has no core tag: every decomposition of its table for
+    an op outside the opset, as core_aten.py lists it), except the ops Tandem keeps whole (KEEP_WHOLE)."""
+    import torch._decomp
+    if hasattr(torch._decomp, "core_aten_decompositions"):
+        table = dict(torch._decomp.core_aten_decompositions())
+    else:
+        from tandem.torch import core_aten
+        table = {op: fn for op, fn in torch._decomp.decomposition_table.items()
+                 if _op_name(op) and _op_name(op) not in core_aten.NAMES}
+    return {op: fn for op, fn in table.items() if _op_name(op) not in KEEP_WHOLE}
 
 
 @contextlib.contextmanager
@@ -52,4 +124,5 @@ def tracing_context():
         yield
 
 
-__all__ = ["TORCH_VERSION", "functional_call", "functionalize", "grad", "make_fx", "tracing_context"]
+__all__ = ["KEEP_WHOLE", "TORCH_VERSION", "decompositions", "functional_call", "functionalize", "grad", "make_fx",
+           "tied_names", "tracing_context", "tracing_mode"]

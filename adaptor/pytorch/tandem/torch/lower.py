@@ -133,6 +133,27 @@ def _spec(name, value):
             "shape": [str(s) for s in value.shape]}
 
 
+def _traced_values(gm, example_inputs):
+    """node -> value as the trace knows it, without running anything: the example inputs for the
+    placeholders, the module's constants, and the (fake) values the tracer recorded for every op, which
+    carry shapes and dtypes only."""
+    values = {}
+    placeholders = iter(example_inputs)
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            values[n] = next(placeholders)
+        elif n.op == "get_attr":
+            values[n] = getattr(gm, n.target)
+        elif n.op == "call_function":
+            if "val" in n.meta:
+                values[n] = n.meta["val"]
+            elif n.target is operator.getitem and n.args[0] in values:
+                values[n] = values[n.args[0]][n.args[1]]
+            else:
+                raise CaptureError(f"internal: the trace recorded no value for {n.name}")
+    return values
+
+
 def _record_values(gm, example_inputs):
     """Runs the graph once on copies of the inputs; returns node -> value (tensor, tuple or None)."""
     values = {}
@@ -299,9 +320,11 @@ def _live_nodes(gm, roots):
     return live
 
 
-def lower(gm, inputs, outputs, example_inputs):
+def lower(gm, inputs, outputs, example_inputs, record_values=False):
     """Lowers `gm` (placeholders in the order of `inputs`, returning a flat tuple matching
-    `outputs`, where an Output may be None for values to ignore) to a Lowered."""
+    `outputs`, where an Output may be None for values to ignore) to a Lowered. With `record_values` the
+    graph runs once on the example inputs, so that Lowered.values holds what PyTorch computed for every
+    tensor (for check.check_lowering); otherwise nothing runs and Lowered.values stays empty."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(inputs):
         raise CaptureError(f"internal: the traced graph has {len(placeholders)} inputs, expected {len(inputs)}")
@@ -339,7 +362,9 @@ def lower(gm, inputs, outputs, example_inputs):
     roots = [v for v in list(updates.values()) + list(fetches.values()) if isinstance(v, torch.fx.Node)]
     roots += bn_nodes
     live = _live_nodes(gm, roots)
-    values = _record_values(gm, example_inputs)
+    # A real-mode trace (torch 1.13) records no values: the graph runs once for them.
+    traced = all("val" in n.meta or n.target is operator.getitem for n in gm.graph.nodes if n.op == "call_function")
+    values = _traced_values(gm, example_inputs) if traced and not record_values else _record_values(gm, example_inputs)
 
     lowered = Lowered()
     em = _Emitter(gm, inputs, values, lowered)
@@ -384,10 +409,11 @@ def lower(gm, inputs, outputs, example_inputs):
             _widen_norm_stats(em, n)
         em.generic(n)
 
-    for node, name in em.names.items():
-        value = values.get(node)
-        if isinstance(value, torch.Tensor) and node.op != "placeholder":
-            lowered.values[name] = value
+    if record_values:
+        for node, name in em.names.items():
+            value = values.get(node)
+            if isinstance(value, torch.Tensor) and node.op != "placeholder":
+                lowered.values[name] = value
     for persistent, node in updates.items():
         if not isinstance(node, torch.fx.Node):
             continue
