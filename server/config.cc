@@ -314,11 +314,12 @@ absl::StatusOr<DaemonCommandLine> ParseDaemonCommandLine(int argc, const char* c
       value = std::string(arg.substr(eq + 1));
       has_value = true;
     }
-    if (name == "help" || name == "version" || name == "check_config") {
+    if (name == "help" || name == "version" || name == "check_config" || name == "list_ops") {
       if (has_value) return absl::InvalidArgumentError(absl::StrCat("--", name, " takes no value"));
       if (name == "help") out.help = true;
       if (name == "version") out.version = true;
       if (name == "check_config") out.check_config = true;
+      if (name == "list_ops") out.list_ops = true;
       continue;
     }
     if (name != "config" && FindConfigKey(name) == nullptr) {
@@ -423,6 +424,7 @@ std::string DaemonUsage() {
       "the others at the next start.\n\n"
       "  --config=FILE        a config file (may repeat; later files win)\n"
       "  --check_config       validate the settings, print them and exit\n"
+      "  --list_ops           print every op a job may use (one per line: name, then its aliases) and exit\n"
       "  --version            print the version and exit\n\n";
   DaemonOptions defaults;
   for (const ConfigKey& key : ConfigKeys()) {

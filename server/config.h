@@ -57,6 +57,7 @@ struct DaemonCommandLine {
   bool help = false;          // --help: print the keys and exit
   bool version = false;       // --version
   bool check_config = false;  // --check_config: validate, print the settings, exit
+  bool list_ops = false;      // --list_ops: print the op registry, exit
 };
 
 // Accepts --key=value and --key value for every key, --config=PATH (may

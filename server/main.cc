@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -23,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "base/endpoint.h"
 #include "base/log.h"
+#include "ir/op_registry.h"
 #include "server/admin_notify.h"
 #include "server/config.h"
 #include "server/event_loop.h"
@@ -41,6 +43,22 @@ constexpr int kExitFailure = 1;
 int Fail(int code, absl::string_view message) {
   std::fprintf(stderr, "tandemd: %s\n", std::string(message).c_str());
   return code;
+}
+
+// Every op of the registry, one line each: its name, then its aliases.
+std::string OpListing() {
+  const OpRegistry& registry = OpRegistry::Global();
+  std::map<std::string, std::vector<std::string>> names;  // canonical -> aliases
+  for (const std::string& name : registry.Names()) {
+    const std::string& canonical = registry.Find(name)->name;
+    if (name != canonical) names[canonical].push_back(name);
+    names.try_emplace(canonical);
+  }
+  std::string out;
+  for (const auto& [name, aliases] : names) {
+    absl::StrAppend(&out, name, aliases.empty() ? "" : " ", absl::StrJoin(aliases, " "), "\n");
+  }
+  return out;
 }
 
 // Hands a socket file to `group` (its mode is already 0660).
@@ -110,6 +128,10 @@ int Run(int argc, char** argv) {
   if (!command_line.ok()) return Fail(kExitUsage, command_line.status().message());
   if (command_line->help) {
     std::fputs(DaemonUsage().c_str(), stdout);
+    return 0;
+  }
+  if (command_line->list_ops) {
+    std::fputs(OpListing().c_str(), stdout);
     return 0;
   }
   if (command_line->version) {

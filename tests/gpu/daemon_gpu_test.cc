@@ -110,9 +110,11 @@ TEST(DaemonOnGpu, HigherPriorityLaneGetsAHigherStreamPriority) {
     }
   }
   EXPECT_EQ(seen, 2);
-  // The client's shared region was mapped, and pinned with cudaHostRegister
-  // on tandemd's preparation thread, so copies from it are asynchronous.
-  ASSERT_TRUE(urgent.client().shared_memory_status().ok()) << urgent.client().shared_memory_status();
+  // The client's shared region (a sealed memfd passed on the fd socket; set
+  // up at a session's first large feed, or asked for here) was mapped, and
+  // pinned with cudaHostRegister on tandemd's preparation thread, so copies
+  // from it are asynchronous.
+  ASSERT_TRUE(urgent.client().EnsureSharedMemory().ok()) << urgent.client().shared_memory_status();
   EXPECT_TRUE(urgent.client().shared_memory_pinned());
   // After each job's first iteration on a stream, its iterations replay a
   // captured graph: fewer kernel-by-kernel runs than iterations.
