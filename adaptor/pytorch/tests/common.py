@@ -82,13 +82,14 @@ class ModuleDaemon:
 
     Tests reach it through `endpoint` (valid between the two)."""
 
-    def __init__(self):
+    def __init__(self, *flags):
+        self._flags = flags
         self._daemon = None
 
     def start(self):
         from daemon import Daemon  # tests/daemon.py, imported only by modules that start one
 
-        self._daemon = Daemon().start()
+        self._daemon = Daemon(*self._flags).start()
 
     def stop(self):
         if self._daemon is not None:

@@ -1,0 +1,79 @@
+"""Every zoo model (zoo/catalog.py) at its small size trains through tandemd: it registers with a CPU tandemd
+and its first steps give PyTorch's losses (float32, relative 1e-4), SGD with momentum.
+
+One test per model. TANDEM_ZOO_SHARD=k/n runs the k-th of n shares of the zoo (ctest runs the shares side by
+side); TANDEM_ZOO_ONLY=a,b runs only those models. A model whose ops are not all in Tandem's registry fails
+with a "MISSING OP" message naming the op and the module it came from.
+"""
+
+import copy
+import os
+import sys
+import time
+import unittest
+
+import common  # noqa: F401  (paths)
+from common import ModuleDaemon, assert_losses_close, missing_op_message, tandem, torch
+
+sys.path.insert(0, common.SOURCE_ROOT)
+from zoo import catalog  # noqa: E402
+
+STEPS = 3
+RTOL = 1e-4
+
+_daemon = ModuleDaemon("--cpu_memory_mib=12288")
+setUpModule, tearDownModule = _daemon.start, _daemon.stop
+
+
+def _selected():
+    only = [n for n in os.environ.get("TANDEM_ZOO_ONLY", "").split(",") if n]
+    entries = [catalog.entry(n) for n in only] if only else list(catalog.ENTRIES)
+    shard = os.environ.get("TANDEM_ZOO_SHARD", "")
+    if shard:
+        k, n = (int(x) for x in shard.split("/"))
+        entries = [e for i, e in enumerate(entries) if i % n == k]
+    return entries
+
+
+class ZooTest(unittest.TestCase):
+    def train_both(self, entry):
+        torch.manual_seed(0)
+        model, loss_fn, make_batch = entry.build("small")
+        reference = copy.deepcopy(model)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        ref_optimizer = torch.optim.SGD(reference.parameters(), lr=0.01, momentum=0.9)
+        g = torch.Generator().manual_seed(1)
+        batches = [make_batch(g) for _ in range(STEPS)]
+        start = time.perf_counter()
+        try:
+            job = tandem.torch.train(model, loss_fn, optimizer, batches[0], endpoint=_daemon.endpoint,
+                                     name=entry.name)
+        except tandem.UnsupportedOpError as e:
+            self.fail(missing_op_message(e))
+        registered = time.perf_counter() - start
+        with job:
+            losses = [job.step(*batch) for batch in batches]
+        trained = time.perf_counter() - start - registered
+        ref_losses = []
+        for batch in batches:  # (inputs..., target), as the capture reads it
+            ref_optimizer.zero_grad()
+            loss = loss_fn(reference(*batch[:-1]), batch[-1])
+            loss.backward()
+            ref_optimizer.step()
+            ref_losses.append(loss.item())
+        print(f"{entry.name}: registered in {registered:.1f} s, {STEPS} steps in {trained:.1f} s", file=sys.stderr)
+        assert_losses_close(self, losses, ref_losses, RTOL)
+
+
+def _test(entry):
+    def test(self):
+        self.train_both(entry)
+    return test
+
+
+for _entry in _selected():
+    setattr(ZooTest, f"test_{_entry.name}", _test(_entry))
+
+
+if __name__ == "__main__":
+    unittest.main()
