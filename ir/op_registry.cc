@@ -27,6 +27,7 @@ const OpRegistry& OpRegistry::Global() {
     RegisterAttentionOps(*r);
     RegisterFusedOps(*r);
     RegisterRecurrentOps(*r);
+    RegisterMathOps(*r);
     return r;
   }();
   return *registry;

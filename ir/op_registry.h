@@ -102,6 +102,7 @@ void RegisterNormalizationOps(OpRegistry& registry);
 void RegisterAttentionOps(OpRegistry& registry);
 void RegisterFusedOps(OpRegistry& registry);  // fused_elementwise (graph passes)
 void RegisterRecurrentOps(OpRegistry& registry);  // lstm, lstm_backward
+void RegisterMathOps(OpRegistry& registry);       // ir/ops/math_table.h
 
 }  // namespace tandem
 

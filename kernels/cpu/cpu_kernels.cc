@@ -25,6 +25,7 @@ CpuKernelFn FindCpuKernel(absl::string_view op) {
     AddAttentionKernels(*t);
     AddFusedKernels(*t);
     AddRecurrentKernels(*t);
+    AddMathKernels(*t);
     return t;
   }();
   return table->Find(op);

@@ -41,6 +41,7 @@ void AddNormalizationKernels(CpuKernelTable& table);
 void AddAttentionKernels(CpuKernelTable& table);
 void AddFusedKernels(CpuKernelTable& table);
 void AddRecurrentKernels(CpuKernelTable& table);
+void AddMathKernels(CpuKernelTable& table);
 
 inline absl::Status UnsupportedDType(const KernelArgs& args, DType dtype) {
   return absl::UnimplementedError(

@@ -24,6 +24,7 @@ CudaKernelFn FindCudaKernel(absl::string_view op) {
     AddAttentionKernels(*t);
     AddFusedKernels(*t);
     AddRecurrentKernels(*t);
+    AddMathKernels(*t);
     return t;
   }();
   return table->Find(op);

@@ -38,6 +38,7 @@ void AddNormalizationKernels(CudaKernelTable& table);
 void AddAttentionKernels(CudaKernelTable& table);
 void AddFusedKernels(CudaKernelTable& table);
 void AddRecurrentKernels(CudaKernelTable& table);
+void AddMathKernels(CudaKernelTable& table);
 
 inline absl::Status UnsupportedDType(const KernelArgs& args, DType dtype) {
   return absl::UnimplementedError(
