@@ -12,9 +12,9 @@ PACKAGES=(
   libabsl-dev libboost-dev libgtest-dev libgmock-dev
   libsystemd-dev systemd dpkg-dev
 )
-# The PyTorch adaptor and its tests use Debian's Python 3.11 with torch.
+# The PyTorch adaptor and its tests use Debian's Python 3.11 with torch (and torchvision, for the model zoo).
 if [ "${TANDEM_WITH_PYTHON:-1}" = 1 ]; then
-  PACKAGES+=(python3 python3-numpy python3-torch python3-pip python3-setuptools python3-wheel)
+  PACKAGES+=(python3 python3-numpy python3-torch python3-torchvision python3-pip python3-setuptools python3-wheel)
 fi
 missing=()
 for p in "${PACKAGES[@]}"; do

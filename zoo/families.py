@@ -6,6 +6,7 @@ does: loss_fn(output, *targets) gives a scalar loss, make_batch(generator) the
 (p=0), so that a test can compare Tandem with PyTorch step for step.
 """
 
+import inspect
 import math
 
 import torch
@@ -116,6 +117,9 @@ def decoder_lm(vocab=32000, d_model=768, heads=12, ff=3072, layers=12, seq=256, 
 
 # ---- encoder-decoder transformer (nn.Transformer) ----
 
+_TRANSFORMER_TAKES_IS_CAUSAL = "tgt_is_causal" in inspect.signature(nn.Transformer.forward).parameters
+
+
 class Seq2Seq(nn.Module):
     def __init__(self, vocab, d_model, heads, ff, layers, seq):
         super().__init__()
@@ -130,7 +134,10 @@ class Seq2Seq(nn.Module):
         s = self.src_tok(src) + self.pos[:src.shape[1]]
         t = self.tgt_tok(tgt) + self.pos[:tgt.shape[1]]
         n = tgt.shape[1]
-        return self.head(self.transformer(s, t, tgt_mask=self.causal[:n, :n]))
+        # Saying the mask is causal spares torch >= 2.0 from reading it to find out (a data-dependent branch
+        # that a trace under fake tensors cannot take); 1.13 has no such argument.
+        causal = {"tgt_is_causal": True} if _TRANSFORMER_TAKES_IS_CAUSAL else {}
+        return self.head(self.transformer(s, t, tgt_mask=self.causal[:n, :n], **causal))
 
 
 def seq2seq(vocab=32000, d_model=512, heads=8, ff=2048, layers=6, seq=64, batch=16):

@@ -1,8 +1,9 @@
 """Every zoo model (zoo/catalog.py) at its small size trains through tandemd: it registers with a CPU tandemd
 and its first steps give PyTorch's losses (float32, relative 1e-4), SGD with momentum.
 
-One test per model. TANDEM_ZOO_SHARD=k/n runs the k-th of n shares of the zoo (ctest runs the shares side by
-side); TANDEM_ZOO_ONLY=a,b runs only those models. A model whose ops are not all in Tandem's registry fails
+One test per model. TANDEM_ZOO_SET=ci runs catalog.CI_NAMES (what CI trains; the default is the whole zoo);
+TANDEM_ZOO_SHARD=k/n runs the k-th of n shares of the selection (ctest runs the shares side by side);
+TANDEM_ZOO_ONLY=a,b runs only those models. A model whose ops are not all in Tandem's registry fails
 with a "MISSING OP" message naming the op and the module it came from.
 """
 
@@ -27,7 +28,12 @@ setUpModule, tearDownModule = _daemon.start, _daemon.stop
 
 def _selected():
     only = [n for n in os.environ.get("TANDEM_ZOO_ONLY", "").split(",") if n]
-    entries = [catalog.entry(n) for n in only] if only else list(catalog.ENTRIES)
+    if only:
+        entries = [catalog.entry(n) for n in only]
+    elif os.environ.get("TANDEM_ZOO_SET", "all") == "ci":
+        entries = [catalog.entry(n) for n in catalog.CI_NAMES]
+    else:
+        entries = list(catalog.ENTRIES)
     shard = os.environ.get("TANDEM_ZOO_SHARD", "")
     if shard:
         k, n = (int(x) for x in shard.split("/"))

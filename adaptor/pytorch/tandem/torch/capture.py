@@ -22,6 +22,7 @@ else ends in a CaptureError that says so.
 
 import contextlib
 import copy
+import os
 import threading
 
 import torch
@@ -148,9 +149,30 @@ def _cpu_model(model):
     return copy.deepcopy(model).cpu()
 
 
+def capture_threads():
+    """The intra-op threads a capture may use: $TANDEM_CAPTURE_THREADS, else 2. Under fake tensors (torch >= 2.0)
+    the trace runs no kernels and is one Python thread whatever this is; under torch 1.13 the step runs once on
+    the CPU, and a bound keeps captures that run at once (two clients on one host) from oversubscribing the
+    cores and slowing each other down."""
+    try:
+        return max(1, int(os.environ.get("TANDEM_CAPTURE_THREADS", "2")))
+    except ValueError:
+        return 2
+
+
+@contextlib.contextmanager
+def _bounded_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(min(before, capture_threads()))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _trace(fn, flat_inputs, what):
     try:
-        with compat.tracing_context():
+        with compat.tracing_context(), _bounded_threads():
             gm = compat.make_fx(compat.functionalize(fn), decomposition_table=compat.decompositions(),
                                 tracing_mode=compat.tracing_mode())(*flat_inputs)
     except CaptureError:

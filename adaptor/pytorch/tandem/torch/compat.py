@@ -74,6 +74,7 @@ KEEP_WHOLE = frozenset([
     "gelu_backward", "sigmoid_backward", "tanh_backward", "threshold_backward", "native_batch_norm",
     "native_batch_norm_backward",
     "native_layer_norm_backward", "embedding_dense_backward", "select_backward", "slice_backward",
+    "hardtanh_backward", "leaky_relu_backward", "elu_backward",
     "native_dropout", "native_dropout_backward", "addcmul", "addcdiv", "lerp.Scalar", "lerp.Tensor",
     "masked_fill.Scalar", "masked_fill.Tensor", "stack", "_safe_softmax",
     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
@@ -99,7 +100,8 @@ def _op_name(op):
 def decompositions():
     """The table the capture traces with: it takes every op down to PyTorch's Core ATen opset (torch >= 2.1:
     torch._decomp.core_aten_decompositions(); 1.13, which has no core tag: every decomposition of its table for
-    an op outside the opset, as core_aten.py lists it), except the ops Tandem keeps whole (KEEP_WHOLE)."""
+    an op outside the opset, as core_aten.py lists it), plus Tandem's own (decompositions.py) for ops neither
+    takes apart, except the ops Tandem keeps whole (KEEP_WHOLE)."""
     import torch._decomp
     if hasattr(torch._decomp, "core_aten_decompositions"):
         table = dict(torch._decomp.core_aten_decompositions())
@@ -107,6 +109,9 @@ def decompositions():
         from tandem.torch import core_aten
         table = {op: fn for op, fn in torch._decomp.decomposition_table.items()
                  if _op_name(op) and _op_name(op) not in core_aten.NAMES}
+    from tandem.torch import decompositions as own
+    for op, fn in own.table().items():
+        table.setdefault(op, fn)
     return {op: fn for op, fn in table.items() if _op_name(op) not in KEEP_WHOLE}
 
 

@@ -84,10 +84,16 @@ class Lowered:
         self.feed_specs = []
 
 
+# Primitives (prims::) that torch 1.13's decompositions leave in a trace, and the ATen op each one is.
+_PRIMS = {"where": "where.self"}
+
+
 def op_name(target):
-    """The registry name of an ATen op overload: aten::add.Tensor -> "add.Tensor"."""
+    """The registry name of an ATen op overload: aten::add.Tensor -> "add.Tensor" (prims::where -> "where.self")."""
     schema = target._schema
-    base = schema.name.split("::", 1)[-1]
+    namespace, _, base = schema.name.rpartition("::")
+    if namespace == "prims" and base in _PRIMS:
+        return _PRIMS[base]
     overload = schema.overload_name
     return base if overload in ("", "default") else f"{base}.{overload}"
 

@@ -1,0 +1,176 @@
+"""The model zoo on the GPU: one row per zoo model (zoo/catalog.py) at its full size.
+
+    python3 bench/models/zoo_gpu.py [--models a,b | --set ci|all] [--budget 600] [--steps 20] [--out zoo.json]
+
+Per model: whether it registers with a CUDA tandemd, capture seconds, ms/iter for Tandem (2 iterations in
+flight), PyTorch eager and torch.compile(mode="reduce-overhead") (the model compiled; loss, backward and the
+SGD step as a user writes them), and the largest relative loss difference between Tandem and eager over
+`--steps` steps from the same weights and batches. Dropout and stochastic depth are off (p = 0), so that the
+losses can agree step for step. Models are taken in order until --budget seconds are spent; the rest are listed
+as not reached. Writes JSON (--out) and prints a markdown table.
+"""
+
+import argparse
+import copy
+import json
+import os
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench_common as bc  # noqa: E402  (puts the adaptor on sys.path)
+
+import torch  # noqa: E402
+
+import tandem.torch  # noqa: E402
+
+sys.path.insert(0, bc.REPO_ROOT)
+from zoo import catalog  # noqa: E402
+
+
+def timed(fn, iters, warmup=3):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / iters
+
+
+def eager_step(model, loss_fn, optimizer, batch):
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(*batch[:-1]), batch[-1])
+        loss.backward()
+        optimizer.step()
+        return loss
+    return step
+
+
+def measure(entry, args):
+    row = {"model": entry.name, "family": entry.family}
+    torch.manual_seed(0)
+    model, loss_fn, make_batch = entry.builder("full")
+    catalog._without_randomness(model)
+    g = torch.Generator().manual_seed(1)
+    batches = [make_batch(g) for _ in range(min(args.steps, 4))]
+    reference = copy.deepcopy(model).cuda()
+    optimizer = bc.sgd(model.parameters())
+
+    start = time.perf_counter()
+    try:
+        capture, lowered = tandem.torch.capture_training_job(model, loss_fn, optimizer, batches[0])
+    except Exception as e:  # a model that does not capture still gets its row
+        row["registers"] = False
+        row["error"] = f"capture: {type(e).__name__}: {e}"[:500]
+        return row
+    row["capture_s"] = round(time.perf_counter() - start, 2)
+    try:
+        job = tandem.torch.TrainingJob(capture, lowered, args.endpoint, f"zoo-{entry.name}", {"device": "cuda:0"})
+    except Exception as e:
+        row["registers"] = False
+        row["error"] = f"register: {type(e).__name__}: {e}"[:500]
+        return row
+    row["registers"] = True
+    with job:
+        losses = [job.step(*batches[k % len(batches)]) for k in range(args.steps)]
+        pending = []
+
+        def tandem_iteration(k=[0]):
+            pending.append(job.step_async(*batches[k[0] % len(batches)]))
+            k[0] += 1
+            if len(pending) >= 2:
+                pending.pop(0).result()
+
+        row["tandem_ms"] = round(timed(tandem_iteration, args.iters) * 1e3, 3)
+        for h in pending:
+            h.result()
+
+    gpu_batches = [tuple(t.cuda() for t in b) for b in batches]
+    ref_optimizer = bc.sgd(reference.parameters())
+    ref_losses = []
+    for k in range(args.steps):
+        ref_losses.append(float(eager_step(reference, loss_fn, ref_optimizer, gpu_batches[k % len(batches)])()))
+    row["max_rel_loss_diff"] = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, ref_losses))
+    row["first_loss"] = [round(losses[0], 6), round(ref_losses[0], 6)]
+    row["eager_ms"] = round(timed(eager_step(reference, loss_fn, ref_optimizer, gpu_batches[0]), args.iters) * 1e3, 3)
+    if not args.no_compile:
+        try:
+            compiled = torch.compile(reference, mode="reduce-overhead")
+            t0 = time.perf_counter()
+            eager_step(compiled, loss_fn, ref_optimizer, gpu_batches[0])()
+            torch.cuda.synchronize()
+            row["compile_s"] = round(time.perf_counter() - t0, 1)
+            row["compile_ms"] = round(timed(eager_step(compiled, loss_fn, ref_optimizer, gpu_batches[0]),
+                                            args.iters) * 1e3, 3)
+        except Exception as e:
+            row["compile_error"] = f"{type(e).__name__}: {e}"[:300]
+    if row.get("eager_ms"):
+        row["tandem_over_eager"] = round(row["tandem_ms"] / row["eager_ms"], 3)
+    if row.get("compile_ms"):
+        row["tandem_over_compile"] = round(row["tandem_ms"] / row["compile_ms"], 3)
+    del reference, ref_optimizer, gpu_batches
+    torch.cuda.empty_cache()
+    return row
+
+
+def table(rows):
+    lines = ["| model | registers | capture s | Tandem ms | eager ms | compile ms | Tandem/eager | Tandem/compile | "
+             "max loss diff (20 steps) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if not r.get("registers"):
+            lines.append(f"| {r['model']} | no: {r.get('error', r.get('skipped', ''))[:80]} | | | | | | | |")
+            continue
+        lines.append(f"| {r['model']} | yes | {r.get('capture_s', '')} | {r.get('tandem_ms', '')} | "
+                     f"{r.get('eager_ms', '')} | {r.get('compile_ms', r.get('compile_error', '')[:30])} | "
+                     f"{r.get('tandem_over_eager', '')} | {r.get('tandem_over_compile', '')} | "
+                     f"{r.get('max_rel_loss_diff', 0):.1e} |")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="", help="comma-separated zoo names")
+    parser.add_argument("--set", default="ci", choices=("ci", "all"))
+    parser.add_argument("--budget", type=float, default=600, help="seconds for the whole run")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--no_compile", action="store_true")
+    parser.add_argument("--tandemd", default=None)
+    parser.add_argument("--out", default="")
+    args = parser.parse_args()
+    names = [n for n in args.models.split(",") if n] or (
+        list(catalog.CI_NAMES) if args.set == "ci" else [e.name for e in catalog.ENTRIES])
+    deadline = time.monotonic() + args.budget
+    rows = []
+    with bc.Daemon(bc.find_tandemd(args.tandemd), "cuda:0", extra_flags=bc.daemon_flags_for_large_models()) as d:
+        args.endpoint = d.endpoint
+        for name in names:
+            if time.monotonic() > deadline:
+                rows.append({"model": name, "registers": None, "skipped": "not reached within the budget"})
+                continue
+            t0 = time.perf_counter()
+            try:
+                row = measure(catalog.entry(name), args)
+            except Exception as e:
+                row = {"model": name, "registers": None, "error": f"{type(e).__name__}: {e}"[:500],
+                       "trace": traceback.format_exc()[-1500:]}
+                torch.cuda.empty_cache()
+            row["wall_s"] = round(time.perf_counter() - t0, 1)
+            rows.append(row)
+            bc.log(json.dumps(row))
+            if not d.alive():
+                bc.log("tandemd died: " + d.log_tail())
+                break
+    result = {"meta": bc.metadata("cuda"), "rows": rows}
+    if args.out:
+        bc.write_json(args.out, result)
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
