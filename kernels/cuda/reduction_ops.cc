@@ -1,13 +1,18 @@
-// CUDA kernels of sum, sum.dim_IntList and mean.dim. The input's dims are
-// grouped into runs of kept and reduced dims (size-1 dims dropped, adjacent
-// dims of one kind merged); one reduced run becomes [outer, size, inner] for
-// the row and column kernels, anything else the general kernel.
+// CUDA kernels of the reductions and cumsum: sum, sum.dim_IntList, mean,
+// mean.dim (reduce_kernels.cu, half_row_kernels.cu), and prod, var,
+// linalg_vector_norm, amax / amin, argmax / argmin, max.dim / min.dim and
+// cumsum (reduce_launch.h). The input's dims are grouped into runs of kept
+// and reduced dims (size-1 dims dropped, adjacent dims of one kind merged);
+// one reduced run becomes [outer, size, inner] for the row and column
+// kernels, anything else the general kernels.
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "kernels/cuda/half_launch.h"
 #include "kernels/cuda/kernel_util.h"
+#include "kernels/cuda/reduce_launch.h"
+#include "ir/ops/reduction_rules.h"
 #include "ir/ops/shape_rules.h"
 #include "base/status_macros.h"
 
@@ -119,12 +124,162 @@ absl::Status ReduceKernel(const CudaKernelContext& context, const KernelArgs& ar
   return Reduce(context, args, mask, kMean);
 }
 
+// ---- prod, var, linalg_vector_norm, the extrema, cumsum (reduce_launch.h) ----
+
+// What a reduction of `shape` over the dims in `mask` reads per output.
+ReduceLayout LayoutOf(const Shape& shape, const std::vector<bool>& mask) {
+  ReduceLayout layout;
+  layout.out_n = 1;
+  layout.count = 1;
+  std::vector<Run> runs;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    (mask[d] ? layout.count : layout.out_n) *= shape[d];
+    if (shape[d] == 1) continue;
+    if (!runs.empty() && runs.back().reduced == mask[d]) {
+      runs.back().size *= shape[d];
+    } else {
+      runs.push_back(Run{shape[d], static_cast<bool>(mask[d])});
+    }
+  }
+  int reduced_runs = 0;
+  int reduced_at = -1;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    if (runs[r].reduced) {
+      ++reduced_runs;
+      reduced_at = static_cast<int>(r);
+    }
+  }
+  if (reduced_runs <= 1) {
+    // [outer, count, inner]: the kept runs after the reduced one are inner.
+    for (int r = reduced_at + 1; reduced_at >= 0 && r < static_cast<int>(runs.size()); ++r) {
+      layout.inner *= runs[r].size;
+    }
+    return layout;
+  }
+  layout.general = true;
+  std::vector<int64_t> sizes;
+  for (const Run& run : runs) sizes.push_back(run.size);
+  const std::vector<int64_t> strides = ContiguousStrides(sizes);
+  for (size_t r = 0; r < runs.size(); ++r) {
+    StridedOperand& target = runs[r].reduced ? layout.reduced : layout.kept;
+    target.sizes[target.rank] = runs[r].size;
+    target.strides[target.rank] = strides[r];
+    ++target.rank;
+  }
+  return layout;
+}
+
+// The layout of a single-dim op (SingleDimOf's dim; -1: the flattened tensor).
+ReduceLayout LayoutForDim(const Shape& shape, int dim) {
+  const DimSplit s = SplitForDim(shape, dim);
+  ReduceLayout layout;
+  layout.out_n = s.outer * s.inner;
+  layout.count = s.size;
+  layout.inner = s.inner;
+  return layout;
+}
+
+bool IsReduceType(DType dtype) { return IsNumeric(dtype) || IsHalfDType(dtype); }
+
+template <bool kAllDims>
+absl::Status ProdKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  const TensorArg& in = args.inputs[0];
+  const TensorArg& out = args.outputs[0];
+  int dim = -1;
+  if constexpr (!kAllDims) {
+    ASSIGN_OR_RETURN(dim, SingleDimOf(args.node->attrs, in.type));
+  }
+  if (!IsReduceType(in.type.dtype)) return UnsupportedDType(args, in.type.dtype);
+  return Launched(args,
+                  LaunchProd(out.type.dtype, in.type.dtype, LayoutForDim(in.type.shape, dim), in.data, out.data,
+                             context.native),
+                  in.type.dtype);
+}
+
+absl::Status VarKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  const TensorArg& in = args.inputs[0];
+  ASSIGN_OR_RETURN(std::vector<bool> mask, ReducedDimsOf(args.node->attrs, in.type));
+  ASSIGN_OR_RETURN(double correction, VarianceCorrectionOf(args.node->op, args.node->attrs));
+  return Launched(args,
+                  LaunchVar(in.type.dtype, LayoutOf(in.type.shape, mask), correction, in.data, args.outputs[0].data,
+                            context.native),
+                  in.type.dtype);
+}
+
+absl::Status VectorNormKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  const TensorArg& in = args.inputs[0];
+  const TensorArg& out = args.outputs[0];
+  ASSIGN_OR_RETURN(VectorNorm norm, VectorNormOf(args.node->attrs));
+  ASSIGN_OR_RETURN(std::vector<bool> mask, ReducedDimsOf(args.node->attrs, in.type));
+  VectorNormOp op = VectorNormOp::kSumPow;
+  switch (norm.kind) {
+    case NormKind::kSumSquares: op = VectorNormOp::kSumSquares; break;
+    case NormKind::kSumAbs: op = VectorNormOp::kSumAbs; break;
+    case NormKind::kMaxAbs: op = VectorNormOp::kMaxAbs; break;
+    case NormKind::kMinAbs: op = VectorNormOp::kMinAbs; break;
+    case NormKind::kCountNonZero: op = VectorNormOp::kCountNonZero; break;
+    case NormKind::kSumPow: op = VectorNormOp::kSumPow; break;
+  }
+  return Launched(args,
+                  LaunchVectorNorm(op, norm.p, out.type.dtype, in.type.dtype, LayoutOf(in.type.shape, mask), in.data,
+                                   out.data, context.native),
+                  in.type.dtype);
+}
+
+template <bool kMax>
+absl::Status ExtremumKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  const TensorArg& in = args.inputs[0];
+  ASSIGN_OR_RETURN(std::vector<bool> mask, ReducedDimsOf(args.node->attrs, in.type));
+  return Launched(args,
+                  LaunchExtremum(kMax, in.type.dtype, LayoutOf(in.type.shape, mask), in.data, args.outputs[0].data,
+                                 context.native),
+                  in.type.dtype);
+}
+
+// argmax / argmin (kValues false: `dim` optional, indices only) and max.dim /
+// min.dim (values and indices).
+template <bool kMax, bool kValues>
+absl::Status ArgExtremumKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  const TensorArg& in = args.inputs[0];
+  ASSIGN_OR_RETURN(int dim, SingleDimOf(args.node->attrs, in.type, /*optional=*/!kValues));
+  void* values = kValues ? args.outputs[0].data : nullptr;
+  int64_t* indices = args.outputs[kValues ? 1 : 0].as<int64_t>();
+  return Launched(args,
+                  LaunchArgExtremum(kMax, in.type.dtype, LayoutForDim(in.type.shape, dim), in.data, values, indices,
+                                    context.native),
+                  in.type.dtype);
+}
+
+absl::Status CumsumKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  const TensorArg& in = args.inputs[0];
+  const TensorArg& out = args.outputs[0];
+  ASSIGN_OR_RETURN(int dim, SingleDimOf(args.node->attrs, in.type));
+  const DimSplit s = SplitAtDim(in.type.shape, dim);
+  return Launched(args,
+                  LaunchCumsum(out.type.dtype, in.type.dtype, s.outer, s.size, s.inner, in.data, out.data,
+                               context.native),
+                  in.type.dtype);
+}
+
 }  // namespace
 
 void AddReductionKernels(CudaKernelTable& table) {
   table["sum"] = ReduceKernel<false, true>;
   table["sum.dim_IntList"] = ReduceKernel<false, false>;
+  table["mean"] = ReduceKernel<true, true>;
   table["mean.dim"] = ReduceKernel<true, false>;
+  table["prod"] = ProdKernel<true>;
+  table["prod.dim_int"] = ProdKernel<false>;
+  table["var.correction"] = VarKernel;
+  table["var.dim"] = VarKernel;
+  table["linalg_vector_norm"] = VectorNormKernel;
+  table["amax"] = ExtremumKernel<true>;
+  table["amin"] = ExtremumKernel<false>;
+  table["argmax"] = ArgExtremumKernel<true, false>;
+  table["argmin"] = ArgExtremumKernel<false, false>;
+  table["max.dim"] = ArgExtremumKernel<true, true>;
+  table["min.dim"] = ArgExtremumKernel<false, true>;
+  table["cumsum"] = CumsumKernel;
 }
 
 }  // namespace tandem::cuda
