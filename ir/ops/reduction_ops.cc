@@ -136,7 +136,7 @@ absl::StatusOr<TypeList> CumsumInfer(const Attrs& attrs, absl::Span<const Tensor
 
 // sort (and sort.stable: every sort is stable): (values, int64 indices) of
 // self's shape along `dim` (default -1).
-[[maybe_unused]] absl::StatusOr<TypeList> SortInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
+absl::StatusOr<TypeList> SortInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
   RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kNumericAndHalfTypes));
   Attrs with_dim = attrs;
   if (!attrs.Has("dim")) with_dim.Set("dim", int64_t{-1});
@@ -147,7 +147,7 @@ absl::StatusOr<TypeList> CumsumInfer(const Attrs& attrs, absl::Span<const Tensor
 }
 
 // topk: the k largest (smallest) along `dim` (default -1), k in [0, size].
-[[maybe_unused]] absl::StatusOr<TypeList> TopkInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
+absl::StatusOr<TypeList> TopkInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
   RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kNumericAndHalfTypes));
   Attrs with_dim = attrs;
   if (!attrs.Has("dim")) with_dim.Set("dim", int64_t{-1});
@@ -189,6 +189,8 @@ void RegisterReductionOps(OpRegistry& registry) {
   ops::RegisterOp(registry, "max.dim", 1, 1, 2, AliasKind::kNone, ExtremumDimInfer);
   ops::RegisterOp(registry, "min.dim", 1, 1, 2, AliasKind::kNone, ExtremumDimInfer);
   ops::RegisterOp(registry, "cumsum", 1, 1, 1, AliasKind::kNone, CumsumInfer);
+  ops::RegisterOp(registry, "sort", 1, 1, 2, AliasKind::kNone, SortInfer, {"sort.stable"});
+  ops::RegisterOp(registry, "topk", 1, 1, 2, AliasKind::kNone, TopkInfer);
 }
 
 }  // namespace tandem

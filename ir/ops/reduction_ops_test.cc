@@ -191,6 +191,28 @@ TEST(ReductionOpsTest, Cumsum) {
               HasSubstr("'dtype' is bfloat16"));
 }
 
+TEST(ReductionOpsTest, SortAndTopk) {
+  EXPECT_EQ(InferAll("sort", {}, {F32({2, 3})}), (std::vector<TensorType>{F32({2, 3}), I64({2, 3})}));
+  EXPECT_EQ(
+      InferAll("sort.stable", MakeAttrs({{"stable", true}, {"dim", int64_t{0}}, {"descending", true}}), {BF16({4})}),
+      (std::vector<TensorType>{BF16({4}), I64({4})}));
+  EXPECT_EQ(InferAll("sort", {}, {I64({})}), (std::vector<TensorType>{I64({}), I64({})}));
+  EXPECT_THAT(InferError("sort", MakeAttrs({{"dim", int64_t{2}}}), {F32({2, 3})}), HasSubstr("out of range"));
+  EXPECT_THAT(InferError("sort", MakeAttrs({{"descending", std::string("yes")}}), {F32({2})}), HasSubstr("descending"));
+  EXPECT_EQ(InferAll("topk", MakeAttrs({{"k", int64_t{2}}}), {F32({4, 5})}),
+            (std::vector<TensorType>{F32({4, 2}), I64({4, 2})}));
+  EXPECT_EQ(InferAll("topk", MakeAttrs({{"k", int64_t{4}}, {"dim", int64_t{0}}, {"largest", false}}), {F16({4, 5})}),
+            (std::vector<TensorType>{F16({4, 5}), I64({4, 5})}));
+  EXPECT_EQ(InferAll("topk", MakeAttrs({{"k", int64_t{0}}}), {I64({3})}),
+            (std::vector<TensorType>{I64({0}), I64({0})}));
+  EXPECT_EQ(InferAll("topk", MakeAttrs({{"k", int64_t{1}}}), {F32({})}), (std::vector<TensorType>{F32({}), I64({})}));
+  EXPECT_THAT(InferError("topk", {}, {F32({4})}), HasSubstr("'k'"));
+  for (int64_t k : {int64_t{-1}, int64_t{6}}) {
+    EXPECT_THAT(InferError("topk", MakeAttrs({{"k", k}}), {F32({4, 5})}),
+                AllOf(HasSubstr("topk: attribute 'k' is "), HasSubstr("whose dim 1 has 5 elements")));
+  }
+}
+
 TEST(ReductionRulesTest, SplitsAndNorms) {
   const DimSplit flat = SplitForDim({2, 3, 4}, -1);
   EXPECT_EQ(flat.outer, 1);

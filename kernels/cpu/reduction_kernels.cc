@@ -1,6 +1,6 @@
 // Reference CPU kernels of the reductions and scans: sum, mean (over dims or
 // all), prod, var, linalg_vector_norm, amax / amin, argmax / argmin,
-// max.dim / min.dim and cumsum. Float sums, products, norms and variances
+// max.dim / min.dim, cumsum, and the stable sorts sort and topk. Float sums, products, norms and variances
 // accumulate in double (a variance in two passes: the mean, then the squared
 // deviations), integer ones in int64 with two's-complement wraparound (as
 // PyTorch's); each result is rounded once to the output dtype. 16-bit
@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <numeric>
 #include <type_traits>
 #include <vector>
 
@@ -100,7 +101,7 @@ void ReduceSum(const TensorArg& in, const TensorArg& out, const std::vector<bool
   for (size_t j = 0; j < acc.size(); ++j) {
     if constexpr (std::is_floating_point_v<Acc>) {
       // count == 0 gives NaN (0 / 0), as PyTorch's mean of an empty slice.
-      y[j] = static_cast<Out>(mean ? acc[j] / static_cast<double>(count) : acc[j]);
+      y[j] = Convert<Out>(mean ? acc[j] / static_cast<double>(count) : acc[j]);
     } else {
       y[j] = static_cast<Out>(acc[j]);
     }
@@ -321,6 +322,63 @@ absl::Status CumsumKernel(const KernelArgs& args) {
   });
 }
 
+// ---- sort, topk ----
+
+// The order of sort and topk: NaN above every number, and equal values in
+// the order of their positions (a stable sort, whichever the direction).
+template <typename T>
+bool SortsBefore(T a, T b, bool descending) {
+  const bool a_nan = IsNan(a), b_nan = IsNan(b);
+  if (a_nan || b_nan) return descending ? (a_nan && !b_nan) : (!a_nan && b_nan);
+  return descending ? a > b : a < b;
+}
+
+// The first `k` of each line along the dim of `s`, in that order, with their
+// positions.
+template <typename T>
+void SortLines(const T* x, const DimSplit& s, int64_t k, bool descending, T* values, int64_t* indices) {
+  std::vector<int64_t> order(static_cast<size_t>(s.size));
+  for (int64_t o = 0; o < s.outer; ++o) {
+    for (int64_t i = 0; i < s.inner; ++i) {
+      const T* line = x + o * s.size * s.inner + i;
+      std::iota(order.begin(), order.end(), int64_t{0});
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        return SortsBefore(line[a * s.inner], line[b * s.inner], descending);
+      });
+      const int64_t base = o * k * s.inner + i;
+      for (int64_t m = 0; m < k; ++m) {
+        values[base + m * s.inner] = line[order[m] * s.inner];
+        indices[base + m * s.inner] = order[m];
+      }
+    }
+  }
+}
+
+// sort (kTopk false: every element, `descending`) and topk (the `k`
+// largest, or smallest without `largest`, sorted whatever `sorted` says).
+template <bool kTopk>
+absl::Status SortKernel(const KernelArgs& args) {
+  const TensorArg& in = args.inputs[0];
+  const Attrs& attrs = args.node->attrs;
+  Attrs with_dim = attrs;
+  if (!attrs.Has("dim")) with_dim.Set("dim", int64_t{-1});
+  ASSIGN_OR_RETURN(int dim, SingleDimOf(with_dim, in.type));
+  const DimSplit s = SplitAtDim(in.type.shape, dim);
+  int64_t k = s.size;
+  bool descending;
+  if constexpr (kTopk) {
+    ASSIGN_OR_RETURN(k, attrs.GetInt("k"));
+    ASSIGN_OR_RETURN(descending, attrs.GetBool("largest", true));
+  } else {
+    ASSIGN_OR_RETURN(descending, attrs.GetBool("descending", false));
+  }
+  return DispatchNumeric(args, in.type.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    SortLines(in.as<const T>(), s, k, descending, args.outputs[0].as<T>(), args.outputs[1].as<int64_t>());
+    return absl::OkStatus();
+  });
+}
+
 }  // namespace
 
 void AddReductionKernels(CpuKernelTable& table) {
@@ -340,6 +398,8 @@ void AddReductionKernels(CpuKernelTable& table) {
   table["max.dim"] = WithHalf<ArgExtremumKernel<true, true>>;
   table["min.dim"] = WithHalf<ArgExtremumKernel<false, true>>;
   table["cumsum"] = WithHalf<CumsumKernel>;
+  table["sort"] = WithHalf<SortKernel<false>>;
+  table["topk"] = WithHalf<SortKernel<true>>;
 }
 
 }  // namespace tandem::cpu

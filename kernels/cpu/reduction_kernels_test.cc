@@ -1,11 +1,11 @@
-// The reduction and scan CPU kernels (mean, prod, var, linalg_vector_norm,
-// amax / amin, argmax / argmin, max.dim / min.dim, cumsum) against
-// hand-worked cases, values PyTorch 1.13 gives, and a naive double
-// computation written here (each output's elements gathered by unraveling
-// every input index), on fresh random inputs over every dim set: non-last
-// dims, several dims, negative dims, keepdim, empty dim lists (all dims) and
-// rank-0 inputs; NaN handling of the maxima and the norms; the 16-bit path
-// against the same reference.
+// The reduction, scan and sort CPU kernels (mean, prod, var,
+// linalg_vector_norm, amax / amin, argmax / argmin, max.dim / min.dim,
+// cumsum, sort, topk) against hand-worked cases, values PyTorch 1.13 gives,
+// and a naive double computation written here (each output's elements
+// gathered by unraveling every input index), on fresh random inputs over
+// every dim set: non-last dims, several dims, negative dims, keepdim, empty
+// dim lists (all dims) and rank-0 inputs; NaN handling of the maxima, the
+// norms and the sorts; the 16-bit path against the same reference.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -378,6 +378,41 @@ TEST(ReductionKernels, CumsumByHand) {
             std::vector<double>{3});
 }
 
+TEST(ReductionKernels, SortAndTopkByHand) {
+  // PyTorch 1.13: sort([3, nan, 1, 3, nan], descending) = ([nan, nan, 3, 3, 1], [1, 4, 0, 3, 2]) and ascending
+  // ([1, 3, 3, nan, nan], [2, 0, 3, 1, 4]): NaN above every number, equal values in position order.
+  const HostTensor x = Make(DType::kFloat32, {5}, {3, kNan, 1, 3, kNan});
+  auto down = MustRun("sort", MakeAttrs({{"descending", true}}), {x});
+  ASSERT_EQ(down.size(), 2u);
+  ExpectNear(down[0], {kNan, kNan, 3, 3, 1}, 0, "descending values");
+  EXPECT_EQ(Values(down[1]), (std::vector<double>{1, 4, 0, 3, 2}));
+  auto up = MustRun("sort", {}, {x});
+  ExpectNear(up[0], {1, 3, 3, kNan, kNan}, 0, "ascending values");
+  EXPECT_EQ(Values(up[1]), (std::vector<double>{2, 0, 3, 1, 4}));
+  // topk([3, nan, 1, 3], 2) = [nan, 3] at [1, 0] (the first 3; PyTorch's CPU may name either); smallest: [1, 3].
+  const HostTensor y = Make(DType::kFloat32, {4}, {3, kNan, 1, 3});
+  auto top = MustRun("topk", MakeAttrs({{"k", int64_t{2}}}), {y});
+  ExpectNear(top[0], {kNan, 3}, 0, "topk values");
+  EXPECT_EQ(Values(top[1]), (std::vector<double>{1, 0}));
+  auto low = MustRun("topk", MakeAttrs({{"k", int64_t{2}}, {"largest", false}, {"sorted", false}}), {y});
+  EXPECT_EQ(Values(low[0]), (std::vector<double>{1, 3}));
+  EXPECT_EQ(Values(low[1]), (std::vector<double>{2, 0}));
+  // Along dim 0 of int64 [[1, 2], [3, 4]] (PyTorch: values as self, positions [[0, 0], [1, 1]]).
+  const HostTensor m = Make(DType::kInt64, {2, 2}, {1, 2, 3, 4});
+  auto cols = MustRun("sort", MakeAttrs({{"dim", int64_t{0}}}), {m});
+  EXPECT_EQ(Values(cols[0]), (std::vector<double>{1, 2, 3, 4}));
+  EXPECT_EQ(Values(cols[1]), (std::vector<double>{0, 0, 1, 1}));
+  auto best = MustRun("topk", MakeAttrs({{"k", int64_t{1}}, {"dim", int64_t{0}}}), {m});
+  EXPECT_EQ(best[0].type.shape, (Shape{1, 2}));
+  EXPECT_EQ(Values(best[0]), (std::vector<double>{3, 4}));
+  EXPECT_EQ(Values(best[1]), (std::vector<double>{1, 1}));
+  auto none = MustRun("topk", MakeAttrs({{"k", int64_t{0}}}), {m});
+  EXPECT_EQ(none[0].numel(), 0);
+  auto scalar = MustRun("sort", {}, {Make(DType::kFloat64, {}, {5})});
+  EXPECT_EQ(Get(scalar[0], 0), 5);
+  EXPECT_EQ(Get(scalar[1], 0), 0);
+}
+
 // ---- random inputs against the naive reference ----
 
 TEST(ReductionKernels, DimReductionsMatchReference) {
@@ -494,6 +529,67 @@ TEST(ReductionKernels, SingleDimOpsMatchReference) {
         const std::vector<double> all = Values(x);
         const std::vector<double> head(all.begin(), all.begin() + 6);
         ExpectNear(MustRun("prod", {}, {Make(dtype, {2, 3}, head)})[0], {Product(head)}, rtol, "prod");
+      }
+    }
+  }
+}
+
+// sort and topk over every dim against a stable sort of each slice's
+// (value, position) pairs written here; 16-bit values hold many ties.
+TEST(ReductionKernels, SortAndTopkMatchReference) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kBFloat16, DType::kFloat16}) {
+    HostTensor x = Random(dtype, {3, 4, 6}, 0.5, 1.5);
+    std::vector<double> v = Values(x);
+    if (dtype == DType::kBFloat16 || dtype == DType::kFloat16) {
+      for (double& e : v) e = std::round(e * 2);
+    }
+    if (IsFloating(dtype)) {
+      for (int k = 0; k < 5; ++k) v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(Rng())] = kNan;
+    }
+    x = Make(dtype, x.type.shape, v);
+    for (int64_t dim : {0, 1, 2, -1}) {
+      const auto slices = Slices(x, {dim});
+      const int d = static_cast<int>((dim + 3) % 3);
+      const int64_t size = x.type.shape[d];
+      for (bool descending : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " dim " << dim << " descending " << descending);
+        // Each slice's positions ordered by (NaN last / first, value, position).
+        std::vector<std::vector<int64_t>> orders;
+        for (const auto& s : slices) {
+          std::vector<int64_t> order(s.size());
+          for (size_t r = 0; r < s.size(); ++r) order[r] = static_cast<int64_t>(r);
+          std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+            const double va = s[a], vb = s[b];
+            const int ka = std::isnan(va) ? 1 : 0, kb = std::isnan(vb) ? 1 : 0;
+            if (ka != kb) return descending ? ka > kb : ka < kb;
+            if (!ka && va != vb) return descending ? va > vb : va < vb;
+            return a < b;
+          });
+          orders.push_back(order);
+        }
+        for (int64_t k : {size, int64_t{1}, size / 2}) {
+          const bool topk = k != size || descending;  // topk with k == size is sort
+          auto out = topk ? MustRun("topk", MakeAttrs({{"k", k}, {"dim", dim}, {"largest", descending}}), {x})
+                          : MustRun("sort", MakeAttrs({{"dim", dim}, {"descending", descending}}), {x});
+          ASSERT_EQ(out.size(), 2u);
+          Shape shape = x.type.shape;
+          shape[d] = k;
+          ASSERT_EQ(out[0].type, (TensorType{dtype, shape}));
+          ASSERT_EQ(out[1].type, (TensorType{DType::kInt64, shape}));
+          std::vector<double> values(static_cast<size_t>(out[0].numel())), positions(values.size());
+          for (int64_t i = 0; i < out[0].numel(); ++i) {
+            Shape index = Unravel(i, shape);
+            const int64_t m = index[d];
+            index[d] = 0;
+            Shape kept = x.type.shape;
+            kept[d] = 1;
+            const int64_t slice = Ravel(index, kept);
+            positions[i] = static_cast<double>(orders[slice][m]);
+            values[i] = slices[slice][orders[slice][m]];
+          }
+          ExpectNear(out[0], values, 0, topk ? "topk values" : "sort values");
+          ExpectNear(out[1], positions, 0, topk ? "topk positions" : "sort positions");
+        }
       }
     }
   }

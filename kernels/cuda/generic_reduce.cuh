@@ -1,7 +1,9 @@
 // A reduction skeleton for the reductions whose accumulator is more than a
-// running sum (prod_kernels and the rest of reduce_op_kernels.cu: maxima
-// with NaN propagation, arg-extrema with their indices, Welford's
-// variance, the vector norms). An Op says what one output accumulates:
+// running sum (extremum_kernels.cu: maxima with NaN propagation, arg-extrema
+// with their indices; norm_var_kernels.cu: Welford's variance, the vector
+// norms; prod_scan_kernels.cu: products), plus the element-type dispatch,
+// wrapping integer arithmetic and word-wise warp shuffles that those files,
+// the scans and the sorts share. An Op says what one output accumulates:
 //
 //   struct Op {
 //     using In = ...;   // the element type read

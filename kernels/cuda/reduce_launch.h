@@ -78,6 +78,19 @@ cudaError_t LaunchProd(DType out_dtype, DType in_dtype, const ReduceLayout& layo
 cudaError_t LaunchCumsum(DType out_dtype, DType in_dtype, int64_t outer, int64_t size, int64_t inner, const void* in,
                          void* out, cudaStream_t stream);
 
+// sort along the middle dim of [outer, size, inner]: values (in's dtype)
+// and int64 positions, ascending or descending, NaN above every number,
+// equal values in the order of their positions (stable). Any dtype of
+// LaunchExtremum. values and indices are the workspace (no allocation).
+cudaError_t LaunchSort(DType dtype, int64_t outer, int64_t size, int64_t inner, bool descending, const void* in,
+                       void* values, int64_t* indices, cudaStream_t stream);
+
+// topk: the first k (0 <= k <= size) of sort's order (descending when
+// `largest`), in that order, into values and indices of [outer, k, inner].
+// Costs k passes over each line unless k == size.
+cudaError_t LaunchTopk(DType dtype, int64_t outer, int64_t size, int64_t inner, int64_t k, bool largest, const void* in,
+                       void* values, int64_t* indices, cudaStream_t stream);
+
 }  // namespace tandem::cuda
 
 #endif  // TANDEM_KERNELS_CUDA_REDUCE_LAUNCH_H_

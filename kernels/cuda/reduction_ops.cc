@@ -1,10 +1,10 @@
-// CUDA kernels of the reductions and cumsum: sum, sum.dim_IntList, mean,
-// mean.dim (reduce_kernels.cu, half_row_kernels.cu), and prod, var,
-// linalg_vector_norm, amax / amin, argmax / argmin, max.dim / min.dim and
-// cumsum (reduce_launch.h). The input's dims are grouped into runs of kept
-// and reduced dims (size-1 dims dropped, adjacent dims of one kind merged);
-// one reduced run becomes [outer, size, inner] for the row and column
-// kernels, anything else the general kernels.
+// CUDA kernels of the reductions, scans and sorts: sum, sum.dim_IntList,
+// mean, mean.dim (reduce_kernels.cu, half_row_kernels.cu), and prod, var,
+// linalg_vector_norm, amax / amin, argmax / argmin, max.dim / min.dim,
+// cumsum, sort and topk (reduce_launch.h). The input's dims are grouped into
+// runs of kept and reduced dims (size-1 dims dropped, adjacent dims of one
+// kind merged); one reduced run becomes [outer, size, inner] for the row and
+// column kernels, anything else the general kernels.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -261,6 +261,33 @@ absl::Status CumsumKernel(const CudaKernelContext& context, const KernelArgs& ar
                   in.type.dtype);
 }
 
+// sort (kTopk false) and topk along `dim` (default -1).
+template <bool kTopk>
+absl::Status SortKernel(const CudaKernelContext& context, const KernelArgs& args) {
+  const TensorArg& in = args.inputs[0];
+  const Attrs& attrs = args.node->attrs;
+  Attrs with_dim = attrs;
+  if (!attrs.Has("dim")) with_dim.Set("dim", int64_t{-1});
+  ASSIGN_OR_RETURN(int dim, SingleDimOf(with_dim, in.type));
+  const DimSplit s = SplitAtDim(in.type.shape, dim);
+  void* values = args.outputs[0].data;
+  int64_t* indices = args.outputs[1].as<int64_t>();
+  if constexpr (kTopk) {
+    ASSIGN_OR_RETURN(int64_t k, attrs.GetInt("k"));
+    ASSIGN_OR_RETURN(bool largest, attrs.GetBool("largest", true));
+    return Launched(args,
+                    LaunchTopk(in.type.dtype, s.outer, s.size, s.inner, k, largest, in.data, values, indices,
+                               context.native),
+                    in.type.dtype);
+  } else {
+    ASSIGN_OR_RETURN(bool descending, attrs.GetBool("descending", false));
+    return Launched(args,
+                    LaunchSort(in.type.dtype, s.outer, s.size, s.inner, descending, in.data, values, indices,
+                               context.native),
+                    in.type.dtype);
+  }
+}
+
 }  // namespace
 
 void AddReductionKernels(CudaKernelTable& table) {
@@ -280,6 +307,8 @@ void AddReductionKernels(CudaKernelTable& table) {
   table["max.dim"] = ArgExtremumKernel<true, true>;
   table["min.dim"] = ArgExtremumKernel<false, true>;
   table["cumsum"] = CumsumKernel;
+  table["sort"] = SortKernel<false>;
+  table["topk"] = SortKernel<true>;
 }
 
 }  // namespace tandem::cuda

@@ -1,14 +1,15 @@
-// The reduction and scan CUDA kernels (mean, prod, var, linalg_vector_norm,
-// amax / amin, argmax / argmin, max.dim / min.dim, cumsum; reduce_launch.h)
-// against the CPU kernels (the oracle), on fresh random inputs and shapes
-// (the seed is printed), in every dtype each kernel takes: float32, float64,
-// bfloat16, float16 and, where the op takes it, int64. Every kernel choice
-// is reached: a thread, a warp or a block per output, column tiles, the
-// general layout of scattered dims, rows of 10^7 elements, and the thread,
-// warp and block scans. Each graph runs twice on the GPU, op by op and as a
-// replay of the captured CUDA graph; outputs are poisoned (0xFF bytes: NaN)
-// before each run, must match the CPU both times, and must be the same bits
-// in both runs (no reduction depends on timing).
+// The reduction, scan and sort CUDA kernels (mean, prod, var,
+// linalg_vector_norm, amax / amin, argmax / argmin, max.dim / min.dim,
+// cumsum, sort, topk; reduce_launch.h) against the CPU kernels (the oracle),
+// on fresh random inputs and shapes (the seed is printed), in every dtype
+// each kernel takes: float32, float64, bfloat16, float16 and, where the op
+// takes it, int64. Every kernel choice is reached: a thread, a warp or a
+// block per output, column tiles, the general layout of scattered dims, rows
+// of 10^7 elements, the thread, warp and block scans, and the sorting
+// network within and across shared-memory tiles. Each graph runs twice on
+// the GPU, op by op and as a replay of the captured CUDA graph; outputs are
+// poisoned (0xFF bytes: NaN) before each run, must match the CPU both times,
+// and must be the same bits in both runs (nothing depends on timing).
 //
 // Tolerances (normwise relative): float32 sums accumulate in float on the
 // GPU and in double on the CPU, which differ by about eps * sqrt(n) relative
@@ -17,6 +18,7 @@
 // moves them one ulp at most (2u + 1e-3, u = 2^-8 for bfloat16, 2^-11 for
 // float16). Maxima, minima, their positions, integer results and counts
 // (ord 0) are exact; NaN inputs must give NaN exactly where the CPU does.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -456,6 +458,36 @@ TEST(CudaReductionOps, Cumsum) {
       const int x = g.Feed({dtype, s});
       g.Add1("cumsum", {x}, MakeAttrs({{"dim", dim}}));
       Check(g, {.f32 = kLong32});
+    }
+  }
+}
+
+// sort (insertion sort of short lines; the bitonic network, within shared
+// memory tiles and across them, of lines up to 10^6) and topk (k passes of a
+// block per line, or k == size as a sort), over the last dim and a middle
+// one, with NaNs and (in 16-bit and int64 inputs) many equal values: the
+// stable order must match the CPU's exactly.
+TEST(CudaReductionOps, SortAndTopk) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  const std::vector<Shape> shapes = {{Dim(1, 300), Dim(2, 16)},     {Dim(1, 50), Dim(17, 2048)},
+                                     {Dim(1, 4), Dim(2049, 70000)}, {Dim(2, 9), Dim(17, 900), Dim(2, 5)},
+                                     {1, Dim(300000, 1000000)},     {}};
+  for (DType dtype : AllTypes()) {
+    for (const Shape& shape : shapes) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " " << ShapeString(shape));
+      GraphMaker g;
+      const int x = g.Feed({dtype, shape});
+      const int64_t last = shape.empty() ? 1 : shape.back();
+      g.Add("sort", {x});
+      g.Add("sort", {x}, MakeAttrs({{"descending", true}}));
+      g.Add("topk", {x}, MakeAttrs({{"k", std::min<int64_t>(last, Dim(1, 8))}}));
+      g.Add("topk", {x}, MakeAttrs({{"k", std::min<int64_t>(last, 3)}, {"largest", false}, {"sorted", false}}));
+      g.Add("topk", {x}, MakeAttrs({{"k", last}}));
+      if (shape.size() == 3) {
+        g.Add("sort", {x}, MakeAttrs({{"dim", int64_t{1}}, {"descending", true}}));
+        g.Add("topk", {x}, MakeAttrs({{"k", int64_t{5}}, {"dim", int64_t{1}}}));
+      }
+      Check(g, {.exact = true}, FeedsWithNans(g, 500));
     }
   }
 }
