@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -106,16 +107,30 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   return client;
 }
 
-absl::Status Client::EnsureSharedMemory() {
+absl::Status Client::EnsureSharedMemoryFor(uint64_t iteration_bytes) {
+  // Room for three iterations' large feeds: one being written while two are
+  // in flight.
+  constexpr uint64_t kIterations = 3;
+  constexpr uint64_t kRound = uint64_t{2} << 20;
   std::lock_guard<std::mutex> setup(shm_setup_mu_);
+  uint64_t current = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (shm_tried_) return shm_status_;
+    if (shm_tried_ && (!shm_status_.ok() || shm_regions_.empty())) return shm_status_;
+    if (!shm_regions_.empty()) current = shm_regions_.back().bytes;
   }
-  absl::Status status = SetUpSharedMemory();
+  const uint64_t want = iteration_bytes > UINT64_MAX / kIterations ? UINT64_MAX : kIterations * iteration_bytes;
+  if (current > 0 && (current >= want || shm_mapped_ >= kMaxSharedMemoryRegions)) return absl::OkStatus();
+  uint64_t bytes = std::max({options_.shared_memory_bytes, want, current > UINT64_MAX / 2 ? current : 2 * current});
+  bytes = bytes > UINT64_MAX - kRound ? bytes : (bytes + kRound - 1) / kRound * kRound;
+  absl::Status status = SetUpSharedMemory(bytes);
   std::lock_guard<std::mutex> lock(mu_);
-  shm_tried_ = true;
-  shm_status_ = status;
+  if (!shm_tried_) {
+    shm_tried_ = true;
+    shm_status_ = status;
+  }
+  // A failed growth keeps the region there is (the feeds that do not fit
+  // travel inline); the first failure turns shared memory off.
   return status;
 }
 
@@ -129,9 +144,9 @@ absl::StatusOr<uint64_t> Client::PassDescriptor(const SealedMemfd& object) {
   return nonce;
 }
 
-absl::Status Client::SetUpSharedMemory() {
+absl::Status Client::SetUpSharedMemory(uint64_t bytes) {
   if (options_.shared_memory_bytes == 0) return absl::UnavailableError("shared memory is off (shared_memory_bytes 0)");
-  ASSIGN_OR_RETURN(SealedMemfd object, SealedMemfd::Create(options_.shared_memory_bytes));
+  ASSIGN_OR_RETURN(SealedMemfd object, SealedMemfd::Create(bytes));
   ASSIGN_OR_RETURN(uint64_t nonce, PassDescriptor(object));
   v1::Request request;
   request.mutable_map_shared_memory()->set_fd_nonce(nonce);
@@ -139,12 +154,29 @@ absl::Status Client::SetUpSharedMemory() {
   auto response = Call(std::move(request));
   if (!response.ok()) return response.status();
   std::lock_guard<std::mutex> lock(mu_);
-  shm_region_ = response->map_shared_memory().region_id();
+  ShmRegion region;
+  region.id = response->map_shared_memory().region_id();
+  region.bytes = object.bytes();
+  region.base = object.ReleaseMapping();
+  region.ring = std::make_unique<ShmRing>(region.bytes);
   shm_pinned_ = response->map_shared_memory().pinned();
-  shm_bytes_ = object.bytes();
-  shm_base_ = object.ReleaseMapping();
-  shm_ring_ = std::make_unique<ShmRing>(shm_bytes_);
+  shm_regions_.push_back(std::move(region));
+  ++shm_mapped_;
   return absl::OkStatus();
+}
+
+void Client::ReleaseSharedLocked(uint64_t ticket) {
+  for (ShmRegion& region : shm_regions_) region.ring->Release(ticket);
+  // Outgrown regions unmap here once drained; the daemon keeps its mapping
+  // until the session ends.
+  for (size_t k = 0; k + 1 < shm_regions_.size();) {
+    if (shm_regions_[k].ring->in_use() == 0) {
+      ::munmap(shm_regions_[k].base, shm_regions_[k].bytes);
+      shm_regions_.erase(shm_regions_.begin() + static_cast<std::ptrdiff_t>(k));
+    } else {
+      ++k;
+    }
+  }
 }
 
 Client::~Client() {
@@ -165,7 +197,7 @@ Client::~Client() {
       while (!arrived_.contains(*id) && SteadyClock::now() < deadline) ReceiveLocked(std::chrono::milliseconds(20));
     }
   }
-  if (shm_base_ != nullptr) ::munmap(shm_base_, shm_bytes_);
+  for (ShmRegion& region : shm_regions_) ::munmap(region.base, region.bytes);
 }
 
 void Client::HeartbeatLoop() {
@@ -423,12 +455,14 @@ absl::StatusOr<uint64_t> Client::SubmitIteration(uint64_t job_id, const NamedTen
 absl::StatusOr<uint64_t> Client::SubmitIteration(uint64_t job_id, const std::vector<FeedView>& feeds,
                                                  const std::vector<std::string>& fetches, uint64_t iteration) {
   // The shared-memory region is set up at the first large feed (a client
-  // that never sends one, tandemctl, reserves none).
+  // that never sends one, tandemctl, reserves none), and grown when an
+  // iteration's large feeds outgrow it.
+  uint64_t large_bytes = 0;
   for (const FeedView& f : feeds) {
-    if (options_.shared_memory_bytes > 0 && f.bytes >= options_.shared_memory_threshold) {
-      (void)EnsureSharedMemory();  // on failure the feeds travel inline
-      break;
-    }
+    if (f.bytes >= options_.shared_memory_threshold) large_bytes += (f.bytes + 255) / 256 * 256;
+  }
+  if (options_.shared_memory_bytes > 0 && large_bytes > 0) {
+    (void)EnsureSharedMemoryFor(large_bytes);  // on failure the feeds travel inline
   }
   v1::Request r;
   v1::RunIterationRequest* run = r.mutable_run_iteration();
@@ -445,11 +479,12 @@ absl::StatusOr<uint64_t> Client::SubmitIteration(uint64_t job_id, const std::vec
     spec->set_dtype(f.dtype);
     for (int64_t d : f.shape) spec->add_shape(d);
     std::optional<uint64_t> offset;
-    if (shm_ring_ != nullptr && f.bytes >= options_.shared_memory_threshold) offset = shm_ring_->Allocate(id, f.bytes);
+    ShmRegion* region = shm_regions_.empty() ? nullptr : &shm_regions_.back();
+    if (region != nullptr && f.bytes >= options_.shared_memory_threshold) offset = region->ring->Allocate(id, f.bytes);
     if (offset) {
-      ParallelCopy(shm_base_ + *offset, f.data, f.bytes);
+      ParallelCopy(region->base + *offset, f.data, f.bytes);
       v1::SharedSlice* slice = t->mutable_shared();
-      slice->set_region_id(shm_region_);
+      slice->set_region_id(region->id);
       slice->set_offset(*offset);
       slice->set_bytes(f.bytes);
     } else {
@@ -458,13 +493,13 @@ absl::StatusOr<uint64_t> Client::SubmitIteration(uint64_t job_id, const std::vec
   }
   std::string bytes = r.SerializeAsString();
   if (absl::Status s = CheckSize(bytes.size()); !s.ok()) {
-    if (shm_ring_ != nullptr) shm_ring_->Release(id);
+    ReleaseSharedLocked(id);
     return s;
   }
   try {
     SendFrame(socket_, zmq::buffer(bytes), zmq::send_flags::none);
   } catch (const zmq::error_t& e) {
-    if (shm_ring_ != nullptr) shm_ring_->Release(id);
+    ReleaseSharedLocked(id);
     return absl::UnavailableError(absl::StrCat("sending to tandemd at ", endpoint_, " failed: ", e.what()));
   }
   return id;
@@ -475,7 +510,7 @@ absl::StatusOr<IterationResult> Client::WaitIteration(uint64_t ticket) {
   {
     // The daemon has read the iteration's shared feeds (or never will).
     std::lock_guard<std::mutex> lock(mu_);
-    if (shm_ring_ != nullptr) shm_ring_->Release(ticket);
+    ReleaseSharedLocked(ticket);
   }
   if (!response.ok()) return response.status();
   if (!response->has_run_iteration()) return Unexpected(*response, "run_iteration");

@@ -47,9 +47,13 @@ struct ClientOptions {
   absl::Duration call_timeout = absl::Hours(24);  // bound on one call
   bool heartbeat = true;
   // Feeds of at least `shared_memory_threshold` bytes travel through a
-  // shared-memory region of this size that the daemon maps once per
-  // session (ipc endpoints only; 0 turns it off). When the region is full
-  // or the daemon cannot map it, feeds travel inline.
+  // shared-memory region that the daemon maps (ipc endpoints only; 0 turns
+  // it off): at first of this size, or of three iterations' large feeds if
+  // that is more. When a job's iterations outgrow it (a larger batch), the
+  // client maps a region of twice the size or three iterations' feeds,
+  // whichever is larger, for the iterations that follow, up to
+  // kMaxSharedMemoryRegions regions a session. When no region has room or
+  // the daemon cannot map one, feeds travel inline.
   uint64_t shared_memory_bytes = uint64_t{64} << 20;
   uint64_t shared_memory_threshold = uint64_t{64} << 10;
   // A registration whose initial values total at least this many bytes
@@ -90,7 +94,15 @@ class Client {
   // Sets up the shared-memory region for large feeds now, if it is not yet
   // (otherwise the first feed of at least shared_memory_threshold bytes
   // does); its status, which later calls return without trying again.
-  absl::Status EnsureSharedMemory();
+  absl::Status EnsureSharedMemory() { return EnsureSharedMemoryFor(0); }
+  // The most shared-memory regions a session maps (the first and its
+  // growths; the daemon takes 16).
+  static constexpr int kMaxSharedMemoryRegions = 6;
+  // The bytes of the region that takes new feeds (0 without one).
+  uint64_t shared_memory_bytes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return shm_regions_.empty() ? 0 : shm_regions_.back().bytes;
+  }
   // Whether feeds go through shared memory, and if not, why
   // (FAILED_PRECONDITION until the region was first wanted).
   absl::Status shared_memory_status() const {
@@ -140,8 +152,6 @@ class Client {
   void HeartbeatLoop();
   // RESOURCE_EXHAUSTED, saying what to do, for a message over the daemon's limit.
   absl::Status CheckSize(size_t bytes) const;
-  // Creates the shared-memory region and has the daemon map it.
-  absl::Status SetUpSharedMemory();
   // Passes `object`'s descriptor on the daemon's fd socket; the nonce that
   // names it.
   absl::StatusOr<uint64_t> PassDescriptor(const SealedMemfd& object);
@@ -177,16 +187,29 @@ class Client {
   std::chrono::steady_clock::time_point last_heard_;     // guarded by mu_
   std::chrono::steady_clock::time_point last_heartbeat_;  // guarded by mu_
 
-  // Shared memory for large feeds: set up once, at the first need
-  // (EnsureSharedMemory, serialized by shm_setup_mu_); guarded by mu_.
+  // Shared memory for large feeds: set up at the first need and grown when
+  // an iteration's feeds outgrow it (EnsureSharedMemoryFor, serialized by
+  // shm_setup_mu_); guarded by mu_.
+  struct ShmRegion {
+    uint64_t id = 0;  // the daemon's region id
+    char* base = nullptr;
+    uint64_t bytes = 0;
+    std::unique_ptr<ShmRing> ring;
+  };
+  absl::Status EnsureSharedMemoryFor(uint64_t iteration_bytes);
+  // Creates a shared-memory region of `bytes`, has the daemon map it, and
+  // makes it the one that takes new feeds.
+  absl::Status SetUpSharedMemory(uint64_t bytes);
+  // Gives back `ticket`'s slices and unmaps the outgrown regions nothing
+  // uses any more. Requires mu_.
+  void ReleaseSharedLocked(uint64_t ticket);
   std::mutex shm_setup_mu_;
   bool shm_tried_ = false;
+  int shm_mapped_ = 0;  // regions mapped this session
   absl::Status shm_status_ = absl::FailedPreconditionError("not set up yet (the first large feed sets it up)");
-  uint64_t shm_region_ = 0;
   bool shm_pinned_ = false;
-  char* shm_base_ = nullptr;
-  uint64_t shm_bytes_ = 0;
-  std::unique_ptr<ShmRing> shm_ring_;  // guarded by mu_
+  // The last region takes new feeds; earlier (outgrown) ones only drain.
+  std::vector<ShmRegion> shm_regions_;
 
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

@@ -90,6 +90,58 @@ TEST(SharedMemory, LargeFeedsGoThroughTheRegionAndMatchInline) {
   EXPECT_THAT(daemon.Log(), HasSubstr("shared memory mapped"));
 }
 
+v1::RegisterJobRequest RowSums(int64_t rows) {
+  GraphBuilder b("row-sums");
+  std::string x = b.Feed("x", v1::FLOAT32, {rows, kCols});
+  std::string s = b.Op("sum.dim_IntList", {x}, {{"dim", client::AttrInts({1})}}, "s");
+  b.Fetch(s);
+  return std::move(b).Build();
+}
+
+// A job whose batches outgrow the region gets a larger one for the
+// iterations that follow, instead of sending its feeds inline from then on.
+TEST(SharedMemory, TheRegionGrowsWithTheFeeds) {
+  DaemonProcess daemon({"--policy=fair"});
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  auto client = Client::Connect({.endpoint = daemon.endpoint(), .name = "grow", .shared_memory_bytes = kMiB});
+  ASSERT_TRUE(client.ok()) << client.status();
+  for (int64_t rows : {int64_t{128}, int64_t{1024}, int64_t{4096}}) {  // 128 KiB, 1 MiB, 4 MiB feeds
+    auto job = (*client)->RegisterJob(RowSums(rows));
+    ASSERT_TRUE(job.ok()) << job.status();
+    std::vector<float> x(rows * kCols);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 5 + rows) % 17);
+    std::vector<uint64_t> tickets;
+    for (int k = 0; k < 3; ++k) {
+      auto t = (*client)->SubmitIteration(job->job_id(), {{"x", HostTensor::Floats({rows, kCols}, x)}}, {"s"});
+      ASSERT_TRUE(t.ok()) << t.status();
+      tickets.push_back(*t);
+    }
+    for (uint64_t t : tickets) {
+      auto r = (*client)->WaitIteration(t);
+      ASSERT_TRUE(r.ok()) << r.status();
+      std::vector<float> got = r->fetches.at("s").values<float>();
+      for (int64_t row = 0; row < rows; row += 97) {
+        double want = 0;
+        for (int64_t c = 0; c < kCols; ++c) want += x[row * kCols + c];
+        ASSERT_NEAR(got[row], want, 1e-3 * want) << rows << " rows, row " << row;
+      }
+    }
+    // Three iterations' feeds fit, rounded up to 2 MiB.
+    const uint64_t feed = static_cast<uint64_t>(rows * kCols) * 4;
+    EXPECT_GE((*client)->shared_memory_bytes(), 3 * feed) << rows << " rows";
+  }
+  // 2 MiB (the first, for three 128 KiB feeds and the 1 MiB minimum), 4 MiB
+  // (three 1 MiB feeds: twice the first), 12 MiB (three 4 MiB feeds).
+  EXPECT_EQ((*client)->shared_memory_bytes(), 12 * kMiB);
+  size_t mapped = 0;
+  const std::string log = daemon.Log();
+  for (size_t at = log.find("shared memory mapped"); at != std::string::npos;
+       at = log.find("shared memory mapped", at + 1)) {
+    ++mapped;
+  }
+  EXPECT_EQ(mapped, 3u) << log;
+}
+
 TEST(SharedMemory, BadSlicesAreRefused) {
   DaemonProcess daemon({"--policy=fair"});
   auto owner = Client::Connect({.endpoint = daemon.endpoint(), .name = "owner"});
