@@ -50,6 +50,25 @@ class LoweringTest(unittest.TestCase):
             defined.update(node["outputs"])
         self.assertIn(lowered.fetch_names["loss"], defined)
 
+    def test_type_promotion_is_made_explicit(self):
+        # An int64 mask times a float tensor: PyTorch promotes the mask; the IR converts it with _to_copy.
+        class Masked(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = nn.Parameter(torch.ones(4))
+
+            def forward(self, x):
+                return (x > 0).long() * (self.w * x)
+
+        model = Masked()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        _, lowered = tandem.torch.capture_training_job(model, F.mse_loss, opt, (torch.randn(3, 4), torch.randn(3, 4)))
+        nodes = lowered.graph["nodes"]
+        converted = {n["outputs"][0] for n in nodes
+                     if n["op"] == "_to_copy" and n["attrs"]["dtype"]["dtype"] == "FLOAT32"}
+        muls = [n for n in nodes if n["op"] == "mul.Tensor" and converted & set(n["inputs"])]
+        self.assertTrue(muls, "the int64 mask reaches mul.Tensor through a float32 _to_copy")
+
     def test_batch_norm_running_statistics_become_updates(self):
         model = nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 3))
         opt = torch.optim.SGD(model.parameters(), lr=0.1)

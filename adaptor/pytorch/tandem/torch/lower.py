@@ -49,6 +49,14 @@ _DROPPED_ARGS = {"layout", "device", "pin_memory", "memory_format", "non_blockin
 _SCALAR_VARIANTS = {"add.Tensor": "add.Scalar", "sub.Tensor": "sub.Scalar", "mul.Tensor": "mul.Scalar",
                     "div.Tensor": "div.Scalar"}
 _BATCH_NORM_OPS = {"native_batch_norm"}
+# Pointwise ops whose operands PyTorch promotes to one dtype: op -> the arguments that take part.
+_PROMOTING = {op: ("self", "other") for op in (
+    "add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "maximum", "minimum", "atan2", "fmod.Tensor",
+    "remainder.Tensor", "div.Tensor_mode", "bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor",
+    "eq.Tensor", "ne.Tensor", "lt.Tensor", "le.Tensor", "gt.Tensor", "ge.Tensor")}
+_PROMOTING.update({"where.self": ("self", "other"), "pow.Tensor_Tensor": ("self", "exponent"),
+                   "lerp.Tensor": ("self", "end", "weight"), "addcmul": ("self", "tensor1", "tensor2"),
+                   "addcdiv": ("self", "tensor1", "tensor2")})
 # Ops whose CUDA kernels follow torch.backends.cudnn.allow_tf32 through an attribute.
 _CUDNN_CONVOLUTION_OPS = {"convolution", "convolution_backward"}
 # Ops of the `tandem` namespace (fused_rnn.py) -> registry op. Their arguments are all tensors.
@@ -228,6 +236,40 @@ class _Emitter:
         self.out.persistent.append((name, value.detach().clone()))
         return name
 
+    def promotion(self, n, name):
+        """PyTorch's type promotion made explicit for the pointwise ops that promote (the registry takes equal
+        dtypes, or a rank-0 operand of another dtype): ({argument names to convert}, dtype). An operand with
+        dims whose dtype is not the one PyTorch computes in (an int64 mask times a float gradient, which
+        decompositions write) is converted by a _to_copy node first; rank-0 operands are left to the registry's
+        rule."""
+        promoting = _PROMOTING.get(name)
+        if promoting is None:
+            return set(), None
+        schema_args = n.target._schema.arguments
+        operands = []
+        for i, arg in enumerate(schema_args):
+            v = n.args[i] if i < len(n.args) else n.kwargs.get(arg.name)
+            if arg.name in promoting and v is not None:
+                operands.append((arg.name, self.values.get(v) if isinstance(v, torch.fx.Node) else v))
+        if len(operands) < 2 or not all(isinstance(v, (torch.Tensor, bool, int, float)) for _, v in operands):
+            return set(), None
+        # Plain stand-ins of the traced values (shapes and dtypes only; they may be fake tensors).
+        stand_ins = [torch.empty((1,) if v.dim() > 0 else (), dtype=v.dtype) if isinstance(v, torch.Tensor) else v
+                     for _, v in operands]
+        acc = stand_ins[0]
+        for v in stand_ins[1:]:
+            with_dims = any(isinstance(x, torch.Tensor) and x.dim() > 0 for x in (acc, v))
+            acc = torch.empty((1,) if with_dims else (), dtype=torch.result_type(acc, v))
+        dtype = acc.dtype
+        convert = {a for a, v in operands if isinstance(v, torch.Tensor) and v.dim() > 0 and v.dtype != dtype}
+        return convert, dtype
+
+    def promoted(self, v, dtype, label):
+        """The IR name of fx node `v` converted to `dtype` (a _to_copy node)."""
+        name = self.fresh(f"{v.name}.to_{str(dtype).split('.')[-1]}")
+        self.node("_to_copy", [self.ref(v)], [name], {"dtype": {"dtype": dtypes.name_of(dtype, name)}}, label)
+        return name
+
     def ref(self, n):
         try:
             return self.names[n]
@@ -271,6 +313,7 @@ class _Emitter:
         label = n.meta.get("tandem_label", "")
         inputs, attrs = [], {}
         args = list(n.args)
+        promoted_args, promote_to = self.promotion(n, name)
         for i, arg in enumerate(target._schema.arguments):
             if i < len(args):
                 v = args[i]
@@ -281,7 +324,7 @@ class _Emitter:
             if arg.name in skip_args or v is None:
                 continue
             if isinstance(v, torch.fx.Node):
-                inputs.append(self.ref(v))
+                inputs.append(self.promoted(v, promote_to, label) if arg.name in promoted_args else self.ref(v))
             elif isinstance(v, (list, tuple)) and any(isinstance(e, torch.fx.Node) for e in v):
                 inputs.extend(self.ref(e) for e in v if e is not None)
             elif _is_tensor_type(arg.type) and isinstance(v, (bool, int, float)):
