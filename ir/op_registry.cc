@@ -27,6 +27,8 @@ const OpRegistry& OpRegistry::Global() {
     RegisterAttentionOps(*r);
     RegisterFusedOps(*r);
     RegisterRecurrentOps(*r);
+    RegisterGroupNormOps(*r);
+    RegisterSpatialOps(*r);
     return r;
   }();
   return *registry;

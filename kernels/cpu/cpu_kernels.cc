@@ -25,6 +25,10 @@ CpuKernelFn FindCpuKernel(absl::string_view op) {
     AddAttentionKernels(*t);
     AddFusedKernels(*t);
     AddRecurrentKernels(*t);
+    AddGroupNormKernels(*t);
+    AddResampleKernels(*t);
+    AddPaddingKernels(*t);
+    AddPooling3dKernels(*t);
     return t;
   }();
   return table->Find(op);
