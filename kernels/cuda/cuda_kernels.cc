@@ -24,6 +24,8 @@ CudaKernelFn FindCudaKernel(absl::string_view op) {
     AddAttentionKernels(*t);
     AddFusedKernels(*t);
     AddRecurrentKernels(*t);
+    AddGroupNormKernels(*t);
+    AddSpatialKernels(*t);
     return t;
   }();
   return table->Find(op);

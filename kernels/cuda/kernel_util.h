@@ -38,6 +38,8 @@ void AddNormalizationKernels(CudaKernelTable& table);
 void AddAttentionKernels(CudaKernelTable& table);
 void AddFusedKernels(CudaKernelTable& table);
 void AddRecurrentKernels(CudaKernelTable& table);
+void AddGroupNormKernels(CudaKernelTable& table);
+void AddSpatialKernels(CudaKernelTable& table);  // resampling, padding, 3-D pooling
 
 inline absl::Status UnsupportedDType(const KernelArgs& args, DType dtype) {
   return absl::UnimplementedError(
