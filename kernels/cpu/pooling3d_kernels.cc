@@ -86,15 +86,18 @@ absl::Status MaxPoolKernel(const KernelArgs& args) {
 }
 
 // The output positions along dim `d` whose window has a tap at input
-// position `i`. Calls f(o).
+// position `i`: o with i + padding - o * stride in [0, (kernel - 1) *
+// dilation] and a multiple of the dilation. Calls f(o). Only the outputs
+// that can hold i are visited (not every kernel tap: a kernel may be huge).
 template <typename F>
 void ForEachWindowWithTap(const Pool3dGeometry& g, int d, int64_t i, int64_t dilation, F&& f) {
   const Pool3dParams& p = g.params;
-  for (int64_t k = 0; k < p.kernel[d]; ++k) {
-    const int64_t t = i + p.padding[d] - k * dilation;
-    if (t < 0 || t % p.stride[d] != 0) continue;
-    const int64_t o = t / p.stride[d];
-    if (o < g.out[d]) f(o);
+  const int64_t top = i + p.padding[d];
+  const int64_t low = top - (p.kernel[d] - 1) * dilation;
+  const int64_t first = low <= 0 ? 0 : (low + p.stride[d] - 1) / p.stride[d];
+  const int64_t last = std::min(top / p.stride[d], g.out[d] - 1);
+  for (int64_t o = first; o <= last; ++o) {
+    if ((top - o * p.stride[d]) % dilation == 0) f(o);
   }
 }
 
