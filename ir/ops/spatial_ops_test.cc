@@ -141,23 +141,24 @@ TEST(ResampleInferenceTest, OutputSizesOfEveryForm) {
                      MakeAttrs({{"scale_factors", Floats{0.5, 0.5}}, {"align_corners", false}}), {F16({1, 2, 9, 9})}),
             F16({1, 2, 4, 4}));
   // Backward ops: grad_input has input_size.
-  EXPECT_EQ(InferOne("upsample_nearest2d_backward",
-                     MakeAttrs({{"output_size", Ints{10, 14}}, {"input_size", Ints{2, 3, 5, 7}}}),
-                     {F32({2, 3, 10, 14})}),
-            x);
+  EXPECT_EQ(
+      InferOne("upsample_nearest2d_backward",
+               MakeAttrs({{"output_size", Ints{10, 14}}, {"input_size", Ints{2, 3, 5, 7}}}), {F32({2, 3, 10, 14})}),
+      x);
   EXPECT_EQ(InferOne("upsample_nearest2d_backward.vec",
                      MakeAttrs({{"input_size", Ints{2, 3, 5, 7}}, {"scale_factors", Floats{2.0, 2.0}}}),
                      {F64({2, 3, 10, 14})}),
             F64({2, 3, 5, 7}));
-  EXPECT_EQ(InferOne("upsample_bilinear2d_backward",
-                     MakeAttrs({{"output_size", Ints{4, 4}}, {"input_size", Ints{2, 3, 5, 7}}, {"align_corners", true}}),
-                     {F32({2, 3, 4, 4})}),
-            x);
-  EXPECT_EQ(InferOne("upsample_bilinear2d_backward.vec",
-                     MakeAttrs({{"output_size", Ints{4, 4}}, {"input_size", Ints{2, 3, 5, 7}},
-                                {"align_corners", false}}),
-                     {BF16({2, 3, 4, 4})}),
-            BF16({2, 3, 5, 7}));
+  EXPECT_EQ(
+      InferOne("upsample_bilinear2d_backward",
+               MakeAttrs({{"output_size", Ints{4, 4}}, {"input_size", Ints{2, 3, 5, 7}}, {"align_corners", true}}),
+               {F32({2, 3, 4, 4})}),
+      x);
+  EXPECT_EQ(
+      InferOne("upsample_bilinear2d_backward.vec",
+               MakeAttrs({{"output_size", Ints{4, 4}}, {"input_size", Ints{2, 3, 5, 7}}, {"align_corners", false}}),
+               {BF16({2, 3, 4, 4})}),
+      BF16({2, 3, 5, 7}));
 }
 
 TEST(ResampleInferenceTest, RefusesMalformedNodes) {
@@ -174,31 +175,29 @@ TEST(ResampleInferenceTest, RefusesMalformedNodes) {
               HasSubstr("attribute 'scales_h' is 1e-300"));
   EXPECT_THAT(InferError("upsample_nearest2d.vec", MakeAttrs({}), {x}),
               HasSubstr("exactly one of the attributes 'output_size' and 'scale_factors'"));
-  EXPECT_THAT(
-      InferError("upsample_nearest2d.vec", MakeAttrs({{"output_size", Ints{4, 4}}, {"scale_factors", Floats{2, 2}}}),
-                 {x}),
-      HasSubstr("exactly one"));
+  EXPECT_THAT(InferError("upsample_nearest2d.vec",
+                         MakeAttrs({{"output_size", Ints{4, 4}}, {"scale_factors", Floats{2, 2}}}), {x}),
+              HasSubstr("exactly one"));
   EXPECT_THAT(InferError("upsample_nearest2d.vec", MakeAttrs({{"scale_factors", Floats{0.1, 2.0}}}), {x}),
               HasSubstr("would resample to 0 in dim 2"));
   EXPECT_THAT(InferError("upsample_nearest2d.vec", MakeAttrs({{"scale_factors", Floats{2.0}}}), {x}),
               HasSubstr("'scale_factors' has 1 entries"));
   EXPECT_THAT(InferError("upsample_bilinear2d", MakeAttrs({{"output_size", Ints{4, 4}}}), {x}),
               HasSubstr("align_corners"));
-  EXPECT_THAT(InferError("upsample_nearest2d_backward",
-                         MakeAttrs({{"output_size", Ints{10, 14}}, {"input_size", Ints{2, 3, 5, 7}}}),
-                         {F32({2, 3, 10, 13})}),
-              HasSubstr("grad_output is [2, 3, 10, 13] but resampling input_size [2, 3, 5, 7] gives [2, 3, 10, 14]"));
-  EXPECT_THAT(InferError("upsample_nearest2d_backward",
-                         MakeAttrs({{"output_size", Ints{10, 14}}, {"input_size", Ints{2, 3, 5}}}),
-                         {F32({2, 3, 10, 14})}),
-              HasSubstr("attribute 'input_size' is [2, 3, 5]"));
+  EXPECT_THAT(
+      InferError("upsample_nearest2d_backward",
+                 MakeAttrs({{"output_size", Ints{10, 14}}, {"input_size", Ints{2, 3, 5, 7}}}), {F32({2, 3, 10, 13})}),
+      HasSubstr("grad_output is [2, 3, 10, 13] but resampling input_size [2, 3, 5, 7] gives [2, 3, 10, 14]"));
+  EXPECT_THAT(
+      InferError("upsample_nearest2d_backward",
+                 MakeAttrs({{"output_size", Ints{10, 14}}, {"input_size", Ints{2, 3, 5}}}), {F32({2, 3, 10, 14})}),
+      HasSubstr("attribute 'input_size' is [2, 3, 5]"));
 }
 
 // ------------------------------------------------------------ padding
 
 TEST(PaddingInferenceTest, ConstantPadAnyRankAndDtypeWithCrops) {
-  EXPECT_EQ(InferOne("constant_pad_nd", MakeAttrs({{"pad", Ints{1, 2}}, {"value", 0.5}}), {F32({3, 4})}),
-            F32({3, 7}));
+  EXPECT_EQ(InferOne("constant_pad_nd", MakeAttrs({{"pad", Ints{1, 2}}, {"value", 0.5}}), {F32({3, 4})}), F32({3, 7}));
   EXPECT_EQ(InferOne("constant_pad_nd", MakeAttrs({{"pad", Ints{1, 2, -1, 0, 3, 3}}}), {I64({2, 3, 4})}),
             I64({8, 2, 7}));
   EXPECT_EQ(InferOne("constant_pad_nd", MakeAttrs({{"pad", Ints{-2, -2}}, {"value", int64_t{1}}}), {Bool({5, 4})}),
@@ -295,9 +294,10 @@ TEST(Convolution3dInferenceTest, ShapesAndErrors) {
   EXPECT_EQ(InferAll("convolution_backward", backward, {F32({2, 64, 8, 16, 16}), x, w}),
             (std::vector<TensorType>{x, w, F32({0})}));
   // One int stands for every spatial dim; grouped (2+1)-D factorized kernels.
-  EXPECT_EQ(InferOne("convolution", MakeAttrs({{"stride", Ints{2}}, {"padding", Ints{0, 1, 1}}, {"groups", int64_t{2}}}),
-                     {BF16({1, 4, 5, 6, 6}), BF16({6, 2, 1, 3, 3})}),
-            BF16({1, 6, 3, 3, 3}));
+  EXPECT_EQ(
+      InferOne("convolution", MakeAttrs({{"stride", Ints{2}}, {"padding", Ints{0, 1, 1}}, {"groups", int64_t{2}}}),
+               {BF16({1, 4, 5, 6, 6}), BF16({6, 2, 1, 3, 3})}),
+      BF16({1, 6, 3, 3, 3}));
 
   EXPECT_THAT(InferError("convolution", MakeAttrs({{"stride", Ints{1, 2}}}), {x, w}),
               HasSubstr("convolution: attribute 'stride' is [1, 2]; expected one or 3 ints (3-D)"));

@@ -180,7 +180,9 @@ TEST_F(SpatialKernelTest, GroupNormBackwardMatchesFiniteDifferences) {
     std::vector<HostTensor> in = {Random(DType::kFloat64, c.x, -2.0, 3.0)};
     for (int k = 0; k < c.affine; ++k) in.push_back(Random(DType::kFloat64, {c.x[1]}, 0.5, 1.5));
     Attrs attrs = GroupNormAttrs(c.x, c.groups, 1e-3);
-    auto forward = [&](const std::vector<HostTensor>& inputs) { return MustRun("native_group_norm", attrs, inputs)[0]; };
+    auto forward = [&](const std::vector<HostTensor>& inputs) {
+      return MustRun("native_group_norm", attrs, inputs)[0];
+    };
     auto out = MustRun("native_group_norm", attrs, in);
     const std::vector<double> weights = RandomWeights(out[0].numel());
     Attrs backward = attrs;
@@ -199,7 +201,8 @@ TEST_F(SpatialKernelTest, GroupNormBackwardMatchesFiniteDifferences) {
     // Without affine parameters, grad_weight and grad_bias are those of a
     // weight of ones and a bias of zeros.
     if (c.affine == 0) {
-      std::vector<HostTensor> ones = {in[0], half_test::Make(DType::kFloat64, {c.x[1]}, std::vector<double>(c.x[1], 1.0)),
+      std::vector<HostTensor> ones = {in[0],
+                                      half_test::Make(DType::kFloat64, {c.x[1]}, std::vector<double>(c.x[1], 1.0)),
                                       half_test::Make(DType::kFloat64, {c.x[1]}, std::vector<double>(c.x[1], 0.0))};
       EXPECT_TRUE(Near(Values(grads[1]), NumericGradient(forward, ones, 1, weights), kGradTolerance));
       EXPECT_TRUE(Near(Values(grads[2]), NumericGradient(forward, ones, 2, weights), kGradTolerance));
@@ -299,8 +302,10 @@ std::vector<ResampleCase> BilinearCases() {
       a.Set("align_corners", align);
       return a;
     };
-    cases.push_back({"upsample_bilinear2d", {2, 3, 4, 5}, with({{"output_size", Ints{8, 10}}}), {8, 10}, {0, 0}, align});
-    cases.push_back({"upsample_bilinear2d", {1, 2, 7, 6}, with({{"output_size", Ints{3, 13}}}), {3, 13}, {0, 0}, align});
+    cases.push_back(
+        {"upsample_bilinear2d", {2, 3, 4, 5}, with({{"output_size", Ints{8, 10}}}), {8, 10}, {0, 0}, align});
+    cases.push_back(
+        {"upsample_bilinear2d", {1, 2, 7, 6}, with({{"output_size", Ints{3, 13}}}), {3, 13}, {0, 0}, align});
     cases.push_back({"upsample_bilinear2d", {1, 1, 1, 4}, with({{"output_size", Ints{1, 1}}}), {1, 1}, {0, 0}, align});
     cases.push_back({"upsample_bilinear2d",
                      {1, 2, 5, 4},
@@ -308,8 +313,12 @@ std::vector<ResampleCase> BilinearCases() {
                      {11, 9},
                      {2.2, 2.3},
                      align});
-    cases.push_back(
-        {"upsample_bilinear2d.vec", {2, 2, 5, 6}, with({{"scale_factors", Floats{8.0, 0.5}}}), {40, 3}, {8.0, 0.5}, align});
+    cases.push_back({"upsample_bilinear2d.vec",
+                     {2, 2, 5, 6},
+                     with({{"scale_factors", Floats{8.0, 0.5}}}),
+                     {40, 3},
+                     {8.0, 0.5},
+                     align});
   }
   return cases;
 }
@@ -359,8 +368,8 @@ TEST_F(SpatialKernelTest, UpsamplingMatchesPyTorchsIndexFormulas) {
   for (const ResampleCase& c : BilinearCases()) cases.push_back(c);
   for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
     for (const ResampleCase& c : cases) {
-      SCOPED_TRACE(c.op + " " + ShapeString(c.x) + " -> " + ShapeString(c.out) + " align " +
-                   std::to_string(c.align) + " " + DTypeName(dtype));
+      SCOPED_TRACE(c.op + " " + ShapeString(c.x) + " -> " + ShapeString(c.out) + " align " + std::to_string(c.align) +
+                   " " + DTypeName(dtype));
       const HostTensor x = Random(dtype, c.x);
       auto out = MustRun(c.op, c.attrs, {x});
       ASSERT_EQ(out.size(), 1u);
@@ -498,8 +507,8 @@ TEST(SpatialIndexTest, GatherRangesAreTheForwardMapsPreimages) {
               if (src == x) expected.push_back(o);
               EXPECT_EQ(src, RefPadSourceForIndexTest(reflect, o, before, in));
             }
-            const spatial::PadPreimage p = reflect ? spatial::ReflectPreimage(x, before, in, out)
-                                                   : spatial::ReplicatePreimage(x, before, in, out);
+            const spatial::PadPreimage p =
+                reflect ? spatial::ReflectPreimage(x, before, in, out) : spatial::ReplicatePreimage(x, before, in, out);
             for (int k = 0; k < p.count; ++k) {
               for (int64_t o = p.begin[k]; o < p.end[k]; ++o) got.push_back(o);
             }
@@ -519,9 +528,12 @@ TEST_F(SpatialKernelTest, ConstantPadMatchesDirectIndexing) {
     Shape x;
     Ints pad;
   };
-  const std::vector<Case> cases = {{{3, 4}, {1, 2}},          {{2, 3, 4}, {1, 2, -1, 0, 3, 3}},
-                                   {{2, 3, 4, 5}, {0, 0, 2, 1}}, {{5}, {-2, 3}},
-                                   {{2, 2, 2, 2, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1}}, {{4, 4}, {-1, -1, -2, -1}}};
+  const std::vector<Case> cases = {{{3, 4}, {1, 2}},
+                                   {{2, 3, 4}, {1, 2, -1, 0, 3, 3}},
+                                   {{2, 3, 4, 5}, {0, 0, 2, 1}},
+                                   {{5}, {-2, 3}},
+                                   {{2, 2, 2, 2, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
+                                   {{4, 4}, {-1, -1, -2, -1}}};
   for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kInt32, DType::kBool, DType::kBFloat16,
                       DType::kFloat16}) {
     for (const Case& c : cases) {
@@ -560,7 +572,8 @@ TEST_F(SpatialKernelTest, ConstantPadMatchesDirectIndexing) {
   }
   // An int attribute converts exactly into int64.
   const HostTensor big({DType::kInt64, {1}});
-  auto exact = MustRun("constant_pad_nd", MakeAttrs({{"pad", Ints{1, 0}}, {"value", int64_t{9007199254740993}}}), {big});
+  auto exact =
+      MustRun("constant_pad_nd", MakeAttrs({{"pad", Ints{1, 0}}, {"value", int64_t{9007199254740993}}}), {big});
   EXPECT_EQ(static_cast<const int64_t*>(exact[0].data())[0], 9007199254740993);
 }
 
@@ -650,8 +663,8 @@ TEST_F(SpatialKernelTest, PadBackwardMatchesFiniteDifferences) {
       const HostTensor dy = Random(dtype, y.type.shape);
       const HostTensor x16 = Random(dtype, c.x);
       auto g16 = MustRun(c.op + "_backward", attrs, {dy, x16});
-      auto g64 = MustRun(c.op + "_backward", attrs,
-                         {half_test::Make(DType::kFloat64, y.type.shape, Values(dy)), in[0]});
+      auto g64 =
+          MustRun(c.op + "_backward", attrs, {half_test::Make(DType::kFloat64, y.type.shape, Values(dy)), in[0]});
       EXPECT_TRUE(Close(g16[0], Values(g64[0]), half_test::Tolerance(dtype, 16))) << DTypeName(dtype);
     }
   }
@@ -675,8 +688,8 @@ std::vector<Pool3dCase> Pool3dCases() {
 }
 
 Attrs PoolAttrs(const Pool3dCase& c, bool max) {
-  Attrs a = MakeAttrs({{"kernel_size", c.kernel}, {"stride", c.stride}, {"padding", c.padding},
-                       {"ceil_mode", c.ceil_mode}});
+  Attrs a =
+      MakeAttrs({{"kernel_size", c.kernel}, {"stride", c.stride}, {"padding", c.padding}, {"ceil_mode", c.ceil_mode}});
   if (max) {
     a.Set("dilation", c.dilation);
   } else {
@@ -739,7 +752,8 @@ void RefPool3d(const Pool3dCase& c, bool max, const std::vector<double>& x, std:
             y->push_back(best);
             indices->push_back(static_cast<double>(best_index));
           } else {
-            const double divisor = c.divisor_override != 0 ? c.divisor_override : (c.count_include_pad ? padded : inside);
+            const double divisor =
+                c.divisor_override != 0 ? c.divisor_override : (c.count_include_pad ? padded : inside);
             y->push_back(sum / divisor);
           }
         }
@@ -773,7 +787,8 @@ TEST_F(SpatialKernelTest, AdaptiveAvgPool3dMatchesDirectComputation) {
     Shape x;
     Ints out;
   };
-  for (const Case& c : std::vector<Case>{{{2, 3, 4, 5, 6}, {1, 1, 1}}, {{3, 5, 7, 4}, {2, 3, 4}}, {{1, 2, 3, 3, 3}, {5, 2, 3}}}) {
+  for (const Case& c :
+       std::vector<Case>{{{2, 3, 4, 5, 6}, {1, 1, 1}}, {{3, 5, 7, 4}, {2, 3, 4}}, {{1, 2, 3, 3, 3}, {5, 2, 3}}}) {
     SCOPED_TRACE(ShapeString(c.x) + " -> " + ShapeString(c.out));
     const HostTensor x = Random(DType::kFloat64, c.x);
     const Attrs attrs = MakeAttrs({{"output_size", c.out}});
@@ -807,7 +822,9 @@ TEST_F(SpatialKernelTest, AdaptiveAvgPool3dMatchesDirectComputation) {
     EXPECT_TRUE(Near(Values(out[0]), expected, 1e-12));
     // The backward against finite differences.
     std::vector<HostTensor> in_list = {x};
-    auto forward = [&](const std::vector<HostTensor>& inputs) { return MustRun("_adaptive_avg_pool3d", attrs, inputs)[0]; };
+    auto forward = [&](const std::vector<HostTensor>& inputs) {
+      return MustRun("_adaptive_avg_pool3d", attrs, inputs)[0];
+    };
     const std::vector<double> weights = RandomWeights(out[0].numel());
     auto grad = MustRun("_adaptive_avg_pool3d_backward", {}, {AsTensor(weights, out[0].type.shape), x});
     EXPECT_TRUE(Near(Values(grad[0]), NumericGradient(forward, in_list, 0, weights), kGradTolerance));
