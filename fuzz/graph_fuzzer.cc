@@ -50,6 +50,10 @@ constexpr AttrName kAttrs[] = {
     {"physical_layout", AttrKind::kInts}, {"bias_sizes", AttrKind::kInts}, {"threshold", AttrKind::kFloat},
     {"beta", AttrKind::kFloat},       {"transpose_a", AttrKind::kBool},   {"transpose_b", AttrKind::kBool},
     {"grad_input_mask", AttrKind::kInts}, {"dropout_p", AttrKind::kFloat}, {"compute_log_sumexp", AttrKind::kBool},
+    {"pad", AttrKind::kInts},         {"input_size", AttrKind::kInts},    {"scale_factors", AttrKind::kFloats},
+    {"scales_h", AttrKind::kFloat},   {"scales_w", AttrKind::kFloat},     {"align_corners", AttrKind::kBool},
+    {"N", AttrKind::kInt},            {"C", AttrKind::kInt},              {"HxW", AttrKind::kInt},
+    {"group", AttrKind::kInt},
 };
 
 constexpr v1::DType kDTypes[] = {v1::FLOAT32, v1::INT64, v1::BOOL, v1::BFLOAT16, v1::FLOAT16, v1::INT32, v1::FLOAT64};

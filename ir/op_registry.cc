@@ -28,6 +28,8 @@ const OpRegistry& OpRegistry::Global() {
     RegisterFusedOps(*r);
     RegisterRecurrentOps(*r);
     RegisterMathOps(*r);
+    RegisterGroupNormOps(*r);
+    RegisterSpatialOps(*r);
     return r;
   }();
   return *registry;

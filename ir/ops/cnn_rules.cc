@@ -42,13 +42,70 @@ absl::Status RequireAtLeast(absl::string_view name, const std::array<int64_t, 2>
       absl::StrCat("attribute '", name, "' is [", v[0], ", ", v[1], "]; each must be at least ", min));
 }
 
+absl::Status RequireAtLeast(absl::string_view name, const std::vector<int64_t>& v, int64_t min) {
+  for (int64_t x : v) {
+    if (x < min) {
+      return absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' is [", absl::StrJoin(v, ", "),
+                                                     "]; each must be at least ", min));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::StatusOr<Conv2dParams> ParseConv2dParams(const Attrs& attrs) {
-  Conv2dParams p;
-  ASSIGN_OR_RETURN(auto stride, GetPair(attrs, "stride", std::array<int64_t, 2>{1, 1}));
-  ASSIGN_OR_RETURN(auto padding, GetPair(attrs, "padding", std::array<int64_t, 2>{0, 0}));
-  ASSIGN_OR_RETURN(auto dilation, GetPair(attrs, "dilation", std::array<int64_t, 2>{1, 1}));
+absl::StatusOr<std::vector<int64_t>> GetSpatialInts(const Attrs& attrs, absl::string_view name, int count,
+                                                    std::optional<std::vector<int64_t>> fallback,
+                                                    bool empty_means_fallback) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> v, attrs.GetInts(name, fallback));
+  if (v.empty() && empty_means_fallback && fallback.has_value()) v = *fallback;
+  for (int64_t x : v) {
+    if (x > kMaxWindowParam) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("attribute '", name, "' has ", x, "; entries must be at most ", kMaxWindowParam));
+    }
+  }
+  if (v.size() == 1) return std::vector<int64_t>(static_cast<size_t>(count), v[0]);
+  if (static_cast<int>(v.size()) == count) return v;
+  return absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' is [", absl::StrJoin(v, ", "),
+                                                 "]; expected one or ", count, " ints (", count, "-D)"));
+}
+
+Shape ConvGeometry::input_shape() const {
+  Shape s = {n, c};
+  s.insert(s.end(), in, in + spatial);
+  return s;
+}
+
+Shape ConvGeometry::weight_shape() const {
+  Shape s = {o, c / params.groups};
+  s.insert(s.end(), k, k + spatial);
+  return s;
+}
+
+Shape ConvGeometry::output_shape() const {
+  Shape s = {n, o};
+  s.insert(s.end(), out, out + spatial);
+  return s;
+}
+
+int64_t ConvGeometry::in_plane() const { return in[0] * in[1] * in[2]; }
+int64_t ConvGeometry::out_plane() const { return out[0] * out[1] * out[2]; }
+int64_t ConvGeometry::kernel_volume() const { return k[0] * k[1] * k[2]; }
+
+absl::StatusOr<int> ConvSpatialRank(const Shape& input) {
+  if (input.size() == 4 || input.size() == 5) return static_cast<int>(input.size()) - 2;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "input is ", ShapeString(input), "; expected [N, C, H, W] or [N, C, D, H, W] (2-D or 3-D convolution)"));
+}
+
+absl::StatusOr<ConvParams> ParseConvParams(const Attrs& attrs, int spatial) {
+  ConvParams p;
+  p.spatial = spatial;
+  const auto all = [&](int64_t v) { return std::vector<int64_t>(static_cast<size_t>(spatial), v); };
+  ASSIGN_OR_RETURN(std::vector<int64_t> stride, GetSpatialInts(attrs, "stride", spatial, all(1)));
+  ASSIGN_OR_RETURN(std::vector<int64_t> padding, GetSpatialInts(attrs, "padding", spatial, all(0)));
+  ASSIGN_OR_RETURN(std::vector<int64_t> dilation, GetSpatialInts(attrs, "dilation", spatial, all(1)));
   RETURN_IF_ERROR(RequireAtLeast("stride", stride, 1));
   RETURN_IF_ERROR(RequireAtLeast("padding", padding, 0));
   RETURN_IF_ERROR(RequireAtLeast("dilation", dilation, 1));
@@ -67,7 +124,7 @@ absl::StatusOr<Conv2dParams> ParseConv2dParams(const Attrs& attrs) {
           absl::StrCat("attribute 'output_padding' has ", v, "; entries must be non-negative"));
     }
   }
-  for (int d = 0; d < 2; ++d) {
+  for (int d = 0; d < spatial; ++d) {
     p.stride[d] = stride[d];
     p.padding[d] = padding[d];
     p.dilation[d] = dilation[d];
@@ -75,56 +132,63 @@ absl::StatusOr<Conv2dParams> ParseConv2dParams(const Attrs& attrs) {
   return p;
 }
 
-absl::StatusOr<Conv2dGeometry> Conv2dShape(const Conv2dParams& params, const Shape& input, const Shape& weight) {
-  if (input.size() != 4) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("input is ", ShapeString(input), "; expected [N, C, H, W] (2-D convolution only)"));
+absl::StatusOr<ConvGeometry> ConvGeometryOf(const ConvParams& params, const Shape& input, const Shape& weight) {
+  const int spatial = params.spatial;
+  const size_t rank = static_cast<size_t>(spatial) + 2;
+  const char* const dims = spatial == 3 ? "D, H, W" : "H, W";
+  if (input.size() != rank) {
+    return absl::InvalidArgumentError(absl::StrCat("input is ", ShapeString(input), "; expected [N, C, ", dims,
+                                                   "] (", spatial, "-D convolution)"));
   }
-  if (weight.size() != 4) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("weight is ", ShapeString(weight), "; expected [out_channels, in_channels / groups, kH, kW]"));
+  if (weight.size() != rank) {
+    return absl::InvalidArgumentError(absl::StrCat("weight is ", ShapeString(weight),
+                                                   "; expected [out_channels, in_channels / groups, ",
+                                                   spatial == 3 ? "kD, kH, kW" : "kH, kW", "]"));
   }
-  Conv2dGeometry g;
+  ConvGeometry g;
+  g.spatial = spatial;
   g.params = params;
   g.n = input[0];
   g.c = input[1];
-  g.h = input[2];
-  g.w = input[3];
   g.o = weight[0];
-  g.kh = weight[2];
-  g.kw = weight[3];
   if (g.o % params.groups != 0 || g.c % params.groups != 0 || weight[1] != g.c / params.groups || g.o == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "input is ", ShapeString(input), " and weight is ", ShapeString(weight), " with groups=", params.groups,
-        "; expected weight [O, C / groups, kH, kW] with O > 0 a multiple of groups and C = ", weight[1], " * ",
-        params.groups));
+        "; expected weight [O, C / groups, ", spatial == 3 ? "kD, kH, kW" : "kH, kW",
+        "] with O > 0 a multiple of groups and C = ", weight[1], " * ", params.groups));
   }
-  if (g.kh < 1 || g.kw < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("weight is ", ShapeString(weight), "; kernel dims must be positive"));
+  for (int d = 0; d < spatial; ++d) {
+    g.in[d] = input[2 + d];
+    g.k[d] = weight[2 + d];
+    if (g.k[d] < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("weight is ", ShapeString(weight), "; kernel dims must be positive"));
+    }
   }
-  const int64_t extent[2] = {g.h, g.w};
-  const int64_t kernel[2] = {g.kh, g.kw};
-  int64_t out[2];
-  for (int d = 0; d < 2; ++d) {
+  for (int d = 0; d < spatial; ++d) {
     // A kernel dim comes from a (bounded) tensor, dilation and padding from
     // attributes of at most kMaxWindowParam: the product is checked.
-    const std::optional<int64_t> dilated = CheckedMul(params.dilation[d], kernel[d] - 1);
+    const std::optional<int64_t> dilated = CheckedMul(params.dilation[d], g.k[d] - 1);
     if (!dilated.has_value()) {
       return absl::InvalidArgumentError(absl::StrCat("weight is ", ShapeString(weight), " with dilation ",
                                                      params.dilation[d], ": the dilated kernel is too large"));
     }
     const int64_t span = *dilated + 1;
-    const int64_t padded = extent[d] + 2 * params.padding[d];
-    out[d] = padded >= span ? (padded - span) / params.stride[d] + 1 : 0;
-    if (out[d] < 1) {
+    const int64_t padded = g.in[d] + 2 * params.padding[d];
+    g.out[d] = padded >= span ? (padded - span) / params.stride[d] + 1 : 0;
+    if (g.out[d] < 1) {
       return absl::InvalidArgumentError(absl::StrCat(
           "input is ", ShapeString(input), ": spatial dim ", d, " padded to ", padded,
           " is smaller than the dilated kernel (", span, "); the output would be empty"));
     }
   }
-  g.oh = out[0];
-  g.ow = out[1];
   return g;
+}
+
+absl::StatusOr<ConvGeometry> ParseConvGeometry(const Attrs& attrs, const Shape& input, const Shape& weight) {
+  ASSIGN_OR_RETURN(int spatial, ConvSpatialRank(input));
+  ASSIGN_OR_RETURN(ConvParams params, ParseConvParams(attrs, spatial));
+  return ConvGeometryOf(params, input, weight);
 }
 
 int64_t PoolOutputSize(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation, bool ceil_mode) {

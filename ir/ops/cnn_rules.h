@@ -1,10 +1,11 @@
 // Geometry of the CNN ops, shared by the op registry and every backend's
-// kernels: attribute parsing and output sizes of 2-D convolution and pooling
-// over NCHW tensors, adaptive pooling windows, the [N, C, *] channel split
-// of batch norm, and the output_mask of the backward ops.
+// kernels: attribute parsing and output sizes of 2-D and 3-D convolution
+// (NCHW, NCDHW) and of 2-D pooling over NCHW tensors, adaptive pooling
+// windows, the [N, C, *] channel split of batch norm, and the output_mask of
+// the backward ops.
 //
-// The rules follow ATen's: a list attribute of one int stands for both
-// spatial dims; a pooling `stride` that is absent or empty is the kernel
+// The rules follow ATen's: a list attribute of one int stands for every
+// spatial dim; a pooling `stride` that is absent or empty is the kernel
 // size; pooling padding must be at most half the kernel size; every output
 // dim must be at least 1. Plain functions without state; thread-safe.
 // Errors are INVALID_ARGUMENT messages naming the attribute or input; the
@@ -14,38 +15,71 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "ir/attrs.h"
 #include "ir/dtype.h"
 
 namespace tandem {
 
-struct Conv2dParams {
-  int64_t stride[2] = {1, 1};
-  int64_t padding[2] = {0, 0};
-  int64_t dilation[2] = {1, 1};
+// Convolutions have 2 or 3 spatial dims (NCHW or NCDHW); the arrays below
+// hold them in order ((D,) H, W), entries past `spatial` unused.
+inline constexpr int kMaxConvSpatial = 3;
+
+struct ConvParams {
+  int spatial = 2;
+  int64_t stride[kMaxConvSpatial] = {1, 1, 1};
+  int64_t padding[kMaxConvSpatial] = {0, 0, 0};
+  int64_t dilation[kMaxConvSpatial] = {1, 1, 1};
   int64_t groups = 1;
 };
 
-// A 2-D convolution: input [n, c, h, w], weight [o, c / groups, kh, kw],
-// output [n, o, oh, ow].
-struct Conv2dGeometry {
-  int64_t n = 0, c = 0, h = 0, w = 0;
-  int64_t o = 0, kh = 0, kw = 0;
-  int64_t oh = 0, ow = 0;
-  Conv2dParams params;
+// A 2-D or 3-D convolution: input [n, c, *in], weight [o, c / groups, *k],
+// output [n, o, *out].
+struct ConvGeometry {
+  int spatial = 2;
+  int64_t n = 0, c = 0, o = 0;
+  int64_t in[kMaxConvSpatial] = {1, 1, 1};
+  int64_t k[kMaxConvSpatial] = {1, 1, 1};
+  int64_t out[kMaxConvSpatial] = {1, 1, 1};
+  ConvParams params;
 
-  Shape output_shape() const { return {n, o, oh, ow}; }
+  Shape input_shape() const;
+  Shape weight_shape() const;
+  Shape output_shape() const;
+  // Elements of one channel of the input and of the output, and taps of one
+  // filter channel.
+  int64_t in_plane() const;
+  int64_t out_plane() const;
+  int64_t kernel_volume() const;
 };
 
-// stride, padding, dilation, groups; transposed must be false (transposed
-// convolutions are not supported); output_padding, which only a transposed
-// convolution uses, must be a list of non-negative ints when present.
-absl::StatusOr<Conv2dParams> ParseConv2dParams(const Attrs& attrs);
+// The spatial rank of a convolution input: 2 for [N, C, H, W], 3 for
+// [N, C, D, H, W]; an error naming the input otherwise.
+absl::StatusOr<int> ConvSpatialRank(const Shape& input);
 
-// Checks input (rank 4), weight (rank 4) and the params against each other.
-absl::StatusOr<Conv2dGeometry> Conv2dShape(const Conv2dParams& params, const Shape& input, const Shape& weight);
+// stride, padding, dilation (each one int or `spatial` ints), groups;
+// transposed must be false (transposed convolutions are not supported);
+// output_padding, which only a transposed convolution uses, must be a list of
+// non-negative ints when present.
+absl::StatusOr<ConvParams> ParseConvParams(const Attrs& attrs, int spatial);
+
+// Checks input (rank spatial + 2), weight (the same rank) and the params
+// against each other.
+absl::StatusOr<ConvGeometry> ConvGeometryOf(const ConvParams& params, const Shape& input, const Shape& weight);
+
+// ConvSpatialRank, ParseConvParams and ConvGeometryOf in one.
+absl::StatusOr<ConvGeometry> ParseConvGeometry(const Attrs& attrs, const Shape& input, const Shape& weight);
+
+// A list attribute of `count` spatial entries, each at most 2^31 - 1: one int
+// stands for all of them; `fallback` when absent (or, with
+// `empty_means_fallback`, empty).
+absl::StatusOr<std::vector<int64_t>> GetSpatialInts(const Attrs& attrs, absl::string_view name, int count,
+                                                    std::optional<std::vector<int64_t>> fallback,
+                                                    bool empty_means_fallback = false);
 
 enum class PoolKind { kMax, kAvg };
 

@@ -1,5 +1,6 @@
-// Registry entries of 2-D convolution: convolution and convolution_backward
-// (NCHW, not transposed; geometry in cnn_rules.h). float32, float64,
+// Registry entries of 2-D and 3-D convolution: convolution and
+// convolution_backward (NCHW or NCDHW, not transposed; geometry in
+// cnn_rules.h). float32, float64,
 // bfloat16 and float16; input, weight, bias and grad_output share one dtype,
 // and so do the results (PyTorch's rule; a 16-bit convolution computes in
 // float32 and rounds when it stores).
@@ -23,16 +24,15 @@ absl::Status RequireSameDType(absl::string_view a_name, const TensorType& a, abs
 
 // input, weight (same float or 16-bit float dtype) -> the convolution's
 // geometry.
-absl::StatusOr<Conv2dGeometry> CheckConv(const Attrs& attrs, const TensorType& input, const TensorType& weight) {
+absl::StatusOr<ConvGeometry> CheckConv(const Attrs& attrs, const TensorType& input, const TensorType& weight) {
   RETURN_IF_ERROR(ops::RequireDType("input", input, ops::kFloatAndHalfTypes));
   RETURN_IF_ERROR(RequireSameDType("input", input, "weight", weight));
-  ASSIGN_OR_RETURN(Conv2dParams params, ParseConv2dParams(attrs));
-  return Conv2dShape(params, input.shape, weight.shape);
+  return ParseConvGeometry(attrs, input.shape, weight.shape);
 }
 
 // Inputs: input, weight[, bias].
 absl::StatusOr<TypeList> ConvolutionInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
-  ASSIGN_OR_RETURN(Conv2dGeometry g, CheckConv(attrs, in[0], in[1]));
+  ASSIGN_OR_RETURN(ConvGeometry g, CheckConv(attrs, in[0], in[1]));
   if (in.size() > 2) {
     RETURN_IF_ERROR(RequireSameDType("input", in[0], "bias", in[2]));
     if (in[2].shape != Shape{g.o}) {
@@ -47,7 +47,7 @@ absl::StatusOr<TypeList> ConvolutionInfer(const Attrs& attrs, absl::Span<const T
 // grad_bias ([O]); each is [0] where output_mask is false.
 absl::StatusOr<TypeList> ConvolutionBackwardInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
   const TensorType& grad = in[0];
-  ASSIGN_OR_RETURN(Conv2dGeometry g, CheckConv(attrs, in[1], in[2]));
+  ASSIGN_OR_RETURN(ConvGeometry g, CheckConv(attrs, in[1], in[2]));
   RETURN_IF_ERROR(RequireSameDType("input", in[1], "grad_output", grad));
   if (grad.shape != g.output_shape()) {
     return absl::InvalidArgumentError(absl::StrCat("grad_output is ", grad.ToString(), " but the convolution of ",

@@ -26,6 +26,10 @@ CpuKernelFn FindCpuKernel(absl::string_view op) {
     AddFusedKernels(*t);
     AddRecurrentKernels(*t);
     AddMathKernels(*t);
+    AddGroupNormKernels(*t);
+    AddResampleKernels(*t);
+    AddPaddingKernels(*t);
+    AddPooling3dKernels(*t);
     return t;
   }();
   return table->Find(op);

@@ -42,6 +42,10 @@ void AddAttentionKernels(CpuKernelTable& table);
 void AddFusedKernels(CpuKernelTable& table);
 void AddRecurrentKernels(CpuKernelTable& table);
 void AddMathKernels(CpuKernelTable& table);
+void AddGroupNormKernels(CpuKernelTable& table);
+void AddResampleKernels(CpuKernelTable& table);
+void AddPaddingKernels(CpuKernelTable& table);
+void AddPooling3dKernels(CpuKernelTable& table);
 
 inline absl::Status UnsupportedDType(const KernelArgs& args, DType dtype) {
   return absl::UnimplementedError(

@@ -1,6 +1,7 @@
 // CUDA kernels of convolution and convolution_backward through cuDNN's
 // convolution API (cudnnConvolutionForward / BackwardData /
-// BackwardFilter), NCHW; the bias gradient is the reductions' channel sum.
+// BackwardFilter), NCHW (2-D) or NCDHW (3-D); the bias gradient is the
+// reductions' channel sum.
 //
 // Numerics: float32 convolutions run with CUDNN_FMA_MATH, i.e. plain float32
 // FMA kernels, unless the node's `allow_tf32` attribute is true; then cuDNN
@@ -38,6 +39,7 @@
 // earlier on the stream may still use it.
 #include <cudnn.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -50,6 +52,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -101,7 +104,7 @@ struct Algo {
   std::shared_ptr<const EnginePlan> engine;
 };
 
-using PlanKey = std::array<int64_t, 17>;
+using PlanKey = std::array<int64_t, 24>;
 
 // Descriptors of one convolution and the algorithms chosen for it so far.
 struct ConvPlan {
@@ -112,6 +115,7 @@ struct ConvPlan {
   bool allow_tf32 = false;       // float32 may use TF32 tensor cores
   bool deterministic = false;    // only algorithms whose results do not vary run to run
   ConvShape shape;               // the same convolution for the graph API
+  std::string dims;              // "NxCxHxW" of x, for the debug log
   PlanKey key{};                 // what other streams' choices are found by
   std::optional<Algo> algos[3];  // by Direction
 
@@ -130,11 +134,14 @@ struct MathMode {
   bool deterministic = false;
 };
 
-PlanKey KeyOf(DType dtype, const Conv2dGeometry& g, const MathMode& mode) {
-  const Conv2dParams& p = g.params;
-  return {static_cast<int64_t>(dtype), g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, p.stride[0], p.stride[1],
-          p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], p.groups, mode.allow_tf32 ? 1 : 0,
-          mode.deterministic ? 1 : 0};
+// Every entry of the geometry (unused spatial entries are 1, 0, 1 alike in
+// every key), the dtype and the math mode.
+PlanKey KeyOf(DType dtype, const ConvGeometry& g, const MathMode& mode) {
+  const ConvParams& p = g.params;
+  return {static_cast<int64_t>(dtype), g.spatial, g.n, g.c, g.in[0], g.in[1], g.in[2], g.o, g.k[0], g.k[1],
+          g.k[2], p.stride[0], p.stride[1], p.stride[2], p.padding[0], p.padding[1], p.padding[2],
+          p.dilation[0], p.dilation[1], p.dilation[2], p.groups, mode.allow_tf32 ? 1 : 0,
+          mode.deterministic ? 1 : 0, 0};
 }
 
 absl::Status CaptureMiss(absl::string_view what) {
@@ -226,7 +233,7 @@ cudnnDataType_t CudnnDataType(DType dtype) {
 cudnnDataType_t ComputeType(cudnnDataType_t data) { return data == CUDNN_DATA_DOUBLE ? data : CUDNN_DATA_FLOAT; }
 bool IsHalfData(cudnnDataType_t data) { return data == CUDNN_DATA_BFLOAT16 || data == CUDNN_DATA_HALF; }
 
-absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const Conv2dGeometry& g, MathMode mode,
+absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const ConvGeometry& g, MathMode mode,
                                   cudaStream_t stream) {
   mode.allow_tf32 = mode.allow_tf32 && dtype == DType::kFloat32;
   const bool allow_tf32 = mode.allow_tf32;
@@ -234,55 +241,89 @@ absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const Conv2dGe
   auto it = state.plans.find(key);
   if (it != state.plans.end()) return it->second.get();
   if (Capturing(stream)) return CaptureMiss("a new convolution shape");
-  RETURN_IF_ERROR(RequireInt({g.n, g.c, g.h, g.w}, "input"));
+  RETURN_IF_ERROR(RequireInt(g.input_shape(), "input"));
   RETURN_IF_ERROR(RequireInt(g.output_shape(), "output"));
   auto plan = std::make_unique<ConvPlan>();
   plan->type = CudnnDataType(dtype);
   plan->allow_tf32 = allow_tf32;
   plan->deterministic = mode.deterministic;
   const auto i = [](int64_t v) { return static_cast<int>(v); };
-  const Conv2dParams& p = g.params;
+  const ConvParams& p = g.params;
   CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&plan->x));
   CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&plan->y));
   CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&plan->bias));
   CUDNN_RETURN_IF_ERROR(cudnnCreateFilterDescriptor(&plan->w));
   CUDNN_RETURN_IF_ERROR(cudnnCreateConvolutionDescriptor(&plan->conv));
-  CUDNN_RETURN_IF_ERROR(
-      cudnnSetTensor4dDescriptor(plan->x, CUDNN_TENSOR_NCHW, plan->type, i(g.n), i(g.c), i(g.h), i(g.w)));
-  CUDNN_RETURN_IF_ERROR(
-      cudnnSetTensor4dDescriptor(plan->y, CUDNN_TENSOR_NCHW, plan->type, i(g.n), i(g.o), i(g.oh), i(g.ow)));
-  CUDNN_RETURN_IF_ERROR(cudnnSetTensor4dDescriptor(plan->bias, CUDNN_TENSOR_NCHW, plan->type, 1, i(g.o), 1, 1));
-  CUDNN_RETURN_IF_ERROR(cudnnSetFilter4dDescriptor(plan->w, plan->type, CUDNN_TENSOR_NCHW, i(g.o),
-                                                   i(g.c / p.groups), i(g.kh), i(g.kw)));
-  CUDNN_RETURN_IF_ERROR(cudnnSetConvolution2dDescriptor(plan->conv, i(p.padding[0]), i(p.padding[1]),
-                                                        i(p.stride[0]), i(p.stride[1]), i(p.dilation[0]),
-                                                        i(p.dilation[1]), CUDNN_CROSS_CORRELATION,
-                                                        ComputeType(plan->type)));
+  const Shape x_dims = g.input_shape(), w_dims = g.weight_shape(), y_dims = g.output_shape();
+  const int rank = g.spatial + 2;
+  if (g.spatial == 2) {
+    CUDNN_RETURN_IF_ERROR(cudnnSetTensor4dDescriptor(plan->x, CUDNN_TENSOR_NCHW, plan->type, i(g.n), i(g.c),
+                                                     i(g.in[0]), i(g.in[1])));
+    CUDNN_RETURN_IF_ERROR(cudnnSetTensor4dDescriptor(plan->y, CUDNN_TENSOR_NCHW, plan->type, i(g.n), i(g.o),
+                                                     i(g.out[0]), i(g.out[1])));
+    CUDNN_RETURN_IF_ERROR(
+        cudnnSetTensor4dDescriptor(plan->bias, CUDNN_TENSOR_NCHW, plan->type, 1, i(g.o), 1, 1));
+    CUDNN_RETURN_IF_ERROR(cudnnSetFilter4dDescriptor(plan->w, plan->type, CUDNN_TENSOR_NCHW, i(g.o),
+                                                     i(g.c / p.groups), i(g.k[0]), i(g.k[1])));
+  } else {
+    // NCDHW: cuDNN's Nd descriptors with packed strides.
+    const auto set_tensor = [&](cudnnTensorDescriptor_t desc, const Shape& dims) {
+      int d[5], strides[5];
+      int64_t stride = 1;
+      for (int k = rank - 1; k >= 0; --k) {
+        d[k] = i(dims[k]);
+        strides[k] = i(stride);
+        stride *= dims[k];
+      }
+      return cudnnSetTensorNdDescriptor(desc, plan->type, rank, d, strides);
+    };
+    CUDNN_RETURN_IF_ERROR(set_tensor(plan->x, x_dims));
+    CUDNN_RETURN_IF_ERROR(set_tensor(plan->y, y_dims));
+    CUDNN_RETURN_IF_ERROR(set_tensor(plan->bias, Shape{1, g.o, 1, 1, 1}));
+    int filter[5];
+    for (int k = 0; k < rank; ++k) filter[k] = i(w_dims[k]);
+    CUDNN_RETURN_IF_ERROR(cudnnSetFilterNdDescriptor(plan->w, plan->type, CUDNN_TENSOR_NCHW, rank, filter));
+  }
+  if (g.spatial == 2) {
+    CUDNN_RETURN_IF_ERROR(cudnnSetConvolution2dDescriptor(plan->conv, i(p.padding[0]), i(p.padding[1]),
+                                                          i(p.stride[0]), i(p.stride[1]), i(p.dilation[0]),
+                                                          i(p.dilation[1]), CUDNN_CROSS_CORRELATION,
+                                                          ComputeType(plan->type)));
+  } else {
+    int pad[3], stride[3], dilation[3];
+    for (int d = 0; d < 3; ++d) {
+      pad[d] = i(p.padding[d]);
+      stride[d] = i(p.stride[d]);
+      dilation[d] = i(p.dilation[d]);
+    }
+    CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionNdDescriptor(plan->conv, 3, pad, stride, dilation,
+                                                          CUDNN_CROSS_CORRELATION, ComputeType(plan->type)));
+  }
   CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionGroupCount(plan->conv, i(p.groups)));
   // The heuristics and the search only offer algorithms of the descriptor's
   // math type: tensor-op math (TF32 for float32 data, no conversion to half)
   // where the plan allows it, and always for 16-bit data.
   CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(
       plan->conv, allow_tf32 || IsHalfData(plan->type) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
-  int dims[4] = {};
-  CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionNdForwardOutputDim(plan->conv, plan->x, plan->w, 4, dims));
-  if (dims[0] != g.n || dims[1] != g.o || dims[2] != g.oh || dims[3] != g.ow) {
-    return absl::InternalError(absl::StrCat("convolution: cuDNN's output [", dims[0], ", ", dims[1], ", ", dims[2],
-                                            ", ", dims[3], "] differs from ", ShapeString(g.output_shape())));
+  int dims[5] = {};
+  CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionNdForwardOutputDim(plan->conv, plan->x, plan->w, rank, dims));
+  if (!std::equal(y_dims.begin(), y_dims.end(), dims)) {
+    return absl::InternalError(absl::StrCat("convolution: cuDNN's output [", absl::StrJoin(dims, dims + rank, ", "),
+                                            "] differs from ", ShapeString(y_dims)));
   }
   ConvShape& shape = plan->shape;
   shape.data = plan->type;
   shape.compute = ComputeType(plan->type);
-  const int64_t x_dims[4] = {g.n, g.c, g.h, g.w}, w_dims[4] = {g.o, g.c / p.groups, g.kh, g.kw},
-                y_dims[4] = {g.n, g.o, g.oh, g.ow};
-  std::copy(x_dims, x_dims + 4, shape.x);
-  std::copy(w_dims, w_dims + 4, shape.w);
-  std::copy(y_dims, y_dims + 4, shape.y);
-  for (int d = 0; d < 2; ++d) {
+  shape.spatial = g.spatial;
+  std::copy(x_dims.begin(), x_dims.end(), shape.x);
+  std::copy(w_dims.begin(), w_dims.end(), shape.w);
+  std::copy(y_dims.begin(), y_dims.end(), shape.y);
+  for (int d = 0; d < g.spatial; ++d) {
     shape.padding[d] = p.padding[d];
     shape.stride[d] = p.stride[d];
     shape.dilation[d] = p.dilation[d];
   }
+  plan->dims = absl::StrJoin(x_dims, "x");
   plan->key = key;
   ConvPlan* raw = plan.get();
   state.plans.emplace(key, std::move(plan));
@@ -291,8 +332,8 @@ absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const Conv2dGe
   TLOG_DEBUG("cuDNN convolution plan made")
       .With("stream", absl::StrFormat("%p", static_cast<void*>(stream)))
       .With("plan", absl::StrFormat("%p", static_cast<void*>(raw)))
-      .With("x", absl::StrCat(g.n, "x", g.c, "x", g.h, "x", g.w))
-      .With("w", absl::StrCat(g.o, "x", g.c / p.groups, "x", g.kh, "x", g.kw))
+      .With("x", raw->dims)
+      .With("w", absl::StrJoin(w_dims, "x"))
       .With("data_type", static_cast<int>(raw->type));
   return raw;
 }
@@ -651,15 +692,11 @@ void LogChoice(const ConvPlan& plan, Direction dir, const Candidate& chosen,
     if (c.ms < 0 || c.status != CUDNN_STATUS_SUCCESS || listed == 3) continue;
     absl::StrAppend(&measured, listed++ == 0 ? "" : " ", describe(c));
   }
-  int n = 0, ch = 0, h = 0, wd = 0;
-  int stride[4];
-  cudnnDataType_t type;
-  cudnnGetTensor4dDescriptor(plan.x, &type, &n, &ch, &h, &wd, &stride[0], &stride[1], &stride[2], &stride[3]);
   TLOG_DEBUG("cuDNN algorithm chosen")
       .With("plan", absl::StrFormat("%p", static_cast<const void*>(&plan)))
       .With("direction", DirectionName(dir))
       .With("data_type", static_cast<int>(plan.type))
-      .With("x", absl::StrCat(n, "x", ch, "x", h, "x", wd))
+      .With("x", plan.dims)
       .With("chosen", describe(chosen))
       .With("fastest", measured);
 }
@@ -763,14 +800,13 @@ struct Setup {
 };
 
 absl::StatusOr<Setup> SetUp(const CudaKernelContext& context, const KernelArgs& args, const TensorArg& input,
-                            const TensorArg& weight, Conv2dGeometry* geometry) {
+                            const TensorArg& weight, ConvGeometry* geometry) {
   const DType dtype = input.type.dtype;
   if (dtype != DType::kFloat32 && dtype != DType::kFloat64 && dtype != DType::kBFloat16 &&
       dtype != DType::kFloat16) {
     return UnsupportedDType(args, dtype);
   }
-  ASSIGN_OR_RETURN(Conv2dParams params, ParseConv2dParams(args.node->attrs));
-  ASSIGN_OR_RETURN(*geometry, Conv2dShape(params, input.type.shape, weight.type.shape));
+  ASSIGN_OR_RETURN(*geometry, ParseConvGeometry(args.node->attrs, input.type.shape, weight.type.shape));
   MathMode mode;
   ASSIGN_OR_RETURN(mode.allow_tf32, args.node->attrs.GetBool("allow_tf32", false));
   ASSIGN_OR_RETURN(mode.deterministic, args.node->attrs.GetBool("deterministic", false));
@@ -782,11 +818,11 @@ absl::StatusOr<Setup> SetUp(const CudaKernelContext& context, const KernelArgs& 
 
 // out[n, o, :] += bias[o] for a 16-bit convolution's output: each element
 // widened, summed in float32 and rounded once (as the 16-bit add.Tensor).
-absl::Status AddHalfBias(const CudaKernelContext& context, const KernelArgs& args, const Conv2dGeometry& g,
+absl::Status AddHalfBias(const CudaKernelContext& context, const KernelArgs& args, const ConvGeometry& g,
                          const TensorArg& bias, const TensorArg& out) {
   const DType dtype = out.type.dtype;
   return Launched(args,
-                  LaunchHalfChannelBias(dtype, g.n * g.o, g.o, g.oh * g.ow, bias.data, out.data, context.native),
+                  LaunchHalfChannelBias(dtype, g.n * g.o, g.o, g.out_plane(), bias.data, out.data, context.native),
                   dtype);
 }
 
@@ -794,7 +830,7 @@ absl::Status AddHalfBias(const CudaKernelContext& context, const KernelArgs& arg
 absl::Status ConvolutionKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& input = args.inputs[0];
   const TensorArg& weight = args.inputs[1];
-  Conv2dGeometry g;
+  ConvGeometry g;
   ASSIGN_OR_RETURN(Setup s, SetUp(context, args, input, weight, &g));
   ConvPlan& plan = *s.plan;
   const TensorArg& out = args.outputs[0];
@@ -814,7 +850,7 @@ absl::Status ConvolutionBackwardKernel(const CudaKernelContext& context, const K
   const TensorArg& grad = args.inputs[0];
   const TensorArg& input = args.inputs[1];
   const TensorArg& weight = args.inputs[2];
-  Conv2dGeometry g;
+  ConvGeometry g;
   ASSIGN_OR_RETURN(Setup s, SetUp(context, args, input, weight, &g));
   ConvPlan& plan = *s.plan;
   if (args.outputs[0].numel() > 0) {
@@ -826,18 +862,18 @@ absl::Status ConvolutionBackwardKernel(const CudaKernelContext& context, const K
                         {.x = input.data, .dy = grad.data, .out = args.outputs[1].data}));
   }
   if (args.outputs[2].numel() > 0) {
-    // grad_bias[o] = the sum of grad over n, oh, ow: the reductions' channel
+    // grad_bias[o] = the sum of grad over n and the spatial dims: the reductions' channel
     // sum (fixed order, so deterministic), not cudnnConvolutionBackwardBias,
     // which took 1 ms more than PyTorch's whole conv1_1 backward of VGG-19
     // on an H200.
     StridedOperand kept, reduced;
     kept.rank = 1;
     kept.sizes[0] = g.o;
-    kept.strides[0] = g.oh * g.ow;
+    kept.strides[0] = g.out_plane();
     reduced.rank = 2;
     reduced.sizes[0] = g.n;
-    reduced.strides[0] = g.o * g.oh * g.ow;
-    reduced.sizes[1] = g.oh * g.ow;
+    reduced.strides[0] = g.o * g.out_plane();
+    reduced.sizes[1] = g.out_plane();
     reduced.strides[1] = 1;
     const TensorArg& grad_bias = args.outputs[2];
     if (IsHalfData(plan.type)) {
@@ -864,7 +900,7 @@ absl::StatusOr<bool> WarmDirections(const CudaKernelContext& context, const Kern
                                     absl::Span<const Direction> directions) {
   ASSIGN_OR_RETURN(CudnnState * state, CudnnState::For(*context.stream));
   const size_t plans = state->plans.size();
-  Conv2dGeometry g;
+  ConvGeometry g;
   ASSIGN_OR_RETURN(Setup s, SetUp(context, args, input, weight, &g));
   bool warmed = state->plans.size() != plans;
   for (Direction dir : directions) {

@@ -25,6 +25,8 @@ CudaKernelFn FindCudaKernel(absl::string_view op) {
     AddFusedKernels(*t);
     AddRecurrentKernels(*t);
     AddMathKernels(*t);
+    AddGroupNormKernels(*t);
+    AddSpatialKernels(*t);
     return t;
   }();
   return table->Find(op);

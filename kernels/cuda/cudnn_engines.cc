@@ -56,13 +56,19 @@ absl::Status Failed(cudnnStatus_t status, absl::string_view what) {
 // Unique ids of the three tensors in every direction's graph and variant pack.
 constexpr int64_t kX = 'x', kW = 'w', kY = 'y';
 
-Descriptor Tensor(int64_t uid, cudnnDataType_t type, const int64_t dims[4]) {
-  const int64_t strides[4] = {dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
+// A packed (contiguous row-major) tensor of `rank` dims (4 or 5).
+Descriptor Tensor(int64_t uid, cudnnDataType_t type, const int64_t* dims, int rank) {
+  int64_t strides[5];
+  int64_t stride = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    strides[d] = stride;
+    stride *= dims[d];
+  }
   const int64_t alignment = 16;
   Descriptor t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
   t.Set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type)
-      .Set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims)
-      .Set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides)
+      .Set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, rank, dims)
+      .Set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, rank, strides)
       .Set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid)
       .Set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment)
       .Finalize();
@@ -187,23 +193,24 @@ absl::StatusOr<std::vector<std::unique_ptr<EnginePlan>>> ConvEnginePlans(cudnnHa
                                                                          const ConvShape& shape,
                                                                          const EngineFilter& filter,
                                                                          EngineSearchStats* stats) {
-  Descriptor x = Tensor(kX, shape.data, shape.x);
-  Descriptor w = Tensor(kW, shape.data, shape.w);
-  Descriptor y = Tensor(kY, shape.data, shape.y);
+  const int rank = shape.spatial + 2;
+  Descriptor x = Tensor(kX, shape.data, shape.x, rank);
+  Descriptor w = Tensor(kW, shape.data, shape.w, rank);
+  Descriptor y = Tensor(kY, shape.data, shape.y, rank);
   for (const Descriptor* t : {&x, &w, &y}) {
     if (t->status() != CUDNN_STATUS_SUCCESS) return Failed(t->status(), "tensor descriptor");
   }
-  const int64_t spatial = 2;
+  const int64_t spatial = shape.spatial;
   const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-  const int64_t post_padding[2] = {shape.padding[0], shape.padding[1]};
+  const int64_t post_padding[3] = {shape.padding[0], shape.padding[1], shape.padding[2]};
   Descriptor conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
   conv.Set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &shape.compute)
       .Set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode)
       .Set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial)
-      .Set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, shape.dilation)
-      .Set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, shape.stride)
-      .Set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, shape.padding)
-      .Set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, post_padding)
+      .Set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, spatial, shape.dilation)
+      .Set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, spatial, shape.stride)
+      .Set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, spatial, shape.padding)
+      .Set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, spatial, post_padding)
       .Finalize();
   if (conv.status() != CUDNN_STATUS_SUCCESS) return Failed(conv.status(), "convolution descriptor");
   Descriptor op = Operation(dir, shape, x, w, y, conv);

@@ -1,4 +1,5 @@
-// cuDNN's graph API (its "backend") for one direction of a 2-d convolution:
+// cuDNN's graph API (its "backend") for one direction of a 2-d or 3-d
+// convolution:
 // an operation graph of one node, the engine configurations cuDNN's
 // heuristics rank for it, and execution plans that run them.
 //
@@ -13,7 +14,7 @@
 // never one that converts its inputs down or reduces in lower precision
 // (every result accumulates in the compute type), no tensor cores for
 // float32 data unless TF32 is allowed, and only deterministic ones when
-// the node asks for them. Tensors are NCHW, contiguous, declared 16-byte
+// the node asks for them. Tensors are NCHW or NCDHW, contiguous, declared 16-byte
 // aligned: a call whose pointers are not must not run a plan.
 #ifndef TANDEM_KERNELS_CUDA_CUDNN_ENGINES_H_
 #define TANDEM_KERNELS_CUDA_CUDNN_ENGINES_H_
@@ -31,13 +32,15 @@ namespace tandem::cuda {
 
 enum class ConvDirection { kForward, kBackwardData, kBackwardFilter };
 
-// One convolution: NCHW dims of x, w (OIHW, I = C / groups) and y, the data
-// and compute types, and the geometry.
+// One convolution: NCHW (NCDHW) dims of x, w (OIHW or OIDHW, I = C /
+// groups) and y, the data and compute types, and the geometry (`spatial`
+// entries of each array: 2 or 3).
 struct ConvShape {
   cudnnDataType_t data = CUDNN_DATA_FLOAT;
   cudnnDataType_t compute = CUDNN_DATA_FLOAT;
-  int64_t x[4] = {}, w[4] = {}, y[4] = {};
-  int64_t padding[2] = {}, stride[2] = {}, dilation[2] = {};
+  int spatial = 2;
+  int64_t x[5] = {}, w[5] = {}, y[5] = {};
+  int64_t padding[3] = {}, stride[3] = {}, dilation[3] = {};
 };
 
 struct EngineFilter {

@@ -39,6 +39,8 @@ void AddAttentionKernels(CudaKernelTable& table);
 void AddFusedKernels(CudaKernelTable& table);
 void AddRecurrentKernels(CudaKernelTable& table);
 void AddMathKernels(CudaKernelTable& table);
+void AddGroupNormKernels(CudaKernelTable& table);
+void AddSpatialKernels(CudaKernelTable& table);  // resampling, padding, 3-D pooling
 
 inline absl::Status UnsupportedDType(const KernelArgs& args, DType dtype) {
   return absl::UnimplementedError(
