@@ -1,5 +1,7 @@
 // Registration, admission and closing of jobs.
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cmath>
 #include <cstdlib>
 #include <thread>
@@ -166,7 +168,17 @@ absl::StatusOr<Service::PreparedJob> Service::PrepareJob(const v1::RegisterJobRe
       return absl::InvalidArgumentError(absl::StrCat(
           "the registration names shared frames and ", frames->size(), " ZeroMQ frame(s) followed it; send one"));
     }
-    ASSIGN_OR_RETURN(frames, SharedFrames::Map(reg.shared_frames(), *frames_fd, max_message_bytes));
+    // The object holds the persistent tensors' initial values, which may
+    // well exceed the message limit (a 61M-parameter model with momentum is
+    // 490 MB): bounded by what the graph declares (each frame must match
+    // its tensor's size, CheckPersistentFrames) plus their alignment.
+    uint64_t persistent_bytes = 0;
+    for (int id : out.graph->persistents) {
+      const uint64_t bytes = out.graph->values[id].type.bytes() + 64;
+      persistent_bytes = bytes > UINT64_MAX - persistent_bytes ? UINT64_MAX : persistent_bytes + bytes;
+    }
+    ASSIGN_OR_RETURN(frames, SharedFrames::Map(reg.shared_frames(), *frames_fd,
+                                               std::max(max_message_bytes, persistent_bytes)));
     TLOG_INFO("registration reads its initial values from shared memory")
         .With("session", session_id)
         .With("frames", frames->size())

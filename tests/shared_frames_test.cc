@@ -90,6 +90,25 @@ TEST(SharedFrames, LargeModelsRegisterThroughSharedMemoryAndMatchFrames) {
   }
 }
 
+// A model's initial values are bounded by what its graph declares, not by
+// the message limit: a job whose weights exceed max_message_bytes registers
+// through shared memory.
+TEST(SharedFrames, InitialValuesMayExceedTheMessageLimit) {
+  DaemonProcess daemon({"--policy=fair", "--max_message_bytes=1048576"});  // w alone is 1 MiB
+  auto shared = Client::Connect({.endpoint = daemon.endpoint(), .name = "shared"});
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  const Values v;
+  auto job = (*shared)->RegisterJob(Affine(), v.Views());
+  ASSERT_TRUE(job.ok()) << job.status();
+  std::vector<float> y = RunAffine(**shared, job->job_id(), v);
+  ASSERT_EQ(y.size(), static_cast<size_t>(4 * kN));
+  for (int64_t c = 0; c < kN; c += 37) {
+    double want = v.b[c];
+    for (int64_t k = 0; k < kN; ++k) want += static_cast<double>(v.x[k]) * v.w[k * kN + c];
+    EXPECT_NEAR(y[c], want, 1e-3 * (1 + std::abs(want))) << c;
+  }
+}
+
 TEST(SharedFrames, BadSharedFramesAreRefused) {
   DaemonProcess daemon({"--policy=fair"});
   auto c = Client::Connect({.endpoint = daemon.endpoint(), .name = "bad"});
