@@ -25,6 +25,9 @@ CpuKernelFn FindCpuKernel(absl::string_view op) {
     AddAttentionKernels(*t);
     AddFusedKernels(*t);
     AddRecurrentKernels(*t);
+    AddAdvancedIndexKernels(*t);
+    AddStridedKernels(*t);
+    AddRandomKernels(*t);
     return t;
   }();
   return table->Find(op);

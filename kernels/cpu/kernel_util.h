@@ -41,6 +41,9 @@ void AddNormalizationKernels(CpuKernelTable& table);
 void AddAttentionKernels(CpuKernelTable& table);
 void AddFusedKernels(CpuKernelTable& table);
 void AddRecurrentKernels(CpuKernelTable& table);
+void AddAdvancedIndexKernels(CpuKernelTable& table);  // index.Tensor, index_put, scatter_add/_reduce, masked_scatter
+void AddStridedKernels(CpuKernelTable& table);        // as_strided, diagonal, flip, repeat, slice/select scatters
+void AddRandomKernels(CpuKernelTable& table);         // bernoulli.p, rand, randn, empty.memory_format, empty_strided
 
 inline absl::Status UnsupportedDType(const KernelArgs& args, DType dtype) {
   return absl::UnimplementedError(

@@ -24,6 +24,9 @@ CudaKernelFn FindCudaKernel(absl::string_view op) {
     AddAttentionKernels(*t);
     AddFusedKernels(*t);
     AddRecurrentKernels(*t);
+    AddAdvancedIndexKernels(*t);
+    AddStridedKernels(*t);
+    AddRandomKernels(*t);
     return t;
   }();
   return table->Find(op);
