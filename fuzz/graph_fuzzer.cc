@@ -50,6 +50,9 @@ constexpr AttrName kAttrs[] = {
     {"physical_layout", AttrKind::kInts}, {"bias_sizes", AttrKind::kInts}, {"threshold", AttrKind::kFloat},
     {"beta", AttrKind::kFloat},       {"transpose_a", AttrKind::kBool},   {"transpose_b", AttrKind::kBool},
     {"grad_input_mask", AttrKind::kInts}, {"dropout_p", AttrKind::kFloat}, {"compute_log_sumexp", AttrKind::kBool},
+    {"indexed_dims", AttrKind::kInts}, {"storage_offset", AttrKind::kInt}, {"offset", AttrKind::kInt},
+    {"dim2", AttrKind::kInt},         {"repeats", AttrKind::kInts},       {"reduce", AttrKind::kString},
+    {"include_self", AttrKind::kBool},
 };
 
 constexpr v1::DType kDTypes[] = {v1::FLOAT32, v1::INT64, v1::BOOL, v1::BFLOAT16, v1::FLOAT16, v1::INT32, v1::FLOAT64};

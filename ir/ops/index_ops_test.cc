@@ -119,6 +119,10 @@ TEST(IndexOpsRegistryTest, IndexTensorRefusals) {
   EXPECT_THAT(InferError("index.Tensor", Dims({2}), {self, I64({2})}), HasSubstr("in [0, 2)"));
   EXPECT_THAT(InferError("index.Tensor", Dims({-1}), {self, I64({2})}), HasSubstr("in [0, 2)"));
   EXPECT_THAT(InferError("index.Tensor", {}, {self}), HasSubstr("no index tensors were given"));
+  // B's size must be a number even where the result is empty.
+  const int64_t big = int64_t{1} << 40;
+  EXPECT_THAT(InferError("index.Tensor", Dims({0, 1}), {F32({0, 5}), I64({big, 1}), I64({1, big})}),
+              HasSubstr("too many elements"));
 }
 
 TEST(IndexOpsRegistryTest, IndexPutTakesIndexedDims) {

@@ -50,6 +50,12 @@ absl::StatusOr<AdvancedIndex> ResolveAdvancedIndex(const Attrs& attrs, const Sha
     }
     index.broadcast = *shape;
   }
+  // B alone may be large where the result is empty (a dim of size 0 beside
+  // it): kernels that walk B need its size to be a number.
+  if (!CheckedNumElements(index.broadcast).has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the index tensors broadcast to ", ShapeString(index.broadcast), ", too many elements"));
+  }
   const bool adjacent = index.dims.back() - index.dims.front() == k - 1;
   index.broadcast_at = adjacent ? index.dims.front() : 0;
   std::vector<bool> indexed(rank, false);

@@ -46,7 +46,9 @@ absl::StatusOr<AdvancedIndex> IndexOf(const KernelArgs& args, int count) {
 absl::StatusOr<std::vector<int64_t>> IndexedOffsets(const KernelArgs& args, const AdvancedIndex& index) {
   const Shape& self = args.inputs[0].type.shape;
   const std::vector<int64_t> self_strides = ContiguousStrides(self);
-  std::vector<int64_t> base(static_cast<size_t>(NumElements(index.broadcast)), 0);
+  // An empty result reads and writes nothing (B may still be large).
+  const bool empty = NumElements(index.result) == 0;
+  std::vector<int64_t> base(empty ? 0 : static_cast<size_t>(NumElements(index.broadcast)), 0);
   for (size_t j = 0; j < index.dims.size(); ++j) {
     const TensorArg& tensor = args.inputs[1 + j];
     const int dim = index.dims[j];
@@ -62,6 +64,7 @@ absl::StatusOr<std::vector<int64_t>> IndexedOffsets(const KernelArgs& args, cons
                                                          " of self ", ShapeString(self), ")"));
         }
       }
+      if (empty) return absl::OkStatus();
       ForEachIndex<1>(index.broadcast, {BroadcastStrides(tensor.type.shape, index.broadcast)},
                       [&](int64_t b, const std::array<int64_t, 1>& off) {
                         const int64_t v = p[off[0]];
