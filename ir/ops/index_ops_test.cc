@@ -63,7 +63,7 @@ TEST(IndexOpsRegistryTest, NamesAliasesAndDataChecks) {
   const OpRegistry& registry = OpRegistry::Global();
   for (const char* op : {"index.Tensor", "_unsafe_index.Tensor", "_unsafe_index_put", "scatter_add",
                          "scatter_reduce.two", "masked_scatter", "slice_scatter", "select_scatter", "as_strided",
-                         "as_strided_copy", "as_strided_scatter", "diagonal", "diagonal_copy", "flip", "repeat",
+                         "as_strided_copy", "as_strided_scatter", "diagonal", "diagonal_copy", "diagonal_scatter", "flip", "repeat",
                          "empty.memory_format", "empty_strided", "new_empty_strided", "bernoulli.p", "rand",
                          "randn"}) {
     EXPECT_NE(registry.Find(op), nullptr) << op;
@@ -241,6 +241,9 @@ TEST(IndexOpsRegistryTest, DiagonalFlipRepeat) {
   EXPECT_EQ(InferOne("diagonal", diagonal(int64_t{1} << 62, 0, 1), {F32({3, 4})}), F32({0}));
   EXPECT_THAT(InferError("diagonal", diagonal(0, 1, -3), {self}), HasSubstr("name the same dim"));
   EXPECT_THAT(InferError("diagonal", {}, {F32({3})}), HasSubstr("diagonal needs rank >= 2"));
+  EXPECT_EQ(InferOne("diagonal_scatter", diagonal(2, 1, 3), {self, F32({2, 4, 3})}), self);
+  EXPECT_THAT(InferError("diagonal_scatter", diagonal(2, 1, 3), {self, F32({2, 4, 2})}),
+              HasSubstr("src is float32[2, 4, 2]; expected float32[2, 4, 3]"));
   EXPECT_EQ(InferOne("flip", MakeAttrs({{"dims", Ints{0, -1}}}), {self}), self);
   EXPECT_EQ(InferOne("flip", MakeAttrs({{"dims", Ints{}}}), {F32({})}), F32({}));
   EXPECT_THAT(InferError("flip", MakeAttrs({{"dims", Ints{1, -3}}}), {self}), HasSubstr("names dim 1 twice"));

@@ -530,6 +530,24 @@ TEST(StridedKernelTest, AgainstNaiveOnRandomShapes) {
       c[d2] = dc.back() + (offset > 0 ? offset : 0);
       ASSERT_EQ(Get(diagonal[0], i), Get(x, Ravel(c, shape))) << i;
     }
+    // diagonal_scatter writes the same elements.
+    const TestTensor diag_src = Random(dtype, dshape);
+    auto diag_scatter = RunOp("diagonal_scatter", MakeAttrs({{"offset", offset}, {"dim1", d1}, {"dim2", d2}}),
+                              {x, diag_src});
+    ASSERT_EQ(diag_scatter.size(), 1u);
+    std::vector<double> diag_expected = Values(x);
+    for (int64_t i = 0; i < diag_src.numel(); ++i) {
+      const Ints dc = Unravel(i, dshape);
+      Ints c(rank);
+      size_t next = 0;
+      for (int d = 0; d < rank; ++d) {
+        if (d != d1 && d != d2) c[d] = dc[next++];
+      }
+      c[d1] = dc.back() + (offset < 0 ? -offset : 0);
+      c[d2] = dc.back() + (offset > 0 ? offset : 0);
+      diag_expected[Ravel(c, shape)] = Get(diag_src, i);
+    }
+    ASSERT_EQ(Values(diag_scatter[0]), diag_expected);
     // repeat with an extra leading dim.
     Ints repeats = {Uniform(1, 2)};
     for (int d = 0; d < rank; ++d) repeats.push_back(Uniform(1, 3));

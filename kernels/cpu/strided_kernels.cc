@@ -1,5 +1,6 @@
 // Reference CPU kernels of the strided ops: slice_scatter, select_scatter,
-// as_strided, as_strided_scatter, diagonal, flip and repeat. Each resolves
+// as_strided, as_strided_scatter, diagonal, diagonal_scatter, flip and
+// repeat. Each resolves
 // its view with the registry's own rule (index_rules.h, slice_rules.h: the
 // view was bounds-checked at registration) and moves elements as bytes, so
 // it serves every dtype.
@@ -30,10 +31,12 @@ absl::Status SliceScatterKernel(const KernelArgs& args) {
                      out.data);
 }
 
-absl::Status AsStridedScatterKernel(const KernelArgs& args) {
+// as_strided_scatter, diagonal_scatter: out = self; out's view = src.
+template <absl::StatusOr<StridedView> (*kResolve)(const Attrs&, const Shape&)>
+absl::Status ViewScatterKernel(const KernelArgs& args) {
   const TensorArg& self = args.inputs[0];
   const TensorArg& out = args.outputs[0];
-  ASSIGN_OR_RETURN(StridedView view, ResolveAsStrided(args.node->attrs, self.type.shape));
+  ASSIGN_OR_RETURN(StridedView view, kResolve(args.node->attrs, self.type.shape));
   CopySelf(self, out);
   return ScatterView(args, self.type.dtype, view, args.inputs[1].data, out.data);
 }
@@ -57,7 +60,8 @@ absl::Status RepeatKernel(const KernelArgs& args) {
 void AddStridedKernels(CpuKernelTable& table) {
   table["slice_scatter"] = SliceScatterKernel<false>;
   table["select_scatter"] = SliceScatterKernel<true>;
-  table["as_strided_scatter"] = AsStridedScatterKernel;
+  table["as_strided_scatter"] = ViewScatterKernel<ResolveAsStrided>;
+  table["diagonal_scatter"] = ViewScatterKernel<ResolveDiagonal>;
   table["as_strided"] = ViewKernel<ResolveAsStrided>;
   table["diagonal"] = ViewKernel<ResolveDiagonal>;
   table["flip"] = ViewKernel<ResolveFlip>;

@@ -1,5 +1,6 @@
 // CUDA kernels of the strided ops: slice_scatter, select_scatter,
-// as_strided, as_strided_scatter, diagonal, flip and repeat. Each resolves
+// as_strided, as_strided_scatter, diagonal, diagonal_scatter, flip and
+// repeat. Each resolves
 // its view with the registry's rule (index_rules.h, slice_rules.h; the view
 // was bounds-checked at registration), collapses it (strided_layout.h) and
 // moves bytes: a plain copy where the view is contiguous, the tiled
@@ -62,10 +63,12 @@ absl::Status SliceScatterKernel(const CudaKernelContext& context, const KernelAr
                      out.data);
 }
 
-absl::Status AsStridedScatterKernel(const CudaKernelContext& context, const KernelArgs& args) {
+// as_strided_scatter, diagonal_scatter: out = self; out's view = src.
+template <absl::StatusOr<StridedView> (*kResolve)(const Attrs&, const Shape&)>
+absl::Status ViewScatterKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& self = args.inputs[0];
   const TensorArg& out = args.outputs[0];
-  ASSIGN_OR_RETURN(StridedView view, ResolveAsStrided(args.node->attrs, self.type.shape));
+  ASSIGN_OR_RETURN(StridedView view, kResolve(args.node->attrs, self.type.shape));
   RETURN_IF_ERROR(CopyBytes(context, out.data, self.data, out.type.bytes()));
   return ScatterView(context, args, self.type.dtype, view, args.inputs[1].data, out.data);
 }
@@ -89,7 +92,8 @@ absl::Status RepeatKernel(const CudaKernelContext& context, const KernelArgs& ar
 void AddStridedKernels(CudaKernelTable& table) {
   table["slice_scatter"] = SliceScatterKernel<false>;
   table["select_scatter"] = SliceScatterKernel<true>;
-  table["as_strided_scatter"] = AsStridedScatterKernel;
+  table["as_strided_scatter"] = ViewScatterKernel<ResolveAsStrided>;
+  table["diagonal_scatter"] = ViewScatterKernel<ResolveDiagonal>;
   table["as_strided"] = ViewKernel<ResolveAsStrided>;
   table["diagonal"] = ViewKernel<ResolveDiagonal>;
   table["flip"] = ViewKernel<ResolveFlip>;

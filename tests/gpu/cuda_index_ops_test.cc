@@ -2,7 +2,7 @@
 // _unsafe_index.Tensor, index_put with indexed_dims), the reducing scatters
 // (scatter_add, scatter_reduce.two), masked_scatter, the strided ops
 // (slice_scatter, select_scatter, as_strided, as_strided_scatter, diagonal,
-// flip, repeat), the random ops (bernoulli.p, rand, randn) and the empty
+// diagonal_scatter, flip, repeat), the random ops (bernoulli.p, rand, randn) and the empty
 // constructors against the CPU kernels, on fresh random inputs and shapes
 // (the seed is printed), in every dtype each op takes. Each graph runs op by
 // op and then as a replayed CUDA graph; outputs are poisoned before each run
@@ -240,7 +240,9 @@ TEST(CudaIndexOps, StridedOpsInEveryDType) {
                       {"storage_offset", int64_t{1}}}));
     // diagonal, flip, repeat.
     g.Add1("diagonal", {self}, MakeAttrs({{"offset", Dim(-1, 1)}, {"dim1", int64_t{2}}, {"dim2", int64_t{1}}}));
-    g.Add1("diagonal_copy", {self}, MakeAttrs({{"dim1", int64_t{0}}, {"dim2", int64_t{-1}}}));
+    const int diag = g.Add1("diagonal_copy", {self}, MakeAttrs({{"dim1", int64_t{0}}, {"dim2", int64_t{-1}}}));
+    const int diag_src = g.Feed(g.type(diag));
+    g.Add1("diagonal_scatter", {self, diag_src}, MakeAttrs({{"dim1", int64_t{0}}, {"dim2", int64_t{-1}}}));
     g.Add1("flip", {self}, MakeAttrs({{"dims", Ints{0, -1}}}));
     g.Add1("flip", {self}, MakeAttrs({{"dims", Ints{1}}}));
     g.Add1("repeat", {self}, MakeAttrs({{"repeats", Ints{2, 1, 3, 2}}}));
