@@ -1,6 +1,6 @@
 """Advanced indexing, the scatters and the strided views through tandemd: small models whose training steps lower
 to index.Tensor (with a None entry: indexed_dims), index_put, select_scatter, flip, repeat, scatter_add, gather,
-diagonal and diagonal_scatter register with a CPU tandemd, and their first steps give PyTorch's losses (float32,
+scatter_reduce.two (mean), diagonal and diagonal_scatter register with a CPU tandemd, and their first steps give PyTorch's losses (float32,
 relative 1e-4), SGD with momentum."""
 
 import copy
@@ -58,6 +58,22 @@ class ScatterNet(nn.Module):
         return self.head(torch.cat([pooled.flatten(1), diagonal], 1))
 
 
+class ScatterMeanNet(nn.Module):
+    """Rows averaged into segments (scatter_reduce.two with its scratch output, the mean's counts), self left
+    out."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(6, 6)
+        self.register_buffer("segments", torch.randint(0, 3, (4, 12, 6)))
+        self.head = nn.Linear(3 * 6, 3)
+
+    def forward(self, x):  # [4, 12, 6]
+        h = self.linear(x)
+        pooled = torch.zeros(x.shape[0], 3, 6).scatter_reduce(1, self.segments, h, "mean", include_self=False)
+        return self.head(pooled.flatten(1))
+
+
 class IndexOpsTrainingTest(unittest.TestCase):
     def train_both(self, model_class):
         torch.manual_seed(0)
@@ -84,11 +100,14 @@ class IndexOpsTrainingTest(unittest.TestCase):
             ref_losses.append(loss.item())
         assert_losses_close(self, losses, ref_losses, RTOL)
 
-    def test_indexing_slicing_flip_repeat(self):
+    def test_indexing_select_scatter_flip_repeat(self):
         self.train_both(IndexNet)
 
     def test_scatter_add_and_diagonal(self):
         self.train_both(ScatterNet)
+
+    def test_scatter_reduce_mean(self):
+        self.train_both(ScatterMeanNet)
 
 
 if __name__ == "__main__":
