@@ -13,11 +13,11 @@
 // masked_scatter checks at run time that source has an element for every
 // true mask element.
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "ir/op_registry.h"
 #include "ir/ops/index_rules.h"
 #include "ir/ops/infer_util.h"
 #include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -27,13 +27,12 @@ using ops::TypeList;
 absl::Status RequireIndexTensor(absl::string_view input, const TensorType& type) {
   if (type.dtype == DType::kInt64 || type.dtype == DType::kInt32) return absl::OkStatus();
   if (type.dtype == DType::kBool) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        input, " is ", type.ToString(),
-        "; a bool mask index selects a data-dependent number of elements, which no Tandem shape can hold "
-        "(use where / masked_fill, or int64 indices)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(input, " is ", type.ToString(),
+                     "; a bool mask index selects a data-dependent number of elements, which no Tandem shape can hold "
+                     "(use where / masked_fill, or int64 indices)"));
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat(input, " is ", type.ToString(), "; indices must be int64 or int32"));
+  return absl::InvalidArgumentError(absl::StrCat(input, " is ", type.ToString(), "; indices must be int64 or int32"));
 }
 
 // index.Tensor(self, indices...; indexed_dims): self[indices] (index_rules.h).
@@ -76,8 +75,8 @@ absl::Status IndexFits(const TensorType& index, absl::string_view other_name, co
 
 // The dtypes the reducing scatters take: PyTorch's arithmetic types (bool
 // has no sum here).
-inline constexpr DType kScatterTypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kInt32,
-                                          DType::kBFloat16, DType::kFloat16};
+inline constexpr DType kScatterTypes[] = {DType::kFloat32, DType::kFloat64,  DType::kInt64,
+                                          DType::kInt32,   DType::kBFloat16, DType::kFloat16};
 
 // scatter_add(self, index, src; dim), scatter_reduce.two(self, index, src;
 // dim, reduce, include_self): self's type.
@@ -119,8 +118,9 @@ absl::StatusOr<TypeList> ScatterReduceInfer(const Attrs& attrs, absl::Span<const
 absl::StatusOr<TypeList> MaskedScatterInfer(const Attrs&, absl::Span<const TensorType> in) {
   RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kStorableAndHalfTypes));
   if (in[1].dtype != DType::kBool || !BroadcastsTo(in[1].shape, in[0].shape)) {
-    return absl::InvalidArgumentError(absl::StrCat("mask is ", in[1].ToString(), "; expected a bool mask broadcasting to ",
-                                                   "self's shape ", ShapeString(in[0].shape)));
+    return absl::InvalidArgumentError(absl::StrCat("mask is ", in[1].ToString(),
+                                                   "; expected a bool mask broadcasting to ", "self's shape ",
+                                                   ShapeString(in[0].shape)));
   }
   if (in[2].dtype != in[0].dtype) {
     return absl::InvalidArgumentError(

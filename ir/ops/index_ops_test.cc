@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "ir/op_registry.h"
-#include "ir/ops/index_rules.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ir/op_registry.h"
+#include "ir/ops/index_rules.h"
 
 namespace tandem {
 
@@ -61,10 +61,27 @@ Attrs Dims(Ints dims) { return MakeAttrs({{"indexed_dims", dims}}); }
 
 TEST(IndexOpsRegistryTest, NamesAliasesAndDataChecks) {
   const OpRegistry& registry = OpRegistry::Global();
-  for (const char* op : {"index.Tensor", "_unsafe_index.Tensor", "_unsafe_index_put", "scatter_add",
-                         "scatter_reduce.two", "masked_scatter", "slice_scatter", "select_scatter", "as_strided",
-                         "as_strided_copy", "as_strided_scatter", "diagonal", "diagonal_copy", "diagonal_scatter", "flip", "repeat",
-                         "empty.memory_format", "empty_strided", "new_empty_strided", "bernoulli.p", "rand",
+  for (const char* op : {"index.Tensor",
+                         "_unsafe_index.Tensor",
+                         "_unsafe_index_put",
+                         "scatter_add",
+                         "scatter_reduce.two",
+                         "masked_scatter",
+                         "slice_scatter",
+                         "select_scatter",
+                         "as_strided",
+                         "as_strided_copy",
+                         "as_strided_scatter",
+                         "diagonal",
+                         "diagonal_copy",
+                         "diagonal_scatter",
+                         "flip",
+                         "repeat",
+                         "empty.memory_format",
+                         "empty_strided",
+                         "new_empty_strided",
+                         "bernoulli.p",
+                         "rand",
                          "randn"}) {
     EXPECT_NE(registry.Find(op), nullptr) << op;
   }
@@ -183,8 +200,7 @@ TEST(IndexOpsRegistryTest, MaskedScatter) {
 
 TEST(IndexOpsRegistryTest, SliceAndSelectScatter) {
   const TensorType self = F32({3, 4});
-  EXPECT_EQ(InferOne("slice_scatter",
-                     MakeAttrs({{"dim", int64_t{1}}, {"start", int64_t{-3}}, {"step", int64_t{2}}}),
+  EXPECT_EQ(InferOne("slice_scatter", MakeAttrs({{"dim", int64_t{1}}, {"start", int64_t{-3}}, {"step", int64_t{2}}}),
                      {self, F32({3, 2})}),
             self);
   EXPECT_EQ(InferOne("slice_scatter", MakeAttrs({{"start", int64_t{1}}, {"end", int64_t{100}}}), {self, F32({2, 4})}),
@@ -208,7 +224,7 @@ TEST(IndexOpsRegistryTest, AsStridedViewsStayInsideSelf) {
   };
   EXPECT_EQ(InferOne("as_strided", view({2, 2}, {4, 1}, 5), {self}), F32({2, 2}));
   EXPECT_EQ(InferOne("as_strided_copy", view({4, 3}, {1, 4}, 0), {self}), F32({4, 3}));
-  EXPECT_EQ(InferOne("as_strided", view({5, 12}, {0, 1}, 0), {self}), F32({5, 12}));  // stride 0 reads repeat
+  EXPECT_EQ(InferOne("as_strided", view({5, 12}, {0, 1}, 0), {self}), F32({5, 12}));       // stride 0 reads repeat
   EXPECT_EQ(InferOne("as_strided", view({0, 7}, {100, 100}, 1000), {self}), F32({0, 7}));  // empty: reads nothing
   EXPECT_EQ(InferOne("as_strided", MakeAttrs({{"size", Ints{2}}, {"stride", Ints{3}}}), {self}), F32({2}));
   // The last element read is storage_offset + sum((size - 1) * stride) = 12.
@@ -261,8 +277,8 @@ TEST(IndexOpsRegistryTest, EmptyConstructors) {
   EXPECT_EQ(InferOne("empty.memory_format", MakeAttrs({{"size", Ints{2, 3}}}), {}), F32({2, 3}));
   EXPECT_EQ(InferOne("empty.memory_format", MakeAttrs({{"size", Ints{4}}, {"dtype", DType::kBFloat16}}), {}),
             BF16({4}));
-  EXPECT_EQ(InferOne("empty_strided", MakeAttrs({{"size", Ints{2, 3}}, {"stride", Ints{1, 2}}, {"dtype", DType::kInt64}}),
-                     {}),
+  EXPECT_EQ(InferOne("empty_strided",
+                     MakeAttrs({{"size", Ints{2, 3}}, {"stride", Ints{1, 2}}, {"dtype", DType::kInt64}}), {}),
             I64({2, 3}));
   EXPECT_EQ(InferOne("new_empty_strided", MakeAttrs({{"size", Ints{5}}, {"stride", Ints{1}}}), {Bool({2})}), Bool({5}));
   EXPECT_THAT(InferError("empty_strided", MakeAttrs({{"size", Ints{2, 3}}, {"stride", Ints{1}}}), {}),

@@ -4,9 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "ir/ops/shape_rules.h"
 #include "base/checked_math.h"
 #include "base/status_macros.h"
+#include "ir/ops/shape_rules.h"
 
 namespace tandem {
 namespace {
@@ -21,8 +21,7 @@ absl::StatusOr<AdvancedIndex> ResolveAdvancedIndex(const Attrs& attrs, const Sha
   const int k = static_cast<int>(indices.size());
   if (k == 0) return absl::InvalidArgumentError("no index tensors were given; at least one is needed");
   if (k > rank) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("self is of rank ", rank, " but ", k, " index tensors were given"));
+    return absl::InvalidArgumentError(absl::StrCat("self is of rank ", rank, " but ", k, " index tensors were given"));
   }
   AdvancedIndex index;
   if (attrs.Has("indexed_dims")) {
@@ -108,8 +107,8 @@ absl::StatusOr<StridedView> ResolveAsStrided(const Attrs& attrs, const Shape& se
   ASSIGN_OR_RETURN(std::vector<int64_t> stride, attrs.GetInts("stride"));
   ASSIGN_OR_RETURN(int64_t offset, attrs.GetInt("storage_offset", 0));
   if (size.size() != stride.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("attributes 'size' ", List(size), " and 'stride' ", List(stride),
-                                                   " differ in length"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("attributes 'size' ", List(size), " and 'stride' ", List(stride), " differ in length"));
   }
   if (offset < 0) {
     return absl::InvalidArgumentError(absl::StrCat("attribute 'storage_offset' is ", offset, "; must be >= 0"));
@@ -135,9 +134,8 @@ absl::StatusOr<StridedView> ResolveAsStrided(const Attrs& attrs, const Shape& se
   const int64_t numel = NumElements(self);
   if (!last.has_value() || *last >= numel) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the view of size ", List(size), ", stride ", List(stride), " and storage_offset ", offset,
-        " reads element ", last.has_value() ? absl::StrCat(*last) : std::string("past 2^63"), " of self, which has ",
-        numel, " elements"));
+        "the view of size ", List(size), ", stride ", List(stride), " and storage_offset ", offset, " reads element ",
+        last.has_value() ? absl::StrCat(*last) : std::string("past 2^63"), " of self, which has ", numel, " elements"));
   }
   return view;
 }
@@ -183,8 +181,8 @@ absl::StatusOr<StridedView> ResolveFlip(const Attrs& attrs, const Shape& self) {
   std::vector<bool> flipped(std::max(rank, 1), false);
   for (int64_t dim : dims) {
     ASSIGN_OR_RETURN(int d, NormalizeDim(dim, rank));
-    if (flipped[d]) return absl::InvalidArgumentError(absl::StrCat("attribute 'dims' ", List(dims), " names dim ", d,
-                                                                   " twice"));
+    if (flipped[d])
+      return absl::InvalidArgumentError(absl::StrCat("attribute 'dims' ", List(dims), " names dim ", d, " twice"));
     flipped[d] = true;
     if (rank == 0 || self[d] == 0) continue;
     view.offset += (self[d] - 1) * view.strides[d];
@@ -196,8 +194,8 @@ absl::StatusOr<StridedView> ResolveFlip(const Attrs& attrs, const Shape& self) {
 absl::StatusOr<RepeatPlan> ResolveRepeat(const Attrs& attrs, const Shape& self) {
   ASSIGN_OR_RETURN(std::vector<int64_t> repeats, attrs.GetInts("repeats"));
   if (repeats.size() < self.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("attribute 'repeats' ", List(repeats), " has fewer entries than self ",
-                                                   ShapeString(self), " has dims"));
+    return absl::InvalidArgumentError(absl::StrCat("attribute 'repeats' ", List(repeats),
+                                                   " has fewer entries than self ", ShapeString(self), " has dims"));
   }
   const size_t lead = repeats.size() - self.size();
   const std::vector<int64_t> strides = ContiguousStrides(self);

@@ -16,9 +16,9 @@
 // never reach the IR (the capture drops them).
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "ir/op_registry.h"
 #include "ir/ops/infer_util.h"
-#include "base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -40,8 +40,8 @@ absl::StatusOr<Shape> SizeAttr(const Attrs& attrs) {
 absl::Status StrideAttr(const Attrs& attrs, const Shape& size) {
   ASSIGN_OR_RETURN(std::vector<int64_t> stride, attrs.GetInts("stride"));
   if (stride.size() != size.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("attribute 'stride' [", absl::StrJoin(stride, ", "),
-                                                   "] has ", stride.size(), " entries for size ", ShapeString(size)));
+    return absl::InvalidArgumentError(absl::StrCat("attribute 'stride' [", absl::StrJoin(stride, ", "), "] has ",
+                                                   stride.size(), " entries for size ", ShapeString(size)));
   }
   for (int64_t s : stride) {
     if (s < 0) {

@@ -1,7 +1,8 @@
 // Registry entries of the ops that read or write a strided view of self:
 // slice_scatter and select_scatter (slice's and select's writing twins),
 // as_strided / as_strided_copy and as_strided_scatter (self's contiguous
-// bytes read as the storage), diagonal / diagonal_copy, flip and repeat.
+// bytes read as the storage), diagonal / diagonal_copy and diagonal_scatter,
+// flip and repeat.
 // They move bytes and accept every dtype; each result is a fresh contiguous
 // tensor (views are copies in Tandem).
 //
@@ -9,11 +10,11 @@
 // (index_rules.h, slice_rules.h), with the same functions the kernels use,
 // so no attribute can make a kernel read or write outside its tensors.
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "ir/op_registry.h"
 #include "ir/ops/index_rules.h"
 #include "ir/ops/infer_util.h"
 #include "ir/ops/slice_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -77,6 +78,15 @@ absl::StatusOr<TypeList> DiagonalInfer(const Attrs& attrs, absl::Span<const Tens
   return TypeList{{in[0].dtype, view->sizes}};
 }
 
+// diagonal_scatter(self, src; offset, dim1, dim2): self with src (the
+// diagonal's shape) on the diagonal; diagonal's backward.
+absl::StatusOr<TypeList> DiagonalScatterInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
+  auto view = ResolveDiagonal(attrs, in[0].shape);
+  RETURN_IF_ERROR(WithSelf(in[0], view.status()));
+  RETURN_IF_ERROR(SrcIs(in[0], in[1], view->sizes));
+  return TypeList{in[0]};
+}
+
 absl::StatusOr<TypeList> FlipInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
   RETURN_IF_ERROR(WithSelf(in[0], ResolveFlip(attrs, in[0].shape).status()));
   return TypeList{in[0]};
@@ -94,13 +104,14 @@ void RegisterStridedOps(OpRegistry& registry) {
   using ops::RegisterOp;
   constexpr AliasKind kNone = AliasKind::kNone;
   constexpr AliasKind kInPlace = AliasKind::kInPlace;
-  // The slice and select scatters copy self and then write src into the
+  // The slice, select and diagonal scatters copy self and then write src into the
   // copy: the output may take self's place (src, of another shape or at
   // the same offsets, is never self's buffer read at other offsets).
   // as_strided_scatter's src may be self itself read through any view, so
   // its output has a buffer of its own.
   RegisterOp(registry, "slice_scatter", 2, 2, 1, kInPlace, SliceScatterInfer);
   RegisterOp(registry, "select_scatter", 2, 2, 1, kInPlace, SelectScatterInfer);
+  RegisterOp(registry, "diagonal_scatter", 2, 2, 1, kInPlace, DiagonalScatterInfer);
   RegisterOp(registry, "as_strided_scatter", 2, 2, 1, kNone, AsStridedScatterInfer);
   RegisterOp(registry, "as_strided", 1, 1, 1, kNone, AsStridedInfer, {"as_strided_copy"});
   RegisterOp(registry, "diagonal", 1, 1, 1, kNone, DiagonalInfer, {"diagonal_copy"});

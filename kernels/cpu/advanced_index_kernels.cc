@@ -20,12 +20,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/status_macros.h"
+#include "ir/ops/index_rules.h"
+#include "ir/ops/shape_rules.h"
 #include "kernels/cpu/half_kernels.h"
 #include "kernels/cpu/kernel_util.h"
 #include "kernels/cpu/view_copy.h"
-#include "ir/ops/index_rules.h"
-#include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem::cpu {
 namespace {
@@ -60,8 +60,8 @@ absl::StatusOr<std::vector<int64_t>> IndexedOffsets(const KernelArgs& args, cons
         const int64_t v = p[i];
         if (v < -size || v >= size) {
           return absl::InvalidArgumentError(absl::StrCat(args.node->op, ": indices[", j, "][", i, "] is ", v,
-                                                         ", outside [", -size, ", ", size, ") (dim ", dim,
-                                                         " of self ", ShapeString(self), ")"));
+                                                         ", outside [", -size, ", ", size, ") (dim ", dim, " of self ",
+                                                         ShapeString(self), ")"));
         }
       }
       if (empty) return absl::OkStatus();
@@ -85,7 +85,8 @@ absl::Status IndexKernel(const KernelArgs& args) {
     using E = decltype(tag);
     const E* x = self.as<const E>();
     E* y = args.outputs[0].as<E>();
-    ForEachIndex<2>(index.result, {AdvancedIndexSelfStrides(index, self.type.shape), AdvancedIndexPositionStrides(index)},
+    ForEachIndex<2>(index.result,
+                    {AdvancedIndexSelfStrides(index, self.type.shape), AdvancedIndexPositionStrides(index)},
                     [&](int64_t i, const std::array<int64_t, 2>& off) { y[i] = x[off[0] + base[off[1]]]; });
     return absl::OkStatus();
   });
@@ -139,14 +140,15 @@ absl::StatusOr<Reduce> ReduceAttr(const Attrs& attrs) {
 template <typename T>
 T Identity(Reduce reduce) {
   switch (reduce) {
-    case Reduce::kProd: return T(1);
+    case Reduce::kProd:
+      return T(1);
     case Reduce::kAmax:
       return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
                                                   : std::numeric_limits<T>::lowest();
     case Reduce::kAmin:
-      return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
-                                                  : std::numeric_limits<T>::max();
-    default: return T(0);
+      return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity() : std::numeric_limits<T>::max();
+    default:
+      return T(0);
   }
 }
 
@@ -155,8 +157,12 @@ template <typename T>
 void Combine(Reduce reduce, T& dst, T v) {
   switch (reduce) {
     case Reduce::kSum:
-    case Reduce::kMean: dst = static_cast<T>(dst + v); break;
-    case Reduce::kProd: dst = static_cast<T>(dst * v); break;
+    case Reduce::kMean:
+      dst = static_cast<T>(dst + v);
+      break;
+    case Reduce::kProd:
+      dst = static_cast<T>(dst * v);
+      break;
     case Reduce::kAmax:
       if (v != v || v > dst) dst = dst != dst ? dst : v;
       break;
@@ -252,8 +258,8 @@ absl::Status MaskedScatterKernel(const KernelArgs& args) {
   int64_t trues = 0;
   ForEachIndex<1>(self.type.shape, strides, [&](int64_t, const std::array<int64_t, 1>& off) { trues += m[off[0]]; });
   if (trues > source.numel()) {
-    return absl::InvalidArgumentError(absl::StrCat(args.node->op, ": mask has ", trues,
-                                                   " true elements but source has only ", source.numel()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(args.node->op, ": mask has ", trues, " true elements but source has only ", source.numel()));
   }
   return DispatchElementBytes(args, self.type.dtype, [&](auto tag) {
     using E = decltype(tag);

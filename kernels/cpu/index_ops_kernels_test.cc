@@ -19,11 +19,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/run_op_test_util.h"
-#include "kernels/half.h"
-#include "ir/ops/shape_rules.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ir/ops/shape_rules.h"
+#include "kernels/cpu/run_op_test_util.h"
+#include "kernels/half.h"
 
 namespace tandem::cpu {
 namespace {
@@ -55,26 +55,47 @@ Attrs MakeAttrs(std::vector<std::pair<std::string, AttrValue>> values) {
 // Element i of `t` as a double, whatever its dtype.
 double Get(const TestTensor& t, int64_t i) {
   switch (t.type.dtype) {
-    case DType::kFloat32: return static_cast<const float*>(t.data())[i];
-    case DType::kFloat64: return static_cast<const double*>(t.data())[i];
-    case DType::kInt64: return static_cast<double>(static_cast<const int64_t*>(t.data())[i]);
-    case DType::kInt32: return static_cast<const int32_t*>(t.data())[i];
-    case DType::kBool: return static_cast<const bool*>(t.data())[i] ? 1.0 : 0.0;
-    case DType::kBFloat16: return static_cast<const BFloat16*>(t.data())[i].ToFloat();
-    case DType::kFloat16: return static_cast<const Float16*>(t.data())[i].ToFloat();
+    case DType::kFloat32:
+      return static_cast<const float*>(t.data())[i];
+    case DType::kFloat64:
+      return static_cast<const double*>(t.data())[i];
+    case DType::kInt64:
+      return static_cast<double>(static_cast<const int64_t*>(t.data())[i]);
+    case DType::kInt32:
+      return static_cast<const int32_t*>(t.data())[i];
+    case DType::kBool:
+      return static_cast<const bool*>(t.data())[i] ? 1.0 : 0.0;
+    case DType::kBFloat16:
+      return static_cast<const BFloat16*>(t.data())[i].ToFloat();
+    case DType::kFloat16:
+      return static_cast<const Float16*>(t.data())[i].ToFloat();
   }
   return 0.0;
 }
 
 void Set(TestTensor& t, int64_t i, double v) {
   switch (t.type.dtype) {
-    case DType::kFloat32: static_cast<float*>(t.data())[i] = static_cast<float>(v); break;
-    case DType::kFloat64: static_cast<double*>(t.data())[i] = v; break;
-    case DType::kInt64: static_cast<int64_t*>(t.data())[i] = static_cast<int64_t>(v); break;
-    case DType::kInt32: static_cast<int32_t*>(t.data())[i] = static_cast<int32_t>(v); break;
-    case DType::kBool: static_cast<bool*>(t.data())[i] = v != 0.0; break;
-    case DType::kBFloat16: static_cast<BFloat16*>(t.data())[i] = BFloat16(static_cast<float>(v)); break;
-    case DType::kFloat16: static_cast<Float16*>(t.data())[i] = Float16(static_cast<float>(v)); break;
+    case DType::kFloat32:
+      static_cast<float*>(t.data())[i] = static_cast<float>(v);
+      break;
+    case DType::kFloat64:
+      static_cast<double*>(t.data())[i] = v;
+      break;
+    case DType::kInt64:
+      static_cast<int64_t*>(t.data())[i] = static_cast<int64_t>(v);
+      break;
+    case DType::kInt32:
+      static_cast<int32_t*>(t.data())[i] = static_cast<int32_t>(v);
+      break;
+    case DType::kBool:
+      static_cast<bool*>(t.data())[i] = v != 0.0;
+      break;
+    case DType::kBFloat16:
+      static_cast<BFloat16*>(t.data())[i] = BFloat16(static_cast<float>(v));
+      break;
+    case DType::kFloat16:
+      static_cast<Float16*>(t.data())[i] = Float16(static_cast<float>(v));
+      break;
   }
 }
 
@@ -194,12 +215,12 @@ TEST(AdvancedIndexKernelTest, IndexTensorAsPyTorch) {
   }());
   // x[:, [2, 0], [[1], [3]]] and x[[1, -2], :, [3, 0]] (torch 1.13).
   auto adjacent = RunOp("index.Tensor", MakeAttrs({{"indexed_dims", Ints{1, 2}}}),
-                      {x, Make(DType::kInt64, {2}, {2, 0}), Make(DType::kInt32, {2, 1}, {1, 3})});
+                        {x, Make(DType::kInt64, {2}, {2, 0}), Make(DType::kInt32, {2, 1}, {1, 3})});
   ASSERT_EQ(adjacent.size(), 1u);
   EXPECT_EQ(adjacent[0].type, (TensorType{DType::kFloat32, {2, 2, 2}}));
   EXPECT_EQ(Values(adjacent[0]), (std::vector<double>{9, 1, 11, 3, 21, 13, 23, 15}));
   auto apart = RunOp("_unsafe_index.Tensor", MakeAttrs({{"indexed_dims", Ints{0, 2}}}),
-                   {x, Make(DType::kInt64, {2}, {1, -2}), Make(DType::kInt64, {2}, {3, 0})});
+                     {x, Make(DType::kInt64, {2}, {1, -2}), Make(DType::kInt64, {2}, {3, 0})});
   ASSERT_EQ(apart.size(), 1u);
   EXPECT_EQ(apart[0].type, (TensorType{DType::kFloat32, {2, 3}}));
   EXPECT_EQ(Values(apart[0]), (std::vector<double>{15, 19, 23, 0, 4, 8}));
@@ -215,8 +236,8 @@ TEST(AdvancedIndexKernelTest, IndexTensorAgainstNaiveOnRandomShapes) {
       if (Uniform(0, 1) == 1) dims.push_back(d);
     }
     if (dims.empty()) dims.push_back(static_cast<int>(Uniform(0, rank - 1)));
-    const DType dtype = std::vector<DType>{DType::kFloat32, DType::kInt64, DType::kBFloat16, DType::kBool,
-                                           DType::kFloat64}[trial % 5];
+    const DType dtype =
+        std::vector<DType>{DType::kFloat32, DType::kInt64, DType::kBFloat16, DType::kBool, DType::kFloat64}[trial % 5];
     SCOPED_TRACE(::testing::Message() << "trial " << trial << " self " << ShapeString(self_shape) << " "
                                       << DTypeName(dtype));
     std::vector<TestTensor> inputs = {Random(dtype, self_shape)};
@@ -227,8 +248,8 @@ TEST(AdvancedIndexKernelTest, IndexTensorAgainstNaiveOnRandomShapes) {
     for (int d : dims) {
       const int64_t kind = Uniform(0, 3);
       const Shape shape = kind == 0 ? Shape{n} : kind == 1 ? Shape{m, 1} : kind == 2 ? Shape{1} : Shape{};
-      inputs.push_back(Indices(Uniform(0, 1) ? DType::kInt64 : DType::kInt32, shape, -self_shape[d],
-                               self_shape[d] - 1));
+      inputs.push_back(
+          Indices(Uniform(0, 1) ? DType::kInt64 : DType::kInt32, shape, -self_shape[d], self_shape[d] - 1));
       attr.push_back(d);
     }
     std::vector<const TestTensor*> tensors;
@@ -262,8 +283,8 @@ TEST(AdvancedIndexKernelTest, IndexTensorAgainstNaiveOnRandomShapes) {
 TEST(AdvancedIndexKernelTest, IndexPutWithANoneFirstAsPyTorch) {
   // index_put(zeros(2, 3, 4), [None, [2, 0, 2]], [[1], [2], [3]], accumulate=True)
   auto out = RunOp("index_put", MakeAttrs({{"indexed_dims", Ints{1}}, {"accumulate", true}}),
-                 {Make(DType::kFloat64, {2, 3, 4}, std::vector<double>(24, 0.0)), Make(DType::kInt64, {3}, {2, 0, 2}),
-                  Make(DType::kFloat64, {3, 1}, {1, 2, 3})});
+                   {Make(DType::kFloat64, {2, 3, 4}, std::vector<double>(24, 0.0)), Make(DType::kInt64, {3}, {2, 0, 2}),
+                    Make(DType::kFloat64, {3, 1}, {1, 2, 3})});
   ASSERT_EQ(out.size(), 1u);
   std::vector<double> expected;
   for (int b = 0; b < 2; ++b) {
@@ -275,8 +296,8 @@ TEST(AdvancedIndexKernelTest, IndexPutWithANoneFirstAsPyTorch) {
 TEST(AdvancedIndexKernelTest, OutOfRangeIndicesFailByValue) {
   const TestTensor x = Random(DType::kFloat32, {3, 4});
   for (DType index : {DType::kInt64, DType::kInt32}) {
-    absl::Status status = RunStatus("index.Tensor", MakeAttrs({{"indexed_dims", Ints{1}}}),
-                                    {x, Make(index, {3}, {0, 4, 1})});
+    absl::Status status =
+        RunStatus("index.Tensor", MakeAttrs({{"indexed_dims", Ints{1}}}), {x, Make(index, {3}, {0, 4, 1})});
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(status.message(), AllOf(HasSubstr("index.Tensor: indices[0][1] is 4, outside [-4, 4)"),
                                         HasSubstr("dim 1 of self [3, 4]")));
@@ -299,23 +320,28 @@ TEST(ScatterReduceKernelTest, EveryReductionAsPyTorch) {
     bool include_self;
     std::vector<double> expected;  // torch.scatter_reduce(self, 0, index, src, reduce, include_self=...)
   };
-  const std::vector<Case> cases = {
-      {"sum", true, {41, 44, 2, 25, 53, 66}},   {"sum", false, {40, 40, 2, 20, 50, 60}},
-      {"prod", true, {300, 160, 2, 100, 150, 360}}, {"prod", false, {300, 40, 2, 20, 50, 60}},
-      {"mean", true, {41.0 / 3, 22, 2, 12.5, 26.5, 33}}, {"mean", false, {20, 40, 2, 20, 50, 60}},
-      {"amax", true, {30, 40, 2, 20, 50, 60}},  {"amax", false, {30, 40, 2, 20, 50, 60}},
-      {"amin", true, {1, 4, 2, 5, 3, 6}},       {"amin", false, {10, 40, 2, 20, 50, 60}}};
+  const std::vector<Case> cases = {{"sum", true, {41, 44, 2, 25, 53, 66}},
+                                   {"sum", false, {40, 40, 2, 20, 50, 60}},
+                                   {"prod", true, {300, 160, 2, 100, 150, 360}},
+                                   {"prod", false, {300, 40, 2, 20, 50, 60}},
+                                   {"mean", true, {41.0 / 3, 22, 2, 12.5, 26.5, 33}},
+                                   {"mean", false, {20, 40, 2, 20, 50, 60}},
+                                   {"amax", true, {30, 40, 2, 20, 50, 60}},
+                                   {"amax", false, {30, 40, 2, 20, 50, 60}},
+                                   {"amin", true, {1, 4, 2, 5, 3, 6}},
+                                   {"amin", false, {10, 40, 2, 20, 50, 60}}};
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << c.reduce << " include_self " << c.include_self);
-    auto out = RunOp("scatter_reduce.two",
-                   MakeAttrs({{"dim", int64_t{0}}, {"reduce", std::string(c.reduce)}, {"include_self", c.include_self}}),
-                   {self, index, src});
+    auto out =
+        RunOp("scatter_reduce.two",
+              MakeAttrs({{"dim", int64_t{0}}, {"reduce", std::string(c.reduce)}, {"include_self", c.include_self}}),
+              {self, index, src});
     ASSERT_EQ(out.size(), 2u);
     const std::vector<double> got = Values(out[0]);
     for (size_t i = 0; i < got.size(); ++i) EXPECT_FLOAT_EQ(got[i], c.expected[i]) << i;
     if (std::string(c.reduce) == "mean") {
-      const std::vector<double> counts = c.include_self ? std::vector<double>{3, 2, 1, 2, 2, 2}
-                                                        : std::vector<double>{2, 1, 0, 1, 1, 1};
+      const std::vector<double> counts =
+          c.include_self ? std::vector<double>{3, 2, 1, 2, 2, 2} : std::vector<double>{2, 1, 0, 1, 1, 1};
       EXPECT_EQ(Values(out[1]), counts);
     } else {
       EXPECT_EQ(out[1].numel(), 0);
@@ -330,13 +356,13 @@ TEST(ScatterReduceKernelTest, EveryReductionAsPyTorch) {
 TEST(ScatterReduceKernelTest, IntegerMeanRoundsDownAndAmaxPropagatesNaN) {
   // torch.scatter_reduce(tensor([5, -7, 3]), 0, tensor([0, 1, 1, 0]), tensor([2, 2, -4, 1]), "mean") = [2, -3, 3]
   auto mean = RunOp("scatter_reduce.two", MakeAttrs({{"dim", int64_t{0}}, {"reduce", std::string("mean")}}),
-                  {Make(DType::kInt64, {3}, {5, -7, 3}), Make(DType::kInt64, {4}, {0, 1, 1, 0}),
-                   Make(DType::kInt64, {4}, {2, 2, -4, 1})});
+                    {Make(DType::kInt64, {3}, {5, -7, 3}), Make(DType::kInt64, {4}, {0, 1, 1, 0}),
+                     Make(DType::kInt64, {4}, {2, 2, -4, 1})});
   ASSERT_EQ(mean.size(), 2u);
   EXPECT_EQ(Values(mean[0]), (std::vector<double>{2, -3, 3}));
   auto amax = RunOp("scatter_reduce.two", MakeAttrs({{"dim", int64_t{0}}, {"reduce", std::string("amax")}}),
-                  {Make(DType::kFloat64, {2}, {1, 2}), Make(DType::kInt32, {3}, {0, 0, 1}),
-                   Make(DType::kFloat64, {3}, {std::nan(""), 5, 1})});
+                    {Make(DType::kFloat64, {2}, {1, 2}), Make(DType::kInt32, {3}, {0, 0, 1}),
+                     Make(DType::kFloat64, {3}, {std::nan(""), 5, 1})});
   ASSERT_EQ(amax.size(), 2u);
   EXPECT_TRUE(std::isnan(Get(amax[0], 0)));
   EXPECT_EQ(Get(amax[0], 1), 2.0);
@@ -367,9 +393,10 @@ TEST(ScatterReduceKernelTest, AgainstNaiveOnRandomShapes) {
     if (std::string(reduce) == "prod") {  // small factors keep products exact
       for (int64_t i = 0; i < src.numel(); ++i) Set(src, i, static_cast<double>(Uniform(-2, 2)));
     }
-    auto out = RunOp("scatter_reduce.two",
-                   MakeAttrs({{"dim", int64_t{dim}}, {"reduce", std::string(reduce)}, {"include_self", include_self}}),
-                   {self, index, src});
+    auto out =
+        RunOp("scatter_reduce.two",
+              MakeAttrs({{"dim", int64_t{dim}}, {"reduce", std::string(reduce)}, {"include_self", include_self}}),
+              {self, index, src});
     ASSERT_EQ(out.size(), 2u);
     // Naive: the values each self element receives, then the reduction.
     std::vector<std::vector<double>> received(static_cast<size_t>(self.numel()));
@@ -411,7 +438,7 @@ TEST(ScatterReduceKernelTest, SixteenBitSumsInFloat32) {
   for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
     const TestTensor self = Make(dtype, {2}, {1, 2});
     auto out = RunOp("scatter_add", MakeAttrs({{"dim", int64_t{0}}}),
-                   {self, Make(DType::kInt64, {3}, {1, 1, 0}), Make(dtype, {3}, {0.5, 0.25, 4})});
+                     {self, Make(DType::kInt64, {3}, {1, 1, 0}), Make(dtype, {3}, {0.5, 0.25, 4})});
     ASSERT_EQ(out.size(), 1u);
     EXPECT_EQ(Values(out[0]), (std::vector<double>{5, 2.75})) << DTypeName(dtype);
   }
@@ -422,14 +449,14 @@ TEST(ScatterReduceKernelTest, SixteenBitSumsInFloat32) {
 TEST(MaskedScatterKernelTest, AsPyTorchAndRefusesAShortSource) {
   // zeros(4, 3).masked_scatter(tensor([True, False, True]), arange(12.).reshape(3, 4))
   const TestTensor source = Make(DType::kFloat32, {3, 4}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
-  auto out = RunOp("masked_scatter", {},
-                 {Make(DType::kFloat32, {4, 3}, std::vector<double>(12, 0.0)), Make(DType::kBool, {3}, {1, 0, 1}),
-                  source});
+  auto out =
+      RunOp("masked_scatter", {},
+            {Make(DType::kFloat32, {4, 3}, std::vector<double>(12, 0.0)), Make(DType::kBool, {3}, {1, 0, 1}), source});
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(Values(out[0]), (std::vector<double>{0, 0, 1, 2, 0, 3, 4, 0, 5, 6, 0, 7}));
-  const absl::Status status = RunStatus("masked_scatter", {},
-                                        {Random(DType::kInt64, {4, 3}), Make(DType::kBool, {4, 1}, {1, 0, 1, 1}),
-                                         Random(DType::kInt64, {8})});
+  const absl::Status status =
+      RunStatus("masked_scatter", {},
+                {Random(DType::kInt64, {4, 3}), Make(DType::kBool, {4, 1}, {1, 0, 1, 1}), Random(DType::kInt64, {8})});
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("masked_scatter: mask has 9 true elements but source has only 8"));
 }
@@ -440,27 +467,27 @@ TEST(StridedKernelTest, ViewsAsPyTorch) {
   std::vector<double> twelve(12);
   for (int i = 0; i < 12; ++i) twelve[i] = i;
   const TestTensor x = Make(DType::kFloat32, {3, 4}, twelve);
-  auto strided = RunOp("as_strided", MakeAttrs({{"size", Ints{2, 2}}, {"stride", Ints{4, 1}}, {"storage_offset", int64_t{5}}}),
-                     {x});
+  auto strided = RunOp("as_strided",
+                       MakeAttrs({{"size", Ints{2, 2}}, {"stride", Ints{4, 1}}, {"storage_offset", int64_t{5}}}), {x});
   ASSERT_EQ(strided.size(), 1u);
   EXPECT_EQ(Values(strided[0]), (std::vector<double>{5, 6, 9, 10}));
   auto scatter = RunOp("as_strided_scatter",
-                     MakeAttrs({{"size", Ints{2, 2}}, {"stride", Ints{4, 1}}, {"storage_offset", int64_t{5}}}),
-                     {x, Make(DType::kFloat32, {2, 2}, {-1, -1, -1, -1})});
+                       MakeAttrs({{"size", Ints{2, 2}}, {"stride", Ints{4, 1}}, {"storage_offset", int64_t{5}}}),
+                       {x, Make(DType::kFloat32, {2, 2}, {-1, -1, -1, -1})});
   ASSERT_EQ(scatter.size(), 1u);
   EXPECT_EQ(Values(scatter[0]), (std::vector<double>{0, 1, 2, 3, 4, -1, -1, 7, 8, -1, -1, 11}));
   // torch.diagonal(x, -1, 1, 0) = [1, 6, 11]
-  auto diagonal = RunOp("diagonal_copy", MakeAttrs({{"offset", int64_t{-1}}, {"dim1", int64_t{1}}, {"dim2", int64_t{0}}}),
-                      {x});
+  auto diagonal =
+      RunOp("diagonal_copy", MakeAttrs({{"offset", int64_t{-1}}, {"dim1", int64_t{1}}, {"dim2", int64_t{0}}}), {x});
   ASSERT_EQ(diagonal.size(), 1u);
   EXPECT_EQ(Values(diagonal[0]), (std::vector<double>{1, 6, 11}));
   // slice_scatter(x, zeros(3, 2), 1, -3, None, 2)
   auto slice = RunOp("slice_scatter", MakeAttrs({{"dim", int64_t{1}}, {"start", int64_t{-3}}, {"step", int64_t{2}}}),
-                   {x, Make(DType::kFloat32, {3, 2}, std::vector<double>(6, 0.0))});
+                     {x, Make(DType::kFloat32, {3, 2}, std::vector<double>(6, 0.0))});
   ASSERT_EQ(slice.size(), 1u);
   EXPECT_EQ(Values(slice[0]), (std::vector<double>{0, 0, 2, 0, 4, 0, 6, 0, 8, 0, 10, 0}));
   auto select = RunOp("select_scatter", MakeAttrs({{"dim", int64_t{0}}, {"index", int64_t{-2}}}),
-                    {x, Make(DType::kFloat32, {4}, {9, 9, 9, 9})});
+                      {x, Make(DType::kFloat32, {4}, {9, 9, 9, 9})});
   ASSERT_EQ(select.size(), 1u);
   EXPECT_EQ(Values(select[0]), (std::vector<double>{0, 1, 2, 3, 9, 9, 9, 9, 8, 9, 10, 11}));
   // torch.flip(arange(24.).reshape(2, 3, 4), [0, 2])[1]
@@ -472,7 +499,8 @@ TEST(StridedKernelTest, ViewsAsPyTorch) {
   EXPECT_EQ(std::vector<double>(flipped.begin() + 12, flipped.end()),
             (std::vector<double>{3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8}));
   // arange(6).reshape(2, 3).repeat(2, 1, 2)
-  auto repeat = RunOp("repeat", MakeAttrs({{"repeats", Ints{2, 1, 2}}}), {Make(DType::kInt32, {2, 3}, {0, 1, 2, 3, 4, 5})});
+  auto repeat =
+      RunOp("repeat", MakeAttrs({{"repeats", Ints{2, 1, 2}}}), {Make(DType::kInt32, {2, 3}, {0, 1, 2, 3, 4, 5})});
   ASSERT_EQ(repeat.size(), 1u);
   EXPECT_EQ(repeat[0].type.shape, (Shape{2, 2, 6}));
   const std::vector<double> once = {0, 1, 2, 0, 1, 2, 3, 4, 5, 3, 4, 5};
@@ -532,8 +560,8 @@ TEST(StridedKernelTest, AgainstNaiveOnRandomShapes) {
     }
     // diagonal_scatter writes the same elements.
     const TestTensor diag_src = Random(dtype, dshape);
-    auto diag_scatter = RunOp("diagonal_scatter", MakeAttrs({{"offset", offset}, {"dim1", d1}, {"dim2", d2}}),
-                              {x, diag_src});
+    auto diag_scatter =
+        RunOp("diagonal_scatter", MakeAttrs({{"offset", offset}, {"dim1", d1}, {"dim2", d2}}), {x, diag_src});
     ASSERT_EQ(diag_scatter.size(), 1u);
     std::vector<double> diag_expected = Values(x);
     for (int64_t i = 0; i < diag_src.numel(); ++i) {
@@ -656,10 +684,10 @@ TEST(RandomKernelTest, BernoulliHasMeanPAndFreshValuesForANewSeed) {
   ASSERT_EQ(ones.size(), 1u);
   EXPECT_EQ(Values(zeros[0]), std::vector<double>(1000, 0.0));
   EXPECT_EQ(Values(ones[0]), std::vector<double>(1000, 1.0));
-  auto other_node = RunOp("bernoulli.p", MakeAttrs({{"p", 0.5}, {"seed", int64_t{12}}}), {Random(DType::kFloat32, {1000}),
-                                                                                          Seed(1)});
-  auto this_node = RunOp("bernoulli.p", MakeAttrs({{"p", 0.5}, {"seed", int64_t{11}}}), {Random(DType::kFloat32, {1000}),
-                                                                                         Seed(1)});
+  auto other_node =
+      RunOp("bernoulli.p", MakeAttrs({{"p", 0.5}, {"seed", int64_t{12}}}), {Random(DType::kFloat32, {1000}), Seed(1)});
+  auto this_node =
+      RunOp("bernoulli.p", MakeAttrs({{"p", 0.5}, {"seed", int64_t{11}}}), {Random(DType::kFloat32, {1000}), Seed(1)});
   EXPECT_NE(Values(other_node[0]), Values(this_node[0]));
 }
 
@@ -710,7 +738,8 @@ TEST(RandomKernelTest, RandnIsStandardNormal) {
 TEST(RandomKernelTest, EmptyConstructorsAreZeros) {
   auto empty = RunOp("empty.memory_format", MakeAttrs({{"size", Ints{3, 5}}, {"dtype", DType::kFloat16}}), {});
   auto strided = RunOp("empty_strided", MakeAttrs({{"size", Ints{4, 2}}, {"stride", Ints{1, 4}}}), {});
-  auto like = RunOp("new_empty_strided", MakeAttrs({{"size", Ints{7}}, {"stride", Ints{1}}}), {Random(DType::kInt64, {2})});
+  auto like =
+      RunOp("new_empty_strided", MakeAttrs({{"size", Ints{7}}, {"stride", Ints{1}}}), {Random(DType::kInt64, {2})});
   ASSERT_EQ(empty.size(), 1u);
   ASSERT_EQ(strided.size(), 1u);
   ASSERT_EQ(like.size(), 1u);

@@ -5,11 +5,11 @@
 // int64 seed tensor), so the CUDA kernels draw the same ones.
 #include <cstring>
 
-#include "kernels/cpu/half_kernels.h"
-#include "kernels/cpu/kernel_util.h"
+#include "base/status_macros.h"
 #include "ir/ops/dropout_mask.h"
 #include "ir/ops/random_draws.h"
-#include "base/status_macros.h"
+#include "kernels/cpu/half_kernels.h"
+#include "kernels/cpu/kernel_util.h"
 
 namespace tandem::cpu {
 namespace {
@@ -39,10 +39,14 @@ absl::Status BernoulliKernel(const KernelArgs& args) {
 // below 1 after rounding).
 int UniformBits(DType dtype) {
   switch (dtype) {
-    case DType::kFloat64: return 53;
-    case DType::kBFloat16: return 8;
-    case DType::kFloat16: return 11;
-    default: return 24;
+    case DType::kFloat64:
+      return 53;
+    case DType::kBFloat16:
+      return 8;
+    case DType::kFloat16:
+      return 11;
+    default:
+      return 24;
   }
 }
 
@@ -60,9 +64,12 @@ absl::Status RandKernel(const KernelArgs& args) {
     return absl::OkStatus();
   };
   switch (out.type.dtype) {
-    case DType::kBFloat16: return fill(BFloat16{});
-    case DType::kFloat16: return fill(Float16{});
-    default: return DispatchFloat(args, out.type.dtype, fill);
+    case DType::kBFloat16:
+      return fill(BFloat16{});
+    case DType::kFloat16:
+      return fill(Float16{});
+    default:
+      return DispatchFloat(args, out.type.dtype, fill);
   }
 }
 

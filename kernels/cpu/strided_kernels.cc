@@ -6,11 +6,11 @@
 // it serves every dtype.
 #include <cstring>
 
-#include "kernels/cpu/kernel_util.h"
-#include "kernels/cpu/view_copy.h"
+#include "base/status_macros.h"
 #include "ir/ops/index_rules.h"
 #include "ir/ops/slice_rules.h"
-#include "base/status_macros.h"
+#include "kernels/cpu/kernel_util.h"
+#include "kernels/cpu/view_copy.h"
 
 namespace tandem::cpu {
 namespace {
@@ -27,8 +27,7 @@ absl::Status SliceScatterKernel(const KernelArgs& args) {
   ASSIGN_OR_RETURN(SliceRange range, kSelect ? ResolveSelect(args.node->attrs, self.type.shape)
                                              : ResolveSlice(args.node->attrs, self.type.shape));
   CopySelf(self, out);
-  return ScatterView(args, self.type.dtype, SliceView(range, self.type.shape, kSelect), args.inputs[1].data,
-                     out.data);
+  return ScatterView(args, self.type.dtype, SliceView(range, self.type.shape, kSelect), args.inputs[1].data, out.data);
 }
 
 // as_strided_scatter, diagonal_scatter: out = self; out's view = src.

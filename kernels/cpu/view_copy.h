@@ -19,11 +19,16 @@ namespace tandem::cpu {
 template <typename F>
 absl::Status DispatchElementBytes(const KernelArgs& args, DType dtype, F&& f) {
   switch (DTypeSize(dtype)) {
-    case 1: return f(uint8_t{});
-    case 2: return f(uint16_t{});
-    case 4: return f(uint32_t{});
-    case 8: return f(uint64_t{});
-    default: return UnsupportedDType(args, dtype);
+    case 1:
+      return f(uint8_t{});
+    case 2:
+      return f(uint16_t{});
+    case 4:
+      return f(uint32_t{});
+    case 8:
+      return f(uint64_t{});
+    default:
+      return UnsupportedDType(args, dtype);
   }
 }
 

@@ -39,11 +39,20 @@ __device__ __forceinline__ int64_t At(const StridedOperand& layout, int64_t i) {
 template <typename F>
 bool DispatchBytes(int bytes, F&& f) {
   switch (bytes) {
-    case 1: f(uint8_t{}); return true;
-    case 2: f(uint16_t{}); return true;
-    case 4: f(uint32_t{}); return true;
-    case 8: f(uint64_t{}); return true;
-    default: return false;
+    case 1:
+      f(uint8_t{});
+      return true;
+    case 2:
+      f(uint16_t{});
+      return true;
+    case 4:
+      f(uint32_t{});
+      return true;
+    case 8:
+      f(uint64_t{});
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -51,9 +60,14 @@ bool DispatchBytes(int bytes, F&& f) {
 template <typename F>
 bool DispatchAll(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kBFloat16: f(__nv_bfloat16{}); return true;
-    case DType::kFloat16: f(__half{}); return true;
-    default: return DispatchStorable(dtype, f);
+    case DType::kBFloat16:
+      f(__nv_bfloat16{});
+      return true;
+    case DType::kFloat16:
+      f(__half{});
+      return true;
+    default:
+      return DispatchStorable(dtype, f);
   }
 }
 
@@ -173,7 +187,8 @@ template <typename T>
 __device__ __forceinline__ T Identity(ScatterReduceOp op) {
   using W = decltype(Wide(T{}));
   switch (op) {
-    case ScatterReduceOp::kProd: return Narrow<T>(W(1));
+    case ScatterReduceOp::kProd:
+      return Narrow<T>(W(1));
     case ScatterReduceOp::kAmax:
       if constexpr (std::is_floating_point_v<W>) return Narrow<T>(-INFINITY);
       if constexpr (std::is_same_v<W, int64_t>) return INT64_MIN;
@@ -184,7 +199,8 @@ __device__ __forceinline__ T Identity(ScatterReduceOp op) {
       if constexpr (std::is_same_v<W, int64_t>) return INT64_MAX;
       if constexpr (std::is_same_v<W, int32_t>) return INT32_MAX;
       break;
-    default: break;
+    default:
+      break;
   }
   return Narrow<T>(W(0));
 }
@@ -286,8 +302,8 @@ cudaError_t LaunchAdvancedIndex(int element_bytes, const AdvancedIndexParams& pa
   if (params.n == 0) return cudaSuccess;
   const bool launched = DispatchBytes(element_bytes, [&](auto tag) {
     using E = decltype(tag);
-    AdvancedIndexKernel<E><<<Blocks(params.n), kThreads, 0, stream>>>(params, static_cast<const E*>(self),
-                                                                      static_cast<E*>(out), error);
+    AdvancedIndexKernel<E>
+        <<<Blocks(params.n), kThreads, 0, stream>>>(params, static_cast<const E*>(self), static_cast<E*>(out), error);
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }
@@ -300,8 +316,8 @@ cudaError_t LaunchAdvancedIndexPut(DType dtype, const AdvancedIndexParams& param
   if (params.n == 0) return cudaSuccess;
   const bool launched = DispatchAll(dtype, [&](auto tag) {
     using T = decltype(tag);
-    AdvancedIndexPutKernel<T><<<Blocks(params.n), kThreads, 0, stream>>>(params, static_cast<const T*>(values),
-                                                                         static_cast<T*>(out), error);
+    AdvancedIndexPutKernel<T>
+        <<<Blocks(params.n), kThreads, 0, stream>>>(params, static_cast<const T*>(values), static_cast<T*>(out), error);
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }
@@ -325,8 +341,8 @@ cudaError_t LaunchScatterReduce(DType dtype, ScatterReduceOp op, bool include_se
         using T = decltype(tag);
         if constexpr (!std::is_same_v<T, bool>) {
           if (!include_self) {
-            ScatterIdentityKernel<T, I><<<Blocks(n), kThreads, 0, stream>>>(n, dims, idx, op, static_cast<T*>(out),
-                                                                              error);
+            ScatterIdentityKernel<T, I>
+                <<<Blocks(n), kThreads, 0, stream>>>(n, dims, idx, op, static_cast<T*>(out), error);
           }
           ScatterReduceKernel<T, I><<<Blocks(n), kThreads, 0, stream>>>(
               n, dims, idx, static_cast<const T*>(src), op, static_cast<T*>(out),

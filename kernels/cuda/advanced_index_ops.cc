@@ -9,12 +9,12 @@
 // int32 and the 16-bit floats.
 #include <vector>
 
+#include "base/status_macros.h"
+#include "ir/ops/index_rules.h"
+#include "ir/ops/shape_rules.h"
 #include "kernels/cuda/index_launch.h"
 #include "kernels/cuda/kernel_util.h"
 #include "kernels/cuda/strided_layout.h"
-#include "ir/ops/index_rules.h"
-#include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem::cuda {
 namespace {
@@ -28,8 +28,8 @@ absl::Status CopySelf(const CudaKernelContext& context, const TensorArg& self, c
 absl::StatusOr<AdvancedIndexParams> IndexParams(const KernelArgs& args, int k, const TensorArg* values) {
   const TensorArg& self = args.inputs[0];
   if (k > kMaxAdvancedIndices) {
-    return absl::UnimplementedError(absl::StrCat(args.node->op, ": ", k,
-                                                 " index tensors; the CUDA kernel takes up to ", kMaxAdvancedIndices));
+    return absl::UnimplementedError(
+        absl::StrCat(args.node->op, ": ", k, " index tensors; the CUDA kernel takes up to ", kMaxAdvancedIndices));
   }
   std::vector<Shape> shapes;
   for (int j = 0; j < k; ++j) shapes.push_back(args.inputs[1 + j].type.shape);
@@ -71,8 +71,7 @@ absl::Status IndexPutKernel(const CudaKernelContext& context, const KernelArgs& 
   ASSIGN_OR_RETURN(params.accumulate, args.node->attrs.GetBool("accumulate", false));
   RETURN_IF_ERROR(CopySelf(context, self, out));
   return Launched(args,
-                  LaunchAdvancedIndexPut(self.type.dtype, params, values.data, out.data, context.error,
-                                         context.native),
+                  LaunchAdvancedIndexPut(self.type.dtype, params, values.data, out.data, context.error, context.native),
                   self.type.dtype);
 }
 

@@ -15,9 +15,9 @@
 
 #include <cstdint>
 
+#include "ir/dtype.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/sequence_launch.h"
-#include "ir/dtype.h"
 
 namespace tandem::cuda {
 

@@ -8,8 +8,9 @@
 // the iteration wins), so nothing is read or written out of bounds. Index
 // tensors are int64 or int32: every kernel that reads one is a template over
 // its element type I.
-// Accumulating writes (embedding_dense_backward) are atomic adds in the tensor's float dtype: the sum's order, and so its
-// last bits, may differ between runs.
+// Accumulating writes (embedding_dense_backward) are atomic adds in the
+// tensor's float dtype: the sum's order, and so its last bits, may differ
+// between runs.
 #include <algorithm>
 #include <type_traits>
 

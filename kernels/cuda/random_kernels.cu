@@ -7,10 +7,10 @@
 
 #include <type_traits>
 
-#include "kernels/cuda/index_launch.h"
-#include "kernels/cuda/kernel_common.cuh"
 #include "ir/ops/dropout_mask.h"
 #include "ir/ops/random_draws.h"
+#include "kernels/cuda/index_launch.h"
+#include "kernels/cuda/kernel_common.cuh"
 
 namespace tandem::cuda {
 namespace {
@@ -53,11 +53,20 @@ __global__ void RandomKernel(int64_t n, bool normal, int bits, int64_t attr_seed
 template <typename F>
 bool DispatchFloats(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kFloat32: f(float{}); return true;
-    case DType::kFloat64: f(double{}); return true;
-    case DType::kBFloat16: f(__nv_bfloat16{}); return true;
-    case DType::kFloat16: f(__half{}); return true;
-    default: return false;
+    case DType::kFloat32:
+      f(float{});
+      return true;
+    case DType::kFloat64:
+      f(double{});
+      return true;
+    case DType::kBFloat16:
+      f(__nv_bfloat16{});
+      return true;
+    case DType::kFloat16:
+      f(__half{});
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -81,8 +90,8 @@ cudaError_t LaunchRandom(DType dtype, RandomDistribution distribution, int64_t n
   const int bits = dtype == DType::kFloat64 ? 53 : dtype == DType::kBFloat16 ? 8 : dtype == DType::kFloat16 ? 11 : 24;
   const bool launched = DispatchFloats(dtype, [&](auto tag) {
     using T = decltype(tag);
-    RandomKernel<T><<<Blocks(n), kThreads, 0, stream>>>(n, distribution == RandomDistribution::kNormal, bits,
-                                                        attr_seed, seed, static_cast<T*>(out));
+    RandomKernel<T><<<Blocks(n), kThreads, 0, stream>>>(n, distribution == RandomDistribution::kNormal, bits, attr_seed,
+                                                        seed, static_cast<T*>(out));
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }

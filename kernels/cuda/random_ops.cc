@@ -3,10 +3,10 @@
 // new_empty_strided (zeros, as on the CPU). The seed tensor, when a node has
 // one, is read on the device, so a captured CUDA graph draws fresh numbers
 // whenever the feed changes.
+#include "base/status_macros.h"
+#include "ir/ops/dropout_mask.h"
 #include "kernels/cuda/index_launch.h"
 #include "kernels/cuda/kernel_util.h"
-#include "ir/ops/dropout_mask.h"
-#include "base/status_macros.h"
 
 namespace tandem::cuda {
 namespace {
@@ -30,10 +30,10 @@ template <RandomDistribution kDistribution>
 absl::Status RandomKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& out = args.outputs[0];
   ASSIGN_OR_RETURN(int64_t attr_seed, args.node->attrs.GetInt("seed", 0));
-  return Launched(args,
-                  LaunchRandom(out.type.dtype, kDistribution, out.numel(), attr_seed, SeedOf(args, 0), out.data,
-                               context.native),
-                  out.type.dtype);
+  return Launched(
+      args,
+      LaunchRandom(out.type.dtype, kDistribution, out.numel(), attr_seed, SeedOf(args, 0), out.data, context.native),
+      out.type.dtype);
 }
 
 absl::Status ZerosKernel(const CudaKernelContext& context, const KernelArgs& args) {

@@ -8,12 +8,12 @@
 // copy_kernels.cu / indexing_kernels.cu. Any dtype.
 #include <cstdint>
 
+#include "base/status_macros.h"
+#include "ir/ops/index_rules.h"
+#include "ir/ops/slice_rules.h"
 #include "kernels/cuda/kernel_util.h"
 #include "kernels/cuda/sequence_launch.h"
 #include "kernels/cuda/strided_layout.h"
-#include "ir/ops/index_rules.h"
-#include "ir/ops/slice_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem::cuda {
 namespace {
@@ -23,8 +23,8 @@ uint8_t* At(void* p, int64_t elements, DType dtype) {
 }
 
 // out (contiguous, of view.sizes) = `in` read through `view`.
-absl::Status GatherView(const CudaKernelContext& context, const KernelArgs& args, DType dtype,
-                        const StridedView& view, const void* in, void* out) {
+absl::Status GatherView(const CudaKernelContext& context, const KernelArgs& args, DType dtype, const StridedView& view,
+                        const void* in, void* out) {
   const int64_t n = NumElements(view.sizes);
   if (n == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::vector<StridedOperand> layouts, CollapseLayouts(view.sizes, {view.strides}));
@@ -40,8 +40,8 @@ absl::Status GatherView(const CudaKernelContext& context, const KernelArgs& args
 }
 
 // `out` written through `view` = `in` (contiguous, of view.sizes).
-absl::Status ScatterView(const CudaKernelContext& context, const KernelArgs& args, DType dtype,
-                         const StridedView& view, const void* in, void* out) {
+absl::Status ScatterView(const CudaKernelContext& context, const KernelArgs& args, DType dtype, const StridedView& view,
+                         const void* in, void* out) {
   const int64_t n = NumElements(view.sizes);
   if (n == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::vector<StridedOperand> layouts, CollapseLayouts(view.sizes, {view.strides}));

@@ -1,7 +1,7 @@
 """Advanced indexing, the scatters and the strided views through tandemd: small models whose training steps lower
 to index.Tensor (with a None entry: indexed_dims), index_put, select_scatter, flip, repeat, scatter_add, gather,
-scatter_reduce.two (mean), diagonal and diagonal_scatter register with a CPU tandemd, and their first steps give PyTorch's losses (float32,
-relative 1e-4), SGD with momentum."""
+scatter_reduce.two (mean), diagonal and diagonal_scatter register with a CPU tandemd, and their first steps give
+PyTorch's losses (float32, relative 1e-4), SGD with momentum."""
 
 import copy
 import unittest
