@@ -54,6 +54,9 @@ constexpr AttrName kAttrs[] = {
     {"scales_h", AttrKind::kFloat},   {"scales_w", AttrKind::kFloat},     {"align_corners", AttrKind::kBool},
     {"N", AttrKind::kInt},            {"C", AttrKind::kInt},              {"HxW", AttrKind::kInt},
     {"group", AttrKind::kInt},
+    {"indexed_dims", AttrKind::kInts}, {"storage_offset", AttrKind::kInt}, {"offset", AttrKind::kInt},
+    {"dim2", AttrKind::kInt},         {"repeats", AttrKind::kInts},       {"reduce", AttrKind::kString},
+    {"include_self", AttrKind::kBool},
 };
 
 constexpr v1::DType kDTypes[] = {v1::FLOAT32, v1::INT64, v1::BOOL, v1::BFLOAT16, v1::FLOAT16, v1::INT32, v1::FLOAT64};

@@ -30,6 +30,9 @@ const OpRegistry& OpRegistry::Global() {
     RegisterMathOps(*r);
     RegisterGroupNormOps(*r);
     RegisterSpatialOps(*r);
+    RegisterAdvancedIndexOps(*r);
+    RegisterStridedOps(*r);
+    RegisterRandomOps(*r);
     return r;
   }();
   return *registry;
@@ -71,9 +74,13 @@ std::vector<std::string> OpRegistry::Names() const {
 }
 
 bool OpChecksData(absl::string_view op) {
+  // Aliases (_unsafe_index.Tensor, _unsafe_index_put) check as their ops do.
+  const OpDef* def = OpRegistry::Global().Find(op);
+  if (def != nullptr) op = def->name;
   return op == "nll_loss_forward" || op == "nll_loss_backward" || op == "embedding" ||
          op == "embedding_dense_backward" || op == "gather" || op == "scatter.value" || op == "scatter.src" ||
-         op == "index_select" || op == "index_put";
+         op == "index_select" || op == "index_put" || op == "index.Tensor" || op == "scatter_add" ||
+         op == "scatter_reduce.two" || op == "masked_scatter";
 }
 
 }  // namespace tandem

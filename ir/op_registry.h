@@ -82,6 +82,7 @@ class OpRegistry {
 // a class label against the number of classes) and may fail an iteration that
 // registration accepted. Until the last such node has run, no persistent
 // tensor may change (compiler/update_schedule.h). The same on every backend.
+// `op` may be any of the op's names (its aliases too).
 bool OpChecksData(absl::string_view op);
 
 // Registration of the op families (one file each under ir/ops/).
@@ -105,6 +106,9 @@ void RegisterRecurrentOps(OpRegistry& registry);  // lstm, lstm_backward
 void RegisterMathOps(OpRegistry& registry);       // ir/ops/math_table.h
 void RegisterGroupNormOps(OpRegistry& registry);  // native_group_norm and its backward
 void RegisterSpatialOps(OpRegistry& registry);  // resampling, padding, 3-D pooling
+void RegisterAdvancedIndexOps(OpRegistry& registry);  // index.Tensor, scatter_add, scatter_reduce, masked_scatter
+void RegisterStridedOps(OpRegistry& registry);  // slice/select/as_strided scatters, as_strided, diagonal, flip, repeat
+void RegisterRandomOps(OpRegistry& registry);   // bernoulli.p, rand, randn, empty.memory_format, empty_strided
 
 }  // namespace tandem
 

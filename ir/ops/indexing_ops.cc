@@ -3,7 +3,8 @@
 // the index makers arange and the "empty" constructors.
 //
 // Index tensors are int64 or int32, as in PyTorch (index_put's may mix the
-// two); outputs stay of self's dtype. Their values are data, checked by the
+// two); outputs stay of self's dtype. index_put reads its indices as
+// index.Tensor does (advanced_index_ops.cc, index_rules.h). Their values are data, checked by the
 // kernels when the iteration runs (INVALID_ARGUMENT naming the op and the
 // value; never an out-of-bounds read). Only index_put wraps negative indices, as
 // PyTorch's advanced indexing does; the others refuse them, as PyTorch does.
@@ -13,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ir/op_registry.h"
+#include "ir/ops/index_rules.h"
 #include "ir/ops/infer_util.h"
 #include "ir/ops/shape_rules.h"
 #include "base/checked_math.h"
@@ -138,33 +140,29 @@ absl::StatusOr<TypeList> IndexSelectInfer(const Attrs& attrs, absl::Span<const T
   return TypeList{out};
 }
 
-// index_put(self, indices..., values; accumulate): k >= 1 index tensors
-// (int64 or int32, each its own; no absent ones) index self's first k dims; they broadcast to a
-// shape B, and values broadcasts to B + self.shape[k:].
+// index_put(self, indices..., values; accumulate, indexed_dims): k >= 1
+// index tensors (int64 or int32, each its own) on self's dims indexed_dims
+// (absent: the first k), read as index.Tensor reads them (index_rules.h);
+// values broadcasts to the shape self[indices] has. Any dtype: without
+// accumulate the op moves bytes; 16-bit sums are computed in float32.
 absl::StatusOr<TypeList> IndexPutInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
-  RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kStorableTypes));
+  RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kStorableAndHalfTypes));
   RETURN_IF_ERROR(attrs.GetBool("accumulate", false).status());
   const int k = static_cast<int>(in.size()) - 2;
-  if (k > in[0].rank()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("self is ", in[0].ToString(), " but ", k, " index tensors were given"));
-  }
-  Shape index_shape;
+  std::vector<Shape> shapes;
   for (int i = 0; i < k; ++i) {
     RETURN_IF_ERROR(RequireIndex(absl::StrCat("indices[", i, "]"), in[1 + i]));
-    auto shape = BroadcastShapes(index_shape, in[1 + i].shape);
-    if (!shape.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("indices[", i, "] is ", in[1 + i].ToString(),
-                                                     " and does not broadcast with the indices before it"));
-    }
-    index_shape = *shape;
+    shapes.push_back(in[1 + i].shape);
+  }
+  auto index = ResolveAdvancedIndex(attrs, in[0].shape, shapes);
+  if (!index.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("self is ", in[0].ToString(), ": ", index.status().message()));
   }
   const TensorType& values = in.back();
-  Shape target = index_shape;
-  target.insert(target.end(), in[0].shape.begin() + k, in[0].shape.end());
-  if (values.dtype != in[0].dtype || !BroadcastsTo(values.shape, target)) {
+  if (values.dtype != in[0].dtype || !BroadcastsTo(values.shape, index->result)) {
     return absl::InvalidArgumentError(absl::StrCat("values is ", values.ToString(), "; expected ",
-                                                   DTypeName(in[0].dtype), " broadcasting to ", ShapeString(target)));
+                                                   DTypeName(in[0].dtype), " broadcasting to ",
+                                                   ShapeString(index->result)));
   }
   return TypeList{in[0]};
 }
@@ -248,7 +246,7 @@ void RegisterIndexingOps(OpRegistry& registry) {
   RegisterOp(registry, "scatter.value", 2, 2, 1, kInPlace, ScatterInfer(false));
   RegisterOp(registry, "scatter.src", 3, 3, 1, kInPlace, ScatterInfer(true));
   RegisterOp(registry, "index_select", 2, 2, 1, kNone, IndexSelectInfer);
-  RegisterOp(registry, "index_put", 3, -1, 1, kInPlace, IndexPutInfer);
+  RegisterOp(registry, "index_put", 3, -1, 1, kInPlace, IndexPutInfer, {"_unsafe_index_put"});
   RegisterOp(registry, "arange.start_step", 0, 0, 1, kNone, ArangeInfer, {"arange.start", "arange"});
   RegisterOp(registry, "empty_like", 1, 1, 1, kNone, EmptyLikeInfer);
   RegisterOp(registry, "empty_permuted", 0, 0, 1, kNone, EmptyPermutedInfer);

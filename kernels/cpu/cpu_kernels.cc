@@ -30,6 +30,9 @@ CpuKernelFn FindCpuKernel(absl::string_view op) {
     AddResampleKernels(*t);
     AddPaddingKernels(*t);
     AddPooling3dKernels(*t);
+    AddAdvancedIndexKernels(*t);
+    AddStridedKernels(*t);
+    AddRandomKernels(*t);
     return t;
   }();
   return table->Find(op);

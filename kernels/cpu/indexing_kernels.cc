@@ -1,14 +1,14 @@
 // Reference CPU kernels of the ops that index with data (embedding and its
-// backward, gather, scatter, index_select, index_put) and of arange and the
-// "empty" constructors (zeros here).
+// backward, gather, scatter, index_select; index_put is with index.Tensor in
+// advanced_index_kernels.cc) and of arange and the "empty" constructors
+// (zeros here).
 //
 // Indices are data: every one is checked before anything is read or
 // written, and a bad one fails the kernel with INVALID_ARGUMENT naming the
 // op, the position and the value, in the same words for either index dtype
 // (int64 or int32: the kernels read an index tensor as its own type I,
 // dispatched per tensor). Gradient sums (embedding_dense_backward)
-// accumulate in double; index_put with accumulate adds in order, in the
-// tensor's dtype, as PyTorch's CPU kernel does.
+// accumulate in double.
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -28,21 +28,14 @@ absl::Status BadIndex(const KernelArgs& args, absl::string_view input, int64_t p
                                                  ", outside [0, ", size, ") (", what, ")"));
 }
 
-// Every index of `index` (elements of type I) is in [0, size) (or, with
-// `wrap`, in [-size, size)).
+// Every index of `index` (elements of type I) is in [0, size).
 template <typename I>
 absl::Status CheckIndices(const KernelArgs& args, const TensorArg& index, absl::string_view input, int64_t size,
-                          absl::string_view what, bool wrap = false) {
+                          absl::string_view what) {
   const I* p = index.as<const I>();
   for (int64_t i = 0; i < index.numel(); ++i) {
     const int64_t v = p[i];
-    if (v >= size || v < (wrap ? -size : 0)) {
-      if (wrap) {
-        return absl::InvalidArgumentError(absl::StrCat(args.node->op, ": ", input, "[", i, "] is ", v, ", outside [",
-                                                       -size, ", ", size, ") (", what, ")"));
-      }
-      return BadIndex(args, input, i, v, size, what);
-    }
+    if (v >= size || v < 0) return BadIndex(args, input, i, v, size, what);
   }
   return absl::OkStatus();
 }
@@ -212,62 +205,6 @@ absl::Status IndexSelectKernel(const KernelArgs& args) {
   });
 }
 
-// out = self; out[i_0[b], ..., i_{k-1}[b], :] (+)= values[b, :] over the
-// broadcast index shape B. Negative indices count from the end. Each index
-// tensor has its own dtype (int64 or int32).
-absl::Status IndexPutKernel(const KernelArgs& args) {
-  const TensorArg& self = args.inputs[0];
-  const TensorArg& values = args.inputs.back();
-  const TensorArg& out = args.outputs[0];
-  ASSIGN_OR_RETURN(bool accumulate, args.node->attrs.GetBool("accumulate", false));
-  const int k = static_cast<int>(args.inputs.size()) - 2;
-  const Shape& shape = self.type.shape;
-  Shape index_shape;
-  for (int j = 0; j < k; ++j) {
-    const TensorArg& index = args.inputs[1 + j];
-    RETURN_IF_ERROR(DispatchIndex(args, index.type.dtype, [&](auto index_tag) {
-      return CheckIndices<decltype(index_tag)>(args, index, absl::StrCat("indices[", j, "]"), shape[j],
-                                               absl::StrCat("the size of self's dim ", j), /*wrap=*/true);
-    }));
-    ASSIGN_OR_RETURN(index_shape, BroadcastShapes(index_shape, index.type.shape));
-  }
-  const std::vector<int64_t> self_strides = ContiguousStrides(shape);
-  // Where each position of B lands in self, before the trailing slice.
-  std::vector<int64_t> base(static_cast<size_t>(NumElements(index_shape)), 0);
-  for (int j = 0; j < k; ++j) {
-    const TensorArg& index = args.inputs[1 + j];
-    RETURN_IF_ERROR(DispatchIndex(args, index.type.dtype, [&](auto index_tag) {
-      const auto* p = index.as<const decltype(index_tag)>();
-      ForEachIndex<1>(index_shape, {BroadcastStrides(index.type.shape, index_shape)},
-                      [&](int64_t b, const std::array<int64_t, 1>& off) {
-                        const int64_t read = p[off[0]];
-                        base[b] += (read < 0 ? read + shape[j] : read) * self_strides[j];
-                      });
-      return absl::OkStatus();
-    }));
-  }
-  Shape target = index_shape;
-  target.insert(target.end(), shape.begin() + k, shape.end());
-  int64_t slice = 1;
-  for (size_t d = k; d < shape.size(); ++d) slice *= shape[d];
-  if (out.data != self.data) std::memmove(out.data, self.data, out.type.bytes());
-  return DispatchStorable(args, self.type.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    T* y = out.as<T>();
-    const T* v = values.as<const T>();
-    ForEachIndex<1>(target, {BroadcastStrides(values.type.shape, target)},
-                    [&](int64_t i, const std::array<int64_t, 1>& off) {
-                      T& dst = y[base[i / slice] + i % slice];
-                      if constexpr (std::is_same_v<T, bool>) {
-                        dst = accumulate ? (dst || v[off[0]]) : v[off[0]];
-                      } else {
-                        dst = accumulate ? static_cast<T>(dst + v[off[0]]) : v[off[0]];
-                      }
-                    });
-    return absl::OkStatus();
-  });
-}
-
 // out[i] = start + i * step: exactly in int64 for integer attributes, in
 // double (rounded once) otherwise.
 absl::Status ArangeKernel(const KernelArgs& args) {
@@ -303,7 +240,6 @@ void AddIndexingKernels(CpuKernelTable& table) {
   table["scatter.value"] = ScatterKernel<false>;
   table["scatter.src"] = ScatterKernel<true>;
   table["index_select"] = IndexSelectKernel;
-  table["index_put"] = IndexPutKernel;
   table["arange.start_step"] = ArangeKernel;
   table["empty_like"] = ZerosKernel;
   table["empty_permuted"] = ZerosKernel;

@@ -46,6 +46,9 @@ void AddGroupNormKernels(CpuKernelTable& table);
 void AddResampleKernels(CpuKernelTable& table);
 void AddPaddingKernels(CpuKernelTable& table);
 void AddPooling3dKernels(CpuKernelTable& table);
+void AddAdvancedIndexKernels(CpuKernelTable& table);  // index.Tensor, index_put, scatter_add/_reduce, masked_scatter
+void AddStridedKernels(CpuKernelTable& table);        // as_strided, diagonal, flip, repeat, slice/select scatters
+void AddRandomKernels(CpuKernelTable& table);         // bernoulli.p, rand, randn, empty.memory_format, empty_strided
 
 inline absl::Status UnsupportedDType(const KernelArgs& args, DType dtype) {
   return absl::UnimplementedError(

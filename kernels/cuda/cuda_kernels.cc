@@ -27,6 +27,9 @@ CudaKernelFn FindCudaKernel(absl::string_view op) {
     AddMathKernels(*t);
     AddGroupNormKernels(*t);
     AddSpatialKernels(*t);
+    AddAdvancedIndexKernels(*t);
+    AddStridedKernels(*t);
+    AddRandomKernels(*t);
     return t;
   }();
   return table->Find(op);

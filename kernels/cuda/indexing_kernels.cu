@@ -1,16 +1,16 @@
 // Kernels of the ops that index with data (embedding and its backward,
-// gather, scatter, index_select, index_put), arange, and the strided scatter
-// the slicing backwards use.
+// gather, scatter, index_select; index_put's are in
+// advanced_index_kernels.cu), arange, and the strided scatter the slicing
+// backwards use.
 //
 // Index values are data: each is checked before it addresses anything; a bad
 // one is skipped and reported through the error word (the first bad value of
 // the iteration wins), so nothing is read or written out of bounds. Index
 // tensors are int64 or int32: every kernel that reads one is a template over
-// its element type I (index_put, whose index tensors may mix the two, reads
-// each through LoadIndex).
-// Accumulating writes (embedding_dense_backward, index_put with accumulate)
-// are atomic adds in the tensor's float dtype: the sum's order, and so its
-// last bits, may differ between runs.
+// its element type I.
+// Accumulating writes (embedding_dense_backward) are atomic adds in the
+// tensor's float dtype: the sum's order, and so its last bits, may differ
+// between runs.
 #include <algorithm>
 #include <type_traits>
 
@@ -161,56 +161,6 @@ __global__ void IndexSelectKernel(int64_t outer, int64_t size, int64_t inner, in
 }
 
 template <typename T>
-__device__ __forceinline__ void Accumulate(T* p, T v) {
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    atomicAdd(p, v);
-  } else if constexpr (std::is_same_v<T, int64_t>) {
-    atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
-  } else if constexpr (std::is_same_v<T, int32_t>) {
-    atomicAdd(p, v);
-  } else {
-    if (v) *p = true;  // bool: "or", idempotent
-  }
-}
-
-// Element i of an index tensor of either index dtype, as int64.
-__device__ __forceinline__ int64_t LoadIndex(const IndexOperand& index, int64_t i) {
-  return index.dtype == DType::kInt32 ? static_cast<const int32_t*>(index.data)[i]
-                                      : static_cast<const int64_t*>(index.data)[i];
-}
-
-// A thread per (position, slice element).
-template <typename T>
-__global__ void IndexPutKernel(IndexPutParams params, const T* values, T* out, ErrorWord error) {
-  const int64_t n = params.positions * params.slice;
-  for (int64_t i = GlobalThread(); i < n; i += GlobalStride()) {
-    const int64_t position = i / params.slice;
-    const int64_t t = i - position * params.slice;
-    int64_t target = t;
-    bool ok = true;
-    for (int j = 0; j < params.k; ++j) {
-      int64_t v = LoadIndex(params.index[j], params.index_layout[j].rank == 0
-                                                 ? position
-                                                 : StridedOffset(params.index_layout[j], position));
-      if (v < -params.dim_size[j] || v >= params.dim_size[j]) {
-        if (t == 0) ReportBadIndex(error, v);
-        ok = false;
-        break;
-      }
-      if (v < 0) v += params.dim_size[j];
-      target += v * params.dim_stride[j];
-    }
-    if (!ok) continue;
-    const T value = values[params.values_layout.rank == 0 ? i : StridedOffset(params.values_layout, i)];
-    if (params.accumulate) {
-      Accumulate(&out[target], value);
-    } else {
-      out[target] = value;
-    }
-  }
-}
-
-template <typename T>
 __global__ void ArangeKernel(int64_t n, double start, double step, int64_t int_start, int64_t int_step, bool exact,
                              T* out) {
   for (int64_t i = GlobalThread(); i < n; i += GlobalStride()) {
@@ -330,23 +280,6 @@ cudaError_t LaunchIndexSelect(int element_bytes, int64_t outer, int64_t size, in
                                                                    static_cast<const I*>(index.data),
                                                                    static_cast<E*>(out), error);
     });
-  });
-  return launched ? LaunchError() : cudaErrorInvalidValue;
-}
-
-cudaError_t LaunchIndexPut(DType dtype, const IndexPutParams& params, const void* values, void* out,
-                           ErrorWord error, cudaStream_t stream) {
-  for (int j = 0; j < params.k; ++j) {
-    if (params.index[j].dtype != DType::kInt64 && params.index[j].dtype != DType::kInt32) {
-      return cudaErrorInvalidValue;
-    }
-  }
-  const int64_t n = params.positions * params.slice;
-  if (n == 0) return cudaSuccess;
-  const bool launched = DispatchStorable(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    IndexPutKernel<T><<<Blocks(n), kThreads, 0, stream>>>(params, static_cast<const T*>(values),
-                                                          static_cast<T*>(out), error);
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }

@@ -1,8 +1,9 @@
 // CUDA kernels of the ops that index with data (embedding and its backward,
-// gather, scatter, index_select, index_put), arange and the "empty"
-// constructors. Index tensors are int64 or int32; their values are checked
-// on the GPU through the error word, and DescribeBadIndex turns a reported
-// value into the iteration's message.
+// gather, scatter, index_select; index_put is with index.Tensor in
+// advanced_index_ops.cc), arange and the "empty" constructors. Index tensors
+// are int64 or int32; their values are checked on the GPU through the error
+// word, and DescribeBadIndex turns a reported value into the iteration's
+// message (for advanced_index_ops.cc's ops too).
 #include <cstring>
 #include <vector>
 
@@ -121,40 +122,6 @@ absl::Status IndexSelectKernel(const CudaKernelContext& context, const KernelArg
                   self.type.dtype);
 }
 
-absl::Status IndexPutKernel(const CudaKernelContext& context, const KernelArgs& args) {
-  const TensorArg& self = args.inputs[0];
-  const TensorArg& values = args.inputs.back();
-  const TensorArg& out = args.outputs[0];
-  IndexPutParams params;
-  ASSIGN_OR_RETURN(params.accumulate, args.node->attrs.GetBool("accumulate", false));
-  params.k = static_cast<int>(args.inputs.size()) - 2;
-  if (params.k > kMaxIndexTensors) {
-    return absl::UnimplementedError(
-        absl::StrCat(args.node->op, ": ", params.k, " index tensors; the CUDA kernel takes up to ", kMaxIndexTensors));
-  }
-  const Shape& shape = self.type.shape;
-  const std::vector<int64_t> self_strides = ContiguousStrides(shape);
-  Shape index_shape;
-  for (int j = 0; j < params.k; ++j) {
-    ASSIGN_OR_RETURN(index_shape, BroadcastShapes(index_shape, args.inputs[1 + j].type.shape));
-  }
-  for (int j = 0; j < params.k; ++j) {
-    const TensorArg& index = args.inputs[1 + j];
-    params.index[j] = Indices(index);
-    ASSIGN_OR_RETURN(params.index_layout[j], BroadcastLayout(index.type.shape, index_shape));
-    params.dim_size[j] = shape[j];
-    params.dim_stride[j] = self_strides[j];
-  }
-  params.positions = NumElements(index_shape);
-  for (size_t d = params.k; d < shape.size(); ++d) params.slice *= shape[d];
-  Shape target = index_shape;
-  target.insert(target.end(), shape.begin() + params.k, shape.end());
-  ASSIGN_OR_RETURN(params.values_layout, BroadcastLayout(values.type.shape, target));
-  RETURN_IF_ERROR(CopySelf(context, self, out));
-  return Launched(args, LaunchIndexPut(self.type.dtype, params, values.data, out.data, context.error, context.native),
-                  self.type.dtype);
-}
-
 absl::Status ArangeKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const Attrs& attrs = args.node->attrs;
   const TensorArg& out = args.outputs[0];
@@ -180,18 +147,24 @@ absl::Status ZerosKernel(const CudaKernelContext& context, const KernelArgs& arg
 
 std::string DescribeBadIndex(const Graph& graph, const Node& node, int64_t value) {
   auto type = [&](int input) { return graph.values[node.inputs[input]].type; };
-  if (node.op == "embedding") {
+  // The canonical name: aliases (_unsafe_index.Tensor, _unsafe_index_put) report as their ops.
+  const std::string op = node.def != nullptr ? node.def->name : node.op;
+  if (op == "embedding") {
     return absl::StrCat("index ", value, " is outside the rows [0, ", type(0).shape[0], ") of weight");
   }
-  if (node.op == "embedding_dense_backward") {
+  if (op == "embedding_dense_backward") {
     return absl::StrCat("index ", value, " is outside [0, ", node.attrs.GetInt("num_weights").value_or(0),
                         ") (num_weights)");
   }
-  if (node.op == "index_put") {
+  if (op == "index_put" || op == "index.Tensor") {
     return absl::StrCat("index ", value, " is outside its dim of self ", type(0).ToString(),
                         " (negative indices count from the end)");
   }
-  if (node.op == "gather" || node.op == "scatter.value" || node.op == "scatter.src" || node.op == "index_select") {
+  if (op == "masked_scatter") {
+    return absl::StrCat("mask has ", value, " true elements but source has only ", type(2).numel());
+  }
+  if (op == "gather" || op == "scatter.value" || op == "scatter.src" || op == "index_select" ||
+      op == "scatter_add" || op == "scatter_reduce.two") {
     const TensorType self = type(0);
     const int dim = NormalizeDim(node.attrs.GetInt("dim").value_or(0), self.rank()).value_or(0);
     const int64_t size = self.rank() == 0 ? 1 : self.shape[dim];
@@ -207,7 +180,6 @@ void AddIndexingKernels(CudaKernelTable& table) {
   table["scatter.value"] = ScatterKernel<false>;
   table["scatter.src"] = ScatterKernel<true>;
   table["index_select"] = IndexSelectKernel;
-  table["index_put"] = IndexPutKernel;
   table["arange.start_step"] = ArangeKernel;
   table["empty_like"] = ZerosKernel;
   table["empty_permuted"] = ZerosKernel;

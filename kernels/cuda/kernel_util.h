@@ -41,6 +41,9 @@ void AddRecurrentKernels(CudaKernelTable& table);
 void AddMathKernels(CudaKernelTable& table);
 void AddGroupNormKernels(CudaKernelTable& table);
 void AddSpatialKernels(CudaKernelTable& table);  // resampling, padding, 3-D pooling
+void AddAdvancedIndexKernels(CudaKernelTable& table);  // index.Tensor, index_put, scatter_add/_reduce, masked_scatter
+void AddStridedKernels(CudaKernelTable& table);        // as_strided, diagonal, flip, repeat, slice/select scatters
+void AddRandomKernels(CudaKernelTable& table);         // bernoulli.p, rand, randn, empty.memory_format, empty_strided
 
 inline absl::Status UnsupportedDType(const KernelArgs& args, DType dtype) {
   return absl::UnimplementedError(

@@ -143,25 +143,6 @@ cudaError_t LaunchIndexSelect(int element_bytes, int64_t outer, int64_t size, in
                               const void* self, IndexOperand index, void* out, ErrorWord error,
                               cudaStream_t stream);
 
-// index_put on out (already a copy of self): k index tensors over the
-// broadcast index shape (layouts over it), values read through
-// `values_layout` over the target shape [positions, slice]. Each index
-// tensor has its own dtype (int64 and int32 ones may mix).
-inline constexpr int kMaxIndexTensors = 4;
-struct IndexPutParams {
-  int k = 0;
-  IndexOperand index[kMaxIndexTensors];
-  StridedOperand index_layout[kMaxIndexTensors];  // over the broadcast index shape
-  int64_t dim_size[kMaxIndexTensors] = {};
-  int64_t dim_stride[kMaxIndexTensors] = {};
-  int64_t positions = 0;  // elements of the broadcast index shape
-  int64_t slice = 1;      // elements of self's trailing dims
-  StridedOperand values_layout;  // rank 0: contiguous
-  bool accumulate = false;
-};
-cudaError_t LaunchIndexPut(DType dtype, const IndexPutParams& params, const void* values, void* out,
-                           ErrorWord error, cudaStream_t stream);
-
 // out[i] = start + i * step (int64: exactly from the integer forms).
 cudaError_t LaunchArange(DType dtype, int64_t n, double start, double step, int64_t int_start, int64_t int_step,
                          bool exact, void* out, cudaStream_t stream);

@@ -133,6 +133,30 @@ class LoweringTest(unittest.TestCase):
         self.assertIn("0.bias", updated)
         self.assertIn("0.weight", [n for n, _ in lowered.persistent])
 
+    def test_advanced_indexing_records_which_dims_the_index_tensors_index(self):
+        class PickColumns(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = nn.Linear(5, 6)
+                self.register_buffer("columns", torch.tensor([4, 0, 2]))
+
+            def forward(self, x):
+                return self.linear(x)[:, self.columns]  # index.Tensor with [None, columns]
+
+        model = PickColumns()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        _, lowered = tandem.torch.capture_training_job(model, F.cross_entropy, opt,
+                                                       (torch.randn(4, 5), torch.tensor([0, 1, 2, 0])))
+        nodes = lowered.graph["nodes"]
+        index = [n for n in nodes if n["op"] in ("index.Tensor", "_unsafe_index.Tensor")]
+        self.assertEqual(len(index), 1)
+        self.assertEqual(len(index[0]["inputs"]), 2)  # self and columns: the None is no input
+        self.assertEqual(index[0]["attrs"]["indexed_dims"], {"ints": {"values": ["1"]}})
+        # The backward puts the gradient back at the same dims.
+        puts = [n for n in nodes if n["op"] in ("index_put", "_unsafe_index_put")]
+        self.assertTrue(puts)
+        self.assertTrue(all(n["attrs"]["indexed_dims"] == {"ints": {"values": ["1"]}} for n in puts))
+
 
 if __name__ == "__main__":
     unittest.main()

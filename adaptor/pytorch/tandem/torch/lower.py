@@ -23,6 +23,12 @@ A few rewrites make the functional graph complete and the IR explicit:
   become the registry ops of the same name, all their arguments inputs in
   schema order, every output declared (used or not), with `allow_tf32` as
   convolutions (PyTorch's cuDNN LSTM follows that flag too);
+- the advanced-indexing ops (index.Tensor, index_put and their _unsafe_
+  forms) carry `indexed_dims`, the positions of the index list's tensors:
+  its None entries (dims left whole) are not inputs, so without it the
+  daemon could not tell which dims the tensors index;
+- scatter_reduce.two names a second output, the kernels' scratch (the
+  registry declares it: the counts of a mean), which nothing reads;
 - convolution nodes carry `allow_tf32` (torch.backends.cudnn.allow_tf32 at
   capture time) and `deterministic` (torch.backends.cudnn.deterministic or
   torch.use_deterministic_algorithms), so the daemon's cuDNN settings are
@@ -64,6 +70,10 @@ _TANDEM_OPS = {"tandem::lstm": "lstm", "tandem::lstm_backward": "lstm_backward"}
 # Functionalization's copying variants of ops the registry has under another name.
 _RENAMES = {"detach_copy": "clone", "alias_copy": "clone", "lift_fresh_copy": "clone"}
 _HALF_DTYPES = (torch.bfloat16, torch.float16)
+# Ops whose `Tensor?[] indices` may hold None: the positions of its tensors become `indexed_dims`.
+_OPTIONAL_INDEX_OPS = {"index.Tensor", "_unsafe_index.Tensor", "index_put", "_unsafe_index_put"}
+# Registry ops with outputs PyTorch's op does not have (scratch space of their kernels) -> how many.
+_SCRATCH_OUTPUTS = {"scatter_reduce.two": 1}
 
 
 class Input:
@@ -302,6 +312,7 @@ class _Emitter:
         else:
             outputs = [self.fresh(n.name)]
             self.names[n] = outputs[0]
+        outputs += [self.fresh(f"{n.name}.scratch{i}") for i in range(_SCRATCH_OUTPUTS.get(op, 0))]
         self.node(op, inputs, outputs, attrs, label, self.declared(outputs, value))
         return outputs
 
@@ -327,6 +338,8 @@ class _Emitter:
                 inputs.append(self.promoted(v, promote_to, label) if arg.name in promoted_args else self.ref(v))
             elif isinstance(v, (list, tuple)) and any(isinstance(e, torch.fx.Node) for e in v):
                 inputs.extend(self.ref(e) for e in v if e is not None)
+                if name in _OPTIONAL_INDEX_OPS and arg.name == "indices":
+                    attrs["indexed_dims"] = attr_value([i for i, e in enumerate(v) if e is not None], name)
             elif _is_tensor_type(arg.type) and isinstance(v, (bool, int, float)):
                 if name in _SCALAR_VARIANTS and arg.name == "other":
                     name = _SCALAR_VARIANTS[name]
