@@ -141,6 +141,46 @@ class CoreOpsTest(unittest.TestCase):
             self.assertLessEqual(relative_error(weights[name], value), 1e-5, name)
 
 
+class ServingTest(unittest.TestCase):
+    def test_eval_mode_batch_norm_serves_as_pytorch(self):
+        # Eval-mode batch norm traces to native_batch_norm (torch 1.13) or its Core ATen spelling
+        # _native_batch_norm_legit_no_training (torch 2.x); both run as native_batch_norm in the daemon.
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3), nn.BatchNorm2d(4))
+        with torch.no_grad():
+            for m in model.modules():
+                if isinstance(m, nn.BatchNorm2d):
+                    m.running_mean.uniform_(-0.5, 0.5)
+                    m.running_var.uniform_(0.5, 2.0)
+        model.eval()
+        x = torch.randn(2, 3, 10, 10)
+        with tandem.torch.serve(model, x, endpoint=_daemon.endpoint) as served:
+            out = served(x)
+        self.assertLessEqual(relative_error(out, model(x).detach()), 1e-5)
+
+
+class RandomOpsTest(unittest.TestCase):
+    def test_dropout_draws_fresh_masks_every_iteration(self):
+        # lr = 0: the weights stay put, so the loss changes from step to step only through the masks.
+        model = nn.Sequential(nn.Linear(64, 64), nn.Dropout(0.5), nn.Linear(64, 64), nn.Dropout(0.5))
+        x, y = torch.randn(32, 64), torch.randn(32, 64)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+        torch.manual_seed(3)
+        job = tandem.torch.train(model, F.mse_loss, optimizer, (x, y), endpoint=_daemon.endpoint)
+        # Dropout is native_dropout, or bernoulli.p times the input where a decomposition takes it apart.
+        seeds = [n["attrs"]["seed"]["i"] for n in job.graph["nodes"] if n["op"] in ("native_dropout", "bernoulli.p")]
+        self.assertEqual(len(seeds), 2)
+        self.assertNotEqual(seeds[0], seeds[1], "two dropouts of one shape draw different masks")
+        with job:
+            losses = [job.step(x, y) for _ in range(4)]
+        self.assertEqual(len(set(losses)), 4, f"every iteration draws a new mask: {losses}")
+        # Made again under the same torch seed, the job draws the same masks (runs are repeatable).
+        torch.manual_seed(3)
+        again = tandem.torch.train(model, F.mse_loss, optimizer, (x, y), endpoint=_daemon.endpoint)
+        with again:
+            self.assertEqual([again.step(x, y) for _ in range(4)], losses)
+
+
 def _test(name):
     make_model, shape = CASES[name]
 

@@ -17,6 +17,7 @@ import torch
 from tandem import client as tclient
 from tandem import errors
 from tandem.torch import dtypes
+from tandem.torch.lower import SEED_FEED
 
 
 def _check_batch(what, tensors, expected):
@@ -83,6 +84,21 @@ class StepHandle:
         return self._loss
 
 
+class _Seeds:
+    """The per-iteration seed of a job whose graph draws random numbers (dropout, bernoulli, rand): a base drawn
+    from torch's default generator when the job is made (so torch.manual_seed makes runs repeatable), plus the
+    iteration number, so that every iteration draws fresh numbers."""
+
+    def __init__(self, feed_specs):
+        self._wanted = SEED_FEED in feed_specs
+        self._base = int(torch.randint(1, 2 ** 62, (), dtype=torch.int64)) if self._wanted else 0
+
+    def feeds(self, iteration):
+        if not self._wanted:
+            return []
+        return [dtypes.host_tensor(SEED_FEED, torch.tensor(self._base + iteration, dtype=torch.int64))]
+
+
 class TrainingJob:
     """A model's training step, registered with tandemd. Build it with tandem.torch.train()."""
 
@@ -94,6 +110,7 @@ class TrainingJob:
         self._scalar_names = self._plan.scalar_names()
         feed_specs = {n: (dt, shape) for n, dt, shape in lowered.feed_specs}
         self._batch_specs = [(n, *feed_specs[n]) for n in capture.batch_names]
+        self._seeds = _Seeds(feed_specs)
         request = {"name": name, "graph": lowered.graph, "hints": hints}
         persistent = [dtypes.host_tensor(n, t) for n, t in lowered.persistent]
         self._session = _Session(endpoint, name, request, persistent)
@@ -122,6 +139,7 @@ class TrainingJob:
         feeds = [dtypes.host_tensor(n, torch.tensor(v, dtype=torch.float32))
                  for n, v in zip(self._scalar_names, scalars)]
         feeds += [dtypes.host_tensor(spec[0], t) for spec, t in zip(self._batch_specs, batch)]
+        feeds += self._seeds.feeds(self._iteration)
         self._iteration += 1
         ticket = self._session.client.submit(self.job_id, feeds, [self._loss_name], self._iteration)
         self._plan.scalar_values(advance=True)
@@ -203,6 +221,7 @@ class ServedModel:
         self._lowered = lowered
         feed_specs = {n: (dt, shape) for n, dt, shape in lowered.feed_specs}
         self._input_specs = [(n, *feed_specs[n]) for n in capture.input_names]
+        self._seeds = _Seeds(feed_specs)
         self._fetches = [lowered.fetch_names[o.name] for o in capture.outputs]
         request = {"name": name, "graph": lowered.graph, "hints": hints}
         chosen = lowered.persistent if persistent is None else persistent
@@ -222,6 +241,7 @@ class ServedModel:
         self._session.check_open()
         _check_batch("the served model", inputs, self._input_specs)
         feeds = [dtypes.host_tensor(spec[0], t) for spec, t in zip(self._input_specs, inputs)]
+        feeds += self._seeds.feeds(self._iteration)
         self._iteration += 1
         ticket = self._session.client.submit(self.job_id, feeds, self._fetches, self._iteration)
         result = self._session.client.wait(ticket)

@@ -54,7 +54,12 @@ from tandem.torch import dtypes
 _DROPPED_ARGS = {"layout", "device", "pin_memory", "memory_format", "non_blocking", "generator"}
 _SCALAR_VARIANTS = {"add.Tensor": "add.Scalar", "sub.Tensor": "sub.Scalar", "mul.Tensor": "mul.Scalar",
                     "div.Tensor": "div.Scalar"}
-_BATCH_NORM_OPS = {"native_batch_norm"}
+_BATCH_NORM_OPS = {"native_batch_norm", "_native_batch_norm_legit"}
+# Ops that draw random numbers from (their `seed` attribute, the seed tensor fed each iteration, the element
+# index) (ir/ops/dropout_mask.h, random_draws.h). Each node gets its own `seed`, so that two dropouts of one
+# shape draw different masks, and reads the feed SEED_FEED, which the job sets anew every iteration.
+_RANDOM_OPS = {"native_dropout", "bernoulli.p", "rand", "randn"}
+SEED_FEED = "rng/seed"
 # Pointwise ops whose operands PyTorch promotes to one dtype: op -> the arguments that take part.
 _PROMOTING = {op: ("self", "other") for op in (
     "add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "maximum", "minimum", "atan2", "fmod.Tensor",
@@ -68,7 +73,14 @@ _CUDNN_CONVOLUTION_OPS = {"convolution", "convolution_backward"}
 # Ops of the `tandem` namespace (fused_rnn.py) -> registry op. Their arguments are all tensors.
 _TANDEM_OPS = {"tandem::lstm": "lstm", "tandem::lstm_backward": "lstm_backward"}
 # Functionalization's copying variants of ops the registry has under another name.
-_RENAMES = {"detach_copy": "clone", "alias_copy": "clone", "lift_fresh_copy": "clone"}
+_RENAMES = {"detach_copy": "clone", "alias_copy": "clone", "lift_fresh_copy": "clone",
+            # Batch norm's Core ATen spellings: the arguments of native_batch_norm (no_stats: without the
+            # running statistics; no_training: without `training`, which is false).
+            "_native_batch_norm_legit": "native_batch_norm", "_native_batch_norm_legit.no_stats": "native_batch_norm",
+            "_native_batch_norm_legit_no_training": "native_batch_norm",
+            # torch 1.13's dropout decomposition leaves an in-place bernoulli_ that functionalization keeps;
+            # its users read its result, a fresh draw of self's shape and dtype: bernoulli.p.
+            "bernoulli_.float": "bernoulli.p"}
 _HALF_DTYPES = (torch.bfloat16, torch.float16)
 # Ops whose `Tensor?[] indices` may hold None: the positions of its tensors become `indexed_dims`.
 _OPTIONAL_INDEX_OPS = {"index.Tensor", "_unsafe_index.Tensor", "index_put", "_unsafe_index_put"}
@@ -200,6 +212,7 @@ class _Emitter:
         self.names = {}  # fx node -> IR name (single-output nodes and getitems)
         self.used = {i.name for i in inputs}
         self.counter = 0
+        self.random_nodes = 0
 
     def fresh(self, base):
         name = base
@@ -245,6 +258,14 @@ class _Emitter:
         name = self.fresh(f"const/{n.target}")
         self.out.persistent.append((name, value.detach().clone()))
         return name
+
+    def seed_feed(self):
+        """The IR name of the per-iteration seed (an int64 rank-0 feed), declared at its first use."""
+        if SEED_FEED not in self.used:
+            self.used.add(SEED_FEED)
+            self.out.graph["feeds"].append({"name": SEED_FEED, "dtype": "INT64", "shape": []})
+            self.out.feed_specs.append((SEED_FEED, torch.int64, ()))
+        return SEED_FEED
 
     def promotion(self, n, name):
         """PyTorch's type promotion made explicit for the pointwise ops that promote (the registry takes equal
@@ -330,6 +351,8 @@ class _Emitter:
                 v = args[i]
             elif arg.name in n.kwargs:
                 v = n.kwargs[arg.name]
+            elif name == "bernoulli.p" and arg.name == "p":
+                v = arg.default_value  # the probability has a default (0.5) that the registry does not
             else:
                 continue
             if arg.name in skip_args or v is None:
@@ -352,6 +375,12 @@ class _Emitter:
                 a = attr_value(v, f"{name} ({label or n.name}) argument '{arg.name}'")
                 if a is not None:
                     attrs[arg.name] = a
+        if op_name(target) == "_native_batch_norm_legit_no_training":
+            attrs["training"] = {"b": False}
+        if name in _RANDOM_OPS:
+            inputs.append(self.seed_feed())
+            self.random_nodes += 1
+            attrs["seed"] = {"i": str(self.random_nodes)}
         if name in _CUDNN_CONVOLUTION_OPS:
             # PyTorch's cuDNN settings at capture time (TF32 allowed and any algorithm by default).
             attrs["allow_tf32"] = {"b": bool(torch.backends.cudnn.allow_tf32)}
@@ -462,9 +491,9 @@ def lower(gm, inputs, outputs, example_inputs, record_values=False):
         name = op_name(n.target)
         if name == "copy_":
             raise CaptureError(f"internal: in-place copy into a non-input ({n.name}) in a functionalized graph")
-        if name in _BATCH_NORM_OPS:
+        if name in _BATCH_NORM_OPS or name in _RENAMES and _RENAMES[name] == "native_batch_norm":
             _widen_norm_stats(em, n)
-            if _bn_training(n):
+            if name in _BATCH_NORM_OPS and _bn_training(n):
                 bn_updates.update(_lower_batch_norm(em, n, ph_input))
                 continue
         if name == "native_layer_norm":
