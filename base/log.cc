@@ -1,8 +1,12 @@
 #include "absl/strings/string_view.h"
 #include "base/log.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
@@ -12,6 +16,16 @@ namespace tandem {
 namespace {
 
 std::atomic<int> g_min_level{static_cast<int>(LogLevel::kInfo)};
+// 1: stderr is journald's stream (lines carry "<priority>"); 0: not; -1: not looked yet.
+std::atomic<int> g_journal{-1};
+
+bool StderrIsJournal() {
+  const char* stream = std::getenv("JOURNAL_STREAM");  // "<device>:<inode>" of the stream
+  if (stream == nullptr) return false;
+  struct stat st;
+  if (::fstat(STDERR_FILENO, &st) != 0) return false;
+  return absl::StrCat(st.st_dev, ":", st.st_ino) == stream;
+}
 
 char LevelLetter(LogLevel level) {
   switch (level) {
@@ -34,6 +48,18 @@ bool NeedsQuotes(absl::string_view v) {
 }  // namespace
 
 void SetMinLogLevel(LogLevel level) { g_min_level.store(static_cast<int>(level)); }
+
+int SyslogPriority(LogLevel level) {
+  switch (level) {
+    case LogLevel::kDebug: return 7;
+    case LogLevel::kInfo: return 6;
+    case LogLevel::kWarning: return 4;
+    case LogLevel::kError: return 3;
+  }
+  return 6;
+}
+
+void DetectJournalStream() { g_journal.store(StderrIsJournal() ? 1 : 0); }
 LogLevel MinLogLevel() { return static_cast<LogLevel>(g_min_level.load()); }
 
 bool ParseLogLevel(absl::string_view text, LogLevel* level) {
@@ -48,7 +74,9 @@ bool ParseLogLevel(absl::string_view text, LogLevel* level) {
 LogLine::LogLine(LogLevel level, absl::string_view message)
     : enabled_(static_cast<int>(level) >= g_min_level.load()), level_(level) {
   if (!enabled_) return;
-  line_ = absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()),
+  if (g_journal.load(std::memory_order_relaxed) < 0) DetectJournalStream();
+  if (g_journal.load(std::memory_order_relaxed) == 1) line_ = absl::StrCat("<", SyslogPriority(level), ">");
+  absl::StrAppend(&line_, absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()),
                        " ", std::string(1, LevelLetter(level_)), " ", message);
 }
 

@@ -4,7 +4,11 @@
 //
 // Lines go to stderr as
 //   2026-11-29T23:40:01.123Z I session opened session=7 peer=ipc
-// The minimum level is process-wide (SetMinLogLevel); thread-safe.
+// The minimum level is process-wide (SetMinLogLevel); thread-safe. When
+// stderr is a journald stream (systemd's JOURNAL_STREAM names it), each line
+// starts with its syslog priority, "<3>" for errors, "<4>" warnings, "<6>"
+// info, "<7>" debug, which journald takes as the entry's priority (so
+// `journalctl -p err` works) and strips.
 #ifndef TANDEM_BASE_LOG_H_
 #define TANDEM_BASE_LOG_H_
 
@@ -22,6 +26,11 @@ void SetMinLogLevel(LogLevel level);
 LogLevel MinLogLevel();
 // Parses "debug", "info", "warning", "error".
 bool ParseLogLevel(absl::string_view text, LogLevel* level);
+// The syslog priority of a level (3 error ... 7 debug).
+int SyslogPriority(LogLevel level);
+// Looks again whether stderr is the journald stream JOURNAL_STREAM names
+// (done once on the first line; tests call it after moving stderr).
+void DetectJournalStream();
 
 // One log line, written when the object is destroyed.
 class LogLine {

@@ -253,7 +253,8 @@ void Client::ReceiveLocked(std::chrono::milliseconds timeout) {
     last_heard_ = SteadyClock::now();
     v1::Response response;
     if (!response.ParseFromArray(msg.data(), static_cast<int>(msg.size()))) continue;
-    if (discard_.erase(response.request_id()) > 0) continue;
+    // request_id 0: the daemon's liveness probe (server/service.h), no answer to anything.
+    if (response.request_id() == 0 || discard_.erase(response.request_id()) > 0) continue;
     arrived_[response.request_id()] = std::move(response);
   }
 }

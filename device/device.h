@@ -39,6 +39,9 @@ struct DeviceInfo {
   int ordinal = 0;
   std::string name;          // "cpu" or "cuda:N"; how clients name it
   std::string description;   // e.g. "NVIDIA H200, cc 9.0, 132 SMs"
+  // The GPU's UUID as nvidia-smi prints it ("GPU-xxxxxxxx-xxxx-..."); empty
+  // on the CPU.
+  std::string uuid;
   uint64_t capacity_bytes = 0;  // memory this device offers to Tandem
   // Stream priority levels above the default that CreateStreamWithPriority
   // can give (CUDA: the device's stream priority range; 0: none).

@@ -207,9 +207,11 @@ int Run(int argc, char** argv) {
       },
       [&loop, svc](std::string peer) {
         loop.Post("Transport.OnPeerGone", [svc, peer = std::move(peer)]() { svc->HandlePeerGone(peer); });
-      });
+      },
+      [&loop, svc]() { loop.Post("Transport.OnDisconnect", [svc]() { svc->HandleConnectionClosed(); }); });
   if (!created.ok()) return Fail(kExitFailure, created.status().message());
   transport = *std::move(created);
+  svc->SetQueuedReplyBytes([raw = transport.get()](const std::string& peer) { return raw->QueuedBytes(peer); });
   if (absl::Status s = SetSocketGroup(IpcPath(transport->endpoint()), options.socket_group); !s.ok()) {
     return Fail(kExitFailure, s.message());
   }

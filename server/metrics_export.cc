@@ -90,7 +90,14 @@ std::string Service::RenderMetrics() {
   // A family's samples must be contiguous: one pass over the devices per family.
   std::vector<memory::DeviceMemoryStats> memory;
   for (const auto& dev : devices_) memory.push_back(dev->memory->Stats());
-  auto device_labels = [&](size_t i) { return Labels{{"device", devices_[i]->device->info().name}}; };
+  // A GPU's UUID identifies it across hosts and reboots (a CUDA ordinal
+  // does neither); the CPU device has none.
+  auto device_labels = [&](size_t i) {
+    const device::DeviceInfo& info = devices_[i]->device->info();
+    Labels labels{{"device", info.name}};
+    if (!info.uuid.empty()) labels.emplace_back("gpu_uuid", info.uuid);
+    return labels;
+  };
   auto device_measured = [&](size_t i) { return measurements_.Device(devices_[i]->index); };
 
   w.Family("tandem_device_iterations_total", "counter", "iterations completed on the device");
@@ -215,7 +222,9 @@ std::string Service::RenderMetrics() {
   for (const auto& [id, job] : jobs_) jobs.push_back(job.get());
   std::sort(jobs.begin(), jobs.end(), [](const Job* a, const Job* b) { return a->id < b->id; });
   auto job_labels = [](const Job& job) {
-    return Labels{{"job", absl::StrCat(job.id)}, {"name", job.name}, {"device", job.device->device->info().name}};
+    // Not "job": Prometheus sets that label on every series it scrapes (the
+    // scrape job's name).
+    return Labels{{"job_id", absl::StrCat(job.id)}, {"name", job.name}, {"device", job.device->device->info().name}};
   };
   auto job_sample = [&](const char* name, const char* type, const char* help, auto value) {
     w.Family(name, type, help);

@@ -26,6 +26,10 @@ struct DaemonOptions {
   uint64_t max_job_bytes = 0;    // per-job quota; 0: none
   int max_inflight_per_lane = 2; // iterations enqueued ahead on a lane
   int max_queued_per_job = 64;   // iterations a job may have waiting
+  int max_jobs_per_session = 64; // jobs one session may hold (running, waiting or registering)
+  // Reply bytes the daemon holds for one session that its client has not
+  // read yet; past it, the session's requests are refused until it reads.
+  uint64_t max_unread_reply_bytes = uint64_t{1} << 30;
   // Threads per device that enqueue the lanes' work (copies, graph launches,
   // captures); lane k uses thread k mod N. 0: one per lane.
   int executor_threads = 0;

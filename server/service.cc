@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <iterator>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -13,6 +16,7 @@
 #include "device/conv_workspace.h"
 #include "device/cpu_device.h"
 #include "device/cuda_device.h"
+#include "memory/byte_format.h"
 #include "proto/status_convert.h"
 
 namespace tandem::server {
@@ -82,7 +86,7 @@ const char* JobStateName(JobState state) {
 }
 
 Service::Service(const DaemonOptions& options, EventLoop& loop, SendFn send)
-    : options_(options), loop_(loop), send_(std::move(send)) {}
+    : options_(options), loop_(loop), send_(std::move(send)), probe_timer_(loop.context()) {}
 
 Service::~Service() = default;
 
@@ -248,6 +252,18 @@ void Service::HandleMessage(const std::string& peer, const PeerIdentity& identit
     return;
   }
   session->last_seen = Clock::now();
+  if (queued_reply_bytes_ && request->body_case() != v1::Request::kCloseJob &&
+      request->body_case() != v1::Request::kCloseSession && request->body_case() != v1::Request::kHeartbeat) {
+    // A client that sends without reading would have the daemon buffer its
+    // replies without end.
+    if (const uint64_t unread = queued_reply_bytes_(peer); unread > options_.max_unread_reply_bytes) {
+      ReplyError(to, absl::ResourceExhaustedError(absl::StrCat(
+                         memory::FormatBytes(unread), " of this session's replies are waiting for the client to read them, "
+                         "more than tandemd's max_unread_reply_mib (", memory::FormatBytes(options_.max_unread_reply_bytes),
+                         "); read the replies before sending more requests")));
+      return;
+    }
+  }
   if (HandleAdminRequest(to, *session, *request)) return;
   switch (request->body_case()) {
     case v1::Request::kRegisterJob: OnRegisterJob(to, *session, request, std::move(frames)); return;
@@ -347,6 +363,43 @@ void Service::EndSession(uint64_t session_id, const char* reason) {
 void Service::HandlePeerGone(const std::string& peer) {
   auto it = session_by_peer_.find(peer);
   if (it != session_by_peer_.end()) EndSession(it->second, "client disconnected");
+}
+
+namespace {
+// HandleConnectionClosed's re-probes, each after the one before.
+constexpr std::chrono::milliseconds kReprobeAfter[] = {std::chrono::milliseconds(10), std::chrono::milliseconds(40),
+                                                       std::chrono::milliseconds(200), std::chrono::milliseconds(750)};
+}  // namespace
+
+void Service::ProbeSessions() {
+  // A probe is a response no request asked for (request_id 0, a heartbeat
+  // body): clients drop it; to a routing id the router no longer knows, it
+  // fails, and the transport calls HandlePeerGone.
+  if (sessions_.empty()) return;
+  v1::Response probe;
+  probe.mutable_heartbeat();
+  const std::string bytes = probe.SerializeAsString();
+  for (const auto& [id, session] : sessions_) send_(session->peer, bytes);
+}
+
+void Service::HandleConnectionClosed() {
+  ProbeSessions();
+  const bool running = probe_round_ > 0;
+  probe_round_ = 1;  // a running chain starts over
+  if (!running) ArmReprobe();
+}
+
+void Service::ArmReprobe() {
+  probe_timer_.expires_after(kReprobeAfter[probe_round_ - 1]);
+  probe_timer_.async_wait([this](const boost::system::error_code& error) {
+    if (error) return;
+    ProbeSessions();
+    if (++probe_round_ > static_cast<int>(std::size(kReprobeAfter))) {
+      probe_round_ = 0;
+      return;
+    }
+    ArmReprobe();
+  });
 }
 
 void Service::ExpireIdleSessions() {
@@ -466,6 +519,15 @@ void Service::OnMapSharedMemory(const PendingReply& to, Session& session, const 
 void Service::OnListSessions(const PendingReply& to, const Session& asking) {
   v1::Response response;
   auto* list = response.mutable_list_sessions();
+  // Each device scheduler's stats, once (by device index).
+  std::vector<std::optional<std::vector<sched::JobSchedStats>>> sched_stats(devices_.size());
+  auto stats_of = [&](const Job& job) -> const std::vector<sched::JobSchedStats>& {
+    static const std::vector<sched::JobSchedStats> kNone;
+    if (job.device == nullptr) return kNone;
+    std::optional<std::vector<sched::JobSchedStats>>& s = sched_stats[job.device->index];
+    if (!s.has_value()) s = job.device->scheduler->Stats();
+    return *s;
+  };
   for (const auto& [id, session] : sessions_) {
     // Others' sessions (their names, pids and jobs) are an administrator's
     // to see.
@@ -488,7 +550,7 @@ void Service::OnListSessions(const PendingReply& to, const Session& asking) {
       j->set_priority(job.hints.priority());
       j->set_device(job.device->device->info().name);
       j->set_lane(job.lane);
-      FillJobMeasurements(job, j);
+      FillJobMeasurements(job, stats_of(job), j);
     }
   }
   Reply(to, std::move(response));

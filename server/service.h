@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include <boost/asio/steady_timer.hpp>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -59,8 +61,18 @@ class Service {
   // Before the loop runs: the side socket's path, given to clients at hello
   // ("" when there is none).
   void SetFdSocketPath(std::string path) { fd_socket_path_ = std::move(path); }
+  // Before the loop runs: how many reply bytes the transport holds for a
+  // peer, unread by its client (max_unread_reply_bytes).
+  using QueuedBytesFn = std::function<uint64_t(const std::string& peer)>;
+  void SetQueuedReplyBytes(QueuedBytesFn fn) { queued_reply_bytes_ = std::move(fn); }
   // Loop thread. The transport could not reach `peer`: its session ends.
   void HandlePeerGone(const std::string& peer);
+  // Loop thread. A client connection closed, whose is not known: every
+  // session's peer is probed now and again 10 ms, 50 ms, 250 ms and 1 s later (the
+  // router forgets a closed connection's routing id a moment after the
+  // event), so a dead or stopped client's session ends, and its jobs and
+  // memory are freed, within about a second (docs/deploy.md).
+  void HandleConnectionClosed();
   // Loop thread. Ends sessions idle for longer than the session timeout.
   void ExpireIdleSessions();
   // Loop thread. Ends every session (queued iterations get CANCELLED) and
@@ -104,7 +116,10 @@ class Service {
   // UNAVAILABLE while draining (registrations are refused).
   absl::Status CheckAdmitting() const;
   // The measured fields of a job's JobInfo (queue wait, share, slowdown).
-  void FillJobMeasurements(const Job& job, v1::JobInfo* info) const;
+  // `sched_stats`: its device scheduler's Stats(), taken once per listing
+  // (asking per job made a listing quadratic in the jobs).
+  void FillJobMeasurements(const Job& job, const std::vector<sched::JobSchedStats>& sched_stats,
+                           v1::JobInfo* info) const;
   // The admin fields of a device's DeviceStats (lanes, admissions).
   void FillDeviceDetails(const DeviceRuntime& dev, v1::DeviceStats* stats) const;
   // Loop thread. A successful iteration, for the measurements.
@@ -169,10 +184,20 @@ class Service {
   void OnCloseJob(const PendingReply& to, Session& session, uint64_t job_id);
   void BeginCloseJob(Job& job, const char* reason);
   void MaybeFinishClose(Job& job);
+  // Jobs of the session waiting for memory.
+  size_t WaitingJobsOf(uint64_t session_id) const;
   DeviceRuntime* ChooseDevice(const v1::JobHints& hints, absl::Status* error);
+
+  // Sends every session's peer a probe (HandleConnectionClosed).
+  void ProbeSessions();
+  void ArmReprobe();
 
   // service_lanes.cc: lanes and their streams.
   absl::Status EnsureLane(DeviceRuntime& dev, int lane);
+  // Frees the retired arena ranges of every lane with nothing in flight (no
+  // iteration, no warm-up step): a lane that closed, shrank or moved while
+  // idle gives its memory back now, not when a later iteration ends there.
+  void ReleaseIdleRetired(DeviceRuntime& dev);
   // Gives `slot` of `lane` a page-locked buffer of `capacity` bytes; its old
   // one is kept in lane.retired_host until shutdown (freeing page-locked
   // memory synchronizes the whole device).
@@ -245,11 +270,14 @@ class Service {
   EventLoop& loop_;
   const SendFn send_;
   const Clock::time_point started_ = Clock::now();
+  boost::asio::steady_timer probe_timer_;
+  int probe_round_ = 0;  // the next re-probe's index + 1; 0: none pending
 
   std::vector<std::unique_ptr<DeviceRuntime>> devices_;
   absl::flat_hash_map<std::string, uint64_t> session_by_peer_;
   absl::flat_hash_map<std::string, uint64_t> session_by_token_;
   std::string fd_socket_path_;
+  QueuedBytesFn queued_reply_bytes_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> sessions_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Job>> jobs_;
   // Registrations that asked to wait for memory, in arrival order.

@@ -159,7 +159,8 @@ void Service::OnKillJob(const PendingReply& to, const Session& session, const v1
   BeginCloseJob(*it->second, reason.c_str());
 }
 
-void Service::FillJobMeasurements(const Job& job, v1::JobInfo* info) const {
+void Service::FillJobMeasurements(const Job& job, const std::vector<sched::JobSchedStats>& sched_stats,
+                                  v1::JobInfo* info) const {
   info->set_session_id(job.session);
   info->set_queued_iterations(job.queued.size());
   info->set_failed_iterations(job.failed);
@@ -170,13 +171,14 @@ void Service::FillJobMeasurements(const Job& job, v1::JobInfo* info) const {
   if (job.device == nullptr) return;
   info->set_gpu_time_share(measurements_.GpuTimeShare(job.device->index, job.id, NowSeconds()));
   if (job.state == JobState::kWaitingForMemory) return;
-  for (const sched::JobSchedStats& s : job.device->scheduler->Stats()) {
-    if (s.job != job.id) continue;
-    info->set_weight(s.weight);
-    info->set_solo_iteration_seconds(s.solo_iteration_seconds);
-    if (s.solo_iteration_seconds > 0 && s.mean_iteration_seconds > 0) {
-      info->set_slowdown(s.mean_iteration_seconds / s.solo_iteration_seconds);
-    }
+  // Stats() is sorted by job id.
+  auto it = std::lower_bound(sched_stats.begin(), sched_stats.end(), job.id,
+                             [](const sched::JobSchedStats& s, uint64_t id) { return s.job < id; });
+  if (it == sched_stats.end() || it->job != job.id) return;
+  info->set_weight(it->weight);
+  info->set_solo_iteration_seconds(it->solo_iteration_seconds);
+  if (it->solo_iteration_seconds > 0 && it->mean_iteration_seconds > 0) {
+    info->set_slowdown(it->mean_iteration_seconds / it->solo_iteration_seconds);
   }
 }
 
@@ -321,6 +323,12 @@ void Service::ApplyLiveOptions(const DaemonOptions& fresh, const std::vector<std
       TLOG_INFO("user ceilings changed")
           .With("max_user_priority", fresh.max_user_priority)
           .With("max_user_weight", fresh.max_user_weight);
+    } else if (key == "max_jobs_per_session") {
+      options_.max_jobs_per_session = fresh.max_jobs_per_session;
+      TLOG_INFO("jobs per session changed").With("max_jobs_per_session", fresh.max_jobs_per_session);
+    } else if (key == "max_unread_reply_mib") {
+      options_.max_unread_reply_bytes = fresh.max_unread_reply_bytes;
+      TLOG_INFO("unread reply bytes per session changed").With("bytes", fresh.max_unread_reply_bytes);
     } else if (key == "max_queued_per_job") {
       options_.max_queued_per_job = fresh.max_queued_per_job;
       TLOG_INFO("queued iterations per job changed").With("max_queued_per_job", fresh.max_queued_per_job);

@@ -211,6 +211,7 @@ void Service::RebalanceLanes(DeviceRuntime& dev) {
                      .from_lane = change.from_lane});
     dev.lane_levels_stale = true;
   }
+  if (!changes.empty()) ReleaseIdleRetired(dev);
 }
 
 void Service::DispatchAll(DeviceRuntime& dev) {

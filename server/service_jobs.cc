@@ -125,6 +125,13 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
     fail(s);
     return;
   }
+  if (const size_t held = session.jobs.size() + session.registering + WaitingJobsOf(session.id);
+      held >= static_cast<size_t>(options_.max_jobs_per_session)) {
+    fail(absl::ResourceExhaustedError(absl::StrCat(
+        "this session holds ", held, " jobs (running, waiting for memory or registering), the most tandemd's "
+        "max_jobs_per_session allows; close one first")));
+    return;
+  }
   std::shared_ptr<UniqueFd> frames_fd;
   if (reg.has_shared_frames()) {
     absl::StatusOr<std::shared_ptr<UniqueFd>> fd = TakeReceivedFd(session, reg.shared_frames().fd_nonce());
@@ -135,6 +142,7 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
     frames_fd = *std::move(fd);
   }
   const uint64_t session_id = session.id;
+  session.registering++;
   const bool fuse = options_.fuse_elementwise;
   const uint64_t max_bytes = options_.max_message_bytes;
   prep_->Post([this, to, job_id, session_id, name = std::move(name), request = std::move(request),
@@ -198,11 +206,12 @@ void Service::FinishRegistration(const PendingReply& to, uint64_t job_id, uint64
   auto fail = [&](const absl::Status& s) {
     ReplyError(to, absl::Status(s.code(), absl::StrCat("job '", name, "': ", s.message())));
   };
+  auto session_it = sessions_.find(session_id);
+  if (session_it != sessions_.end()) session_it->second->registering--;
   if (shutting_down_) {
     fail(absl::UnavailableError("tandemd is shutting down"));
     return;
   }
-  auto session_it = sessions_.find(session_id);
   if (session_it == sessions_.end()) {
     // The client closed its session, or went away, while the job was
     // being prepared: nothing of it was admitted.
@@ -461,6 +470,7 @@ void Service::MaybeFinishClose(Job& job) {
   DeviceRuntime& dev = *job.device;
   dev.memory->Release(id);
   JournalArenaMoves(dev, id);
+  ReleaseIdleRetired(dev);
   dev.lane_levels_stale = true;
   auto s = sessions_.find(job.session);
   if (s != sessions_.end()) s->second->jobs.erase(id);
@@ -476,6 +486,12 @@ void Service::MaybeFinishClose(Job& job) {
   // other work.
   AdmitWaitingJobs();
   DispatchAll(dev);
+}
+
+size_t Service::WaitingJobsOf(uint64_t session_id) const {
+  size_t n = 0;
+  for (const std::unique_ptr<Job>& job : waiting_for_memory_) n += job->session == session_id;
+  return n;
 }
 
 void Service::OnDeviceWorkDone(uint64_t job_id) {

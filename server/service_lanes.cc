@@ -44,6 +44,17 @@ absl::Status Service::GiveSlotBuffer(DeviceRuntime& dev, Lane& lane, StagingSlot
   return absl::OkStatus();
 }
 
+void Service::ReleaseIdleRetired(DeviceRuntime& dev) {
+  for (int lane = 0; lane < dev.memory->NumLanes(); ++lane) {
+    if (!dev.memory->HasRetired(lane)) continue;
+    if (lane < static_cast<int>(dev.lanes.size())) {
+      const Lane& l = dev.lanes[lane];
+      if (l.outstanding > 0 || l.warm_in_flight) continue;  // may still use the old arena
+    }
+    dev.memory->ReleaseRetired(lane);
+  }
+}
+
 Executor* Service::LaneExecutor(DeviceRuntime& dev, int lane) {
   const std::string& device = dev.device->info().name;
   const int shared = options_.executor_threads;

@@ -61,6 +61,7 @@ void Service::OnWarmStep(DeviceRuntime& dev, int lane, WarmTask task, const absl
   Lane& l = dev.lanes[lane];
   l.warm_in_flight = false;
   dev.warm_steps++;
+  if (l.outstanding == 0) dev.memory->ReleaseRetired(lane);
   if (auto j = jobs_.find(task.job); j != jobs_.end()) {
     Job& job = *j->second;
     job.warm_steps--;

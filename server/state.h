@@ -47,6 +47,7 @@ struct Session {
   uint32_t client_pid = 0;
   Clock::time_point last_seen;
   absl::btree_set<uint64_t> jobs;
+  int registering = 0;  // registrations on the preparation thread (max_jobs_per_session counts them)
   absl::flat_hash_map<uint64_t, std::shared_ptr<SharedRegion>> regions;
   int regions_mapping = 0;  // map requests on the preparation thread
   // Descriptors passed on the side socket (server/fd_socket.h) under this

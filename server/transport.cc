@@ -9,11 +9,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/endpoint.h"
@@ -58,6 +60,16 @@ std::string RemoteAddress(zmq::message_t& message) {
   return "";
 }
 
+}  // namespace
+
+void ZmqTransport::FreeReply(void* /*data*/, void* hint) {
+  auto* reply = static_cast<OutgoingReply*>(hint);
+  reply->counter->fetch_sub(reply->payload.size());
+  delete reply;
+}
+
+namespace {
+
 // Who sent `message`, a frame that came from the peer.
 PeerIdentity IdentityOf(zmq::message_t& message, bool tcp) {
   const char* address = zmq_msg_gets(message.handle(), "Peer-Address");
@@ -80,19 +92,23 @@ bool IsLoopbackTcp(absl::string_view endpoint) {
 
 }  // namespace
 
-ZmqTransport::ZmqTransport(std::string endpoint, MessageHandler on_message, PeerGoneHandler on_peer_gone)
+ZmqTransport::ZmqTransport(std::string endpoint, MessageHandler on_message, PeerGoneHandler on_peer_gone,
+                           DisconnectHandler on_disconnect)
     : endpoint_(std::move(endpoint)),
       tcp_(absl::StartsWith(endpoint_, "tcp://")),
       on_message_(std::move(on_message)),
       on_peer_gone_(std::move(on_peer_gone)),
+      on_disconnect_(std::move(on_disconnect)),
       context_(1),
-      router_(context_, zmq::socket_type::router) {}
+      router_(context_, zmq::socket_type::router),
+      monitor_(context_, zmq::socket_type::pair) {}
 
 absl::StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(const TransportOptions& options,
                                                                    MessageHandler on_message,
-                                                                   PeerGoneHandler on_peer_gone) {
-  std::unique_ptr<ZmqTransport> t(
-      new ZmqTransport(options.endpoint, std::move(on_message), std::move(on_peer_gone)));
+                                                                   PeerGoneHandler on_peer_gone,
+                                                                   DisconnectHandler on_disconnect) {
+  std::unique_ptr<ZmqTransport> t(new ZmqTransport(options.endpoint, std::move(on_message),
+                                                   std::move(on_peer_gone), std::move(on_disconnect)));
   const std::string path = IpcPath(options.endpoint);
   if (!path.empty()) {
     if (absl::Status s = ClaimSocketPath(path); !s.ok()) return s;
@@ -110,8 +126,8 @@ absl::StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(const Transpo
     t->router_.set(zmq::sockopt::linger, 0);
     t->router_.set(zmq::sockopt::sndhwm, 0);
     t->router_.set(zmq::sockopt::rcvhwm, 0);
-    t->router_.set(zmq::sockopt::heartbeat_ivl, 2000);
-    t->router_.set(zmq::sockopt::heartbeat_timeout, 10000);
+    t->router_.set(zmq::sockopt::heartbeat_ivl, options.heartbeat_interval_ms);
+    t->router_.set(zmq::sockopt::heartbeat_timeout, options.heartbeat_timeout_ms);
     if (options.max_message_bytes > 0) {
       t->router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options.max_message_bytes * 2 + 65536));
     }
@@ -128,6 +144,14 @@ absl::StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(const Transpo
   } catch (const zmq::error_t& e) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.endpoint, ": ", e.what()));
   }
+  // The monitor's inproc address is unique to this transport (tests run
+  // several in one process).
+  const std::string monitor_address = absl::StrCat("inproc://tandem-transport-monitor-", absl::Hex(reinterpret_cast<uintptr_t>(t.get())));
+  if (zmq_socket_monitor(t->router_.handle(), monitor_address.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) {
+    return absl::InternalError(absl::StrCat("zmq_socket_monitor: ", zmq_strerror(zmq_errno())));
+  }
+  t->monitor_.set(zmq::sockopt::linger, 0);
+  t->monitor_.connect(monitor_address);
   if (!path.empty()) {
     ::chmod(path.c_str(), 0660);
     t->socket_file_ = BoundSocketFile(path);
@@ -153,7 +177,17 @@ void ZmqTransport::Send(std::string peer, std::string payload) {
   {
     absl::MutexLock lock(&mu_);
     first = outbox_.empty();
-    outbox_.emplace_back(std::move(peer), std::move(payload));
+    ByteCounter& counter = queued_bytes_[peer];
+    if (counter == nullptr) counter = std::make_shared<std::atomic<uint64_t>>(0);
+    counter->fetch_add(payload.size());
+    outbox_.push_back({std::move(peer), std::move(payload), counter});
+    // Now and then, forget peers with nothing queued (one per connection
+    // ever made would pile up over months).
+    if (++sends_ % 4096 == 0) {
+      absl::erase_if(queued_bytes_, [](const auto& entry) {
+        return entry.second.use_count() == 1 && entry.second->load() == 0;
+      });
+    }
   }
   // Only the reply that finds the outbox empty wakes the socket thread: one
   // already waiting there has its wake pending (Run reads the wake before it
@@ -173,19 +207,31 @@ void ZmqTransport::Stop() {
   if (wake_fd_ >= 0) (void)!::write(wake_fd_, &one, sizeof(one));
 }
 
+uint64_t ZmqTransport::QueuedBytes(const std::string& peer) const {
+  absl::MutexLock lock(&mu_);
+  auto it = queued_bytes_.find(peer);
+  return it == queued_bytes_.end() ? 0 : it->second->load();
+}
+
 void ZmqTransport::Flush() {
-  std::deque<std::pair<std::string, std::string>> batch;
+  std::deque<OutgoingReply> batch;
   {
     absl::MutexLock lock(&mu_);
     batch.swap(outbox_);
   }
-  for (auto& [peer, payload] : batch) {
+  for (OutgoingReply& reply : batch) {
+    const std::string peer = std::move(reply.peer);
+    const size_t bytes = reply.payload.size();
     try {
       zmq::message_t id(peer.data(), peer.size());
-      zmq::message_t body(payload.data(), payload.size());
+      // Zero-copy: ZeroMQ owns the reply until it has written it, then
+      // FreeReply returns its bytes to the peer's count (also when the send
+      // fails and the message is closed here).
+      auto* owned = new OutgoingReply(std::move(reply));
+      zmq::message_t body(owned->payload.data(), owned->payload.size(), &FreeReply, owned);
       if (!router_.send(id, zmq::send_flags::sndmore | zmq::send_flags::dontwait) ||
           !router_.send(body, zmq::send_flags::dontwait)) {
-        TLOG_WARNING("reply dropped: peer not writable").With("bytes", payload.size());
+        TLOG_WARNING("reply dropped: peer not writable").With("bytes", bytes);
       }
     } catch (const zmq::error_t& e) {
       if (e.num() == EHOSTUNREACH) {
@@ -256,10 +302,27 @@ void ZmqTransport::DrainThen(std::function<void()> then) {
   if (wake_fd_ >= 0) (void)!::write(wake_fd_, &one, sizeof(one));
 }
 
+void ZmqTransport::ReadMonitor() {
+  bool closed = false;
+  while (true) {
+    // An event is two frames: 6 bytes (uint16 event, uint32 value), then the
+    // endpoint.
+    zmq::message_t event;
+    if (!monitor_.recv(event, zmq::recv_flags::dontwait)) break;
+    zmq::message_t address;
+    if (event.more()) (void)monitor_.recv(address, zmq::recv_flags::dontwait);
+    uint16_t id = 0;
+    if (event.size() >= sizeof(id)) std::memcpy(&id, event.data(), sizeof(id));
+    if (id == ZMQ_EVENT_DISCONNECTED) closed = true;
+  }
+  if (closed && on_disconnect_) on_disconnect_();
+}
+
 void ZmqTransport::Run() {
   zmq::pollitem_t items[] = {
       {static_cast<void*>(router_), 0, ZMQ_POLLIN, 0},
       {nullptr, wake_fd_, ZMQ_POLLIN, 0},
+      {static_cast<void*>(monitor_), 0, ZMQ_POLLIN, 0},
   };
   while (true) {
     {
@@ -267,7 +330,7 @@ void ZmqTransport::Run() {
       if (stopping_) break;
     }
     try {
-      zmq::poll(items, 2, std::chrono::milliseconds(-1));
+      zmq::poll(items, 3, std::chrono::milliseconds(-1));
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
       TLOG_ERROR("transport poll failed").With("error", e.what());
@@ -281,6 +344,7 @@ void ZmqTransport::Run() {
       Flush();
     }
     if (items[0].revents & ZMQ_POLLIN) ReceiveReadable();
+    if (items[2].revents & ZMQ_POLLIN) ReadMonitor();
     std::function<void()> then;
     {
       absl::MutexLock lock(&mu_);

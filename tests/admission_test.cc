@@ -90,5 +90,31 @@ TEST(Admission, JobThatDoesNotFitNowWaitsWhenAskedAndStartsLater) {
   EXPECT_FLOAT_EQ(r->fetches.at("t").values<float>()[0], 40.0f * kMiB / 4);
 }
 
+// A lane whose last job leaves gives its arena back at once, not when a
+// later iteration ends there: jobs registered and closed without running
+// leave nothing retired, and a job needing most of the device still fits.
+TEST(Admission, ClosedLanesGiveTheirArenasBack) {
+  DaemonProcess daemon({"--cpu_memory_mib=64", "--policy=fair"});
+  auto c = Connect(daemon, "churn");
+  for (int i = 0; i < 12; ++i) {
+    auto a = c->RegisterJob(SizedJob("a" + std::to_string(i), 1, 8, false));
+    ASSERT_TRUE(a.ok()) << i << ": " << a.status();
+    auto b = c->RegisterJob(SizedJob("b" + std::to_string(i), 1, 8, false));
+    ASSERT_TRUE(b.ok()) << i << ": " << b.status();
+    ASSERT_TRUE(c->CloseJob(a->job_id()).ok());
+    ASSERT_TRUE(c->CloseJob(b->job_id()).ok());
+  }
+  auto stats = c->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->devices(0).retired_bytes(), 0u);
+  EXPECT_EQ(stats->devices(0).persistent_bytes(), 0u);
+  auto big = c->RegisterJob(SizedJob("big", 20, 24, false));
+  ASSERT_TRUE(big.ok()) << big.status();
+  int64_t m = 24 * kMiB / 4;
+  auto r = c->RunIteration(big->job_id(), {{"x", HostTensor::Floats({m}, std::vector<float>(m, 1.f))}}, {"s"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FLOAT_EQ(r->fetches.at("s").values<float>()[0], 2.0f * m);
+}
+
 }  // namespace
 }  // namespace tandem::testing

@@ -240,10 +240,10 @@ TEST_P(Preemption, HighPriorityBurstAgainstARunningBestEffortIteration) {
     // It paused for the whole burst, and ran in segments.
     EXPECT_LT(burst_ms, be_ms) << "the best-effort iteration finished before the high-priority burst";
     EXPECT_GE(daemon.Metric("tandem_iteration_yields_total"), 1);
-    EXPECT_GE(daemon.Metric(absl::StrCat("tandem_job_iteration_yields_total{job=\"", be.job(),
+    EXPECT_GE(daemon.Metric(absl::StrCat("tandem_job_iteration_yields_total{job_id=\"", be.job(),
                                          "\",name=\"best-effort\",device=\"cpu\"}")),
               1);
-    EXPECT_EQ(daemon.Metric(absl::StrCat("tandem_job_iteration_yields_total{job=\"", high.job(),
+    EXPECT_EQ(daemon.Metric(absl::StrCat("tandem_job_iteration_yields_total{job_id=\"", high.job(),
                                          "\",name=\"high\",device=\"cpu\"}")),
               0);
     EXPECT_GT(daemon.Metric("tandem_device_segments_total{device=\"cpu\"}"), 0);
@@ -350,7 +350,7 @@ void Park(PriorityDaemon& daemon, ParkedScene* scene) {
 // Iterations of the burst not completed yet (tandem_job_iterations_total
 // of the high-priority job).
 double BurstLeft(PriorityDaemon& daemon, const Trainer& high) {
-  return kBurst - daemon.Metric(absl::StrCat("tandem_job_iterations_total{job=\"", high.job(),
+  return kBurst - daemon.Metric(absl::StrCat("tandem_job_iterations_total{job_id=\"", high.job(),
                                              "\",name=\"high\",device=\"cpu\"}"));
 }
 

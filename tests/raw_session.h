@@ -18,11 +18,18 @@ namespace tandem::testing {
 class RawSession {
  public:
   // Connects (with ZeroMQ routing id `routing_id` when not empty) and,
-  // with `say_hello`, opens a session.
-  explicit RawSession(const std::string& endpoint, const std::string& routing_id = "", bool say_hello = true)
+  // with `say_hello`, opens a session. `receive_queue` > 0: ZeroMQ on this
+  // side takes in at most that many replies ahead of Receive() (a client
+  // that does not read leaves the rest with the daemon).
+  explicit RawSession(const std::string& endpoint, const std::string& routing_id = "", bool say_hello = true,
+                      int receive_queue = 0)
       : socket_(context_, zmq::socket_type::dealer) {
     socket_.set(zmq::sockopt::linger, 0);
     socket_.set(zmq::sockopt::rcvtimeo, 5000);
+    if (receive_queue > 0) {
+      socket_.set(zmq::sockopt::rcvhwm, receive_queue);
+      socket_.set(zmq::sockopt::rcvbuf, 4096);
+    }
     if (!routing_id.empty()) socket_.set(zmq::sockopt::routing_id, routing_id);
     socket_.connect(endpoint);
     if (!say_hello) return;
@@ -45,13 +52,16 @@ class RawSession {
     }
     return sent_;
   }
-  // The next response (within 5 s).
+  // The next response (within 5 s), past the daemon's liveness probes
+  // (request_id 0).
   v1::Response Receive() {
-    zmq::message_t reply;
-    v1::Response response;
-    EXPECT_TRUE(socket_.recv(reply, zmq::recv_flags::none));
-    EXPECT_TRUE(response.ParseFromArray(reply.data(), static_cast<int>(reply.size())));
-    return response;
+    while (true) {
+      zmq::message_t reply;
+      v1::Response response;
+      EXPECT_TRUE(socket_.recv(reply, zmq::recv_flags::none));
+      EXPECT_TRUE(response.ParseFromArray(reply.data(), static_cast<int>(reply.size())));
+      if (response.request_id() != 0 || reply.size() == 0) return response;
+    }
   }
   // Send, then the response, which must answer it.
   v1::Response Call(v1::Request request, const std::vector<std::string>& frames) {

@@ -242,6 +242,16 @@ class CudaDevice final : public Device {
   CompletionWorker worker_;  // after info_: its thread uses the ordinal
 };
 
+// nvidia-smi's spelling of a GPU's 16-byte UUID: GPU-8-4-4-4-12 hex digits.
+std::string FormatGpuUuid(const unsigned char* bytes) {
+  std::string out = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    absl::StrAppend(&out, absl::Hex(bytes[i], absl::kZeroPad2));
+  }
+  return out;
+}
+
 absl::StatusOr<DeviceInfo> Describe(int ordinal) {
   CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal));
   cudaDeviceProp prop;
@@ -255,6 +265,7 @@ absl::StatusOr<DeviceInfo> Describe(int ordinal) {
   info.description = absl::StrFormat("%s, cc %d.%d, %d SMs, %.1f GiB", prop.name, prop.major, prop.minor,
                                      prop.multiProcessorCount, static_cast<double>(total_bytes) / (1 << 30));
   info.capacity_bytes = total_bytes;
+  info.uuid = FormatGpuUuid(reinterpret_cast<const unsigned char*>(prop.uuid.bytes));
   int least = 0, greatest = 0;
   CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   info.stream_priority_levels = least - greatest;

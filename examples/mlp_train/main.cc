@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <deque>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -35,6 +36,7 @@ ABSL_FLAG(double, momentum, 0.9, "SGD momentum");
 ABSL_FLAG(int, inflight, 2, "iterations kept in flight");
 ABSL_FLAG(int, print_every, 10, "print the loss every N iterations (1: every one)");
 ABSL_FLAG(std::string, name, "", "job name (default: mlp-<pid>)");
+ABSL_FLAG(int, pause_ms, 0, "host time between a step's result and the next submission (a slow data loader)");
 ABSL_FLAG(int, priority, 0, "job priority (higher first under the priority policy)");
 ABSL_FLAG(int, eval_samples, 2000,
           "held-out samples of the final accuracy, computed on the host (0: skip it; wide MLPs take long)");
@@ -138,6 +140,9 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     ++finished;
+    if (const int pause = absl::GetFlag(FLAGS_pause_ms); pause > 0 && finished < iterations) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause));
+    }
   }
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 

@@ -70,13 +70,14 @@ TEST_F(InstallTest, UnitsNameTheInstalledPaths) {
                              "--endpoint=ipc:///run/tandem/gpu%i/tandemd.sock"));
   for (const char* line : {"Type=notify", "WatchdogSec=", "ExecReload=/bin/kill -HUP $MAINPID", "Restart=on-failure",
                            "Group=tandem", "RuntimeDirectory=tandem/gpu%i", "RuntimeDirectoryMode=0750",
-                           "DevicePolicy=closed", "DeviceAllow=/dev/nvidia%i rw", "DeviceAllow=/dev/nvidiactl rw",
-                           "DeviceAllow=/dev/nvidia-uvm rw"}) {
+                           "DevicePolicy=closed", "DeviceAllow=char-nvidia* rw", "DeviceAllow=/dev/nvidiactl rw",
+                           "DeviceAllow=/dev/nvidia-uvm rw", "Environment=CUDA_DEVICE_ORDER=PCI_BUS_ID"}) {
     EXPECT_THAT(gpu, HasSubstr(line));
   }
   std::string all = ReadFile(p + "/lib/systemd/system/tandemd.service");
   EXPECT_THAT(all, HasSubstr("ExecStart=" + p + "/bin/tandemd --config=" + p + "/etc/tandem/tandemd.conf"));
-  EXPECT_THAT(all, HasSubstr("DeviceAllow=char-nvidia-frontend rw"));
+  EXPECT_THAT(all, HasSubstr("DeviceAllow=char-nvidia* rw"));
+  EXPECT_THAT(all, HasSubstr("Environment=CUDA_DEVICE_ORDER=PCI_BUS_ID"));
   EXPECT_THAT(all, ::testing::Not(HasSubstr("@TANDEM_")));
 }
 

@@ -357,7 +357,7 @@ TEST_F(TandemctlTest, MetricsMoveWithRealIterations) {
     live = FindJob("live");
     return live.iterations_done() >= 3;
   }));
-  std::string labels = absl::StrCat("{job=\"", live.job_id(), "\",name=\"live\",device=\"cpu\"}");
+  std::string labels = absl::StrCat("{job_id=\"", live.job_id(), "\",name=\"live\",device=\"cpu\"}");
   std::map<std::string, double> first = Scrape();
   ASSERT_TRUE(first.contains("tandem_job_iterations_total" + labels)) << HttpGet(port_, "/metrics");
   EXPECT_GT(first.at("tandem_job_memory_bytes" + labels.substr(0, labels.size() - 1) + ",kind=\"persistent\"}"), 0);
