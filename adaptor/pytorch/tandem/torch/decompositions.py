@@ -1,7 +1,9 @@
 """Decompositions of Tandem's own, for ops that PyTorch's tables leave whole and the daemon does not run:
 torch 1.13 has none for baddbmm (the batched attention scores of its nn.MultiheadAttention), and clamp.Tensor
-(clamp with tensor bounds) is in the Core ATen opset but is maximum and minimum of its bounds. compat.decompositions
-adds these to PyTorch's table where the table has no entry for the op."""
+(clamp with tensor bounds) is in the Core ATen opset but is maximum and minimum of its bounds, and the per-pixel
+classification loss (nll_loss2d, from cross_entropy on (N, C, H, W) logits: segmentation models) is nll_loss over
+the pixels laid out as rows. compat.decompositions adds these to PyTorch's table where the table has no entry for
+the op."""
 
 import torch
 
@@ -26,6 +28,39 @@ def _clamp_tensor(self, min=None, max=None):
     return out
 
 
+def _class_last(x):
+    """(N, C, *spatial) -> the permutation that moves C last, and its inverse."""
+    order = [0] + list(range(2, x.dim())) + [1]
+    inverse = [order.index(d) for d in range(x.dim())]
+    return order, inverse
+
+
+def _as_rows(x):
+    """(N, C, *spatial) -> (N * prod(spatial), C): one row of class scores per pixel."""
+    order, _ = _class_last(x)
+    return aten.reshape.default(aten.permute.default(x, order), [-1, x.shape[1]])
+
+
+def _nll_loss2d_forward(self, target, weight, reduction, ignore_index):
+    output, total_weight = aten.nll_loss_forward.default(_as_rows(self), aten.reshape.default(target, [-1]), weight,
+                                                         reduction, ignore_index)
+    if reduction == 0:  # Reduction::None: one loss per pixel, of target's shape
+        output = aten.reshape.default(output, list(target.shape))
+    return output, total_weight
+
+
+def _nll_loss2d_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
+    if reduction == 0:
+        grad_output = aten.reshape.default(grad_output, [-1])
+    rows = aten.nll_loss_backward.default(grad_output, _as_rows(self), aten.reshape.default(target, [-1]), weight,
+                                          reduction, ignore_index, total_weight)
+    order, inverse = _class_last(self)
+    channels_last = aten.reshape.default(rows, [self.shape[d] for d in order])
+    return aten.permute.default(channels_last, inverse)
+
+
 def table():
     """{OpOverload: function} for the ops above."""
-    return {aten.baddbmm.default: _baddbmm, aten.clamp.Tensor: _clamp_tensor}
+    return {aten.baddbmm.default: _baddbmm, aten.clamp.Tensor: _clamp_tensor,
+            aten.nll_loss2d_forward.default: _nll_loss2d_forward,
+            aten.nll_loss2d_backward.default: _nll_loss2d_backward}

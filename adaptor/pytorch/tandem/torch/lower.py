@@ -74,6 +74,8 @@ _CUDNN_CONVOLUTION_OPS = {"convolution", "convolution_backward"}
 _TANDEM_OPS = {"tandem::lstm": "lstm", "tandem::lstm_backward": "lstm_backward"}
 # Functionalization's copying variants of ops the registry has under another name.
 _RENAMES = {"detach_copy": "clone", "alias_copy": "clone", "lift_fresh_copy": "clone",
+            # zero_ functionalized: a tensor of self's shape and dtype, all zeros.
+            "zero": "zeros_like",
             # Batch norm's Core ATen spellings: the arguments of native_batch_norm (no_stats: without the
             # running statistics; no_training: without `training`, which is false).
             "_native_batch_norm_legit": "native_batch_norm", "_native_batch_norm_legit.no_stats": "native_batch_norm",
