@@ -69,8 +69,8 @@ absl::Status CheckPrivateDir(const std::string& dir, uid_t owner) {
                                                       ": another user may have made it; remove it"));
   }
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(dir, " is writable by others (mode ",
-                                                      absl::Hex(st.st_mode & 07777), "); chmod 700 it"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir, " is writable by others (mode ", absl::Hex(st.st_mode & 07777), "); chmod 700 it"));
   }
   return absl::OkStatus();
 }
@@ -82,9 +82,8 @@ std::string IpcPath(const std::string& endpoint) {
 
 std::string UserEndpoint() {
   const char* runtime = std::getenv("XDG_RUNTIME_DIR");
-  std::string dir = (runtime != nullptr && runtime[0] != '\0')
-                        ? absl::StrCat(runtime, "/tandem")
-                        : absl::StrCat("/tmp/tandem-", ::getuid());
+  std::string dir = (runtime != nullptr && runtime[0] != '\0') ? absl::StrCat(runtime, "/tandem")
+                                                               : absl::StrCat("/tmp/tandem-", ::getuid());
   return absl::StrCat("ipc://", dir, "/tandemd.sock");
 }
 
@@ -114,8 +113,8 @@ absl::StatusOr<std::string> ClientDefaultEndpoint() {
   // A folder that does not exist holds no daemon: connecting says so.
   if (::lstat(dir.c_str(), &st) != 0) return user;
   if (absl::Status s = CheckPrivateDir(dir, ::geteuid()); !s.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "refusing the per-user tandemd socket: ", s.message(), " (or set TANDEM_ENDPOINT explicitly)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("refusing the per-user tandemd socket: ", s.message(), " (or set TANDEM_ENDPOINT explicitly)"));
   }
   return user;
 }

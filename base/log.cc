@@ -1,5 +1,5 @@
-#include "absl/strings/string_view.h"
 #include "base/log.h"
+#include "absl/strings/string_view.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -29,10 +29,14 @@ bool StderrIsJournal() {
 
 char LevelLetter(LogLevel level) {
   switch (level) {
-    case LogLevel::kDebug: return 'D';
-    case LogLevel::kInfo: return 'I';
-    case LogLevel::kWarning: return 'W';
-    case LogLevel::kError: return 'E';
+    case LogLevel::kDebug:
+      return 'D';
+    case LogLevel::kInfo:
+      return 'I';
+    case LogLevel::kWarning:
+      return 'W';
+    case LogLevel::kError:
+      return 'E';
   }
   return '?';
 }
@@ -51,10 +55,14 @@ void SetMinLogLevel(LogLevel level) { g_min_level.store(static_cast<int>(level))
 
 int SyslogPriority(LogLevel level) {
   switch (level) {
-    case LogLevel::kDebug: return 7;
-    case LogLevel::kInfo: return 6;
-    case LogLevel::kWarning: return 4;
-    case LogLevel::kError: return 3;
+    case LogLevel::kDebug:
+      return 7;
+    case LogLevel::kInfo:
+      return 6;
+    case LogLevel::kWarning:
+      return 4;
+    case LogLevel::kError:
+      return 3;
   }
   return 6;
 }
@@ -63,11 +71,16 @@ void DetectJournalStream() { g_journal.store(StderrIsJournal() ? 1 : 0); }
 LogLevel MinLogLevel() { return static_cast<LogLevel>(g_min_level.load()); }
 
 bool ParseLogLevel(absl::string_view text, LogLevel* level) {
-  if (absl::EqualsIgnoreCase(text, "debug")) *level = LogLevel::kDebug;
-  else if (absl::EqualsIgnoreCase(text, "info")) *level = LogLevel::kInfo;
-  else if (absl::EqualsIgnoreCase(text, "warning")) *level = LogLevel::kWarning;
-  else if (absl::EqualsIgnoreCase(text, "error")) *level = LogLevel::kError;
-  else return false;
+  if (absl::EqualsIgnoreCase(text, "debug"))
+    *level = LogLevel::kDebug;
+  else if (absl::EqualsIgnoreCase(text, "info"))
+    *level = LogLevel::kInfo;
+  else if (absl::EqualsIgnoreCase(text, "warning"))
+    *level = LogLevel::kWarning;
+  else if (absl::EqualsIgnoreCase(text, "error"))
+    *level = LogLevel::kError;
+  else
+    return false;
   return true;
 }
 
@@ -76,8 +89,8 @@ LogLine::LogLine(LogLevel level, absl::string_view message)
   if (!enabled_) return;
   if (g_journal.load(std::memory_order_relaxed) < 0) DetectJournalStream();
   if (g_journal.load(std::memory_order_relaxed) == 1) line_ = absl::StrCat("<", SyslogPriority(level), ">");
-  absl::StrAppend(&line_, absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()),
-                       " ", std::string(1, LevelLetter(level_)), " ", message);
+  absl::StrAppend(&line_, absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()), " ",
+                  std::string(1, LevelLetter(level_)), " ", message);
 }
 
 LogLine& LogLine::With(absl::string_view key, absl::string_view value) {

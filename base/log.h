@@ -12,9 +12,8 @@
 #ifndef TANDEM_BASE_LOG_H_
 #define TANDEM_BASE_LOG_H_
 
-#include "absl/strings/string_view.h"
 #include <string>
-
+#include "absl/strings/string_view.h"
 
 #include "absl/strings/str_cat.h"
 
@@ -46,12 +45,8 @@ class LogLine {
     return *this;
   }
   LogLine& With(absl::string_view key, absl::string_view value);
-  LogLine& With(absl::string_view key, const std::string& value) {
-    return With(key, absl::string_view(value));
-  }
-  LogLine& With(absl::string_view key, const char* value) {
-    return With(key, absl::string_view(value));
-  }
+  LogLine& With(absl::string_view key, const std::string& value) { return With(key, absl::string_view(value)); }
+  LogLine& With(absl::string_view key, const char* value) { return With(key, absl::string_view(value)); }
 
  private:
   bool enabled_;

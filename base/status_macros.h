@@ -11,14 +11,13 @@
 #define TANDEM_CONCAT_INNER_(a, b) a##b
 #define TANDEM_CONCAT_(a, b) TANDEM_CONCAT_INNER_(a, b)
 
-#define RETURN_IF_ERROR(expr)                               \
-  do {                                                      \
-    ::absl::Status tandem_status_ = (expr);                 \
-    if (!tandem_status_.ok()) return tandem_status_;        \
+#define RETURN_IF_ERROR(expr)                        \
+  do {                                               \
+    ::absl::Status tandem_status_ = (expr);          \
+    if (!tandem_status_.ok()) return tandem_status_; \
   } while (0)
 
-#define ASSIGN_OR_RETURN(lhs, expr) \
-  ASSIGN_OR_RETURN_IMPL_(TANDEM_CONCAT_(tandem_statusor_, __LINE__), lhs, expr)
+#define ASSIGN_OR_RETURN(lhs, expr) ASSIGN_OR_RETURN_IMPL_(TANDEM_CONCAT_(tandem_statusor_, __LINE__), lhs, expr)
 
 #define ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr) \
   auto statusor = (expr);                           \

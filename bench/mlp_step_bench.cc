@@ -113,9 +113,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "inflight %d: %.3f ms/iter wall, %.3f ms/iter on the device (median)\n", depth,
                  1e3 * wall / iters, 1e3 * Median(device_s));
   }
-  std::printf("{\"model\": \"mlp %d-%dx%d-%d\", \"batch\": %d, \"device\": \"%s\", \"iterations\": %d, \"tandem\": [%s]}\n",
-              o.shape.inputs, o.shape.hidden, o.shape.layers, o.shape.classes, o.batch, job->device().c_str(), iters,
-              absl::StrJoin(rows, ", ").c_str());
+  std::printf(
+      "{\"model\": \"mlp %d-%dx%d-%d\", \"batch\": %d, \"device\": \"%s\", \"iterations\": %d, \"tandem\": [%s]}\n",
+      o.shape.inputs, o.shape.hidden, o.shape.layers, o.shape.classes, o.batch, job->device().c_str(), iters,
+      absl::StrJoin(rows, ", ").c_str());
   (void)(*client)->CloseJob(job->job_id());
   return 0;
 }

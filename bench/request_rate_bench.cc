@@ -158,8 +158,8 @@ int main(int argc, char** argv) {
       "\"iterations\": %lld, \"iterations_per_s\": %.1f, \"latency_ms\": {\"p50\": %.3f, \"p99\": %.3f}, "
       "\"device_ms_mean\": %.4f}\n",
       absl::GetFlag(FLAGS_clients), absl::GetFlag(FLAGS_jobs_per_client), absl::GetFlag(FLAGS_depth),
-      absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_width), absl::GetFlag(FLAGS_shapes), seconds, static_cast<long long>(totals.iterations),
-      totals.iterations / seconds, p50, p99,
+      absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_width), absl::GetFlag(FLAGS_shapes), seconds,
+      static_cast<long long>(totals.iterations), totals.iterations / seconds, p50, p99,
       totals.iterations ? totals.run_seconds / totals.iterations * 1e3 : 0.0);
   return 0;
 }

@@ -10,10 +10,10 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "client/parallel_copy.h"
-#include "client/sealed_memfd.h"
 #include "base/endpoint.h"
 #include "base/status_macros.h"
+#include "client/parallel_copy.h"
+#include "client/sealed_memfd.h"
 #include "proto/status_convert.h"
 
 namespace tandem::client {
@@ -93,8 +93,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     while (!client->arrived_.contains(*id)) {
       if (SteadyClock::now() > deadline) {
         return absl::UnavailableError(absl::StrCat("no answer from tandemd at ", endpoint, " within ",
-                                                   absl::FormatDuration(options.connect_timeout),
-                                                   "; is it running?"));
+                                                   absl::FormatDuration(options.connect_timeout), "; is it running?"));
       }
       client->ReceiveLocked(std::chrono::milliseconds(20));
     }
@@ -277,10 +276,10 @@ void Client::DrainMonitorLocked() {
 absl::Status Client::CheckSize(size_t bytes) const {
   const uint64_t limit = hello_.max_message_bytes();
   if (limit == 0 || bytes <= limit) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "the request is ", bytes, " bytes; tandemd at ", endpoint_, " accepts at most ", limit,
-      " bytes per message (its --max_message_bytes); large feeds go through shared memory on a local "
-      "daemon, large initial weights need a higher limit"));
+  return absl::ResourceExhaustedError(
+      absl::StrCat("the request is ", bytes, " bytes; tandemd at ", endpoint_, " accepts at most ", limit,
+                   " bytes per message (its --max_message_bytes); large feeds go through shared memory on a local "
+                   "daemon, large initial weights need a higher limit"));
 }
 
 absl::StatusOr<uint64_t> Client::Send(v1::Request request) {
@@ -313,20 +312,22 @@ absl::StatusOr<v1::Response> Client::Wait(uint64_t request_id) {
       return response;
     }
     if (peer_closed_) {
-      return absl::UnavailableError(absl::StrCat("tandemd at ", endpoint_, " stopped answering: it closed the "
+      return absl::UnavailableError(absl::StrCat("tandemd at ", endpoint_,
+                                                 " stopped answering: it closed the "
                                                  "connection (it exited or was restarted); restart it and "
                                                  "register the job again"));
     }
     auto now = SteadyClock::now();
     if (now > deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("no reply from tandemd at ", endpoint_, " to request ", request_id, " within ",
-                       absl::FormatDuration(options_.call_timeout)));
+      return absl::DeadlineExceededError(absl::StrCat("no reply from tandemd at ", endpoint_, " to request ",
+                                                      request_id, " within ",
+                                                      absl::FormatDuration(options_.call_timeout)));
     }
     if (options_.heartbeat && now - last_heard_ > silence_limit) {
-      return absl::UnavailableError(absl::StrCat("tandemd at ", endpoint_, " stopped answering (nothing for ",
-                                                 std::chrono::duration_cast<std::chrono::seconds>(now - last_heard_).count(),
-                                                 " s); it may have exited — restart it and register the job again"));
+      return absl::UnavailableError(
+          absl::StrCat("tandemd at ", endpoint_, " stopped answering (nothing for ",
+                       std::chrono::duration_cast<std::chrono::seconds>(now - last_heard_).count(),
+                       " s); it may have exited — restart it and register the job again"));
     }
     ReceiveLocked(std::chrono::milliseconds(10));
   }

@@ -179,12 +179,12 @@ class Client {
   // the daemon's end of a local socket closes only when it exits, so a
   // disconnect after the handshake ends every call at once (UNAVAILABLE)
   // instead of after the heartbeat silence limit.
-  zmq::socket_t monitor_;      // guarded by mu_; not connected on tcp
-  bool peer_closed_ = false;   // guarded by mu_
-  uint64_t next_id_ = 1;  // guarded by mu_
-  absl::flat_hash_map<uint64_t, v1::Response> arrived_;  // guarded by mu_
-  absl::flat_hash_set<uint64_t> discard_;                // heartbeat ids; guarded by mu_
-  std::chrono::steady_clock::time_point last_heard_;     // guarded by mu_
+  zmq::socket_t monitor_;                                 // guarded by mu_; not connected on tcp
+  bool peer_closed_ = false;                              // guarded by mu_
+  uint64_t next_id_ = 1;                                  // guarded by mu_
+  absl::flat_hash_map<uint64_t, v1::Response> arrived_;   // guarded by mu_
+  absl::flat_hash_set<uint64_t> discard_;                 // heartbeat ids; guarded by mu_
+  std::chrono::steady_clock::time_point last_heard_;      // guarded by mu_
   std::chrono::steady_clock::time_point last_heartbeat_;  // guarded by mu_
 
   // Shared memory for large feeds: set up at the first need and grown when

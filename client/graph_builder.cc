@@ -32,9 +32,8 @@ std::string GraphBuilder::Op(const std::string& op, std::vector<std::string> inp
   return output;
 }
 
-std::vector<std::string> GraphBuilder::OpN(const std::string& op, std::vector<std::string> inputs,
-                                           const Attrs& attrs, int num_outputs,
-                                           std::vector<std::string> names) {
+std::vector<std::string> GraphBuilder::OpN(const std::string& op, std::vector<std::string> inputs, const Attrs& attrs,
+                                           int num_outputs, std::vector<std::string> names) {
   v1::Node* node = request_.mutable_graph()->add_nodes();
   node->set_op(op);
   for (auto& in : inputs) node->add_inputs(std::move(in));

@@ -4,14 +4,22 @@ namespace tandem::client {
 
 size_t DTypeBytes(v1::DType dtype) {
   switch (dtype) {
-    case v1::FLOAT32: return 4;
-    case v1::FLOAT64: return 8;
-    case v1::INT64: return 8;
-    case v1::INT32: return 4;
-    case v1::BOOL: return 1;
-    case v1::BFLOAT16: return 2;
-    case v1::FLOAT16: return 2;
-    default: return 0;
+    case v1::FLOAT32:
+      return 4;
+    case v1::FLOAT64:
+      return 8;
+    case v1::INT64:
+      return 8;
+    case v1::INT32:
+      return 4;
+    case v1::BOOL:
+      return 1;
+    case v1::BFLOAT16:
+      return 2;
+    case v1::FLOAT16:
+      return 2;
+    default:
+      return 0;
   }
 }
 

@@ -24,7 +24,12 @@ TEST(ParallelCopyTest, ThreadCountFollowsSizeAndLimit) {
 // split evenly, unevenly, and into fewer pages than threads.
 TEST(ParallelCopyTest, CopiesEveryByteAndNothingElse) {
   std::mt19937_64 rng(7);
-  const size_t sizes[] = {0, 1, 4095, 4097, kMinBytesPerCopyThread * 2 + 13, kMinBytesPerCopyThread * 5 - 1,
+  const size_t sizes[] = {0,
+                          1,
+                          4095,
+                          4097,
+                          kMinBytesPerCopyThread * 2 + 13,
+                          kMinBytesPerCopyThread * 5 - 1,
                           kMinBytesPerCopyThread * 9 + 4096 * 3 + 7};
   for (size_t bytes : sizes) {
     for (int threads : {1, 2, 3, 8}) {

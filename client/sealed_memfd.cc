@@ -40,8 +40,8 @@ absl::StatusOr<SealedMemfd> SealedMemfd::Create(uint64_t bytes, bool populate) {
   // of its own: reserving more than the machine has would not fail, it
   // would run the machine out of memory.
   if (const uint64_t available = AvailableMemoryBytes(); bytes > available) {
-    return absl::UnavailableError(absl::StrCat("cannot reserve ", bytes, " bytes of shared memory: only ",
-                                               available, " bytes of memory are available"));
+    return absl::UnavailableError(absl::StrCat("cannot reserve ", bytes, " bytes of shared memory: only ", available,
+                                               " bytes of memory are available"));
   }
   UniqueFd fd(::memfd_create("tandem-shared", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd.valid()) return absl::UnavailableError(absl::StrCat("memfd_create: ", std::strerror(errno)));

@@ -10,7 +10,7 @@ std::optional<uint64_t> ShmRing::Allocate(uint64_t owner, uint64_t bytes) {
   if (slices_.empty()) {
     begin = 0;
   } else {
-    uint64_t head = slices_.back().end;    // first free byte after the newest
+    uint64_t head = slices_.back().end;     // first free byte after the newest
     uint64_t tail = slices_.front().begin;  // first used byte of the oldest
     if (head > tail) {
       // Used: [tail, head). Free: [head, capacity) and [0, tail).

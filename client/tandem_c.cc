@@ -68,8 +68,7 @@ extern "C" {
 int tandem_c_api_version(void) { return TANDEM_C_API_VERSION; }
 const char* tandem_last_error(void) { return g_last_error.c_str(); }
 
-int tandem_connect(const char* endpoint, const char* client_name, double connect_timeout_seconds,
-                   tandem_client** out) {
+int tandem_connect(const char* endpoint, const char* client_name, double connect_timeout_seconds, tandem_client** out) {
   tandem::client::ClientOptions options;
   if (endpoint != nullptr) options.endpoint = endpoint;
   if (client_name != nullptr) options.name = client_name;

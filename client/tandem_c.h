@@ -42,8 +42,7 @@ int tandem_c_api_version(void);
 const char* tandem_last_error(void);
 
 /* endpoint NULL or "": $TANDEM_ENDPOINT, else the default socket. */
-int tandem_connect(const char* endpoint, const char* client_name, double connect_timeout_seconds,
-                   tandem_client** out);
+int tandem_connect(const char* endpoint, const char* client_name, double connect_timeout_seconds, tandem_client** out);
 void tandem_disconnect(tandem_client* client);
 uint64_t tandem_session_id(const tandem_client* client);
 

@@ -28,7 +28,7 @@ struct CompileOptions {
 };
 
 struct CompiledJob {
-  Graph graph;            // after every pass
+  Graph graph;             // after every pass
   IterationLayout layout;  // where each ephemeral value lives in its lane's arena
 };
 

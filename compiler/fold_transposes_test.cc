@@ -9,22 +9,22 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/cpu_program.h"
-#include "ir/graph_builder.h"
-#include "compiler/wire_graph_test_util.h"
 #include "base/status_macros.h"
+#include "compiler/wire_graph_test_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "ir/graph_builder.h"
+#include "kernels/cpu/cpu_program.h"
 #include "tandem.pb.h"
 
 namespace tandem {
 namespace {
 
+using google::protobuf::util::MessageDifferencer;
 using testing::AddNode;
 using testing::AddSpec;
 using testing::Contents;
 using testing::Persistent;
-using google::protobuf::util::MessageDifferencer;
 
 void SetBool(v1::Node* node, const std::string& name, bool value) { (*node->mutable_attrs())[name].set_b(value); }
 
@@ -84,15 +84,15 @@ v1::Graph EveryCase(v1::DType dtype) {
   AddNode(g, "t", {"x"}, "xt");           // also read by relu: stays
   AddNode(g, "mm", {"xt", "h"}, "xh");    // mm(x, h, transpose_a)
   AddNode(g, "relu", {"xt"}, "xt_relu");
-  AddNode(g, "t", {"g"}, "gt");          // fetched: stays
-  AddNode(g, "mm", {"gt", "a"}, "ga");   // mm(g, a, transpose_a)
+  AddNode(g, "t", {"g"}, "gt");         // fetched: stays
+  AddNode(g, "mm", {"gt", "a"}, "ga");  // mm(g, a, transpose_a)
   AddNode(g, "t", {"W1"}, "W1t2");
   AddNode(g, "t", {"W1t2"}, "W1tt");
   AddNode(g, "mm", {"h", "W1tt"}, "hw");  // mm(h, W1): two transposes cancel
   AddNode(g, "t", {"x"}, "xt3");
   SetBool(AddNode(g, "mm", {"xt3", "W1t"}, "xw"), "transpose_a", true);  // mm(x, W1, transpose_b)
-  AddNode(g, "t", {"W1"}, "P_new");     // the value of an update: stays
-  AddNode(g, "mm", {"x", "P_new"}, "xp");  // mm(x, W1, transpose_b)
+  AddNode(g, "t", {"W1"}, "P_new");                                      // the value of an update: stays
+  AddNode(g, "mm", {"x", "P_new"}, "xp");                                // mm(x, W1, transpose_b)
   AddNode(g, "t", {"h"}, "ht");
   AddNode(g, "t", {"e"}, "et");
   v1::Node* hc = AddNode(g, "addmm", {"c", "ht", "et"}, "hc");  // addmm(c, h, e, both transposed)
@@ -130,7 +130,6 @@ Persistent RandomPersistent(v1::DType dtype, std::mt19937_64& rng) {
   }
   return persistent;
 }
-
 
 TEST(FoldTransposesTest, FoldsEveryTransposeFeedingAProductAndRemovesTheUnusedOnes) {
   v1::Graph g = EveryCase(v1::FLOAT64);
@@ -191,8 +190,7 @@ TEST(FoldTransposesTest, FoldsEveryTransposeFeedingAProductAndRemovesTheUnusedOn
   // The kept nodes keep their order.
   std::vector<std::string> order;
   for (const v1::Node& node : g.nodes()) order.push_back(node.outputs(0));
-  EXPECT_EQ(order, (Inputs{"h", "a", "z", "gW2t", "xt", "xh", "xt_relu", "gt", "ga", "hw", "xw", "P_new", "xp",
-                           "hc"}));
+  EXPECT_EQ(order, (Inputs{"h", "a", "z", "gW2t", "xt", "xh", "xt_relu", "gt", "ga", "hw", "xw", "P_new", "xp", "hc"}));
   // Fetches and updates are untouched.
   EXPECT_EQ(g.fetches_size(), 11);
   ASSERT_EQ(g.updates_size(), 1);
@@ -312,9 +310,9 @@ TEST(FoldTransposesTest, AnEvenChainFeedingAnyOpIsReadAtItsSource) {
 TEST(FoldTransposesTest, ATransposedProductBecomesTheProduct) {
   v1::Graph g = WithFeeds();  // x [3, 4], w [3, 5]
   AddNode(g, "t", {"x"}, "xt");
-  AddNode(g, "mm", {"xt", "w"}, "xw");         // [4, 5], read only by the transpose
+  AddNode(g, "mm", {"xt", "w"}, "xw");  // [4, 5], read only by the transpose
   AddSpec(AddNode(g, "t_copy", {"xw"}, "grad")->add_declared_outputs(), "grad", v1::FLOAT64, {5, 4});
-  AddNode(g, "mm", {"xt", "w"}, "kept");       // also fetched: its transpose stays
+  AddNode(g, "mm", {"xt", "w"}, "kept");  // also fetched: its transpose stays
   AddNode(g, "t", {"kept"}, "kept_t");
   AddNode(g, "relu", {"grad"}, "r");
   for (const char* f : {"r", "kept", "kept_t"}) g.add_fetches(f);
@@ -346,8 +344,8 @@ TEST(FoldTransposesTest, ATransposedProductBecomesTheProduct) {
 
 TEST(FoldTransposesTest, AnIntegerFlagIsReadAsTheOpReadsIt) {
   v1::Graph g = WithFeeds();
-  AddNode(g, "t", {"x"}, "xt");    // [4, 3]
-  AddNode(g, "t", {"xt"}, "xtt");  // [3, 4]: x
+  AddNode(g, "t", {"x"}, "xt");                          // [4, 3]
+  AddNode(g, "t", {"xt"}, "xtt");                        // [3, 4]: x
   v1::Node* mm = AddNode(g, "mm", {"xtt", "w"}, "out");  // op(x) with transpose_a = 1: [4, 3] @ [3, 5]
   (*mm->mutable_attrs())["transpose_a"].set_i(1);
   v1::Node* other = AddNode(g, "mm", {"xt", "w"}, "out2");  // [4, 3] @ [3, 5]

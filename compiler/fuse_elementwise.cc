@@ -27,12 +27,18 @@ struct Candidate {
 
 std::optional<FusedOpcode> OpcodeOf(absl::string_view op) {
   static const auto* opcodes = new absl::flat_hash_map<std::string, FusedOpcode>{
-      {"add.Tensor", FusedOpcode::kAdd},        {"sub.Tensor", FusedOpcode::kSub},
-      {"mul.Tensor", FusedOpcode::kMul},        {"div.Tensor", FusedOpcode::kDiv},
-      {"add.Scalar", FusedOpcode::kAddScalar},  {"sub.Scalar", FusedOpcode::kSubScalar},
-      {"mul.Scalar", FusedOpcode::kMulScalar},  {"div.Scalar", FusedOpcode::kDivScalar},
-      {"neg", FusedOpcode::kNeg},               {"sqrt", FusedOpcode::kSqrt},
-      {"maximum", FusedOpcode::kMaximum},       {"minimum", FusedOpcode::kMinimum},
+      {"add.Tensor", FusedOpcode::kAdd},
+      {"sub.Tensor", FusedOpcode::kSub},
+      {"mul.Tensor", FusedOpcode::kMul},
+      {"div.Tensor", FusedOpcode::kDiv},
+      {"add.Scalar", FusedOpcode::kAddScalar},
+      {"sub.Scalar", FusedOpcode::kSubScalar},
+      {"mul.Scalar", FusedOpcode::kMulScalar},
+      {"div.Scalar", FusedOpcode::kDivScalar},
+      {"neg", FusedOpcode::kNeg},
+      {"sqrt", FusedOpcode::kSqrt},
+      {"maximum", FusedOpcode::kMaximum},
+      {"minimum", FusedOpcode::kMinimum},
   };
   auto it = opcodes->find(op);
   if (it == opcodes->end()) return std::nullopt;

@@ -18,15 +18,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/cpu_program.h"
-#include "kernels/half.h"
-#include "kernels/cpu/half_test_util.h"
-#include "ir/graph_builder.h"
-#include "compiler/wire_graph_test_util.h"
-#include "ir/ops/fused_program.h"
 #include "base/status_macros.h"
+#include "compiler/wire_graph_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ir/graph_builder.h"
+#include "ir/ops/fused_program.h"
+#include "kernels/cpu/cpu_program.h"
+#include "kernels/cpu/half_test_util.h"
+#include "kernels/half.h"
 #include "tandem.pb.h"
 
 namespace tandem {
@@ -75,7 +75,6 @@ void AddPersistent(Persistent& persistent, const std::string& name, v1::DType dt
   AddSpec(t->mutable_spec(), name, dtype, shape);
   t->set_data(RandomBytes(dtype, NumElements(shape), rng));
 }
-
 
 // Random contents for every feed of `g`.
 Contents RandomFeeds(const v1::Graph& g, std::mt19937_64& rng, double lo = -2.0, double hi = 2.0) {
@@ -370,8 +369,8 @@ TEST(FuseElementwiseTest, DeadChainKeepsItsLastValue) {
 
 // What RandomGraphsFuseExactly draws its graphs from.
 struct RandomGraphOptions {
-  std::vector<v1::DType> dtypes;  // trial k's dtype: dtypes[k % size]
-  Shape shape;                    // of every full-size value
+  std::vector<v1::DType> dtypes;    // trial k's dtype: dtypes[k % size]
+  Shape shape;                      // of every full-size value
   std::vector<std::string> binary;  // binary ops (on full-size and rank-0 operands)
   // Rank-0 feeds, by name; no dtype: the trial's.
   std::vector<std::pair<std::string, std::optional<v1::DType>>> rank0_feeds;
@@ -448,12 +447,11 @@ int RandomGraphsFuseExactly(const RandomGraphOptions& options, std::mt19937_64& 
 // must build and match.
 TEST(FuseElementwiseTest, RandomGraphsStayValidAndExact) {
   std::mt19937_64 rng(41);
-  const RandomGraphOptions options{{v1::FLOAT32, v1::FLOAT64},
-                                   {3, 4},
-                                   {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor"},
-                                   {{"lr", std::nullopt}},
-                                   /*rank0_operand_odds=*/4,
-                                   /*scalar_other=*/1.25};
+  const RandomGraphOptions options{
+      {v1::FLOAT32, v1::FLOAT64}, {3, 4}, {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor"},
+      {{"lr", std::nullopt}},
+      /*rank0_operand_odds=*/4,
+      /*scalar_other=*/1.25};
   EXPECT_GT(RandomGraphsFuseExactly(options, rng), 20);  // the generator does make fusable chains
 }
 
@@ -462,7 +460,7 @@ TEST(FuseElementwiseTest, RandomGraphsStayValidAndExact) {
 const std::vector<v1::DType> kHalfTypes = {v1::BFLOAT16, v1::FLOAT16};
 
 struct AdamOptions {
-  bool lerp_form = false;  // torch >= 2.0's exp_avg update (optim.py)
+  bool lerp_form = false;        // torch >= 2.0's exp_avg update (optim.py)
   bool decoupled_decay = false;  // AdamW: p * (1 - lr * weight_decay), a rank-0 feed
   bool amsgrad = false;
 };
@@ -543,9 +541,8 @@ TEST(FuseElementwiseTest, SixteenBitOptimizerStepsFuseIntoOneNodePerParameter) {
     }
     for (int form = 0; form < 4; ++form) {
       const AdamOptions options{form % 2 == 1, form >= 2, form == 3};
-      SCOPED_TRACE(::testing::Message() << "adam lerp=" << options.lerp_form
-                                        << " decoupled_decay=" << options.decoupled_decay
-                                        << " amsgrad=" << options.amsgrad);
+      SCOPED_TRACE(::testing::Message() << "adam lerp=" << options.lerp_form << " decoupled_decay="
+                                        << options.decoupled_decay << " amsgrad=" << options.amsgrad);
       v1::Graph g;
       Persistent persistent;
       for (const char* scalar : {"step_size", "bc2_sqrt", "decay"}) AddSpec(g.add_feeds(), scalar, v1::FLOAT32, {});
@@ -599,13 +596,12 @@ TEST(FuseElementwiseTest, SixteenBitDTypeMixesThatStayUnfused) {
 // must build and give the unfused graph's bits.
 TEST(FuseElementwiseTest, RandomSixteenBitGraphsStayValidAndExact) {
   std::mt19937_64 rng(half_test::TestSeed("fuse_elementwise_test"));
-  const RandomGraphOptions options{
-      kHalfTypes,
-      {3, 41},
-      {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "maximum", "minimum"},
-      {{"lr32", v1::FLOAT32}, {"lr64", v1::FLOAT64}, {"h", std::nullopt}},
-      /*rank0_operand_odds=*/3,
-      /*scalar_other=*/0.1};
+  const RandomGraphOptions options{kHalfTypes,
+                                   {3, 41},
+                                   {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "maximum", "minimum"},
+                                   {{"lr32", v1::FLOAT32}, {"lr64", v1::FLOAT64}, {"h", std::nullopt}},
+                                   /*rank0_operand_odds=*/3,
+                                   /*scalar_other=*/0.1};
   EXPECT_GT(RandomGraphsFuseExactly(options, rng), 20);  // the generator does make fusable chains
 }
 

@@ -42,8 +42,8 @@ absl::Status GraphRewriter::Add(const std::string& op, const std::vector<int>& i
   std::vector<int> mapped;
   for (int v : inputs) {
     if (map_[v] < 0) {
-      status_ = absl::InternalError(absl::StrCat("a graph pass reads '", source_.values[v].name,
-                                                 "', which it dropped or has not defined yet"));
+      status_ = absl::InternalError(
+          absl::StrCat("a graph pass reads '", source_.values[v].name, "', which it dropped or has not defined yet"));
       return status_;
     }
     mapped.push_back(map_[v]);
@@ -62,13 +62,14 @@ absl::Status GraphRewriter::Add(const std::string& op, const std::vector<int>& i
 absl::StatusOr<Graph> GraphRewriter::Finish() && {
   RETURN_IF_ERROR(status_);
   for (int v : source_.fetchable) {
-    if (map_[v] < 0) return absl::InternalError(absl::StrCat("a graph pass dropped fetch '", source_.values[v].name, "'"));
+    if (map_[v] < 0)
+      return absl::InternalError(absl::StrCat("a graph pass dropped fetch '", source_.values[v].name, "'"));
     RETURN_IF_ERROR(Internal(builder_.AddFetch(map_[v])));
   }
   for (const auto& [target, value] : source_.updates) {
     if (map_[value] < 0) {
-      return absl::InternalError(absl::StrCat("a graph pass dropped '", source_.values[value].name, "', which updates '",
-                                              source_.values[target].name, "'"));
+      return absl::InternalError(absl::StrCat("a graph pass dropped '", source_.values[value].name,
+                                              "', which updates '", source_.values[target].name, "'"));
     }
     RETURN_IF_ERROR(Internal(builder_.AddUpdate(map_[target], map_[value])));
   }

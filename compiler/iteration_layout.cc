@@ -57,8 +57,7 @@ absl::StatusOr<IterationLayout> PlanIterationLayout(const Graph& graph) {
   auto check_id = [&](int id, const std::string& where) -> absl::Status {
     if (id < 0 || id >= num_values) {
       return absl::InvalidArgumentError(
-          absl::StrCat("memory layout: ", where, " names value ", id, ", but the graph has ",
-                       num_values, " values"));
+          absl::StrCat("memory layout: ", where, " names value ", id, ", but the graph has ", num_values, " values"));
     }
     return absl::OkStatus();
   };
@@ -67,9 +66,7 @@ absl::StatusOr<IterationLayout> PlanIterationLayout(const Graph& graph) {
     if (absl::Status s = check_id(persistent, "an update"); !s.ok()) return s;
   }
   UpdateSchedule updates = ScheduleUpdates(graph);
-  auto ephemeral = [&](int v) {
-    return graph.values[v].kind != ValueKind::kPersistent && updates.stored_in[v] < 0;
-  };
+  auto ephemeral = [&](int v) { return graph.values[v].kind != ValueKind::kPersistent && updates.stored_in[v] < 0; };
 
   // Per value: first and last step it is live.
   std::vector<int> first(num_values, 0);
@@ -118,8 +115,7 @@ absl::StatusOr<IterationLayout> PlanIterationLayout(const Graph& graph) {
       // than its input has is not a view of them.
       merge = graph.values[out].type.bytes() <= graph.values[in].type.bytes();
     } else if (node.def->alias == AliasKind::kInPlace) {
-      merge = buffer_last[root] == i &&
-              graph.values[out].type.bytes() == graph.values[in].type.bytes();
+      merge = buffer_last[root] == i && graph.values[out].type.bytes() == graph.values[in].type.bytes();
       for (size_t k = 1; merge && k < node.inputs.size(); ++k) {
         const int other = node.inputs[k];
         if (other != in && ephemeral(other) && buffers.Find(other) == root) merge = false;

@@ -5,9 +5,9 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "ir/graph_builder.h"
 #include "compiler/update_schedule.h"
 #include "device/device.h"
+#include "ir/graph_builder.h"
 #include "memory/arena_planner.h"
 #include "memory/byte_format.h"
 
@@ -109,14 +109,14 @@ std::string Simulate(const Graph& graph, const IterationLayout& layout) {
     }
     for (size_t o = 0; o < node.outputs.size(); ++o) {
       const int out = node.outputs[o];
-      const bool aliased_pair = o == 0 && !node.inputs.empty() &&
-                                node.def->alias != AliasKind::kNone &&
+      const bool aliased_pair = o == 0 && !node.inputs.empty() && node.def->alias != AliasKind::kNone &&
                                 layout.offset[node.inputs[0]] == layout.offset[out];
       // A view that shares its input's buffer writes nothing.
       const bool writes = !(aliased_pair && node.def->alias == AliasKind::kView);
       for (size_t k = 0; writes && k < node.inputs.size(); ++k) {
         const int in = node.inputs[k];
-        if (layout.offset[in] < 0 || layout.offset[out] < 0 || Bytes(graph, in) == 0 || Bytes(graph, out) == 0) continue;
+        if (layout.offset[in] < 0 || layout.offset[out] < 0 || Bytes(graph, in) == 0 || Bytes(graph, out) == 0)
+          continue;
         if (aliased_pair && (k == 0 || in == node.inputs[0])) continue;
         auto [ib, ie] = range(in);
         auto [ob, oe] = range(out);
@@ -256,9 +256,8 @@ TEST(IterationLayoutTest, FetchesSurviveToTheEndAndFreedRangesAreReused) {
   // The chain needs two 4-KiB buffers at a time plus the loss, which lives on.
   EXPECT_EQ(layout->arena_bytes, 2 * 4096 + kAlign);
   for (int v : chain) {
-    const bool overlaps =
-        layout->offset[v] < layout->offset[loss] + static_cast<int64_t>(kAlign) &&
-        layout->offset[loss] < layout->offset[v] + 4096;
+    const bool overlaps = layout->offset[v] < layout->offset[loss] + static_cast<int64_t>(kAlign) &&
+                          layout->offset[loss] < layout->offset[v] + 4096;
     EXPECT_FALSE(overlaps) << "v" << v << " overlaps the fetched loss";
   }
   EXPECT_EQ(Simulate(g.graph, *layout), "");
@@ -326,7 +325,7 @@ TEST(IterationLayoutTest, UpdatesAreCopiedAsSoonAsSafe) {
   const int loss = g.Op(kCheck, {x}, 1);
   const int n1 = g.Op(kPlain, {w1, x}, 4096);  // node 1: new w1
   const int n2 = g.Op(kPlain, {w2, x}, 4096);  // node 2: new w2
-  const int tail = g.Op(kPlain, {x}, 1);        // node 3
+  const int tail = g.Op(kPlain, {x}, 1);       // node 3
   g.graph.updates = {{w1, n1}, {w2, n2}};
   g.Fetch(loss);
   g.Fetch(tail);
@@ -364,9 +363,9 @@ TEST(IterationLayoutTest, FusedUpdateIsComputedInItsPersistent) {
   const int w = g.Persistent(4096);
   const int m = g.Persistent(4096);
   const int x = g.Feed(4096);
-  const int loss = g.Op(kCheck, {x}, 1);          // node 0
-  const int grad = g.Op(kPlain, {x, w}, 4096);    // node 1
-  const int new_m = g.Op(kFused, {m, grad}, 4096);  // node 2
+  const int loss = g.Op(kCheck, {x}, 1);             // node 0
+  const int grad = g.Op(kPlain, {x, w}, 4096);       // node 1
+  const int new_m = g.Op(kFused, {m, grad}, 4096);   // node 2
   const int new_w = g.Op(kFused, {w, new_m}, 4096);  // node 3: reads new_m in m's storage
   g.graph.updates = {{m, new_m}, {w, new_w}};
   g.Fetch(loss);
@@ -390,7 +389,7 @@ TEST(IterationLayoutTest, FusedUpdateIsCopiedWhenWritingInPlaceIsUnsafe) {
     GraphMaker g;
     const int w = g.Persistent(variant == 2 ? 2048 : 4096);
     const int x = g.Feed(4096);
-    const int fresh = g.Op(kFused, {w, x}, 4096);  // node 0
+    const int fresh = g.Op(kFused, {w, x}, 4096);                                       // node 0
     const int later = g.Op(variant == 0 ? kCheck : kPlain, {variant == 1 ? w : x}, 1);  // node 1
     g.graph.updates = {{w, fresh}};
     g.Fetch(later);
@@ -432,9 +431,8 @@ TEST(IterationLayoutTest, RandomGraphsRunCorrectlyOnTheirLayout) {
         inputs.push_back(pool[pool.size() - back + rng() % back]);
       }
       const int64_t in_floats = g.graph.values[inputs[0]].type.numel();
-      const int64_t floats = def.alias == AliasKind::kNone || rng() % 8 == 0
-                                 ? static_cast<int64_t>(1 + rng() % 2000)
-                                 : in_floats;
+      const int64_t floats =
+          def.alias == AliasKind::kNone || rng() % 8 == 0 ? static_cast<int64_t>(1 + rng() % 2000) : in_floats;
       pool.push_back(g.Op(def, inputs, floats));
     }
     for (int v : pool) {

@@ -25,8 +25,7 @@ v1::Node* AddNode(v1::Graph& g, const std::string& op, const std::vector<std::st
   return node;
 }
 
-absl::StatusOr<Contents> RunWireGraphOnCpu(const v1::Graph& wire, const Persistent& persistent,
-                                           const Contents& feeds) {
+absl::StatusOr<Contents> RunWireGraphOnCpu(const v1::Graph& wire, const Persistent& persistent, const Contents& feeds) {
   ASSIGN_OR_RETURN(Graph graph, BuildGraph(wire, persistent));
   std::vector<std::vector<uint64_t>> buffers(graph.values.size());
   std::vector<void*> addresses;

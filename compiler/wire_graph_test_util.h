@@ -28,8 +28,7 @@ v1::Node* AddNode(v1::Graph& g, const std::string& op, const std::vector<std::st
 // Builds `wire` with `persistent` (names, types and data) and runs it once
 // on the CPU with `feeds`; returns the bytes of every fetchable tensor and
 // of every persistent tensor after the run (updates applied).
-absl::StatusOr<Contents> RunWireGraphOnCpu(const v1::Graph& wire, const Persistent& persistent,
-                                           const Contents& feeds);
+absl::StatusOr<Contents> RunWireGraphOnCpu(const v1::Graph& wire, const Persistent& persistent, const Contents& feeds);
 
 // A graph pass of the compiler (FoldTransposes, FuseElementwise).
 using IrPass = absl::StatusOr<Graph> (*)(const Graph&);

@@ -27,10 +27,11 @@ TEST(CompletionPass, ALaterCompletionThatEndsDuringThePassWaitsForTheEarlierOne)
   EXPECT_EQ(asked, (std::vector<size_t>{0, 1})) << "nothing more is asked of stream a once 0 is pending";
   // The next pass finds both of stream a's, in order.
   asked.clear();
-  EXPECT_EQ(CompletionPass(std::vector<const void*>{&a, &a}, [&](size_t i) {
-              now += 1;
-              return ends_at[i == 0 ? 0 : 2] <= now;
-            }),
+  EXPECT_EQ(CompletionPass(std::vector<const void*>{&a, &a},
+                           [&](size_t i) {
+                             now += 1;
+                             return ends_at[i == 0 ? 0 : 2] <= now;
+                           }),
             (std::vector<size_t>{0, 1}));
 }
 

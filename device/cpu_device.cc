@@ -17,8 +17,10 @@ namespace tandem::device {
 
 const char* BackendName(Backend backend) {
   switch (backend) {
-    case Backend::kCpu: return "cpu";
-    case Backend::kCuda: return "cuda";
+    case Backend::kCpu:
+      return "cpu";
+    case Backend::kCuda:
+      return "cuda";
   }
   return "unknown";
 }
@@ -37,26 +39,20 @@ class CpuStreamImpl final : public CpuStream {
     worker_.join();
   }
 
-  void Enqueue(std::function<absl::Status()> work) override {
-    Push(Item{std::move(work), nullptr, false});
-  }
+  void Enqueue(std::function<absl::Status()> work) override { Push(Item{std::move(work), nullptr, false}); }
 
   // Enqueues work that runs even after the stream failed (event records, so
   // that other streams waiting on them never hang).
-  void EnqueueAlways(std::function<absl::Status()> work) {
-    Push(Item{std::move(work), nullptr, true});
-  }
+  void EnqueueAlways(std::function<absl::Status()> work) { Push(Item{std::move(work), nullptr, true}); }
 
   // Enqueues a completion: reports the stream's error (if any) and clears it.
-  void EnqueueCompletion(std::function<void(absl::Status)> done) {
-    Push(Item{nullptr, std::move(done), true});
-  }
+  void EnqueueCompletion(std::function<void(absl::Status)> done) { Push(Item{nullptr, std::move(done), true}); }
 
  private:
   struct Item {
-    std::function<absl::Status()> work;        // a work item, or
-    std::function<void(absl::Status)> done;    // a completion
-    bool always = false;                       // runs after a failure too
+    std::function<absl::Status()> work;      // a work item, or
+    std::function<void(absl::Status)> done;  // a completion
+    bool always = false;                     // runs after a failure too
   };
 
   void Push(Item item) {
@@ -128,8 +124,7 @@ class CpuDevice final : public Device {
       absl::MutexLock lock(&mu_);
       if (used_ + rounded > info_.capacity_bytes) {
         return absl::ResourceExhaustedError(absl::StrFormat(
-            "cpu device: cannot allocate %d bytes: %d of %d bytes in use", rounded, used_,
-            info_.capacity_bytes));
+            "cpu device: cannot allocate %d bytes: %d of %d bytes in use", rounded, used_, info_.capacity_bytes));
       }
       used_ += rounded;
     }
@@ -137,8 +132,7 @@ class CpuDevice final : public Device {
     if (ptr == nullptr) {
       absl::MutexLock lock(&mu_);
       used_ -= rounded;
-      return absl::ResourceExhaustedError(
-          absl::StrFormat("cpu device: host allocation of %d bytes failed", rounded));
+      return absl::ResourceExhaustedError(absl::StrFormat("cpu device: host allocation of %d bytes failed", rounded));
     }
     absl::MutexLock lock(&mu_);
     sizes_[ptr] = rounded;
@@ -175,9 +169,7 @@ class CpuDevice final : public Device {
   absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
     return std::unique_ptr<Stream>(new CpuStreamImpl());
   }
-  absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override {
-    return std::unique_ptr<Event>(new CpuEvent());
-  }
+  absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override { return std::unique_ptr<Event>(new CpuEvent()); }
 
   absl::Status CopyToDevice(Stream& stream, void* dst, const void* src, size_t bytes) override {
     return Copy(stream, dst, src, bytes);
@@ -273,9 +265,7 @@ class CpuDevice final : public Device {
   }
 
  private:
-  static size_t RoundUp(size_t bytes) {
-    return (bytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
-  }
+  static size_t RoundUp(size_t bytes) { return (bytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment; }
   absl::Status Copy(Stream& stream, void* dst, const void* src, size_t bytes) {
     AsCpu(stream).Enqueue([=]() {
       if (bytes > 0) std::memmove(dst, src, bytes);

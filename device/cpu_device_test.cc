@@ -66,10 +66,12 @@ TEST(CpuDevice, FailedWorkSkipsTheRestUntilCompletionReportsIt) {
   });
   absl::Status reported;
   std::atomic<bool> done{false};
-  ASSERT_TRUE(dev->OnComplete(*stream, [&](absl::Status s) {
-                    reported = s;
-                    done = true;
-                  }).ok());
+  ASSERT_TRUE(dev->OnComplete(*stream,
+                              [&](absl::Status s) {
+                                reported = s;
+                                done = true;
+                              })
+                  .ok());
   ASSERT_TRUE(dev->Synchronize(*stream).ok());  // the error was consumed by OnComplete
   EXPECT_TRUE(done);
   EXPECT_EQ(reported.code(), absl::StatusCode::kInvalidArgument);

@@ -37,8 +37,8 @@ inline constexpr size_t kDeviceAlignment = 256;
 struct DeviceInfo {
   Backend backend = Backend::kCpu;
   int ordinal = 0;
-  std::string name;          // "cpu" or "cuda:N"; how clients name it
-  std::string description;   // e.g. "NVIDIA H200, cc 9.0, 132 SMs"
+  std::string name;         // "cpu" or "cuda:N"; how clients name it
+  std::string description;  // e.g. "NVIDIA H200, cc 9.0, 132 SMs"
   // The GPU's UUID as nvidia-smi prints it ("GPU-xxxxxxxx-xxxx-..."); empty
   // on the CPU.
   std::string uuid;
@@ -98,12 +98,9 @@ class Device {
 
   // Enqueued copies and fills; asynchronous with respect to the caller.
   // The host side of a copy must stay valid until the copy has run.
-  virtual absl::Status CopyToDevice(Stream& stream, void* dst, const void* host_src,
-                                    size_t bytes) = 0;
-  virtual absl::Status CopyToHost(Stream& stream, void* host_dst, const void* src,
-                                  size_t bytes) = 0;
-  virtual absl::Status CopyOnDevice(Stream& stream, void* dst, const void* src,
-                                    size_t bytes) = 0;
+  virtual absl::Status CopyToDevice(Stream& stream, void* dst, const void* host_src, size_t bytes) = 0;
+  virtual absl::Status CopyToHost(Stream& stream, void* host_dst, const void* src, size_t bytes) = 0;
+  virtual absl::Status CopyOnDevice(Stream& stream, void* dst, const void* src, size_t bytes) = 0;
   virtual absl::Status Fill(Stream& stream, void* dst, uint8_t byte, size_t bytes) = 0;
 
   virtual absl::Status RecordEvent(Stream& stream, Event& event) = 0;

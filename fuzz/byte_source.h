@@ -38,8 +38,10 @@ class ByteSource {
   // (0, -1, the int32 and int64 extremes, powers of two), sometimes anything.
   int64_t TakeAttrInt() {
     switch (TakeByte() % 8) {
-      case 0: return TakeInRange(-4, 8);
-      case 1: return TakeInRange(0, 64);
+      case 0:
+        return TakeInRange(-4, 8);
+      case 1:
+        return TakeInRange(0, 64);
       case 2: {
         static constexpr int64_t kEdges[] = {0,
                                              -1,
@@ -55,22 +57,28 @@ class ByteSource {
                                              -(int64_t{1} << 62)};
         return kEdges[TakeByte() % (sizeof(kEdges) / sizeof(kEdges[0]))];
       }
-      case 3: return static_cast<int64_t>(TakeU64());
-      default: return TakeInRange(-2, 4);
+      case 3:
+        return static_cast<int64_t>(TakeU64());
+      default:
+        return TakeInRange(-2, 4);
     }
   }
   double TakeAttrFloat() {
     switch (TakeByte() % 6) {
-      case 0: return 0.0;
-      case 1: return std::numeric_limits<double>::infinity();
-      case 2: return std::numeric_limits<double>::quiet_NaN();
+      case 0:
+        return 0.0;
+      case 1:
+        return std::numeric_limits<double>::infinity();
+      case 2:
+        return std::numeric_limits<double>::quiet_NaN();
       case 3: {
         double d;
         const uint64_t bits = TakeU64();
         std::memcpy(&d, &bits, sizeof(d));
         return d;
       }
-      default: return static_cast<double>(TakeInRange(-100, 100)) / 8;
+      default:
+        return static_cast<double>(TakeInRange(-100, 100)) / 8;
     }
   }
   // A string of up to `max` bytes.

@@ -51,7 +51,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const bool scalar = op >= 5 && op <= 8;
     const bool has_alpha = op == 1 || op == 2 || op == 5 || op == 6;
     const int64_t a = in.TakeInRange(0, written - 1);
-    const int64_t b = binary ? in.TakeInRange(0, written - 1) : scalar && consts > 0 ? in.TakeInRange(0, consts - 1) : -1;
+    const int64_t b = binary                 ? in.TakeInRange(0, written - 1)
+                      : scalar && consts > 0 ? in.TakeInRange(0, consts - 1)
+                                             : -1;
     const int64_t k = has_alpha && consts > 0 && in.TakeBool() ? in.TakeInRange(0, consts - 1) : -1;
     for (int64_t field : {op, static_cast<int64_t>(written), a, b, k}) {
       attrs["code"].mutable_ints()->add_values(maybe_wild(field));

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "ir/graph_builder.h"
-#include "ir/op_registry.h"
 #include "fuzz/byte_source.h"
 #include "fuzz/registration.h"
+#include "ir/graph_builder.h"
+#include "ir/op_registry.h"
 
 namespace tandem::fuzz {
 namespace {
@@ -29,33 +29,85 @@ struct AttrName {
 // The attributes the ops read, with the kind each usually has (a fuzzed
 // node sometimes gets another kind).
 constexpr AttrName kAttrs[] = {
-    {"dim", AttrKind::kInt},          {"dim", AttrKind::kInts},           {"dims", AttrKind::kInts},
-    {"dim0", AttrKind::kInt},         {"dim1", AttrKind::kInt},           {"keepdim", AttrKind::kBool},
-    {"size", AttrKind::kInts},        {"stride", AttrKind::kInts},        {"padding", AttrKind::kInts},
-    {"dilation", AttrKind::kInts},    {"kernel_size", AttrKind::kInts},   {"output_size", AttrKind::kInts},
-    {"groups", AttrKind::kInt},       {"start", AttrKind::kInt},          {"end", AttrKind::kInt},
-    {"step", AttrKind::kInt},         {"index", AttrKind::kInt},          {"split_size", AttrKind::kInt},
-    {"split_sizes", AttrKind::kInts}, {"alpha", AttrKind::kFloat},        {"other", AttrKind::kFloat},
-    {"value", AttrKind::kFloat},      {"fill_value", AttrKind::kFloat},   {"dtype", AttrKind::kDType},
-    {"eps", AttrKind::kFloat},        {"momentum", AttrKind::kFloat},     {"training", AttrKind::kBool},
-    {"train", AttrKind::kBool},       {"p", AttrKind::kFloat},            {"reduction", AttrKind::kInt},
-    {"ignore_index", AttrKind::kInt}, {"num_weights", AttrKind::kInt},    {"padding_idx", AttrKind::kInt},
-    {"accumulate", AttrKind::kBool},  {"normalized_shape", AttrKind::kInts}, {"output_mask", AttrKind::kInts},
-    {"ceil_mode", AttrKind::kBool},   {"count_include_pad", AttrKind::kBool}, {"divisor_override", AttrKind::kInt},
-    {"half_to_float", AttrKind::kBool}, {"input_dtype", AttrKind::kDType}, {"input_sizes", AttrKind::kInts},
-    {"scale", AttrKind::kFloat},      {"is_causal", AttrKind::kBool},     {"min", AttrKind::kFloat},
-    {"max", AttrKind::kFloat},        {"exponent", AttrKind::kFloat},     {"approximate", AttrKind::kString},
-    {"code", AttrKind::kInts},        {"consts", AttrKind::kFloats},      {"outputs", AttrKind::kInts},
-    {"transposed", AttrKind::kBool},  {"output_padding", AttrKind::kInts}, {"seed", AttrKind::kInt},
-    {"physical_layout", AttrKind::kInts}, {"bias_sizes", AttrKind::kInts}, {"threshold", AttrKind::kFloat},
-    {"beta", AttrKind::kFloat},       {"transpose_a", AttrKind::kBool},   {"transpose_b", AttrKind::kBool},
-    {"grad_input_mask", AttrKind::kInts}, {"dropout_p", AttrKind::kFloat}, {"compute_log_sumexp", AttrKind::kBool},
-    {"pad", AttrKind::kInts},         {"input_size", AttrKind::kInts},    {"scale_factors", AttrKind::kFloats},
-    {"scales_h", AttrKind::kFloat},   {"scales_w", AttrKind::kFloat},     {"align_corners", AttrKind::kBool},
-    {"N", AttrKind::kInt},            {"C", AttrKind::kInt},              {"HxW", AttrKind::kInt},
+    {"dim", AttrKind::kInt},
+    {"dim", AttrKind::kInts},
+    {"dims", AttrKind::kInts},
+    {"dim0", AttrKind::kInt},
+    {"dim1", AttrKind::kInt},
+    {"keepdim", AttrKind::kBool},
+    {"size", AttrKind::kInts},
+    {"stride", AttrKind::kInts},
+    {"padding", AttrKind::kInts},
+    {"dilation", AttrKind::kInts},
+    {"kernel_size", AttrKind::kInts},
+    {"output_size", AttrKind::kInts},
+    {"groups", AttrKind::kInt},
+    {"start", AttrKind::kInt},
+    {"end", AttrKind::kInt},
+    {"step", AttrKind::kInt},
+    {"index", AttrKind::kInt},
+    {"split_size", AttrKind::kInt},
+    {"split_sizes", AttrKind::kInts},
+    {"alpha", AttrKind::kFloat},
+    {"other", AttrKind::kFloat},
+    {"value", AttrKind::kFloat},
+    {"fill_value", AttrKind::kFloat},
+    {"dtype", AttrKind::kDType},
+    {"eps", AttrKind::kFloat},
+    {"momentum", AttrKind::kFloat},
+    {"training", AttrKind::kBool},
+    {"train", AttrKind::kBool},
+    {"p", AttrKind::kFloat},
+    {"reduction", AttrKind::kInt},
+    {"ignore_index", AttrKind::kInt},
+    {"num_weights", AttrKind::kInt},
+    {"padding_idx", AttrKind::kInt},
+    {"accumulate", AttrKind::kBool},
+    {"normalized_shape", AttrKind::kInts},
+    {"output_mask", AttrKind::kInts},
+    {"ceil_mode", AttrKind::kBool},
+    {"count_include_pad", AttrKind::kBool},
+    {"divisor_override", AttrKind::kInt},
+    {"half_to_float", AttrKind::kBool},
+    {"input_dtype", AttrKind::kDType},
+    {"input_sizes", AttrKind::kInts},
+    {"scale", AttrKind::kFloat},
+    {"is_causal", AttrKind::kBool},
+    {"min", AttrKind::kFloat},
+    {"max", AttrKind::kFloat},
+    {"exponent", AttrKind::kFloat},
+    {"approximate", AttrKind::kString},
+    {"code", AttrKind::kInts},
+    {"consts", AttrKind::kFloats},
+    {"outputs", AttrKind::kInts},
+    {"transposed", AttrKind::kBool},
+    {"output_padding", AttrKind::kInts},
+    {"seed", AttrKind::kInt},
+    {"physical_layout", AttrKind::kInts},
+    {"bias_sizes", AttrKind::kInts},
+    {"threshold", AttrKind::kFloat},
+    {"beta", AttrKind::kFloat},
+    {"transpose_a", AttrKind::kBool},
+    {"transpose_b", AttrKind::kBool},
+    {"grad_input_mask", AttrKind::kInts},
+    {"dropout_p", AttrKind::kFloat},
+    {"compute_log_sumexp", AttrKind::kBool},
+    {"pad", AttrKind::kInts},
+    {"input_size", AttrKind::kInts},
+    {"scale_factors", AttrKind::kFloats},
+    {"scales_h", AttrKind::kFloat},
+    {"scales_w", AttrKind::kFloat},
+    {"align_corners", AttrKind::kBool},
+    {"N", AttrKind::kInt},
+    {"C", AttrKind::kInt},
+    {"HxW", AttrKind::kInt},
     {"group", AttrKind::kInt},
-    {"indexed_dims", AttrKind::kInts}, {"storage_offset", AttrKind::kInt}, {"offset", AttrKind::kInt},
-    {"dim2", AttrKind::kInt},         {"repeats", AttrKind::kInts},       {"reduce", AttrKind::kString},
+    {"indexed_dims", AttrKind::kInts},
+    {"storage_offset", AttrKind::kInt},
+    {"offset", AttrKind::kInt},
+    {"dim2", AttrKind::kInt},
+    {"repeats", AttrKind::kInts},
+    {"reduce", AttrKind::kString},
     {"include_self", AttrKind::kBool},
 };
 
@@ -77,23 +129,33 @@ void TakeAttr(ByteSource& in, v1::Node* node) {
   AttrKind kind = in.TakeByte() % 8 == 0 ? static_cast<AttrKind>(in.TakeInRange(0, 6)) : a.kind;
   v1::AttrValue& v = (*node->mutable_attrs())[a.name];
   switch (kind) {
-    case AttrKind::kInt: v.set_i(in.TakeAttrInt()); break;
+    case AttrKind::kInt:
+      v.set_i(in.TakeAttrInt());
+      break;
     case AttrKind::kInts: {
       v.mutable_ints();
       const int n = static_cast<int>(in.TakeInRange(0, 4));
       for (int i = 0; i < n; ++i) v.mutable_ints()->add_values(in.TakeAttrInt());
       break;
     }
-    case AttrKind::kFloat: v.set_f(in.TakeAttrFloat()); break;
+    case AttrKind::kFloat:
+      v.set_f(in.TakeAttrFloat());
+      break;
     case AttrKind::kFloats: {
       v.mutable_floats();
       const int n = static_cast<int>(in.TakeInRange(0, 4));
       for (int i = 0; i < n; ++i) v.mutable_floats()->add_values(in.TakeAttrFloat());
       break;
     }
-    case AttrKind::kBool: v.set_b(in.TakeBool()); break;
-    case AttrKind::kDType: v.set_dtype(in.TakeByte() % 16 == 0 ? static_cast<v1::DType>(in.TakeByte()) : TakeDType(in)); break;
-    case AttrKind::kString: v.set_s(in.TakeBool() ? "tanh" : in.TakeString(8)); break;
+    case AttrKind::kBool:
+      v.set_b(in.TakeBool());
+      break;
+    case AttrKind::kDType:
+      v.set_dtype(in.TakeByte() % 16 == 0 ? static_cast<v1::DType>(in.TakeByte()) : TakeDType(in));
+      break;
+    case AttrKind::kString:
+      v.set_s(in.TakeBool() ? "tanh" : in.TakeString(8));
+      break;
   }
 }
 
@@ -143,7 +205,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     const int attrs = static_cast<int>(in.TakeInRange(0, 5));
     for (int i = 0; i < attrs; ++i) TakeAttr(in, node);
-    const int outputs = def->num_outputs == kVariableOutputs ? static_cast<int>(in.TakeInRange(1, 4)) : def->num_outputs;
+    const int outputs =
+        def->num_outputs == kVariableOutputs ? static_cast<int>(in.TakeInRange(1, 4)) : def->num_outputs;
     for (int o = 0; o < outputs; ++o) node->add_outputs(absl::StrCat("n", k, "_", o));
     if (BuildGraph(reg.graph(), reg.persistent()).ok()) {
       for (const std::string& out : node->outputs()) defined.push_back(out);

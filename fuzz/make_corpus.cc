@@ -36,11 +36,13 @@ v1::RegisterJobRequest SmallCnn() {
   std::string x = b.Feed("x", v1::FLOAT32, {2, 3, 8, 8});
   std::string w = b.Persistent("conv.weight", HostTensor::Floats({4, 3, 3, 3}, std::vector<float>(108, 0.1f)));
   std::string y = b.Op("convolution", {x, w},
-                       {{"stride", AttrInts({1, 1})}, {"padding", AttrInts({1, 1})}, {"dilation", AttrInts({1, 1})},
+                       {{"stride", AttrInts({1, 1})},
+                        {"padding", AttrInts({1, 1})},
+                        {"dilation", AttrInts({1, 1})},
                         {"groups", AttrInt(1)}});
   std::string r = b.Op("relu", {y});
-  auto pooled = b.OpN("max_pool2d_with_indices", {r}, {{"kernel_size", AttrInts({2, 2})}, {"stride", AttrInts({2, 2})}},
-                      2);
+  auto pooled =
+      b.OpN("max_pool2d_with_indices", {r}, {{"kernel_size", AttrInts({2, 2})}, {"stride", AttrInts({2, 2})}}, 2);
   std::string flat = b.Op("view", {pooled[0]}, {{"size", AttrInts({2, 64})}});
   std::string s = b.Op("sum.dim_IntList", {flat}, {{"dim", AttrInts({1})}, {"keepdim", AttrBool(false)}});
   b.Fetch(s);

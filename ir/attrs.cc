@@ -1,5 +1,5 @@
-#include "absl/strings/string_view.h"
 #include "ir/attrs.h"
+#include "absl/strings/string_view.h"
 
 #include "absl/strings/str_cat.h"
 
@@ -43,8 +43,8 @@ absl::StatusOr<bool> Attrs::GetBool(absl::string_view name, std::optional<bool> 
   return WrongType(name, "a bool");
 }
 
-absl::StatusOr<std::vector<int64_t>> Attrs::GetInts(
-    absl::string_view name, std::optional<std::vector<int64_t>> fallback) const {
+absl::StatusOr<std::vector<int64_t>> Attrs::GetInts(absl::string_view name,
+                                                    std::optional<std::vector<int64_t>> fallback) const {
   auto it = values_.find(std::string(name));
   if (it == values_.end()) return Missing(name, fallback);
   if (auto* v = std::get_if<std::vector<int64_t>>(&it->second)) return *v;
@@ -52,8 +52,8 @@ absl::StatusOr<std::vector<int64_t>> Attrs::GetInts(
   return WrongType(name, "a list of ints");
 }
 
-absl::StatusOr<std::vector<double>> Attrs::GetFloats(
-    absl::string_view name, std::optional<std::vector<double>> fallback) const {
+absl::StatusOr<std::vector<double>> Attrs::GetFloats(absl::string_view name,
+                                                     std::optional<std::vector<double>> fallback) const {
   auto it = values_.find(std::string(name));
   if (it == values_.end()) return Missing(name, fallback);
   if (auto* v = std::get_if<std::vector<double>>(&it->second)) return *v;
@@ -63,8 +63,7 @@ absl::StatusOr<std::vector<double>> Attrs::GetFloats(
   return WrongType(name, "a list of numbers");
 }
 
-absl::StatusOr<std::string> Attrs::GetString(absl::string_view name,
-                                             std::optional<std::string> fallback) const {
+absl::StatusOr<std::string> Attrs::GetString(absl::string_view name, std::optional<std::string> fallback) const {
   auto it = values_.find(std::string(name));
   if (it == values_.end()) return Missing(name, fallback);
   if (auto* v = std::get_if<std::string>(&it->second)) return *v;

@@ -2,11 +2,11 @@
 #ifndef TANDEM_IR_ATTRS_H_
 #define TANDEM_IR_ATTRS_H_
 
-#include "absl/strings/string_view.h"
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include "absl/strings/string_view.h"
 
 #include <variant>
 #include <vector>
@@ -16,8 +16,7 @@
 
 namespace tandem {
 
-using AttrValue =
-    std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<double>, DType>;
+using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<double>, DType>;
 
 // Typed lookups with defaults. A present attribute of the wrong type is an
 // INVALID_ARGUMENT naming it. An int is accepted where a float is asked for,
@@ -31,12 +30,11 @@ class Attrs {
   absl::StatusOr<int64_t> GetInt(absl::string_view name, std::optional<int64_t> fallback = {}) const;
   absl::StatusOr<double> GetFloat(absl::string_view name, std::optional<double> fallback = {}) const;
   absl::StatusOr<bool> GetBool(absl::string_view name, std::optional<bool> fallback = {}) const;
-  absl::StatusOr<std::vector<int64_t>> GetInts(
-      absl::string_view name, std::optional<std::vector<int64_t>> fallback = {}) const;
-  absl::StatusOr<std::vector<double>> GetFloats(
-      absl::string_view name, std::optional<std::vector<double>> fallback = {}) const;
-  absl::StatusOr<std::string> GetString(absl::string_view name,
-                                        std::optional<std::string> fallback = {}) const;
+  absl::StatusOr<std::vector<int64_t>> GetInts(absl::string_view name,
+                                               std::optional<std::vector<int64_t>> fallback = {}) const;
+  absl::StatusOr<std::vector<double>> GetFloats(absl::string_view name,
+                                                std::optional<std::vector<double>> fallback = {}) const;
+  absl::StatusOr<std::string> GetString(absl::string_view name, std::optional<std::string> fallback = {}) const;
   absl::StatusOr<DType> GetDType(absl::string_view name, std::optional<DType> fallback = {}) const;
 
  private:

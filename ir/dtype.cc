@@ -8,33 +8,46 @@ namespace tandem {
 
 size_t DTypeSize(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return 4;
-    case DType::kFloat64: return 8;
-    case DType::kInt64: return 8;
-    case DType::kInt32: return 4;
-    case DType::kBool: return 1;
-    case DType::kBFloat16: return 2;
-    case DType::kFloat16: return 2;
+    case DType::kFloat32:
+      return 4;
+    case DType::kFloat64:
+      return 8;
+    case DType::kInt64:
+      return 8;
+    case DType::kInt32:
+      return 4;
+    case DType::kBool:
+      return 1;
+    case DType::kBFloat16:
+      return 2;
+    case DType::kFloat16:
+      return 2;
   }
   return 0;
 }
 
 const char* DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return "float32";
-    case DType::kFloat64: return "float64";
-    case DType::kInt64: return "int64";
-    case DType::kInt32: return "int32";
-    case DType::kBool: return "bool";
-    case DType::kBFloat16: return "bfloat16";
-    case DType::kFloat16: return "float16";
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kInt64:
+      return "int64";
+    case DType::kInt32:
+      return "int32";
+    case DType::kBool:
+      return "bool";
+    case DType::kBFloat16:
+      return "bfloat16";
+    case DType::kFloat16:
+      return "float16";
   }
   return "?";
 }
 
 bool IsFloating(DType dtype) {
-  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kBFloat16 ||
-         dtype == DType::kFloat16;
+  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kBFloat16 || dtype == DType::kFloat16;
 }
 
 int64_t NumElements(const Shape& shape) {

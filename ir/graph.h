@@ -12,10 +12,10 @@
 #ifndef TANDEM_IR_GRAPH_H_
 #define TANDEM_IR_GRAPH_H_
 
-#include "absl/strings/string_view.h"
 #include <string>
 #include <utility>
 #include <vector>
+#include "absl/strings/string_view.h"
 
 #include "absl/container/flat_hash_map.h"
 #include "ir/attrs.h"
@@ -48,9 +48,9 @@ struct Node {
 struct Graph {
   std::vector<Value> values;
   std::vector<Node> nodes;
-  std::vector<int> persistents;  // value ids, in registration order
-  std::vector<int> feeds;        // value ids, in declaration order
-  std::vector<int> fetchable;    // value ids a run may fetch
+  std::vector<int> persistents;              // value ids, in registration order
+  std::vector<int> feeds;                    // value ids, in declaration order
+  std::vector<int> fetchable;                // value ids a run may fetch
   std::vector<std::pair<int, int>> updates;  // (persistent id, value id)
   absl::flat_hash_map<std::string, int> by_name;
 

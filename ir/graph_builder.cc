@@ -17,10 +17,14 @@ absl::Status Invalid(const std::string& where, absl::string_view what) {
 
 absl::StatusOr<AttrValue> AttrFromProto(const v1::AttrValue& attr) {
   switch (attr.value_case()) {
-    case v1::AttrValue::kI: return AttrValue(static_cast<int64_t>(attr.i()));
-    case v1::AttrValue::kF: return AttrValue(attr.f());
-    case v1::AttrValue::kS: return AttrValue(attr.s());
-    case v1::AttrValue::kB: return AttrValue(attr.b());
+    case v1::AttrValue::kI:
+      return AttrValue(static_cast<int64_t>(attr.i()));
+    case v1::AttrValue::kF:
+      return AttrValue(attr.f());
+    case v1::AttrValue::kS:
+      return AttrValue(attr.s());
+    case v1::AttrValue::kB:
+      return AttrValue(attr.b());
     case v1::AttrValue::kInts:
       return AttrValue(std::vector<int64_t>(attr.ints().values().begin(), attr.ints().values().end()));
     case v1::AttrValue::kFloats:
@@ -29,7 +33,8 @@ absl::StatusOr<AttrValue> AttrFromProto(const v1::AttrValue& attr) {
       ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(attr.dtype()));
       return AttrValue(dtype);
     }
-    case v1::AttrValue::VALUE_NOT_SET: break;
+    case v1::AttrValue::VALUE_NOT_SET:
+      break;
   }
   return absl::InvalidArgumentError("attribute has no value");
 }
@@ -43,27 +48,42 @@ std::string Node::Describe(int index) const {
 
 absl::StatusOr<DType> DTypeFromProto(v1::DType dtype) {
   switch (dtype) {
-    case v1::FLOAT32: return DType::kFloat32;
-    case v1::FLOAT64: return DType::kFloat64;
-    case v1::INT64: return DType::kInt64;
-    case v1::INT32: return DType::kInt32;
-    case v1::BOOL: return DType::kBool;
-    case v1::BFLOAT16: return DType::kBFloat16;
-    case v1::FLOAT16: return DType::kFloat16;
-    default: break;
+    case v1::FLOAT32:
+      return DType::kFloat32;
+    case v1::FLOAT64:
+      return DType::kFloat64;
+    case v1::INT64:
+      return DType::kInt64;
+    case v1::INT32:
+      return DType::kInt32;
+    case v1::BOOL:
+      return DType::kBool;
+    case v1::BFLOAT16:
+      return DType::kBFloat16;
+    case v1::FLOAT16:
+      return DType::kFloat16;
+    default:
+      break;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown dtype ", static_cast<int>(dtype)));
 }
 
 v1::DType DTypeToProto(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return v1::FLOAT32;
-    case DType::kFloat64: return v1::FLOAT64;
-    case DType::kInt64: return v1::INT64;
-    case DType::kInt32: return v1::INT32;
-    case DType::kBool: return v1::BOOL;
-    case DType::kBFloat16: return v1::BFLOAT16;
-    case DType::kFloat16: return v1::FLOAT16;
+    case DType::kFloat32:
+      return v1::FLOAT32;
+    case DType::kFloat64:
+      return v1::FLOAT64;
+    case DType::kInt64:
+      return v1::INT64;
+    case DType::kInt32:
+      return v1::INT32;
+    case DType::kBool:
+      return v1::BOOL;
+    case DType::kBFloat16:
+      return v1::BFLOAT16;
+    case DType::kFloat16:
+      return v1::FLOAT16;
   }
   return v1::DTYPE_UNSPECIFIED;
 }
@@ -80,8 +100,8 @@ absl::Status CheckTensorType(const TensorType& type, const GraphLimits& limits) 
   }
   const std::optional<int64_t> bytes = type.CheckedBytes();
   if (!bytes.has_value() || *bytes > limits.max_tensor_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(type.ToString(), " exceeds the tensor size limit of ",
-                                                   limits.max_tensor_bytes, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(type.ToString(), " exceeds the tensor size limit of ", limits.max_tensor_bytes, " bytes"));
   }
   return absl::OkStatus();
 }
@@ -186,8 +206,8 @@ absl::StatusOr<std::vector<int>> IrBuilder::AddNode(const std::string& op, std::
   if (!inferred.ok()) return Invalid(where, inferred.status().message());
   const int num_outputs = static_cast<int>(inferred->size());
   if (def.num_outputs == kVariableOutputs && static_cast<int>(outputs.size()) != num_outputs) {
-    return Invalid(where, absl::StrCat("defines ", num_outputs, " outputs for these attributes and inputs, got ",
-                                       outputs.size()));
+    return Invalid(
+        where, absl::StrCat("defines ", num_outputs, " outputs for these attributes and inputs, got ", outputs.size()));
   }
   if (def.num_outputs != kVariableOutputs && num_outputs != def.num_outputs) {
     return absl::InternalError(absl::StrCat(where, ": inference returned the wrong number of outputs"));
@@ -205,13 +225,11 @@ absl::StatusOr<std::vector<int>> IrBuilder::AddNode(const std::string& op, std::
       return Invalid(where, absl::StrCat("output ", type.ToString(), " is a view larger than its input"));
     }
     if (o < static_cast<int>(declared.size()) && declared[o].has_value() && !(*declared[o] == type)) {
-      return Invalid(where, absl::StrCat("shape mismatch: output '", outputs[o], "' is ", type.ToString(),
-                                         " from inputs (",
-                                         absl::StrJoin(input_types, ", ",
-                                                       [](std::string* out, const TensorType& t) {
-                                                         out->append(t.ToString());
-                                                       }),
-                                         "), but declared ", declared[o]->ToString()));
+      return Invalid(
+          where, absl::StrCat("shape mismatch: output '", outputs[o], "' is ", type.ToString(), " from inputs (",
+                              absl::StrJoin(input_types, ", ",
+                                            [](std::string* out, const TensorType& t) { out->append(t.ToString()); }),
+                              "), but declared ", declared[o]->ToString()));
     }
     ASSIGN_OR_RETURN(int id, Define(outputs[o], type, ValueKind::kIntermediate, index, where));
     node.outputs.push_back(id);
@@ -236,7 +254,8 @@ absl::Status IrBuilder::AddUpdate(int target, int value) {
   }
   const std::string where =
       absl::StrCat("update '", graph_.values[target].name, "' <- '", graph_.values[value].name, "'");
-  if (graph_.values[target].kind != ValueKind::kPersistent) return Invalid(where, "the target is not a persistent tensor");
+  if (graph_.values[target].kind != ValueKind::kPersistent)
+    return Invalid(where, "the target is not a persistent tensor");
   if (!(graph_.values[target].type == graph_.values[value].type)) {
     return Invalid(where, absl::StrCat("type mismatch: ", graph_.values[target].type.ToString(), " <- ",
                                        graph_.values[value].type.ToString()));
@@ -257,9 +276,9 @@ absl::StatusOr<Graph> BuildGraph(const v1::Graph& wire,
     // A tensor whose bytes travel in a frame of their own (Tensor.frame) is
     // checked by whoever holds the frames.
     if (t.frame() == 0 && t.data().size() != type.bytes()) {
-      return Invalid(absl::StrCat("persistent tensor '", t.spec().name(), "'"),
-                     absl::StrCat("has ", t.data().size(), " bytes of data; ", type.ToString(), " needs ",
-                                  type.bytes()));
+      return Invalid(
+          absl::StrCat("persistent tensor '", t.spec().name(), "'"),
+          absl::StrCat("has ", t.data().size(), " bytes of data; ", type.ToString(), " needs ", type.bytes()));
     }
     RETURN_IF_ERROR(b.AddPersistent(t.spec().name(), type).status());
   }
@@ -300,8 +319,8 @@ absl::StatusOr<Graph> BuildGraph(const v1::Graph& wire,
       if (!type.ok()) return Invalid(where, type.status().message());
       declared.push_back(*std::move(type));
     }
-    RETURN_IF_ERROR(b.AddNode(wn.op(), std::move(inputs), std::move(attrs),
-                              {wn.outputs().begin(), wn.outputs().end()}, wn.label(), declared)
+    RETURN_IF_ERROR(b.AddNode(wn.op(), std::move(inputs), std::move(attrs), {wn.outputs().begin(), wn.outputs().end()},
+                              wn.label(), declared)
                         .status());
   }
   for (const std::string& name : wire.fetches()) {

@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/cpu_program.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_program.h"
 
 namespace tandem {
 namespace {
@@ -211,8 +211,8 @@ TEST(GraphBuilderTest, UnknownOpNamesTheOpAndTheLabel) {
   SetSpec(g.add_feeds(), "x", v1::FLOAT32, {2, 3});
   AddNode(g, "relu", {"x"}, {"a"});
   AddNode(g, "fancy_conv3d", {"a"}, {"b"}, "encoder.block1.conv");
-  EXPECT_THAT(BuildError(g, {}), AllOf(HasSubstr("fancy_conv3d"), HasSubstr("encoder.block1.conv"),
-                                       HasSubstr("node 1"), HasSubstr("unknown op")));
+  EXPECT_THAT(BuildError(g, {}), AllOf(HasSubstr("fancy_conv3d"), HasSubstr("encoder.block1.conv"), HasSubstr("node 1"),
+                                       HasSubstr("unknown op")));
 }
 
 TEST(GraphBuilderTest, DeclaredOutputMismatchIsAShapeMismatch) {

@@ -1,5 +1,5 @@
-#include "absl/strings/string_view.h"
 #include "ir/op_registry.h"
+#include "absl/strings/string_view.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -12,10 +12,10 @@
 #ifndef TANDEM_IR_OP_REGISTRY_H_
 #define TANDEM_IR_OP_REGISTRY_H_
 
-#include "absl/strings/string_view.h"
 #include <functional>
 #include <memory>
 #include <string>
+#include "absl/strings/string_view.h"
 
 #include <vector>
 
@@ -43,8 +43,7 @@ enum class AliasKind {
 
 // Output types from input types and attributes. Returns INVALID_ARGUMENT with
 // a message that names the offending input, dim or attribute.
-using InferFn =
-    std::function<absl::StatusOr<std::vector<TensorType>>(const Attrs&, absl::Span<const TensorType>)>;
+using InferFn = std::function<absl::StatusOr<std::vector<TensorType>>(const Attrs&, absl::Span<const TensorType>)>;
 
 // OpDef::num_outputs of ops whose output count follows from their attributes
 // and input shapes (split, unbind); a node must name exactly as many outputs
@@ -54,7 +53,7 @@ inline constexpr int kVariableOutputs = -1;
 struct OpDef {
   std::string name;
   int min_inputs = 0;
-  int max_inputs = 0;  // -1: unbounded
+  int max_inputs = 0;   // -1: unbounded
   int num_outputs = 1;  // kVariableOutputs: as many as `infer` returns
   InferFn infer;
   AliasKind alias = AliasKind::kNone;
@@ -101,11 +100,11 @@ void RegisterActivationOps(OpRegistry& registry);
 void RegisterComparisonOps(OpRegistry& registry);
 void RegisterNormalizationOps(OpRegistry& registry);
 void RegisterAttentionOps(OpRegistry& registry);
-void RegisterFusedOps(OpRegistry& registry);  // fused_elementwise (graph passes)
-void RegisterRecurrentOps(OpRegistry& registry);  // lstm, lstm_backward
-void RegisterMathOps(OpRegistry& registry);       // ir/ops/math_table.h
-void RegisterGroupNormOps(OpRegistry& registry);  // native_group_norm and its backward
-void RegisterSpatialOps(OpRegistry& registry);  // resampling, padding, 3-D pooling
+void RegisterFusedOps(OpRegistry& registry);          // fused_elementwise (graph passes)
+void RegisterRecurrentOps(OpRegistry& registry);      // lstm, lstm_backward
+void RegisterMathOps(OpRegistry& registry);           // ir/ops/math_table.h
+void RegisterGroupNormOps(OpRegistry& registry);      // native_group_norm and its backward
+void RegisterSpatialOps(OpRegistry& registry);        // resampling, padding, 3-D pooling
 void RegisterAdvancedIndexOps(OpRegistry& registry);  // index.Tensor, scatter_add, scatter_reduce, masked_scatter
 void RegisterStridedOps(OpRegistry& registry);  // slice/select/as_strided scatters, as_strided, diagonal, flip, repeat
 void RegisterRandomOps(OpRegistry& registry);   // bernoulli.p, rand, randn, empty.memory_format, empty_strided

@@ -29,7 +29,8 @@ class KernelTable {
     const OpDef* def = OpRegistry::Global().Find(op);
     if (def == nullptr || def->name != op) {
       std::fprintf(stderr, "kernel table: '%s' is %s; register the kernel under %s\n", std::string(op).c_str(),
-                   def == nullptr ? "no registered op" : "an alias", def == nullptr ? "a registered op" : def->name.c_str());
+                   def == nullptr ? "no registered op" : "an alias",
+                   def == nullptr ? "a registered op" : def->name.c_str());
       std::abort();
     }
     return kernels_[std::string(op)];

@@ -29,8 +29,8 @@ namespace tandem::math {
 
 // float and double forms of the C math functions by one name (the CUDA
 // device library and the host's libm both provide fn and fnf).
-#define TANDEM_MATH_UNARY(Name, fn)                            \
-  TANDEM_MATH_HD float Name(float x) { return ::fn##f(x); }    \
+#define TANDEM_MATH_UNARY(Name, fn)                         \
+  TANDEM_MATH_HD float Name(float x) { return ::fn##f(x); } \
   TANDEM_MATH_HD double Name(double x) { return ::fn(x); }
 TANDEM_MATH_UNARY(Fabs, fabs)
 TANDEM_MATH_UNARY(Acos, acos)
@@ -56,8 +56,8 @@ TANDEM_MATH_UNARY(Tan, tan)
 TANDEM_MATH_UNARY(Trunc, trunc)
 #undef TANDEM_MATH_UNARY
 
-#define TANDEM_MATH_BINARY(Name, fn)                                       \
-  TANDEM_MATH_HD float Name(float x, float y) { return ::fn##f(x, y); }    \
+#define TANDEM_MATH_BINARY(Name, fn)                                    \
+  TANDEM_MATH_HD float Name(float x, float y) { return ::fn##f(x, y); } \
   TANDEM_MATH_HD double Name(double x, double y) { return ::fn(x, y); }
 TANDEM_MATH_BINARY(Atan2, atan2)
 TANDEM_MATH_BINARY(CopySign, copysign)
@@ -91,9 +91,7 @@ TANDEM_MATH_HD A DivFloorFloat(A a, A b) {
 }
 
 // -x without signed overflow (INT64_MIN stays INT64_MIN).
-TANDEM_MATH_HD int64_t WrappingNeg(int64_t x) {
-  return static_cast<int64_t>(0ull - static_cast<uint64_t>(x));
-}
+TANDEM_MATH_HD int64_t WrappingNeg(int64_t x) { return static_cast<int64_t>(0ull - static_cast<uint64_t>(x)); }
 
 TANDEM_MATH_HD int64_t IntPow(int64_t base, int64_t exp) {
   if (exp < 0) {
@@ -276,8 +274,10 @@ TANDEM_MATH_HD A ApplyMath(A x, A y, const MathParams& p) {
 // Host code only.
 template <typename F>
 inline void DispatchMathOp(MathOp op, F&& f) {
-#define TANDEM_MATH_CASE(kOp) \
-  case MathOp::kOp: f(std::integral_constant<MathOp, MathOp::kOp>{}); return;
+#define TANDEM_MATH_CASE(kOp)                         \
+  case MathOp::kOp:                                   \
+    f(std::integral_constant<MathOp, MathOp::kOp>{}); \
+    return;
   switch (op) {
     TANDEM_MATH_CASE(kAbs)
     TANDEM_MATH_CASE(kAcos)
@@ -324,7 +324,8 @@ inline void DispatchMathOp(MathOp op, F&& f) {
     TANDEM_MATH_CASE(kHardtanhBackward)
     TANDEM_MATH_CASE(kLeakyReluBackward)
     TANDEM_MATH_CASE(kEluBackward)
-    case MathOp::kCount: return;
+    case MathOp::kCount:
+      return;
   }
 #undef TANDEM_MATH_CASE
 }

@@ -7,8 +7,10 @@ namespace tandem {
 
 absl::StatusOr<std::unique_ptr<Program>> CreateProgram(const Graph& graph, device::Device& device) {
   switch (device.info().backend) {
-    case device::Backend::kCpu: return cpu::CreateCpuProgram(graph);
-    case device::Backend::kCuda: return CreateCudaProgram(graph, device);
+    case device::Backend::kCpu:
+      return cpu::CreateCpuProgram(graph);
+    case device::Backend::kCuda:
+      return CreateCudaProgram(graph, device);
   }
   return absl::InternalError("unknown device backend");
 }

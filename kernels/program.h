@@ -20,8 +20,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "ir/graph.h"
 #include "device/device.h"
+#include "ir/graph.h"
 
 namespace tandem {
 
@@ -73,8 +73,7 @@ class Program {
   // reports it at the OnComplete after the last range. Callers stop
   // enqueueing ranges after a failure. INVALID_ARGUMENT for a range outside
   // [0, num_nodes].
-  virtual absl::Status EnqueueNodes(device::Stream& stream, absl::Span<void* const> addresses, int begin,
-                                    int end) = 0;
+  virtual absl::Status EnqueueNodes(device::Stream& stream, absl::Span<void* const> addresses, int begin, int end) = 0;
 
   // Readies `stream` for this program's first iteration there without
   // running anything on it: the per-stream state its kernels would otherwise

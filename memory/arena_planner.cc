@@ -10,12 +10,9 @@
 namespace tandem::memory {
 namespace {
 
-bool Conflict(const BufferLifetime& a, const BufferLifetime& b) {
-  return a.first <= b.last && b.first <= a.last;
-}
+bool Conflict(const BufferLifetime& a, const BufferLifetime& b) { return a.first <= b.last && b.first <= a.last; }
 
-uint64_t PeakOf(absl::Span<const BufferLifetime> buffers, const std::vector<uint64_t>& offsets,
-                uint64_t alignment) {
+uint64_t PeakOf(absl::Span<const BufferLifetime> buffers, const std::vector<uint64_t>& offsets, uint64_t alignment) {
   uint64_t peak = 0;
   for (size_t i = 0; i < buffers.size(); ++i) {
     if (buffers[i].bytes == 0) continue;
@@ -36,8 +33,7 @@ std::vector<size_t> BySizeDescending(absl::Span<const BufferLifetime> buffers) {
   return order;
 }
 
-std::vector<uint64_t> GreedyBySize(absl::Span<const BufferLifetime> buffers, uint64_t alignment,
-                                   bool best_gap) {
+std::vector<uint64_t> GreedyBySize(absl::Span<const BufferLifetime> buffers, uint64_t alignment, bool best_gap) {
   std::vector<uint64_t> offsets(buffers.size(), 0);
   // Placed buffers in offset order: (offset, aligned size, index).
   struct Placed {
@@ -76,8 +72,7 @@ std::vector<uint64_t> GreedyBySize(absl::Span<const BufferLifetime> buffers, uin
   return offsets;
 }
 
-std::vector<uint64_t> OnlineBestFit(absl::Span<const BufferLifetime> buffers,
-                                    uint64_t alignment) {
+std::vector<uint64_t> OnlineBestFit(absl::Span<const BufferLifetime> buffers, uint64_t alignment) {
   std::vector<uint64_t> offsets(buffers.size(), 0);
   uint64_t total = 0;
   std::vector<size_t> births;
@@ -93,8 +88,7 @@ std::vector<uint64_t> OnlineBestFit(absl::Span<const BufferLifetime> buffers,
     return buffers[a].bytes > buffers[b].bytes;
   });
   std::vector<size_t> deaths = births;
-  std::stable_sort(deaths.begin(), deaths.end(),
-                   [&](size_t a, size_t b) { return buffers[a].last < buffers[b].last; });
+  std::stable_sort(deaths.begin(), deaths.end(), [&](size_t a, size_t b) { return buffers[a].last < buffers[b].last; });
   // The space never needs more than every buffer side by side.
   RangeAllocator space(total, alignment);
   size_t next_death = 0;
@@ -111,8 +105,7 @@ std::vector<uint64_t> OnlineBestFit(absl::Span<const BufferLifetime> buffers,
 
 }  // namespace
 
-ArenaPlan PlanArena(absl::Span<const BufferLifetime> buffers, uint64_t alignment,
-                    ArenaHeuristic heuristic) {
+ArenaPlan PlanArena(absl::Span<const BufferLifetime> buffers, uint64_t alignment, ArenaHeuristic heuristic) {
   std::vector<std::vector<uint64_t>> candidates;
   const bool greedy_allowed = buffers.size() <= kGreedyLimit;
   switch (heuristic) {

@@ -23,8 +23,7 @@ void ExpectValidPlan(const std::vector<BufferLifetime>& buffers, const ArenaPlan
     peak = std::max(peak, plan.offsets[i] + AlignUp(buffers[i].bytes, kAlign));
     for (size_t j = i + 1; j < buffers.size(); ++j) {
       if (buffers[j].bytes == 0) continue;
-      const bool live_together =
-          buffers[i].first <= buffers[j].last && buffers[j].first <= buffers[i].last;
+      const bool live_together = buffers[i].first <= buffers[j].last && buffers[j].first <= buffers[i].last;
       if (!live_together) continue;
       const uint64_t end_i = plan.offsets[i] + AlignUp(buffers[i].bytes, kAlign);
       const uint64_t end_j = plan.offsets[j] + AlignUp(buffers[j].bytes, kAlign);
@@ -66,8 +65,7 @@ TEST(ArenaPlannerTest, DisjointLifetimesNeedOnlyTheLargest) {
 TEST(ArenaPlannerTest, ReusesAFreedRangeForASmallerBuffer) {
   // A big buffer dies at step 2; two small ones born at 3 fit in its range
   // while a long-lived buffer stays beside it.
-  std::vector<BufferLifetime> buffers = {
-      {4096, 0, 2}, {1024, 0, 6}, {2048, 3, 5}, {2048, 3, 6}};
+  std::vector<BufferLifetime> buffers = {{4096, 0, 2}, {1024, 0, 6}, {2048, 3, 5}, {2048, 3, 6}};
   ArenaPlan plan = PlanArena(buffers, kAlign);
   ExpectValidPlan(buffers, plan);
   EXPECT_EQ(plan.peak_bytes, 4096u + 1024);
@@ -107,8 +105,7 @@ TEST(ArenaPlannerTest, RandomPlansAreValidAndBestIsTheMinimum) {
     const uint64_t bound = LowerBoundBytes(buffers, kAlign);
     ArenaPlan best = PlanArena(buffers, kAlign);
     ExpectValidPlan(buffers, best);
-    for (auto heuristic : {ArenaHeuristic::kGreedyBySizeBestGap,
-                           ArenaHeuristic::kGreedyBySizeLowestGap,
+    for (auto heuristic : {ArenaHeuristic::kGreedyBySizeBestGap, ArenaHeuristic::kGreedyBySizeLowestGap,
                            ArenaHeuristic::kOnlineBestFit}) {
       ArenaPlan plan = PlanArena(buffers, kAlign, heuristic);
       ExpectValidPlan(buffers, plan);
@@ -135,14 +132,13 @@ TEST(ArenaPlannerTest, TrainingLikeLifetimesStayNearTheLowerBound) {
     std::vector<BufferLifetime> buffers;
     for (int l = 0; l < layers; ++l) {
       const uint64_t activation = (1 + rng() % 64) * 4096;
-      buffers.push_back({activation, l, steps - 1 - l});           // saved for backward
+      buffers.push_back({activation, l, steps - 1 - l});            // saved for backward
       buffers.push_back({activation * (1 + rng() % 3), l, l + 1});  // temporary
       buffers.push_back({activation, steps - 1 - l, steps - l});    // gradient
     }
     const double bound = static_cast<double>(LowerBoundBytes(buffers, kAlign));
     int k = 0;
-    for (auto heuristic : {ArenaHeuristic::kGreedyBySizeBestGap,
-                           ArenaHeuristic::kGreedyBySizeLowestGap,
+    for (auto heuristic : {ArenaHeuristic::kGreedyBySizeBestGap, ArenaHeuristic::kGreedyBySizeLowestGap,
                            ArenaHeuristic::kOnlineBestFit}) {
       sum_ratio[k++] += PlanArena(buffers, kAlign, heuristic).peak_bytes / bound;
     }
@@ -150,10 +146,10 @@ TEST(ArenaPlannerTest, TrainingLikeLifetimesStayNearTheLowerBound) {
     ExpectValidPlan(buffers, best);
     worst_best = std::max(worst_best, best.peak_bytes / bound);
   }
-  std::printf("peak / lower bound, mean over %d graphs: greedy best-gap %.3f, greedy "
-              "lowest-gap %.3f, online best-fit %.3f; best-of worst case %.3f\n",
-              kTrials, sum_ratio[0] / kTrials, sum_ratio[1] / kTrials, sum_ratio[2] / kTrials,
-              worst_best);
+  std::printf(
+      "peak / lower bound, mean over %d graphs: greedy best-gap %.3f, greedy "
+      "lowest-gap %.3f, online best-fit %.3f; best-of worst case %.3f\n",
+      kTrials, sum_ratio[0] / kTrials, sum_ratio[1] / kTrials, sum_ratio[2] / kTrials, worst_best);
   EXPECT_LE(worst_best, 1.10);
 }
 

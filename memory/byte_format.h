@@ -14,9 +14,7 @@ namespace tandem::memory {
 std::string FormatBytes(uint64_t bytes);
 
 // `bytes` rounded up to a multiple of `alignment` (a power of two).
-inline uint64_t AlignUp(uint64_t bytes, uint64_t alignment) {
-  return (bytes + alignment - 1) & ~(alignment - 1);
-}
+inline uint64_t AlignUp(uint64_t bytes, uint64_t alignment) { return (bytes + alignment - 1) & ~(alignment - 1); }
 
 }  // namespace tandem::memory
 

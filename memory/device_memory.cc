@@ -16,54 +16,43 @@ namespace {
 
 // a + b, saturating: requests with absurd sizes must not wrap around.
 uint64_t SaturatingAdd(uint64_t a, uint64_t b) {
-  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max()
-                                                       : a + b;
+  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max() : a + b;
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DeviceMemory>> DeviceMemory::Create(
-    device::Device& device, const DeviceMemoryOptions& options) {
+absl::StatusOr<std::unique_ptr<DeviceMemory>> DeviceMemory::Create(device::Device& device,
+                                                                   const DeviceMemoryOptions& options) {
   const device::DeviceInfo& info = device.info();
   if (options.max_lanes < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("memory of ", info.name, ": max_lanes must be at least 1, not ",
-                     options.max_lanes));
+        absl::StrCat("memory of ", info.name, ": max_lanes must be at least 1, not ", options.max_lanes));
   }
   if (options.reserve_bytes >= info.capacity_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "memory of ", info.name, ": the reserve (", FormatBytes(options.reserve_bytes),
-        ") leaves nothing of the device's capacity (", FormatBytes(info.capacity_bytes),
-        "); lower the reserve"));
+        ") leaves nothing of the device's capacity (", FormatBytes(info.capacity_bytes), "); lower the reserve"));
   }
-  const uint64_t usable =
-      (info.capacity_bytes - options.reserve_bytes) & ~uint64_t{device::kDeviceAlignment - 1};
+  const uint64_t usable = (info.capacity_bytes - options.reserve_bytes) & ~uint64_t{device::kDeviceAlignment - 1};
   if (usable == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "memory of ", info.name, ": capacity ", FormatBytes(info.capacity_bytes),
-        " minus reserve ", FormatBytes(options.reserve_bytes), " leaves less than ",
-        device::kDeviceAlignment, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory of ", info.name, ": capacity ", FormatBytes(info.capacity_bytes), " minus reserve ",
+                     FormatBytes(options.reserve_bytes), " leaves less than ", device::kDeviceAlignment, " bytes"));
   }
   absl::StatusOr<void*> region = device.Allocate(usable);
   if (!region.ok()) {
-    return absl::Status(region.status().code(),
-                        absl::StrCat("memory of ", info.name, ": cannot take the usable ",
-                                     FormatBytes(usable), " (capacity ",
-                                     FormatBytes(info.capacity_bytes), " - reserve ",
-                                     FormatBytes(options.reserve_bytes),
-                                     ") from the device; raise the reserve: ",
-                                     region.status().message()));
+    return absl::Status(
+        region.status().code(),
+        absl::StrCat("memory of ", info.name, ": cannot take the usable ", FormatBytes(usable), " (capacity ",
+                     FormatBytes(info.capacity_bytes), " - reserve ", FormatBytes(options.reserve_bytes),
+                     ") from the device; raise the reserve: ", region.status().message()));
   }
   return std::unique_ptr<DeviceMemory>(new DeviceMemoryImpl(device, options, *region, usable));
 }
 
-DeviceMemoryImpl::DeviceMemoryImpl(device::Device& device, const DeviceMemoryOptions& options,
-                                   void* region, uint64_t usable)
-    : device_(device),
-      options_(options),
-      region_(region),
-      usable_(usable),
-      space_(usable, device::kDeviceAlignment) {}
+DeviceMemoryImpl::DeviceMemoryImpl(device::Device& device, const DeviceMemoryOptions& options, void* region,
+                                   uint64_t usable)
+    : device_(device), options_(options), region_(region), usable_(usable), space_(usable, device::kDeviceAlignment) {}
 
 DeviceMemoryImpl::~DeviceMemoryImpl() { device_.Free(region_); }
 
@@ -93,12 +82,11 @@ uint64_t DeviceMemoryImpl::LaneBytes() const {
   return bytes;
 }
 
-std::vector<DeviceMemoryImpl::LaneCandidate> DeviceMemoryImpl::LaneCandidates(
-    const JobMemoryRequest& request, uint64_t ephemeral) const {
+std::vector<DeviceMemoryImpl::LaneCandidate> DeviceMemoryImpl::LaneCandidates(const JobMemoryRequest& request,
+                                                                              uint64_t ephemeral) const {
   auto existing = [&](int index) {
     const Lane& lane = lanes_[index];
-    return LaneCandidate{index, false,
-                         ephemeral > lane.arena.bytes ? ephemeral - lane.arena.bytes : 0};
+    return LaneCandidate{index, false, ephemeral > lane.arena.bytes ? ephemeral - lane.arena.bytes : 0};
   };
   std::vector<LaneCandidate> candidates;
   if (request.lane >= 0) {
@@ -132,8 +120,7 @@ std::vector<DeviceMemoryImpl::LaneCandidate> DeviceMemoryImpl::LaneCandidates(
     candidates.push_back(LaneCandidate{index, true, ephemeral});
   }
   // (3) The lane that grows least.
-  std::stable_sort(growing.begin(), growing.end(),
-                   [](const auto& a, const auto& b) { return a.growth < b.growth; });
+  std::stable_sort(growing.begin(), growing.end(), [](const auto& a, const auto& b) { return a.growth < b.growth; });
   candidates.insert(candidates.end(), growing.begin(), growing.end());
   return candidates;
 }
@@ -220,12 +207,10 @@ bool DeviceMemoryImpl::PlaceLane(const LaneCandidate& candidate, uint64_t epheme
   return false;
 }
 
-std::optional<std::vector<uint64_t>> DeviceMemoryImpl::PlacePersistent(
-    const std::vector<uint64_t>& aligned) {
+std::optional<std::vector<uint64_t>> DeviceMemoryImpl::PlacePersistent(const std::vector<uint64_t>& aligned) {
   std::vector<size_t> order(aligned.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return aligned[a] > aligned[b]; });
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return aligned[a] > aligned[b]; });
   std::vector<uint64_t> offsets(aligned.size());
   for (size_t k = 0; k < order.size(); ++k) {
     std::optional<uint64_t> offset = space_.Allocate(aligned[order[k]], RangeAllocator::End::kLow);
@@ -241,14 +226,14 @@ std::optional<std::vector<uint64_t>> DeviceMemoryImpl::PlacePersistent(
 absl::StatusOr<JobMemoryGrant> DeviceMemoryImpl::Admit(const JobMemoryRequest& request) {
   const std::string& device_name = device_.info().name;
   if (jobs_.contains(request.job)) {
-    return absl::AlreadyExistsError(absl::StrCat("job ", request.job, " ('", request.name,
-                                                 "') is already admitted on ", device_name));
+    return absl::AlreadyExistsError(
+        absl::StrCat("job ", request.job, " ('", request.name, "') is already admitted on ", device_name));
   }
   if (request.lane < -1 || request.lane > NumLanes() || request.lane >= options_.max_lanes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "job ", request.job, " ('", request.name, "') asks for lane ", request.lane, " on ",
-        device_name, ", which has ", NumLanes(), " lanes (at most ", options_.max_lanes,
-        "); use -1 to let the allocator choose, or ", NumLanes(), " to open a lane"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", request.job, " ('", request.name, "') asks for lane ", request.lane, " on ", device_name,
+                     ", which has ", NumLanes(), " lanes (at most ", options_.max_lanes,
+                     "); use -1 to let the allocator choose, or ", NumLanes(), " to open a lane"));
   }
   std::vector<uint64_t> aligned;
   aligned.reserve(request.persistent_bytes.size());
@@ -262,34 +247,30 @@ absl::StatusOr<JobMemoryGrant> DeviceMemoryImpl::Admit(const JobMemoryRequest& r
   const uint64_t total = SaturatingAdd(persistent, ephemeral);
 
   uint64_t quota = request.quota_bytes;
-  if (options_.max_job_bytes != 0 && !request.quota_replaces_limit &&
-      (quota == 0 || options_.max_job_bytes < quota)) {
+  if (options_.max_job_bytes != 0 && !request.quota_replaces_limit && (quota == 0 || options_.max_job_bytes < quota)) {
     quota = options_.max_job_bytes;
   }
   if (quota != 0 && total > quota) {
     ++jobs_refused_;
     const bool own = quota == request.quota_bytes;
-    return Refusal(
-        absl::StatusCode::kResourceExhausted, request, persistent, ephemeral,
-        absl::StrCat("it needs ", FormatBytes(total), ", over ",
-                     own ? "its own quota of " : "the per-job limit of ", FormatBytes(quota)),
-        absl::StrCat("use a smaller batch or less persistent state (", FormatBytes(total - quota),
-                     " less), or ", own ? "raise the job's quota" : "raise the daemon's max_job_bytes"));
+    return Refusal(absl::StatusCode::kResourceExhausted, request, persistent, ephemeral,
+                   absl::StrCat("it needs ", FormatBytes(total), ", over ",
+                                own ? "its own quota of " : "the per-job limit of ", FormatBytes(quota)),
+                   absl::StrCat("use a smaller batch or less persistent state (", FormatBytes(total - quota),
+                                " less), or ", own ? "raise the job's quota" : "raise the daemon's max_job_bytes"));
   }
   if (total > usable_) {
     ++jobs_refused_;
-    std::string suggestion = absl::StrCat("use a smaller batch or less persistent state (",
-                                          FormatBytes(total - usable_), " less)");
+    std::string suggestion =
+        absl::StrCat("use a smaller batch or less persistent state (", FormatBytes(total - usable_), " less)");
     const uint64_t capacity = device_.info().capacity_bytes;
     if (total <= (capacity & ~uint64_t{device::kDeviceAlignment - 1})) {
-      absl::StrAppend(&suggestion, ", or lower the reserve (",
-                      FormatBytes(options_.reserve_bytes), ") by at least ",
+      absl::StrAppend(&suggestion, ", or lower the reserve (", FormatBytes(options_.reserve_bytes), ") by at least ",
                       FormatBytes(total - usable_));
     }
     return Refusal(absl::StatusCode::kResourceExhausted, request, persistent, ephemeral,
-                   absl::StrCat("it can never fit: it needs ", FormatBytes(total),
-                                " and the device has ", FormatBytes(usable_),
-                                " usable even with no other job"),
+                   absl::StrCat("it can never fit: it needs ", FormatBytes(total), " and the device has ",
+                                FormatBytes(usable_), " usable even with no other job"),
                    suggestion);
   }
 
@@ -329,30 +310,26 @@ absl::StatusOr<JobMemoryGrant> DeviceMemoryImpl::Admit(const JobMemoryRequest& r
     const uint64_t free = space_.free_bytes();
     if (needed > free) {
       const uint64_t deficit = needed - free;
-      std::string suggestion =
-          absl::StrCat("wait until other jobs leave (queue the job: it fits once ",
-                       FormatBytes(deficit), " more are free)");
+      std::string suggestion = absl::StrCat("wait until other jobs leave (queue the job: it fits once ",
+                                            FormatBytes(deficit), " more are free)");
       if (cheapest > 0) {
-        absl::StrAppend(&suggestion, ", or use a smaller batch (its lane arena costs ",
-                        FormatBytes(cheapest), ")");
+        absl::StrAppend(&suggestion, ", or use a smaller batch (its lane arena costs ", FormatBytes(cheapest), ")");
       }
       if (options_.reserve_bytes >= deficit) {
-        absl::StrAppend(&suggestion, ", or lower the reserve (", FormatBytes(options_.reserve_bytes),
-                        ") by ", FormatBytes(deficit));
+        absl::StrAppend(&suggestion, ", or lower the reserve (", FormatBytes(options_.reserve_bytes), ") by ",
+                        FormatBytes(deficit));
       }
-      return Refusal(absl::StatusCode::kFailedPrecondition, request, persistent, ephemeral,
-                     absl::StrCat("it needs ", FormatBytes(needed), " free (",
-                                  FormatBytes(persistent), " persistent + ", FormatBytes(cheapest),
-                                  " more lane arena) and ", FormatBytes(free), " are free now"),
-                     suggestion);
+      return Refusal(
+          absl::StatusCode::kFailedPrecondition, request, persistent, ephemeral,
+          absl::StrCat("it needs ", FormatBytes(needed), " free (", FormatBytes(persistent), " persistent + ",
+                       FormatBytes(cheapest), " more lane arena) and ", FormatBytes(free), " are free now"),
+          suggestion);
     }
-    return Refusal(
-        absl::StatusCode::kFailedPrecondition, request, persistent, ephemeral,
-        absl::StrCat("it needs ", FormatBytes(needed), " and ", FormatBytes(free),
-                     " are free, but split into ranges of at most ",
-                     FormatBytes(space_.largest_free())),
-        "compact the device's memory when its lanes are idle (it undoes the fragmentation), "
-        "or wait until other jobs leave");
+    return Refusal(absl::StatusCode::kFailedPrecondition, request, persistent, ephemeral,
+                   absl::StrCat("it needs ", FormatBytes(needed), " and ", FormatBytes(free),
+                                " are free, but split into ranges of at most ", FormatBytes(space_.largest_free())),
+                   "compact the device's memory when its lanes are idle (it undoes the fragmentation), "
+                   "or wait until other jobs leave");
   }
 
   Job job;
@@ -424,8 +401,8 @@ absl::Status DeviceMemoryImpl::MoveJob(JobId id, int to) {
   LaneCandidate candidate{to, opens, opens ? job.ephemeral : 0};
   if (!opens && job.ephemeral > lanes_[to].arena.bytes) candidate.growth = job.ephemeral - lanes_[to].arena.bytes;
   if (!PlaceLane(candidate, job.ephemeral)) {  // may add a lane: take references after
-    return absl::FailedPreconditionError(absl::StrCat("lane ", to, " cannot grow to ", FormatBytes(job.ephemeral),
-                                                      ": ", FormatBytes(space_.largest_free()),
+    return absl::FailedPreconditionError(absl::StrCat("lane ", to, " cannot grow to ", FormatBytes(job.ephemeral), ": ",
+                                                      FormatBytes(space_.largest_free()),
                                                       " is the largest free range"));
   }
   LeaveLane(job);
@@ -512,8 +489,7 @@ DeviceMemoryStats DeviceMemoryImpl::Stats() const {
     stats.lanes.push_back(std::move(lane_stats));
   }
   for (const auto& [id, job] : jobs_) {
-    stats.jobs.push_back(JobMemoryStats{id, job.name, job.lane, job.persistent,
-                                        job.tensors.size(), job.ephemeral});
+    stats.jobs.push_back(JobMemoryStats{id, job.name, job.lane, job.persistent, job.tensors.size(), job.ephemeral});
   }
   return stats;
 }
@@ -526,18 +502,15 @@ std::vector<void*> DeviceMemoryImpl::PersistentAddresses(JobId id) const {
   return addresses;
 }
 
-absl::Status DeviceMemoryImpl::Refusal(absl::StatusCode code, const JobMemoryRequest& request,
-                                       uint64_t persistent, uint64_t ephemeral,
-                                       const std::string& reason,
+absl::Status DeviceMemoryImpl::Refusal(absl::StatusCode code, const JobMemoryRequest& request, uint64_t persistent,
+                                       uint64_t ephemeral, const std::string& reason,
                                        const std::string& suggestion) const {
   const size_t tensors = request.persistent_bytes.size();
-  return absl::Status(
-      code, absl::StrCat("cannot admit job ", request.job, " ('", request.name, "') on ",
-                         device_.info().name, ": ", reason, ". It requests ",
-                         FormatBytes(persistent), " persistent (", tensors,
-                         tensors == 1 ? " tensor) + " : " tensors) + ", FormatBytes(ephemeral),
-                         " ephemeral (its planned peak). Device: ", DescribeUsage(Stats()),
-                         ". To make it fit: ", suggestion, "."));
+  return absl::Status(code, absl::StrCat("cannot admit job ", request.job, " ('", request.name, "') on ",
+                                         device_.info().name, ": ", reason, ". It requests ", FormatBytes(persistent),
+                                         " persistent (", tensors, tensors == 1 ? " tensor) + " : " tensors) + ",
+                                         FormatBytes(ephemeral), " ephemeral (its planned peak). Device: ",
+                                         DescribeUsage(Stats()), ". To make it fit: ", suggestion, "."));
 }
 
 }  // namespace tandem::memory

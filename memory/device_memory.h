@@ -62,7 +62,7 @@ struct DeviceMemoryOptions {
 
 struct JobMemoryRequest {
   JobId job = 0;
-  std::string name;                       // for reports
+  std::string name;                        // for reports
   std::vector<uint64_t> persistent_bytes;  // one entry per persistent tensor
   uint64_t ephemeral_bytes = 0;            // the planned peak of one iteration
   uint64_t quota_bytes = 0;                // the job's own bound; 0: the default
@@ -88,7 +88,7 @@ struct JobMemoryStats {
   int lane = 0;
   uint64_t persistent_bytes = 0;  // aligned sizes of its tensors
   uint64_t persistent_tensors = 0;
-  uint64_t ephemeral_bytes = 0;   // its planned peak, aligned
+  uint64_t ephemeral_bytes = 0;  // its planned peak, aligned
 };
 
 // Sizes count aligned bytes. Always:
@@ -99,20 +99,20 @@ struct DeviceMemoryStats {
   uint64_t reserve_bytes = 0;
   uint64_t persistent_bytes = 0;  // allocated to jobs
   uint64_t persistent_peak_bytes = 0;
-  uint64_t lane_bytes = 0;        // sum of lane arenas
-  uint64_t free_bytes = 0;        // usable - persistent - lanes - retired
-  std::vector<LaneStats> lanes;   // open lanes, by index
+  uint64_t lane_bytes = 0;       // sum of lane arenas
+  uint64_t free_bytes = 0;       // usable - persistent - lanes - retired
+  std::vector<LaneStats> lanes;  // open lanes, by index
 
   uint64_t usable_bytes = 0;
-  uint64_t retired_bytes = 0;       // sum over lanes of retired arena ranges
-  uint64_t largest_free_bytes = 0;  // the largest contiguous free range
+  uint64_t retired_bytes = 0;         // sum over lanes of retired arena ranges
+  uint64_t largest_free_bytes = 0;    // the largest contiguous free range
   uint64_t persistent_allocated = 0;  // persistent tensors allocated since Create
   uint64_t persistent_freed = 0;      // persistent tensors freed since Create
   uint64_t jobs_admitted = 0;
   uint64_t jobs_refused = 0;
   uint64_t compactions = 0;
   uint64_t compaction_bytes_moved = 0;
-  uint64_t slack_trims = 0;  // lanes shrunk to their need so that a job could be admitted
+  uint64_t slack_trims = 0;          // lanes shrunk to their need so that a job could be admitted
   std::vector<JobMemoryStats> jobs;  // admitted jobs, by id
 };
 

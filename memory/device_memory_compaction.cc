@@ -36,9 +36,8 @@ CompactionResult DeviceMemoryImpl::Compact(device::Stream& stream) {
     for (int i = 0; i < NumLanes(); ++i) {
       if (lanes_[i].open) order.push_back(i);
     }
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-      return lanes_[a].arena.bytes > lanes_[b].arena.bytes;
-    });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return lanes_[a].arena.bytes > lanes_[b].arena.bytes; });
     for (int i : order) {
       Range& arena = lanes_[i].arena;
       space_.Free(arena.offset, arena.bytes);
@@ -66,8 +65,7 @@ CompactionResult DeviceMemoryImpl::Compact(device::Stream& stream) {
       // Slide down into the free range right below, which holds it whole.
       to = from - gap;
       copied = device_.CopyOnDevice(stream, Address(to), Address(from), tensor.bytes);
-    } else if (std::optional<uint64_t> temp =
-                   gap > 0 ? space_.AllocateHighest(tensor.aligned) : std::nullopt) {
+    } else if (std::optional<uint64_t> temp = gap > 0 ? space_.AllocateHighest(tensor.aligned) : std::nullopt) {
       // Slide down by less than its size: through a temporary range (the
       // gap is too small to hold the temporary, so it lies elsewhere).
       to = from - gap;
@@ -107,11 +105,11 @@ CompactionResult DeviceMemoryImpl::Compact(device::Stream& stream) {
   if (!result.moves.empty()) {
     absl::Status synced = device_.Synchronize(stream);
     if (!synced.ok() && result.status.ok()) {
-      result.status = absl::Status(
-          synced.code(), absl::StrCat("compaction on ", device_.info().name,
-                                      ": the copy stream failed; the moved tensors' contents are "
-                                      "unreliable: ",
-                                      synced.message()));
+      result.status =
+          absl::Status(synced.code(), absl::StrCat("compaction on ", device_.info().name,
+                                                   ": the copy stream failed; the moved tensors' contents are "
+                                                   "unreliable: ",
+                                                   synced.message()));
     }
   }
   result.largest_free_after = space_.largest_free();

@@ -111,8 +111,8 @@ TEST_F(CompactionTest, PacksTensorsDownAndArenasUpPreservingData) {
     EXPECT_EQ(addresses, memory_->PersistentAddresses(job)) << "job " << job;
   }
   for (int lane = 0; lane < memory_->NumLanes(); ++lane) {
-    const bool listed = std::find(result.lanes_moved.begin(), result.lanes_moved.end(), lane) !=
-                        result.lanes_moved.end();
+    const bool listed =
+        std::find(result.lanes_moved.begin(), result.lanes_moved.end(), lane) != result.lanes_moved.end();
     EXPECT_EQ(listed, memory_->LaneArena(lane) != arenas_before[lane]) << "lane " << lane;
   }
   ExpectDataIntact();
@@ -166,8 +166,7 @@ TEST_F(CompactionTest, AFailedCopyStopsCompactionWithConsistentMoves) {
   for (const auto& [job, addresses] : before) EXPECT_EQ(addresses, memory_->PersistentAddresses(job));
   ExpectDataIntact();
   const DeviceMemoryStats stats = memory_->Stats();
-  EXPECT_EQ(stats.persistent_bytes + stats.lane_bytes + stats.retired_bytes + stats.free_bytes,
-            stats.usable_bytes);
+  EXPECT_EQ(stats.persistent_bytes + stats.lane_bytes + stats.retired_bytes + stats.free_bytes, stats.usable_bytes);
   // A later compaction completes.
   CompactionResult retry = memory_->Compact(*stream_);
   ASSERT_TRUE(retry.status.ok()) << retry.status;

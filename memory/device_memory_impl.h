@@ -22,8 +22,7 @@ namespace tandem::memory {
 class DeviceMemoryImpl final : public DeviceMemory {
  public:
   // `region` holds `usable` bytes from `device`; the object frees it.
-  DeviceMemoryImpl(device::Device& device, const DeviceMemoryOptions& options, void* region,
-                   uint64_t usable);
+  DeviceMemoryImpl(device::Device& device, const DeviceMemoryOptions& options, void* region, uint64_t usable);
   ~DeviceMemoryImpl() override;
 
   absl::StatusOr<JobMemoryGrant> Admit(const JobMemoryRequest& request) override;
@@ -48,7 +47,7 @@ class DeviceMemoryImpl final : public DeviceMemory {
     JobId id = 0;
     std::string name;
     int lane = 0;
-    uint64_t ephemeral = 0;  // aligned planned peak
+    uint64_t ephemeral = 0;   // aligned planned peak
     uint64_t persistent = 0;  // sum of aligned tensor sizes
     std::vector<Tensor> tensors;
   };
@@ -61,19 +60,16 @@ class DeviceMemoryImpl final : public DeviceMemory {
   // A lane a job could go to, and what that costs.
   struct LaneCandidate {
     int lane = 0;
-    bool opens = false;      // a closed or new lane
-    uint64_t growth = 0;     // arena bytes added
+    bool opens = false;   // a closed or new lane
+    uint64_t growth = 0;  // arena bytes added
   };
 
-  void* Address(uint64_t offset) const {
-    return static_cast<char*>(region_) + offset;
-  }
+  void* Address(uint64_t offset) const { return static_cast<char*>(region_) + offset; }
   uint64_t OpenLanes() const;
   // The arena a lane needs for its jobs (at least one alignment unit).
   uint64_t LaneNeed(const Lane& lane) const;
   // The candidates in order of preference (see Admit in device_memory.h).
-  std::vector<LaneCandidate> LaneCandidates(const JobMemoryRequest& request,
-                                            uint64_t ephemeral) const;
+  std::vector<LaneCandidate> LaneCandidates(const JobMemoryRequest& request, uint64_t ephemeral) const;
   // Gives lane `candidate.lane` an arena of at least `ephemeral` bytes (up
   // to ArenaSizes' roomiest); false (and no change) when no free range allows it.
   bool PlaceLane(const LaneCandidate& candidate, uint64_t ephemeral);
@@ -107,9 +103,8 @@ class DeviceMemoryImpl final : public DeviceMemory {
   uint64_t LaneBytes() const;
 
   // The refusal of `request` with the breakdown; `code` picks the class.
-  absl::Status Refusal(absl::StatusCode code, const JobMemoryRequest& request,
-                       uint64_t persistent, uint64_t ephemeral, const std::string& reason,
-                       const std::string& suggestion) const;
+  absl::Status Refusal(absl::StatusCode code, const JobMemoryRequest& request, uint64_t persistent, uint64_t ephemeral,
+                       const std::string& reason, const std::string& suggestion) const;
 
   // Constant after construction.
   device::Device& device_;

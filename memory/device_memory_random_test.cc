@@ -81,15 +81,13 @@ class RandomWorkload {
     }
     std::sort(ranges.begin(), ranges.end());
     for (size_t i = 1; i < ranges.size(); ++i) {
-      ASSERT_LE(ranges[i - 1].first + ranges[i - 1].second, ranges[i].first)
-          << "two live ranges overlap";
+      ASSERT_LE(ranges[i - 1].first + ranges[i - 1].second, ranges[i].first) << "two live ranges overlap";
     }
     ASSERT_LE(slack, std::min(options_.lane_slack_bytes, stats.usable_bytes / 16));
     max_slack_ = std::max(max_slack_, slack);
     ASSERT_EQ(stats.persistent_bytes, persistent);
     ASSERT_EQ(stats.lane_bytes, lane_bytes);
-    ASSERT_EQ(stats.persistent_bytes + stats.lane_bytes + stats.retired_bytes + stats.free_bytes,
-              stats.usable_bytes);
+    ASSERT_EQ(stats.persistent_bytes + stats.lane_bytes + stats.retired_bytes + stats.free_bytes, stats.usable_bytes);
     ASSERT_LE(stats.largest_free_bytes, stats.free_bytes);
     ASSERT_EQ(stats.jobs.size(), jobs_.size());
     ASSERT_EQ(device_.bad_frees(), 0);
@@ -242,8 +240,8 @@ TEST(DeviceMemoryRandomTest, ArrivalsAndDeparturesKeepEveryInvariant) {
     EXPECT_GT(workload.refused_, 200);
     EXPECT_GT(workload.compactions_, 50);
     workload.DrainAndCheckZero();
-    std::printf("seed %d: %d admitted, %d refused, %d compactions\n", static_cast<int>(seed),
-                workload.admitted_, workload.refused_, workload.compactions_);
+    std::printf("seed %d: %d admitted, %d refused, %d compactions\n", static_cast<int>(seed), workload.admitted_,
+                workload.refused_, workload.compactions_);
   }
 }
 

@@ -19,8 +19,7 @@ std::unique_ptr<DeviceMemory> Make(FakeDevice& device, DeviceMemoryOptions optio
   return memory.ok() ? std::move(*memory) : nullptr;
 }
 
-JobMemoryRequest Job(JobId id, std::vector<uint64_t> persistent, uint64_t ephemeral,
-                     int lane = -1) {
+JobMemoryRequest Job(JobId id, std::vector<uint64_t> persistent, uint64_t ephemeral, int lane = -1) {
   JobMemoryRequest request;
   request.job = id;
   request.name = absl::StrCat("job", id);
@@ -32,8 +31,7 @@ JobMemoryRequest Job(JobId id, std::vector<uint64_t> persistent, uint64_t epheme
 
 void ExpectAddsUp(const DeviceMemory& memory) {
   DeviceMemoryStats stats = memory.Stats();
-  EXPECT_EQ(stats.persistent_bytes + stats.lane_bytes + stats.retired_bytes + stats.free_bytes,
-            stats.usable_bytes);
+  EXPECT_EQ(stats.persistent_bytes + stats.lane_bytes + stats.retired_bytes + stats.free_bytes, stats.usable_bytes);
 }
 
 TEST(FormatBytesTest, ReadableSizes) {
@@ -66,8 +64,7 @@ TEST(DeviceMemoryTest, CreateRefusesBadOptionsAndReportsDeviceFailure) {
   FakeDevice device({.capacity_bytes = 1 * kGiB});
   EXPECT_EQ(DeviceMemory::Create(device, {.reserve_bytes = 1 * kGiB}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(DeviceMemory::Create(device, {.max_lanes = 0}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DeviceMemory::Create(device, {.max_lanes = 0}).status().code(), absl::StatusCode::kInvalidArgument);
   device.FailNextAllocations(1);
   auto failed = DeviceMemory::Create(device, {});
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kResourceExhausted);
@@ -149,10 +146,8 @@ TEST(DeviceMemoryTest, ExplicitLaneAndLaneErrors) {
   EXPECT_EQ(memory->Admit(Job(1, {}, kMiB, /*lane=*/0))->lane, 0);
   EXPECT_EQ(memory->Admit(Job(2, {}, kMiB, /*lane=*/1))->lane, 1);
   EXPECT_EQ(memory->Admit(Job(3, {}, 2 * kMiB, /*lane=*/0))->lane, 0);
-  EXPECT_EQ(memory->Admit(Job(4, {}, kMiB, /*lane=*/5)).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(memory->Admit(Job(5, {}, kMiB, /*lane=*/-2)).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(memory->Admit(Job(4, {}, kMiB, /*lane=*/5)).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(memory->Admit(Job(5, {}, kMiB, /*lane=*/-2)).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(memory->Admit(Job(1, {}, kMiB)).status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(memory->Stats().lanes[0].arena_bytes, 2 * kMiB);
 }
@@ -241,10 +236,9 @@ TEST(DeviceMemoryTest, NeverFitsIsResourceExhaustedWithABreakdown) {
   auto refused = memory->Admit(request);
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   const std::string message(refused.status().message());
-  for (const char* part : {"job 7 ('resnet50')", "cuda:0", "never fit", "9.1 GiB persistent",
-                           "5.3 GiB ephemeral", "capacity 16.0 GiB", "reserve 2.0 GiB",
-                           "usable 14.0 GiB", "free", "lane 0", "job 1 'job1'",
-                           "smaller batch", "lower the reserve"}) {
+  for (const char* part :
+       {"job 7 ('resnet50')", "cuda:0", "never fit", "9.1 GiB persistent", "5.3 GiB ephemeral", "capacity 16.0 GiB",
+        "reserve 2.0 GiB", "usable 14.0 GiB", "free", "lane 0", "job 1 'job1'", "smaller batch", "lower the reserve"}) {
     EXPECT_TRUE(absl::StrContains(message, part)) << "missing '" << part << "' in " << message;
   }
   std::printf("example refusal: %s\n", message.c_str());
@@ -262,8 +256,7 @@ TEST(DeviceMemoryTest, FitsLaterIsFailedPreconditionAndLeavesNothing) {
   auto refused = memory->Admit(Job(2, {2 * kGiB, kGiB}, 2 * kGiB));
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(refused.status().message(), "wait")) << refused.status();
-  EXPECT_TRUE(absl::StrContains(refused.status().message(), "3.0 GiB are free"))
-      << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "3.0 GiB are free")) << refused.status();
   const DeviceMemoryStats after = memory->Stats();
   EXPECT_EQ(after.free_bytes, before.free_bytes);
   EXPECT_EQ(after.persistent_bytes, before.persistent_bytes);
@@ -297,14 +290,12 @@ TEST(DeviceMemoryTest, QuotaIsEnforcedWithAClearMessage) {
   auto memory = Make(device, {.max_job_bytes = 4 * kGiB});
   auto over_limit = memory->Admit(Job(1, {3 * kGiB}, 2 * kGiB));
   ASSERT_EQ(over_limit.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_TRUE(absl::StrContains(over_limit.status().message(), "per-job limit of 4.0 GiB"))
-      << over_limit.status();
+  EXPECT_TRUE(absl::StrContains(over_limit.status().message(), "per-job limit of 4.0 GiB")) << over_limit.status();
   JobMemoryRequest own = Job(2, {kGiB}, kGiB);
   own.quota_bytes = kGiB + kGiB / 2;
   auto over_quota = memory->Admit(own);
   ASSERT_EQ(over_quota.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_TRUE(absl::StrContains(over_quota.status().message(), "its own quota of 1.5 GiB"))
-      << over_quota.status();
+  EXPECT_TRUE(absl::StrContains(over_quota.status().message(), "its own quota of 1.5 GiB")) << over_quota.status();
   // A job quota above the daemon's limit does not lift the limit.
   JobMemoryRequest generous = Job(3, {3 * kGiB}, 2 * kGiB);
   generous.quota_bytes = 8 * kGiB;
@@ -321,9 +312,9 @@ TEST(DeviceMemoryTest, DescribeUsageListsLanesAndJobs) {
   request.name = "mlp";
   ASSERT_TRUE(memory->Admit(request).ok());
   const std::string text = DescribeUsage(memory->Stats());
-  for (const char* part : {"capacity 16.0 GiB", "reserve 1.0 GiB", "usable 15.0 GiB",
-                           "2.0 GiB persistent", "3.0 GiB in 1 lane", "10.0 GiB free",
-                           "lane 0: 3.0 GiB arena, job 1", "job 1 'mlp': 2.0 GiB persistent (2 "
+  for (const char* part : {"capacity 16.0 GiB", "reserve 1.0 GiB", "usable 15.0 GiB", "2.0 GiB persistent",
+                           "3.0 GiB in 1 lane", "10.0 GiB free", "lane 0: 3.0 GiB arena, job 1",
+                           "job 1 'mlp': 2.0 GiB persistent (2 "
                            "tensors) + 3.0 GiB ephemeral in lane 0"}) {
     EXPECT_TRUE(absl::StrContains(text, part)) << "missing '" << part << "' in " << text;
   }

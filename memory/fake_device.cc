@@ -17,8 +17,7 @@ class FakeEvent final : public device::Event {};
 
 }  // namespace
 
-FakeDevice::FakeDevice(const FakeDeviceOptions& options)
-    : backed_(options.backed), next_address_(kSimulatedBase) {
+FakeDevice::FakeDevice(const FakeDeviceOptions& options) : backed_(options.backed), next_address_(kSimulatedBase) {
   info_.backend = device::Backend::kCpu;
   info_.ordinal = 0;
   info_.name = options.name;
@@ -94,9 +93,9 @@ absl::StatusOr<void*> FakeDevice::Allocate(size_t bytes) {
         absl::StrFormat("%s: injected allocation failure (%s)", info_.name, FormatBytes(rounded)));
   }
   if (rounded > info_.capacity_bytes - used_) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "%s: cannot allocate %s: %s of %s in use", info_.name, FormatBytes(rounded),
-        FormatBytes(used_), FormatBytes(info_.capacity_bytes)));
+    return absl::ResourceExhaustedError(absl::StrFormat("%s: cannot allocate %s: %s of %s in use", info_.name,
+                                                        FormatBytes(rounded), FormatBytes(used_),
+                                                        FormatBytes(info_.capacity_bytes)));
   }
   uintptr_t address;
   if (backed_) {
@@ -136,8 +135,7 @@ uint64_t FakeDevice::FreeBytes() {
 }
 
 absl::StatusOr<void*> FakeDevice::AllocateHost(size_t bytes) {
-  void* ptr = std::aligned_alloc(device::kDeviceAlignment,
-                                 AlignUp(bytes == 0 ? 1 : bytes, device::kDeviceAlignment));
+  void* ptr = std::aligned_alloc(device::kDeviceAlignment, AlignUp(bytes == 0 ? 1 : bytes, device::kDeviceAlignment));
   if (ptr == nullptr) return absl::ResourceExhaustedError("host allocation failed");
   return ptr;
 }
@@ -152,8 +150,8 @@ absl::StatusOr<std::unique_ptr<device::Event>> FakeDevice::CreateEvent() {
   return std::unique_ptr<device::Event>(new FakeEvent());
 }
 
-absl::Status FakeDevice::CheckCopyLocked(const char* what, const void* dst, bool dst_on_device,
-                                         const void* src, bool src_on_device, size_t bytes) {
+absl::Status FakeDevice::CheckCopyLocked(const char* what, const void* dst, bool dst_on_device, const void* src,
+                                         bool src_on_device, size_t bytes) {
   if (fail_copies_ > 0) {
     --fail_copies_;
     return absl::InternalError(absl::StrFormat("%s: injected %s failure", info_.name, what));
@@ -162,8 +160,7 @@ absl::Status FakeDevice::CheckCopyLocked(const char* what, const void* dst, bool
   auto refuse = [&](const char* why) {
     ++bad_copies_;
     return absl::InvalidArgumentError(
-        absl::StrFormat("%s: %s of %d bytes (dst %p, src %p): %s", info_.name, what, bytes, dst,
-                        src, why));
+        absl::StrFormat("%s: %s of %d bytes (dst %p, src %p): %s", info_.name, what, bytes, dst, src, why));
   };
   if (dst_on_device && !IsLiveLocked(dst, bytes)) return refuse("destination is not live memory");
   if (src_on_device && !IsLiveLocked(src, bytes)) return refuse("source is not live memory");
@@ -175,8 +172,7 @@ absl::Status FakeDevice::CheckCopyLocked(const char* what, const void* dst, bool
   return absl::OkStatus();
 }
 
-absl::Status FakeDevice::CopyToDevice(device::Stream&, void* dst, const void* host_src,
-                                      size_t bytes) {
+absl::Status FakeDevice::CopyToDevice(device::Stream&, void* dst, const void* host_src, size_t bytes) {
   absl::MutexLock lock(&mu_);
   absl::Status status = CheckCopyLocked("copy to device", dst, true, host_src, false, bytes);
   if (!status.ok()) return status;
@@ -184,8 +180,7 @@ absl::Status FakeDevice::CopyToDevice(device::Stream&, void* dst, const void* ho
   return absl::OkStatus();
 }
 
-absl::Status FakeDevice::CopyToHost(device::Stream&, void* host_dst, const void* src,
-                                    size_t bytes) {
+absl::Status FakeDevice::CopyToHost(device::Stream&, void* host_dst, const void* src, size_t bytes) {
   absl::MutexLock lock(&mu_);
   absl::Status status = CheckCopyLocked("copy to host", host_dst, false, src, true, bytes);
   if (!status.ok()) return status;
@@ -193,8 +188,7 @@ absl::Status FakeDevice::CopyToHost(device::Stream&, void* host_dst, const void*
   return absl::OkStatus();
 }
 
-absl::Status FakeDevice::CopyOnDevice(device::Stream&, void* dst, const void* src,
-                                      size_t bytes) {
+absl::Status FakeDevice::CopyOnDevice(device::Stream&, void* dst, const void* src, size_t bytes) {
   absl::MutexLock lock(&mu_);
   absl::Status status = CheckCopyLocked("device copy", dst, true, src, true, bytes);
   if (!status.ok()) return status;

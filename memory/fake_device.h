@@ -50,9 +50,9 @@ class FakeDevice final : public device::Device {
   // Inspection.
   uint64_t used_bytes() const;
   int live_allocations() const;
-  int bad_frees() const;        // Free of a pointer that is not live
-  int bad_copies() const;       // copies and fills refused by the checks
-  int device_copies() const;    // device-to-device copies that ran
+  int bad_frees() const;          // Free of a pointer that is not live
+  int bad_copies() const;         // copies and fills refused by the checks
+  int device_copies() const;      // device-to-device copies that ran
   uint64_t bytes_copied() const;  // by device-to-device copies
   // True when [ptr, ptr + bytes) lies inside one live allocation.
   bool IsLive(const void* ptr, size_t bytes) const;
@@ -68,26 +68,21 @@ class FakeDevice final : public device::Device {
   void UnregisterHost(void*) override {}
   absl::StatusOr<std::unique_ptr<device::Stream>> CreateStream() override;
   absl::StatusOr<std::unique_ptr<device::Event>> CreateEvent() override;
-  absl::Status CopyToDevice(device::Stream& stream, void* dst, const void* host_src,
-                            size_t bytes) override;
-  absl::Status CopyToHost(device::Stream& stream, void* host_dst, const void* src,
-                          size_t bytes) override;
-  absl::Status CopyOnDevice(device::Stream& stream, void* dst, const void* src,
-                            size_t bytes) override;
+  absl::Status CopyToDevice(device::Stream& stream, void* dst, const void* host_src, size_t bytes) override;
+  absl::Status CopyToHost(device::Stream& stream, void* host_dst, const void* src, size_t bytes) override;
+  absl::Status CopyOnDevice(device::Stream& stream, void* dst, const void* src, size_t bytes) override;
   absl::Status Fill(device::Stream& stream, void* dst, uint8_t byte, size_t bytes) override;
   absl::Status RecordEvent(device::Stream& stream, device::Event& event) override;
   absl::Status WaitEvent(device::Stream& stream, device::Event& event) override;
   absl::StatusOr<double> ElapsedSeconds(device::Event& start, device::Event& end) override;
-  absl::Status OnComplete(device::Stream& stream,
-                          std::function<void(absl::Status)> done) override;
+  absl::Status OnComplete(device::Stream& stream, std::function<void(absl::Status)> done) override;
   absl::Status Synchronize(device::Stream& stream) override;
 
  private:
   bool IsLiveLocked(const void* ptr, size_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The injected failure or a check failure of one copy; OK to proceed.
-  absl::Status CheckCopyLocked(const char* what, const void* dst, bool dst_on_device,
-                               const void* src, bool src_on_device, size_t bytes)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckCopyLocked(const char* what, const void* dst, bool dst_on_device, const void* src,
+                               bool src_on_device, size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   device::DeviceInfo info_;

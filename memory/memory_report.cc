@@ -9,13 +9,12 @@
 namespace tandem::memory {
 
 std::string DescribeUsage(const DeviceMemoryStats& stats, size_t max_jobs) {
-  std::string out = absl::StrCat(
-      "capacity ", FormatBytes(stats.capacity_bytes), ", reserve ",
-      FormatBytes(stats.reserve_bytes), ", usable ", FormatBytes(stats.usable_bytes), " = ",
-      FormatBytes(stats.persistent_bytes), " persistent + ", FormatBytes(stats.lane_bytes),
-      " in ", stats.lanes.size(), stats.lanes.size() == 1 ? " lane" : " lanes", " + ",
-      FormatBytes(stats.retired_bytes), " retired + ", FormatBytes(stats.free_bytes),
-      " free (largest free range ", FormatBytes(stats.largest_free_bytes), ")");
+  std::string out = absl::StrCat("capacity ", FormatBytes(stats.capacity_bytes), ", reserve ",
+                                 FormatBytes(stats.reserve_bytes), ", usable ", FormatBytes(stats.usable_bytes), " = ",
+                                 FormatBytes(stats.persistent_bytes), " persistent + ", FormatBytes(stats.lane_bytes),
+                                 " in ", stats.lanes.size(), stats.lanes.size() == 1 ? " lane" : " lanes", " + ",
+                                 FormatBytes(stats.retired_bytes), " retired + ", FormatBytes(stats.free_bytes),
+                                 " free (largest free range ", FormatBytes(stats.largest_free_bytes), ")");
   for (const LaneStats& lane : stats.lanes) {
     absl::StrAppend(&out, "; lane ", lane.lane, ": ", FormatBytes(lane.arena_bytes), " arena, ",
                     lane.jobs.size() == 1 ? "job " : "jobs ", absl::StrJoin(lane.jobs, ", "));
@@ -30,9 +29,8 @@ std::string DescribeUsage(const DeviceMemoryStats& stats, size_t max_jobs) {
   });
   for (size_t i = 0; i < jobs.size() && i < max_jobs; ++i) {
     const JobMemoryStats& job = *jobs[i];
-    absl::StrAppend(&out, "; job ", job.job, " '", job.name, "': ",
-                    FormatBytes(job.persistent_bytes), " persistent (", job.persistent_tensors,
-                    job.persistent_tensors == 1 ? " tensor) + " : " tensors) + ",
+    absl::StrAppend(&out, "; job ", job.job, " '", job.name, "': ", FormatBytes(job.persistent_bytes), " persistent (",
+                    job.persistent_tensors, job.persistent_tensors == 1 ? " tensor) + " : " tensors) + ",
                     FormatBytes(job.ephemeral_bytes), " ephemeral in lane ", job.lane);
   }
   if (jobs.size() > max_jobs) {

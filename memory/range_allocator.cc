@@ -11,9 +11,7 @@ RangeAllocator::RangeAllocator(uint64_t size, uint64_t alignment)
   if (size_ > 0) Insert(0, size_);
 }
 
-uint64_t RangeAllocator::Aligned(uint64_t bytes) const {
-  return bytes == 0 ? alignment_ : AlignUp(bytes, alignment_);
-}
+uint64_t RangeAllocator::Aligned(uint64_t bytes) const { return bytes == 0 ? alignment_ : AlignUp(bytes, alignment_); }
 
 void RangeAllocator::Insert(uint64_t offset, uint64_t bytes) {
   by_offset_.emplace(offset, bytes);
@@ -27,8 +25,7 @@ void RangeAllocator::Erase(std::map<uint64_t, uint64_t>::iterator it) {
   by_offset_.erase(it);
 }
 
-void RangeAllocator::Carve(std::map<uint64_t, uint64_t>::iterator it, uint64_t offset,
-                           uint64_t bytes) {
+void RangeAllocator::Carve(std::map<uint64_t, uint64_t>::iterator it, uint64_t offset, uint64_t bytes) {
   const uint64_t start = it->first;
   const uint64_t end = it->first + it->second;
   Erase(it);
@@ -96,9 +93,7 @@ bool RangeAllocator::Free(uint64_t offset, uint64_t bytes) {
   return true;
 }
 
-uint64_t RangeAllocator::largest_free() const {
-  return by_size_.empty() ? 0 : by_size_.rbegin()->first;
-}
+uint64_t RangeAllocator::largest_free() const { return by_size_.empty() ? 0 : by_size_.rbegin()->first; }
 
 uint64_t RangeAllocator::FreeBytesStartingAt(uint64_t offset) const {
   auto it = by_offset_.find(offset);

@@ -83,7 +83,7 @@ class RangeAllocator {
   uint64_t size_;
   uint64_t alignment_;
   uint64_t free_bytes_ = 0;
-  std::map<uint64_t, uint64_t> by_offset_;            // offset -> bytes
+  std::map<uint64_t, uint64_t> by_offset_;           // offset -> bytes
   std::set<std::pair<uint64_t, uint64_t>> by_size_;  // (bytes, offset)
 };
 

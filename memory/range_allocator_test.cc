@@ -85,7 +85,7 @@ TEST(RangeAllocatorTest, RefusesDoubleFreeMisalignedAndOutOfBounds) {
 TEST(RangeAllocatorTest, AllocateAtNeedsAFreeAlignedRange) {
   RangeAllocator space(8 * 256, 256);
   EXPECT_TRUE(space.AllocateAt(2 * 256, 2 * 256));
-  EXPECT_FALSE(space.AllocateAt(3 * 256, 256));   // taken
+  EXPECT_FALSE(space.AllocateAt(3 * 256, 256));      // taken
   EXPECT_FALSE(space.AllocateAt(1 * 256, 2 * 256));  // overlaps the taken range
   EXPECT_FALSE(space.AllocateAt(7 * 256, 2 * 256));  // past the end
   EXPECT_FALSE(space.AllocateAt(10, 256));           // misaligned
@@ -133,8 +133,7 @@ TEST(RangeAllocatorTest, RandomizedAgainstABitmap) {
     } else {
       const size_t i = rng() % live.size();
       ASSERT_TRUE(space.Free(live[i].first, live[i].second));
-      for (uint64_t u = live[i].first / 256;
-           u < (live[i].first + space.Aligned(live[i].second)) / 256; ++u) {
+      for (uint64_t u = live[i].first / 256; u < (live[i].first + space.Aligned(live[i].second)) / 256; ++u) {
         used[u] = false;
       }
       live[i] = live.back();

@@ -68,8 +68,7 @@ void FairPolicy::OnJobMoved(const SchedState& state, const JobState& job, int fr
   v = std::max(v, Floor(job.lane()) - window_seconds_);
 }
 
-void FairPolicy::OnIterationDone(const SchedState& state, const JobState& job,
-                                 double device_seconds) {
+void FairPolicy::OnIterationDone(const SchedState& state, const JobState& job, double device_seconds) {
   vtime_[job.id] += device_seconds / job.params.weight;
   RaiseFloor(state, job.lane());
 }

@@ -36,8 +36,7 @@ class FairPolicy : public Policy {
   void OnJobAdded(const SchedState& state, const JobState& job) override;
   void OnJobRemoved(const SchedState& state, JobId job) override;
   void OnJobActivated(const SchedState& state, const JobState& job) override;
-  void OnIterationDone(const SchedState& state, const JobState& job,
-                       double device_seconds) override;
+  void OnIterationDone(const SchedState& state, const JobState& job, double device_seconds) override;
   void OnJobMoved(const SchedState& state, const JobState& job, int from_lane) override;
 
   // For tests and reports: the job's virtual time (normalized service).

@@ -34,13 +34,10 @@ void InterferenceEstimates::Forget(int key) {
   if (key < 0 || key >= static_cast<int>(names_.size())) return;
   ids_.erase(names_[key]);
   solo_[key] = RunningEstimate{};
-  absl::erase_if(pairs_, [key](const auto& entry) {
-    return entry.first.first == key || entry.first.second == key;
-  });
+  absl::erase_if(pairs_, [key](const auto& entry) { return entry.first.first == key || entry.first.second == key; });
 }
 
-void InterferenceEstimates::AddSample(int key, const OverlapMeter::Sample& overlap,
-                                      double iteration_seconds) {
+void InterferenceEstimates::AddSample(int key, const OverlapMeter::Sample& overlap, double iteration_seconds) {
   if (key < 0 || key >= static_cast<int>(names_.size())) return;
   if (overlap.was_paused || !(iteration_seconds > 0) || !std::isfinite(iteration_seconds)) return;
   double overlapped = 0;
@@ -127,8 +124,7 @@ std::vector<PairInterference> InterferenceEstimates::Pairs() const {
   std::vector<PairInterference> out;
   out.reserve(pairs_.size());
   for (const auto& [key, estimate] : pairs_) {
-    out.push_back(PairInterference{names_[key.first], names_[key.second], estimate.mean(),
-                                   estimate.samples()});
+    out.push_back(PairInterference{names_[key.first], names_[key.second], estimate.mean(), estimate.samples()});
   }
   std::sort(out.begin(), out.end(), [](const PairInterference& x, const PairInterference& y) {
     return std::tie(x.a, x.b) < std::tie(y.a, y.b);

@@ -98,9 +98,9 @@ TEST(InterferenceEstimatesTest, RecoversPairsFromMultiPartnerSamples) {
   const double solo = 0.020;
   for (int i = 0; i < 3; ++i) estimates.AddSample(a, Sample(solo, {}), solo);
   // Partner mixes cycle over subsets of size 2 and 3, with repeats of one key.
-  const std::vector<std::vector<std::pair<int, double>>> mixes = {
-      {{0, 1}, {1, 1}}, {{1, 1}, {2, 1}},         {{0, 1}, {2, 1}},
-      {{0, 2}, {1, 1}}, {{0, 1}, {1, 1}, {2, 1}}, {{2, 2}, {0, 1}}};
+  const std::vector<std::vector<std::pair<int, double>>> mixes = {{{0, 1}, {1, 1}},         {{1, 1}, {2, 1}},
+                                                                  {{0, 1}, {2, 1}},         {{0, 2}, {1, 1}},
+                                                                  {{0, 1}, {1, 1}, {2, 1}}, {{2, 2}, {0, 1}}};
   for (int round = 0; round < 400; ++round) {
     const auto& mix = mixes[round % mixes.size()];
     double slowdown = 1;

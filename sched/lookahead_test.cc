@@ -163,7 +163,7 @@ TEST(LookaheadTest, LowerPriorityJobsAreNotStagedBesideAHigherOne) {
   ASSERT_TRUE(s->Next(1).has_value());
   EXPECT_TRUE(s->Next(1).has_value());  // the high-priority job is staged
   EXPECT_FALSE(s->Next(0).has_value());
-  s->RemoveJob(2);                       // its two iterations still run
+  s->RemoveJob(2);  // its two iterations still run
   EXPECT_FALSE(s->Next(0).has_value());
   s->OnIterationDone(2, 1, 0.01);
   s->OnIterationDone(2, 1, 0.01);

@@ -36,8 +36,7 @@ void OverlapMeter::AdvanceTo(double now) {
       const Slot& other = slots_[j];
       if (j == i || !other.busy || other.paused) continue;
       auto& partners = slot.sample.partner_seconds;
-      auto it = std::find_if(partners.begin(), partners.end(),
-                             [&](const auto& p) { return p.first == other.key; });
+      auto it = std::find_if(partners.begin(), partners.end(), [&](const auto& p) { return p.first == other.key; });
       if (it == partners.end()) {
         partners.emplace_back(other.key, dt);
       } else {

@@ -19,11 +19,10 @@ size_t StreamLaneCap(const SchedState& state, int max_lanes) {
   return std::max<size_t>(2, (jobs + lanes - 1) / lanes);
 }
 
-int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes, double margin,
-                int max_lanes, const std::vector<double>* stream_lane_loads) {
-  const std::optional<int> key = params.interference_key.empty()
-                                     ? std::nullopt
-                                     : state.interference.Find(params.interference_key);
+int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes, double margin, int max_lanes,
+                const std::vector<double>* stream_lane_loads) {
+  const std::optional<int> key =
+      params.interference_key.empty() ? std::nullopt : state.interference.Find(params.interference_key);
   // A lane holding a job it clashes with, worst clash first. For a request
   // stream, only while the lane holds fewer jobs than StreamLaneCap and is
   // not past kSaturatedLaneLoad: without that, a crowd of alike request
@@ -43,8 +42,7 @@ int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes,
       }
       for (const JobState* job : state.lanes[lane].jobs) {
         if (!MeasuredToClash(state, *key, job->key, margin)) continue;
-        const double gain = 1.0 / *state.interference.R(*key, job->key) +
-                            1.0 / *state.interference.R(job->key, *key);
+        const double gain = 1.0 / *state.interference.R(*key, job->key) + 1.0 / *state.interference.R(job->key, *key);
         if (gain < worst_gain) {
           worst_gain = gain;
           worst_lane = lane;
@@ -316,8 +314,7 @@ std::vector<LaneChange> PackPolicy::Rebalance(const SchedState& state, int num_l
     changes.push_back(LaneChange{job->id, from, to});
   };
   auto moved = [&](const JobState* job) {
-    return std::any_of(changes.begin(), changes.end(),
-                       [&](const LaneChange& c) { return c.job == job->id; });
+    return std::any_of(changes.begin(), changes.end(), [&](const LaneChange& c) { return c.job == job->id; });
   };
 
   // Fold: each job goes where it has the fewest clashing partners beside it.

@@ -91,8 +91,8 @@ size_t StreamLaneCap(const SchedState& state, int max_lanes);
 // a new lane (num_lanes) while fewer than max_lanes exist; else the lane
 // with the fewest jobs (for a request stream, the one with the fewest jobs
 // among the lanes within kLaneLoadTie of the least busy).
-int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes, double margin,
-                int max_lanes, const std::vector<double>* stream_lane_loads = nullptr);
+int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes, double margin, int max_lanes,
+                const std::vector<double>* stream_lane_loads = nullptr);
 
 // Solo probes: r is measured against a key's solo time, so a job whose key
 // has none yet runs iterations alone first (the other lanes drain), at most
@@ -166,9 +166,7 @@ class LaneLoads {
 class PackPolicy : public Policy {
  public:
   explicit PackPolicy(const SchedulerOptions& options)
-      : margin_(options.pack_margin),
-        max_lanes_(options.max_lanes),
-        probes_(4 * options.min_interference_samples) {}
+      : margin_(options.pack_margin), max_lanes_(options.max_lanes), probes_(4 * options.min_interference_samples) {}
 
   absl::string_view name() const override { return "pack"; }
   std::optional<JobId> Pick(const SchedState& state, int lane) override;

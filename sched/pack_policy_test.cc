@@ -224,8 +224,7 @@ TEST_F(PackPolicyTest, KeepsAPairThatPaysApartAndSpreadsACrowdedLane) {
 // Runs `rounds` rounds of 10 ms in which each job (id, lane, load) runs one
 // iteration alone of load x 10 ms of device time: its recent device time
 // per second tends to `load`.
-void RunLoads(Scheduler& s, ManualClock& clock, const std::vector<std::tuple<JobId, int, double>>& jobs,
-              int rounds) {
+void RunLoads(Scheduler& s, ManualClock& clock, const std::vector<std::tuple<JobId, int, double>>& jobs, int rounds) {
   for (int r = 0; r < rounds; ++r) {
     for (const auto& [job, lane, load] : jobs) {
       ASSERT_TRUE(s.Enqueue(job, r + 1).ok());
@@ -268,8 +267,8 @@ TEST_F(PackPolicyTest, EachBusyLaneGivesALessBusyOneAJobInOneCall) {
   Add(4, "heavy", 1);
   Add(5, "light", 2);
   Add(6, "light", 3);
-  RunLoads(*scheduler_, *clock_,
-           {{1, 0, 0.35}, {2, 0, 0.35}, {3, 1, 0.3}, {4, 1, 0.3}, {5, 2, 0.05}, {6, 3, 0.04}}, 300);
+  RunLoads(*scheduler_, *clock_, {{1, 0, 0.35}, {2, 0, 0.35}, {3, 1, 0.3}, {4, 1, 0.3}, {5, 2, 0.05}, {6, 3, 0.04}},
+           300);
   std::vector<LaneChange> changes = scheduler_->Rebalance(4);
   ASSERT_EQ(changes.size(), 2u);
   std::sort(changes.begin(), changes.end(),
@@ -349,7 +348,9 @@ TEST_F(PackPolicyTest, RequestStreamsThatClashLeaveALanePastSaturation) {
   const int light_left = changes[0].to_lane == other ? 2 : other;
   const JobId light = light_left == other ? 3 : 4;
   RunLoads(*scheduler_, *clock_,
-           {{stayed, shared, 0.45}, {changes[0].job, changes[0].to_lane, 0.45}, {light, light_left, 0.05},
+           {{stayed, shared, 0.45},
+            {changes[0].job, changes[0].to_lane, 0.45},
+            {light, light_left, 0.05},
             {JobId{7} - light, changes[0].to_lane, 0.05}},
            300);
   // Folding it back would make the shared lane 90% busy again: it stays
@@ -380,10 +381,9 @@ TEST_F(PackPolicyTest, ANewJobJoinsAClashingPartnerOnlyWithinTheLanesShare) {
   Add(7, "c", other);
   Add(8, "c", 2);
   auto light = [&](double pair_load) {
-    return std::vector<std::tuple<JobId, int, double>>{{1, shared, pair_load}, {2, shared, pair_load},
-                                                       {3, other, 0.05},       {4, 2, 0.05},
-                                                       {5, other, 0.05},       {6, 2, 0.05},
-                                                       {7, other, 0.05},       {8, 2, 0.05}};
+    return std::vector<std::tuple<JobId, int, double>>{
+        {1, shared, pair_load}, {2, shared, pair_load}, {3, other, 0.05}, {4, 2, 0.05},
+        {5, other, 0.05},       {6, 2, 0.05},           {7, other, 0.05}, {8, 2, 0.05}};
   };
   RunLoads(*scheduler_, *clock_, light(0.2), 300);
   EXPECT_EQ(scheduler_->ChooseLane(a, 3), shared);
@@ -475,9 +475,8 @@ TEST_F(PackPolicyTest, ARequestStreamNewcomerTakesTheFewestJobsAmongLanesOfAbout
   Add(7, "a", 2);
   Add(8, "a", 2);
   auto loads = [](double job6) {
-    return std::vector<std::tuple<JobId, int, double>>{{1, 0, 0.001}, {2, 0, 0.001}, {3, 0, 0.001},
-                                                       {4, 0, 0.001}, {5, 0, 0.001}, {6, 1, job6},
-                                                       {7, 2, 0.01},  {8, 2, 0.01}};
+    return std::vector<std::tuple<JobId, int, double>>{{1, 0, 0.001}, {2, 0, 0.001}, {3, 0, 0.001}, {4, 0, 0.001},
+                                                       {5, 0, 0.001}, {6, 1, job6},  {7, 2, 0.01},  {8, 2, 0.01}};
   };
   JobParams a;
   a.interference_key = "a";
@@ -497,8 +496,7 @@ TEST_F(PackPolicyTest, ARequestStreamNewcomerPassesOverTheIdlestLaneAtTheCap) {
   Add(6, "a", 1);
   Add(7, "a", 2);
   RunLoads(*scheduler_, *clock_,
-           {{1, 0, 0.001}, {2, 0, 0.001}, {3, 0, 0.001}, {4, 0, 0.001}, {5, 0, 0.001}, {6, 1, 0.3}, {7, 2, 0.3}},
-           300);
+           {{1, 0, 0.001}, {2, 0, 0.001}, {3, 0, 0.001}, {4, 0, 0.001}, {5, 0, 0.001}, {6, 1, 0.3}, {7, 2, 0.3}}, 300);
   JobParams a;
   a.interference_key = "a";
   const int lane = scheduler_->ChooseLane(a, 3);

@@ -12,16 +12,15 @@
 
 namespace tandem::sched {
 
-absl::StatusOr<std::unique_ptr<Policy>> CreatePolicy(absl::string_view name,
-                                                     const SchedulerOptions& options) {
+absl::StatusOr<std::unique_ptr<Policy>> CreatePolicy(absl::string_view name, const SchedulerOptions& options) {
   if (name == "fifo") return std::make_unique<FifoPolicy>();
   if (name == "priority") return std::make_unique<PriorityPolicy>(options.preemption == "op");
   if (name == "fair") return std::make_unique<FairPolicy>(options.fair_window_seconds);
   if (name == "srtf") return std::make_unique<SrtfPolicy>();
   if (name == "pack") return std::make_unique<PackPolicy>(options);
   if (name == "srtf_pack") return std::make_unique<SrtfPackPolicy>(options);
-  return absl::InvalidArgumentError(absl::StrCat("unknown scheduling policy '", std::string(name),
-                                                 "'; valid: ", absl::StrJoin(PolicyNames(), ", ")));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown scheduling policy '", std::string(name), "'; valid: ", absl::StrJoin(PolicyNames(), ", ")));
 }
 
 const JobState* FirstQueued(const SchedState& state, int lane) {

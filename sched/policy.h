@@ -29,9 +29,7 @@ class Policy {
   virtual absl::string_view name() const = 0;
   virtual std::optional<JobId> Pick(const SchedState& state, int lane) = 0;
   virtual int ChooseLane(const SchedState& state, const JobParams& params, int num_lanes) const = 0;
-  virtual std::vector<LaneChange> Rebalance(const SchedState& state, int num_lanes) const {
-    return {};
-  }
+  virtual std::vector<LaneChange> Rebalance(const SchedState& state, int num_lanes) const { return {}; }
   virtual bool ShouldYield(const SchedState& state, int lane) const { return false; }
 
   // Called after the state reflects the change.
@@ -39,15 +37,13 @@ class Policy {
   virtual void OnJobRemoved(const SchedState& state, JobId job) {}
   // The job had nothing queued or running and now has a queued iteration.
   virtual void OnJobActivated(const SchedState& state, const JobState& job) {}
-  virtual void OnIterationDone(const SchedState& state, const JobState& job,
-                               double device_seconds) {}
+  virtual void OnIterationDone(const SchedState& state, const JobState& job, double device_seconds) {}
   // The job now lives in job.lane() (it came from from_lane).
   virtual void OnJobMoved(const SchedState& state, const JobState& job, int from_lane) {}
 };
 
 // INVALID_ARGUMENT naming the valid policies when `name` is unknown.
-absl::StatusOr<std::unique_ptr<Policy>> CreatePolicy(absl::string_view name,
-                                                     const SchedulerOptions& options);
+absl::StatusOr<std::unique_ptr<Policy>> CreatePolicy(absl::string_view name, const SchedulerOptions& options);
 
 // Helpers shared by the policies.
 // The job of `lane` whose queued iteration arrived first (tickets grow with

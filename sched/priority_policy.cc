@@ -28,8 +28,7 @@ std::optional<JobId> PriorityPolicy::Pick(const SchedState& state, int lane) {
   for (const JobState* job : l->jobs) {
     if (!job->has_queued()) continue;
     if (best == nullptr || job->params.priority > best->params.priority ||
-        (job->params.priority == best->params.priority &&
-         job->last_start_seq < best->last_start_seq)) {
+        (job->params.priority == best->params.priority && job->last_start_seq < best->last_start_seq)) {
       best = job;
     }
   }
@@ -39,8 +38,7 @@ std::optional<JobId> PriorityPolicy::Pick(const SchedState& state, int lane) {
   return best->id;
 }
 
-int PriorityPolicy::ChooseLane(const SchedState& state, const JobParams& params,
-                               int num_lanes) const {
+int PriorityPolicy::ChooseLane(const SchedState& state, const JobParams& params, int num_lanes) const {
   // The lane of the same level; else an empty lane; else a new one; else the
   // lane whose level is nearest.
   int nearest = -1;

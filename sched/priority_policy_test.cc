@@ -11,8 +11,7 @@ namespace {
 constexpr int kHigh = 10;
 constexpr int kBestEffort = 0;
 
-std::unique_ptr<Scheduler> MakePriority(std::shared_ptr<ManualClock> clock,
-                                        const std::string& preemption) {
+std::unique_ptr<Scheduler> MakePriority(std::shared_ptr<ManualClock> clock, const std::string& preemption) {
   SchedulerOptions options;
   options.policy = "priority";
   options.preemption = preemption;

@@ -61,8 +61,7 @@ struct LaneState {
 };
 
 struct SchedState {
-  explicit SchedState(const SchedulerOptions& opts)
-      : options(opts), interference(opts.min_interference_samples) {}
+  explicit SchedState(const SchedulerOptions& opts) : options(opts), interference(opts.min_interference_samples) {}
 
   const JobState* Job(JobId id) const {
     auto it = jobs.find(id);

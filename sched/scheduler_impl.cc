@@ -15,17 +15,15 @@ namespace {
 
 absl::Status ValidateWeight(double weight) {
   if (!std::isfinite(weight) || weight <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("weight must be a positive finite number, got ", weight));
+    return absl::InvalidArgumentError(absl::StrCat("weight must be a positive finite number, got ", weight));
   }
   return absl::OkStatus();
 }
 
 absl::Status ValidateExpectedIterations(int64_t expected) {
   if (expected < 0 || expected > kMaxExpectedIterations) {
-    return absl::InvalidArgumentError(absl::StrCat("expected_iterations must be in [0, ",
-                                                   kMaxExpectedIterations, "] (0: unknown), got ",
-                                                   expected));
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected_iterations must be in [0, ", kMaxExpectedIterations, "] (0: unknown), got ", expected));
   }
   return absl::OkStatus();
 }
@@ -49,8 +47,8 @@ JobState* SchedulerImpl::FindJob(JobId job) {
 absl::StatusOr<JobState*> SchedulerImpl::JobOrNotFound(JobId job, absl::string_view what) {
   JobState* state = FindJob(job);
   if (state == nullptr) {
-    return absl::NotFoundError(absl::StrCat("cannot ", std::string(what), ": job ", job,
-                                            " is not scheduled (never added, or closed)"));
+    return absl::NotFoundError(
+        absl::StrCat("cannot ", std::string(what), ": job ", job, " is not scheduled (never added, or closed)"));
   }
   return state;
 }
@@ -85,8 +83,7 @@ absl::Status SchedulerImpl::AddJob(JobId job, const JobParams& params) {
   state->params = params;
   state->arrival_seq = state_.next_arrival_seq++;
   state->private_key = params.interference_key.empty();
-  state->key = state_.interference.Intern(state->private_key ? absl::StrCat("job:", job)
-                                                             : params.interference_key);
+  state->key = state_.interference.Intern(state->private_key ? absl::StrCat("job:", job) : params.interference_key);
   JobState* raw = state.get();
   state_.jobs.emplace(job, std::move(state));
   ++state_.jobs_version;
@@ -121,8 +118,7 @@ absl::Status SchedulerImpl::Enqueue(JobId job, Ticket ticket) {
 std::optional<Dispatch> SchedulerImpl::Next(int lane) {
   if (lane < 0 || lane >= state_.LaneCount()) return std::nullopt;
   const LaneState& current = state_.lanes[lane];
-  if (current.busy &&
-      (current.paused || static_cast<int>(current.staged.size()) >= state_.options.lookahead)) {
+  if (current.busy && (current.paused || static_cast<int>(current.staged.size()) >= state_.options.lookahead)) {
     return std::nullopt;
   }
   Tick();
@@ -130,8 +126,8 @@ std::optional<Dispatch> SchedulerImpl::Next(int lane) {
   if (!picked) return std::nullopt;
   JobState* job = FindJob(*picked);
   if (job == nullptr || job->lane() != lane || job->queue.empty()) {
-    TLOG(Error, absl::StrCat("scheduling policy ", std::string(policy_->name()), " picked job ",
-                             *picked, " which cannot run in lane ", lane));
+    TLOG(Error, absl::StrCat("scheduling policy ", std::string(policy_->name()), " picked job ", *picked,
+                             " which cannot run in lane ", lane));
     return std::nullopt;
   }
   LaneState& l = state_.lanes[lane];
@@ -184,10 +180,8 @@ OverlapMeter::Sample SchedulerImpl::EndIteration(int lane) {
 }
 
 void SchedulerImpl::OnIterationDone(JobId job, int lane, double device_seconds) {
-  if (lane < 0 || lane >= state_.LaneCount() || !state_.lanes[lane].busy ||
-      state_.lanes[lane].running_job != job) {
-    TLOG(Warning,
-         absl::StrCat("ignoring a done report: lane ", lane, " was not running job ", job));
+  if (lane < 0 || lane >= state_.LaneCount() || !state_.lanes[lane].busy || state_.lanes[lane].running_job != job) {
+    TLOG(Warning, absl::StrCat("ignoring a done report: lane ", lane, " was not running job ", job));
     return;
   }
   Tick();
@@ -223,10 +217,8 @@ void SchedulerImpl::CancelDispatch(JobId job, int lane) {
 }
 
 void SchedulerImpl::OnIterationAborted(JobId job, int lane) {
-  if (lane < 0 || lane >= state_.LaneCount() || !state_.lanes[lane].busy ||
-      state_.lanes[lane].running_job != job) {
-    TLOG(Warning,
-         absl::StrCat("ignoring an abort report: lane ", lane, " was not running job ", job));
+  if (lane < 0 || lane >= state_.LaneCount() || !state_.lanes[lane].busy || state_.lanes[lane].running_job != job) {
+    TLOG(Warning, absl::StrCat("ignoring an abort report: lane ", lane, " was not running job ", job));
     return;
   }
   Tick();
@@ -282,9 +274,8 @@ absl::Status SchedulerImpl::MoveJob(JobId job, int lane) {
   ASSIGN_OR_RETURN(JobState * state, JobOrNotFound(job, "move"));
   RETURN_IF_ERROR(ValidateLane(lane));
   if (state->running || state->staged > 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot move job ", job, " while its iteration runs in lane ", state->lane(),
-                     "; move it at an iteration boundary"));
+    return absl::FailedPreconditionError(absl::StrCat("cannot move job ", job, " while its iteration runs in lane ",
+                                                      state->lane(), "; move it at an iteration boundary"));
   }
   if (lane == state->lane()) return absl::OkStatus();
   Tick();
@@ -329,51 +320,44 @@ std::vector<JobSchedStats> SchedulerImpl::Stats() const {
     s.iterations_done = job->iterations_done;
     s.queued = job->queue.size();
     s.device_seconds = job->device_seconds;
-    s.mean_iteration_seconds =
-        job->iterations_done > 0 ? job->device_seconds / job->iterations_done : 0;
+    s.mean_iteration_seconds = job->iterations_done > 0 ? job->device_seconds / job->iterations_done : 0;
     s.expected_iterations = job->params.expected_iterations;
     s.running = job->running;
     s.solo_iteration_seconds = state_.interference.Solo(job->key).value_or(0);
     s.interference_key = state_.interference.KeyName(job->key);
     out.push_back(std::move(s));
   }
-  std::sort(out.begin(), out.end(),
-            [](const JobSchedStats& a, const JobSchedStats& b) { return a.job < b.job; });
+  std::sort(out.begin(), out.end(), [](const JobSchedStats& a, const JobSchedStats& b) { return a.job < b.job; });
   return out;
 }
 
-std::vector<PairInterference> SchedulerImpl::Interference() const {
-  return state_.interference.Pairs();
-}
+std::vector<PairInterference> SchedulerImpl::Interference() const { return state_.interference.Pairs(); }
 
 std::vector<std::string> PolicyNames() { return {"fifo", "pack", "fair", "srtf", "priority", "srtf_pack"}; }
 
 absl::StatusOr<std::unique_ptr<Scheduler>> CreateScheduler(const SchedulerOptions& options) {
   if (options.preemption != "iteration" && options.preemption != "op") {
-    return absl::InvalidArgumentError(absl::StrCat("unknown preemption granularity '",
-                                                   options.preemption, "'; valid: iteration, op"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown preemption granularity '", options.preemption, "'; valid: iteration, op"));
   }
   if (options.max_lanes < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_lanes must be >= 1, got ", options.max_lanes));
+    return absl::InvalidArgumentError(absl::StrCat("max_lanes must be >= 1, got ", options.max_lanes));
   }
   if (!(options.fair_window_seconds >= 0) || !(options.pack_margin >= 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("fair_window_seconds and pack_margin must be >= 0, got ",
-                     options.fair_window_seconds, " and ", options.pack_margin));
+    return absl::InvalidArgumentError(absl::StrCat("fair_window_seconds and pack_margin must be >= 0, got ",
+                                                   options.fair_window_seconds, " and ", options.pack_margin));
   }
   if (options.lookahead < 0) {
     return absl::InvalidArgumentError(absl::StrCat("lookahead must be >= 0, got ", options.lookahead));
   }
   if (options.min_interference_samples < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("min_interference_samples must be >= 1, got ",
-                                                   options.min_interference_samples));
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_interference_samples must be >= 1, got ", options.min_interference_samples));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Policy> policy, CreatePolicy(options.policy, options));
   std::shared_ptr<Clock> clock = options.clock;
   if (clock == nullptr) clock = std::make_shared<SteadyClock>();
-  return std::unique_ptr<Scheduler>(
-      new SchedulerImpl(options, std::move(clock), std::move(policy)));
+  return std::unique_ptr<Scheduler>(new SchedulerImpl(options, std::move(clock), std::move(policy)));
 }
 
 }  // namespace tandem::sched

@@ -21,8 +21,7 @@ namespace tandem::sched {
 
 class SchedulerImpl : public Scheduler {
  public:
-  SchedulerImpl(const SchedulerOptions& options, std::shared_ptr<Clock> clock,
-                std::unique_ptr<Policy> policy);
+  SchedulerImpl(const SchedulerOptions& options, std::shared_ptr<Clock> clock, std::unique_ptr<Policy> policy);
 
   std::string policy() const override { return std::string(policy_->name()); }
   absl::Status AddJob(JobId job, const JobParams& params) override;

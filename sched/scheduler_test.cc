@@ -105,11 +105,9 @@ TEST(SchedulerValidationTest, ChangesToAGoneJobFailClearlyAndDisturbNothing) {
 
   // Bad values for a live job are refused and leave it as it was.
   EXPECT_EQ(s->SetWeight(1, -3).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s->SetWeight(1, std::numeric_limits<double>::infinity()).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->SetWeight(1, std::numeric_limits<double>::infinity()).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s->SetExpectedIterations(1, -1).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s->SetExpectedIterations(1, int64_t{2'000'000'000'000}).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->SetExpectedIterations(1, int64_t{2'000'000'000'000}).code(), absl::StatusCode::kInvalidArgument);
   const std::vector<JobSchedStats> stats = s->Stats();
   ASSERT_EQ(stats.size(), 1u);
   EXPECT_EQ(stats[0].job, 1u);

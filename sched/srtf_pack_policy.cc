@@ -6,8 +6,7 @@
 
 namespace tandem::sched {
 
-std::optional<double> SrtfPackPolicy::RemainingSeconds(const SchedState& state,
-                                                       const JobState& job) {
+std::optional<double> SrtfPackPolicy::RemainingSeconds(const SchedState& state, const JobState& job) {
   constexpr double kLong = std::numeric_limits<double>::infinity();
   const int64_t expected = job.params.expected_iterations;
   if (expected <= 0 || job.iterations_done >= static_cast<uint64_t>(expected)) return kLong;
@@ -19,8 +18,7 @@ std::optional<double> SrtfPackPolicy::RemainingSeconds(const SchedState& state,
   return static_cast<double>(expected - static_cast<int64_t>(job.iterations_done)) * *per_iteration;
 }
 
-std::vector<const JobState*> SrtfPackPolicy::RunningSet(const SchedState& state,
-                                                        bool by_lane) const {
+std::vector<const JobState*> SrtfPackPolicy::RunningSet(const SchedState& state, bool by_lane) const {
   // Active jobs by (remaining, arrival_seq), unmeasured ones as -1 (first,
   // oldest first), from a heap popped only until the set is full: Pick asks
   // at every dispatch, and a full sort of a crowd of jobs each time costs
@@ -42,8 +40,7 @@ std::vector<const JobState*> SrtfPackPolicy::RunningSet(const SchedState& state,
     const JobState* job = heap.back().second;
     heap.pop_back();
     const bool fits = std::none_of(set.begin(), set.end(), [&](const JobState* member) {
-      return (by_lane && member->lane() == job->lane()) ||
-             MeasuredToClash(state, job->key, member->key, margin_);
+      return (by_lane && member->lane() == job->lane()) || MeasuredToClash(state, job->key, member->key, margin_);
     });
     if (fits) set.push_back(job);
   }
@@ -63,8 +60,7 @@ std::optional<JobId> SrtfPackPolicy::Pick(const SchedState& state, int lane) {
   return std::nullopt;
 }
 
-int SrtfPackPolicy::ChooseLane(const SchedState& state, const JobParams& params,
-                               int num_lanes) const {
+int SrtfPackPolicy::ChooseLane(const SchedState& state, const JobParams& params, int num_lanes) const {
   return PackLaneFor(state, params, num_lanes, margin_, max_lanes_);
 }
 

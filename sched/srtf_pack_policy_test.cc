@@ -29,8 +29,7 @@ InterferenceTable Uniform(double r) {
   return table;
 }
 
-SimResult Simulate(const std::string& policy, const std::vector<TraceJob>& trace,
-              InterferenceTable table) {
+SimResult Simulate(const std::string& policy, const std::vector<TraceJob>& trace, InterferenceTable table) {
   SimOptions options;
   options.scheduler.policy = policy;
   Simulator simulator(options, ModelCatalog::Reference(), std::move(table));
@@ -43,8 +42,7 @@ SimResult Simulate(const std::string& policy, const std::vector<TraceJob>& trace
 
 std::vector<JobId> FinishOrder(const SimResult& result) {
   std::vector<JobResult> jobs = result.jobs;
-  std::sort(jobs.begin(), jobs.end(),
-            [](const JobResult& a, const JobResult& b) { return a.finish < b.finish; });
+  std::sort(jobs.begin(), jobs.end(), [](const JobResult& a, const JobResult& b) { return a.finish < b.finish; });
   std::vector<JobId> order;
   for (const JobResult& job : jobs) order.push_back(job.id);
   return order;
@@ -164,8 +162,7 @@ TEST(SrtfPackPolicyTest, BadOptionsAndInputsAreRefused) {
   EXPECT_EQ(scheduler->AddJob(1, params).code(), absl::StatusCode::kInvalidArgument);
   params.expected_iterations = 10;
   ASSERT_TRUE(scheduler->AddJob(1, params).ok());
-  EXPECT_EQ(scheduler->SetExpectedIterations(1, kMaxExpectedIterations + 1).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(scheduler->SetExpectedIterations(1, kMaxExpectedIterations + 1).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(scheduler->SetExpectedIterations(7, 5).code(), absl::StatusCode::kNotFound);
   EXPECT_FALSE(scheduler->Next(3).has_value()) << "no such lane";
   EXPECT_EQ(scheduler->policy(), "srtf_pack");

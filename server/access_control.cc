@@ -40,8 +40,10 @@ bool IsAdministrator(const PeerIdentity& who, const AccessOptions& options, bool
     case PeerIdentity::Kind::kLocal:
       if (who.uid == 0 || who.uid == options.daemon_uid) return true;
       return options.admin_gid != static_cast<gid_t>(-1) && InGroup(who.uid, who.gid, options.admin_gid);
-    case PeerIdentity::Kind::kNetwork: return !who.user.empty() && curve_admin;
-    case PeerIdentity::Kind::kUnknown: return false;
+    case PeerIdentity::Kind::kNetwork:
+      return !who.user.empty() && curve_admin;
+    case PeerIdentity::Kind::kUnknown:
+      return false;
   }
   return false;
 }

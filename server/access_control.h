@@ -28,11 +28,11 @@
 namespace tandem::server {
 
 struct AccessOptions {
-  uid_t daemon_uid = 0;                  // the daemon's effective uid
+  uid_t daemon_uid = 0;                      // the daemon's effective uid
   gid_t admin_gid = static_cast<gid_t>(-1);  // -1: no admin group
   int max_user_priority = 0;
   double max_user_weight = 1.0;
-  uint64_t max_job_bytes = 0;            // 0: no ceiling
+  uint64_t max_job_bytes = 0;  // 0: no ceiling
 };
 
 // Whether `who` administers the daemon. `curve_admin`: tcp's key file

@@ -47,11 +47,11 @@ TEST(PeerIdentityTest, TcpIsTheConnectionsAddressAndPort) {
 
 TEST(PeerIdentityTest, SameClientMeansTheSameProcessOrConnection) {
   EXPECT_TRUE(Local(1000, 7).SameClient(Local(1000, 7)));
-  EXPECT_FALSE(Local(1000, 7).SameClient(Local(1000, 8)));   // another process of the same user
-  EXPECT_FALSE(Local(1000, 7).SameClient(Local(1001, 7)));   // another user
+  EXPECT_FALSE(Local(1000, 7).SameClient(Local(1000, 8)));  // another process of the same user
+  EXPECT_FALSE(Local(1000, 7).SameClient(Local(1001, 7)));  // another user
   EXPECT_TRUE(Tcp("127.0.0.1:5").SameClient(Tcp("127.0.0.1:5")));
   EXPECT_FALSE(Tcp("127.0.0.1:5").SameClient(Tcp("127.0.0.1:6")));  // a new connection
-  EXPECT_FALSE(PeerIdentity{}.SameClient(PeerIdentity{}));           // unknown matches nothing
+  EXPECT_FALSE(PeerIdentity{}.SameClient(PeerIdentity{}));          // unknown matches nothing
   EXPECT_FALSE(Local(1000, 7).SameClient(Tcp("127.0.0.1:5")));
 }
 
@@ -88,7 +88,7 @@ TEST(AccessControlTest, OwnersAndAdministratorsManageJobs) {
   const PeerIdentity alice = Local(1000, 7), alice_again = Local(1000, 8), bob = Local(1001, 9);
   EXPECT_TRUE(MayManageJob(alice_again, false, 2, alice, 1));  // her other process
   EXPECT_FALSE(MayManageJob(bob, false, 3, alice, 1));
-  EXPECT_TRUE(MayManageJob(bob, true, 3, alice, 1));           // an administrator
+  EXPECT_TRUE(MayManageJob(bob, true, 3, alice, 1));  // an administrator
   // An anonymous tcp session manages only its own session's jobs.
   EXPECT_TRUE(MayManageJob(Tcp("127.0.0.1:5"), false, 4, Tcp("127.0.0.1:5"), 4));
   EXPECT_FALSE(MayManageJob(Tcp("127.0.0.1:6"), false, 5, Tcp("127.0.0.1:5"), 4));

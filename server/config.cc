@@ -90,7 +90,9 @@ const std::vector<ConfigKey>& BuildKeys() {
        },
        [](const DaemonOptions& o) { return o.endpoint; }},
       {"device", "auto|cpu|cuda", "devices to serve: auto (every GPU, else the CPU), cpu, or cuda", false,
-       [](absl::string_view v, DaemonOptions* o) { return OneOf(v, {"auto", "cpu", "cuda"}, &o->device); },
+       [](absl::string_view v, DaemonOptions* o) {
+         return OneOf(v, {"auto", "cpu", "cuda"}, &o->device);
+       },
        [](const DaemonOptions& o) { return o.device; }},
       {"gpus", "N[,N...]", "CUDA ordinals to use with device=cuda or auto; empty: all", false,
        [](absl::string_view v, DaemonOptions* o) {
@@ -152,8 +154,8 @@ const std::vector<ConfigKey>& BuildKeys() {
       {"max_queued_per_job", "N", "iterations one job may have waiting", true,
        [](absl::string_view v, DaemonOptions* o) { return ParseInt(v, 1, 1 << 20, &o->max_queued_per_job); },
        [](const DaemonOptions& o) { return absl::StrCat(o.max_queued_per_job); }},
-      {"max_jobs_per_session", "N", "jobs one client session may hold (running, waiting for memory, registering)",
-       true, [](absl::string_view v, DaemonOptions* o) { return ParseInt(v, 1, 1 << 20, &o->max_jobs_per_session); },
+      {"max_jobs_per_session", "N", "jobs one client session may hold (running, waiting for memory, registering)", true,
+       [](absl::string_view v, DaemonOptions* o) { return ParseInt(v, 1, 1 << 20, &o->max_jobs_per_session); },
        [](const DaemonOptions& o) { return absl::StrCat(o.max_jobs_per_session); }},
       {"max_unread_reply_mib", "MIB",
        "reply bytes held for one session whose client has not read them; past it its requests are refused", true,
@@ -162,8 +164,9 @@ const std::vector<ConfigKey>& BuildKeys() {
       {"max_inflight_per_lane", "N", "iterations enqueued ahead on one lane's stream", false,
        [](absl::string_view v, DaemonOptions* o) { return ParseInt(v, 1, 16, &o->max_inflight_per_lane); },
        [](const DaemonOptions& o) { return absl::StrCat(o.max_inflight_per_lane); }},
-      {"executor_threads", "N", "threads per device enqueuing the lanes' work (lane k: thread k mod N); 0: one per lane",
-       false, [](absl::string_view v, DaemonOptions* o) { return ParseInt(v, 0, 64, &o->executor_threads); },
+      {"executor_threads", "N",
+       "threads per device enqueuing the lanes' work (lane k: thread k mod N); 0: one per lane", false,
+       [](absl::string_view v, DaemonOptions* o) { return ParseInt(v, 0, 64, &o->executor_threads); },
        [](const DaemonOptions& o) { return absl::StrCat(o.executor_threads); }},
       {"socket_group", "GROUP", "group that owns an ipc socket (mode 0660); empty: the daemon's group", false,
        [](absl::string_view v, DaemonOptions* o) {
@@ -217,35 +220,32 @@ const std::vector<ConfigKey>& BuildKeys() {
       {"preemption", "iteration|op",
        "how policy=priority preempts a lower-priority iteration when a higher-priority one arrives: iteration "
        "(never mid-iteration) or op (it pauses at the next segment boundary)",
-       false, [](absl::string_view v, DaemonOptions* o) { return OneOf(v, {"iteration", "op"}, &o->preemption); },
+       false,
+       [](absl::string_view v, DaemonOptions* o) {
+         return OneOf(v, {"iteration", "op"}, &o->preemption);
+       },
        [](const DaemonOptions& o) { return o.preemption; }},
       {"stream_priorities", "true|false",
        "with policy=priority: give the lanes of higher-priority jobs higher GPU stream priorities, so their "
        "kernels' thread blocks are dispatched ahead of best-effort work running beside them",
-       false,
-       [](absl::string_view v, DaemonOptions* o) { return ParseBool(v, &o->stream_priorities); },
+       false, [](absl::string_view v, DaemonOptions* o) { return ParseBool(v, &o->stream_priorities); },
        [](const DaemonOptions& o) { return BoolText(o.stream_priorities); }},
       {"warm_lanes", "true|false",
        "after a job's first iteration, ready every other lane's stream for it between that lane's iterations "
        "(cuDNN plans), so that a later move of the job to another lane does not hold that lane up",
-       false,
-       [](absl::string_view v, DaemonOptions* o) { return ParseBool(v, &o->warm_lanes); },
+       false, [](absl::string_view v, DaemonOptions* o) { return ParseBool(v, &o->warm_lanes); },
        [](const DaemonOptions& o) { return BoolText(o.warm_lanes); }},
       {"preemption_segment_nodes", "N",
        "with preemption=op: nodes of a preemptible iteration enqueued per segment (smaller: quicker yields, more "
        "round trips)",
        false,
-       [](absl::string_view v, DaemonOptions* o) {
-         return ParseInt(v, 1, 1 << 20, &o->preemption_segment_nodes);
-       },
+       [](absl::string_view v, DaemonOptions* o) { return ParseInt(v, 1, 1 << 20, &o->preemption_segment_nodes); },
        [](const DaemonOptions& o) { return absl::StrCat(o.preemption_segment_nodes); }},
       {"preemption_segments_in_flight", "N",
        "with preemption=op: segments of one iteration enqueued at once (1: a yield takes effect after the running "
        "segment, but the device idles for a round trip between segments; 2 hides that round trip)",
        false,
-       [](absl::string_view v, DaemonOptions* o) {
-         return ParseInt(v, 1, 4, &o->preemption_segments_in_flight);
-       },
+       [](absl::string_view v, DaemonOptions* o) { return ParseInt(v, 1, 4, &o->preemption_segments_in_flight); },
        [](const DaemonOptions& o) { return absl::StrCat(o.preemption_segments_in_flight); }},
   };
   return *keys;
@@ -331,9 +331,9 @@ absl::StatusOr<DaemonCommandLine> ParseDaemonCommandLine(int argc, const char* c
     }
     if (name != "config" && FindConfigKey(name) == nullptr) {
       std::string suggestion = SuggestConfigKey(name);
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--", name, ": unknown flag", suggestion.empty() ? "" : absl::StrCat(" (did you mean --", suggestion, "?)"),
-          "; see --help"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, ": unknown flag",
+                       suggestion.empty() ? "" : absl::StrCat(" (did you mean --", suggestion, "?)"), "; see --help"));
     }
     if (!has_value) {
       if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));

@@ -54,10 +54,10 @@ std::string SuggestConfigKey(absl::string_view unknown);
 struct DaemonCommandLine {
   std::vector<std::string> config_files;                      // --config, in order
   std::vector<std::pair<std::string, std::string>> settings;  // --key=value, in order
-  bool help = false;          // --help: print the keys and exit
-  bool version = false;       // --version
-  bool check_config = false;  // --check_config: validate, print the settings, exit
-  bool list_ops = false;      // --list_ops: print the op registry, exit
+  bool help = false;                                          // --help: print the keys and exit
+  bool version = false;                                       // --version
+  bool check_config = false;                                  // --check_config: validate, print the settings, exit
+  bool list_ops = false;                                      // --list_ops: print the op registry, exit
 };
 
 // Accepts --key=value and --key value for every key, --config=PATH (may

@@ -71,7 +71,6 @@ class EventLoop {
   std::map<std::string, HandlerStats> Stats() const;
 
  private:
-
   boost::asio::io_context context_;
   // Keyed by the literal's address (a name used in two files may have two
   // entries; Stats() merges them): no string is built per work item.
@@ -81,8 +80,7 @@ class EventLoop {
 // Times the scope it lives in as a section of the running work item.
 class LoopSection {
  public:
-  LoopSection(EventLoop& loop, const char* name)
-      : loop_(loop), name_(name), start_(std::chrono::steady_clock::now()) {}
+  LoopSection(EventLoop& loop, const char* name) : loop_(loop), name_(name), start_(std::chrono::steady_clock::now()) {}
   ~LoopSection() {
     loop_.AddSection(name_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
   }

@@ -34,8 +34,7 @@ class Executor {
  public:
   // `name` names the thread ("exec <name>" in top -H, at most 15 characters).
   explicit Executor(std::string name)
-      : name_(std::move(name)), guard_(boost::asio::make_work_guard(context_)),
-        thread_([this] {
+      : name_(std::move(name)), guard_(boost::asio::make_work_guard(context_)), thread_([this] {
           pthread_setname_np(pthread_self(), ("exec " + name_).substr(0, 15).c_str());
           context_.run();
         }) {}

@@ -67,8 +67,8 @@ absl::Status SetSocketGroup(const std::string& path, const std::string& group) {
   struct group* g = ::getgrnam(group.c_str());
   if (g == nullptr) return absl::NotFoundError(absl::StrCat("socket_group '", group, "' does not exist"));
   if (::chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot give ", path, " to group '", group, "': ",
-                                                    std::strerror(errno),
+    return absl::PermissionDeniedError(absl::StrCat("cannot give ", path, " to group '", group,
+                                                    "': ", std::strerror(errno),
                                                     " (run tandemd as a member of the group, or as root)"));
   }
   return absl::OkStatus();
@@ -81,8 +81,11 @@ class ConfigReloader {
  public:
   ConfigReloader(DaemonCommandLine command_line, DaemonOptions loaded, Service* service,
                  const SystemdNotifier* notifier)
-      : command_line_(std::move(command_line)), started_with_(loaded), loaded_(std::move(loaded)),
-        service_(service), notifier_(notifier) {}
+      : command_line_(std::move(command_line)),
+        started_with_(loaded),
+        loaded_(std::move(loaded)),
+        service_(service),
+        notifier_(notifier) {}
 
   void Reload() {
     notifier_->Reloading();
@@ -200,10 +203,9 @@ int Run(int argc, char** argv) {
       {.endpoint = options.endpoint, .max_message_bytes = options.max_message_bytes},
       [&loop, svc](std::string peer, PeerIdentity identity, std::string payload,
                    std::shared_ptr<const RequestFrames> frames) {
-        loop.Post("Transport.OnMessage", [svc, peer = std::move(peer), identity = std::move(identity),
-                                          payload = std::move(payload), frames = std::move(frames)]() {
-          svc->HandleMessage(peer, identity, payload, frames);
-        });
+        loop.Post("Transport.OnMessage",
+                  [svc, peer = std::move(peer), identity = std::move(identity), payload = std::move(payload),
+                   frames = std::move(frames)]() { svc->HandleMessage(peer, identity, payload, frames); });
       },
       [&loop, svc](std::string peer) {
         loop.Post("Transport.OnPeerGone", [svc, peer = std::move(peer)]() { svc->HandlePeerGone(peer); });

@@ -112,7 +112,8 @@ std::string Service::RenderMetrics() {
   w.Family("tandem_device_iteration_seconds", "histogram", "device time of one iteration");
   for (size_t i = 0; i < devices_.size(); ++i) {
     const DeviceMeasurements* d = device_measured(i);
-    w.HistogramSamples("tandem_device_iteration_seconds", device_labels(i), d == nullptr ? empty : d->iteration_seconds);
+    w.HistogramSamples("tandem_device_iteration_seconds", device_labels(i),
+                       d == nullptr ? empty : d->iteration_seconds);
   }
   w.Family("tandem_device_queue_wait_seconds", "histogram", "time an iteration waited for its turn");
   for (size_t i = 0; i < devices_.size(); ++i) {
@@ -194,9 +195,9 @@ std::string Service::RenderMetrics() {
            "device memory by kind: capacity, reserve, persistent, lanes, retired, free");
   for (size_t i = 0; i < devices_.size(); ++i) {
     const memory::DeviceMemoryStats& m = memory[i];
-    const std::pair<const char*, uint64_t> kinds[] = {{"capacity", m.capacity_bytes}, {"reserve", m.reserve_bytes},
+    const std::pair<const char*, uint64_t> kinds[] = {{"capacity", m.capacity_bytes},     {"reserve", m.reserve_bytes},
                                                       {"persistent", m.persistent_bytes}, {"lanes", m.lane_bytes},
-                                                      {"retired", m.retired_bytes}, {"free", m.free_bytes}};
+                                                      {"retired", m.retired_bytes},       {"free", m.free_bytes}};
     for (const auto& [kind, bytes] : kinds) {
       Labels labels = device_labels(i);
       labels.emplace_back("kind", kind);

@@ -27,9 +27,8 @@ uint64_t MetricsSnapshot::generation() const {
 
 std::optional<std::string> MetricsSnapshot::WaitNewer(uint64_t after_generation, std::chrono::milliseconds timeout) {
   absl::MutexLock lock(&mu_);
-  auto ready = [this, after_generation]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return cancelled_ || generation_ > after_generation;
-  };
+  auto ready = [this, after_generation]()
+                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return cancelled_ || generation_ > after_generation; };
   mu_.AwaitWithTimeout(absl::Condition(&ready), absl::FromChrono(timeout));
   if (generation_ == 0) return std::nullopt;
   return text_;
@@ -155,8 +154,8 @@ struct MetricsHttpServer::Impl {
 MetricsHttpServer::MetricsHttpServer(std::unique_ptr<Impl> impl, int port) : impl_(std::move(impl)), port_(port) {}
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const MetricsHttpOptions& options,
-                                                                             std::shared_ptr<MetricsSnapshot> snapshot,
-                                                                             RefreshFn refresh) {
+                                                                            std::shared_ptr<MetricsSnapshot> snapshot,
+                                                                            RefreshFn refresh) {
   auto impl = std::make_unique<Impl>();
   impl->snapshot = std::move(snapshot);
   impl->refresh = std::move(refresh);

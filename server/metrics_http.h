@@ -58,8 +58,8 @@ class MetricsHttpServer {
 
   // Binds and starts the server thread. UNAVAILABLE when the port is taken.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const MetricsHttpOptions& options,
-                                                                 std::shared_ptr<MetricsSnapshot> snapshot,
-                                                                 RefreshFn refresh);
+                                                                  std::shared_ptr<MetricsSnapshot> snapshot,
+                                                                  RefreshFn refresh);
   ~MetricsHttpServer();
 
   int port() const { return port_; }

@@ -145,8 +145,8 @@ TEST(MetricsHttpServer, ServesFreshTextOnEveryScrape) {
 
 TEST(MetricsHttpServer, SlowLoopGetsStaleTextOrUnavailable) {
   auto snapshot = std::make_shared<MetricsSnapshot>();
-  auto server = MetricsHttpServer::Start({.address = "127.0.0.1", .port = 0, .fresh_timeout = std::chrono::milliseconds(50)},
-                                         snapshot, []() {});
+  auto server = MetricsHttpServer::Start(
+      {.address = "127.0.0.1", .port = 0, .fresh_timeout = std::chrono::milliseconds(50)}, snapshot, []() {});
   ASSERT_TRUE(server.ok());
   EXPECT_THAT(Get((*server)->port(), "/metrics"), StartsWith("HTTP/1.1 503"));
   snapshot->Publish("tandem_old 1\n");

@@ -11,36 +11,36 @@
 namespace tandem::server {
 
 struct DaemonOptions {
-  std::string endpoint;          // empty: DaemonDefaultEndpoint()
-  std::string device = "auto";   // auto | cpu | cuda
-  std::vector<int> gpus;         // CUDA ordinals to use; empty: all
-  std::string policy = "pack";   // fifo | pack | fair | srtf | priority | srtf_pack
+  std::string endpoint;            // empty: DaemonDefaultEndpoint()
+  std::string device = "auto";     // auto | cpu | cuda
+  std::vector<int> gpus;           // CUDA ordinals to use; empty: all
+  std::string policy = "pack";     // fifo | pack | fair | srtf | priority | srtf_pack
   std::string log_level = "info";  // debug | info | warning | error
   uint64_t max_message_bytes = uint64_t{256} << 20;
   double session_timeout_seconds = 30;
   uint64_t cpu_memory_bytes = uint64_t{8} << 30;  // capacity of the CPU device
-  uint64_t reserve_bytes = 0;    // 0: measured/estimated per device at start
+  uint64_t reserve_bytes = 0;                     // 0: measured/estimated per device at start
   int max_lanes = 4;
   // Lane arenas' slack per device (memory::DeviceMemoryOptions::lane_slack_bytes).
   uint64_t lane_slack_bytes = uint64_t{512} << 20;
-  uint64_t max_job_bytes = 0;    // per-job quota; 0: none
-  int max_inflight_per_lane = 2; // iterations enqueued ahead on a lane
-  int max_queued_per_job = 64;   // iterations a job may have waiting
-  int max_jobs_per_session = 64; // jobs one session may hold (running, waiting or registering)
+  uint64_t max_job_bytes = 0;     // per-job quota; 0: none
+  int max_inflight_per_lane = 2;  // iterations enqueued ahead on a lane
+  int max_queued_per_job = 64;    // iterations a job may have waiting
+  int max_jobs_per_session = 64;  // jobs one session may hold (running, waiting or registering)
   // Reply bytes the daemon holds for one session that its client has not
   // read yet; past it, the session's requests are refused until it reads.
   uint64_t max_unread_reply_bytes = uint64_t{1} << 30;
   // Threads per device that enqueue the lanes' work (copies, graph launches,
   // captures); lane k uses thread k mod N. 0: one per lane.
   int executor_threads = 0;
-  std::string socket_group;      // group owning an ipc socket; empty: the daemon's
+  std::string socket_group;  // group owning an ipc socket; empty: the daemon's
   // Access control (server/access_control.h): the group whose members
   // administer the daemon (besides root and the daemon's own user), and the
   // ceilings of what a non-administrator's job may ask for.
   std::string admin_group;
   int max_user_priority = 0;
   double max_user_weight = 1.0;
-  int metrics_port = 0;          // Prometheus endpoint; 0: off
+  int metrics_port = 0;  // Prometheus endpoint; 0: off
   std::string metrics_address = "127.0.0.1";
   bool fuse_elementwise = true;  // fuse chains of elementwise nodes at registration
   // How PRIORITY preempts a lower-priority iteration: "iteration" (never

@@ -11,9 +11,12 @@ namespace tandem::server {
 bool PeerIdentity::SameClient(const PeerIdentity& other) const {
   if (kind != other.kind) return false;
   switch (kind) {
-    case Kind::kLocal: return uid == other.uid && pid == other.pid;
-    case Kind::kNetwork: return address == other.address && user == other.user;
-    case Kind::kUnknown: return false;
+    case Kind::kLocal:
+      return uid == other.uid && pid == other.pid;
+    case Kind::kNetwork:
+      return address == other.address && user == other.user;
+    case Kind::kUnknown:
+      return false;
   }
   return false;
 }
@@ -21,19 +24,24 @@ bool PeerIdentity::SameClient(const PeerIdentity& other) const {
 bool PeerIdentity::SamePrincipal(const PeerIdentity& other) const {
   if (kind != other.kind) return false;
   switch (kind) {
-    case Kind::kLocal: return uid == other.uid;
-    case Kind::kNetwork: return !user.empty() && user == other.user;
-    case Kind::kUnknown: return false;
+    case Kind::kLocal:
+      return uid == other.uid;
+    case Kind::kNetwork:
+      return !user.empty() && user == other.user;
+    case Kind::kUnknown:
+      return false;
   }
   return false;
 }
 
 std::string PeerIdentity::ToString() const {
   switch (kind) {
-    case Kind::kLocal: return absl::StrCat("uid ", uid, " (pid ", pid, ")");
+    case Kind::kLocal:
+      return absl::StrCat("uid ", uid, " (pid ", pid, ")");
     case Kind::kNetwork:
       return user.empty() ? absl::StrCat("tcp ", address) : absl::StrCat("tcp ", address, " (user ", user, ")");
-    case Kind::kUnknown: break;
+    case Kind::kUnknown:
+      break;
   }
   return "unknown";
 }

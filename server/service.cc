@@ -48,9 +48,7 @@ std::string RandomToken() {
   return token;
 }
 
-double SecondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 absl::StatusOr<std::vector<std::unique_ptr<device::Device>>> OpenDevices(const DaemonOptions& options) {
   std::vector<std::unique_ptr<device::Device>> devices;
@@ -67,8 +65,7 @@ absl::StatusOr<std::vector<std::unique_ptr<device::Device>>> OpenDevices(const D
     }
     ASSIGN_OR_RETURN(devices, device::CreateCudaDevices({.ordinals = options.gpus}));
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device=", options.device, ": expected auto, cpu or cuda"));
+    return absl::InvalidArgumentError(absl::StrCat("--device=", options.device, ": expected auto, cpu or cuda"));
   }
   return devices;
 }
@@ -77,10 +74,14 @@ absl::StatusOr<std::vector<std::unique_ptr<device::Device>>> OpenDevices(const D
 
 const char* JobStateName(JobState state) {
   switch (state) {
-    case JobState::kWaitingForMemory: return "waiting-for-memory";
-    case JobState::kUploading: return "uploading";
-    case JobState::kRunning: return "running";
-    case JobState::kClosing: return "closing";
+    case JobState::kWaitingForMemory:
+      return "waiting-for-memory";
+    case JobState::kUploading:
+      return "uploading";
+    case JobState::kRunning:
+      return "running";
+    case JobState::kClosing:
+      return "closing";
   }
   return "?";
 }
@@ -90,8 +91,7 @@ Service::Service(const DaemonOptions& options, EventLoop& loop, SendFn send)
 
 Service::~Service() = default;
 
-absl::StatusOr<std::unique_ptr<Service>> Service::Create(const DaemonOptions& options, EventLoop& loop,
-                                                         SendFn send) {
+absl::StatusOr<std::unique_ptr<Service>> Service::Create(const DaemonOptions& options, EventLoop& loop, SendFn send) {
   std::unique_ptr<Service> service(new Service(options, loop, std::move(send)));
   if (!options.admin_group.empty()) {
     struct group* g = ::getgrnam(options.admin_group.c_str());
@@ -126,11 +126,10 @@ absl::StatusOr<std::unique_ptr<Service>> Service::Create(const DaemonOptions& op
     ASSIGN_OR_RETURN(rt->memory, memory::DeviceMemory::Create(*dev, mem));
     // One iteration per lane runs; max_inflight_per_lane - 1 more may wait
     // behind it on the lane's stream (the scheduler's lookahead).
-    ASSIGN_OR_RETURN(rt->scheduler,
-                     sched::CreateScheduler({.policy = options.policy,
-                                             .preemption = options.preemption,
-                                             .max_lanes = options.max_lanes,
-                                             .lookahead = options.max_inflight_per_lane - 1}));
+    ASSIGN_OR_RETURN(rt->scheduler, sched::CreateScheduler({.policy = options.policy,
+                                                            .preemption = options.preemption,
+                                                            .max_lanes = options.max_lanes,
+                                                            .lookahead = options.max_inflight_per_lane - 1}));
     rt->device = std::move(dev);
     TLOG_INFO("device ready")
         .With("device", info.name)
@@ -224,9 +223,10 @@ void Service::HandleMessage(const std::string& peer, const PeerIdentity& identit
   }
   to.request_id = request->request_id();
   if (frames != nullptr && request->body_case() != v1::Request::kRegisterJob) {
-    ReplyError(to, absl::InvalidArgumentError(absl::StrCat(
-                       "malformed request: ", frames->size(), " frame(s) followed the request, but only a job "
-                       "registration may carry frames (its persistent tensors' bytes)")));
+    ReplyError(
+        to, absl::InvalidArgumentError(absl::StrCat("malformed request: ", frames->size(),
+                                                    " frame(s) followed the request, but only a job "
+                                                    "registration may carry frames (its persistent tensors' bytes)")));
     return;
   }
 
@@ -257,19 +257,29 @@ void Service::HandleMessage(const std::string& peer, const PeerIdentity& identit
     // A client that sends without reading would have the daemon buffer its
     // replies without end.
     if (const uint64_t unread = queued_reply_bytes_(peer); unread > options_.max_unread_reply_bytes) {
-      ReplyError(to, absl::ResourceExhaustedError(absl::StrCat(
-                         memory::FormatBytes(unread), " of this session's replies are waiting for the client to read them, "
-                         "more than tandemd's max_unread_reply_mib (", memory::FormatBytes(options_.max_unread_reply_bytes),
-                         "); read the replies before sending more requests")));
+      ReplyError(to, absl::ResourceExhaustedError(
+                         absl::StrCat(memory::FormatBytes(unread),
+                                      " of this session's replies are waiting for the client to read them, "
+                                      "more than tandemd's max_unread_reply_mib (",
+                                      memory::FormatBytes(options_.max_unread_reply_bytes),
+                                      "); read the replies before sending more requests")));
       return;
     }
   }
   if (HandleAdminRequest(to, *session, *request)) return;
   switch (request->body_case()) {
-    case v1::Request::kRegisterJob: OnRegisterJob(to, *session, request, std::move(frames)); return;
-    case v1::Request::kRunIteration: OnRunIteration(to, *session, request); return;
-    case v1::Request::kReadTensor: OnReadTensor(to, *session, request->read_tensor()); return;
-    case v1::Request::kCloseJob: OnCloseJob(to, *session, request->close_job().job_id()); return;
+    case v1::Request::kRegisterJob:
+      OnRegisterJob(to, *session, request, std::move(frames));
+      return;
+    case v1::Request::kRunIteration:
+      OnRunIteration(to, *session, request);
+      return;
+    case v1::Request::kReadTensor:
+      OnReadTensor(to, *session, request->read_tensor());
+      return;
+    case v1::Request::kCloseJob:
+      OnCloseJob(to, *session, request->close_job().job_id());
+      return;
     case v1::Request::kCloseSession: {
       v1::Response response;
       response.mutable_close_session();
@@ -283,10 +293,17 @@ void Service::HandleMessage(const std::string& peer, const PeerIdentity& identit
       Reply(to, std::move(response));
       return;
     }
-    case v1::Request::kListSessions: OnListSessions(to, *session); return;
-    case v1::Request::kStats: OnStats(to); return;
-    case v1::Request::kMapSharedMemory: OnMapSharedMemory(to, *session, request->map_shared_memory()); return;
-    default: break;
+    case v1::Request::kListSessions:
+      OnListSessions(to, *session);
+      return;
+    case v1::Request::kStats:
+      OnStats(to);
+      return;
+    case v1::Request::kMapSharedMemory:
+      OnMapSharedMemory(to, *session, request->map_shared_memory());
+      return;
+    default:
+      break;
   }
   ReplyError(to, absl::InvalidArgumentError("request has no body this daemon knows (protocol v1)"));
 }
@@ -294,8 +311,8 @@ void Service::HandleMessage(const std::string& peer, const PeerIdentity& identit
 void Service::OnHello(const PendingReply& to, const PeerIdentity& identity, const v1::HelloRequest& hello) {
   if (hello.protocol_version() != v1::PROTOCOL_VERSION_CURRENT) {
     ReplyError(to, absl::FailedPreconditionError(absl::StrCat(
-                       "protocol version ", hello.protocol_version(), " is not supported; tandemd ",
-                       kDaemonVersion, " speaks version ", static_cast<int>(v1::PROTOCOL_VERSION_CURRENT))));
+                       "protocol version ", hello.protocol_version(), " is not supported; tandemd ", kDaemonVersion,
+                       " speaks version ", static_cast<int>(v1::PROTOCOL_VERSION_CURRENT))));
     return;
   }
   if (identity.kind == PeerIdentity::Kind::kUnknown) {

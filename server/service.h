@@ -22,8 +22,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "server/event_loop.h"
 #include "server/access_control.h"
+#include "server/event_loop.h"
 #include "server/executor.h"
 #include "server/fd_socket.h"
 #include "server/metrics.h"
@@ -42,8 +42,7 @@ class Service {
 
   // Opens the devices named by options.device ("auto": every GPU, else the
   // CPU) and their memory, scheduler and executor.
-  static absl::StatusOr<std::unique_ptr<Service>> Create(const DaemonOptions& options, EventLoop& loop,
-                                                         SendFn send);
+  static absl::StatusOr<std::unique_ptr<Service>> Create(const DaemonOptions& options, EventLoop& loop, SendFn send);
   ~Service();
 
   // Loop thread. A message from `peer` on a connection of `identity`, with
@@ -265,7 +264,7 @@ class Service {
   // on the next turn of the loop), so the job's memory and lane are freed.
   void StopSegmentedIteration(Job& job, const char* reason);
 
-  DaemonOptions options_;  // the live keys change on reload (ApplyLiveOptions)
+  DaemonOptions options_;                     // the live keys change on reload (ApplyLiveOptions)
   gid_t admin_gid_ = static_cast<gid_t>(-1);  // options_.admin_group's, resolved at start
   EventLoop& loop_;
   const SendFn send_;

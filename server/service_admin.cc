@@ -21,27 +21,34 @@ const char* kAdminKillReason = "killed with tandemctl kill";
 bool Service::HandleAdminRequest(const PendingReply& to, const Session& session, const v1::Request& request) {
   auto admin_only = [&](const char* what) {
     if (session.admin) return true;
-    ReplyError(to, absl::PermissionDeniedError(absl::StrCat(
-                       what, " needs an administrator of tandemd (root, the daemon's user, or a member of its "
-                       "admin_group); this session is ", session.identity.ToString())));
+    ReplyError(to, absl::PermissionDeniedError(
+                       absl::StrCat(what,
+                                    " needs an administrator of tandemd (root, the daemon's user, or a member of its "
+                                    "admin_group); this session is ",
+                                    session.identity.ToString())));
     return false;
   };
   switch (request.body_case()) {
-    case v1::Request::kSetPriority: OnSetPriority(to, session, request.set_priority()); return true;
+    case v1::Request::kSetPriority:
+      OnSetPriority(to, session, request.set_priority());
+      return true;
     case v1::Request::kSetPolicy:
       if (admin_only("set-policy")) OnSetPolicy(to, request.set_policy());
       return true;
     case v1::Request::kDrain:
       if (admin_only("drain")) OnDrain(to, request.drain());
       return true;
-    case v1::Request::kKillJob: OnKillJob(to, session, request.kill_job()); return true;
+    case v1::Request::kKillJob:
+      OnKillJob(to, session, request.kill_job());
+      return true;
     case v1::Request::kRegisterJob:
       if (absl::Status s = CheckAdmitting(); !s.ok()) {
         ReplyError(to, s);
         return true;
       }
       return false;
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -90,7 +97,10 @@ void Service::OnSetPriority(const PendingReply& to, const Session& session, cons
   }
   job->hints.set_priority(set.priority());
   if (job->device != nullptr) job->device->lane_levels_stale = true;
-  TLOG_INFO("job priority set").With("job", job->id).With("name", job->name).With("priority", set.priority())
+  TLOG_INFO("job priority set")
+      .With("job", job->id)
+      .With("name", job->name)
+      .With("priority", set.priority())
       .With("previous", previous);
   v1::Response response;
   response.mutable_set_priority()->set_previous(previous);
@@ -101,8 +111,8 @@ void Service::OnSetPriority(const PendingReply& to, const Session& session, cons
 void Service::OnSetPolicy(const PendingReply& to, const v1::SetPolicyRequest& set) {
   std::vector<std::string> names = sched::PolicyNames();
   if (std::find(names.begin(), names.end(), set.policy()) == names.end()) {
-    ReplyError(to, absl::InvalidArgumentError(absl::StrCat("unknown policy '", set.policy(), "'; valid: ",
-                                                           absl::StrJoin(names, ", "))));
+    ReplyError(to, absl::InvalidArgumentError(
+                       absl::StrCat("unknown policy '", set.policy(), "'; valid: ", absl::StrJoin(names, ", "))));
     return;
   }
   std::string previous = options_.policy;
@@ -348,9 +358,9 @@ std::string Service::StatusLine() {
   uint64_t queued = 0;
   for (const auto& [id, job] : jobs_) queued += job->queued.size();
   return absl::StrCat("serving ", sessions_.size(), " session", sessions_.size() == 1 ? "" : "s", ", ", jobs_.size(),
-                      " job", jobs_.size() == 1 ? "" : "s", " (", waiting_for_memory_.size(),
-                      " waiting for memory, ", queued, " iterations queued) on ", absl::StrJoin(DeviceNames(), ","),
-                      "; policy ", options_.policy, draining_ ? "; draining" : "");
+                      " job", jobs_.size() == 1 ? "" : "s", " (", waiting_for_memory_.size(), " waiting for memory, ",
+                      queued, " iterations queued) on ", absl::StrJoin(DeviceNames(), ","), "; policy ",
+                      options_.policy, draining_ ? "; draining" : "");
 }
 
 }  // namespace tandem::server

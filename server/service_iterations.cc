@@ -4,10 +4,10 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "ir/graph_builder.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "device/device.h"
+#include "ir/graph_builder.h"
 #include "server/service.h"
 
 namespace tandem::server {
@@ -34,8 +34,8 @@ absl::StatusOr<std::vector<std::shared_ptr<SharedRegion>>> ValidateRun(const Job
   if (run.feeds_size() != static_cast<int>(g.feeds.size())) {
     std::string want;
     for (int v : g.feeds) absl::StrAppend(&want, want.empty() ? "" : ", ", g.values[v].name);
-    return absl::InvalidArgumentError(absl::StrCat("job '", job.name, "' takes ", g.feeds.size(),
-                                                   " feeds (", want, "), got ", run.feeds_size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("job '", job.name, "' takes ", g.feeds.size(), " feeds (", want, "), got ", run.feeds_size()));
   }
   for (int i = 0; i < run.feeds_size(); ++i) {
     const v1::Tensor& feed = run.feeds(i);
@@ -65,24 +65,23 @@ absl::StatusOr<std::vector<std::shared_ptr<SharedRegion>>> ValidateRun(const Job
       const v1::SharedSlice& slice = feed.shared();
       auto r = session.regions.find(slice.region_id());
       if (r == session.regions.end()) {
-        return absl::NotFoundError(absl::StrCat("feed '", name, "': no shared-memory region ", slice.region_id(),
-                                                " in this session"));
+        return absl::NotFoundError(
+            absl::StrCat("feed '", name, "': no shared-memory region ", slice.region_id(), " in this session"));
       }
       const SharedRegion& region = *r->second;
       if (!feed.data().empty() || slice.bytes() != want.bytes() || slice.offset() > region.bytes() ||
           slice.bytes() > region.bytes() - slice.offset()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "feed '", name, "': shared slice [", slice.offset(), ", +", slice.bytes(), ") of region ", region.id(),
-            " (", region.bytes(), " bytes) must hold exactly ", want.bytes(), " bytes (", want.ToString(),
-            ") inside the region, with no inline data"));
+        return absl::InvalidArgumentError(absl::StrCat("feed '", name, "': shared slice [", slice.offset(), ", +",
+                                                       slice.bytes(), ") of region ", region.id(), " (", region.bytes(),
+                                                       " bytes) must hold exactly ", want.bytes(), " bytes (",
+                                                       want.ToString(), ") inside the region, with no inline data"));
       }
       regions.push_back(r->second);
       continue;
     }
     if (feed.data().size() != want.bytes()) {
-      return absl::InvalidArgumentError(absl::StrCat("feed '", name, "' has ", feed.data().size(),
-                                                     " bytes of data; ", want.ToString(), " is ", want.bytes(),
-                                                     " bytes"));
+      return absl::InvalidArgumentError(absl::StrCat("feed '", name, "' has ", feed.data().size(), " bytes of data; ",
+                                                     want.ToString(), " is ", want.bytes(), " bytes"));
     }
     regions.push_back(nullptr);
   }
@@ -134,8 +133,7 @@ std::vector<void*> Service::AddressTable(const Job& job) const {
   return table;
 }
 
-void Service::OnRunIteration(const PendingReply& to, Session& session,
-                             std::shared_ptr<const v1::Request> request) {
+void Service::OnRunIteration(const PendingReply& to, Session& session, std::shared_ptr<const v1::Request> request) {
   const v1::RunIterationRequest& run = request->run_iteration();
   auto job_or = FindJob(session, run.job_id());
   if (!job_or.ok()) {
@@ -270,9 +268,7 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
   if (segmented) {
     if (absl::Status s = EnsureSegmentEvents(dev, l); !s.ok()) {
       // Still correct as a whole iteration, only not preemptible.
-      TLOG_WARNING("iteration runs whole: no events for its segments")
-          .With("job", job.id)
-          .With("status", s.ToString());
+      TLOG_WARNING("iteration runs whole: no events for its segments").With("job", job.id).With("status", s.ToString());
       segmented = false;
     }
   }
@@ -354,8 +350,8 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
   });
 }
 
-void Service::OnIterationDone(DeviceRuntime& dev, int lane, int slot_index, uint64_t job_id,
-                              const LaneGapProbe& probe, QueuedIteration it, absl::Status status) {
+void Service::OnIterationDone(DeviceRuntime& dev, int lane, int slot_index, uint64_t job_id, const LaneGapProbe& probe,
+                              QueuedIteration it, absl::Status status) {
   double seconds = 0;
   if (status.ok()) {
     LoopSection timed(loop_, "IterationEnd/event reads");
@@ -367,9 +363,8 @@ void Service::OnIterationDone(DeviceRuntime& dev, int lane, int slot_index, uint
   FinishIteration(dev, lane, slot_index, job_id, probe, std::move(it), std::move(status), seconds);
 }
 
-void Service::FinishIteration(DeviceRuntime& dev, int lane, int slot_index, uint64_t job_id,
-                              const LaneGapProbe& probe, QueuedIteration it, absl::Status status,
-                              double seconds) {
+void Service::FinishIteration(DeviceRuntime& dev, int lane, int slot_index, uint64_t job_id, const LaneGapProbe& probe,
+                              QueuedIteration it, absl::Status status, double seconds) {
   Lane& l = dev.lanes[lane];
   StagingSlot& slot = l.slots[slot_index];
   if (status.ok()) {
@@ -422,8 +417,8 @@ void Service::FinishIteration(DeviceRuntime& dev, int lane, int slot_index, uint
     } else {
       job->failed++;
       TLOG_WARNING("iteration failed").With("job", job_id).With("name", job->name).With("status", status.ToString());
-      ReplyError(it.reply, absl::Status(status.code(), absl::StrCat("job '", job->name, "' iteration ",
-                                                                    run.iteration(), ": ", status.message())));
+      ReplyError(it.reply, absl::Status(status.code(), absl::StrCat("job '", job->name, "' iteration ", run.iteration(),
+                                                                    ": ", status.message())));
     }
   }
   {
@@ -461,8 +456,8 @@ void Service::OnReadTensor(const PendingReply& to, Session& session, const v1::R
   Job& job = **job_or;
   int v = job.graph->Find(read.name());
   if (v < 0 || job.graph->values[v].kind != ValueKind::kPersistent) {
-    ReplyError(to, absl::NotFoundError(absl::StrCat("job '", job.name, "' has no persistent tensor '", read.name(),
-                                                    "'")));
+    ReplyError(to,
+               absl::NotFoundError(absl::StrCat("job '", job.name, "' has no persistent tensor '", read.name(), "'")));
     return;
   }
   // A read sees every iteration the client sent before it.
@@ -536,8 +531,7 @@ bool Service::RunsInSegments(const DeviceRuntime& dev, const Job& job, const Lan
   // ones the scheduler stages behind a running iteration): they keep the
   // whole-iteration path, a captured graph's replay on CUDA.
   for (const auto& [id, other] : jobs_) {
-    if (other->device == &dev && other->state != JobState::kClosing &&
-        other->hints.priority() > job.hints.priority()) {
+    if (other->device == &dev && other->state != JobState::kClosing && other->hints.priority() > job.hints.priority()) {
       return true;
     }
   }

@@ -1,18 +1,18 @@
 // Registration, admission and closing of jobs.
 #include <algorithm>
 #include <chrono>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "compiler/compile_job.h"
-#include "ir/graph_builder.h"
 #include "base/log.h"
 #include "base/status_macros.h"
+#include "compiler/compile_job.h"
+#include "ir/graph_builder.h"
 #include "proto/status_convert.h"
 #include "server/interference_key.h"
 #include "server/service.h"
@@ -26,8 +26,7 @@ namespace {
 // tensor also has inline data, and each frame holds exactly its tensor's
 // bytes (graph.persistents follows reg.persistent()'s order). Inline
 // tensors were checked by BuildGraph.
-absl::Status CheckPersistentFrames(const v1::RegisterJobRequest& reg, const Graph& graph,
-                                   const RequestFrames* frames) {
+absl::Status CheckPersistentFrames(const v1::RegisterJobRequest& reg, const Graph& graph, const RequestFrames* frames) {
   const size_t count = frames != nullptr ? frames->size() : 0;
   std::vector<bool> used(count, false);
   for (int i = 0; i < reg.persistent_size(); ++i) {
@@ -35,8 +34,8 @@ absl::Status CheckPersistentFrames(const v1::RegisterJobRequest& reg, const Grap
     if (t.frame() == 0) continue;
     const std::string& name = t.spec().name();
     if (t.frame() > count) {
-      return absl::InvalidArgumentError(absl::StrCat("persistent tensor '", name, "' names frame ", t.frame(),
-                                                     " but ", count, " frame(s) followed the request"));
+      return absl::InvalidArgumentError(absl::StrCat("persistent tensor '", name, "' names frame ", t.frame(), " but ",
+                                                     count, " frame(s) followed the request"));
     }
     if (!t.data().empty()) {
       return absl::InvalidArgumentError(
@@ -50,10 +49,9 @@ absl::Status CheckPersistentFrames(const v1::RegisterJobRequest& reg, const Grap
     const uint64_t want = graph.values[graph.persistents[i]].type.bytes();
     const size_t got = frames->frame(t.frame() - 1).size();
     if (got != want) {
-      return absl::InvalidArgumentError(absl::StrCat("persistent tensor '", name, "': frame ", t.frame(), " has ",
-                                                     got, " bytes; ",
-                                                     graph.values[graph.persistents[i]].type.ToString(), " needs ",
-                                                     want));
+      return absl::InvalidArgumentError(absl::StrCat("persistent tensor '", name, "': frame ", t.frame(), " has ", got,
+                                                     " bytes; ", graph.values[graph.persistents[i]].type.ToString(),
+                                                     " needs ", want));
     }
   }
   for (size_t f = 0; f < count; ++f) {
@@ -86,8 +84,8 @@ DeviceRuntime* Service::ChooseDevice(const v1::JobHints& hints, absl::Status* er
     const std::string& name = d->device->info().name;
     if (name == want || (want == "cuda" && d->device->info().backend == device::Backend::kCuda)) return d.get();
   }
-  *error = absl::InvalidArgumentError(absl::StrCat("device '", want, "' is not served by this daemon; it serves: ",
-                                                   absl::StrJoin(DeviceNames(), ", ")));
+  *error = absl::InvalidArgumentError(absl::StrCat(
+      "device '", want, "' is not served by this daemon; it serves: ", absl::StrJoin(DeviceNames(), ", ")));
   return nullptr;
 }
 
@@ -127,9 +125,10 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
   }
   if (const size_t held = session.jobs.size() + session.registering + WaitingJobsOf(session.id);
       held >= static_cast<size_t>(options_.max_jobs_per_session)) {
-    fail(absl::ResourceExhaustedError(absl::StrCat(
-        "this session holds ", held, " jobs (running, waiting for memory or registering), the most tandemd's "
-        "max_jobs_per_session allows; close one first")));
+    fail(absl::ResourceExhaustedError(
+        absl::StrCat("this session holds ", held,
+                     " jobs (running, waiting for memory or registering), the most tandemd's "
+                     "max_jobs_per_session allows; close one first")));
     return;
   }
   std::shared_ptr<UniqueFd> frames_fd;
@@ -151,18 +150,17 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
         PrepareJob(request->register_job(), std::move(frames), std::move(frames_fd), fuse, max_bytes, session_id);
     // shared_ptr: the loop's work items are copyable std::functions.
     auto result = std::make_shared<absl::StatusOr<PreparedJob>>(std::move(prepared));
-    loop_.Post("Service.OnJobPrepared", [this, to, job_id, session_id, name = std::move(name),
-                                         request = std::move(request), result]() mutable {
-      FinishRegistration(to, job_id, session_id, std::move(name), std::move(request), std::move(*result));
-    });
+    loop_.Post("Service.OnJobPrepared",
+               [this, to, job_id, session_id, name = std::move(name), request = std::move(request), result]() mutable {
+                 FinishRegistration(to, job_id, session_id, std::move(name), std::move(request), std::move(*result));
+               });
   });
 }
 
 absl::StatusOr<Service::PreparedJob> Service::PrepareJob(const v1::RegisterJobRequest& reg,
                                                          std::shared_ptr<const RequestFrames> frames,
-                                                         std::shared_ptr<UniqueFd> frames_fd,
-                                                         bool fuse_elementwise, uint64_t max_message_bytes,
-                                                         uint64_t session_id) {
+                                                         std::shared_ptr<UniqueFd> frames_fd, bool fuse_elementwise,
+                                                         uint64_t max_message_bytes, uint64_t session_id) {
   const auto start = Clock::now();
   TestPrepareDelay();
   PreparedJob out;
@@ -173,8 +171,8 @@ absl::StatusOr<Service::PreparedJob> Service::PrepareJob(const v1::RegisterJobRe
   // Mapped only for a graph that builds: a bad graph leaves the object untouched.
   if (reg.has_shared_frames()) {
     if (frames != nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the registration names shared frames and ", frames->size(), " ZeroMQ frame(s) followed it; send one"));
+      return absl::InvalidArgumentError(absl::StrCat("the registration names shared frames and ", frames->size(),
+                                                     " ZeroMQ frame(s) followed it; send one"));
     }
     // The object holds the persistent tensors' initial values, which may
     // well exceed the message limit (a 61M-parameter model with momentum is
@@ -185,8 +183,8 @@ absl::StatusOr<Service::PreparedJob> Service::PrepareJob(const v1::RegisterJobRe
       const uint64_t bytes = out.graph->values[id].type.bytes() + 64;
       persistent_bytes = bytes > UINT64_MAX - persistent_bytes ? UINT64_MAX : persistent_bytes + bytes;
     }
-    ASSIGN_OR_RETURN(frames, SharedFrames::Map(reg.shared_frames(), *frames_fd,
-                                               std::max(max_message_bytes, persistent_bytes)));
+    ASSIGN_OR_RETURN(frames,
+                     SharedFrames::Map(reg.shared_frames(), *frames_fd, std::max(max_message_bytes, persistent_bytes)));
     TLOG_INFO("registration reads its initial values from shared memory")
         .With("session", session_id)
         .With("frames", frames->size())
@@ -201,8 +199,7 @@ absl::StatusOr<Service::PreparedJob> Service::PrepareJob(const v1::RegisterJobRe
 }
 
 void Service::FinishRegistration(const PendingReply& to, uint64_t job_id, uint64_t session_id, std::string name,
-                                 std::shared_ptr<const v1::Request> request,
-                                 absl::StatusOr<PreparedJob> prepared) {
+                                 std::shared_ptr<const v1::Request> request, absl::StatusOr<PreparedJob> prepared) {
   auto fail = [&](const absl::Status& s) {
     ReplyError(to, absl::Status(s.code(), absl::StrCat("job '", name, "': ", s.message())));
   };
@@ -339,7 +336,8 @@ void Service::AdmitWaitingJobs() {
     std::unique_ptr<Job> owned = std::move(*it);
     it = waiting_for_memory_.erase(it);
     if (!s.ok()) {
-      ReplyError(owned->registration.reply, absl::Status(s.code(), absl::StrCat("job '", owned->name, "': ", s.message())));
+      ReplyError(owned->registration.reply,
+                 absl::Status(s.code(), absl::StrCat("job '", owned->name, "': ", s.message())));
       continue;
     }
     TLOG_INFO("waiting job admitted").With("job", owned->id).With("name", owned->name);
@@ -385,8 +383,8 @@ void Service::StartJob(std::unique_ptr<Job> job) {
     absl::Status status;
     for (int i = 0; i < tensors.size() && status.ok(); ++i) {
       // A frame's size was checked against the tensor's at registration.
-      const absl::string_view bytes = tensors[i].frame() != 0 ? frames->frame(tensors[i].frame() - 1)
-                                                              : absl::string_view(tensors[i].data());
+      const absl::string_view bytes =
+          tensors[i].frame() != 0 ? frames->frame(tensors[i].frame() - 1) : absl::string_view(tensors[i].data());
       status = device->CopyToDevice(*stream, targets[i], bytes.data(), bytes.size());
     }
     auto done = [this, request, frames, job_id, to](absl::Status s) {

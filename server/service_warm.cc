@@ -50,9 +50,8 @@ void Service::PumpWarmUp(DeviceRuntime& dev, int lane) {
     DeviceRuntime* devp = &dev;
     l.executor->Post([this, devp, lane, program, stream, task]() {
       absl::StatusOr<int> next = program->WarmStream(*stream, task.node);
-      loop_.Post("Executor.OnWarmStep", [this, devp, lane, task, next = std::move(next)]() {
-        OnWarmStep(*devp, lane, task, next);
-      });
+      loop_.Post("Executor.OnWarmStep",
+                 [this, devp, lane, task, next = std::move(next)]() { OnWarmStep(*devp, lane, task, next); });
     });
   }
 }

@@ -5,11 +5,11 @@
 
 namespace tandem::server {
 
-absl::StatusOr<std::shared_ptr<const SharedFrames>> SharedFrames::Map(const v1::SharedFrames& spec,
-                                                                      const UniqueFd& fd, uint64_t max_bytes) {
+absl::StatusOr<std::shared_ptr<const SharedFrames>> SharedFrames::Map(const v1::SharedFrames& spec, const UniqueFd& fd,
+                                                                      uint64_t max_bytes) {
   if (spec.offsets_size() != spec.sizes_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("shared frames: ", spec.offsets_size(), " offsets but ",
-                                                   spec.sizes_size(), " sizes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared frames: ", spec.offsets_size(), " offsets but ", spec.sizes_size(), " sizes"));
   }
   std::vector<std::pair<uint64_t, uint64_t>> slices;
   slices.reserve(spec.offsets_size());

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "tandem.pb.h"
 #include "server/request_frames.h"
 #include "server/shared_region.h"
+#include "tandem.pb.h"
 
 namespace tandem::server {
 

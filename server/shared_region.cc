@@ -30,8 +30,8 @@ absl::StatusOr<std::shared_ptr<SharedRegion>> SharedRegion::Map(uint64_t id, con
   }
   struct stat st;
   if (::fstat(fd.get(), &st) != 0 || static_cast<uint64_t>(st.st_size) < bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("the shared-memory object is ", st.st_size,
-                                                   " bytes, less than the ", bytes, " bytes announced"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the shared-memory object is ", st.st_size, " bytes, less than the ", bytes, " bytes announced"));
   }
   void* base = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd.get(), 0);
   if (base == MAP_FAILED) {

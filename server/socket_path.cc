@@ -32,8 +32,8 @@ absl::Status ClaimSocketPath(const std::string& path) {
   const int error = errno;
   ::close(fd);
   if (connected || error == EPROTOTYPE) {
-    return absl::UnavailableError(absl::StrCat("another process (a tandemd?) is listening on ", path,
-                                               "; stop it or choose another --endpoint"));
+    return absl::UnavailableError(
+        absl::StrCat("another process (a tandemd?) is listening on ", path, "; stop it or choose another --endpoint"));
   }
   ::unlink(path.c_str());  // stale: its daemon is gone
   return absl::OkStatus();

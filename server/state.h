@@ -15,18 +15,18 @@
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "ir/graph.h"
-#include "compiler/iteration_layout.h"
-#include "kernels/program.h"
 #include "base/unique_fd.h"
+#include "compiler/iteration_layout.h"
 #include "device/device.h"
+#include "ir/graph.h"
+#include "kernels/program.h"
 #include "memory/device_memory.h"
 #include "sched/scheduler.h"
 #include "server/device_journal.h"
 #include "server/executor.h"
 #include "server/peer_identity.h"
-#include "server/shared_region.h"
 #include "server/request_frames.h"
+#include "server/shared_region.h"
 #include "tandem.pb.h"
 
 namespace tandem::server {
@@ -72,13 +72,13 @@ struct QueuedIteration {
 
 struct PendingRead {
   PendingReply reply;
-  int value = -1;               // persistent value id
+  int value = -1;                 // persistent value id
   uint64_t after_dispatched = 0;  // dispatch this many iterations first
 };
 
 struct PendingRegistration {
   PendingReply reply;
-  std::shared_ptr<const v1::Request> request;  // holds the initial values (inline ones)
+  std::shared_ptr<const v1::Request> request;   // holds the initial values (inline ones)
   std::shared_ptr<const RequestFrames> frames;  // those sent as frames (Tensor.frame); may be null
 };
 
@@ -106,21 +106,21 @@ struct Job {
   // only with nothing of it in flight (Service::RebalanceLanes), whose
   // completions reached the loop after the old thread's last use.
   std::unique_ptr<Program> program;
-  ProgramCounters counters_seen;     // program's counters when its last iteration ended (journal)
-  std::vector<void*> persistent;     // per graph.persistents entry
+  ProgramCounters counters_seen;  // program's counters when its last iteration ended (journal)
+  std::vector<void*> persistent;  // per graph.persistents entry
   uint64_t persistent_bytes = 0;
 
   absl::flat_hash_map<uint64_t, QueuedIteration> queued;  // by scheduler ticket
   std::deque<PendingRead> reads;
-  int device_work = 0;  // uploads, iterations and reads enqueued, not completed
-  int warm_steps = 0;   // lane warm-up steps posted, not done (service_warm.cc); the job stays until 0
-  int inflight = 0;     // iterations enqueued, not completed
+  int device_work = 0;      // uploads, iterations and reads enqueued, not completed
+  int warm_steps = 0;       // lane warm-up steps posted, not done (service_warm.cc); the job stays until 0
+  int inflight = 0;         // iterations enqueued, not completed
   uint64_t received = 0;    // iterations accepted
   uint64_t dispatched = 0;  // iterations handed to the device
   uint64_t done = 0;        // iterations completed successfully
   uint64_t failed = 0;
   double device_seconds = 0;
-  uint64_t yields = 0;  // pauses of its iterations for a higher priority (op preemption)
+  uint64_t yields = 0;                      // pauses of its iterations for a higher priority (op preemption)
   std::vector<PendingReply> close_replies;  // answered when the job is gone
 };
 
@@ -183,12 +183,12 @@ struct SegmentedIteration {
   std::vector<StagedCopy> fetches;  // made by the last segment
   int num_nodes = 0;
   int segment_nodes = 1;
-  int next_node = 0;        // the first node not enqueued yet
-  int next_segment = 0;     // index of the next segment to enqueue
-  int in_flight = 0;        // segments enqueued whose completion was not seen
-  bool parked = false;      // yielded: no segment is enqueued until ShouldYield turns false
-  bool resumed = false;     // the next segment follows a pause (its gap is not idle time)
-  double run_seconds = 0;   // the completed segments' device time
+  int next_node = 0;       // the first node not enqueued yet
+  int next_segment = 0;    // index of the next segment to enqueue
+  int in_flight = 0;       // segments enqueued whose completion was not seen
+  bool parked = false;     // yielded: no segment is enqueued until ShouldYield turns false
+  bool resumed = false;    // the next segment follows a pause (its gap is not idle time)
+  double run_seconds = 0;  // the completed segments' device time
   // The first failure (a segment's, or the job closing); no segment is
   // enqueued after it, and the iteration ends once none is in flight.
   absl::Status status;
@@ -241,18 +241,17 @@ struct Lane {
   // (segments in flight + 1 entries, made on first use): the entry of the
   // segment before a completing one is still intact.
   std::vector<SegmentEvents> segment_events;
-  uint64_t iterations = 0;    // completed here
-  double busy_seconds = 0;    // their summed iteration time
+  uint64_t iterations = 0;  // completed here
+  double busy_seconds = 0;  // their summed iteration time
   // Wall time with an iteration enqueued or running here (OccupiedSeconds):
   // a lane occupied all the time while its busy_seconds (the programs'
   // kernels) are far less is bounded by its copies and round trips, not by
   // the GPU.
-  double occupied_seconds = 0;  // closed stretches
+  double occupied_seconds = 0;       // closed stretches
   Clock::time_point occupied_since;  // start of the open one (outstanding > 0)
 
   double OccupiedSeconds(Clock::time_point now) const {
-    return occupied_seconds +
-           (outstanding > 0 ? std::chrono::duration<double>(now - occupied_since).count() : 0.0);
+    return occupied_seconds + (outstanding > 0 ? std::chrono::duration<double>(now - occupied_since).count() : 0.0);
   }
 };
 
@@ -263,11 +262,11 @@ struct DeviceRuntime {
   std::unique_ptr<sched::Scheduler> scheduler;
   std::vector<Lane> lanes;  // by lane index; grows as memory opens lanes
   uint64_t iterations = 0;
-  uint64_t lane_moves = 0;  // jobs the policy moved to another lane
+  uint64_t lane_moves = 0;           // jobs the policy moved to another lane
   uint64_t staging_allocations = 0;  // page-locked staging buffers allocated (lanes' slots)
-  uint64_t arena_moves = 0;  // times a lane's arena moved to other addresses
-  uint64_t warm_steps = 0;   // lane warm-up steps run (service_warm.cc)
-  std::vector<void*> arenas_seen;  // each lane's arena as last seen (JournalArenaMoves)
+  uint64_t arena_moves = 0;          // times a lane's arena moved to other addresses
+  uint64_t warm_steps = 0;           // lane warm-up steps run (service_warm.cc)
+  std::vector<void*> arenas_seen;    // each lane's arena as last seen (JournalArenaMoves)
   // Recent moves, captures and long waits, with wall-clock times.
   DeviceJournal journal;
   // When the policy may next be asked for moves (RebalanceLanes: at least

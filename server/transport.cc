@@ -9,9 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -107,8 +107,8 @@ absl::StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(const Transpo
                                                                    MessageHandler on_message,
                                                                    PeerGoneHandler on_peer_gone,
                                                                    DisconnectHandler on_disconnect) {
-  std::unique_ptr<ZmqTransport> t(new ZmqTransport(options.endpoint, std::move(on_message),
-                                                   std::move(on_peer_gone), std::move(on_disconnect)));
+  std::unique_ptr<ZmqTransport> t(
+      new ZmqTransport(options.endpoint, std::move(on_message), std::move(on_peer_gone), std::move(on_disconnect)));
   const std::string path = IpcPath(options.endpoint);
   if (!path.empty()) {
     if (absl::Status s = ClaimSocketPath(path); !s.ok()) return s;
@@ -146,7 +146,8 @@ absl::StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(const Transpo
   }
   // The monitor's inproc address is unique to this transport (tests run
   // several in one process).
-  const std::string monitor_address = absl::StrCat("inproc://tandem-transport-monitor-", absl::Hex(reinterpret_cast<uintptr_t>(t.get())));
+  const std::string monitor_address =
+      absl::StrCat("inproc://tandem-transport-monitor-", absl::Hex(reinterpret_cast<uintptr_t>(t.get())));
   if (zmq_socket_monitor(t->router_.handle(), monitor_address.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) {
     return absl::InternalError(absl::StrCat("zmq_socket_monitor: ", zmq_strerror(zmq_errno())));
   }
@@ -184,9 +185,8 @@ void ZmqTransport::Send(std::string peer, std::string payload) {
     // Now and then, forget peers with nothing queued (one per connection
     // ever made would pile up over months).
     if (++sends_ % 4096 == 0) {
-      absl::erase_if(queued_bytes_, [](const auto& entry) {
-        return entry.second.use_count() == 1 && entry.second->load() == 0;
-      });
+      absl::erase_if(queued_bytes_,
+                     [](const auto& entry) { return entry.second.use_count() == 1 && entry.second->load() == 0; });
     }
   }
   // Only the reply that finds the outbox empty wakes the socket thread: one

@@ -49,8 +49,8 @@
 namespace tandem::server {
 
 struct TransportOptions {
-  std::string endpoint;             // ipc://path or tcp://host:port
-  uint64_t max_message_bytes = 0;   // the protocol limit; the hard limit is twice it
+  std::string endpoint;            // ipc://path or tcp://host:port
+  uint64_t max_message_bytes = 0;  // the protocol limit; the hard limit is twice it
   // A connection that answers no ZMTP PING for heartbeat_timeout_ms closes.
   int heartbeat_interval_ms = 200;
   int heartbeat_timeout_ms = 600;
@@ -69,8 +69,7 @@ class ZmqTransport {
   // made group-accessible (0660) and its directory must exist; UNAVAILABLE
   // when another process listens on the path.
   static absl::StatusOr<std::unique_ptr<ZmqTransport>> Create(const TransportOptions& options,
-                                                              MessageHandler on_message,
-                                                              PeerGoneHandler on_peer_gone,
+                                                              MessageHandler on_message, PeerGoneHandler on_peer_gone,
                                                               DisconnectHandler on_disconnect = nullptr);
   ~ZmqTransport();
 
@@ -102,7 +101,7 @@ class ZmqTransport {
   void ReadMonitor();
 
   const std::string endpoint_;
-  const bool tcp_;            // the endpoint is tcp:// (identities are addresses)
+  const bool tcp_;               // the endpoint is tcp:// (identities are addresses)
   BoundSocketFile socket_file_;  // ipc: the socket file this daemon bound
   const MessageHandler on_message_;
   const PeerGoneHandler on_peer_gone_;
@@ -110,7 +109,7 @@ class ZmqTransport {
   zmq::context_t context_;
   zmq::socket_t router_;   // used by the socket thread only (after Create)
   zmq::socket_t monitor_;  // the router's DISCONNECTED events (socket thread)
-  int wake_fd_ = -1;      // eventfd: Send() and Stop() wake the socket thread
+  int wake_fd_ = -1;       // eventfd: Send() and Stop() wake the socket thread
 
   // A reply's bytes count against its peer from Send until ZeroMQ has
   // written them (the message's free function, on ZeroMQ's I/O thread).

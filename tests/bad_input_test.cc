@@ -34,7 +34,8 @@ constexpr uint64_t kMaxMessage = 1 << 20;
 class BadInputTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    daemon_ = new DaemonProcess({"--policy=fair", "--max_message_bytes=" + std::to_string(kMaxMessage), "--session_timeout=1.5"});
+    daemon_ = new DaemonProcess(
+        {"--policy=fair", "--max_message_bytes=" + std::to_string(kMaxMessage), "--session_timeout=1.5"});
     good_ = new GoodTrainer(daemon_->endpoint());
     good_->Step(3);
   }
@@ -240,7 +241,8 @@ TEST_F(BadInputTest, SizesThatWrapAroundAreRefusedAtRegistration) {
     std::string w = b.Persistent("w", HostTensor::Floats({4}, {1, 2, 3, 4}));
     std::string v = b.Op("view", {w}, {{"size", client::AttrInts({k2To62 + 1, 4})}}, "v");
     std::string s = b.Op("slice.Tensor", {v},
-                         {{"dim", client::AttrInt(0)}, {"start", client::AttrInt(int64_t{1} << 16)},
+                         {{"dim", client::AttrInt(0)},
+                          {"start", client::AttrInt(int64_t{1} << 16)},
                           {"end", client::AttrInt((int64_t{1} << 16) + 1)}},
                          "s");
     b.Fetch(s);

@@ -79,8 +79,10 @@ DaemonProcess::DaemonProcess(std::string endpoint, std::vector<std::string> extr
   for (auto& f : extra_flags) argv.push_back(std::move(f));
   pid_ = Spawn(argv, dir_ + "/tandemd.log");
   for (int i = 0; i < 300 && Alive(); ++i) {
-    auto c = client::Client::Connect({.endpoint = endpoint_, .connect_timeout = absl::Milliseconds(100),
-                                      .heartbeat = false, .shared_memory_bytes = 0});
+    auto c = client::Client::Connect({.endpoint = endpoint_,
+                                      .connect_timeout = absl::Milliseconds(100),
+                                      .heartbeat = false,
+                                      .shared_memory_bytes = 0});
     if (c.ok()) return;
   }
   std::fprintf(stderr, "tandemd did not start on %s; its log:\n%s\n", endpoint_.c_str(), Log().c_str());

@@ -23,9 +23,7 @@
 namespace tandem::testing {
 namespace {
 
-double UnixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double UnixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 // Runs mlp_train with `flags` through `daemon` to its end (its output in
 // <name>.log); fails unless it exits 0.
@@ -124,9 +122,9 @@ v1::DeviceStats LargeJoinsSmall(const std::vector<std::string>& flags) {
     if (stats.ok() && stats->jobs() >= 1) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  Train(daemon, "large",
-        {"--iterations=3", "--batch=256", "--inputs=512", "--hidden=512", "--layers=2", "--classes=10",
-         "--inflight=1"});
+  Train(
+      daemon, "large",
+      {"--iterations=3", "--batch=256", "--inputs=512", "--hidden=512", "--layers=2", "--classes=10", "--inflight=1"});
   auto stats = (*client)->Stats();
   ::kill(small, SIGKILL);
   int status = 0;
@@ -138,8 +136,8 @@ v1::DeviceStats LargeJoinsSmall(const std::vector<std::string>& flags) {
 
 TEST(LaneJournal, ListsALaneArenaThatMovedForALargerJob) {
   const double started = UnixNow();
-  const v1::DeviceStats dev = LargeJoinsSmall(
-      {"--policy=fair", "--max_lanes=1", "--cpu_memory_mib=4096", "--lane_slack_mib=0"});
+  const v1::DeviceStats dev =
+      LargeJoinsSmall({"--policy=fair", "--max_lanes=1", "--cpu_memory_mib=4096", "--lane_slack_mib=0"});
   EXPECT_EQ(dev.arena_moves(), 1u);
   int arena_events = 0;
   for (const v1::DeviceEvent& e : dev.events()) {

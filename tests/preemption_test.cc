@@ -168,8 +168,8 @@ class PriorityDaemon {
 
  private:
   static std::vector<std::string> Flags(const std::string& preemption, int port, std::vector<std::string> extra) {
-    std::vector<std::string> flags{"--policy=priority", "--preemption=" + preemption,
-                                   "--preemption_segment_nodes=8", absl::StrCat("--metrics_port=", port)};
+    std::vector<std::string> flags{"--policy=priority", "--preemption=" + preemption, "--preemption_segment_nodes=8",
+                                   absl::StrCat("--metrics_port=", port)};
     for (auto& f : extra) flags.push_back(std::move(f));
     return flags;
   }
@@ -227,14 +227,14 @@ TEST_P(Preemption, HighPriorityBurstAgainstARunningBestEffortIteration) {
   // When each finished, in ms since the best-effort iterations were submitted.
   const double burst_ms = std::chrono::duration<double, std::milli>(burst_done - submitted).count();
   const double be_ms = std::chrono::duration<double, std::milli>(be_done - submitted).count();
-  std::printf("preemption=%s: best-effort iterations %.1f ms of device time each, high-priority %.1f ms; the "
-              "burst ended %.1f ms %s the first best-effort iteration; %g yields, %g segments, %.3f ms between "
-              "segments\n",
-              GetParam().c_str(), be.run_seconds() / 2 * 1e3, high.run_seconds() / kBurst * 1e3,
-              std::abs(be_ms - burst_ms), burst_ms < be_ms ? "before" : "after",
-              daemon.Metric("tandem_iteration_yields_total"),
-              daemon.Metric("tandem_device_segments_total{device=\"cpu\"}"),
-              daemon.Metric("tandem_device_segment_gap_seconds_total{device=\"cpu\"}") * 1e3);
+  std::printf(
+      "preemption=%s: best-effort iterations %.1f ms of device time each, high-priority %.1f ms; the "
+      "burst ended %.1f ms %s the first best-effort iteration; %g yields, %g segments, %.3f ms between "
+      "segments\n",
+      GetParam().c_str(), be.run_seconds() / 2 * 1e3, high.run_seconds() / kBurst * 1e3, std::abs(be_ms - burst_ms),
+      burst_ms < be_ms ? "before" : "after", daemon.Metric("tandem_iteration_yields_total"),
+      daemon.Metric("tandem_device_segments_total{device=\"cpu\"}"),
+      daemon.Metric("tandem_device_segment_gap_seconds_total{device=\"cpu\"}") * 1e3);
 
   if (op) {
     // It paused for the whole burst, and ran in segments.
@@ -321,8 +321,8 @@ TEST_P(Preemption, HighPriorityBurstAgainstARunningBestEffortIteration) {
   EXPECT_TRUE(SameBits(*be_loss0, solo.best_effort[0])) << *be_loss0 << " vs " << solo.best_effort[0];
   EXPECT_TRUE(SameBits(*be_loss1, solo.best_effort[1])) << *be_loss1 << " vs " << solo.best_effort[1];
   for (int i = 0; i < kBurst; ++i) {
-    EXPECT_TRUE(SameBits(high_losses[i], solo.high[i])) << "iteration " << i << ": " << high_losses[i] << " vs "
-                                                        << solo.high[i];
+    EXPECT_TRUE(SameBits(high_losses[i], solo.high[i]))
+        << "iteration " << i << ": " << high_losses[i] << " vs " << solo.high[i];
   }
 }
 

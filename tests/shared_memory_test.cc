@@ -80,7 +80,8 @@ TEST(SharedMemory, LargeFeedsGoThroughTheRegionAndMatchInline) {
   for (int k = 0; k < 6; ++k) {
     auto r = (*shared)->WaitIteration(tickets[k]);
     ASSERT_TRUE(r.ok()) << r.status();
-    auto inline_r = (*inline_client)->RunIteration(b->job_id(), {{"x", HostTensor::Floats({kRows, kCols}, Batch(k))}}, {"s"});
+    auto inline_r =
+        (*inline_client)->RunIteration(b->job_id(), {{"x", HostTensor::Floats({kRows, kCols}, Batch(k))}}, {"s"});
     ASSERT_TRUE(inline_r.ok()) << inline_r.status();
     std::vector<float> got = r->fetches.at("s").values<float>();
     EXPECT_EQ(got, inline_r->fetches.at("s").values<float>()) << "batch " << k;

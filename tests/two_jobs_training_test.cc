@@ -57,11 +57,12 @@ TEST_P(TwoJobsTraining, BothMatchDoublePrecisionReference) {
   for (const Config& c : configs) {
     std::string log = daemon.dir() + "/mlp-" + std::to_string(c.seed) + ".log";
     logs.push_back(log);
-    pids.push_back(Spawn({MlpTrainPath(), "--endpoint=" + daemon.endpoint(), "--iterations=" + std::to_string(kIterations),
-                          "--batch=" + std::to_string(c.batch), "--hidden=" + std::to_string(c.hidden),
-                          "--inputs=16", "--classes=5", "--layers=2", "--seed=" + std::to_string(c.seed),
-                          "--lr=0.05", "--momentum=0.9", "--print_every=1", "--inflight=3"},
-                         log));
+    pids.push_back(
+        Spawn({MlpTrainPath(), "--endpoint=" + daemon.endpoint(), "--iterations=" + std::to_string(kIterations),
+               "--batch=" + std::to_string(c.batch), "--hidden=" + std::to_string(c.hidden), "--inputs=16",
+               "--classes=5", "--layers=2", "--seed=" + std::to_string(c.seed), "--lr=0.05", "--momentum=0.9",
+               "--print_every=1", "--inflight=3"},
+              log));
   }
   for (size_t k = 0; k < pids.size(); ++k) {
     int status = 0;

@@ -95,8 +95,8 @@ int FirstUse(const std::vector<const tb::OpRow*>& rows, int other_streams, const
     std::fprintf(stderr, "op_bench: %s\n", filler.status().ToString().c_str());
     return 1;
   }
-  std::printf("%-28s %10s %s  %s   (host ms of Program::Enqueue; the first row's other streams are new)\n",
-              "row", "first", "other streams", "replay");
+  std::printf("%-28s %10s %s  %s   (host ms of Program::Enqueue; the first row's other streams are new)\n", "row",
+              "first", "other streams", "replay");
   std::string json;
   int failed = 0;
   for (const tb::OpRow* row : rows) {
@@ -110,8 +110,8 @@ int FirstUse(const std::vector<const tb::OpRow*>& rows, int other_streams, const
     for (double ms : use->other_ms) absl::StrAppend(&others, absl::StrFormat(" %8.3f", ms));
     std::printf("%-28s %10.3f %s  %8.3f\n", row->name.c_str(), use->first_ms, others.c_str(), use->replay_ms);
     std::fflush(stdout);
-    absl::StrAppend(&json, json.empty() ? "" : ",\n", absl::StrFormat(R"(  {"row": "%s", "first_ms": %.4f, )",
-                                                                       row->name, use->first_ms),
+    absl::StrAppend(&json, json.empty() ? "" : ",\n",
+                    absl::StrFormat(R"(  {"row": "%s", "first_ms": %.4f, )", row->name, use->first_ms),
                     R"("other_ms": [)", absl::StrJoin(use->other_ms, ", "), "], ",
                     absl::StrFormat(R"("replay_ms": %.4f})", use->replay_ms));
   }

@@ -435,8 +435,7 @@ std::vector<OpRow> BuildOpRows(const OpBenchDims& d, bool allow_tf32) {
   rows.push_back(Matmul("bf16.xf.qkv.fwd", t, dm, 3 * dm, true, kBF16));
   rows.push_back(Bmm("bf16.xf.attn.scores", bh, s, hd, s, kBF16));
   AddConvRows({"bf16.r50.layer1.conv2", {n, 64, s4, s4}, {64, 64, 3, 3}, 1, 1, false, all}, allow_tf32, rows, kBF16);
-  AddConvRows({"bf16.vgg.conv3_2", {n, 256, s4, s4}, {256, 256, 3, 3}, 1, 1, true, all_bias}, allow_tf32, rows,
-              kBF16);
+  AddConvRows({"bf16.vgg.conv3_2", {n, 256, s4, s4}, {256, 256, 3, 3}, 1, 1, true, all_bias}, allow_tf32, rows, kBF16);
   rows.push_back(Pointwise("bf16.r50.relu.fwd", "relu", {act}, {}, kBF16));
   rows.push_back(Pointwise("bf16.r50.residual.add", "add.Tensor", {act, act}, {}, kBF16));
   rows.push_back(
@@ -478,8 +477,8 @@ absl::Status CheckRowOnCpu(const OpRow& row, std::mt19937_64& rng) {
           x = dtype == kBF16 ? BFloat16BitsToFloat(bits) : Float16BitsToFloat(bits);
         }
         if (!std::isfinite(x)) {
-          return absl::InternalError(absl::StrCat(node.op, " wrote ", x, " at element ", i / width, " of ",
-                                                  graph.values[v].type.ToString()));
+          return absl::InternalError(
+              absl::StrCat(node.op, " wrote ", x, " at element ", i / width, " of ", graph.values[v].type.ToString()));
         }
       }
     }

@@ -11,10 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "kernels/half.h"
-#include "kernels/cuda/cuda_program_options.h"
 #include "base/status_macros.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/cuda_program_options.h"
+#include "kernels/half.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tandem::bench {

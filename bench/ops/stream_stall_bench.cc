@@ -20,8 +20,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <thread>
@@ -36,16 +36,16 @@ ABSL_FLAG(double, launch_us, 50.0, "the lane thread's pace: one graph launch per
 
 namespace {
 
-constexpr int kNodes = 8;                      // memsets per graph
-constexpr size_t kBytes = size_t{4} << 20;     // per memset
+constexpr int kNodes = 8;                   // memsets per graph
+constexpr size_t kBytes = size_t{4} << 20;  // per memset
 
-#define CHECK_CUDA(call)                                                                        \
-  do {                                                                                         \
-    const cudaError_t err_ = (call);                                                           \
-    if (err_ != cudaSuccess) {                                                                 \
-      std::fprintf(stderr, "stream_stall_bench: %s: %s\n", #call, cudaGetErrorString(err_));    \
-      std::exit(1);                                                                            \
-    }                                                                                          \
+#define CHECK_CUDA(call)                                                                     \
+  do {                                                                                       \
+    const cudaError_t err_ = (call);                                                         \
+    if (err_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "stream_stall_bench: %s: %s\n", #call, cudaGetErrorString(err_)); \
+      std::exit(1);                                                                          \
+    }                                                                                        \
   } while (0)
 
 using Clock = std::chrono::steady_clock;
@@ -151,7 +151,8 @@ int main(int argc, char** argv) {
   // The other thread's calls, each as a lane thread of tandemd makes them.
   const std::vector<Kind> kinds = {
       {"idle", nullptr},
-      {"capture + instantiate + upload", [&] {
+      {"capture + instantiate + upload",
+       [&] {
          cudaGraph_t g = CaptureMemsets(side, side_buffer);
          cudaGraphExec_t e = nullptr;
          CHECK_CUDA(cudaGraphInstantiate(&e, g, 0));
@@ -159,7 +160,8 @@ int main(int argc, char** argv) {
          CHECK_CUDA(cudaGraphDestroy(g));
          made.push_back(e);
        }},
-      {"cudaGraphExecDestroy", [&] {
+      {"cudaGraphExecDestroy",
+       [&] {
          cudaGraphExec_t e = nullptr;
          if (!made.empty()) {
            e = made.back();
@@ -169,17 +171,20 @@ int main(int argc, char** argv) {
          }
          CHECK_CUDA(cudaGraphExecDestroy(e));
        }},
-      {"cudaMalloc + cudaFree 1 MiB", [&] {
+      {"cudaMalloc + cudaFree 1 MiB",
+       [&] {
          void* p = nullptr;
          CHECK_CUDA(cudaMalloc(&p, size_t{1} << 20));
          CHECK_CUDA(cudaFree(p));
        }},
-      {"cudaMallocHost + cudaFreeHost 1 MiB", [&] {
+      {"cudaMallocHost + cudaFreeHost 1 MiB",
+       [&] {
          void* p = nullptr;
          CHECK_CUDA(cudaMallocHost(&p, size_t{1} << 20));
          CHECK_CUDA(cudaFreeHost(p));
        }},
-      {"cudaStreamCreate + cudaStreamDestroy", [&] {
+      {"cudaStreamCreate + cudaStreamDestroy",
+       [&] {
          cudaStream_t s = nullptr;
          CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
          CHECK_CUDA(cudaStreamDestroy(s));
@@ -188,16 +193,17 @@ int main(int argc, char** argv) {
   const double seconds = absl::GetFlag(FLAGS_seconds);
   const double every_ms = absl::GetFlag(FLAGS_every_ms);
   const double launch_us = absl::GetFlag(FLAGS_launch_us);
-  std::printf("GPU: %s; lane thread: a graph of %d memsets of %zu MiB every %.0f us; other thread: a call every "
-              "%.1f ms, %.1f s per kind\n",
-              prop.name, kNodes, kBytes >> 20, launch_us, every_ms, seconds);
+  std::printf(
+      "GPU: %s; lane thread: a graph of %d memsets of %zu MiB every %.0f us; other thread: a call every "
+      "%.1f ms, %.1f s per kind\n",
+      prop.name, kNodes, kBytes >> 20, launch_us, every_ms, seconds);
   std::printf("%-38s %8s %8s %8s %9s %8s %10s %7s %9s\n", "other thread's call", "launches", "p50 us", "p99 us",
               "max us", ">1 ms", "batch ms", "calls", "call ms");
   // The creates and frees of the sequence match: instantiate fills `made`, destroy empties it.
   for (const Kind& kind : kinds) {
     const Result r = Measure(kind, lane, lane_exec, seconds, every_ms, launch_us);
-    std::printf("%-38s %8d %8.1f %8.1f %9.1f %8d %10.2f %7d %9.3f\n", kind.name.c_str(), r.launches, r.p50_us,
-                r.p99_us, r.max_us, r.over_1ms, r.batch_max_ms, r.calls, r.call_ms);
+    std::printf("%-38s %8d %8.1f %8.1f %9.1f %8d %10.2f %7d %9.3f\n", kind.name.c_str(), r.launches, r.p50_us, r.p99_us,
+                r.max_us, r.over_1ms, r.batch_max_ms, r.calls, r.call_ms);
     std::fflush(stdout);
   }
   for (cudaGraphExec_t e : made) cudaGraphExecDestroy(e);

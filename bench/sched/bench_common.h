@@ -19,8 +19,7 @@ namespace tandem::bench {
 // takes does.
 inline void WarnIfUnoptimized(const char* program) {
 #ifndef __OPTIMIZE__
-  std::fprintf(stderr, "%s: WARNING: built without optimization; simulations run slowly\n",
-               program);
+  std::fprintf(stderr, "%s: WARNING: built without optimization; simulations run slowly\n", program);
 #endif
 }
 

@@ -165,9 +165,7 @@ Row RunRow(const std::string& policy, int jobs) {
   return row;
 }
 
-std::vector<std::string> List(const std::string& text) {
-  return absl::StrSplit(text, ',', absl::SkipEmpty());
-}
+std::vector<std::string> List(const std::string& text) { return absl::StrSplit(text, ',', absl::SkipEmpty()); }
 
 int Main() {
   WarnIfUnoptimized("sched_bench_decision");
@@ -180,19 +178,19 @@ int Main() {
     }
     counts.push_back(n);
   }
-  std::printf("host microseconds per iteration end (max_lanes %d, %d in flight per lane, %d jobs per key, "
-              "slowdown %.2f per busy lane)\n",
-              absl::GetFlag(FLAGS_max_lanes), absl::GetFlag(FLAGS_inflight), absl::GetFlag(FLAGS_jobs_per_key),
-              absl::GetFlag(FLAGS_slowdown));
+  std::printf(
+      "host microseconds per iteration end (max_lanes %d, %d in flight per lane, %d jobs per key, "
+      "slowdown %.2f per busy lane)\n",
+      absl::GetFlag(FLAGS_max_lanes), absl::GetFlag(FLAGS_inflight), absl::GetFlag(FLAGS_jobs_per_key),
+      absl::GetFlag(FLAGS_slowdown));
   std::printf("%-10s %6s %5s %9s %9s %11s %9s %14s %6s\n", "policy", "jobs", "lanes", "next", "done", "rebalance",
               "total", "per rebalance", "moves");
   std::vector<Row> rows;
   for (const std::string& policy : List(absl::GetFlag(FLAGS_policies))) {
     for (int n : counts) {
       Row r = RunRow(policy, n);
-      std::printf("%-10s %6d %5d %9.3f %9.3f %11.3f %9.3f %14.1f %6d\n", r.policy.c_str(), r.jobs, r.lanes,
-                  r.next_us, r.done_us, r.rebalance_us, r.next_us + r.done_us + r.rebalance_us,
-                  r.rebalance_call_us, r.moves);
+      std::printf("%-10s %6d %5d %9.3f %9.3f %11.3f %9.3f %14.1f %6d\n", r.policy.c_str(), r.jobs, r.lanes, r.next_us,
+                  r.done_us, r.rebalance_us, r.next_us + r.done_us + r.rebalance_us, r.rebalance_call_us, r.moves);
       std::fflush(stdout);
       rows.push_back(r);
     }

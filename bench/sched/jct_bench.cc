@@ -51,10 +51,8 @@ int Main() {
     }
     loads.push_back(load);
   }
-  const std::vector<std::string> policies =
-      absl::StrSplit(absl::GetFlag(FLAGS_policies), ',', absl::SkipEmpty());
-  absl::StatusOr<InterferenceTable> table =
-      InterferenceTable::Preset(absl::GetFlag(FLAGS_interference));
+  const std::vector<std::string> policies = absl::StrSplit(absl::GetFlag(FLAGS_policies), ',', absl::SkipEmpty());
+  absl::StatusOr<InterferenceTable> table = InterferenceTable::Preset(absl::GetFlag(FLAGS_interference));
   if (!table.ok()) {
     std::fprintf(stderr, "%s\n", table.status().ToString().c_str());
     return 2;
@@ -65,8 +63,8 @@ int Main() {
       "Average JCT under Poisson arrivals (simulated H200; %d jobs per trace, solo "
       "durations %.0f-%.0f s log-uniform, 4 models)\n",
       absl::GetFlag(FLAGS_jobs), absl::GetFlag(FLAGS_min_job_s), absl::GetFlag(FLAGS_max_job_s));
-  std::printf("%-5s %-4s %-8s %12s %12s %12s %12s %10s\n", "load", "seed", "policy", "mean JCT s",
-              "median s", "p95 s", "makespan s", "FIFO/this");
+  std::printf("%-5s %-4s %-8s %12s %12s %12s %12s %10s\n", "load", "seed", "policy", "mean JCT s", "median s", "p95 s",
+              "makespan s", "FIFO/this");
   JsonWriter json;
   json.BeginObject();
   json.Key("benchmark").String("sched_bench_jct");
@@ -85,8 +83,7 @@ int Main() {
       poisson.load = load;
       poisson.min_job_seconds = absl::GetFlag(FLAGS_min_job_s);
       poisson.max_job_seconds = absl::GetFlag(FLAGS_max_job_s);
-      absl::StatusOr<std::vector<sched::sim::TraceJob>> trace =
-          sched::sim::PoissonTrace(poisson, catalog);
+      absl::StatusOr<std::vector<sched::sim::TraceJob>> trace = sched::sim::PoissonTrace(poisson, catalog);
       if (!trace.ok()) {
         std::fprintf(stderr, "%s\n", trace.status().ToString().c_str());
         return 2;
@@ -99,9 +96,8 @@ int Main() {
         if (policy == "fifo") fifo_mean = result.mean_jct;
         sum_mean_jct[{load, policy}] += result.mean_jct;
         const double ratio = fifo_mean > 0 ? fifo_mean / result.mean_jct : 0;
-        std::printf("%-5.2f %-4d %-8s %12.1f %12.1f %12.1f %12.1f %10.2f\n", load, seed,
-                    policy.c_str(), result.mean_jct, result.median_jct, result.p95_jct,
-                    result.makespan, ratio);
+        std::printf("%-5.2f %-4d %-8s %12.1f %12.1f %12.1f %12.1f %10.2f\n", load, seed, policy.c_str(),
+                    result.mean_jct, result.median_jct, result.p95_jct, result.makespan, ratio);
         json.BeginObject();
         json.Key("load").Number(load);
         json.Key("seed").Int(seed);
@@ -113,8 +109,7 @@ int Main() {
     }
   }
   json.EndArray();
-  std::printf("\nSummary: FIFO's mean JCT / the policy's (means over %d seeds)\n",
-              absl::GetFlag(FLAGS_seeds));
+  std::printf("\nSummary: FIFO's mean JCT / the policy's (means over %d seeds)\n", absl::GetFlag(FLAGS_seeds));
   json.Key("summary").BeginArray();
   for (double load : loads) {
     const double fifo = sum_mean_jct[{load, "fifo"}];

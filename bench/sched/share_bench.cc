@@ -67,25 +67,23 @@ int Main() {
   json.Key("seconds").Number(seconds);
 
   std::printf("FAIR, equal weights, both jobs always busy (simulated H200, %.0f s)\n", seconds);
-  std::printf("%-9s %-9s %10s %10s %16s %16s\n", "job", "beside", "share", "slowdown",
-              "co-located r", "FAIR/co-located");
+  std::printf("%-9s %-9s %10s %10s %16s %16s\n", "job", "beside", "share", "slowdown", "co-located r",
+              "FAIR/co-located");
   json.Key("fair").BeginArray();
   for (size_t i = 0; i < models.size(); ++i) {
     for (size_t j = i + 1; j < models.size(); ++j) {
       SimOptions options;
       options.scheduler.policy = "fair";
-      const SimResult result =
-          RunWindow(options, {Endless(1, models[i]), Endless(2, models[j])}, seconds);
+      const SimResult result = RunWindow(options, {Endless(1, models[i]), Endless(2, models[j])}, seconds);
       double total = 0;
       for (const JobResult& job : result.jobs) total += job.window_device_seconds;
       for (const JobResult& job : result.jobs) {
         const std::string& other = job.id == 1 ? models[j] : models[i];
         const double share = job.window_device_seconds / total;
-        const double slowdown =
-            window / static_cast<double>(job.window_iterations) / job.solo_seconds;
+        const double slowdown = window / static_cast<double>(job.window_iterations) / job.solo_seconds;
         const double colocated = mps.R(job.model, other);
-        std::printf("%-9s %-9s %9.1f%% %9.2fx %15.2fx %15.2f\n", job.model.c_str(), other.c_str(),
-                    100 * share, slowdown, colocated, slowdown / colocated);
+        std::printf("%-9s %-9s %9.1f%% %9.2fx %15.2fx %15.2f\n", job.model.c_str(), other.c_str(), 100 * share,
+                    slowdown, colocated, slowdown / colocated);
         json.BeginObject();
         json.Key("job").String(job.model);
         json.Key("beside").String(other);
@@ -100,8 +98,7 @@ int Main() {
 
   std::printf("\nPRIORITY: high-priority job (client gap %.0f ms) beside a best-effort vgg19\n",
               absl::GetFlag(FLAGS_think_ms));
-  std::printf("%-9s %-10s %14s %14s %12s %8s\n", "high", "preemption", "mean/solo", "worst/solo",
-              "BE share", "yields");
+  std::printf("%-9s %-10s %14s %14s %12s %8s\n", "high", "preemption", "mean/solo", "worst/solo", "BE share", "yields");
   json.Key("priority").BeginArray();
   for (const std::string& model : models) {
     for (const std::string preemption : {"op", "iteration"}) {
@@ -118,9 +115,8 @@ int Main() {
       const JobResult& be = result.jobs[0];
       const double be_share = be.window_device_seconds / window;
       std::printf("%-9s %-10s %13.3fx %13.3fx %11.1f%% %8llu\n", model.c_str(), preemption.c_str(),
-                  hi.mean_iteration_seconds() / hi.solo_seconds,
-                  hi.max_iteration_seconds / hi.solo_seconds, 100 * be_share,
-                  static_cast<unsigned long long>(result.yields));
+                  hi.mean_iteration_seconds() / hi.solo_seconds, hi.max_iteration_seconds / hi.solo_seconds,
+                  100 * be_share, static_cast<unsigned long long>(result.yields));
       json.BeginObject();
       json.Key("high").String(model);
       json.Key("preemption").String(preemption);

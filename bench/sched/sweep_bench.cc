@@ -46,17 +46,15 @@ int Main() {
     }
     lane_limits.push_back(lanes);
   }
-  const std::vector<std::string> models =
-      absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipEmpty());
-  const std::vector<std::string> presets =
-      absl::StrSplit(absl::GetFlag(FLAGS_presets), ',', absl::SkipEmpty());
+  const std::vector<std::string> models = absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipEmpty());
+  const std::vector<std::string> presets = absl::StrSplit(absl::GetFlag(FLAGS_presets), ',', absl::SkipEmpty());
 
   std::printf(
       "Hyper-parameter sweep makespan (simulated H200; %d jobs x %lld iterations, all "
       "submitted at t=0; 141 GB)\n",
       absl::GetFlag(FLAGS_jobs), static_cast<long long>(absl::GetFlag(FLAGS_iterations)));
-  std::printf("%-9s %-10s %5s %14s %14s %8s %6s %10s\n", "model", "r preset", "lanes",
-              "one-at-a-time", "PACK", "speedup", "moves", "lanes used");
+  std::printf("%-9s %-10s %5s %14s %14s %8s %6s %10s\n", "model", "r preset", "lanes", "one-at-a-time", "PACK",
+              "speedup", "moves", "lanes used");
   JsonWriter json;
   json.BeginObject();
   json.Key("benchmark").String("sched_bench_sweep");
@@ -89,9 +87,9 @@ int Main() {
         pack_options.scheduler.max_lanes = lanes;
         const SimResult pack = RunOrExit(pack_options, *table, *trace);
         const double speedup = fifo.makespan / pack.makespan;
-        std::printf("%-9s %-10s %5d %12.1f s %12.1f s %7.2fx %6llu %10d\n", model.c_str(),
-                    preset.c_str(), lanes, fifo.makespan, pack.makespan, speedup,
-                    static_cast<unsigned long long>(pack.moves), pack.lanes_used);
+        std::printf("%-9s %-10s %5d %12.1f s %12.1f s %7.2fx %6llu %10d\n", model.c_str(), preset.c_str(), lanes,
+                    fifo.makespan, pack.makespan, speedup, static_cast<unsigned long long>(pack.moves),
+                    pack.lanes_used);
         json.BeginObject();
         json.Key("model").String(model);
         json.Key("preset").String(preset);

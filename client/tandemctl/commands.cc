@@ -23,8 +23,8 @@
 #include "base/endpoint.h"
 #include "base/status_macros.h"
 #include "client/client.h"
-#include "proto/loop_names.h"
 #include "client/tandemctl/format.h"
+#include "proto/loop_names.h"
 
 namespace tandem::ctl {
 namespace {
@@ -76,9 +76,8 @@ std::vector<const v1::JobInfo*> AllJobs(const v1::ListSessionsResponse& list,
       if (session_of != nullptr) (*session_of)[j.job_id()] = &s;
     }
   }
-  std::sort(jobs.begin(), jobs.end(), [](const v1::JobInfo* a, const v1::JobInfo* b) {
-    return a->job_id() < b->job_id();
-  });
+  std::sort(jobs.begin(), jobs.end(),
+            [](const v1::JobInfo* a, const v1::JobInfo* b) { return a->job_id() < b->job_id(); });
   return jobs;
 }
 
@@ -107,9 +106,9 @@ std::string JobTable(const v1::ListSessionsResponse& list, const std::map<uint64
   std::map<uint64_t, const v1::SessionInfo*> session_of;
   std::vector<const v1::JobInfo*> jobs = AllJobs(list, &session_of);
   if (jobs.empty()) return "no jobs\n";
-  std::vector<std::string> headers = {">JOB", "NAME", "CLIENT", "STATE", "DEVICE", ">LANE", ">PRIO", ">ITERS",
-                                      ">ITER-TIME", ">QUEUE-WAIT", ">GPU-SHARE", ">SLOWDOWN", ">PERSISTENT",
-                                      ">EPHEMERAL", ">QUEUED"};
+  std::vector<std::string> headers = {">JOB",       "NAME",      "CLIENT",      "STATE",      "DEVICE",
+                                      ">LANE",      ">PRIO",     ">ITERS",      ">ITER-TIME", ">QUEUE-WAIT",
+                                      ">GPU-SHARE", ">SLOWDOWN", ">PERSISTENT", ">EPHEMERAL", ">QUEUED"};
   if (rates != nullptr) headers.push_back(">IT/S");
   TextTable table(headers);
   for (const v1::JobInfo* j : jobs) {
@@ -198,9 +197,8 @@ absl::Status Lanes(Client& c, const CtlOptions& options, std::ostream& out) {
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(const JobNameMap names, JobNames(c));
-  TextTable table(
-      {"DEVICE", ">LANE", ">ARENA", ">RETIRED", ">RUNNING", ">ITERATIONS", ">BUSY S", ">OCCUPIED S", ">STREAM PRIO",
-       "JOBS"});
+  TextTable table({"DEVICE", ">LANE", ">ARENA", ">RETIRED", ">RUNNING", ">ITERATIONS", ">BUSY S", ">OCCUPIED S",
+                   ">STREAM PRIO", "JOBS"});
   for (const v1::DeviceStats& d : stats.devices()) {
     for (const v1::LaneInfo& l : d.lane_info()) {
       std::vector<std::string> jobs;
@@ -208,8 +206,7 @@ absl::Status Lanes(Client& c, const CtlOptions& options, std::ostream& out) {
       table.AddRow({d.name(), absl::StrCat(l.lane()), HumanBytes(l.arena_bytes()), HumanBytes(l.retired_bytes()),
                     absl::StrCat(l.running_iterations()), absl::StrCat(l.iterations()),
                     absl::StrFormat("%.2f", l.busy_seconds()), absl::StrFormat("%.2f", l.occupied_seconds()),
-                    absl::StrCat(l.stream_level()),
-                    jobs.empty() ? "-" : absl::StrJoin(jobs, ", ")});
+                    absl::StrCat(l.stream_level()), jobs.empty() ? "-" : absl::StrJoin(jobs, ", ")});
     }
   }
   out << (table.rows() == 0 ? "no lanes open (no jobs)\n" : table.Render());
@@ -239,8 +236,7 @@ absl::Status Events(Client& c, const CtlOptions& options, std::ostream& out) {
     dropped += d.events_dropped();
     for (const v1::DeviceEvent& e : d.events()) {
       table.AddRow({d.name(), absl::StrFormat("%.3f", now - e.unix_seconds()), e.kind(), JobLabel(names, e.job()),
-                    absl::StrCat(e.lane()),
-                    e.kind() == "move" ? absl::StrCat(e.from_lane()) : "-",
+                    absl::StrCat(e.lane()), e.kind() == "move" ? absl::StrCat(e.from_lane()) : "-",
                     e.kind() == "move" || e.kind() == "arena" ? "-" : absl::StrFormat("%.3f", e.seconds() * 1e3)});
     }
   }
@@ -271,12 +267,12 @@ absl::Status Loop(Client& c, const CtlOptions& options, std::ostream& out) {
   double busy = 0;
   for (const v1::LoopHandlerStats* h : items) busy += is_section(h) ? 0 : h->total_seconds();
   const double up = stats.uptime_seconds();
-  out << absl::StrFormat("control loop: busy %.3f s of %s up (%s); parts of a work item are named Handler/part\n",
-                         busy, HumanDuration(up), Percent(up > 0 ? busy / up : 0));
+  out << absl::StrFormat("control loop: busy %.3f s of %s up (%s); parts of a work item are named Handler/part\n", busy,
+                         HumanDuration(up), Percent(up > 0 ? busy / up : 0));
   // WAIT: from being posted to starting, behind the items ahead of it
   // (parts of a work item have none: "-").
-  TextTable table({"WORK ITEM", ">COUNT", ">TOTAL S", ">MEAN US", ">MAX MS", ">OF UPTIME", ">MEAN WAIT US",
-                   ">MAX WAIT MS"});
+  TextTable table(
+      {"WORK ITEM", ">COUNT", ">TOTAL S", ">MEAN US", ">MAX MS", ">OF UPTIME", ">MEAN WAIT US", ">MAX WAIT MS"});
   for (const v1::LoopHandlerStats* h : items) {
     const double per = h->count() > 0 ? 1.0 / h->count() : 0.0;
     const bool section = is_section(h);
@@ -307,8 +303,7 @@ absl::Status SetPriority(Client& c, const std::vector<std::string>& args, const 
   return absl::OkStatus();
 }
 
-absl::Status SetPolicy(Client& c, const std::vector<std::string>& args, const CtlOptions& options,
-                       std::ostream& out) {
+absl::Status SetPolicy(Client& c, const std::vector<std::string>& args, const CtlOptions& options, std::ostream& out) {
   v1::Request request;
   request.mutable_set_policy()->set_policy(args[0]);
   ASSIGN_OR_RETURN(v1::Response response, c.Call(std::move(request)));
@@ -424,10 +419,9 @@ absl::Status CheckEndpoint(const std::string& endpoint) {
   if (rc == 0) return absl::OkStatus();
   if (error == EACCES || error == EPERM) {
     struct group* g = ::getgrgid(st.st_gid);
-    return absl::PermissionDeniedError(absl::StrCat(
-        "cannot open ", path, ": permission denied (it belongs to group '",
-        g != nullptr ? g->gr_name : absl::StrCat(st.st_gid), "', mode ", absl::StrFormat("%04o", st.st_mode & 07777),
-        "); ", group_hint));
+    return absl::PermissionDeniedError(absl::StrCat("cannot open ", path, ": permission denied (it belongs to group '",
+                                                    g != nullptr ? g->gr_name : absl::StrCat(st.st_gid), "', mode ",
+                                                    absl::StrFormat("%04o", st.st_mode & 07777), "); ", group_hint));
   }
   if (error == ECONNREFUSED) {
     return absl::UnavailableError(
@@ -438,8 +432,8 @@ absl::Status CheckEndpoint(const std::string& endpoint) {
 
 absl::Status ValidateCommand(const std::string& command, const std::vector<std::string>& args,
                              const CtlOptions& options) {
-  static const char* const kCommands[] = {"status", "jobs", "lanes", "loop", "events", "set-priority", "set-policy",
-                                          "drain",  "kill", "top"};
+  static const char* const kCommands[] = {"status",       "jobs",       "lanes", "loop", "events",
+                                          "set-priority", "set-policy", "drain", "kill", "top"};
   if (std::find(std::begin(kCommands), std::end(kCommands), command) == std::end(kCommands)) {
     return Usage(absl::StrCat("unknown command '", command, "'"));
   }
@@ -453,7 +447,7 @@ absl::Status ValidateCommand(const std::string& command, const std::vector<std::
       return Usage("set-policy takes a policy name: tandemctl set-policy fifo|pack|fair|srtf|priority|srtf_pack");
     }
   } else if (command == "kill") {
-      RETURN_IF_ERROR(ParseJobId(args[0]).status());
+    RETURN_IF_ERROR(ParseJobId(args[0]).status());
   } else if (!args.empty()) {
     return Usage(absl::StrCat(command, " takes no arguments"));
   }

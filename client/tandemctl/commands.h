@@ -18,15 +18,15 @@
 namespace tandem::ctl {
 
 struct CtlOptions {
-  std::string endpoint;        // empty: $TANDEM_ENDPOINT, else the default socket
+  std::string endpoint;  // empty: $TANDEM_ENDPOINT, else the default socket
   bool json = false;
   double timeout_seconds = 5;  // to connect, and for each call
   // top
-  int iterations = 0;          // refreshes before exiting; 0: until interrupted
+  int iterations = 0;  // refreshes before exiting; 0: until interrupted
   double interval_seconds = 2;
   // drain
   bool resume = false;
-  bool wait = false;           // until no job is left
+  bool wait = false;  // until no job is left
   // kill
   std::string reason;
 };

@@ -72,8 +72,8 @@ class CudaDevice final : public Device {
       size_t free_bytes = 0, total_bytes = 0;
       cudaMemGetInfo(&free_bytes, &total_bytes);
       return absl::ResourceExhaustedError(absl::StrCat(info_.name, ": cannot allocate ", Bytes(size),
-                                                       ": out of device memory (", Bytes(free_bytes),
-                                                       " free of ", Bytes(total_bytes), ")"));
+                                                       ": out of device memory (", Bytes(free_bytes), " free of ",
+                                                       Bytes(total_bytes), ")"));
     }
     CUDA_RETURN_IF_ERROR(error);
     return ptr;

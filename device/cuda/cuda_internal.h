@@ -111,15 +111,15 @@ class CompletionWorker {
 
   const int ordinal_;
   std::mutex mu_;
-  std::condition_variable cv_;       // wakes the worker
-  std::condition_variable idle_cv_;  // wakes Forget()
-  std::map<uint64_t, Pending> pending_;  // guarded by mu_
+  std::condition_variable cv_;            // wakes the worker
+  std::condition_variable idle_cv_;       // wakes Forget()
+  std::map<uint64_t, Pending> pending_;   // guarded by mu_
   std::vector<cudaEvent_t> free_events_;  // guarded by mu_
-  uint64_t next_id_ = 1;                 // guarded by mu_
-  int reporting_ = 0;                    // completions being reported; guarded by mu_
-  bool polling_ = false;                 // querying events outside the lock; guarded by mu_
-  bool stopping_ = false;                // guarded by mu_
-  std::thread thread_;  // last: starts after the fields above exist
+  uint64_t next_id_ = 1;                  // guarded by mu_
+  int reporting_ = 0;                     // completions being reported; guarded by mu_
+  bool polling_ = false;                  // querying events outside the lock; guarded by mu_
+  bool stopping_ = false;                 // guarded by mu_
+  std::thread thread_;                    // last: starts after the fields above exist
 };
 
 }  // namespace tandem::device::cuda_internal

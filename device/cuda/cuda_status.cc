@@ -10,8 +10,7 @@ absl::Status CudaStatus(cudaError_t error, absl::string_view call) {
   // the next kernel launch check would then report as its own. Clear it
   // (sticky errors cannot be cleared, and every later call reports them).
   if (!IsStickyCudaError(error)) cudaGetLastError();
-  std::string message =
-      absl::StrCat(call, ": ", cudaGetErrorString(error), " (", cudaGetErrorName(error), ")");
+  std::string message = absl::StrCat(call, ": ", cudaGetErrorString(error), " (", cudaGetErrorName(error), ")");
   switch (error) {
     case cudaErrorMemoryAllocation:
       return absl::ResourceExhaustedError(message);

@@ -29,13 +29,12 @@ bool IsStickyCudaError(cudaError_t error);
 
 // Evaluates a CUDA runtime call and returns its error as a Status, naming
 // the call by its source text up to the first '('.
-#define CUDA_RETURN_IF_ERROR(call)                                                         \
-  do {                                                                                     \
-    const cudaError_t tandem_cuda_error_ = (call);                                         \
-    if (tandem_cuda_error_ != cudaSuccess) {                                               \
-      return ::tandem::device::CudaStatus(tandem_cuda_error_, ::tandem::device::internal:: \
-                                                                  CallName(#call));        \
-    }                                                                                      \
+#define CUDA_RETURN_IF_ERROR(call)                                                                          \
+  do {                                                                                                      \
+    const cudaError_t tandem_cuda_error_ = (call);                                                          \
+    if (tandem_cuda_error_ != cudaSuccess) {                                                                \
+      return ::tandem::device::CudaStatus(tandem_cuda_error_, ::tandem::device::internal::CallName(#call)); \
+    }                                                                                                       \
   } while (0)
 
 namespace tandem::device::internal {

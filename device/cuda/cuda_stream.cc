@@ -76,13 +76,10 @@ void CudaStreamImpl::Attach(const void* key, std::unique_ptr<Attachment> attachm
   attachments_.emplace_back(key, std::move(attachment));
 }
 
-void CudaStreamImpl::DeferCheck(const void* owner, Check check) {
-  deferred_.emplace_back(owner, std::move(check));
-}
+void CudaStreamImpl::DeferCheck(const void* owner, Check check) { deferred_.emplace_back(owner, std::move(check)); }
 
 bool CudaStreamImpl::HasDeferredChecks(const void* owner) const {
-  return std::any_of(deferred_.begin(), deferred_.end(),
-                     [owner](const auto& entry) { return entry.first == owner; });
+  return std::any_of(deferred_.begin(), deferred_.end(), [owner](const auto& entry) { return entry.first == owner; });
 }
 
 std::vector<CudaStream::Check> CudaStreamImpl::TakeDeferredChecks() {

@@ -52,8 +52,8 @@ int Fail(const std::string& what, const absl::Status& status) {
 }
 
 // Forward pass on the host, in double, for the accuracy.
-double Accuracy(const ex::MlpShape& shape, const std::vector<std::vector<float>>& params,
-                const std::vector<float>& x, const std::vector<int64_t>& y) {
+double Accuracy(const ex::MlpShape& shape, const std::vector<std::vector<float>>& params, const std::vector<float>& x,
+                const std::vector<int64_t>& y) {
   std::vector<int> widths = shape.Widths();
   int n = static_cast<int>(y.size());
   int correct = 0;
@@ -96,17 +96,16 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  auto client = tandem::client::Client::Connect(
-      {.endpoint = absl::GetFlag(FLAGS_endpoint), .name = job_options.name});
+  auto client = tandem::client::Client::Connect({.endpoint = absl::GetFlag(FLAGS_endpoint), .name = job_options.name});
   if (!client.ok()) return Fail("connect", client.status());
   tandem::v1::RegisterJobRequest request = ex::BuildMlpTrainingJob(job_options);
   request.mutable_hints()->set_priority(absl::GetFlag(FLAGS_priority));
   request.mutable_hints()->set_expected_iterations(iterations);
   auto job = (*client)->RegisterJob(std::move(request));
   if (!job.ok()) return Fail("register", job.status());
-  std::printf("job %s (id %lu) on %s lane %u: %.1f KiB persistent, %.1f KiB per iteration\n",
-              job_options.name.c_str(), static_cast<unsigned long>(job->job_id()), job->device().c_str(),
-              job->lane(), job->persistent_bytes() / 1024.0, job->ephemeral_peak_bytes() / 1024.0);
+  std::printf("job %s (id %lu) on %s lane %u: %.1f KiB persistent, %.1f KiB per iteration\n", job_options.name.c_str(),
+              static_cast<unsigned long>(job->job_id()), job->device().c_str(), job->lane(),
+              job->persistent_bytes() / 1024.0, job->ephemeral_peak_bytes() / 1024.0);
   std::fflush(stdout);
 
   ex::BlobDataset data(job_options.shape, job_options.seed);

@@ -56,15 +56,15 @@ v1::RegisterJobRequest BuildMlpTrainingJob(const MlpJobOptions& options) {
   std::string lsm = b.Op("_log_softmax", {logits}, {{"dim", AttrInt(1)}, {"half_to_float", AttrBool(false)}});
   std::vector<std::string> nll =
       b.OpN("nll_loss_forward", {lsm, y}, {{"reduction", AttrInt(1)}, {"ignore_index", AttrInt(-100)}}, 2,
-                                     {"loss", "total_weight"});
+            {"loss", "total_weight"});
   std::string loss = nll[0];
 
   // Backward.
   std::string g_loss = b.Op("ones_like", {loss});
-  std::string g_lsm = b.Op("nll_loss_backward", {g_loss, lsm, y, nll[1]},
-                           {{"reduction", AttrInt(1)}, {"ignore_index", AttrInt(-100)}});
-  std::string g = b.Op("_log_softmax_backward_data", {g_lsm, lsm},
-                       {{"dim", AttrInt(1)}, {"input_dtype", AttrDType(v1::FLOAT32)}});
+  std::string g_lsm =
+      b.Op("nll_loss_backward", {g_loss, lsm, y, nll[1]}, {{"reduction", AttrInt(1)}, {"ignore_index", AttrInt(-100)}});
+  std::string g =
+      b.Op("_log_softmax_backward_data", {g_lsm, lsm}, {{"dim", AttrInt(1)}, {"input_dtype", AttrDType(v1::FLOAT32)}});
   for (int l = num_layers - 1; l >= 0; --l) {
     std::string g_w = b.Op("mm", {b.Op("t", {act[l]}), g});
     std::string g_b = b.Op("sum.dim_IntList", {g}, {{"dim", AttrInts({0})}, {"keepdim", AttrBool(false)}});
@@ -77,7 +77,8 @@ v1::RegisterJobRequest BuildMlpTrainingJob(const MlpJobOptions& options) {
     const std::string* bufs[] = {&mW[l], &mB[l]};
     for (int k = 0; k < 2; ++k) {
       const auto& [param, grad] = pairs[k];
-      std::string m_new = b.Op("add.Tensor", {b.Op("mul.Scalar", {*bufs[k]}, {{"other", AttrFloat(options.momentum)}}), grad});
+      std::string m_new =
+          b.Op("add.Tensor", {b.Op("mul.Scalar", {*bufs[k]}, {{"other", AttrFloat(options.momentum)}}), grad});
       std::string p_new = b.Op("sub.Tensor", {param, b.Op("mul.Tensor", {m_new, lr})});
       b.Update(*bufs[k], m_new);
       b.Update(param, p_new);

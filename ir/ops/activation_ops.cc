@@ -9,10 +9,10 @@
 // binary elementwise type rule (equal dtypes, or a rank-0 operand of another
 // dtype converted to the result's).
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "ir/op_registry.h"
 #include "ir/ops/infer_util.h"
 #include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -155,8 +155,7 @@ absl::StatusOr<TypeList> NativeDropoutInfer(const Attrs& attrs, absl::Span<const
   RETURN_IF_ERROR(attrs.GetBool("train", true).status());
   RETURN_IF_ERROR(attrs.GetInt("seed", 0).status());
   if (in.size() > 1 && !(in[1] == TensorType{DType::kInt64, {}})) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("seed is ", in[1].ToString(), "; expected an int64 rank-0 tensor"));
+    return absl::InvalidArgumentError(absl::StrCat("seed is ", in[1].ToString(), "; expected an int64 rank-0 tensor"));
   }
   return TypeList{in[0], {DType::kBool, in[0].shape}};
 }

@@ -16,10 +16,10 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "ir/op_registry.h"
 #include "ir/ops/infer_util.h"
 #include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -63,9 +63,9 @@ absl::StatusOr<TensorType> AttentionOutput(const TensorType& q, const TensorType
     scores[r - 1] = k.shape[r - 2];
     const bool dtype_ok = mask->dtype == q.dtype || (!float_mask_only && mask->dtype == DType::kBool);
     if (!dtype_ok || !BroadcastsTo(mask->shape, scores)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the mask is ", mask->ToString(), "; expected ", DTypeName(q.dtype), float_mask_only ? "" : " or bool",
-          " broadcasting to the scores ", ShapeString(scores)));
+      return absl::InvalidArgumentError(absl::StrCat("the mask is ", mask->ToString(), "; expected ",
+                                                     DTypeName(q.dtype), float_mask_only ? "" : " or bool",
+                                                     " broadcasting to the scores ", ShapeString(scores)));
     }
   }
   return TensorType{q.dtype, out};
@@ -122,8 +122,8 @@ absl::StatusOr<TypeList> EfficientAttentionBackwardInfer(const Attrs& attrs, abs
   const size_t after = has_bias ? 5 : 4;
   ASSIGN_OR_RETURN(TensorType out, AttentionOutput(in[1], in[2], in[3], bias, true, ops::kFloatAndHalfTypes));
   if (!(in[0] == out) || !(in[after] == out)) {
-    return absl::InvalidArgumentError(absl::StrCat("grad_out is ", in[0].ToString(), " and out ",
-                                                   in[after].ToString(), "; expected ", out.ToString()));
+    return absl::InvalidArgumentError(absl::StrCat("grad_out is ", in[0].ToString(), " and out ", in[after].ToString(),
+                                                   "; expected ", out.ToString()));
   }
   const TensorType& lse = in[after + 1];
   const int64_t rows = in[1].shape[in[1].rank() - 2];
@@ -131,8 +131,8 @@ absl::StatusOr<TypeList> EfficientAttentionBackwardInfer(const Attrs& attrs, abs
   const DType lse_dtype = LogSumExpDType(in[1].dtype);
   if (lse.dtype != lse_dtype || lse.rank() != static_cast<int>(batch.size()) ||
       !std::equal(batch.begin(), batch.end() - 1, lse.shape.begin()) || lse.shape.back() < rows) {
-    return absl::InvalidArgumentError(absl::StrCat("logsumexp is ", lse.ToString(), "; expected ",
-                                                   DTypeName(lse_dtype), ShapeString(BatchShape(in[1], rows)),
+    return absl::InvalidArgumentError(absl::StrCat("logsumexp is ", lse.ToString(), "; expected ", DTypeName(lse_dtype),
+                                                   ShapeString(BatchShape(in[1], rows)),
                                                    " or longer rows (the forward must compute it)"));
   }
   if (attrs.Has("grad_input_mask")) RETURN_IF_ERROR(attrs.GetInts("grad_input_mask").status());
@@ -155,14 +155,13 @@ absl::StatusOr<TypeList> FlashAttentionBackwardInfer(const Attrs& attrs, absl::S
   RETURN_IF_ERROR(CheckNoDropout(attrs));
   ASSIGN_OR_RETURN(TensorType out, AttentionOutput(in[1], in[2], in[3], in.size() > 6 ? &in[6] : nullptr, false));
   if (!(in[0] == out) || !(in[4] == out)) {
-    return absl::InvalidArgumentError(absl::StrCat("grad_out is ", in[0].ToString(), " and out ", in[4].ToString(),
-                                                   "; expected ", out.ToString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("grad_out is ", in[0].ToString(), " and out ", in[4].ToString(), "; expected ", out.ToString()));
   }
   const int64_t rows = in[1].shape[in[1].rank() - 2];
   const TensorType lse{in[1].dtype, BatchShape(in[1], rows)};
   if (!(in[5] == lse)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("logsumexp is ", in[5].ToString(), "; expected ", lse.ToString()));
+    return absl::InvalidArgumentError(absl::StrCat("logsumexp is ", in[5].ToString(), "; expected ", lse.ToString()));
   }
   return TypeList{in[1], in[2], in[3]};
 }

@@ -16,10 +16,10 @@
 // return them), grad_weight and grad_bias take the weight's dtype, and the
 // running statistics keep theirs.
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "ir/op_registry.h"
 #include "ir/ops/cnn_rules.h"
 #include "ir/ops/infer_util.h"
-#include "base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -46,10 +46,10 @@ DType StatsDType(DType input) { return IsHalf(input) ? DType::kFloat32 : input; 
 absl::StatusOr<DType> ParamDType(const TensorType& weight, const TensorType& input) {
   if (weight.dtype == input.dtype) return input.dtype;
   if (IsHalf(input.dtype) && weight.dtype == DType::kFloat32) return DType::kFloat32;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "weight is ", weight.ToString(), " but input is ", input.ToString(), "; expected ", DTypeName(input.dtype),
-      ShapeString({input.shape[1]}),
-      IsHalf(input.dtype) ? absl::StrCat(" or float32", ShapeString({input.shape[1]})) : ""));
+  return absl::InvalidArgumentError(
+      absl::StrCat("weight is ", weight.ToString(), " but input is ", input.ToString(), "; expected ",
+                   DTypeName(input.dtype), ShapeString({input.shape[1]}),
+                   IsHalf(input.dtype) ? absl::StrCat(" or float32", ShapeString({input.shape[1]})) : ""));
 }
 
 // A per-channel tensor: `dtype` and [C] (or, with `may_be_empty`, [0]).
@@ -108,9 +108,10 @@ TypeList ForwardOutputs(const TensorType& input, bool training) {
 // Inputs: input, weight, bias[, running_mean, running_var].
 absl::StatusOr<TypeList> NativeBatchNormInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
   if (in.size() != 3 && in.size() != 5) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "got ", in.size(), " inputs; expected input, weight, bias[, running_mean, running_var] (absent weight or "
-        "bias is not supported)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("got ", in.size(),
+                     " inputs; expected input, weight, bias[, running_mean, running_var] (absent weight or "
+                     "bias is not supported)"));
   }
   RETURN_IF_ERROR(CheckInput(in[0]).status());
   ASSIGN_OR_RETURN(ForwardAttrs a, CheckForwardAttrs(attrs));
@@ -139,16 +140,17 @@ absl::StatusOr<TypeList> LegitFunctionalInfer(const Attrs& attrs, absl::Span<con
 // output_mask is false).
 absl::StatusOr<TypeList> BatchNormBackwardInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
   if (in.size() != 5 && in.size() != 7) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "got ", in.size(), " inputs; expected grad_out, input, weight[, running_mean, running_var], save_mean, "
-        "save_invstd (absent weight is not supported)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("got ", in.size(),
+                     " inputs; expected grad_out, input, weight[, running_mean, running_var], save_mean, "
+                     "save_invstd (absent weight is not supported)"));
   }
   const TensorType& grad = in[0];
   const TensorType& input = in[1];
   ASSIGN_OR_RETURN(int64_t c, CheckInput(input));
   if (!(grad == input)) {
-    return absl::InvalidArgumentError(absl::StrCat("grad_out is ", grad.ToString(), " but input is ",
-                                                   input.ToString(), "; they must have the same type"));
+    return absl::InvalidArgumentError(absl::StrCat("grad_out is ", grad.ToString(), " but input is ", input.ToString(),
+                                                   "; they must have the same type"));
   }
   ASSIGN_OR_RETURN(bool train, attrs.GetBool("train"));
   ASSIGN_OR_RETURN(double eps, attrs.GetFloat("eps"));
@@ -169,8 +171,7 @@ absl::StatusOr<TypeList> BatchNormBackwardInfer(const Attrs& attrs, absl::Span<c
   RETURN_IF_ERROR(CheckPerChannel("save_invstd", in[saved + 1], input, stats, /*may_be_empty=*/!train));
   ASSIGN_OR_RETURN(auto mask, ParseOutputMask(attrs));
   return TypeList{TensorType{input.dtype, mask[0] ? input.shape : Shape{0}},
-                  TensorType{param, mask[1] ? Shape{c} : Shape{0}},
-                  TensorType{param, mask[2] ? Shape{c} : Shape{0}}};
+                  TensorType{param, mask[1] ? Shape{c} : Shape{0}}, TensorType{param, mask[2] ? Shape{c} : Shape{0}}};
 }
 
 }  // namespace

@@ -32,8 +32,8 @@ absl::StatusOr<std::array<int64_t, 2>> GetPair(const Attrs& attrs, absl::string_
   }
   if (v.size() == 1) return std::array<int64_t, 2>{v[0], v[0]};
   if (v.size() == 2) return std::array<int64_t, 2>{v[0], v[1]};
-  return absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' is [", absl::StrJoin(v, ", "),
-                                                 "]; expected one or two ints (2-D only)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("attribute '", name, "' is [", absl::StrJoin(v, ", "), "]; expected one or two ints (2-D only)"));
 }
 
 absl::Status RequireAtLeast(absl::string_view name, const std::array<int64_t, 2>& v, int64_t min) {
@@ -45,8 +45,8 @@ absl::Status RequireAtLeast(absl::string_view name, const std::array<int64_t, 2>
 absl::Status RequireAtLeast(absl::string_view name, const std::vector<int64_t>& v, int64_t min) {
   for (int64_t x : v) {
     if (x < min) {
-      return absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' is [", absl::StrJoin(v, ", "),
-                                                     "]; each must be at least ", min));
+      return absl::InvalidArgumentError(
+          absl::StrCat("attribute '", name, "' is [", absl::StrJoin(v, ", "), "]; each must be at least ", min));
     }
   }
   return absl::OkStatus();
@@ -137,8 +137,8 @@ absl::StatusOr<ConvGeometry> ConvGeometryOf(const ConvParams& params, const Shap
   const size_t rank = static_cast<size_t>(spatial) + 2;
   const char* const dims = spatial == 3 ? "D, H, W" : "H, W";
   if (input.size() != rank) {
-    return absl::InvalidArgumentError(absl::StrCat("input is ", ShapeString(input), "; expected [N, C, ", dims,
-                                                   "] (", spatial, "-D convolution)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("input is ", ShapeString(input), "; expected [N, C, ", dims, "] (", spatial, "-D convolution)"));
   }
   if (weight.size() != rank) {
     return absl::InvalidArgumentError(absl::StrCat("weight is ", ShapeString(weight),
@@ -177,9 +177,9 @@ absl::StatusOr<ConvGeometry> ConvGeometryOf(const ConvParams& params, const Shap
     const int64_t padded = g.in[d] + 2 * params.padding[d];
     g.out[d] = padded >= span ? (padded - span) / params.stride[d] + 1 : 0;
     if (g.out[d] < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input is ", ShapeString(input), ": spatial dim ", d, " padded to ", padded,
-          " is smaller than the dilated kernel (", span, "); the output would be empty"));
+      return absl::InvalidArgumentError(absl::StrCat("input is ", ShapeString(input), ": spatial dim ", d,
+                                                     " padded to ", padded, " is smaller than the dilated kernel (",
+                                                     span, "); the output would be empty"));
     }
   }
   return g;
@@ -248,10 +248,10 @@ absl::StatusOr<Pool2dGeometry> Pool2dShape(const Pool2dParams& params, const Sha
   g.w = input[r - 1];
   g.planes = 1;
   for (size_t d = 0; d + 2 < r; ++d) g.planes *= input[d];
-  g.oh = PoolOutputSize(g.h, params.kernel[0], params.stride[0], params.padding[0], params.dilation[0],
-                        params.ceil_mode);
-  g.ow = PoolOutputSize(g.w, params.kernel[1], params.stride[1], params.padding[1], params.dilation[1],
-                        params.ceil_mode);
+  g.oh =
+      PoolOutputSize(g.h, params.kernel[0], params.stride[0], params.padding[0], params.dilation[0], params.ceil_mode);
+  g.ow =
+      PoolOutputSize(g.w, params.kernel[1], params.stride[1], params.padding[1], params.dilation[1], params.ceil_mode);
   if (g.h < 1 || g.w < 1 || g.oh < 1 || g.ow < 1) {
     return absl::InvalidArgumentError(absl::StrCat("self is ", ShapeString(input), ": the pooled output would be ",
                                                    g.oh, " x ", g.ow, "; it must not be empty"));
@@ -284,8 +284,8 @@ ChannelSplit SplitChannels(const Shape& shape) {
 absl::StatusOr<std::array<bool, 3>> ParseOutputMask(const Attrs& attrs) {
   ASSIGN_OR_RETURN(std::vector<int64_t> mask, attrs.GetInts("output_mask", std::vector<int64_t>{1, 1, 1}));
   if (mask.size() != 3) {
-    return absl::InvalidArgumentError(absl::StrCat("attribute 'output_mask' is [", absl::StrJoin(mask, ", "),
-                                                   "]; expected three 0/1 entries"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("attribute 'output_mask' is [", absl::StrJoin(mask, ", "), "]; expected three 0/1 entries"));
   }
   return std::array<bool, 3>{mask[0] != 0, mask[1] != 0, mask[2] != 0};
 }

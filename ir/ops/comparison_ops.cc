@@ -10,10 +10,10 @@
 // the number are integers (then exactly, in int64), or the tensor is 16-bit
 // (then the number is rounded to its dtype and compared in float32).
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "ir/op_registry.h"
 #include "ir/ops/infer_util.h"
 #include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -24,8 +24,8 @@ absl::StatusOr<Shape> Broadcast2(absl::string_view a_name, const TensorType& a, 
                                  const TensorType& b) {
   auto shape = BroadcastShapes(a.shape, b.shape);
   if (!shape.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(a_name, " is ", a.ToString(), " and ", b_name, " is ",
-                                                   b.ToString(), "; ", shape.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(a_name, " is ", a.ToString(), " and ", b_name, " is ", b.ToString(),
+                                                   "; ", shape.status().message()));
   }
   return shape;
 }

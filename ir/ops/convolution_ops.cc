@@ -5,10 +5,10 @@
 // and so do the results (PyTorch's rule; a 16-bit convolution computes in
 // float32 and rounds when it stores).
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "ir/op_registry.h"
 #include "ir/ops/cnn_rules.h"
 #include "ir/ops/infer_util.h"
-#include "base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -57,8 +57,8 @@ absl::StatusOr<TypeList> ConvolutionBackwardInfer(const Attrs& attrs, absl::Span
   if (attrs.Has("bias_sizes")) {
     ASSIGN_OR_RETURN(std::vector<int64_t> bias_sizes, attrs.GetInts("bias_sizes"));
     if (bias_sizes != std::vector<int64_t>{g.o}) {
-      return absl::InvalidArgumentError(absl::StrCat("attribute 'bias_sizes' is ", ShapeString(bias_sizes),
-                                                     "; expected ", ShapeString({g.o})));
+      return absl::InvalidArgumentError(
+          absl::StrCat("attribute 'bias_sizes' is ", ShapeString(bias_sizes), "; expected ", ShapeString({g.o})));
     }
   }
   ASSIGN_OR_RETURN(auto mask, ParseOutputMask(attrs));

@@ -2,10 +2,10 @@
 // scalars, unary math, threshold_backward, and the converting copies. All
 // also take bfloat16 and float16.
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "ir/op_registry.h"
 #include "ir/ops/infer_util.h"
 #include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -16,8 +16,8 @@ absl::StatusOr<Shape> BroadcastInputs(absl::string_view a_name, const TensorType
                                       const TensorType& b) {
   auto shape = BroadcastShapes(a.shape, b.shape);
   if (!shape.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(a_name, " is ", a.ToString(), " and ", b_name, " is ",
-                                                   b.ToString(), "; ", shape.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(a_name, " is ", a.ToString(), " and ", b_name, " is ", b.ToString(),
+                                                   "; ", shape.status().message()));
   }
   return shape;
 }
@@ -68,8 +68,8 @@ absl::StatusOr<TypeList> ThresholdBackwardInfer(const Attrs& attrs, absl::Span<c
   RETURN_IF_ERROR(attrs.GetFloat("threshold").status());
   RETURN_IF_ERROR(ops::RequireDType("grad_output", in[0], ops::kFloatAndHalfTypes));
   if (in[0].dtype != in[1].dtype) {
-    return absl::InvalidArgumentError(absl::StrCat("grad_output is ", in[0].ToString(), " but self is ",
-                                                   in[1].ToString(), "; dtypes must match"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("grad_output is ", in[0].ToString(), " but self is ", in[1].ToString(), "; dtypes must match"));
   }
   ASSIGN_OR_RETURN(Shape shape, BroadcastInputs("grad_output", in[0], "self", in[1]));
   return TypeList{{in[0].dtype, shape}};
@@ -80,8 +80,8 @@ absl::StatusOr<TypeList> CopyInfer(const Attrs&, absl::Span<const TensorType> in
   RETURN_IF_ERROR(ops::RequireDType("self", in[0], ops::kStorableAndHalfTypes));
   RETURN_IF_ERROR(ops::RequireDType("src", in[1], ops::kStorableAndHalfTypes));
   if (!BroadcastsTo(in[1].shape, in[0].shape)) {
-    return absl::InvalidArgumentError(absl::StrCat("src is ", in[1].ToString(), " and does not broadcast to self's ",
-                                                   in[0].ToString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("src is ", in[1].ToString(), " and does not broadcast to self's ", in[0].ToString()));
   }
   return TypeList{in[0]};
 }

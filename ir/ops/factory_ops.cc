@@ -4,9 +4,9 @@
 // zero for integers, nonzero -> true for bool).
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "ir/op_registry.h"
 #include "ir/ops/infer_util.h"
-#include "base/status_macros.h"
 
 namespace tandem {
 namespace {

@@ -10,10 +10,10 @@
 // validated here, so a malformed one from a client is refused at
 // registration.
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "ir/op_registry.h"
 #include "ir/ops/fused_program.h"
 #include "ir/ops/infer_util.h"
-#include "base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -36,9 +36,9 @@ absl::StatusOr<TypeList> FusedElementwiseInfer(const Attrs& attrs, absl::Span<co
     if (in[k].rank() == 0 && shaped >= 0) {
       if (in[k].dtype == common.dtype) continue;
       if (IsHalfDType(common.dtype) && IsFloating(in[k].dtype)) continue;
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input ", k, " is ", in[k].ToString(), " but input ", shaped, " is ", common.ToString(),
-          "; every input must have one dtype (a rank-0 input of a 16-bit program may be any float)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("input ", k, " is ", in[k].ToString(), " but input ", shaped, " is ", common.ToString(),
+                       "; every input must have one dtype (a rank-0 input of a 16-bit program may be any float)"));
     }
     if (in[k].dtype != common.dtype) {
       return absl::InvalidArgumentError(absl::StrCat("input ", k, " is ", in[k].ToString(), " but input ", first,

@@ -4,11 +4,11 @@
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "ir/graph_builder.h"
 #include "ir/op_registry.h"
 #include "ir/ops/fused_program.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 
 namespace tandem {
 namespace {
@@ -52,8 +52,8 @@ TEST(FusedOpsTest, OutputsHaveTheCommonShapeAndDtype) {
   types = Infer(ValidProgram(), {kScalar, kMatrix, kMatrix});
   ASSERT_TRUE(types.ok()) << types.status();
   EXPECT_EQ((*types)[0], kMatrix);
-  types = Infer(ValidProgram(), {TensorType{DType::kFloat64, {}}, TensorType{DType::kFloat64, {}},
-                                 TensorType{DType::kFloat64, {}}});
+  types = Infer(ValidProgram(),
+                {TensorType{DType::kFloat64, {}}, TensorType{DType::kFloat64, {}}, TensorType{DType::kFloat64, {}}});
   ASSERT_TRUE(types.ok()) << types.status();
   EXPECT_EQ((*types)[1], (TensorType{DType::kFloat64, {}}));
 }
@@ -124,23 +124,33 @@ TEST(FusedOpsTest, MalformedProgramsAreRefused) {
       {"rank-0 of another dtype", ValidProgram(), {kMatrix, kMatrix, TensorType{DType::kFloat64, {}}}, "one dtype"},
       {"shape mismatch", ValidProgram(), {kMatrix, TensorType{DType::kFloat32, {3, 2}}, kScalar}, "one shape"},
       {"broadcast operand", ValidProgram(), {kMatrix, TensorType{DType::kFloat32, {3}}, kScalar}, "one shape"},
-      {"integer inputs", ValidProgram(), {TensorType{DType::kInt64, {2}}, TensorType{DType::kInt64, {2}},
-                                          TensorType{DType::kInt64, {}}}, "supported dtypes"},
-      {"too many inputs", Program({kNeg, 9, 0, -1, -1}, {}, {9}), std::vector<TensorType>(9, kMatrix),
-       "1 to 8 inputs"},
+      {"integer inputs",
+       ValidProgram(),
+       {TensorType{DType::kInt64, {2}}, TensorType{DType::kInt64, {2}}, TensorType{DType::kInt64, {}}},
+       "supported dtypes"},
+      {"too many inputs", Program({kNeg, 9, 0, -1, -1}, {}, {9}), std::vector<TensorType>(9, kMatrix), "1 to 8 inputs"},
       {"maximum without b", Program({kMaximum, 3, 0, -1, -1}, {}, {3}), three, "reads register -1"},
       {"k on maximum", Program({kMaximum, 3, 0, 1, 0}, {2.0}, {3}), three, "no field k"},
-      {"16-bit shaped inputs of two dtypes", ValidProgram(),
-       {TensorType{DType::kBFloat16, {2, 3}}, TensorType{DType::kFloat16, {2, 3}}, kScalar}, "one dtype"},
-      {"16-bit and float32 shaped inputs", ValidProgram(),
-       {TensorType{DType::kBFloat16, {2, 3}}, kMatrix, kScalar}, "one dtype"},
-      {"integer rank-0 input of a 16-bit program", ValidProgram(),
+      {"16-bit shaped inputs of two dtypes",
+       ValidProgram(),
+       {TensorType{DType::kBFloat16, {2, 3}}, TensorType{DType::kFloat16, {2, 3}}, kScalar},
+       "one dtype"},
+      {"16-bit and float32 shaped inputs",
+       ValidProgram(),
+       {TensorType{DType::kBFloat16, {2, 3}}, kMatrix, kScalar},
+       "one dtype"},
+      {"integer rank-0 input of a 16-bit program",
+       ValidProgram(),
        {TensorType{DType::kBFloat16, {2, 3}}, TensorType{DType::kBFloat16, {2, 3}}, TensorType{DType::kInt64, {}}},
        "any float"},
-      {"16-bit rank-0 input of a float32 program", ValidProgram(), {kMatrix, kMatrix, TensorType{DType::kBFloat16, {}}},
+      {"16-bit rank-0 input of a float32 program",
+       ValidProgram(),
+       {kMatrix, kMatrix, TensorType{DType::kBFloat16, {}}},
        "one dtype"},
-      {"rank-0 inputs of two dtypes", ValidProgram(),
-       {TensorType{DType::kBFloat16, {}}, TensorType{DType::kBFloat16, {}}, kScalar}, "one dtype"},
+      {"rank-0 inputs of two dtypes",
+       ValidProgram(),
+       {TensorType{DType::kBFloat16, {}}, TensorType{DType::kBFloat16, {}}, kScalar},
+       "one dtype"},
   };
   for (const BadCase& c : cases) {
     auto types = Infer(c.attrs, c.inputs);

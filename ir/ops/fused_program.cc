@@ -22,17 +22,27 @@ struct Layout {
 bool LayoutOf(int64_t opcode, Layout* layout) {
   switch (static_cast<FusedOpcode>(opcode)) {
     case FusedOpcode::kAdd:
-    case FusedOpcode::kSub: *layout = {Field::kRegister, Field::kConst}; return true;
+    case FusedOpcode::kSub:
+      *layout = {Field::kRegister, Field::kConst};
+      return true;
     case FusedOpcode::kMul:
     case FusedOpcode::kDiv:
     case FusedOpcode::kMaximum:
-    case FusedOpcode::kMinimum: *layout = {Field::kRegister, Field::kUnused}; return true;
+    case FusedOpcode::kMinimum:
+      *layout = {Field::kRegister, Field::kUnused};
+      return true;
     case FusedOpcode::kAddScalar:
-    case FusedOpcode::kSubScalar: *layout = {Field::kConst, Field::kConst}; return true;
+    case FusedOpcode::kSubScalar:
+      *layout = {Field::kConst, Field::kConst};
+      return true;
     case FusedOpcode::kMulScalar:
-    case FusedOpcode::kDivScalar: *layout = {Field::kConst, Field::kUnused}; return true;
+    case FusedOpcode::kDivScalar:
+      *layout = {Field::kConst, Field::kUnused};
+      return true;
     case FusedOpcode::kNeg:
-    case FusedOpcode::kSqrt: *layout = {Field::kUnused, Field::kUnused}; return true;
+    case FusedOpcode::kSqrt:
+      *layout = {Field::kUnused, Field::kUnused};
+      return true;
   }
   return false;
 }
@@ -41,18 +51,30 @@ bool LayoutOf(int64_t opcode, Layout* layout) {
 
 const char* FusedOpcodeOpName(FusedOpcode op) {
   switch (op) {
-    case FusedOpcode::kAdd: return "add.Tensor";
-    case FusedOpcode::kSub: return "sub.Tensor";
-    case FusedOpcode::kMul: return "mul.Tensor";
-    case FusedOpcode::kDiv: return "div.Tensor";
-    case FusedOpcode::kAddScalar: return "add.Scalar";
-    case FusedOpcode::kSubScalar: return "sub.Scalar";
-    case FusedOpcode::kMulScalar: return "mul.Scalar";
-    case FusedOpcode::kDivScalar: return "div.Scalar";
-    case FusedOpcode::kNeg: return "neg";
-    case FusedOpcode::kSqrt: return "sqrt";
-    case FusedOpcode::kMaximum: return "maximum";
-    case FusedOpcode::kMinimum: return "minimum";
+    case FusedOpcode::kAdd:
+      return "add.Tensor";
+    case FusedOpcode::kSub:
+      return "sub.Tensor";
+    case FusedOpcode::kMul:
+      return "mul.Tensor";
+    case FusedOpcode::kDiv:
+      return "div.Tensor";
+    case FusedOpcode::kAddScalar:
+      return "add.Scalar";
+    case FusedOpcode::kSubScalar:
+      return "sub.Scalar";
+    case FusedOpcode::kMulScalar:
+      return "mul.Scalar";
+    case FusedOpcode::kDivScalar:
+      return "div.Scalar";
+    case FusedOpcode::kNeg:
+      return "neg";
+    case FusedOpcode::kSqrt:
+      return "sqrt";
+    case FusedOpcode::kMaximum:
+      return "maximum";
+    case FusedOpcode::kMinimum:
+      return "minimum";
   }
   return "unknown";
 }
@@ -62,8 +84,7 @@ absl::StatusOr<FusedProgram> DecodeFusedProgram(const Attrs& attrs, int num_inpu
   ASSIGN_OR_RETURN(std::vector<double> consts, attrs.GetFloats("consts", std::vector<double>{}));
   ASSIGN_OR_RETURN(std::vector<int64_t> outputs, attrs.GetInts("outputs"));
   if (num_inputs < 1 || num_inputs > kFusedMaxInputs) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("takes 1 to ", kFusedMaxInputs, " inputs, got ", num_inputs));
+    return absl::InvalidArgumentError(absl::StrCat("takes 1 to ", kFusedMaxInputs, " inputs, got ", num_inputs));
   }
   if (code.empty() || code.size() % kFusedFieldsPerInstruction != 0) {
     return absl::InvalidArgumentError(absl::StrCat("attribute 'code' has ", code.size(), " ints; it needs ",
@@ -73,8 +94,8 @@ absl::StatusOr<FusedProgram> DecodeFusedProgram(const Attrs& attrs, int num_inpu
   }
   const int num_instructions = static_cast<int>(code.size() / kFusedFieldsPerInstruction);
   if (num_instructions > kFusedMaxInstructions) {
-    return absl::InvalidArgumentError(absl::StrCat("attribute 'code' has ", num_instructions,
-                                                   " instructions; the limit is ", kFusedMaxInstructions));
+    return absl::InvalidArgumentError(
+        absl::StrCat("attribute 'code' has ", num_instructions, " instructions; the limit is ", kFusedMaxInstructions));
   }
   if (consts.size() > static_cast<size_t>(kFusedMaxConsts)) {
     return absl::InvalidArgumentError(
@@ -82,8 +103,7 @@ absl::StatusOr<FusedProgram> DecodeFusedProgram(const Attrs& attrs, int num_inpu
   }
   if (outputs.empty() || outputs.size() > static_cast<size_t>(kFusedMaxOutputs)) {
     return absl::InvalidArgumentError(absl::StrCat("attribute 'outputs' names ", outputs.size(),
-                                                   " registers; a fused node has 1 to ", kFusedMaxOutputs,
-                                                   " outputs"));
+                                                   " registers; a fused node has 1 to ", kFusedMaxOutputs, " outputs"));
   }
 
   FusedProgram program;
@@ -138,8 +158,8 @@ absl::StatusOr<FusedProgram> DecodeFusedProgram(const Attrs& attrs, int num_inpu
   for (size_t o = 0; o < outputs.size(); ++o) {
     const int64_t r = outputs[o];
     if (r < num_inputs || r >= kFusedMaxRegisters || !written[r]) {
-      return absl::InvalidArgumentError(absl::StrCat("attribute 'outputs': output ", o, " reads register ", r,
-                                                     ", which no instruction writes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("attribute 'outputs': output ", o, " reads register ", r, ", which no instruction writes"));
     }
     program.outputs.push_back(static_cast<int>(r));
   }

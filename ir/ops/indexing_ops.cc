@@ -13,12 +13,12 @@
 #include <variant>
 
 #include "absl/strings/str_cat.h"
+#include "base/checked_math.h"
+#include "base/status_macros.h"
 #include "ir/op_registry.h"
 #include "ir/ops/index_rules.h"
 #include "ir/ops/infer_util.h"
 #include "ir/ops/shape_rules.h"
-#include "base/checked_math.h"
-#include "base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -27,8 +27,7 @@ using ops::TypeList;
 
 absl::Status RequireIndex(absl::string_view input, const TensorType& type) {
   if (type.dtype == DType::kInt64 || type.dtype == DType::kInt32) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(input, " is ", type.ToString(), "; indices must be int64 or int32"));
+  return absl::InvalidArgumentError(absl::StrCat(input, " is ", type.ToString(), "; indices must be int64 or int32"));
 }
 
 absl::StatusOr<int> DimAttr(const Attrs& attrs, absl::string_view input, const TensorType& type) {
@@ -68,11 +67,11 @@ absl::StatusOr<TypeList> EmbeddingBackwardInfer(const Attrs& attrs, absl::Span<c
         "attribute 'scale_grad_by_freq' is true; gradients scaled by frequency are not supported");
   }
   if (num_weights < 0 || padding_idx >= num_weights) {
-    return absl::InvalidArgumentError(absl::StrCat("attributes num_weights ", num_weights, " and padding_idx ",
-                                                   padding_idx, " are inconsistent"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("attributes num_weights ", num_weights, " and padding_idx ", padding_idx, " are inconsistent"));
   }
-  const bool shapes_match = in[0].rank() == in[1].rank() + 1 &&
-                            std::equal(in[1].shape.begin(), in[1].shape.end(), in[0].shape.begin());
+  const bool shapes_match =
+      in[0].rank() == in[1].rank() + 1 && std::equal(in[1].shape.begin(), in[1].shape.end(), in[0].shape.begin());
   if (!shapes_match) {
     return absl::InvalidArgumentError(absl::StrCat("grad_output is ", in[0].ToString(), " but indices is ",
                                                    in[1].ToString(), "; expected grad_output = indices' shape + [D]"));
@@ -116,8 +115,8 @@ InferFn ScatterInfer(bool has_src) {
     RETURN_IF_ERROR(IndexFits(in[1], "self", in[0], dim));
     if (has_src) {
       if (in[2].dtype != in[0].dtype) {
-        return absl::InvalidArgumentError(absl::StrCat("self is ", in[0].ToString(), " but src is ",
-                                                       in[2].ToString(), "; dtypes must match"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("self is ", in[0].ToString(), " but src is ", in[2].ToString(), "; dtypes must match"));
       }
       RETURN_IF_ERROR(IndexFits(in[1], "src", in[2], -1));
     } else {
@@ -183,8 +182,8 @@ absl::StatusOr<TypeList> ArangeInfer(const Attrs& attrs, absl::Span<const Tensor
   RETURN_IF_ERROR(ops::RequireDTypeValue("attribute 'dtype'", dtype, ops::kNumericTypes));
   if (step == 0.0 || !std::isfinite(start) || !std::isfinite(end) || !std::isfinite(step) ||
       (end - start) / step < 0.0) {
-    return absl::InvalidArgumentError(absl::StrCat("start ", start, ", end ", end, ", step ", step,
-                                                   " do not describe a finite range"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("start ", start, ", end ", end, ", step ", step, " do not describe a finite range"));
   }
   // The length is bounded before it becomes an integer: a range of more
   // than 2^53 elements is no tensor the daemon could hold anyway.

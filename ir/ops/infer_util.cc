@@ -1,12 +1,12 @@
-#include "absl/strings/string_view.h"
 #include "ir/ops/infer_util.h"
+#include "absl/strings/string_view.h"
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "ir/ops/shape_rules.h"
 #include "base/status_macros.h"
+#include "ir/ops/shape_rules.h"
 
 namespace tandem::ops {
 namespace {
@@ -54,22 +54,22 @@ absl::StatusOr<DType> BinaryResultDType(absl::string_view a_name, const TensorTy
   bool convert_b;
   if (a.rank() == 0 && b.rank() == 0) {
     convert_b = Category(a.dtype) != Category(b.dtype) ? Category(a.dtype) > Category(b.dtype)
-                                                         : DTypeSize(a.dtype) >= DTypeSize(b.dtype);
+                                                       : DTypeSize(a.dtype) >= DTypeSize(b.dtype);
   } else if (b.rank() == 0) {
     convert_b = true;
   } else if (a.rank() == 0) {
     convert_b = false;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(a_name, " is ", a.ToString(), " but ", b_name, " is ",
-                                                   b.ToString(), "; dtypes must match (insert _to_copy)"));
+    return absl::InvalidArgumentError(absl::StrCat(a_name, " is ", a.ToString(), " but ", b_name, " is ", b.ToString(),
+                                                   "; dtypes must match (insert _to_copy)"));
   }
   const TensorType& kept = convert_b ? a : b;
   const TensorType& converted = convert_b ? b : a;
   if (Category(converted.dtype) > Category(kept.dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        convert_b ? b_name : a_name, " is ", converted.ToString(), " and ", convert_b ? a_name : b_name, " is ",
-        kept.ToString(), "; PyTorch would promote the result to ", DTypeName(converted.dtype),
-        ", which needs an explicit _to_copy here"));
+    return absl::InvalidArgumentError(absl::StrCat(convert_b ? b_name : a_name, " is ", converted.ToString(), " and ",
+                                                   convert_b ? a_name : b_name, " is ", kept.ToString(),
+                                                   "; PyTorch would promote the result to ", DTypeName(converted.dtype),
+                                                   ", which needs an explicit _to_copy here"));
   }
   return kept.dtype;
 }
@@ -79,8 +79,8 @@ absl::Status RequireScalarFits(const Attrs& attrs, absl::string_view name, absl:
   auto it = attrs.values().find(std::string(name));
   if (it == attrs.values().end()) return absl::OkStatus();
   if (const double* v = std::get_if<double>(&it->second)) {
-    return absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' is the float ", *v, " but ", input,
-                                                   " is ", DTypeName(dtype),
+    return absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' is the float ", *v, " but ", input, " is ",
+                                                   DTypeName(dtype),
                                                    "; PyTorch would promote the result to float, which needs an "
                                                    "explicit _to_copy here"));
   }
@@ -130,9 +130,9 @@ absl::StatusOr<TypeList> InferSoftmaxLike(const Attrs& attrs, absl::Span<const T
   RETURN_IF_ERROR(CheckSoftmaxDim(attrs, "self", in[0]));
   ASSIGN_OR_RETURN(bool half_to_float, attrs.GetBool("half_to_float", false));
   if (half_to_float) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "half_to_float=true (a float32 result from a 16-bit self) is not supported; self is ", in[0].ToString(),
-        "; convert self with _to_copy first"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("half_to_float=true (a float32 result from a 16-bit self) is not supported; self is ",
+                     in[0].ToString(), "; convert self with _to_copy first"));
   }
   return TypeList{in[0]};
 }
@@ -148,8 +148,8 @@ absl::StatusOr<TypeList> InferSoftmaxLikeBackward(const Attrs& attrs, absl::Span
   ASSIGN_OR_RETURN(DType input_dtype, attrs.GetDType("input_dtype", in[0].dtype));
   if (input_dtype != in[0].dtype) {
     return absl::InvalidArgumentError(absl::StrCat("attribute 'input_dtype' is ", DTypeName(input_dtype),
-                                                   " but grad_output is ", in[0].ToString(), "; mixed-precision ",
-                                                   what, " is not supported"));
+                                                   " but grad_output is ", in[0].ToString(), "; mixed-precision ", what,
+                                                   " is not supported"));
   }
   return TypeList{in[0]};
 }

@@ -29,11 +29,10 @@ inline constexpr DType kStorableTypes[] = {DType::kFloat32, DType::kFloat64, DTy
 // whose CPU and CUDA kernels both take them (computing in float32 and
 // rounding once when they store, as PyTorch does). An op opts in by naming
 // one of these; the others keep refusing 16-bit tensors at registration.
-inline constexpr DType kFloatAndHalfTypes[] = {DType::kFloat32, DType::kFloat64, DType::kBFloat16,
-                                               DType::kFloat16};
-inline constexpr DType kNumericAndHalfTypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt64,
-                                                 DType::kBFloat16, DType::kFloat16};
-inline constexpr DType kStorableAndHalfTypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kInt32,
+inline constexpr DType kFloatAndHalfTypes[] = {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kFloat16};
+inline constexpr DType kNumericAndHalfTypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kBFloat16,
+                                                 DType::kFloat16};
+inline constexpr DType kStorableAndHalfTypes[] = {DType::kFloat32, DType::kFloat64,  DType::kInt64,  DType::kInt32,
                                                   DType::kBool,    DType::kBFloat16, DType::kFloat16};
 
 // INVALID_ARGUMENT "<input> is <type>; <op> supports <list>" unless `type`'s

@@ -9,10 +9,10 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "ir/op_registry.h"
 #include "ir/ops/infer_util.h"
 #include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -44,8 +44,8 @@ absl::StatusOr<TensorType> MatmulType(const MatrixOperand& a, const MatrixOperan
     return absl::InvalidArgumentError(absl::StrCat(a.Describe(), " but ", b.Describe(), "; dtypes must match"));
   }
   if (a.cols() != b.rows()) {
-    return absl::InvalidArgumentError(absl::StrCat(a.Describe(), " but ", b.Describe(), "; inner dims ", a.cols(),
-                                                   " and ", b.rows(), " differ"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(a.Describe(), " but ", b.Describe(), "; inner dims ", a.cols(), " and ", b.rows(), " differ"));
   }
   return TensorType{a.type.dtype, {a.rows(), b.cols()}};
 }
@@ -64,8 +64,8 @@ absl::StatusOr<TransposeFlags> GetTransposeFlags(const Attrs& attrs) {
 
 absl::StatusOr<TypeList> MmInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
   ASSIGN_OR_RETURN(TransposeFlags flags, GetTransposeFlags(attrs));
-  ASSIGN_OR_RETURN(TensorType out, MatmulType({"self", in[0], flags.a, "transpose_a"},
-                                              {"mat2", in[1], flags.b, "transpose_b"}));
+  ASSIGN_OR_RETURN(TensorType out,
+                   MatmulType({"self", in[0], flags.a, "transpose_a"}, {"mat2", in[1], flags.b, "transpose_b"}));
   return TypeList{out};
 }
 
@@ -77,8 +77,8 @@ absl::StatusOr<TypeList> AddmmInfer(const Attrs& attrs, absl::Span<const TensorT
   const MatrixOperand mat2{"mat2", in[2], flags.b, "transpose_b"};
   ASSIGN_OR_RETURN(TensorType out, MatmulType(mat1, mat2));
   if (in[0].dtype != out.dtype) {
-    return absl::InvalidArgumentError(absl::StrCat("self is ", in[0].ToString(), " but mat1 is ", in[1].ToString(),
-                                                   "; dtypes must match"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("self is ", in[0].ToString(), " but mat1 is ", in[1].ToString(), "; dtypes must match"));
   }
   if (!BroadcastsTo(in[0].shape, out.shape)) {
     return absl::InvalidArgumentError(absl::StrCat("self is ", in[0].ToString(), " and does not broadcast to ",

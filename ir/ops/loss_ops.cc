@@ -1,10 +1,10 @@
 // Registry entries of the classification loss path: _log_softmax, its
 // backward, nll_loss_forward and nll_loss_backward.
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "ir/op_registry.h"
 #include "ir/ops/infer_util.h"
 #include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -30,9 +30,8 @@ absl::StatusOr<Shape> CheckNllInputs(const Attrs& attrs, const TensorType& self,
   }
   const int64_t classes = self.shape.back();
   if (weight != nullptr && (weight->dtype != self.dtype || weight->shape != Shape{classes})) {
-    return absl::InvalidArgumentError(absl::StrCat("self is ", self.ToString(), " but weight is ",
-                                                   weight->ToString(), "; expected ", DTypeName(self.dtype),
-                                                   ShapeString({classes})));
+    return absl::InvalidArgumentError(absl::StrCat("self is ", self.ToString(), " but weight is ", weight->ToString(),
+                                                   "; expected ", DTypeName(self.dtype), ShapeString({classes})));
   }
   ASSIGN_OR_RETURN(int64_t reduction, attrs.GetInt("reduction", 1));
   if (reduction < 0 || reduction > 2) {

@@ -16,7 +16,7 @@ namespace {
 using ops::TypeList;
 
 constexpr DType kBitwiseTypes[] = {DType::kInt64, DType::kInt32, DType::kBool};
-constexpr DType kNumberTypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt64,
+constexpr DType kNumberTypes[] = {DType::kFloat32, DType::kFloat64,  DType::kInt64,
                                   DType::kInt32,   DType::kBFloat16, DType::kFloat16};
 
 bool IsIntegral(DType dtype) { return dtype == DType::kInt64 || dtype == DType::kInt32 || dtype == DType::kBool; }
@@ -42,13 +42,20 @@ struct OpParams {
 OpParams ParamsOf(MathOp op) {
   constexpr ParamSpec kNone{nullptr, false, 0.0};
   switch (op) {
-    case MathOp::kHardtanh: return {{"min_val", true, -1.0}, {"max_val", true, 1.0}, kNone};
-    case MathOp::kLeakyRelu: return {{"negative_slope", true, 0.01}, kNone, kNone};
-    case MathOp::kElu: return {{"alpha", true, 1.0}, {"scale", true, 1.0}, {"input_scale", true, 1.0}};
-    case MathOp::kHardtanhBackward: return {{"min_val", false, 0.0}, {"max_val", false, 0.0}, kNone};
-    case MathOp::kLeakyReluBackward: return {{"negative_slope", false, 0.0}, kNone, kNone};
-    case MathOp::kEluBackward: return {{"alpha", false, 0.0}, {"scale", false, 0.0}, {"input_scale", false, 0.0}};
-    default: return {kNone, kNone, kNone};
+    case MathOp::kHardtanh:
+      return {{"min_val", true, -1.0}, {"max_val", true, 1.0}, kNone};
+    case MathOp::kLeakyRelu:
+      return {{"negative_slope", true, 0.01}, kNone, kNone};
+    case MathOp::kElu:
+      return {{"alpha", true, 1.0}, {"scale", true, 1.0}, {"input_scale", true, 1.0}};
+    case MathOp::kHardtanhBackward:
+      return {{"min_val", false, 0.0}, {"max_val", false, 0.0}, kNone};
+    case MathOp::kLeakyReluBackward:
+      return {{"negative_slope", false, 0.0}, kNone, kNone};
+    case MathOp::kEluBackward:
+      return {{"alpha", false, 0.0}, {"scale", false, 0.0}, {"input_scale", false, 0.0}};
+    default:
+      return {kNone, kNone, kNone};
   }
 }
 
@@ -75,8 +82,8 @@ absl::StatusOr<TensorType> BinaryResult(const TensorType& self, const TensorType
   ASSIGN_OR_RETURN(DType dtype, ops::BinaryResultDType("self", self, "other", other));
   auto shape = BroadcastShapes(self.shape, other.shape);
   if (!shape.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("self is ", self.ToString(), " and other is ", other.ToString(),
-                                                   "; ", shape.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("self is ", self.ToString(), " and other is ", other.ToString(), "; ", shape.status().message()));
   }
   return TensorType{dtype, *shape};
 }
@@ -85,8 +92,8 @@ absl::StatusOr<TensorType> BinaryResult(const TensorType& self, const TensorType
 absl::StatusOr<Shape> LogicalShape(const TensorType& self, const TensorType& other) {
   auto shape = BroadcastShapes(self.shape, other.shape);
   if (!shape.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("self is ", self.ToString(), " and other is ", other.ToString(),
-                                                   "; ", shape.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("self is ", self.ToString(), " and other is ", other.ToString(), "; ", shape.status().message()));
   }
   return *shape;
 }
@@ -182,12 +189,15 @@ bool InPlaceSafe(const MathOpInfo& info) {
     case MathKind::kFloatUnary:
     case MathKind::kNumericUnary:
     case MathKind::kActivation:
-    case MathKind::kBitwiseUnary: return true;
+    case MathKind::kBitwiseUnary:
+      return true;
     case MathKind::kBitwise:
     case MathKind::kNumericBinary:
     case MathKind::kFloatBinary:
-    case MathKind::kDivMode: return info.scalar_other;
-    default: return false;
+    case MathKind::kDivMode:
+      return info.scalar_other;
+    default:
+      return false;
   }
 }
 

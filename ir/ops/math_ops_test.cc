@@ -14,8 +14,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-absl::StatusOr<std::vector<TensorType>> Infer(const std::string& op, const Attrs& attrs,
-                                              std::vector<TensorType> in) {
+absl::StatusOr<std::vector<TensorType>> Infer(const std::string& op, const Attrs& attrs, std::vector<TensorType> in) {
   const OpDef* def = OpRegistry::Global().Find(op);
   if (def == nullptr) return absl::NotFoundError(op);
   return def->infer(attrs, in);
@@ -83,9 +82,8 @@ TEST(MathOpsTest, RefusesMalformedNodesWithTheReason) {
   Attrs bounds;
   bounds.Set("min_val", -1.0);
   bounds.Set("max_val", 1.0);
-  EXPECT_THAT(
-      Infer("hardtanh_backward", bounds, {T(DType::kFloat32, {2}), T(DType::kFloat64, {2})}).status().message(),
-      HasSubstr("grad_output is float32[2] but self is float64[2]"));
+  EXPECT_THAT(Infer("hardtanh_backward", bounds, {T(DType::kFloat32, {2}), T(DType::kFloat64, {2})}).status().message(),
+              HasSubstr("grad_output is float32[2] but self is float64[2]"));
   EXPECT_THAT(Infer("hardtanh_backward", none, {T(DType::kFloat32, {2}), T(DType::kFloat32, {2})}).status().message(),
               HasSubstr("min_val"));
   Attrs elu;

@@ -10,10 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "ir/op_registry.h"
 #include "ir/ops/infer_util.h"
 #include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -27,9 +27,8 @@ absl::StatusOr<Shape> LayerNormStatsShape(const Attrs& attrs, const TensorType& 
   const int k = static_cast<int>(normalized.size());
   const std::string text = absl::StrCat("[", absl::StrJoin(normalized, ", "), "]");
   if (k > input.rank() || !std::equal(normalized.begin(), normalized.end(), input.shape.end() - k)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("input is ", input.ToString(), " but normalized_shape is ", text,
-                     "; expected the trailing dims of input"));
+    return absl::InvalidArgumentError(absl::StrCat("input is ", input.ToString(), " but normalized_shape is ", text,
+                                                   "; expected the trailing dims of input"));
   }
   Shape stats(input.shape.begin(), input.shape.end() - k);
   stats.insert(stats.end(), k, 1);
@@ -74,15 +73,15 @@ absl::StatusOr<TypeList> LayerNormInfer(const Attrs& attrs, absl::Span<const Ten
 absl::StatusOr<TypeList> LayerNormBackwardInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
   RETURN_IF_ERROR(ops::RequireDType("input", in[1], ops::kFloatAndHalfTypes));
   if (!(in[0] == in[1])) {
-    return absl::InvalidArgumentError(absl::StrCat("grad_out is ", in[0].ToString(), " but input is ",
-                                                   in[1].ToString(), "; they must have the same type"));
+    return absl::InvalidArgumentError(absl::StrCat("grad_out is ", in[0].ToString(), " but input is ", in[1].ToString(),
+                                                   "; they must have the same type"));
   }
   ASSIGN_OR_RETURN(Shape stats, LayerNormStatsShape(attrs, in[1]));
   const TensorType stats_type{LayerNormStatsDType(in[1].dtype), stats};
   for (int k : {2, 3}) {
     if (!(in[k] == stats_type)) {
-      return absl::InvalidArgumentError(absl::StrCat(k == 2 ? "mean" : "rstd", " is ", in[k].ToString(),
-                                                     "; expected ", stats_type.ToString()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(k == 2 ? "mean" : "rstd", " is ", in[k].ToString(), "; expected ", stats_type.ToString()));
     }
   }
   RETURN_IF_ERROR(CheckAffine(attrs, in[1], in.subspan(4), {"weight", "bias"}));
@@ -112,10 +111,9 @@ absl::StatusOr<TypeList> SafeSoftmaxInfer(const Attrs& attrs, absl::Span<const T
 
 void RegisterNormalizationOps(OpRegistry& registry) {
   using ops::RegisterOp;
-  RegisterOp(registry, "_softmax", 1, 1, 1, AliasKind::kNone,
-             [](const Attrs& attrs, absl::Span<const TensorType> in) {
-               return ops::InferSoftmaxLike(attrs, in, ops::kFloatAndHalfTypes);
-             });
+  RegisterOp(registry, "_softmax", 1, 1, 1, AliasKind::kNone, [](const Attrs& attrs, absl::Span<const TensorType> in) {
+    return ops::InferSoftmaxLike(attrs, in, ops::kFloatAndHalfTypes);
+  });
   RegisterOp(registry, "_safe_softmax", 1, 1, 1, AliasKind::kNone, SafeSoftmaxInfer);
   RegisterOp(registry, "_softmax_backward_data", 2, 2, 1, AliasKind::kInPlace,
              [](const Attrs& attrs, absl::Span<const TensorType> in) {

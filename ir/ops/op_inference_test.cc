@@ -4,10 +4,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "ir/op_registry.h"
-#include "ir/ops/shape_rules.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ir/op_registry.h"
+#include "ir/ops/shape_rules.h"
 
 namespace tandem {
 
@@ -54,15 +54,58 @@ Attrs MakeAttrs(std::vector<std::pair<std::string, AttrValue>> values) {
 
 TEST(OpRegistryTest, HasTheDocumentedOpSetWithItsAliases) {
   const OpRegistry& registry = OpRegistry::Global();
-  for (const char* op :
-       {"mm", "addmm", "add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "add.Scalar", "sub.Scalar",
-        "mul.Scalar", "div.Scalar", "neg", "sqrt", "relu", "threshold_backward", "sum.dim_IntList", "sum",
-        "mean.dim", "t", "t_copy", "transpose.int", "transpose_copy.int", "permute", "permute_copy", "view",
-        "view_copy", "_unsafe_view", "reshape", "_reshape_alias_copy", "unsqueeze", "unsqueeze_copy",
-        "squeeze.dim", "squeeze_copy.dim", "expand", "expand_copy", "clone", "alias", "detach", "contiguous",
-        "copy", "_to_copy", "_log_softmax", "_log_softmax_backward_data", "nll_loss_forward",
-        "nll_loss_backward", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "fill.Scalar",
-        "scalar_tensor"}) {
+  for (const char* op : {"mm",
+                         "addmm",
+                         "add.Tensor",
+                         "sub.Tensor",
+                         "mul.Tensor",
+                         "div.Tensor",
+                         "add.Scalar",
+                         "sub.Scalar",
+                         "mul.Scalar",
+                         "div.Scalar",
+                         "neg",
+                         "sqrt",
+                         "relu",
+                         "threshold_backward",
+                         "sum.dim_IntList",
+                         "sum",
+                         "mean.dim",
+                         "t",
+                         "t_copy",
+                         "transpose.int",
+                         "transpose_copy.int",
+                         "permute",
+                         "permute_copy",
+                         "view",
+                         "view_copy",
+                         "_unsafe_view",
+                         "reshape",
+                         "_reshape_alias_copy",
+                         "unsqueeze",
+                         "unsqueeze_copy",
+                         "squeeze.dim",
+                         "squeeze_copy.dim",
+                         "expand",
+                         "expand_copy",
+                         "clone",
+                         "alias",
+                         "detach",
+                         "contiguous",
+                         "copy",
+                         "_to_copy",
+                         "_log_softmax",
+                         "_log_softmax_backward_data",
+                         "nll_loss_forward",
+                         "nll_loss_backward",
+                         "zeros",
+                         "ones",
+                         "full",
+                         "zeros_like",
+                         "ones_like",
+                         "full_like",
+                         "fill.Scalar",
+                         "scalar_tensor"}) {
     EXPECT_NE(registry.Find(op), nullptr) << op;
   }
   EXPECT_EQ(registry.Find("t_copy"), registry.Find("t"));
@@ -88,8 +131,7 @@ TEST(OpRegistryTest, AliasKinds) {
 TEST(LinalgInferenceTest, MmAndAddmm) {
   EXPECT_EQ(InferOne("mm", {}, {F32({256, 784}), F32({784, 128})}), F32({256, 128}));
   EXPECT_EQ(InferOne("addmm", {}, {F32({128}), F32({256, 784}), F32({784, 128})}), F32({256, 128}));
-  EXPECT_EQ(InferOne("addmm", MakeAttrs({{"beta", 0.5}}), {F64({256, 1}), F64({256, 4}), F64({4, 3})}),
-            F64({256, 3}));
+  EXPECT_EQ(InferOne("addmm", MakeAttrs({{"beta", 0.5}}), {F64({256, 1}), F64({256, 4}), F64({4, 3})}), F64({256, 3}));
 }
 
 TEST(LinalgInferenceTest, MmInnerDimMismatchNamesBothShapes) {
@@ -147,8 +189,7 @@ TEST(LinalgInferenceTest, TransposeFlagMismatchesNameTheFlag) {
 TEST(ElementwiseInferenceTest, BroadcastsLikePyTorch) {
   EXPECT_EQ(InferOne("add.Tensor", {}, {F32({4, 1, 3}), F32({2, 1})}), F32({4, 2, 3}));
   EXPECT_EQ(InferOne("mul.Tensor", {}, {F32({}), F32({5})}), F32({5}));
-  EXPECT_EQ(InferOne("threshold_backward", MakeAttrs({{"threshold", 0.0}}), {F32({2, 3}), F32({2, 3})}),
-            F32({2, 3}));
+  EXPECT_EQ(InferOne("threshold_backward", MakeAttrs({{"threshold", 0.0}}), {F32({2, 3}), F32({2, 3})}), F32({2, 3}));
   EXPECT_EQ(InferOne("sub.Tensor", MakeAttrs({{"alpha", int64_t{2}}}), {I64({3}), I64({3})}), I64({3}));
 }
 
@@ -251,8 +292,7 @@ TEST(ShapeInferenceTest, TransposesAndPermutations) {
 }
 
 TEST(ShapeInferenceTest, Expand) {
-  EXPECT_EQ(InferOne("expand", MakeAttrs({{"size", std::vector<int64_t>{2, -1, 4}}}), {F32({3, 1})}),
-            F32({2, 3, 4}));
+  EXPECT_EQ(InferOne("expand", MakeAttrs({{"size", std::vector<int64_t>{2, -1, 4}}}), {F32({3, 1})}), F32({2, 3, 4}));
   EXPECT_THAT(InferError("expand", MakeAttrs({{"size", std::vector<int64_t>{3, 5}}}), {F32({3, 2})}),
               AllOf(HasSubstr("float32[3, 2]"), HasSubstr("dim 1 is 2, not 1")));
   EXPECT_THAT(InferError("expand_copy", MakeAttrs({{"size", std::vector<int64_t>{-1, 3}}}), {F32({3})}),
@@ -304,8 +344,8 @@ TEST(LossInferenceTest, NllLossTakesInt32Labels) {
   ASSERT_TRUE(mean.ok()) << mean.status();
   EXPECT_EQ(*mean, (std::vector<TensorType>{F32({}), F32({})}));
   const TensorType bf16{DType::kBFloat16, {8, 10}};
-  auto none = Infer("nll_loss_forward", MakeAttrs({{"reduction", int64_t{0}}}),
-                    {bf16, I32({8}), {DType::kBFloat16, {10}}});
+  auto none =
+      Infer("nll_loss_forward", MakeAttrs({{"reduction", int64_t{0}}}), {bf16, I32({8}), {DType::kBFloat16, {10}}});
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_EQ(*none, (std::vector<TensorType>{{DType::kBFloat16, {8}}, {DType::kBFloat16, {}}}));
   EXPECT_EQ(InferOne("nll_loss_backward", {}, {F64({}), F64({8, 10}), I32({8}), F64({})}), F64({8, 10}));
@@ -355,9 +395,9 @@ TEST(IndexingInferenceTest, OtherIndexDTypesAreRefusedByName) {
               AllOf(HasSubstr("indices is float32[3]"), HasSubstr("indices must be int64 or int32")));
   EXPECT_THAT(InferError("embedding", {}, {F32({10, 4}), {DType::kBFloat16, {3}}}),
               HasSubstr("indices is bfloat16[3]; indices must be int64 or int32"));
-  EXPECT_THAT(InferError("embedding_dense_backward", MakeAttrs({{"num_weights", int64_t{10}}}),
-                         {F32({3, 4}), F64({3})}),
-              HasSubstr("indices is float64[3]; indices must be int64 or int32"));
+  EXPECT_THAT(
+      InferError("embedding_dense_backward", MakeAttrs({{"num_weights", int64_t{10}}}), {F32({3, 4}), F64({3})}),
+      HasSubstr("indices is float64[3]; indices must be int64 or int32"));
   EXPECT_THAT(InferError("gather", dim0, {F32({4, 6}), {DType::kBool, {2, 6}}}),
               HasSubstr("index is bool[2, 6]; indices must be int64 or int32"));
   EXPECT_THAT(InferError("scatter.value", MakeAttrs({{"dim", int64_t{0}}, {"value", 1.0}}), {F32({4}), F32({2})}),
@@ -376,10 +416,11 @@ TEST(IndexingInferenceTest, OtherIndexDTypesAreRefusedByName) {
 
 TEST(FactoryInferenceTest, Constants) {
   EXPECT_EQ(InferOne("zeros", MakeAttrs({{"size", std::vector<int64_t>{2, 3}}}), {}), F32({2, 3}));
-  EXPECT_EQ(InferOne("full", MakeAttrs({{"size", std::vector<int64_t>{4}}, {"fill_value", int64_t{7}},
-                                        {"dtype", DType::kInt64}}),
-                     {}),
-            I64({4}));
+  EXPECT_EQ(
+      InferOne("full",
+               MakeAttrs({{"size", std::vector<int64_t>{4}}, {"fill_value", int64_t{7}}, {"dtype", DType::kInt64}}),
+               {}),
+      I64({4}));
   EXPECT_EQ(InferOne("ones_like", MakeAttrs({{"dtype", DType::kFloat64}}), {F32({2})}), F64({2}));
   EXPECT_EQ(InferOne("full_like", MakeAttrs({{"fill_value", 0.5}}), {F32({2})}), F32({2}));
   EXPECT_EQ(InferOne("fill.Scalar", MakeAttrs({{"value", 2.0}}), {I64({2})}), I64({2}));

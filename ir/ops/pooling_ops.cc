@@ -4,10 +4,10 @@
 // float32, float64, bfloat16 and float16 (16-bit pooling computes in
 // float32 and rounds when it stores); max pooling's indices are int64.
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "ir/op_registry.h"
 #include "ir/ops/cnn_rules.h"
 #include "ir/ops/infer_util.h"
-#include "base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -61,10 +61,9 @@ absl::StatusOr<TypeList> AvgPoolBackwardInfer(const Attrs& attrs, absl::Span<con
 
 absl::Status CheckAdaptiveSelf(const TensorType& self) {
   RETURN_IF_ERROR(ops::RequireDType("self", self, ops::kFloatAndHalfTypes));
-  if ((self.rank() != 3 && self.rank() != 4) || self.shape[self.rank() - 1] < 1 ||
-      self.shape[self.rank() - 2] < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "self is ", self.ToString(), "; expected [N, C, H, W] or [C, H, W] with non-empty H and W"));
+  if ((self.rank() != 3 && self.rank() != 4) || self.shape[self.rank() - 1] < 1 || self.shape[self.rank() - 2] < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("self is ", self.ToString(), "; expected [N, C, H, W] or [C, H, W] with non-empty H and W"));
   }
   return absl::OkStatus();
 }
@@ -83,8 +82,8 @@ absl::StatusOr<TypeList> AdaptiveAvgPoolBackwardInfer(const Attrs&, absl::Span<c
   const int r = self.rank();
   if (grad.dtype != self.dtype || grad.rank() != r || grad.shape[r - 1] < 1 || grad.shape[r - 2] < 1 ||
       PooledShape(self.shape, grad.shape[r - 2], grad.shape[r - 1]) != grad.shape) {
-    return absl::InvalidArgumentError(absl::StrCat("grad_output is ", grad.ToString(), " but self is ",
-                                                   self.ToString(), "; expected self's dtype and leading dims"));
+    return absl::InvalidArgumentError(absl::StrCat("grad_output is ", grad.ToString(), " but self is ", self.ToString(),
+                                                   "; expected self's dtype and leading dims"));
   }
   return TypeList{self};
 }
@@ -98,8 +97,7 @@ void RegisterPoolingOps(OpRegistry& registry) {
   ops::RegisterOp(registry, "avg_pool2d_backward", 2, 2, 1, AliasKind::kNone, AvgPoolBackwardInfer);
   ops::RegisterOp(registry, "_adaptive_avg_pool2d", 1, 1, 1, AliasKind::kNone, AdaptiveAvgPoolInfer,
                   {"adaptive_avg_pool2d"});
-  ops::RegisterOp(registry, "_adaptive_avg_pool2d_backward", 2, 2, 1, AliasKind::kNone,
-                  AdaptiveAvgPoolBackwardInfer);
+  ops::RegisterOp(registry, "_adaptive_avg_pool2d_backward", 2, 2, 1, AliasKind::kNone, AdaptiveAvgPoolBackwardInfer);
 }
 
 }  // namespace tandem

@@ -38,9 +38,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "ir/op_registry.h"
 #include "ir/ops/infer_util.h"
-#include "base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -107,8 +107,8 @@ absl::StatusOr<DType> CheckInputs(absl::Span<const TensorType> in, absl::Span<co
   for (size_t k = 0; k < in.size(); ++k) {
     if (in[k].dtype == dtype) continue;
     return absl::InvalidArgumentError(absl::StrCat(names[k], " is ", in[k].ToString(), " but ", names[x], " is ",
-                                                   in[x].ToString(), "; every input must have ", names[x],
-                                                   "'s dtype (", DTypeName(dtype), ")"));
+                                                   in[x].ToString(), "; every input must have ", names[x], "'s dtype (",
+                                                   DTypeName(dtype), ")"));
   }
   return dtype;
 }

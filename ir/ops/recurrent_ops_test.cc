@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "ir/op_registry.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ir/op_registry.h"
 
 namespace tandem {
 

@@ -6,11 +6,11 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "ir/op_registry.h"
 #include "ir/ops/infer_util.h"
 #include "ir/ops/reduction_rules.h"
 #include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -22,8 +22,7 @@ using ops::TypeList;
 // float32.
 InferFn ReduceInfer(bool has_dims, bool float_only) {
   return [=](const Attrs& attrs, absl::Span<const TensorType> in) -> absl::StatusOr<TypeList> {
-    const auto allowed =
-        float_only ? absl::Span<const DType>(ops::kFloatAndHalfTypes) : ops::kNumericAndHalfTypes;
+    const auto allowed = float_only ? absl::Span<const DType>(ops::kFloatAndHalfTypes) : ops::kNumericAndHalfTypes;
     RETURN_IF_ERROR(ops::RequireDType("self", in[0], allowed));
     ASSIGN_OR_RETURN(DType dtype, attrs.GetDType("dtype", in[0].dtype));
     RETURN_IF_ERROR(ops::RequireDTypeValue("attribute 'dtype'", dtype, allowed));
@@ -157,9 +156,8 @@ absl::StatusOr<TypeList> TopkInfer(const Attrs& attrs, absl::Span<const TensorTy
   RETURN_IF_ERROR(attrs.GetBool("sorted", true).status());
   const int64_t size = SplitAtDim(in[0].shape, dim).size;
   if (k < 0 || k > size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("attribute 'k' is ", k, "; self is ", in[0].ToString(), ", whose dim ", dim, " has ", size,
-                     " elements"));
+    return absl::InvalidArgumentError(absl::StrCat("attribute 'k' is ", k, "; self is ", in[0].ToString(),
+                                                   ", whose dim ", dim, " has ", size, " elements"));
   }
   Shape out = in[0].shape;
   if (!out.empty()) out[dim] = k;

@@ -3,10 +3,10 @@
 // every dtype: their kernels move bytes.
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "ir/op_registry.h"
 #include "ir/ops/infer_util.h"
 #include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -58,10 +58,10 @@ absl::StatusOr<TypeList> ViewInfer(const Attrs& attrs, absl::Span<const TensorTy
   if (attrs.Has("stride")) {
     ASSIGN_OR_RETURN(std::vector<int64_t> stride, attrs.GetInts("stride"));
     if (stride != ContiguousStrides(*shape)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("attribute 'stride' [", absl::StrJoin(stride, ", "), "] is not the contiguous stride [",
-                       absl::StrJoin(ContiguousStrides(*shape), ", "), "] of ", ShapeString(*shape),
-                       "; only contiguous tensors are supported"));
+      return absl::InvalidArgumentError(absl::StrCat("attribute 'stride' [", absl::StrJoin(stride, ", "),
+                                                     "] is not the contiguous stride [",
+                                                     absl::StrJoin(ContiguousStrides(*shape), ", "), "] of ",
+                                                     ShapeString(*shape), "; only contiguous tensors are supported"));
     }
   }
   return TypeList{{in[0].dtype, *shape}};
@@ -94,8 +94,8 @@ absl::StatusOr<TypeList> ExpandInfer(const Attrs& attrs, absl::Span<const Tensor
   const Shape& self = in[0].shape;
   const std::string size_text = absl::StrCat("[", absl::StrJoin(size, ", "), "]");
   if (size.size() < self.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("self is ", in[0].ToString(), "; size ", size_text,
-                                                   " has fewer dims than self"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("self is ", in[0].ToString(), "; size ", size_text, " has fewer dims than self"));
   }
   const size_t lead = size.size() - self.size();
   Shape out(size.size());
@@ -103,8 +103,8 @@ absl::StatusOr<TypeList> ExpandInfer(const Attrs& attrs, absl::Span<const Tensor
     const int64_t want = size[i];
     if (i < lead) {
       if (want < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("size ", size_text, ": new leading dim ", i,
-                                                       " must be given explicitly, not ", want));
+        return absl::InvalidArgumentError(
+            absl::StrCat("size ", size_text, ": new leading dim ", i, " must be given explicitly, not ", want));
       }
       out[i] = want;
       continue;
@@ -115,8 +115,8 @@ absl::StatusOr<TypeList> ExpandInfer(const Attrs& attrs, absl::Span<const Tensor
     } else if (have == 1 && want >= 0) {
       out[i] = want;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("self is ", in[0].ToString(), " and cannot expand to ",
-                                                     size_text, ": dim ", i, " is ", have, ", not 1"));
+      return absl::InvalidArgumentError(absl::StrCat("self is ", in[0].ToString(), " and cannot expand to ", size_text,
+                                                     ": dim ", i, " is ", have, ", not 1"));
     }
   }
   return TypeList{{in[0].dtype, out}};

@@ -17,8 +17,7 @@ absl::StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b) {
     const int64_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
     if (da != db && da != 1 && db != 1) {
       return absl::InvalidArgumentError(absl::StrCat("shapes ", ShapeString(a), " and ", ShapeString(b),
-                                                     " do not broadcast: dim -", i + 1, " is ", da,
-                                                     " vs ", db));
+                                                     " do not broadcast: dim -", i + 1, " is ", da, " vs ", db));
     }
     out[rank - 1 - i] = da == 1 ? db : da;
   }
@@ -70,8 +69,7 @@ absl::StatusOr<Shape> InferViewShape(const Shape& input, absl::Span<const int64_
   for (size_t i = 0; i < size.size(); ++i) {
     if (size[i] == -1) {
       if (inferred >= 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("size [", absl::StrJoin(size, ", "), "] has more than one -1"));
+        return absl::InvalidArgumentError(absl::StrCat("size [", absl::StrJoin(size, ", "), "] has more than one -1"));
       }
       inferred = static_cast<int>(i);
     } else if (size[i] < 0) {
@@ -80,8 +78,8 @@ absl::StatusOr<Shape> InferViewShape(const Shape& input, absl::Span<const int64_
     } else {
       std::optional<int64_t> product = CheckedMul(known, size[i]);
       if (!product.has_value()) {
-        return absl::InvalidArgumentError(absl::StrCat("size [", absl::StrJoin(size, ", "),
-                                                       "] has more elements than an int64 counts"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("size [", absl::StrJoin(size, ", "), "] has more elements than an int64 counts"));
       }
       known = *product;
     }
@@ -90,16 +88,16 @@ absl::StatusOr<Shape> InferViewShape(const Shape& input, absl::Span<const int64_
   if (inferred >= 0) {
     if (known == 0 || numel % known != 0) {
       return absl::InvalidArgumentError(absl::StrCat("shape ", ShapeString(input), " (", numel,
-                                                     " elements) cannot be viewed as [",
-                                                     absl::StrJoin(size, ", "), "]"));
+                                                     " elements) cannot be viewed as [", absl::StrJoin(size, ", "),
+                                                     "]"));
     }
     out[inferred] = numel / known;
     return out;
   }
   if (known != numel) {
     return absl::InvalidArgumentError(absl::StrCat("shape ", ShapeString(input), " (", numel,
-                                                   " elements) cannot be viewed as ", ShapeString(out), " (",
-                                                   known, " elements)"));
+                                                   " elements) cannot be viewed as ", ShapeString(out), " (", known,
+                                                   " elements)"));
   }
   return out;
 }

@@ -5,9 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "ir/ops/shape_rules.h"
 #include "base/checked_math.h"
 #include "base/status_macros.h"
+#include "ir/ops/shape_rules.h"
 
 namespace tandem {
 namespace {

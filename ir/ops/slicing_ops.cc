@@ -9,12 +9,12 @@
 // 1; split_with_sizes: one per entry of split_sizes; unbind: the dim's size),
 // and a node must name exactly that many outputs.
 #include "absl/strings/str_cat.h"
+#include "base/checked_math.h"
+#include "base/status_macros.h"
 #include "ir/op_registry.h"
 #include "ir/ops/infer_util.h"
 #include "ir/ops/shape_rules.h"
 #include "ir/ops/slice_rules.h"
-#include "base/checked_math.h"
-#include "base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -95,9 +95,8 @@ absl::StatusOr<TypeList> CatInfer(const Attrs& attrs, absl::Span<const TensorTyp
     Shape a = in[i].shape, b = first.shape;
     if (a.size() == b.size()) a[*dim] = b[*dim] = 0;
     if (a != b) {
-      return absl::InvalidArgumentError(absl::StrCat("tensors[", i, "] is ", in[i].ToString(), " but tensors[",
-                                                     kept[0], "] is ", first.ToString(), "; only dim ", *dim,
-                                                     " may differ"));
+      return absl::InvalidArgumentError(absl::StrCat("tensors[", i, "] is ", in[i].ToString(), " but tensors[", kept[0],
+                                                     "] is ", first.ToString(), "; only dim ", *dim, " may differ"));
     }
     std::optional<int64_t> sum = CheckedAdd(out[*dim], in[i].shape[*dim]);
     if (!sum.has_value()) return absl::InvalidArgumentError(absl::StrCat("dim ", *dim, " of the result overflows"));

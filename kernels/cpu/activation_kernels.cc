@@ -8,11 +8,11 @@
 // rounding per result).
 #include <cmath>
 
+#include "base/status_macros.h"
+#include "ir/ops/dropout_mask.h"
 #include "kernels/cpu/broadcast_map.h"
 #include "kernels/cpu/half_kernels.h"
 #include "kernels/cpu/kernel_util.h"
-#include "ir/ops/dropout_mask.h"
-#include "base/status_macros.h"
 
 namespace tandem::cpu {
 namespace {

@@ -14,10 +14,10 @@
 #include <limits>
 #include <vector>
 
+#include "base/status_macros.h"
+#include "ir/ops/shape_rules.h"
 #include "kernels/cpu/half_kernels.h"
 #include "kernels/cpu/kernel_util.h"
-#include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem::cpu {
 namespace {
@@ -117,8 +117,7 @@ void Scores(const AttentionShape& s, const T* q, const T* k, int64_t b, int64_t 
 // Inputs q, k, v (and mask); outputs out and lse (row stride lse_row; rows
 // past `rows` in a padded lse are written 0).
 template <typename T>
-void AttentionForward(const AttentionShape& s, const T* q, const T* k, const T* v, T* out, T* lse,
-                      int64_t lse_row) {
+void AttentionForward(const AttentionShape& s, const T* q, const T* k, const T* v, T* out, T* lse, int64_t lse_row) {
   std::vector<double> scores(static_cast<size_t>(s.keys)), acc(static_cast<size_t>(s.value_head));
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t i = 0; i < s.rows; ++i) {

@@ -20,10 +20,10 @@
 #include <cmath>
 #include <vector>
 
+#include "base/status_macros.h"
+#include "ir/ops/cnn_rules.h"
 #include "kernels/cpu/half_kernels.h"
 #include "kernels/cpu/kernel_util.h"
-#include "ir/ops/cnn_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem::cpu {
 namespace {
@@ -86,8 +86,8 @@ void BatchNormForward(const ChannelSplit& s, const BatchNormAttrs& a, const Forw
       op.save_mean[c] = static_cast<T>(mean);
       op.save_invstd[c] = static_cast<T>(invstd);
       if (op.new_running_mean != nullptr) {
-        op.new_running_mean[c] = static_cast<T>((1.0 - a.momentum) * static_cast<double>(op.running_mean[c]) +
-                                                a.momentum * mean);
+        op.new_running_mean[c] =
+            static_cast<T>((1.0 - a.momentum) * static_cast<double>(op.running_mean[c]) + a.momentum * mean);
         op.new_running_var[c] = static_cast<T>((1.0 - a.momentum) * static_cast<double>(op.running_var[c]) +
                                                a.momentum * var_sum / (count - 1.0));
       }
@@ -189,8 +189,7 @@ absl::Status BatchNormBackwardKernel(const KernelArgs& args) {
         ForEachRow(s, c, [&](int64_t base) {
           for (int64_t i = 0; i < s.inner; ++i) {
             const double xmu = static_cast<double>(x[base + i]) - mean;
-            grad_input[base + i] =
-                static_cast<T>((static_cast<double>(dy[base + i]) - mean_dy - xmu * k) * invstd * w);
+            grad_input[base + i] = static_cast<T>((static_cast<double>(dy[base + i]) - mean_dy - xmu * k) * invstd * w);
           }
         });
       } else {

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu/kernel_util.h"
 #include "ir/ops/shape_rules.h"
+#include "kernels/cpu/kernel_util.h"
 
 namespace tandem::cpu {
 

@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/run_op_test_util.h"
-#include "ir/op_registry.h"
 #include "base/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ir/op_registry.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/run_op_test_util.h"
 
 namespace tandem {
 namespace {
@@ -35,18 +35,30 @@ struct Tensor {
   int64_t numel() const { return type.numel(); }
   double at(int64_t i) const {
     switch (type.dtype) {
-      case DType::kFloat32: return reinterpret_cast<const float*>(storage.data())[i];
-      case DType::kFloat64: return reinterpret_cast<const double*>(storage.data())[i];
-      case DType::kInt64: return static_cast<double>(reinterpret_cast<const int64_t*>(storage.data())[i]);
-      default: ADD_FAILURE() << "dtype not handled by the test"; return 0;
+      case DType::kFloat32:
+        return reinterpret_cast<const float*>(storage.data())[i];
+      case DType::kFloat64:
+        return reinterpret_cast<const double*>(storage.data())[i];
+      case DType::kInt64:
+        return static_cast<double>(reinterpret_cast<const int64_t*>(storage.data())[i]);
+      default:
+        ADD_FAILURE() << "dtype not handled by the test";
+        return 0;
     }
   }
   void set(int64_t i, double v) {
     switch (type.dtype) {
-      case DType::kFloat32: reinterpret_cast<float*>(storage.data())[i] = static_cast<float>(v); break;
-      case DType::kFloat64: reinterpret_cast<double*>(storage.data())[i] = v; break;
-      case DType::kInt64: reinterpret_cast<int64_t*>(storage.data())[i] = static_cast<int64_t>(v); break;
-      default: ADD_FAILURE() << "dtype not handled by the test";
+      case DType::kFloat32:
+        reinterpret_cast<float*>(storage.data())[i] = static_cast<float>(v);
+        break;
+      case DType::kFloat64:
+        reinterpret_cast<double*>(storage.data())[i] = v;
+        break;
+      case DType::kInt64:
+        reinterpret_cast<int64_t*>(storage.data())[i] = static_cast<int64_t>(v);
+        break;
+      default:
+        ADD_FAILURE() << "dtype not handled by the test";
     }
   }
   std::vector<double> values() const {
@@ -144,9 +156,12 @@ class CnnKernelTest : public ::testing::Test {
 TEST(CnnInferenceTest, ConvolutionShapes) {
   const TensorType x{DType::kFloat32, {2, 3, 224, 224}};
   const TensorType w{DType::kFloat32, {64, 3, 7, 7}};
-  const Attrs stem = MakeAttrs({{"stride", std::vector<int64_t>{2, 2}}, {"padding", std::vector<int64_t>{3, 3}},
-                                {"dilation", std::vector<int64_t>{1, 1}}, {"transposed", false},
-                                {"output_padding", std::vector<int64_t>{0, 0}}, {"groups", int64_t{1}}});
+  const Attrs stem = MakeAttrs({{"stride", std::vector<int64_t>{2, 2}},
+                                {"padding", std::vector<int64_t>{3, 3}},
+                                {"dilation", std::vector<int64_t>{1, 1}},
+                                {"transposed", false},
+                                {"output_padding", std::vector<int64_t>{0, 0}},
+                                {"groups", int64_t{1}}});
   auto out = Infer("convolution", stem, {x, w});
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ((*out)[0], (TensorType{DType::kFloat32, {2, 64, 112, 112}}));
@@ -168,10 +183,10 @@ TEST(CnnInferenceTest, ConvolutionShapes) {
   EXPECT_EQ((*all)[2].shape, Shape{64});
 
   // Grouped, dilated, a single int for both dims.
-  auto grouped = Infer("convolution",
-                       MakeAttrs({{"stride", int64_t{1}}, {"padding", int64_t{2}}, {"dilation", int64_t{2}},
-                                  {"groups", int64_t{4}}}),
-                       {{DType::kFloat64, {1, 8, 9, 9}}, {DType::kFloat64, {12, 2, 3, 3}}});
+  auto grouped = Infer(
+      "convolution",
+      MakeAttrs({{"stride", int64_t{1}}, {"padding", int64_t{2}}, {"dilation", int64_t{2}}, {"groups", int64_t{4}}}),
+      {{DType::kFloat64, {1, 8, 9, 9}}, {DType::kFloat64, {12, 2, 3, 3}}});
   ASSERT_TRUE(grouped.ok()) << grouped.status();
   EXPECT_EQ((*grouped)[0].shape, (Shape{1, 12, 9, 9}));
 }
@@ -195,7 +210,8 @@ TEST(CnnInferenceTest, ConvolutionErrors) {
 
 TEST(CnnInferenceTest, PoolingShapes) {
   const TensorType x{DType::kFloat32, {2, 64, 112, 112}};
-  const Attrs pool = MakeAttrs({{"kernel_size", std::vector<int64_t>{3, 3}}, {"stride", std::vector<int64_t>{2, 2}},
+  const Attrs pool = MakeAttrs({{"kernel_size", std::vector<int64_t>{3, 3}},
+                                {"stride", std::vector<int64_t>{2, 2}},
                                 {"padding", std::vector<int64_t>{1, 1}}});
   auto out = Infer("max_pool2d_with_indices", pool, {x});
   ASSERT_TRUE(out.ok()) << out.status();
@@ -221,8 +237,7 @@ TEST(CnnInferenceTest, PoolingShapes) {
   EXPECT_THAT(pad.status().message(), HasSubstr("at most half the kernel size"));
   auto rank = Infer("avg_pool2d", MakeAttrs({{"kernel_size", int64_t{2}}}), {{DType::kFloat32, {4, 4}}});
   EXPECT_THAT(rank.status().message(), HasSubstr("expected [N, C, H, W] or [C, H, W]"));
-  auto indices = Infer("max_pool2d_with_indices_backward", pool,
-                       {(*out)[0], x, {DType::kInt32, {2, 64, 56, 56}}});
+  auto indices = Infer("max_pool2d_with_indices_backward", pool, {(*out)[0], x, {DType::kInt32, {2, 64, 56, 56}}});
   EXPECT_THAT(indices.status().message(), HasSubstr("indices is int32"));
 }
 
@@ -317,9 +332,9 @@ const std::vector<ConvCase>& ConvCases() {
   static const std::vector<ConvCase> cases = {
       {{2, 3, 11, 11}, {4, 3, 7, 7}, {2, 2}, {3, 3}, {1, 1}, 1, false},  // a ResNet stem in small
       {{2, 4, 6, 6}, {5, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
-      {{1, 6, 5, 7}, {4, 6, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true},     // 1x1 bottleneck
-      {{1, 4, 7, 6}, {6, 2, 3, 2}, {2, 1}, {1, 0}, {2, 1}, 2, true},     // groups, dilation, odd strides
-      {{2, 4, 5, 5}, {4, 1, 3, 3}, {1, 1}, {2, 2}, {2, 2}, 4, false},    // depthwise, dilated
+      {{1, 6, 5, 7}, {4, 6, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true},   // 1x1 bottleneck
+      {{1, 4, 7, 6}, {6, 2, 3, 2}, {2, 1}, {1, 0}, {2, 1}, 2, true},   // groups, dilation, odd strides
+      {{2, 4, 5, 5}, {4, 1, 3, 3}, {1, 1}, {2, 2}, {2, 2}, 4, false},  // depthwise, dilated
       {{1, 2, 4, 9}, {3, 2, 2, 3}, {3, 2}, {0, 2}, {1, 3}, 1, true}};
   return cases;
 }
@@ -561,8 +576,7 @@ TEST_F(CnnKernelTest, BatchNormForwardMatchesDirectComputation) {
   for (const Shape& shape : {Shape{4, 3, 5, 5}, Shape{6, 4}, Shape{2, 3, 7}}) {
     for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
       for (bool training : {true, false}) {
-        SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " " << ShapeString(shape) << " training "
-                                          << training);
+        SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " " << ShapeString(shape) << " training " << training);
         const int64_t c = shape[1], inner = NumElements(shape) / (shape[0] * c);
         Tensor x = Random(dtype, shape, -2.0, 3.0);
         Tensor w = Random(dtype, {c});
@@ -638,8 +652,7 @@ TEST_F(CnnKernelTest, BatchNormBackwardMatchesFiniteDifferences) {
       ExpectClose(grads[1], NumericGradient(forward, inputs, 1, weights), "grad_weight", 1e-6);
       ExpectClose(grads[2], NumericGradient(forward, inputs, 2, weights), "grad_bias", 1e-6);
       if (training) {  // the 5-input form (no running statistics) and a mask
-        const Attrs masked =
-            MakeAttrs({{"train", true}, {"eps", eps}, {"output_mask", std::vector<int64_t>{1, 0, 1}}});
+        const Attrs masked = MakeAttrs({{"train", true}, {"eps", eps}, {"output_mask", std::vector<int64_t>{1, 0, 1}}});
         auto partial = MustRun("native_batch_norm_backward", masked, {grad, inputs[0], inputs[1], fwd[1], fwd[2]});
         ASSERT_EQ(partial.size(), 3u);
         ExpectClose(partial[0], grads[0].values(), "5-input grad_input", 0.0);

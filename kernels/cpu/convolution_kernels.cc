@@ -16,10 +16,10 @@
 #include <algorithm>
 #include <vector>
 
+#include "base/status_macros.h"
+#include "ir/ops/cnn_rules.h"
 #include "kernels/cpu/half_kernels.h"
 #include "kernels/cpu/kernel_util.h"
-#include "ir/ops/cnn_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem::cpu {
 namespace {
@@ -177,8 +177,7 @@ absl::Status ConvolutionKernel(const KernelArgs& args) {
 
 // Outputs with a null pointer are not computed.
 template <typename T>
-void ConvBackward(const Conv3d& g, const T* grad, const T* x, const T* w, T* grad_input, T* grad_weight,
-                  T* grad_bias) {
+void ConvBackward(const Conv3d& g, const T* grad, const T* x, const T* w, T* grad_input, T* grad_weight, T* grad_bias) {
   const GroupDims d = DimsOf(g);
   const int64_t plane = g.in_plane();
   std::vector<double> col(static_cast<size_t>(d.k * d.p));

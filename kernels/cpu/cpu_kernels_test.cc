@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/run_op_test_util.h"
-#include "ir/op_registry.h"
 #include "base/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ir/op_registry.h"
+#include "kernels/cpu/run_op_test_util.h"
 
 namespace tandem {
 namespace {
@@ -28,23 +28,41 @@ using HostTensor = cpu::TestTensor;
 
 double Get(const HostTensor& t, int64_t i) {
   switch (t.type.dtype) {
-    case DType::kFloat32: return static_cast<const float*>(t.data())[i];
-    case DType::kFloat64: return static_cast<const double*>(t.data())[i];
-    case DType::kInt64: return static_cast<double>(static_cast<const int64_t*>(t.data())[i]);
-    case DType::kInt32: return static_cast<const int32_t*>(t.data())[i];
-    case DType::kBool: return static_cast<const bool*>(t.data())[i] ? 1.0 : 0.0;
-    default: ADD_FAILURE() << "dtype not handled by the test"; return 0;
+    case DType::kFloat32:
+      return static_cast<const float*>(t.data())[i];
+    case DType::kFloat64:
+      return static_cast<const double*>(t.data())[i];
+    case DType::kInt64:
+      return static_cast<double>(static_cast<const int64_t*>(t.data())[i]);
+    case DType::kInt32:
+      return static_cast<const int32_t*>(t.data())[i];
+    case DType::kBool:
+      return static_cast<const bool*>(t.data())[i] ? 1.0 : 0.0;
+    default:
+      ADD_FAILURE() << "dtype not handled by the test";
+      return 0;
   }
 }
 
 void Set(HostTensor& t, int64_t i, double v) {
   switch (t.type.dtype) {
-    case DType::kFloat32: static_cast<float*>(t.data())[i] = static_cast<float>(v); break;
-    case DType::kFloat64: static_cast<double*>(t.data())[i] = v; break;
-    case DType::kInt64: static_cast<int64_t*>(t.data())[i] = static_cast<int64_t>(v); break;
-    case DType::kInt32: static_cast<int32_t*>(t.data())[i] = static_cast<int32_t>(v); break;
-    case DType::kBool: static_cast<bool*>(t.data())[i] = v != 0; break;
-    default: ADD_FAILURE() << "dtype not handled by the test";
+    case DType::kFloat32:
+      static_cast<float*>(t.data())[i] = static_cast<float>(v);
+      break;
+    case DType::kFloat64:
+      static_cast<double*>(t.data())[i] = v;
+      break;
+    case DType::kInt64:
+      static_cast<int64_t*>(t.data())[i] = static_cast<int64_t>(v);
+      break;
+    case DType::kInt32:
+      static_cast<int32_t*>(t.data())[i] = static_cast<int32_t>(v);
+      break;
+    case DType::kBool:
+      static_cast<bool*>(t.data())[i] = v != 0;
+      break;
+    default:
+      ADD_FAILURE() << "dtype not handled by the test";
   }
 }
 
@@ -84,8 +102,8 @@ class KernelTest : public ::testing::Test {
 // poisoned first (0xA5 bytes catch unwritten outputs). With
 // `output_is_input`, output 0 is placed on input 0's buffer, as the planner
 // may do for kInPlace and kView ops.
-absl::StatusOr<std::vector<HostTensor>> RunOp(const std::string& op, const Attrs& attrs,
-                                              std::vector<HostTensor> inputs, bool output_is_input = false) {
+absl::StatusOr<std::vector<HostTensor>> RunOp(const std::string& op, const Attrs& attrs, std::vector<HostTensor> inputs,
+                                              bool output_is_input = false) {
   return cpu::RunCpuOp(op, attrs, inputs, 0xA5, output_is_input);
 }
 
@@ -109,7 +127,7 @@ Attrs MakeAttrs(std::vector<std::pair<std::string, AttrValue>> values) {
 void ExpectClose(const HostTensor& actual, const std::vector<double>& expected, const std::string& what,
                  double f32_rtol = 2e-6) {
   ASSERT_EQ(actual.numel(), static_cast<int64_t>(expected.size())) << what;
-  const double rtol = actual.type.dtype == DType::kFloat32 ? f32_rtol
+  const double rtol = actual.type.dtype == DType::kFloat32   ? f32_rtol
                       : actual.type.dtype == DType::kFloat64 ? 1e-12
                                                              : 0.0;
   int failures = 0;
@@ -118,8 +136,7 @@ void ExpectClose(const HostTensor& actual, const std::vector<double>& expected, 
     const double e = expected[i];
     if (std::isnan(e) && std::isnan(a)) continue;
     if (!(std::abs(a - e) <= rtol * (std::abs(e) + 1.0))) {
-      ADD_FAILURE() << what << " " << actual.type.ToString() << ": element " << i << " is " << a << ", expected "
-                    << e;
+      ADD_FAILURE() << what << " " << actual.type.ToString() << ": element " << i << " is " << a << ", expected " << e;
       ++failures;
     }
   }
@@ -197,8 +214,7 @@ TEST_F(KernelTest, ArithmeticTensorOpsBroadcast) {
           auto out = MustRun(op.name, attrs, {a, b});
           ASSERT_EQ(out.size(), 1u);
           ExpectClose(out[0],
-                      ReferenceBinary(a, b, out[0].type.shape,
-                                      [&](double x, double y) { return op.f(x, y, alpha); }),
+                      ReferenceBinary(a, b, out[0].type.shape, [&](double x, double y) { return op.f(x, y, alpha); }),
                       op.name + " " + ShapeString(c.a) + " " + ShapeString(c.b));
         }
       }
@@ -294,9 +310,11 @@ TEST_F(KernelTest, InPlaceAndViewOpsTolerateOutputOnInput) {
       {"neg", {}, {Random(DType::kFloat32, {7})}},
       {"relu", {}, {Random(DType::kFloat64, {7})}},
       {"sqrt", {}, {Random(DType::kFloat32, {7}, true)}},
-      {"threshold_backward", MakeAttrs({{"threshold", 0.0}}),
+      {"threshold_backward",
+       MakeAttrs({{"threshold", 0.0}}),
        {Random(DType::kFloat32, {3, 5}), Random(DType::kFloat32, {3, 5})}},
-      {"_log_softmax_backward_data", MakeAttrs({{"dim", int64_t{1}}, {"input_dtype", DType::kFloat32}}),
+      {"_log_softmax_backward_data",
+       MakeAttrs({{"dim", int64_t{1}}, {"input_dtype", DType::kFloat32}}),
        {Random(DType::kFloat32, {4, 5}), Random(DType::kFloat32, {4, 5})}},
       {"copy", {}, {Random(DType::kFloat32, {3, 4}), Random(DType::kFloat64, {4})}},
       {"fill.Scalar", MakeAttrs({{"value", 2.5}}), {Random(DType::kFloat64, {6})}},
@@ -358,8 +376,8 @@ TEST_F(KernelTest, MmAndAddmm) {
 
 // Every byte of `actual`'s elements equals `expected`'s.
 void ExpectSameBits(const HostTensor& actual, const HostTensor& expected, const std::string& what) {
-  ASSERT_TRUE(actual.type == expected.type) << what << ": " << actual.type.ToString() << " vs "
-                                            << expected.type.ToString();
+  ASSERT_TRUE(actual.type == expected.type)
+      << what << ": " << actual.type.ToString() << " vs " << expected.type.ToString();
   EXPECT_EQ(std::memcmp(actual.data(), expected.data(), actual.type.bytes()), 0) << what;
 }
 
@@ -430,8 +448,7 @@ TEST_F(KernelTest, MmOfAnMlpLayerIsFast) {
 }
 
 // Reference sum over `dims` (normalized here) of `x`.
-std::vector<double> ReferenceSum(const HostTensor& x, std::vector<int64_t> dims, const Shape& out_shape,
-                                 bool mean) {
+std::vector<double> ReferenceSum(const HostTensor& x, std::vector<int64_t> dims, const Shape& out_shape, bool mean) {
   const Shape& shape = x.type.shape;
   const int rank = static_cast<int>(shape.size());
   std::vector<bool> reduced(rank, dims.empty());
@@ -460,8 +477,8 @@ TEST_F(KernelTest, Reductions) {
     std::vector<int64_t> dims;
     bool keepdim;
   };
-  const std::vector<Case> cases = {{{}, false}, {{0}, false}, {{-1}, true}, {{0, 2}, false}, {{1}, true},
-                                   {{2, 0, 1}, true}};
+  const std::vector<Case> cases = {{{}, false},     {{0}, false}, {{-1}, true},
+                                   {{0, 2}, false}, {{1}, true},  {{2, 0, 1}, true}};
   for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kInt64}) {
     HostTensor x = Random(dtype, {3, 4, 5});
     for (const Case& c : cases) {
@@ -582,8 +599,8 @@ TEST_F(KernelTest, LogSoftmaxAndBackward) {
       ExpectClose(out[0], ReferenceLogSoftmax(x, d), "_log_softmax dim " + std::to_string(dim));
 
       HostTensor grad = Random(dtype, {3, 4, 5});
-      auto back = MustRun("_log_softmax_backward_data", MakeAttrs({{"dim", dim}, {"input_dtype", dtype}}),
-                          {grad, out[0]});
+      auto back =
+          MustRun("_log_softmax_backward_data", MakeAttrs({{"dim", dim}, {"input_dtype", dtype}}), {grad, out[0]});
       std::vector<double> expected(x.numel());
       for (int64_t i = 0; i < x.numel(); ++i) {
         auto index = Unravel(i, x.type.shape);
@@ -653,8 +670,8 @@ TEST_F(KernelTest, NllLossForwardAndBackward) {
         auto out = MustRun("nll_loss_forward", attrs, inputs);
         ASSERT_EQ(out.size(), 2u);
         HostTensor grad_output = Random(dtype, out[0].type.shape);
-        const NllReference ref = ReferenceNll(self, labels, with_weight ? &weight : nullptr, reduction, -100,
-                                              Values(grad_output));
+        const NllReference ref =
+            ReferenceNll(self, labels, with_weight ? &weight : nullptr, reduction, -100, Values(grad_output));
         const std::string what = "reduction " + std::to_string(reduction) + (with_weight ? " weighted" : "");
         ExpectClose(out[0], ref.output, "nll_loss_forward " + what);
         ExpectClose(out[1], {ref.total_weight}, "total_weight " + what);
@@ -688,9 +705,9 @@ TEST_F(KernelTest, BadLabelsAreInvalidArgumentNotOutOfBoundsReads) {
     auto forward = RunOp("nll_loss_forward", {}, {self, target});
     ASSERT_FALSE(forward.ok());
     EXPECT_EQ(forward.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(std::string(forward.status().message()),
-                AllOf(HasSubstr("nll_loss_forward"), HasSubstr("target[3] is " + std::to_string(bad)),
-                      HasSubstr("[0, 10)")));
+    EXPECT_THAT(
+        std::string(forward.status().message()),
+        AllOf(HasSubstr("nll_loss_forward"), HasSubstr("target[3] is " + std::to_string(bad)), HasSubstr("[0, 10)")));
     HostTensor grad = Make(DType::kFloat32, {}, {1.0});
     HostTensor total = Make(DType::kFloat32, {}, {4.0});
     auto backward = RunOp("nll_loss_backward", {}, {grad, self, target, total});
@@ -718,13 +735,11 @@ TEST_F(KernelTest, Factories) {
   ExpectClose(MustRun("ones_like", {}, {x})[0], std::vector<double>(4, 1.0), "ones_like", 0.0);
   ExpectClose(MustRun("full_like", MakeAttrs({{"fill_value", -2.25}}), {x})[0], std::vector<double>(4, -2.25),
               "full_like", 0.0);
-  ExpectClose(MustRun("fill.Scalar", MakeAttrs({{"value", 0.5}}), {x})[0], std::vector<double>(4, 0.5), "fill",
-              0.0);
+  ExpectClose(MustRun("fill.Scalar", MakeAttrs({{"value", 0.5}}), {x})[0], std::vector<double>(4, 0.5), "fill", 0.0);
   auto s = MustRun("scalar_tensor", MakeAttrs({{"s", 3.5}, {"dtype", DType::kFloat64}}), {});
   ExpectClose(s[0], {3.5}, "scalar_tensor", 0.0);
-  auto i = MustRun("full", MakeAttrs({{"size", std::vector<int64_t>{2}}, {"fill_value", 7.9},
-                                      {"dtype", DType::kInt64}}),
-                   {});
+  auto i = MustRun("full",
+                   MakeAttrs({{"size", std::vector<int64_t>{2}}, {"fill_value", 7.9}, {"dtype", DType::kInt64}}), {});
   ExpectClose(i[0], {7, 7}, "full int64 truncates", 0.0);
 }
 

@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/cpu_kernels.h"
 #include "compiler/update_schedule.h"
 #include "device/cpu_device.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace tandem::cpu {
 namespace {
@@ -21,8 +21,7 @@ class CpuProgram final : public Program {
     return EnqueueNodes(stream, addresses, 0, num_nodes());
   }
 
-  absl::Status EnqueueNodes(device::Stream& stream, absl::Span<void* const> addresses, int begin,
-                            int end) override {
+  absl::Status EnqueueNodes(device::Stream& stream, absl::Span<void* const> addresses, int begin, int end) override {
     if (addresses.size() != graph_.values.size()) {
       return absl::InternalError("address table does not match the graph");
     }
@@ -44,8 +43,8 @@ class CpuProgram final : public Program {
     if (begin == 0) {
       failed_node_.store(-1, std::memory_order_relaxed);
     } else if (const int failed = failed_node_.load(std::memory_order_relaxed); failed >= 0) {
-      return absl::AbortedError(absl::StrCat("nodes [", begin, ", ", end, ") skipped: ",
-                                             graph_.nodes[failed].Describe(failed),
+      return absl::AbortedError(absl::StrCat("nodes [", begin, ", ", end,
+                                             ") skipped: ", graph_.nodes[failed].Describe(failed),
                                              " failed earlier in this iteration"));
     }
     KernelArgs args;
@@ -94,8 +93,8 @@ absl::StatusOr<std::vector<CpuKernelFn>> ResolveKernels(const Graph& graph) {
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     CpuKernelFn fn = FindCpuKernel(graph.nodes[i].op);
     if (fn == nullptr) {
-      return absl::UnimplementedError(absl::StrCat(graph.nodes[i].Describe(static_cast<int>(i)),
-                                                   ": the CPU backend has no kernel for this op"));
+      return absl::UnimplementedError(
+          absl::StrCat(graph.nodes[i].Describe(static_cast<int>(i)), ": the CPU backend has no kernel for this op"));
     }
     kernels.push_back(fn);
   }

@@ -14,13 +14,13 @@
 #include <vector>
 
 #include "compiler/compile_job.h"
-#include "ir/graph_builder.h"
 #include "compiler/iteration_layout.h"
-#include "kernels/program.h"
 #include "compiler/update_schedule.h"
 #include "device/cpu_device.h"
 #include "examples/mlp_train/mlp_graph.h"
 #include "gtest/gtest.h"
+#include "ir/graph_builder.h"
+#include "kernels/program.h"
 
 namespace tandem {
 namespace {

@@ -6,10 +6,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/status_macros.h"
+#include "ir/ops/shape_rules.h"
 #include "kernels/cpu/half_kernels.h"
 #include "kernels/cpu/kernel_util.h"
-#include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem::cpu {
 namespace {
@@ -193,13 +193,9 @@ absl::Status ConvertingCopy(const KernelArgs& args, const TensorArg& src, const 
   });
 }
 
-absl::Status CopyKernel(const KernelArgs& args) {
-  return ConvertingCopy(args, args.inputs[1], args.outputs[0]);
-}
+absl::Status CopyKernel(const KernelArgs& args) { return ConvertingCopy(args, args.inputs[1], args.outputs[0]); }
 
-absl::Status ToCopyKernel(const KernelArgs& args) {
-  return ConvertingCopy(args, args.inputs[0], args.outputs[0]);
-}
+absl::Status ToCopyKernel(const KernelArgs& args) { return ConvertingCopy(args, args.inputs[0], args.outputs[0]); }
 
 }  // namespace
 

@@ -3,9 +3,9 @@
 // fill.Scalar's output may be its input (AliasKind::kInPlace).
 #include <string>
 
+#include "base/status_macros.h"
 #include "kernels/cpu/half_kernels.h"
 #include "kernels/cpu/kernel_util.h"
-#include "base/status_macros.h"
 
 namespace tandem::cpu {
 namespace {

@@ -22,10 +22,10 @@
 #include <cmath>
 #include <vector>
 
+#include "base/status_macros.h"
+#include "ir/ops/fused_program.h"
 #include "kernels/cpu/half_kernels.h"
 #include "kernels/cpu/kernel_util.h"
-#include "ir/ops/fused_program.h"
-#include "base/status_macros.h"
 
 namespace tandem::cpu {
 namespace {
@@ -70,8 +70,12 @@ void RunInstruction(const FusedInstruction& ins, T* dst, RegisterView<T> x, Regi
         Map2(dst, x, y, len, [a](T p, T q) { return p - a * q; });
       }
       return;
-    case FusedOpcode::kMul: Map2(dst, x, y, len, [](T p, T q) { return p * q; }); return;
-    case FusedOpcode::kDiv: Map2(dst, x, y, len, [](T p, T q) { return p / q; }); return;
+    case FusedOpcode::kMul:
+      Map2(dst, x, y, len, [](T p, T q) { return p * q; });
+      return;
+    case FusedOpcode::kDiv:
+      Map2(dst, x, y, len, [](T p, T q) { return p / q; });
+      return;
     case FusedOpcode::kAddScalar: {
       const T s = Convert<T>(ins.alpha) * Convert<T>(ins.other);
       Map1(dst, x, len, [s](T p) { return p + s; });
@@ -92,8 +96,12 @@ void RunInstruction(const FusedInstruction& ins, T* dst, RegisterView<T> x, Regi
       Map1(dst, x, len, [v](T p) { return p / v; });
       return;
     }
-    case FusedOpcode::kNeg: Map1(dst, x, len, [](T p) { return -p; }); return;
-    case FusedOpcode::kSqrt: Map1(dst, x, len, [](T p) { return std::sqrt(p); }); return;
+    case FusedOpcode::kNeg:
+      Map1(dst, x, len, [](T p) { return -p; });
+      return;
+    case FusedOpcode::kSqrt:
+      Map1(dst, x, len, [](T p) { return std::sqrt(p); });
+      return;
     case FusedOpcode::kMaximum:
       Map2(dst, x, y, len, [](T p, T q) {
         if (p != p) return p;
@@ -151,10 +159,14 @@ float Round(float value) {
 // One element of any float dtype as float32 (a 16-bit one exactly).
 float LoadAsFloat(const TensorArg& t, int64_t i) {
   switch (t.type.dtype) {
-    case DType::kBFloat16: return BFloat16BitsToFloat(t.as<const uint16_t>()[i]);
-    case DType::kFloat16: return Float16BitsToFloat(t.as<const uint16_t>()[i]);
-    case DType::kFloat64: return static_cast<float>(t.as<const double>()[i]);
-    default: return t.as<const float>()[i];
+    case DType::kBFloat16:
+      return BFloat16BitsToFloat(t.as<const uint16_t>()[i]);
+    case DType::kFloat16:
+      return Float16BitsToFloat(t.as<const uint16_t>()[i]);
+    case DType::kFloat64:
+      return static_cast<float>(t.as<const double>()[i]);
+    default:
+      return t.as<const float>()[i];
   }
 }
 
@@ -163,8 +175,8 @@ template <typename H>
 void RunHalfProgram(const FusedProgram& decoded, const KernelArgs& args) {
   FusedProgram program = decoded;
   for (FusedInstruction& ins : program.code) {
-    if (ins.op == FusedOpcode::kAddScalar || ins.op == FusedOpcode::kSubScalar ||
-        ins.op == FusedOpcode::kMulScalar || ins.op == FusedOpcode::kDivScalar) {
+    if (ins.op == FusedOpcode::kAddScalar || ins.op == FusedOpcode::kSubScalar || ins.op == FusedOpcode::kMulScalar ||
+        ins.op == FusedOpcode::kDivScalar) {
       ins.other = Round<H>(static_cast<float>(ins.other));
     }
   }
@@ -207,12 +219,16 @@ void RunHalfProgram(const FusedProgram& decoded, const KernelArgs& args) {
 }
 
 absl::Status FusedElementwiseKernel(const KernelArgs& args) {
-  ASSIGN_OR_RETURN(FusedProgram program,
-                   DecodeFusedProgram(args.node->attrs, static_cast<int>(args.inputs.size())));
+  ASSIGN_OR_RETURN(FusedProgram program, DecodeFusedProgram(args.node->attrs, static_cast<int>(args.inputs.size())));
   switch (args.outputs[0].type.dtype) {
-    case DType::kBFloat16: RunHalfProgram<BFloat16>(program, args); return absl::OkStatus();
-    case DType::kFloat16: RunHalfProgram<Float16>(program, args); return absl::OkStatus();
-    default: break;
+    case DType::kBFloat16:
+      RunHalfProgram<BFloat16>(program, args);
+      return absl::OkStatus();
+    case DType::kFloat16:
+      RunHalfProgram<Float16>(program, args);
+      return absl::OkStatus();
+    default:
+      break;
   }
   return DispatchFloat(args, args.outputs[0].type.dtype, [&](auto tag) {
     RunProgram<decltype(tag)>(program, args);

@@ -19,18 +19,17 @@
 #include <string>
 #include <vector>
 
-#include "kernels/half.h"
-#include "kernels/cpu/half_test_util.h"
-#include "kernels/cpu/run_op_test_util.h"
-#include "ir/op_registry.h"
-#include "ir/ops/shape_rules.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ir/op_registry.h"
+#include "ir/ops/shape_rules.h"
+#include "kernels/cpu/half_test_util.h"
+#include "kernels/cpu/run_op_test_util.h"
+#include "kernels/half.h"
 
 namespace tandem {
 namespace {
 
-using ::testing::HasSubstr;
 using half_test::Close;
 using half_test::Get;
 using half_test::HostTensor;
@@ -38,6 +37,7 @@ using half_test::MakeAttrs;
 using half_test::MustRun;
 using half_test::Set;
 using half_test::Tolerance;
+using ::testing::HasSubstr;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -192,8 +192,8 @@ TEST_P(HalfAttentionTest, EfficientAttentionForwardAndBackwardMatchFloat64) {
     for (bool causal : {false, true}) {
       for (double scale : {0.0, 0.37}) {  // 0: the default 1/sqrt(E)
         const HostTensor* bias = which >= 0 ? &biases[which] : nullptr;
-        const std::string what = "bias " + std::to_string(which) + (causal ? " causal" : "") +
-                                 (scale != 0 ? " scale 0.37" : "");
+        const std::string what =
+            "bias " + std::to_string(which) + (causal ? " causal" : "") + (scale != 0 ? " scale 0.37" : "");
         SCOPED_TRACE(what);
         Attrs attrs = MakeAttrs({{"compute_log_sumexp", true}, {"is_causal", causal}});
         if (scale != 0) attrs.Set("scale", scale);
@@ -327,8 +327,8 @@ TEST_P(HalfAttentionTest, SafeSoftmaxBackwardIsSoftmaxBackward) {
   const HostTensor g = Random(dtype(), {4, 33});
   std::vector<HostTensor> y = MustRun("_safe_softmax", MakeAttrs({{"dim", int64_t{-1}}}), {x});
   ASSERT_EQ(y.size(), 1u);
-  std::vector<HostTensor> dx = MustRun("_softmax_backward_data",
-                                       MakeAttrs({{"dim", int64_t{-1}}, {"input_dtype", dtype()}}), {g, y[0]});
+  std::vector<HostTensor> dx =
+      MustRun("_softmax_backward_data", MakeAttrs({{"dim", int64_t{-1}}, {"input_dtype", dtype()}}), {g, y[0]});
   ASSERT_EQ(dx.size(), 1u);
   std::vector<double> ref(4 * 33);
   for (int64_t r = 0; r < 4; ++r) {

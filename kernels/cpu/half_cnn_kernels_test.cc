@@ -24,11 +24,11 @@
 #include <string>
 #include <vector>
 
-#include "kernels/half.h"
+#include "gtest/gtest.h"
+#include "ir/op_registry.h"
 #include "kernels/cpu/half_test_util.h"
 #include "kernels/cpu/run_op_test_util.h"
-#include "ir/op_registry.h"
-#include "gtest/gtest.h"
+#include "kernels/half.h"
 
 namespace tandem {
 namespace {
@@ -60,8 +60,8 @@ bool IsHalf(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::k
     const double o = Get(out, i);
     const double r = ref[static_cast<size_t>(i)];
     if (!(std::fabs(o - r) <= relative * std::fabs(r) + slack)) {  // NaN fails here
-      return ::testing::AssertionFailure() << "element " << i << " is " << o << ", float64 reference " << r
-                                           << " (bound " << relative << " relative)";
+      return ::testing::AssertionFailure()
+             << "element " << i << " is " << o << ", float64 reference " << r << " (bound " << relative << " relative)";
     }
   }
   return ::testing::AssertionSuccess();
@@ -73,8 +73,8 @@ bool IsHalf(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::k
   }
   for (int64_t i = 0; i < out.numel(); ++i) {
     if (!(Get(out, i) == ref[static_cast<size_t>(i)])) {
-      return ::testing::AssertionFailure() << "element " << i << " is " << Get(out, i) << ", expected "
-                                           << ref[static_cast<size_t>(i)];
+      return ::testing::AssertionFailure()
+             << "element " << i << " is " << Get(out, i) << ", expected " << ref[static_cast<size_t>(i)];
     }
   }
   return ::testing::AssertionSuccess();
@@ -160,9 +160,8 @@ std::vector<double> ConvForwardRef(const ConvCase& k, const ConvDims& d, const H
   if (bias != nullptr) {
     for (size_t yi = 0; yi < y.size(); ++yi) y[yi] = Get(*bias, static_cast<int64_t>(yi) / (d.oh * d.ow) % d.o);
   }
-  ForEachConvTerm(k, d, [&](int64_t yi, int64_t wi, int64_t xi) {
-    y[static_cast<size_t>(yi)] += Get(w, wi) * Get(x, xi);
-  });
+  ForEachConvTerm(k, d,
+                  [&](int64_t yi, int64_t wi, int64_t xi) { y[static_cast<size_t>(yi)] += Get(w, wi) * Get(x, xi); });
   return y;
 }
 
@@ -187,16 +186,23 @@ ConvGrads ConvBackwardRef(const ConvCase& k, const ConvDims& d, const HostTensor
 }
 
 TEST_P(HalfCnnTest, ConvolutionVariantsAndTheirGradients) {
-  const std::vector<ConvCase> cases = {
-      {"3x3 pad 1", 4, 6, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, false},
-      {"3x3 stride 2 pad 1 bias", 5, 8, 3, 3, {2, 2}, {1, 1}, {1, 1}, 1, true},
-      {"7x7 stride 2 pad 3 (a stem)", 3, 4, 7, 7, {2, 2}, {3, 3}, {1, 1}, 1, false},
-      {"1x1 stride 2 (a downsample)", 8, 6, 1, 1, {2, 2}, {0, 0}, {1, 1}, 1, false},
-      {"dilated 2 pad 2 bias", 3, 5, 3, 3, {1, 1}, {2, 2}, {2, 2}, 1, true},
-      {"grouped 3 bias", 6, 9, 3, 3, {1, 1}, {1, 1}, {1, 1}, 3, true},
-      {"depthwise stride 2", 4, 4, 3, 3, {2, 2}, {1, 1}, {1, 1}, 4, false},
-      {"asymmetric 3x1 stride (2, 1) pad (1, 0) dilation (1, 2) groups 2", 4, 6, 3, 2, {2, 1}, {1, 0}, {1, 2}, 2,
-       true}};
+  const std::vector<ConvCase> cases = {{"3x3 pad 1", 4, 6, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, false},
+                                       {"3x3 stride 2 pad 1 bias", 5, 8, 3, 3, {2, 2}, {1, 1}, {1, 1}, 1, true},
+                                       {"7x7 stride 2 pad 3 (a stem)", 3, 4, 7, 7, {2, 2}, {3, 3}, {1, 1}, 1, false},
+                                       {"1x1 stride 2 (a downsample)", 8, 6, 1, 1, {2, 2}, {0, 0}, {1, 1}, 1, false},
+                                       {"dilated 2 pad 2 bias", 3, 5, 3, 3, {1, 1}, {2, 2}, {2, 2}, 1, true},
+                                       {"grouped 3 bias", 6, 9, 3, 3, {1, 1}, {1, 1}, {1, 1}, 3, true},
+                                       {"depthwise stride 2", 4, 4, 3, 3, {2, 2}, {1, 1}, {1, 1}, 4, false},
+                                       {"asymmetric 3x1 stride (2, 1) pad (1, 0) dilation (1, 2) groups 2",
+                                        4,
+                                        6,
+                                        3,
+                                        2,
+                                        {2, 1},
+                                        {1, 0},
+                                        {1, 2},
+                                        2,
+                                        true}};
   for (const ConvCase& k : cases) {
     ConvDims d;
     d.n = Dim(1, 3);
@@ -225,8 +231,8 @@ TEST_P(HalfCnnTest, ConvolutionVariantsAndTheirGradients) {
 
     const HostTensor gy = Random(dtype(), {d.n, d.o, d.oh, d.ow});
     const ConvGrads ref = ConvBackwardRef(k, d, gy, x, w);
-    for (const std::vector<int64_t>& mask : {std::vector<int64_t>{1, 1, 1}, std::vector<int64_t>{0, 1, 0},
-                                            std::vector<int64_t>{1, 0, 0}}) {
+    for (const std::vector<int64_t>& mask :
+         {std::vector<int64_t>{1, 1, 1}, std::vector<int64_t>{0, 1, 0}, std::vector<int64_t>{1, 0, 0}}) {
       SCOPED_TRACE(::testing::Message() << "output_mask " << mask[0] << mask[1] << mask[2]);
       Attrs back = attrs;
       back.Set("output_mask", mask);
@@ -328,9 +334,10 @@ BatchNormGrads BatchNormBackwardRef(bool train, const HostTensor& dy, const Host
         const int64_t at = (b * c + ch) * inner + i;
         const double scale = invstd[k] * Get(w, ch);
         g.input[static_cast<size_t>(at)] =
-            train ? (Get(dy, at) - sum_dy / count -
-                     (Get(x, at) - mean[k]) * invstd[k] * invstd[k] * sum_dy_xmu / count) * scale
-                  : Get(dy, at) * scale;
+            train
+                ? (Get(dy, at) - sum_dy / count - (Get(x, at) - mean[k]) * invstd[k] * invstd[k] * sum_dy_xmu / count) *
+                      scale
+                : Get(dy, at) * scale;
       }
     }
   }
@@ -404,8 +411,8 @@ class HalfBatchNormTest : public HalfCnnTest {
       back_invstd = Values(f[2]);
     }
     const BatchNormGrads ref = BatchNormBackwardRef(training, dy, x, w, back_mean, back_invstd);
-    for (const std::vector<int64_t>& mask : {std::vector<int64_t>{1, 1, 1}, std::vector<int64_t>{1, 0, 0},
-                                            std::vector<int64_t>{0, 1, 1}}) {
+    for (const std::vector<int64_t>& mask :
+         {std::vector<int64_t>{1, 1, 1}, std::vector<int64_t>{1, 0, 0}, std::vector<int64_t>{0, 1, 1}}) {
       SCOPED_TRACE(::testing::Message() << "output_mask " << mask[0] << mask[1] << mask[2]);
       const Attrs back = MakeAttrs({{"train", training}, {"eps", eps}, {"output_mask", mask}});
       std::vector<HostTensor> g = MustRun("native_batch_norm_backward", back, {dy, x, w, rm, rv, f[1], f[2]});
@@ -577,11 +584,10 @@ TEST_P(HalfCnnTest, MaxPoolingAndItsBackward) {
 }
 
 TEST_P(HalfCnnTest, AveragePoolingAndItsBackward) {
-  const std::vector<PoolCase> cases = {
-      {"3x3 s2 p1 ceil, pad counted", {3, 3}, {2, 2}, {1, 1}, {1, 1}, true, true},
-      {"3x3 s2 p1 ceil, pad not counted", {3, 3}, {2, 2}, {1, 1}, {1, 1}, true, false},
-      {"2x3 s(2, 1) p(1, 1)", {2, 3}, {2, 1}, {1, 1}, {1, 1}, false, true},
-      {"2x2 s2 divisor 3", {2, 2}, {2, 2}, {0, 0}, {1, 1}, false, true, 3}};
+  const std::vector<PoolCase> cases = {{"3x3 s2 p1 ceil, pad counted", {3, 3}, {2, 2}, {1, 1}, {1, 1}, true, true},
+                                       {"3x3 s2 p1 ceil, pad not counted", {3, 3}, {2, 2}, {1, 1}, {1, 1}, true, false},
+                                       {"2x3 s(2, 1) p(1, 1)", {2, 3}, {2, 1}, {1, 1}, {1, 1}, false, true},
+                                       {"2x2 s2 divisor 3", {2, 2}, {2, 2}, {0, 0}, {1, 1}, false, true, 3}};
   for (const PoolCase& p : cases) {
     Shape shape = {Dim(1, 3), Dim(1, 4), Dim(p.kernel[0], p.kernel[0] + 12), Dim(p.kernel[1], p.kernel[1] + 12)};
     SCOPED_TRACE(::testing::Message() << p.name << " " << ShapeString(shape));
@@ -601,8 +607,8 @@ TEST_P(HalfCnnTest, AveragePoolingAndItsBackward) {
           const int64_t h0 = std::max<int64_t>(hs, 0), w0 = std::max<int64_t>(ws, 0);
           const int64_t h1 = std::min(he, d.h), w1 = std::min(we, d.w);
           const double divisor = p.divisor_override != 0 ? static_cast<double>(p.divisor_override)
-                                 : p.count_include_pad  ? static_cast<double>((he - hs) * (we - ws))
-                                                        : static_cast<double>((h1 - h0) * (w1 - w0));
+                                 : p.count_include_pad   ? static_cast<double>((he - hs) * (we - ws))
+                                                         : static_cast<double>((h1 - h0) * (w1 - w0));
           AverageWindow(x, gy, d, pl, h0, h1, w0, w1, (pl * d.oh + oy) * d.ow + ox, divisor, ref, grad);
         }
       }
@@ -649,8 +655,7 @@ TEST_P(HalfCnnTest, AdaptiveAveragePoolingAndItsBackward) {
 
 std::string DTypeParamName(const ::testing::TestParamInfo<DType>& info) { return std::string(DTypeName(info.param)); }
 
-INSTANTIATE_TEST_SUITE_P(SixteenBit, HalfCnnTest, ::testing::Values(DType::kBFloat16, DType::kFloat16),
-                         DTypeParamName);
+INSTANTIATE_TEST_SUITE_P(SixteenBit, HalfCnnTest, ::testing::Values(DType::kBFloat16, DType::kFloat16), DTypeParamName);
 INSTANTIATE_TEST_SUITE_P(SixteenBit, HalfBatchNormTest, ::testing::Values(DType::kBFloat16, DType::kFloat16),
                          DTypeParamName);
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/half_kernels.h"
 #include "base/status_macros.h"
+#include "kernels/cpu/half_kernels.h"
 
 namespace tandem::cpu {
 
@@ -30,9 +30,15 @@ absl::Status RunWidenedOperands(const KernelArgs& args, CpuKernelFn kernel, DTyp
     if (in.type.rank() != 0 || in.type.dtype == compute) continue;
     float value = 0.0f;
     switch (in.type.dtype) {
-      case DType::kBFloat16: value = BFloat16BitsToFloat(*in.as<const uint16_t>()); break;
-      case DType::kFloat16: value = Float16BitsToFloat(*in.as<const uint16_t>()); break;
-      default: value = LoadScalar<float>(in); break;
+      case DType::kBFloat16:
+        value = BFloat16BitsToFloat(*in.as<const uint16_t>());
+        break;
+      case DType::kFloat16:
+        value = Float16BitsToFloat(*in.as<const uint16_t>());
+        break;
+      default:
+        value = LoadScalar<float>(in);
+        break;
     }
     bits[k] = compute == DType::kBFloat16 ? FloatToBFloat16Bits(value) : FloatToFloat16Bits(value);
     in.data = &bits[k];

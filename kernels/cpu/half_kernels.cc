@@ -41,9 +41,15 @@ TensorArg Widened(const TensorArg& t, std::vector<float>& storage) {
 TensorArg RoundedScalar(const TensorArg& t, DType dtype, std::vector<float>& storage) {
   float value = 0.0f;
   switch (t.type.dtype) {
-    case DType::kBFloat16: value = BFloat16BitsToFloat(*t.as<const uint16_t>()); break;
-    case DType::kFloat16: value = Float16BitsToFloat(*t.as<const uint16_t>()); break;
-    default: value = LoadScalar<float>(t); break;
+    case DType::kBFloat16:
+      value = BFloat16BitsToFloat(*t.as<const uint16_t>());
+      break;
+    case DType::kFloat16:
+      value = Float16BitsToFloat(*t.as<const uint16_t>());
+      break;
+    default:
+      value = LoadScalar<float>(t);
+      break;
   }
   value = dtype == DType::kBFloat16 ? BFloat16BitsToFloat(FloatToBFloat16Bits(value))
                                     : Float16BitsToFloat(FloatToFloat16Bits(value));

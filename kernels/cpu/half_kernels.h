@@ -19,8 +19,8 @@
 
 #include "absl/status/status.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/half.h"
 #include "kernels/cpu/kernel_util.h"
+#include "kernels/half.h"
 
 namespace tandem::cpu {
 
@@ -69,9 +69,12 @@ double RoundToHalf(DType dtype, double value);
 template <typename F>
 absl::Status DispatchStorableOrHalf(const KernelArgs& args, DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kBFloat16: return f(BFloat16{});
-    case DType::kFloat16: return f(Float16{});
-    default: return DispatchStorable(args, dtype, f);
+    case DType::kBFloat16:
+      return f(BFloat16{});
+    case DType::kFloat16:
+      return f(Float16{});
+    default:
+      return DispatchStorable(args, dtype, f);
   }
 }
 

@@ -19,13 +19,13 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/half_test_util.h"
-#include "kernels/cpu/run_op_test_util.h"
-#include "ir/op_registry.h"
 #include "base/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ir/op_registry.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/half_test_util.h"
+#include "kernels/cpu/run_op_test_util.h"
 
 namespace tandem {
 namespace {
@@ -79,12 +79,12 @@ TEST(HalfConversion, SpecialValues) {
   EXPECT_EQ(FloatToFloat16Bits(65520.0f), 0x7c00);  // the midpoint to 2^16 rounds (to even) to infinity
   EXPECT_EQ(FloatToFloat16Bits(1e10f), 0x7c00);
   EXPECT_EQ(FloatToFloat16Bits(-inf), 0xfc00);
-  EXPECT_EQ(FloatToFloat16Bits(std::ldexp(1.0f, -24)), 0x0001);        // smallest subnormal
-  EXPECT_EQ(FloatToFloat16Bits(std::ldexp(1.0f, -25)), 0x0000);        // half of it: tie to even (0)
-  EXPECT_EQ(FloatToFloat16Bits(std::ldexp(3.0f, -25)), 0x0002);        // 1.5 units: tie to even (2)
+  EXPECT_EQ(FloatToFloat16Bits(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(FloatToFloat16Bits(std::ldexp(1.0f, -25)), 0x0000);  // half of it: tie to even (0)
+  EXPECT_EQ(FloatToFloat16Bits(std::ldexp(3.0f, -25)), 0x0002);  // 1.5 units: tie to even (2)
   EXPECT_EQ(FloatToFloat16Bits(NextUp(std::ldexp(1.0f, -25))), 0x0001);
-  EXPECT_EQ(FloatToFloat16Bits(-std::ldexp(1.0f, -30)), 0x8000);       // signed zero
-  EXPECT_EQ(FloatToFloat16Bits(std::ldexp(1.0f, -14)), 0x0400);        // smallest normal
+  EXPECT_EQ(FloatToFloat16Bits(-std::ldexp(1.0f, -30)), 0x8000);  // signed zero
+  EXPECT_EQ(FloatToFloat16Bits(std::ldexp(1.0f, -14)), 0x0400);   // smallest normal
   EXPECT_EQ(FloatToFloat16Bits(std::numeric_limits<float>::denorm_min()), 0x0000);
   EXPECT_TRUE(std::isnan(Float16BitsToFloat(FloatToFloat16Bits(nan))));
   EXPECT_EQ(Float16BitsToFloat(0x0001), std::ldexp(1.0f, -24));
@@ -97,7 +97,7 @@ TEST(HalfConversion, DoublesAndIntegersGoThroughFloat) {
   // rounding, kept.
   const double d = 1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30);
   EXPECT_EQ(BFloat16(d).bits, 0x3f80);
-  EXPECT_EQ(static_cast<int64_t>(BFloat16(-2.75f)), -2);  // truncation
+  EXPECT_EQ(static_cast<int64_t>(BFloat16(-2.75f)), -2);           // truncation
   EXPECT_EQ(static_cast<double>(Float16(int64_t{2049})), 2048.0);  // 2049 ties to even in float16
   EXPECT_EQ(static_cast<bool>(BFloat16(0.0f)), false);
   EXPECT_EQ(static_cast<bool>(Float16(-0.5f)), true);
@@ -184,8 +184,7 @@ TEST_P(HalfKernelTest, MatmulAccumulatesInFloatAndRoundsOnce) {
       ref[i * m + j] = 0.5 * Get(bias, j) + 2.0 * s;
     }
   }
-  std::vector<HostTensor> out =
-      MustRun("addmm", MakeAttrs({{"beta", 0.5}, {"alpha", 2.0}}), {bias, a, b});
+  std::vector<HostTensor> out = MustRun("addmm", MakeAttrs({{"beta", 0.5}, {"alpha", 2.0}}), {bias, a, b});
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].type, (TensorType{dtype, {n, m}}));
   EXPECT_TRUE(Close(out[0], ref, Tolerance(dtype, k)));

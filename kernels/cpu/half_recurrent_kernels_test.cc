@@ -31,12 +31,12 @@
 #include <string>
 #include <vector>
 
-#include "kernels/half.h"
+#include "gtest/gtest.h"
+#include "ir/op_registry.h"
 #include "kernels/cpu/half_test_util.h"
 #include "kernels/cpu/run_op_test_util.h"
 #include "kernels/cpu/sequence_test_util.h"
-#include "ir/op_registry.h"
-#include "gtest/gtest.h"
+#include "kernels/half.h"
 
 namespace tandem {
 namespace {

@@ -18,11 +18,11 @@
 #include <utility>
 #include <vector>
 
-#include "ir/attrs.h"
-#include "kernels/half.h"
-#include "kernels/cpu/run_op_test_util.h"
-#include "ir/dtype.h"
 #include "gtest/gtest.h"
+#include "ir/attrs.h"
+#include "ir/dtype.h"
+#include "kernels/cpu/run_op_test_util.h"
+#include "kernels/half.h"
 
 namespace tandem::half_test {
 
@@ -50,13 +50,20 @@ inline uint64_t TestSeed(const char* test_name) {
 inline double Get(const HostTensor& t, int64_t i) {
   const void* p = t.data();
   switch (t.type.dtype) {
-    case DType::kFloat32: return static_cast<const float*>(p)[i];
-    case DType::kFloat64: return static_cast<const double*>(p)[i];
-    case DType::kInt64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-    case DType::kInt32: return static_cast<const int32_t*>(p)[i];
-    case DType::kBool: return static_cast<const bool*>(p)[i] ? 1.0 : 0.0;
-    case DType::kBFloat16: return BFloat16BitsToFloat(static_cast<const uint16_t*>(p)[i]);
-    case DType::kFloat16: return Float16BitsToFloat(static_cast<const uint16_t*>(p)[i]);
+    case DType::kFloat32:
+      return static_cast<const float*>(p)[i];
+    case DType::kFloat64:
+      return static_cast<const double*>(p)[i];
+    case DType::kInt64:
+      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DType::kInt32:
+      return static_cast<const int32_t*>(p)[i];
+    case DType::kBool:
+      return static_cast<const bool*>(p)[i] ? 1.0 : 0.0;
+    case DType::kBFloat16:
+      return BFloat16BitsToFloat(static_cast<const uint16_t*>(p)[i]);
+    case DType::kFloat16:
+      return Float16BitsToFloat(static_cast<const uint16_t*>(p)[i]);
   }
   ADD_FAILURE() << "unexpected dtype " << DTypeName(t.type.dtype);
   return 0;
@@ -66,13 +73,27 @@ inline double Get(const HostTensor& t, int64_t i) {
 inline void Set(HostTensor& t, int64_t i, double v) {
   void* p = t.data();
   switch (t.type.dtype) {
-    case DType::kFloat32: static_cast<float*>(p)[i] = static_cast<float>(v); return;
-    case DType::kFloat64: static_cast<double*>(p)[i] = v; return;
-    case DType::kInt64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); return;
-    case DType::kInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); return;
-    case DType::kBool: static_cast<bool*>(p)[i] = v != 0; return;
-    case DType::kBFloat16: static_cast<uint16_t*>(p)[i] = BFloat16(v).bits; return;
-    case DType::kFloat16: static_cast<uint16_t*>(p)[i] = Float16(v).bits; return;
+    case DType::kFloat32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      return;
+    case DType::kFloat64:
+      static_cast<double*>(p)[i] = v;
+      return;
+    case DType::kInt64:
+      static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+      return;
+    case DType::kInt32:
+      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      return;
+    case DType::kBool:
+      static_cast<bool*>(p)[i] = v != 0;
+      return;
+    case DType::kBFloat16:
+      static_cast<uint16_t*>(p)[i] = BFloat16(v).bits;
+      return;
+    case DType::kFloat16:
+      static_cast<uint16_t*>(p)[i] = Float16(v).bits;
+      return;
   }
   ADD_FAILURE() << "unexpected dtype " << DTypeName(t.type.dtype);
 }

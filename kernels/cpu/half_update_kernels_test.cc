@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "kernels/half.h"
+#include "gtest/gtest.h"
+#include "ir/ops/fused_program.h"
 #include "kernels/cpu/half_test_util.h"
 #include "kernels/cpu/run_op_test_util.h"
-#include "ir/ops/fused_program.h"
-#include "gtest/gtest.h"
+#include "kernels/half.h"
 
 namespace tandem {
 namespace {
@@ -48,12 +48,17 @@ float Round(DType dtype, float v) { return Widen(dtype, Bits(dtype, v)); }
 float At(const TestTensor& t, int64_t i) {
   const void* p = t.data();
   switch (t.type.dtype) {
-    case DType::kFloat32: return static_cast<const float*>(p)[i];
-    case DType::kFloat64: return static_cast<float>(static_cast<const double*>(p)[i]);
-    case DType::kBool: return static_cast<const bool*>(p)[i] ? 1.0f : 0.0f;
+    case DType::kFloat32:
+      return static_cast<const float*>(p)[i];
+    case DType::kFloat64:
+      return static_cast<float>(static_cast<const double*>(p)[i]);
+    case DType::kBool:
+      return static_cast<const bool*>(p)[i] ? 1.0f : 0.0f;
     case DType::kBFloat16:
-    case DType::kFloat16: return Widen(t.type.dtype, static_cast<const uint16_t*>(p)[i]);
-    default: return static_cast<float>(static_cast<const int64_t*>(p)[i]);
+    case DType::kFloat16:
+      return Widen(t.type.dtype, static_cast<const uint16_t*>(p)[i]);
+    default:
+      return static_cast<float>(static_cast<const int64_t*>(p)[i]);
   }
 }
 
@@ -65,10 +70,18 @@ TestTensor Make(DType dtype, Shape shape, const std::vector<float>& values) {
   for (size_t i = 0; i < values.size(); ++i) {
     void* p = t.data();
     switch (dtype) {
-      case DType::kFloat32: static_cast<float*>(p)[i] = values[i]; break;
-      case DType::kFloat64: static_cast<double*>(p)[i] = values[i]; break;
-      case DType::kBool: static_cast<bool*>(p)[i] = values[i] != 0.0f; break;
-      default: static_cast<uint16_t*>(p)[i] = Bits(dtype, values[i]); break;
+      case DType::kFloat32:
+        static_cast<float*>(p)[i] = values[i];
+        break;
+      case DType::kFloat64:
+        static_cast<double*>(p)[i] = values[i];
+        break;
+      case DType::kBool:
+        static_cast<bool*>(p)[i] = values[i] != 0.0f;
+        break;
+      default:
+        static_cast<uint16_t*>(p)[i] = Bits(dtype, values[i]);
+        break;
     }
   }
   return t;
@@ -349,7 +362,7 @@ TEST_P(HalfUpdateKernelTest, MaskedFillLogicalNotAndAny) {
   std::bernoulli_distribution coin(0.5);
   for (int64_t i = 0; i < rows * cols; ++i) zv[i] = coin(rng_) ? 0.0f : At(x, i);
   for (int64_t c = 0; c < cols; ++c) zv[2 * cols + c] = (c % 2) ? -0.0f : 0.0f;  // row 2: only zeros
-  zv[4 * cols + 5] = kNaN;                                                         // row 4: a NaN among zeros
+  zv[4 * cols + 5] = kNaN;                                                       // row 4: a NaN among zeros
   for (int64_t c = 0; c < cols; ++c) {
     if (c != 5) zv[4 * cols + c] = 0.0f;
   }
@@ -425,19 +438,19 @@ TEST_P(HalfUpdateKernelTest, FusedProgramMatchesTheUnfusedOpsBitForBit) {
   TestTensor h = Make(dtype(), {}, {std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng_)});
   Attrs program;
   program.Set("code", std::vector<int64_t>{
-                          Op(kAdd), 6, 0, 1, 0,          // r6 = x + 0.37 y
-                          Op(kMul), 7, 6, 3, -1,         // r7 = r6 * lr
-                          Op(kSub), 8, 2, 7, 1,          // r8 = z - 1.7 r7
-                          Op(kDiv), 9, 8, 1, -1,         // r9 = r8 / y
-                          Op(kAddScalar), 10, 9, 2, 3,   // r10 = r9 + 0.55 * 0.1
-                          Op(kSubScalar), 11, 10, 4, -1,  // r11 = r10 - 1e-3
-                          Op(kMulScalar), 12, 11, 5, -1,  // r12 = r11 * 0.9
-                          Op(kDivScalar), 13, 12, 6, -1,  // r13 = r12 / 3
-                          Op(kNeg), 14, 13, -1, -1,       // r14 = -r13
-                          Op(kSqrt), 15, 1, -1, -1,       // r15 = sqrt(y)
-                          Op(kMaximum), 16, 14, 5, -1,    // r16 = max(r14, h)
-                          Op(kMinimum), 17, 16, 4, -1,    // r17 = min(r16, s)
-                          Op(kMul), 18, 17, 15, -1,       // r18 = r17 * r15
+                          Op(kAdd),       6,  0,  1,  0,   // r6 = x + 0.37 y
+                          Op(kMul),       7,  6,  3,  -1,  // r7 = r6 * lr
+                          Op(kSub),       8,  2,  7,  1,   // r8 = z - 1.7 r7
+                          Op(kDiv),       9,  8,  1,  -1,  // r9 = r8 / y
+                          Op(kAddScalar), 10, 9,  2,  3,   // r10 = r9 + 0.55 * 0.1
+                          Op(kSubScalar), 11, 10, 4,  -1,  // r11 = r10 - 1e-3
+                          Op(kMulScalar), 12, 11, 5,  -1,  // r12 = r11 * 0.9
+                          Op(kDivScalar), 13, 12, 6,  -1,  // r13 = r12 / 3
+                          Op(kNeg),       14, 13, -1, -1,  // r14 = -r13
+                          Op(kSqrt),      15, 1,  -1, -1,  // r15 = sqrt(y)
+                          Op(kMaximum),   16, 14, 5,  -1,  // r16 = max(r14, h)
+                          Op(kMinimum),   17, 16, 4,  -1,  // r17 = min(r16, s)
+                          Op(kMul),       18, 17, 15, -1,  // r18 = r17 * r15
                       });
   program.Set("consts", std::vector<double>{0.37, 1.7, 0.1, 0.55, 1e-3, 0.9, 3.0});
   program.Set("outputs", std::vector<int64_t>{18, 7, 15});

@@ -23,14 +23,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/cpu_program.h"
-#include "kernels/half.h"
-#include "kernels/cpu/run_op_test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "ir/graph.h"
 #include "ir/op_registry.h"
 #include "ir/ops/shape_rules.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_program.h"
+#include "kernels/cpu/run_op_test_util.h"
+#include "kernels/half.h"
 
 namespace tandem::cpu {
 namespace {
@@ -60,13 +60,27 @@ TestTensor RandomValues(TensorType type) {
   for (int64_t i = 0; i < t.numel(); ++i) {
     const double u = unit(Rng());
     switch (t.type.dtype) {
-      case DType::kFloat32: static_cast<float*>(t.data())[i] = static_cast<float>(u); break;
-      case DType::kFloat64: static_cast<double*>(t.data())[i] = u; break;
-      case DType::kInt64: static_cast<int64_t*>(t.data())[i] = std::llround(u * 50); break;
-      case DType::kInt32: static_cast<int32_t*>(t.data())[i] = static_cast<int32_t>(std::lround(u * 50)); break;
-      case DType::kBool: static_cast<bool*>(t.data())[i] = u > 0; break;
-      case DType::kBFloat16: static_cast<BFloat16*>(t.data())[i] = BFloat16(static_cast<float>(u)); break;
-      case DType::kFloat16: static_cast<Float16*>(t.data())[i] = Float16(static_cast<float>(u)); break;
+      case DType::kFloat32:
+        static_cast<float*>(t.data())[i] = static_cast<float>(u);
+        break;
+      case DType::kFloat64:
+        static_cast<double*>(t.data())[i] = u;
+        break;
+      case DType::kInt64:
+        static_cast<int64_t*>(t.data())[i] = std::llround(u * 50);
+        break;
+      case DType::kInt32:
+        static_cast<int32_t*>(t.data())[i] = static_cast<int32_t>(std::lround(u * 50));
+        break;
+      case DType::kBool:
+        static_cast<bool*>(t.data())[i] = u > 0;
+        break;
+      case DType::kBFloat16:
+        static_cast<BFloat16*>(t.data())[i] = BFloat16(static_cast<float>(u));
+        break;
+      case DType::kFloat16:
+        static_cast<Float16*>(t.data())[i] = Float16(static_cast<float>(u));
+        break;
     }
   }
   return t;
@@ -111,8 +125,8 @@ std::vector<TestTensor> ExpectSameWithInt32(const std::string& op, const Attrs& 
   if (!expected.ok() || !actual.ok()) return {};
   EXPECT_EQ(expected->size(), actual->size());
   for (size_t k = 0; k < expected->size() && k < actual->size(); ++k) {
-    EXPECT_TRUE(SameBytes((*expected)[k], (*actual)[k])) << op << " output " << k << " "
-                                                         << (*expected)[k].type.ToString();
+    EXPECT_TRUE(SameBytes((*expected)[k], (*actual)[k]))
+        << op << " output " << k << " " << (*expected)[k].type.ToString();
   }
   return *std::move(expected);
 }

@@ -14,16 +14,16 @@
 #include <numeric>
 #include <vector>
 
+#include "base/status_macros.h"
+#include "ir/ops/shape_rules.h"
 #include "kernels/cpu/half_kernels.h"
 #include "kernels/cpu/kernel_util.h"
-#include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem::cpu {
 namespace {
 
-absl::Status BadIndex(const KernelArgs& args, absl::string_view input, int64_t position, int64_t value,
-                      int64_t size, absl::string_view what) {
+absl::Status BadIndex(const KernelArgs& args, absl::string_view input, int64_t position, int64_t value, int64_t size,
+                      absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(args.node->op, ": ", input, "[", position, "] is ", value,
                                                  ", outside [0, ", size, ") (", what, ")"));
 }
@@ -44,11 +44,16 @@ absl::Status CheckIndices(const KernelArgs& args, const TensorArg& index, absl::
 template <typename F>
 absl::Status DispatchBytes(const KernelArgs& args, DType dtype, F&& f) {
   switch (DTypeSize(dtype)) {
-    case 1: return f(uint8_t{});
-    case 2: return f(uint16_t{});
-    case 4: return f(uint32_t{});
-    case 8: return f(uint64_t{});
-    default: return UnsupportedDType(args, dtype);
+    case 1:
+      return f(uint8_t{});
+    case 2:
+      return f(uint16_t{});
+    case 4:
+      return f(uint32_t{});
+    case 8:
+      return f(uint64_t{});
+    default:
+      return UnsupportedDType(args, dtype);
   }
 }
 
@@ -219,8 +224,7 @@ absl::Status ArangeKernel(const KernelArgs& args) {
     using T = decltype(tag);
     T* y = out.as<T>();
     for (int64_t i = 0; i < out.numel(); ++i) {
-      y[i] = exact ? static_cast<T>(*int_start + i * *int_step)
-                   : static_cast<T>(start + static_cast<double>(i) * step);
+      y[i] = exact ? static_cast<T>(*int_start + i * *int_step) : static_cast<T>(start + static_cast<double>(i) * step);
     }
     return absl::OkStatus();
   });

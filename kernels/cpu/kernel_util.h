@@ -60,9 +60,12 @@ inline absl::Status UnsupportedDType(const KernelArgs& args, DType dtype) {
 template <typename F>
 absl::Status DispatchFloat(const KernelArgs& args, DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kFloat32: return f(float{});
-    case DType::kFloat64: return f(double{});
-    default: return UnsupportedDType(args, dtype);
+    case DType::kFloat32:
+      return f(float{});
+    case DType::kFloat64:
+      return f(double{});
+    default:
+      return UnsupportedDType(args, dtype);
   }
 }
 
@@ -75,9 +78,12 @@ absl::Status DispatchNumeric(const KernelArgs& args, DType dtype, F&& f) {
 template <typename F>
 absl::Status DispatchStorable(const KernelArgs& args, DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kInt32: return f(int32_t{});
-    case DType::kBool: return f(bool{});
-    default: return DispatchNumeric(args, dtype, f);
+    case DType::kInt32:
+      return f(int32_t{});
+    case DType::kBool:
+      return f(bool{});
+    default:
+      return DispatchNumeric(args, dtype, f);
   }
 }
 
@@ -86,9 +92,12 @@ absl::Status DispatchStorable(const KernelArgs& args, DType dtype, F&& f) {
 template <typename F>
 absl::Status DispatchIndex(const KernelArgs& args, DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kInt64: return f(int64_t{});
-    case DType::kInt32: return f(int32_t{});
-    default: return UnsupportedDType(args, dtype);
+    case DType::kInt64:
+      return f(int64_t{});
+    case DType::kInt32:
+      return f(int32_t{});
+    default:
+      return UnsupportedDType(args, dtype);
   }
 }
 
@@ -114,14 +123,21 @@ To Convert(From value) {
 template <typename T>
 T LoadScalar(const TensorArg& t) {
   switch (t.type.dtype) {
-    case DType::kFloat32: return Convert<T>(*t.as<const float>());
-    case DType::kFloat64: return Convert<T>(*t.as<const double>());
-    case DType::kInt64: return Convert<T>(*t.as<const int64_t>());
-    case DType::kInt32: return Convert<T>(*t.as<const int32_t>());
-    case DType::kBool: return Convert<T>(*t.as<const bool>());
+    case DType::kFloat32:
+      return Convert<T>(*t.as<const float>());
+    case DType::kFloat64:
+      return Convert<T>(*t.as<const double>());
+    case DType::kInt64:
+      return Convert<T>(*t.as<const int64_t>());
+    case DType::kInt32:
+      return Convert<T>(*t.as<const int32_t>());
+    case DType::kBool:
+      return Convert<T>(*t.as<const bool>());
     // A 16-bit rank-0 operand of a float32 or float64 op (exact in float).
-    case DType::kBFloat16: return Convert<T>(t.as<const BFloat16>()->ToFloat());
-    case DType::kFloat16: return Convert<T>(t.as<const Float16>()->ToFloat());
+    case DType::kBFloat16:
+      return Convert<T>(t.as<const BFloat16>()->ToFloat());
+    case DType::kFloat16:
+      return Convert<T>(t.as<const Float16>()->ToFloat());
   }
   return T{};
 }

@@ -14,10 +14,10 @@
 #include <algorithm>
 #include <vector>
 
+#include "base/status_macros.h"
+#include "ir/ops/shape_rules.h"
 #include "kernels/cpu/half_kernels.h"
 #include "kernels/cpu/kernel_util.h"
-#include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem::cpu {
 namespace {

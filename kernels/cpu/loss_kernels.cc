@@ -7,10 +7,10 @@
 #include <limits>
 #include <vector>
 
+#include "base/status_macros.h"
+#include "ir/ops/shape_rules.h"
 #include "kernels/cpu/half_kernels.h"
 #include "kernels/cpu/kernel_util.h"
-#include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem::cpu {
 namespace {
@@ -98,8 +98,8 @@ absl::Status CheckLabels(const KernelArgs& args, const TensorArg& target, int64_
   for (int64_t i = 0; i < target.numel(); ++i) {
     if (t[i] != ignore_index && (t[i] < 0 || t[i] >= classes)) {
       return absl::InvalidArgumentError(absl::StrCat(args.node->op, ": target[", i, "] is ", t[i],
-                                                     ", outside the classes [0, ", classes,
-                                                     ") and not ignore_index (", ignore_index, ")"));
+                                                     ", outside the classes [0, ", classes, ") and not ignore_index (",
+                                                     ignore_index, ")"));
     }
   }
   return absl::OkStatus();

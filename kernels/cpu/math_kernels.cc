@@ -22,13 +22,20 @@ namespace {
 template <typename A>
 A LoadAs(const TensorArg& t, int64_t offset) {
   switch (t.type.dtype) {
-    case DType::kFloat32: return Convert<A>(t.as<const float>()[offset]);
-    case DType::kFloat64: return Convert<A>(t.as<const double>()[offset]);
-    case DType::kInt64: return Convert<A>(t.as<const int64_t>()[offset]);
-    case DType::kInt32: return Convert<A>(t.as<const int32_t>()[offset]);
-    case DType::kBool: return Convert<A>(t.as<const bool>()[offset]);
-    case DType::kBFloat16: return Convert<A>(t.as<const BFloat16>()[offset].ToFloat());
-    case DType::kFloat16: return Convert<A>(t.as<const Float16>()[offset].ToFloat());
+    case DType::kFloat32:
+      return Convert<A>(t.as<const float>()[offset]);
+    case DType::kFloat64:
+      return Convert<A>(t.as<const double>()[offset]);
+    case DType::kInt64:
+      return Convert<A>(t.as<const int64_t>()[offset]);
+    case DType::kInt32:
+      return Convert<A>(t.as<const int32_t>()[offset]);
+    case DType::kBool:
+      return Convert<A>(t.as<const bool>()[offset]);
+    case DType::kBFloat16:
+      return Convert<A>(t.as<const BFloat16>()[offset].ToFloat());
+    case DType::kFloat16:
+      return Convert<A>(t.as<const Float16>()[offset].ToFloat());
   }
   return A{};
 }
@@ -38,13 +45,27 @@ A LoadAs(const TensorArg& t, int64_t offset) {
 template <typename A>
 void StoreAs(const TensorArg& out, int64_t i, A value) {
   switch (out.type.dtype) {
-    case DType::kFloat32: out.as<float>()[i] = Convert<float>(value); return;
-    case DType::kFloat64: out.as<double>()[i] = Convert<double>(value); return;
-    case DType::kInt64: out.as<int64_t>()[i] = Convert<int64_t>(value); return;
-    case DType::kInt32: out.as<int32_t>()[i] = Convert<int32_t>(value); return;
-    case DType::kBool: out.as<bool>()[i] = value != A(0); return;
-    case DType::kBFloat16: out.as<BFloat16>()[i] = BFloat16(Convert<float>(value)); return;
-    case DType::kFloat16: out.as<Float16>()[i] = Float16(Convert<float>(value)); return;
+    case DType::kFloat32:
+      out.as<float>()[i] = Convert<float>(value);
+      return;
+    case DType::kFloat64:
+      out.as<double>()[i] = Convert<double>(value);
+      return;
+    case DType::kInt64:
+      out.as<int64_t>()[i] = Convert<int64_t>(value);
+      return;
+    case DType::kInt32:
+      out.as<int32_t>()[i] = Convert<int32_t>(value);
+      return;
+    case DType::kBool:
+      out.as<bool>()[i] = value != A(0);
+      return;
+    case DType::kBFloat16:
+      out.as<BFloat16>()[i] = BFloat16(Convert<float>(value));
+      return;
+    case DType::kFloat16:
+      out.as<Float16>()[i] = Float16(Convert<float>(value));
+      return;
   }
 }
 
@@ -75,9 +96,9 @@ void RunMath(const TensorArg& x, const TensorArg* y, const TensorArg& out, const
     return;
   }
   const Shape& shape = out.type.shape;
-  std::array<std::vector<int64_t>, 2> strides = {BroadcastStrides(x.type.shape, shape),
-                                                 y == nullptr ? std::vector<int64_t>(shape.size(), 0)
-                                                              : BroadcastStrides(y->type.shape, shape)};
+  std::array<std::vector<int64_t>, 2> strides = {
+      BroadcastStrides(x.type.shape, shape),
+      y == nullptr ? std::vector<int64_t>(shape.size(), 0) : BroadcastStrides(y->type.shape, shape)};
   ForEachIndex<2>(shape, strides, [&](int64_t i, const std::array<int64_t, 2>& off) {
     const A yi = y == nullptr ? y_const : LoadAs<A>(*y, off[1]);
     StoreAs<A>(out, i, math::ApplyMath<kOp, A>(LoadAs<A>(x, off[0]), yi, p));
@@ -94,9 +115,15 @@ absl::Status RunMathNode(const MathOpInfo& info, const KernelArgs& args) {
   math::DispatchMathOp(call.op, [&](auto op) {
     constexpr MathOp kOp = decltype(op)::value;
     switch (compute) {
-      case MathCompute::kFloat32: RunMath<kOp, float>(x, y, out, call.params); break;
-      case MathCompute::kFloat64: RunMath<kOp, double>(x, y, out, call.params); break;
-      case MathCompute::kInt64: RunMath<kOp, int64_t>(x, y, out, call.params); break;
+      case MathCompute::kFloat32:
+        RunMath<kOp, float>(x, y, out, call.params);
+        break;
+      case MathCompute::kFloat64:
+        RunMath<kOp, double>(x, y, out, call.params);
+        break;
+      case MathCompute::kInt64:
+        RunMath<kOp, int64_t>(x, y, out, call.params);
+        break;
     }
   });
   return absl::OkStatus();

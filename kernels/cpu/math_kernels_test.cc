@@ -23,26 +23,47 @@ using HostTensor = cpu::TestTensor;
 
 double Get(const HostTensor& t, int64_t i) {
   switch (t.type.dtype) {
-    case DType::kFloat32: return static_cast<const float*>(t.data())[i];
-    case DType::kFloat64: return static_cast<const double*>(t.data())[i];
-    case DType::kInt64: return static_cast<double>(static_cast<const int64_t*>(t.data())[i]);
-    case DType::kInt32: return static_cast<const int32_t*>(t.data())[i];
-    case DType::kBool: return static_cast<const bool*>(t.data())[i] ? 1.0 : 0.0;
-    case DType::kBFloat16: return static_cast<const BFloat16*>(t.data())[i].ToFloat();
-    case DType::kFloat16: return static_cast<const Float16*>(t.data())[i].ToFloat();
+    case DType::kFloat32:
+      return static_cast<const float*>(t.data())[i];
+    case DType::kFloat64:
+      return static_cast<const double*>(t.data())[i];
+    case DType::kInt64:
+      return static_cast<double>(static_cast<const int64_t*>(t.data())[i]);
+    case DType::kInt32:
+      return static_cast<const int32_t*>(t.data())[i];
+    case DType::kBool:
+      return static_cast<const bool*>(t.data())[i] ? 1.0 : 0.0;
+    case DType::kBFloat16:
+      return static_cast<const BFloat16*>(t.data())[i].ToFloat();
+    case DType::kFloat16:
+      return static_cast<const Float16*>(t.data())[i].ToFloat();
   }
   return 0;
 }
 
 void Set(HostTensor& t, int64_t i, double v) {
   switch (t.type.dtype) {
-    case DType::kFloat32: static_cast<float*>(t.data())[i] = static_cast<float>(v); break;
-    case DType::kFloat64: static_cast<double*>(t.data())[i] = v; break;
-    case DType::kInt64: static_cast<int64_t*>(t.data())[i] = static_cast<int64_t>(v); break;
-    case DType::kInt32: static_cast<int32_t*>(t.data())[i] = static_cast<int32_t>(v); break;
-    case DType::kBool: static_cast<bool*>(t.data())[i] = v != 0; break;
-    case DType::kBFloat16: static_cast<BFloat16*>(t.data())[i] = BFloat16(v); break;
-    case DType::kFloat16: static_cast<Float16*>(t.data())[i] = Float16(v); break;
+    case DType::kFloat32:
+      static_cast<float*>(t.data())[i] = static_cast<float>(v);
+      break;
+    case DType::kFloat64:
+      static_cast<double*>(t.data())[i] = v;
+      break;
+    case DType::kInt64:
+      static_cast<int64_t*>(t.data())[i] = static_cast<int64_t>(v);
+      break;
+    case DType::kInt32:
+      static_cast<int32_t*>(t.data())[i] = static_cast<int32_t>(v);
+      break;
+    case DType::kBool:
+      static_cast<bool*>(t.data())[i] = v != 0;
+      break;
+    case DType::kBFloat16:
+      static_cast<BFloat16*>(t.data())[i] = BFloat16(v);
+      break;
+    case DType::kFloat16:
+      static_cast<Float16*>(t.data())[i] = Float16(v);
+      break;
   }
 }
 
@@ -72,7 +93,7 @@ Attrs MakeAttrs(std::vector<std::pair<std::string, AttrValue>> values) {
 }
 
 HostTensor RunOp(const std::string& op, const Attrs& attrs, std::vector<HostTensor> inputs,
-               bool output_is_input = false) {
+                 bool output_is_input = false) {
   auto result = cpu::RunCpuOp(op, attrs, inputs, 0xA5, output_is_input);
   EXPECT_TRUE(result.ok()) << op << ": " << result.status();
   if (!result.ok() || result->empty()) return HostTensor({DType::kFloat32, {0}});
@@ -177,11 +198,12 @@ TEST_F(MathKernelTest, RoundingAndSignFollowPyTorch) {
   EXPECT_THAT(Values(RunOp("round", {}, {x})), ::testing::ElementsAre(0.0, 2.0, -0.0, 2.0, -2.0, ::testing::IsNan()));
   EXPECT_THAT(Values(RunOp("sign", {}, {x})), ::testing::ElementsAre(1.0, 1.0, -1.0, 1.0, -1.0, 0.0));
   EXPECT_THAT(Values(RunOp("isnan", {}, {x})), ::testing::ElementsAre(0, 0, 0, 0, 0, 1));
-  HostTensor y = Make(DType::kFloat64, {4}, {std::numeric_limits<double>::infinity(), -1e308, nan,
-                                              -std::numeric_limits<double>::infinity()});
+  HostTensor y = Make(DType::kFloat64, {4},
+                      {std::numeric_limits<double>::infinity(), -1e308, nan, -std::numeric_limits<double>::infinity()});
   EXPECT_THAT(Values(RunOp("isinf", {}, {y})), ::testing::ElementsAre(1, 0, 0, 1));
   // hardtanh clamps and lets NaN through.
-  EXPECT_THAT(Values(RunOp("hardtanh", MakeAttrs({{"min_val", 0.0}, {"max_val", 6.0}}), {Make(DType::kFloat32, {4}, {-1, 3, 7, nan})})),
+  EXPECT_THAT(Values(RunOp("hardtanh", MakeAttrs({{"min_val", 0.0}, {"max_val", 6.0}}),
+                           {Make(DType::kFloat32, {4}, {-1, 3, 7, nan})})),
               ::testing::ElementsAre(0.0, 3.0, 6.0, ::testing::IsNan()));
 }
 
@@ -204,7 +226,7 @@ TEST_F(MathKernelTest, IntegerDivisionFollowsPython) {
   // Division by zero gives 0 and INT64_MIN / -1 wraps: no trap.
   const int64_t min = std::numeric_limits<int64_t>::min();
   HostTensor edge = RunOp("div.Tensor_mode", MakeAttrs({{"rounding_mode", std::string("floor")}}),
-                        {MakeInt64({2}, {5, min}), MakeInt64({2}, {0, -1})});
+                          {MakeInt64({2}, {5, min}), MakeInt64({2}, {0, -1})});
   EXPECT_EQ(static_cast<const int64_t*>(edge.data())[0], 0);
   EXPECT_EQ(static_cast<const int64_t*>(edge.data())[1], min);
   EXPECT_THAT(Values(RunOp("remainder.Tensor", {}, {MakeInt64({2}, {5, min}), MakeInt64({2}, {0, -1})})),

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/cpu_program.h"
-#include "ir/graph_builder.h"
 #include "gtest/gtest.h"
+#include "ir/graph_builder.h"
+#include "kernels/cpu/cpu_program.h"
 #include "tandem.pb.h"
 
 namespace tandem {
@@ -95,7 +95,7 @@ class MlpRunner {
   }
 
   std::map<std::string, std::vector<double>> Run(const std::map<std::string, std::vector<double>>& doubles,
-                                                  const std::vector<int64_t>& labels) {
+                                                 const std::vector<int64_t>& labels) {
     std::vector<std::vector<uint64_t>> buffers(graph_.values.size());
     std::vector<void*> addresses;
     for (size_t v = 0; v < graph_.values.size(); ++v) {
@@ -134,9 +134,8 @@ TEST(MlpGradientTest, BackwardOpsMatchFiniteDifferencesOfTheForward) {
     return v;
   };
   std::map<std::string, std::vector<double>> values = {
-      {"W1", random(kHidden * kIn, 0.7)},  {"b1", random(kHidden, 0.3)},
-      {"W2", random(kClasses * kHidden, 0.7)}, {"b2", random(kClasses, 0.3)},
-      {"x", random(kBatch * kIn, 1.0)},    {"class_weight", {0.5, 1.0, 2.0}},
+      {"W1", random(kHidden * kIn, 0.7)}, {"b1", random(kHidden, 0.3)},     {"W2", random(kClasses * kHidden, 0.7)},
+      {"b2", random(kClasses, 0.3)},      {"x", random(kBatch * kIn, 1.0)}, {"class_weight", {0.5, 1.0, 2.0}},
   };
   const std::vector<int64_t> labels = {0, 2, -100, 1, 2};  // one ignored sample
 
@@ -162,8 +161,8 @@ TEST(MlpGradientTest, BackwardOpsMatchFiniteDifferencesOfTheForward) {
       plus[param][i] += kEps;
       auto minus = values;
       minus[param][i] -= kEps;
-      const double numeric = (runner.Run(plus, labels).at("loss")[0] - runner.Run(minus, labels).at("loss")[0]) /
-                             (2 * kEps);
+      const double numeric =
+          (runner.Run(plus, labels).at("loss")[0] - runner.Run(minus, labels).at("loss")[0]) / (2 * kEps);
       EXPECT_NEAR(analytic[i], numeric, 1e-7 + 1e-6 * std::abs(numeric)) << "d loss / d " << param << "[" << i << "]";
     }
   }

@@ -19,10 +19,10 @@
 #include <limits>
 #include <vector>
 
+#include "base/status_macros.h"
+#include "ir/ops/cnn_rules.h"
 #include "kernels/cpu/half_kernels.h"
 #include "kernels/cpu/kernel_util.h"
-#include "ir/ops/cnn_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem::cpu {
 namespace {

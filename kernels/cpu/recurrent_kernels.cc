@@ -38,10 +38,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/half.h"
-#include "kernels/cpu/kernel_util.h"
-#include "ir/ops/lstm_shape.h"
 #include "base/status_macros.h"
+#include "ir/ops/lstm_shape.h"
+#include "kernels/cpu/kernel_util.h"
+#include "kernels/half.h"
 
 namespace tandem::cpu {
 namespace {
@@ -102,10 +102,14 @@ absl::Status DispatchLstm(const KernelArgs& args, F&& f) {
     if (t.type.dtype != dtype) return UnsupportedDType(args, t.type.dtype);
   }
   switch (dtype) {
-    case DType::kFloat32: return f(float{});
-    case DType::kBFloat16: return f(BFloat16{});
-    case DType::kFloat16: return f(Float16{});
-    default: return UnsupportedDType(args, dtype);
+    case DType::kFloat32:
+      return f(float{});
+    case DType::kBFloat16:
+      return f(BFloat16{});
+    case DType::kFloat16:
+      return f(Float16{});
+    default:
+      return UnsupportedDType(args, dtype);
   }
 }
 

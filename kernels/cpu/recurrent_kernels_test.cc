@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/sequence_test_util.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/sequence_test_util.h"
 
 namespace tandem::seq_test {
 namespace {

@@ -13,11 +13,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/cpu/half_kernels.h"
-#include "kernels/cpu/kernel_util.h"
+#include "base/status_macros.h"
 #include "ir/ops/reduction_rules.h"
 #include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
+#include "kernels/cpu/half_kernels.h"
+#include "kernels/cpu/kernel_util.h"
 
 namespace tandem::cpu {
 namespace {
@@ -204,12 +204,24 @@ absl::Status VectorNormKernel(const KernelArgs& args) {
         const double a = std::fabs(static_cast<double>(x[i]));
         double& s = acc[j];
         switch (norm.kind) {
-          case NormKind::kSumSquares: s += a * a; break;
-          case NormKind::kSumAbs: s += a; break;
-          case NormKind::kMaxAbs: s = (std::isnan(a) || a > s) ? a : s; break;  // NaN sticks
-          case NormKind::kMinAbs: s = (std::isnan(a) || a < s) ? a : s; break;
-          case NormKind::kCountNonZero: s += x[i] != In(0) ? 1.0 : 0.0; break;
-          case NormKind::kSumPow: s += std::pow(a, norm.p); break;
+          case NormKind::kSumSquares:
+            s += a * a;
+            break;
+          case NormKind::kSumAbs:
+            s += a;
+            break;
+          case NormKind::kMaxAbs:
+            s = (std::isnan(a) || a > s) ? a : s;
+            break;  // NaN sticks
+          case NormKind::kMinAbs:
+            s = (std::isnan(a) || a < s) ? a : s;
+            break;
+          case NormKind::kCountNonZero:
+            s += x[i] != In(0) ? 1.0 : 0.0;
+            break;
+          case NormKind::kSumPow:
+            s += std::pow(a, norm.p);
+            break;
         }
       });
       Out* y = out.as<Out>();
@@ -235,10 +247,9 @@ absl::Status ExtremumKernel(const KernelArgs& args) {
     using T = decltype(tag);
     // The registry refuses empty reductions, so every output takes a value.
     T* y = out.as<T>();
-    const T init = kMax ? (std::is_floating_point_v<T> ? -std::numeric_limits<T>::infinity()
-                                                       : std::numeric_limits<T>::lowest())
-                        : (std::is_floating_point_v<T> ? std::numeric_limits<T>::infinity()
-                                                       : std::numeric_limits<T>::max());
+    const T init =
+        kMax ? (std::is_floating_point_v<T> ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::lowest())
+             : (std::is_floating_point_v<T> ? std::numeric_limits<T>::infinity() : std::numeric_limits<T>::max());
     for (int64_t j = 0; j < out.numel(); ++j) y[j] = init;
     const T* x = in.as<const T>();
     ForEachReduced(in.type.shape, mask, [&](int64_t i, int64_t j) {

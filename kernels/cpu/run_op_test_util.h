@@ -14,12 +14,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "ir/attrs.h"
-#include "kernels/cpu/cpu_kernels.h"
-#include "ir/graph.h"
-#include "kernels/kernel.h"
-#include "ir/op_registry.h"
 #include "base/status_macros.h"
+#include "ir/attrs.h"
+#include "ir/graph.h"
+#include "ir/op_registry.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernel.h"
 
 namespace tandem::cpu {
 

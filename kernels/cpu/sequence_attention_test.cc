@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/sequence_test_util.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/sequence_test_util.h"
 
 namespace tandem::seq_test {
 namespace {

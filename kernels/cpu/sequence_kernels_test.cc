@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/sequence_test_util.h"
-#include "ir/graph_builder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ir/graph_builder.h"
+#include "kernels/cpu/sequence_test_util.h"
 
 namespace tandem::seq_test {
 namespace {

@@ -3,7 +3,8 @@
 // recurrent_kernels_test.cc, half_recurrent_kernels_test.cc): host
 // tensors, running one op through its CPU kernel with poisoned outputs,
 // element comparisons, index arithmetic of their own, central finite
-// differences, and a float64 LSTM layer to check the lstm kernels against. Header-only, test-only; not thread-safe (one test at a time).
+// differences, and a float64 LSTM layer to check the lstm kernels against. Header-only, test-only; not thread-safe (one
+// test at a time).
 #ifndef TANDEM_KERNELS_CPU_SEQUENCE_TEST_UTIL_H_
 #define TANDEM_KERNELS_CPU_SEQUENCE_TEST_UTIL_H_
 
@@ -17,11 +18,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/run_op_test_util.h"
-#include "ir/op_registry.h"
 #include "base/status_macros.h"
 #include "gtest/gtest.h"
+#include "ir/op_registry.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/run_op_test_util.h"
 
 namespace tandem::seq_test {
 
@@ -37,22 +38,40 @@ struct Tensor {
 
   double Get(int64_t i) const {
     switch (type.dtype) {
-      case DType::kFloat32: return static_cast<const float*>(data())[i];
-      case DType::kFloat64: return static_cast<const double*>(data())[i];
-      case DType::kInt64: return static_cast<double>(static_cast<const int64_t*>(data())[i]);
-      case DType::kInt32: return static_cast<const int32_t*>(data())[i];
-      case DType::kBool: return static_cast<const bool*>(data())[i] ? 1.0 : 0.0;
-      default: ADD_FAILURE() << "dtype not handled by the test"; return 0;
+      case DType::kFloat32:
+        return static_cast<const float*>(data())[i];
+      case DType::kFloat64:
+        return static_cast<const double*>(data())[i];
+      case DType::kInt64:
+        return static_cast<double>(static_cast<const int64_t*>(data())[i]);
+      case DType::kInt32:
+        return static_cast<const int32_t*>(data())[i];
+      case DType::kBool:
+        return static_cast<const bool*>(data())[i] ? 1.0 : 0.0;
+      default:
+        ADD_FAILURE() << "dtype not handled by the test";
+        return 0;
     }
   }
   void Set(int64_t i, double v) {
     switch (type.dtype) {
-      case DType::kFloat32: static_cast<float*>(data())[i] = static_cast<float>(v); break;
-      case DType::kFloat64: static_cast<double*>(data())[i] = v; break;
-      case DType::kInt64: static_cast<int64_t*>(data())[i] = static_cast<int64_t>(v); break;
-      case DType::kInt32: static_cast<int32_t*>(data())[i] = static_cast<int32_t>(v); break;
-      case DType::kBool: static_cast<bool*>(data())[i] = v != 0; break;
-      default: ADD_FAILURE() << "dtype not handled by the test";
+      case DType::kFloat32:
+        static_cast<float*>(data())[i] = static_cast<float>(v);
+        break;
+      case DType::kFloat64:
+        static_cast<double*>(data())[i] = v;
+        break;
+      case DType::kInt64:
+        static_cast<int64_t*>(data())[i] = static_cast<int64_t>(v);
+        break;
+      case DType::kInt32:
+        static_cast<int32_t*>(data())[i] = static_cast<int32_t>(v);
+        break;
+      case DType::kBool:
+        static_cast<bool*>(data())[i] = v != 0;
+        break;
+      default:
+        ADD_FAILURE() << "dtype not handled by the test";
     }
   }
   std::vector<double> Values() const {

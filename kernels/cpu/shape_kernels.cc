@@ -5,9 +5,9 @@
 #include <numeric>
 #include <vector>
 
-#include "kernels/cpu/kernel_util.h"
-#include "ir/ops/shape_rules.h"
 #include "base/status_macros.h"
+#include "ir/ops/shape_rules.h"
+#include "kernels/cpu/kernel_util.h"
 
 namespace tandem::cpu {
 namespace {
@@ -23,11 +23,16 @@ absl::Status SameBytesKernel(const KernelArgs& args) {
 template <typename F>
 absl::Status DispatchElementSize(const KernelArgs& args, DType dtype, F&& f) {
   switch (DTypeSize(dtype)) {
-    case 1: return f(uint8_t{});
-    case 2: return f(uint16_t{});
-    case 4: return f(uint32_t{});
-    case 8: return f(uint64_t{});
-    default: return UnsupportedDType(args, dtype);
+    case 1:
+      return f(uint8_t{});
+    case 2:
+      return f(uint16_t{});
+    case 4:
+      return f(uint32_t{});
+    case 8:
+      return f(uint64_t{});
+    default:
+      return UnsupportedDType(args, dtype);
   }
 }
 

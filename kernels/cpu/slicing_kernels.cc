@@ -5,10 +5,10 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/kernel_util.h"
+#include "base/status_macros.h"
 #include "ir/ops/shape_rules.h"
 #include "ir/ops/slice_rules.h"
-#include "base/status_macros.h"
+#include "kernels/cpu/kernel_util.h"
 
 namespace tandem::cpu {
 namespace {

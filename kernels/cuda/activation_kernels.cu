@@ -10,9 +10,9 @@
 #include <cmath>
 #include <type_traits>
 
+#include "ir/ops/dropout_mask.h"
 #include "kernels/cuda/kernel_common.cuh"
 #include "kernels/cuda/sequence_launch.h"
-#include "ir/ops/dropout_mask.h"
 
 namespace tandem::cuda {
 namespace {
@@ -130,13 +130,13 @@ __global__ void PointwiseKernel(int64_t n, Operands operands, T* out, Fn fn) {
     using V = Vec16<T>;
     constexpr int kWidth = V::kCount;
     const int64_t packs = n / kWidth;
-    auto load = [&](V (&in)[3], int64_t i) {
+    auto load = [&](V(&in)[3], int64_t i) {
 #pragma unroll
       for (int k = 0; k < kArity; ++k) {
         if (!operands.o[k].scalar) in[k] = static_cast<const V*>(operands.o[k].data)[i];
       }
     };
-    auto apply = [&](const V (&in)[3]) {
+    auto apply = [&](const V(&in)[3]) {
       V result;
 #pragma unroll
       for (int e = 0; e < kWidth; ++e) {
@@ -184,11 +184,14 @@ constexpr int Arity(PointwiseOp op) {
     case PointwiseOp::kGeluTanh:
     case PointwiseOp::kPowExponent:
     case PointwiseOp::kPowBase:
-    case PointwiseOp::kClamp: return 1;
+    case PointwiseOp::kClamp:
+      return 1;
     case PointwiseOp::kAddcmul:
     case PointwiseOp::kAddcdiv:
-    case PointwiseOp::kLerp: return 3;
-    default: return 2;
+    case PointwiseOp::kLerp:
+      return 3;
+    default:
+      return 2;
   }
 }
 
@@ -224,12 +227,15 @@ template <PointwiseOp kOp>
 cudaError_t Dispatch(DType dtype, int64_t n, const BinaryOperand* operands, void* out, const PointwiseParams& params,
                      cudaStream_t stream) {
   switch (dtype) {
-    case DType::kFloat32: return Run<float, kOp>(n, operands, out, params, stream);
-    case DType::kFloat64: return Run<double, kOp>(n, operands, out, params, stream);
+    case DType::kFloat32:
+      return Run<float, kOp>(n, operands, out, params, stream);
+    case DType::kFloat64:
+      return Run<double, kOp>(n, operands, out, params, stream);
     case DType::kInt64:
       if constexpr (AllowsInt64(kOp)) return Run<int64_t, kOp>(n, operands, out, params, stream);
       return cudaErrorInvalidValue;
-    default: return cudaErrorInvalidValue;
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 
@@ -252,21 +258,27 @@ __global__ void DropoutBackwardKernel(int64_t n, const T* grad, const bool* mask
 template <typename F>
 bool DispatchFloat(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kFloat32: f(float{}); return true;
-    case DType::kFloat64: f(double{}); return true;
-    default: return false;
+    case DType::kFloat32:
+      f(float{});
+      return true;
+    case DType::kFloat64:
+      f(double{});
+      return true;
+    default:
+      return false;
   }
 }
 
 }  // namespace
 
-cudaError_t LaunchPointwise(PointwiseOp op, DType dtype, int64_t n, const BinaryOperand* operands, int arity,
-                            void* out, const PointwiseParams& params, cudaStream_t stream) {
+cudaError_t LaunchPointwise(PointwiseOp op, DType dtype, int64_t n, const BinaryOperand* operands, int arity, void* out,
+                            const PointwiseParams& params, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   (void)arity;  // each op knows its own arity
   switch (op) {
 #define TANDEM_POINTWISE_CASE(name) \
-  case PointwiseOp::name: return Dispatch<PointwiseOp::name>(dtype, n, operands, out, params, stream);
+  case PointwiseOp::name:           \
+    return Dispatch<PointwiseOp::name>(dtype, n, operands, out, params, stream);
     TANDEM_POINTWISE_CASE(kSigmoid)
     TANDEM_POINTWISE_CASE(kTanh)
     TANDEM_POINTWISE_CASE(kExp)
@@ -292,13 +304,13 @@ cudaError_t LaunchPointwise(PointwiseOp op, DType dtype, int64_t n, const Binary
   return cudaErrorInvalidValue;
 }
 
-cudaError_t LaunchNativeDropout(DType dtype, int64_t n, const void* x, const int64_t* seed,
-                                const DropoutParams& params, void* out, bool* mask, cudaStream_t stream) {
+cudaError_t LaunchNativeDropout(DType dtype, int64_t n, const void* x, const int64_t* seed, const DropoutParams& params,
+                                void* out, bool* mask, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const bool launched = DispatchFloat(dtype, [&](auto tag) {
     using T = decltype(tag);
-    DropoutKernel<T><<<Blocks(n), kThreads, 0, stream>>>(n, static_cast<const T*>(x), seed, params,
-                                                         static_cast<T*>(out), mask);
+    DropoutKernel<T>
+        <<<Blocks(n), kThreads, 0, stream>>>(n, static_cast<const T*>(x), seed, params, static_cast<T*>(out), mask);
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }

@@ -7,13 +7,13 @@
 #include <string>
 #include <variant>
 
-#include "kernels/half.h"
+#include "base/status_macros.h"
+#include "ir/ops/dropout_mask.h"
 #include "kernels/cuda/half_launch.h"
 #include "kernels/cuda/kernel_util.h"
 #include "kernels/cuda/operand_layout.h"
 #include "kernels/cuda/sequence_launch.h"
-#include "ir/ops/dropout_mask.h"
-#include "base/status_macros.h"
+#include "kernels/half.h"
 
 namespace tandem::cuda {
 namespace {
@@ -30,23 +30,34 @@ ScalarParam NumberAttr(const Attrs& attrs, const char* name, double value) {
 // The 16-bit op of `op`, for the ops that have one.
 std::optional<HalfMathOp> HalfMathOpOf(PointwiseOp op) {
   switch (op) {
-    case PointwiseOp::kClamp: return HalfMathOp::kClamp;
-    case PointwiseOp::kMaximum: return HalfMathOp::kMaximum;
-    case PointwiseOp::kMinimum: return HalfMathOp::kMinimum;
-    case PointwiseOp::kAddcmul: return HalfMathOp::kAddcmul;
-    case PointwiseOp::kAddcdiv: return HalfMathOp::kAddcdiv;
-    default: return std::nullopt;
+    case PointwiseOp::kClamp:
+      return HalfMathOp::kClamp;
+    case PointwiseOp::kMaximum:
+      return HalfMathOp::kMaximum;
+    case PointwiseOp::kMinimum:
+      return HalfMathOp::kMinimum;
+    case PointwiseOp::kAddcmul:
+      return HalfMathOp::kAddcmul;
+    case PointwiseOp::kAddcdiv:
+      return HalfMathOp::kAddcdiv;
+    default:
+      return std::nullopt;
   }
 }
 
 // The 16-bit activation of `op`, for sigmoid, tanh and their backwards.
 std::optional<HalfActivationOp> HalfActivationOpOf(PointwiseOp op) {
   switch (op) {
-    case PointwiseOp::kSigmoid: return HalfActivationOp::kSigmoid;
-    case PointwiseOp::kTanh: return HalfActivationOp::kTanh;
-    case PointwiseOp::kSigmoidBackward: return HalfActivationOp::kSigmoidBackward;
-    case PointwiseOp::kTanhBackward: return HalfActivationOp::kTanhBackward;
-    default: return std::nullopt;
+    case PointwiseOp::kSigmoid:
+      return HalfActivationOp::kSigmoid;
+    case PointwiseOp::kTanh:
+      return HalfActivationOp::kTanh;
+    case PointwiseOp::kSigmoidBackward:
+      return HalfActivationOp::kSigmoidBackward;
+    case PointwiseOp::kTanhBackward:
+      return HalfActivationOp::kTanhBackward;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -91,8 +102,8 @@ absl::Status Run(const CudaKernelContext& context, const KernelArgs& args, Point
                    BroadcastOperands(inputs, std::vector<DType>(inputs.size(), dtype), out.type.shape));
   if (IsHalfDType(dtype)) return RunHalf(context, args, op, params, operands);
   return Launched(args,
-                  LaunchPointwise(op, dtype, out.numel(), operands.data(), static_cast<int>(operands.size()),
-                                  out.data, params, context.native),
+                  LaunchPointwise(op, dtype, out.numel(), operands.data(), static_cast<int>(operands.size()), out.data,
+                                  params, context.native),
                   dtype);
 }
 
@@ -120,8 +131,9 @@ absl::Status GeluKernel(const CudaKernelContext& context, const KernelArgs& args
   const bool tanh_form = *approximate == "tanh";
   if (IsHalfDType(args.outputs[0].type.dtype)) {
     constexpr bool kBackward = kExact == PointwiseOp::kGeluBackward;
-    const HalfPointwiseOp op = kBackward ? (tanh_form ? HalfPointwiseOp::kGeluTanhBackward : HalfPointwiseOp::kGeluBackward)
-                                         : (tanh_form ? HalfPointwiseOp::kGeluTanh : HalfPointwiseOp::kGelu);
+    const HalfPointwiseOp op = kBackward
+                                   ? (tanh_form ? HalfPointwiseOp::kGeluTanhBackward : HalfPointwiseOp::kGeluBackward)
+                                   : (tanh_form ? HalfPointwiseOp::kGeluTanh : HalfPointwiseOp::kGelu);
     return RunHalfGelu(context, args, op);
   }
   return Run(context, args, tanh_form ? kTanh : kExact, PointwiseParams{});
@@ -157,8 +169,7 @@ absl::Status ClampKernel(const CudaKernelContext& context, const KernelArgs& arg
 template <PointwiseOp kOp>
 absl::Status NumberOpKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const char* name = kOp == PointwiseOp::kLerpScalar ? "weight" : "value";
-  const std::optional<double> fallback =
-      kOp == PointwiseOp::kLerpScalar ? std::nullopt : std::optional<double>(1.0);
+  const std::optional<double> fallback = kOp == PointwiseOp::kLerpScalar ? std::nullopt : std::optional<double>(1.0);
   ASSIGN_OR_RETURN(double value, args.node->attrs.GetFloat(name, fallback));
   PointwiseParams params;
   params.p = NumberAttr(args.node->attrs, name, value);

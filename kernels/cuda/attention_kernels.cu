@@ -213,9 +213,14 @@ bool AllowSharedMemory(Kernel kernel, size_t bytes) {
 template <typename F>
 bool DispatchFloat(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kFloat32: f(float{}); return true;
-    case DType::kFloat64: f(double{}); return true;
-    default: return false;
+    case DType::kFloat32:
+      f(float{});
+      return true;
+    case DType::kFloat64:
+      f(double{});
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -5,12 +5,12 @@
 #include <cmath>
 #include <vector>
 
+#include "base/status_macros.h"
+#include "ir/ops/shape_rules.h"
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/half_launch.h"
 #include "kernels/cuda/kernel_util.h"
 #include "kernels/cuda/sequence_launch.h"
-#include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem::cuda {
 namespace {
@@ -102,8 +102,8 @@ absl::Status Forward(const CudaKernelContext& context, const KernelArgs& args, c
            : LaunchAttentionForward(q.type.dtype, p, q.data, args.inputs[1].data, args.inputs[2].data,
                                     args.outputs[0].data, lse_data, context.native);
   if (error == cudaErrorInvalidValue) {
-    return absl::UnimplementedError(absl::StrCat(args.node->op, ": ", p.keys,
-                                                 " keys do not fit the fused kernel's shared memory"));
+    return absl::UnimplementedError(
+        absl::StrCat(args.node->op, ": ", p.keys, " keys do not fit the fused kernel's shared memory"));
   }
   return Launched(args, error, q.type.dtype);
 }
@@ -120,8 +120,8 @@ absl::Status FlashAttentionKernel(const CudaKernelContext& context, const Kernel
   return Forward(context, args, args.inputs.size() > 3 ? &args.inputs[3] : nullptr, &args.outputs[1]);
 }
 
-absl::Status Backward(const CudaKernelContext& context, const KernelArgs& args, const TensorArg* mask,
-                      size_t out_input, size_t lse_input, const TensorArg* grad_bias) {
+absl::Status Backward(const CudaKernelContext& context, const KernelArgs& args, const TensorArg* mask, size_t out_input,
+                      size_t lse_input, const TensorArg* grad_bias) {
   const TensorArg& q = args.inputs[1];
   const TensorArg& lse = args.inputs[lse_input];
   const bool half = HalfWithFloatLse(q, lse);
@@ -137,9 +137,9 @@ absl::Status Backward(const CudaKernelContext& context, const KernelArgs& args, 
                                          args.outputs[0].data, args.outputs[1].data, args.outputs[2].data, bias_data,
                                          bias_numel, context.native)
            : LaunchAttentionBackward(q.type.dtype, p, args.inputs[0].data, q.data, args.inputs[2].data,
-                                     args.inputs[3].data, args.inputs[out_input].data, lse.data,
-                                     args.outputs[0].data, args.outputs[1].data, args.outputs[2].data, bias_data,
-                                     bias_full, bias_numel, context.native);
+                                     args.inputs[3].data, args.inputs[out_input].data, lse.data, args.outputs[0].data,
+                                     args.outputs[1].data, args.outputs[2].data, bias_data, bias_full, bias_numel,
+                                     context.native);
   if (error == cudaErrorInvalidValue) {
     return absl::UnimplementedError(absl::StrCat(args.node->op, ": ", p.rows, " queries and ", p.keys,
                                                  " keys do not fit the fused kernels' shared memory"));

@@ -229,10 +229,9 @@ __global__ void __launch_bounds__(kBatchNormThreads)
         static_cast<S*>(op.save_mean)[c] = RoundTo<S>(mean);
         static_cast<S*>(op.save_invstd)[c] = RoundTo<S>(invstd);
         if (new_running_mean != nullptr) {
-          new_running_mean[c] =
-              RoundTo<P>((1.0 - p.momentum) * WidenTo<double>(running_mean[c]) + p.momentum * mean);
-          new_running_var[c] = RoundTo<P>((1.0 - p.momentum) * WidenTo<double>(running_var[c]) +
-                                          p.momentum * m2 / (count - 1.0));
+          new_running_mean[c] = RoundTo<P>((1.0 - p.momentum) * WidenTo<double>(running_mean[c]) + p.momentum * mean);
+          new_running_var[c] =
+              RoundTo<P>((1.0 - p.momentum) * WidenTo<double>(running_var[c]) + p.momentum * m2 / (count - 1.0));
         }
       }
     } else {
@@ -292,8 +291,7 @@ __global__ void __launch_bounds__(kBatchNormThreads)
 // mean (of type M), into partials[2 * b] and partials[2 * b + 1].
 template <typename T, typename M, int kWidth>
 __global__ void __launch_bounds__(kBatchNormThreads)
-    BatchNormGradSumsKernel(ChunkGeometry g, const T* grad_output, const T* x, const M* mean_in,
-                            double* partials) {
+    BatchNormGradSumsKernel(ChunkGeometry g, const T* grad_output, const T* x, const M* mean_in, double* partials) {
   constexpr int kUnits = kElementsPerThread / kWidth;
   __shared__ double shared[32];
   const Pack<T, kWidth>* dy = reinterpret_cast<const Pack<T, kWidth>*>(grad_output);
@@ -353,8 +351,8 @@ __global__ void __launch_bounds__(kBatchNormThreads)
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; c < p.channels;
        c += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
     const double mean = WidenTo<double>(mean_in[c]);
-    const double invstd = p.training ? WidenTo<double>(invstd_in[c])
-                                     : 1.0 / sqrt(WidenTo<double>(invstd_in[c]) + p.eps);
+    const double invstd =
+        p.training ? WidenTo<double>(invstd_in[c]) : 1.0 / sqrt(WidenTo<double>(invstd_in[c]) + p.eps);
     double sum_dy = 0.0, sum_dy_xmu = 0.0;
     if (partials != nullptr) {
       const double* part = partials + 2 * c * chunks;
@@ -383,8 +381,7 @@ __global__ void __launch_bounds__(kBatchNormThreads)
 // loads all its units before storing any, so grad_input may be dy or x.
 template <typename T, int kWidth, bool kTraining>
 __global__ void __launch_bounds__(kBatchNormThreads)
-    BatchNormGradInputKernel(ChunkGeometry g, const double* coeffs, const T* grad_output, const T* x,
-                             T* grad_input) {
+    BatchNormGradInputKernel(ChunkGeometry g, const double* coeffs, const T* grad_output, const T* x, T* grad_input) {
   constexpr int kUnits = kElementsPerThread / kWidth;
   const Pack<T, kWidth>* dy = reinterpret_cast<const Pack<T, kWidth>*>(grad_output);
   const Pack<T, kWidth>* in = reinterpret_cast<const Pack<T, kWidth>*>(x);
@@ -558,19 +555,25 @@ cudaError_t LaunchBatchNormForward(DType dtype, const BatchNormLaunchParams& p, 
                                    void* scratch, cudaStream_t stream) {
   if (p.channels == 0) return cudaSuccess;
   switch (dtype) {
-    case DType::kFloat32: return Forward<float, float, float>(p, op, scratch, stream);
-    case DType::kFloat64: return Forward<double, double, double>(p, op, scratch, stream);
-    default: return cudaErrorInvalidValue;
+    case DType::kFloat32:
+      return Forward<float, float, float>(p, op, scratch, stream);
+    case DType::kFloat64:
+      return Forward<double, double, double>(p, op, scratch, stream);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 
-cudaError_t LaunchBatchNormBackward(DType dtype, const BatchNormLaunchParams& p,
-                                    const BatchNormBackwardOperands& op, void* scratch, cudaStream_t stream) {
+cudaError_t LaunchBatchNormBackward(DType dtype, const BatchNormLaunchParams& p, const BatchNormBackwardOperands& op,
+                                    void* scratch, cudaStream_t stream) {
   if (p.channels == 0) return cudaSuccess;
   switch (dtype) {
-    case DType::kFloat32: return Backward<float, float, float>(p, op, scratch, stream);
-    case DType::kFloat64: return Backward<double, double, double>(p, op, scratch, stream);
-    default: return cudaErrorInvalidValue;
+    case DType::kFloat32:
+      return Backward<float, float, float>(p, op, scratch, stream);
+    case DType::kFloat64:
+      return Backward<double, double, double>(p, op, scratch, stream);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 

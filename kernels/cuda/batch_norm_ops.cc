@@ -19,11 +19,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/cnn_launch.h"
-#include "kernels/cuda/kernel_util.h"
-#include "ir/ops/cnn_rules.h"
 #include "base/status_macros.h"
 #include "device/cuda/cuda_stream.h"
+#include "ir/ops/cnn_rules.h"
+#include "kernels/cuda/cnn_launch.h"
+#include "kernels/cuda/kernel_util.h"
 
 namespace tandem::cuda {
 namespace {
@@ -51,9 +51,9 @@ class BatchNormScratch final : public device::CudaStream::Attachment {
   absl::StatusOr<void*> Get(const KernelArgs& args, size_t bytes, int ordinal, cudaStream_t stream) {
     if (bytes <= bytes_ && !buffers_.empty()) return buffers_.back();
     if (Capturing(stream)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          args.node->op, ": the batch-norm scratch must grow to ", bytes,
-          " bytes while the stream is being captured; the iteration must run op by op first"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(args.node->op, ": the batch-norm scratch must grow to ", bytes,
+                       " bytes while the stream is being captured; the iteration must run op by op first"));
     }
     const size_t rounded = (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
     CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal));
@@ -114,8 +114,7 @@ absl::Status BatchNormForwardKernel(const CudaKernelContext& context, const Kern
   if (p.channels == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(void* scratch, ScratchFor(context, args, p));
   if (IsHalf(dtype)) {
-    return Launched(args,
-                    LaunchHalfBatchNormForward(dtype, args.inputs[1].type.dtype, p, op, scratch, context.native),
+    return Launched(args, LaunchHalfBatchNormForward(dtype, args.inputs[1].type.dtype, p, op, scratch, context.native),
                     dtype);
   }
   return Launched(args, LaunchBatchNormForward(dtype, p, op, scratch, context.native), dtype);
@@ -150,8 +149,7 @@ absl::Status BatchNormBackwardKernel(const CudaKernelContext& context, const Ker
   if (p.channels == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(void* scratch, ScratchFor(context, args, p));
   if (IsHalf(dtype)) {
-    return Launched(args,
-                    LaunchHalfBatchNormBackward(dtype, args.inputs[2].type.dtype, p, op, scratch, context.native),
+    return Launched(args, LaunchHalfBatchNormBackward(dtype, args.inputs[2].type.dtype, p, op, scratch, context.native),
                     dtype);
   }
   return Launched(args, LaunchBatchNormBackward(dtype, p, op, scratch, context.native), dtype);

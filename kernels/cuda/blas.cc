@@ -13,13 +13,13 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "base/log.h"
+#include "base/status_macros.h"
+#include "device/cuda/cuda_status.h"
 #include "kernels/cuda/device_choices.h"
 #include "kernels/cuda/kernel_util.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/time_runs.h"
-#include "base/log.h"
-#include "base/status_macros.h"
-#include "device/cuda/cuda_status.h"
 
 namespace tandem::cuda {
 namespace {
@@ -33,12 +33,12 @@ absl::Status BlasStatus(cublasStatus_t status, absl::string_view call) {
   return absl::InternalError(message);
 }
 
-#define BLAS_RETURN_IF_ERROR(call)                                                                 \
-  do {                                                                                             \
-    const cublasStatus_t tandem_blas_status_ = (call);                                             \
-    if (tandem_blas_status_ != CUBLAS_STATUS_SUCCESS) {                                            \
-      return BlasStatus(tandem_blas_status_, ::tandem::device::internal::CallName(#call));          \
-    }                                                                                              \
+#define BLAS_RETURN_IF_ERROR(call)                                                         \
+  do {                                                                                     \
+    const cublasStatus_t tandem_blas_status_ = (call);                                     \
+    if (tandem_blas_status_ != CUBLAS_STATUS_SUCCESS) {                                    \
+      return BlasStatus(tandem_blas_status_, ::tandem::device::internal::CallName(#call)); \
+    }                                                                                      \
   } while (0)
 
 // Elements between rows of out (and c).
@@ -153,10 +153,14 @@ cublasComputeType_t ComputeType(const MatmulSpec& s) {
 // The storage type of the operands, the output and the bias.
 cudaDataType_t DataType(DType dtype) {
   switch (dtype) {
-    case DType::kFloat64: return CUDA_R_64F;
-    case DType::kBFloat16: return CUDA_R_16BF;
-    case DType::kFloat16: return CUDA_R_16F;
-    default: return CUDA_R_32F;
+    case DType::kFloat64:
+      return CUDA_R_64F;
+    case DType::kBFloat16:
+      return CUDA_R_16BF;
+    case DType::kFloat16:
+      return CUDA_R_16F;
+    default:
+      return CUDA_R_32F;
   }
 }
 
@@ -215,9 +219,21 @@ absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s
   }
   const void* c = use_c ? s.c : s.out;
 
-  const AlgoKey key = {static_cast<int64_t>(s.dtype), s.n, s.k, s.m, s.trans_a, s.trans_b, s.bias != nullptr,
-                       AlignmentOf(s.a), AlignmentOf(s.b), AlignmentOf(c), AlignmentOf(s.out),
-                       s.bias != nullptr ? AlignmentOf(s.bias) : 0, s.batch, OutRowStride(s), UsesTf32(s)};
+  const AlgoKey key = {static_cast<int64_t>(s.dtype),
+                       s.n,
+                       s.k,
+                       s.m,
+                       s.trans_a,
+                       s.trans_b,
+                       s.bias != nullptr,
+                       AlignmentOf(s.a),
+                       AlignmentOf(s.b),
+                       AlignmentOf(c),
+                       AlignmentOf(s.out),
+                       s.bias != nullptr ? AlignmentOf(s.bias) : 0,
+                       s.batch,
+                       OutRowStride(s),
+                       UsesTf32(s)};
   auto it = state.algos.find(key);
   if (it == state.algos.end()) {
     if (auto shared = DeviceAlgos().Find(state.device, key); shared.has_value()) {
@@ -227,20 +243,19 @@ absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s
   if (it == state.algos.end()) {
     BLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&descs.pref));
     const size_t workspace = kBlasWorkspaceBytes;
-    BLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
-        descs.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
+    BLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(descs.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                              &workspace, sizeof(workspace)));
     const uint32_t align[4] = {AlignmentOf(s.b), AlignmentOf(s.a), AlignmentOf(c), AlignmentOf(s.out)};
     const cublasLtMatmulPreferenceAttributes_t attrs[4] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int i = 0; i < 4; ++i) {
-      BLAS_RETURN_IF_ERROR(
-          cublasLtMatmulPreferenceSetAttribute(descs.pref, attrs[i], &align[i], sizeof(align[i])));
+      BLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(descs.pref, attrs[i], &align[i], sizeof(align[i])));
     }
     cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
     int found = 0;
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-        state.lt, descs.op, descs.x, descs.y, descs.d, descs.d, descs.pref, kCandidates, results, &found);
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(state.lt, descs.op, descs.x, descs.y, descs.d, descs.d,
+                                                                 descs.pref, kCandidates, results, &found);
     std::optional<cublasLtMatmulAlgo_t> algo;
     if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
       algo = results[0].algo;
@@ -261,7 +276,8 @@ absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s
       float best_ms = first_ms * 0.97f;
       int best = 0;
       for (int i = 1; first_ms >= 0 && i < found; ++i) {
-        const float ms = TimeRuns(stream, [&] { return run(results[i].algo); }, GiveUpMs(first_ms));
+        const float ms = TimeRuns(
+            stream, [&] { return run(results[i].algo); }, GiveUpMs(first_ms));
         if (ms >= 0 && ms < best_ms) {
           best_ms = ms;
           best = i;
@@ -282,8 +298,8 @@ absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s
     return absl::OkStatus();
   }
   BLAS_RETURN_IF_ERROR(cublasLtMatmul(state.lt, descs.op, scalars.alpha(s.dtype), s.b, descs.x, s.a, descs.y,
-                                      scalars.beta(s.dtype), c, descs.d, s.out, descs.d, &*it->second,
-                                      state.workspace, kBlasWorkspaceBytes, stream));
+                                      scalars.beta(s.dtype), c, descs.d, s.out, descs.d, &*it->second, state.workspace,
+                                      kBlasWorkspaceBytes, stream));
   return absl::OkStatus();
 }
 
@@ -324,11 +340,10 @@ absl::Status ClassicMatmul(BlasState& state, cudaStream_t stream, const MatmulSp
         s.stride_out, static_cast<int>(s.batch), ComputeType(s), CUBLAS_GEMM_DEFAULT));
     return absl::OkStatus();
   }
-  BLAS_RETURN_IF_ERROR(cublasGemmEx(state.blas, cm.x_op, cm.y_op, static_cast<int>(s.m), static_cast<int>(s.n),
-                                    static_cast<int>(s.k), scalars.alpha(s.dtype), s.b, type,
-                                    static_cast<int>(cm.x_rows), s.a, type, static_cast<int>(cm.y_rows),
-                                    scalars.beta(s.dtype), s.out, type, static_cast<int>(OutRowStride(s)),
-                                    ComputeType(s), CUBLAS_GEMM_DEFAULT));
+  BLAS_RETURN_IF_ERROR(cublasGemmEx(
+      state.blas, cm.x_op, cm.y_op, static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k),
+      scalars.alpha(s.dtype), s.b, type, static_cast<int>(cm.x_rows), s.a, type, static_cast<int>(cm.y_rows),
+      scalars.beta(s.dtype), s.out, type, static_cast<int>(OutRowStride(s)), ComputeType(s), CUBLAS_GEMM_DEFAULT));
   return absl::OkStatus();
 }
 

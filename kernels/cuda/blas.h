@@ -22,8 +22,8 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "ir/dtype.h"
 #include "device/cuda/cuda_stream.h"
+#include "ir/dtype.h"
 
 namespace tandem::cuda {
 

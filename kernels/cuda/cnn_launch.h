@@ -49,8 +49,8 @@ cudaError_t LaunchMaxPool2d(DType dtype, const PoolLaunchParams& p, const void* 
 cudaError_t LaunchMaxPool2dBackward(DType dtype, const PoolLaunchParams& p, const void* grad_output,
                                     const int64_t* indices, void* grad_input, cudaStream_t stream);
 cudaError_t LaunchAvgPool2d(DType dtype, const PoolLaunchParams& p, const void* x, void* y, cudaStream_t stream);
-cudaError_t LaunchAvgPool2dBackward(DType dtype, const PoolLaunchParams& p, const void* grad_output,
-                                    void* grad_input, cudaStream_t stream);
+cudaError_t LaunchAvgPool2dBackward(DType dtype, const PoolLaunchParams& p, const void* grad_output, void* grad_input,
+                                    cudaStream_t stream);
 // Only planes, h, w, oh, ow of `p` are used.
 cudaError_t LaunchAdaptiveAvgPool2d(DType dtype, const PoolLaunchParams& p, const void* x, void* y,
                                     cudaStream_t stream);
@@ -75,8 +75,8 @@ struct BatchNormForwardOperands {
   const void* running_mean = nullptr;  // eval mode: required
   const void* running_var = nullptr;
   void* out = nullptr;
-  void* save_mean = nullptr;    // training only
-  void* save_invstd = nullptr;  // training only
+  void* save_mean = nullptr;         // training only
+  void* save_invstd = nullptr;       // training only
   void* new_running_mean = nullptr;  // with new_running_var: the updated (eval: copied) statistics
   void* new_running_var = nullptr;
 };
@@ -108,8 +108,8 @@ struct BatchNormBackwardOperands {
 // Per-chunk sum(dy) and sum(dy * (x - mean)) (when grad_weight, grad_bias
 // or a training grad_input needs them), a per-channel merge (grad_weight,
 // grad_bias), then grad_input. `scratch` holds BatchNormScratchBytes(p).
-cudaError_t LaunchBatchNormBackward(DType dtype, const BatchNormLaunchParams& p,
-                                    const BatchNormBackwardOperands& op, void* scratch, cudaStream_t stream);
+cudaError_t LaunchBatchNormBackward(DType dtype, const BatchNormLaunchParams& p, const BatchNormBackwardOperands& op,
+                                    void* scratch, cudaStream_t stream);
 
 // ---- 16-bit batch normalization (batch_norm_kernels.cu) ----
 // The same kernels for a bfloat16 or float16 `dtype` (x, out, grad_output,

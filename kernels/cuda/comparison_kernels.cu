@@ -15,12 +15,18 @@ namespace {
 template <typename T>
 __device__ __forceinline__ bool Compare(CompareOp op, T a, T b) {
   switch (op) {
-    case CompareOp::kEq: return a == b;
-    case CompareOp::kNe: return a != b;
-    case CompareOp::kLt: return a < b;
-    case CompareOp::kLe: return a <= b;
-    case CompareOp::kGt: return a > b;
-    case CompareOp::kGe: return a >= b;
+    case CompareOp::kEq:
+      return a == b;
+    case CompareOp::kNe:
+      return a != b;
+    case CompareOp::kLt:
+      return a < b;
+    case CompareOp::kLe:
+      return a <= b;
+    case CompareOp::kGt:
+      return a > b;
+    case CompareOp::kGe:
+      return a >= b;
   }
   return false;
 }
@@ -128,8 +134,8 @@ cudaError_t LaunchCompare(CompareOp op, DType dtype, int64_t n, const BinaryOper
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }
 
-cudaError_t LaunchCompareScalar(CompareOp op, DType dtype, int64_t n, const void* x, ScalarParam other,
-                                bool int_number, bool* out, cudaStream_t stream) {
+cudaError_t LaunchCompareScalar(CompareOp op, DType dtype, int64_t n, const void* x, ScalarParam other, bool int_number,
+                                bool* out, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const bool launched = DispatchStorable(dtype, [&](auto tag) {
     using T = decltype(tag);

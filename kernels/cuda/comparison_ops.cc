@@ -6,12 +6,12 @@
 #include <variant>
 #include <vector>
 
-#include "kernels/half.h"
+#include "base/status_macros.h"
 #include "kernels/cuda/half_launch.h"
 #include "kernels/cuda/kernel_util.h"
 #include "kernels/cuda/operand_layout.h"
 #include "kernels/cuda/sequence_launch.h"
-#include "base/status_macros.h"
+#include "kernels/half.h"
 
 namespace tandem::cuda {
 namespace {

@@ -56,6 +56,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "base/log.h"
+#include "base/status_macros.h"
+#include "device/conv_workspace.h"
+#include "ir/ops/cnn_rules.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cudnn_engines.h"
 #include "kernels/cuda/device_choices.h"
@@ -63,10 +67,6 @@
 #include "kernels/cuda/kernel_util.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/time_runs.h"
-#include "ir/ops/cnn_rules.h"
-#include "base/log.h"
-#include "base/status_macros.h"
-#include "device/conv_workspace.h"
 
 namespace tandem::cuda {
 namespace {
@@ -85,12 +85,12 @@ absl::Status CudnnStatus(cudnnStatus_t status, absl::string_view call) {
   return absl::InternalError(message);
 }
 
-#define CUDNN_RETURN_IF_ERROR(call)                                                                \
-  do {                                                                                             \
-    const cudnnStatus_t tandem_cudnn_status_ = (call);                                             \
-    if (tandem_cudnn_status_ != CUDNN_STATUS_SUCCESS) {                                            \
-      return CudnnStatus(tandem_cudnn_status_, ::tandem::device::internal::CallName(#call));        \
-    }                                                                                              \
+#define CUDNN_RETURN_IF_ERROR(call)                                                          \
+  do {                                                                                       \
+    const cudnnStatus_t tandem_cudnn_status_ = (call);                                       \
+    if (tandem_cudnn_status_ != CUDNN_STATUS_SUCCESS) {                                      \
+      return CudnnStatus(tandem_cudnn_status_, ::tandem::device::internal::CallName(#call)); \
+    }                                                                                        \
   } while (0)
 
 using Direction = ConvDirection;
@@ -112,12 +112,12 @@ struct ConvPlan {
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
   cudnnDataType_t type = CUDNN_DATA_FLOAT;  // the tensors' data type
-  bool allow_tf32 = false;       // float32 may use TF32 tensor cores
-  bool deterministic = false;    // only algorithms whose results do not vary run to run
-  ConvShape shape;               // the same convolution for the graph API
-  std::string dims;              // "NxCxHxW" of x, for the debug log
-  PlanKey key{};                 // what other streams' choices are found by
-  std::optional<Algo> algos[3];  // by Direction
+  bool allow_tf32 = false;                  // float32 may use TF32 tensor cores
+  bool deterministic = false;               // only algorithms whose results do not vary run to run
+  ConvShape shape;                          // the same convolution for the graph API
+  std::string dims;                         // "NxCxHxW" of x, for the debug log
+  PlanKey key{};                            // what other streams' choices are found by
+  std::optional<Algo> algos[3];             // by Direction
 
   ~ConvPlan() {
     if (conv != nullptr) cudnnDestroyConvolutionDescriptor(conv);
@@ -138,10 +138,30 @@ struct MathMode {
 // every key), the dtype and the math mode.
 PlanKey KeyOf(DType dtype, const ConvGeometry& g, const MathMode& mode) {
   const ConvParams& p = g.params;
-  return {static_cast<int64_t>(dtype), g.spatial, g.n, g.c, g.in[0], g.in[1], g.in[2], g.o, g.k[0], g.k[1],
-          g.k[2], p.stride[0], p.stride[1], p.stride[2], p.padding[0], p.padding[1], p.padding[2],
-          p.dilation[0], p.dilation[1], p.dilation[2], p.groups, mode.allow_tf32 ? 1 : 0,
-          mode.deterministic ? 1 : 0, 0};
+  return {static_cast<int64_t>(dtype),
+          g.spatial,
+          g.n,
+          g.c,
+          g.in[0],
+          g.in[1],
+          g.in[2],
+          g.o,
+          g.k[0],
+          g.k[1],
+          g.k[2],
+          p.stride[0],
+          p.stride[1],
+          p.stride[2],
+          p.padding[0],
+          p.padding[1],
+          p.padding[2],
+          p.dilation[0],
+          p.dilation[1],
+          p.dilation[2],
+          p.groups,
+          mode.allow_tf32 ? 1 : 0,
+          mode.deterministic ? 1 : 0,
+          0};
 }
 
 absl::Status CaptureMiss(absl::string_view what) {
@@ -224,10 +244,14 @@ absl::Status RequireInt(const Shape& shape, absl::string_view what) {
 // type otherwise.
 cudnnDataType_t CudnnDataType(DType dtype) {
   switch (dtype) {
-    case DType::kFloat64: return CUDNN_DATA_DOUBLE;
-    case DType::kBFloat16: return CUDNN_DATA_BFLOAT16;
-    case DType::kFloat16: return CUDNN_DATA_HALF;
-    default: return CUDNN_DATA_FLOAT;
+    case DType::kFloat64:
+      return CUDNN_DATA_DOUBLE;
+    case DType::kBFloat16:
+      return CUDNN_DATA_BFLOAT16;
+    case DType::kFloat16:
+      return CUDNN_DATA_HALF;
+    default:
+      return CUDNN_DATA_FLOAT;
   }
 }
 cudnnDataType_t ComputeType(cudnnDataType_t data) { return data == CUDNN_DATA_DOUBLE ? data : CUDNN_DATA_FLOAT; }
@@ -257,14 +281,13 @@ absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const ConvGeom
   const Shape x_dims = g.input_shape(), w_dims = g.weight_shape(), y_dims = g.output_shape();
   const int rank = g.spatial + 2;
   if (g.spatial == 2) {
-    CUDNN_RETURN_IF_ERROR(cudnnSetTensor4dDescriptor(plan->x, CUDNN_TENSOR_NCHW, plan->type, i(g.n), i(g.c),
-                                                     i(g.in[0]), i(g.in[1])));
-    CUDNN_RETURN_IF_ERROR(cudnnSetTensor4dDescriptor(plan->y, CUDNN_TENSOR_NCHW, plan->type, i(g.n), i(g.o),
-                                                     i(g.out[0]), i(g.out[1])));
     CUDNN_RETURN_IF_ERROR(
-        cudnnSetTensor4dDescriptor(plan->bias, CUDNN_TENSOR_NCHW, plan->type, 1, i(g.o), 1, 1));
-    CUDNN_RETURN_IF_ERROR(cudnnSetFilter4dDescriptor(plan->w, plan->type, CUDNN_TENSOR_NCHW, i(g.o),
-                                                     i(g.c / p.groups), i(g.k[0]), i(g.k[1])));
+        cudnnSetTensor4dDescriptor(plan->x, CUDNN_TENSOR_NCHW, plan->type, i(g.n), i(g.c), i(g.in[0]), i(g.in[1])));
+    CUDNN_RETURN_IF_ERROR(
+        cudnnSetTensor4dDescriptor(plan->y, CUDNN_TENSOR_NCHW, plan->type, i(g.n), i(g.o), i(g.out[0]), i(g.out[1])));
+    CUDNN_RETURN_IF_ERROR(cudnnSetTensor4dDescriptor(plan->bias, CUDNN_TENSOR_NCHW, plan->type, 1, i(g.o), 1, 1));
+    CUDNN_RETURN_IF_ERROR(cudnnSetFilter4dDescriptor(plan->w, plan->type, CUDNN_TENSOR_NCHW, i(g.o), i(g.c / p.groups),
+                                                     i(g.k[0]), i(g.k[1])));
   } else {
     // NCDHW: cuDNN's Nd descriptors with packed strides.
     const auto set_tensor = [&](cudnnTensorDescriptor_t desc, const Shape& dims) {
@@ -285,10 +308,9 @@ absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const ConvGeom
     CUDNN_RETURN_IF_ERROR(cudnnSetFilterNdDescriptor(plan->w, plan->type, CUDNN_TENSOR_NCHW, rank, filter));
   }
   if (g.spatial == 2) {
-    CUDNN_RETURN_IF_ERROR(cudnnSetConvolution2dDescriptor(plan->conv, i(p.padding[0]), i(p.padding[1]),
-                                                          i(p.stride[0]), i(p.stride[1]), i(p.dilation[0]),
-                                                          i(p.dilation[1]), CUDNN_CROSS_CORRELATION,
-                                                          ComputeType(plan->type)));
+    CUDNN_RETURN_IF_ERROR(cudnnSetConvolution2dDescriptor(plan->conv, i(p.padding[0]), i(p.padding[1]), i(p.stride[0]),
+                                                          i(p.stride[1]), i(p.dilation[0]), i(p.dilation[1]),
+                                                          CUDNN_CROSS_CORRELATION, ComputeType(plan->type)));
   } else {
     int pad[3], stride[3], dilation[3];
     for (int d = 0; d < 3; ++d) {
@@ -296,8 +318,8 @@ absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const ConvGeom
       stride[d] = i(p.stride[d]);
       dilation[d] = i(p.dilation[d]);
     }
-    CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionNdDescriptor(plan->conv, 3, pad, stride, dilation,
-                                                          CUDNN_CROSS_CORRELATION, ComputeType(plan->type)));
+    CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionNdDescriptor(plan->conv, 3, pad, stride, dilation, CUDNN_CROSS_CORRELATION,
+                                                          ComputeType(plan->type)));
   }
   CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionGroupCount(plan->conv, i(p.groups)));
   // The heuristics and the search only offer algorithms of the descriptor's
@@ -397,18 +419,18 @@ absl::StatusOr<std::vector<Candidate>> MeasuredCandidates(CudnnState& state, con
     case Direction::kForward: {
       CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardAlgorithmMaxCount(state.handle, &max_count));
       std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<size_t>(max_count));
-      CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionForwardAlgorithmEx(state.handle, plan.x, op.x, plan.w, op.w,
-                                                                   plan.conv, plan.y, op.out, max_count, &returned,
-                                                                   perf.data(), workspace, workspace_bytes));
+      CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionForwardAlgorithmEx(state.handle, plan.x, op.x, plan.w, op.w, plan.conv,
+                                                                   plan.y, op.out, max_count, &returned, perf.data(),
+                                                                   workspace, workspace_bytes));
       AppendPerf(perf, returned, &out);
       break;
     }
     case Direction::kBackwardData: {
       CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(state.handle, &max_count));
       std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<size_t>(max_count));
-      CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionBackwardDataAlgorithmEx(
-          state.handle, plan.w, op.w, plan.y, op.dy, plan.conv, plan.x, op.out, max_count, &returned, perf.data(),
-          workspace, workspace_bytes));
+      CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionBackwardDataAlgorithmEx(state.handle, plan.w, op.w, plan.y, op.dy,
+                                                                        plan.conv, plan.x, op.out, max_count, &returned,
+                                                                        perf.data(), workspace, workspace_bytes));
       AppendPerf(perf, returned, &out);
       break;
     }
@@ -441,16 +463,16 @@ absl::StatusOr<std::vector<Candidate>> Candidates(CudnnState& state, const ConvP
     case Direction::kBackwardData: {
       CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(state.handle, &max_count));
       std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<size_t>(max_count));
-      CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithm_v7(state.handle, plan.w, plan.y, plan.conv,
-                                                                        plan.x, max_count, &returned, perf.data()));
+      CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithm_v7(state.handle, plan.w, plan.y, plan.conv, plan.x,
+                                                                        max_count, &returned, perf.data()));
       AppendPerf(perf, returned, &out);
       break;
     }
     case Direction::kBackwardFilter: {
       CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(state.handle, &max_count));
       std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<size_t>(max_count));
-      CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-          state.handle, plan.x, plan.y, plan.conv, plan.w, max_count, &returned, perf.data()));
+      CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithm_v7(state.handle, plan.x, plan.y, plan.conv,
+                                                                          plan.w, max_count, &returned, perf.data()));
       AppendPerf(perf, returned, &out);
       break;
     }
@@ -468,18 +490,20 @@ cudnnStatus_t WorkspaceSize(CudnnState& state, const ConvPlan& plan, Direction d
       return cudnnGetConvolutionBackwardDataWorkspaceSize(state.handle, plan.w, plan.y, plan.conv, plan.x,
                                                           static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), bytes);
     case Direction::kBackwardFilter:
-      return cudnnGetConvolutionBackwardFilterWorkspaceSize(
-          state.handle, plan.x, plan.y, plan.conv, plan.w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo),
-          bytes);
+      return cudnnGetConvolutionBackwardFilterWorkspaceSize(state.handle, plan.x, plan.y, plan.conv, plan.w,
+                                                            static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), bytes);
   }
   return CUDNN_STATUS_BAD_PARAM;
 }
 
 const char* DirectionName(Direction dir) {
   switch (dir) {
-    case Direction::kForward: return "forward";
-    case Direction::kBackwardData: return "backward data";
-    case Direction::kBackwardFilter: return "backward filter";
+    case Direction::kForward:
+      return "forward";
+    case Direction::kBackwardData:
+      return "backward data";
+    case Direction::kBackwardFilter:
+      return "backward filter";
   }
   return "?";
 }
@@ -505,9 +529,12 @@ struct ConvTensors {
 };
 ConvTensors TensorsOf(Direction dir, const ConvOperands& op) {
   switch (dir) {
-    case Direction::kForward: return {op.x, op.w, op.out};
-    case Direction::kBackwardData: return {op.out, op.w, op.dy};
-    case Direction::kBackwardFilter: return {op.x, op.out, op.dy};
+    case Direction::kForward:
+      return {op.x, op.w, op.out};
+    case Direction::kBackwardData:
+      return {op.out, op.w, op.dy};
+    case Direction::kBackwardFilter:
+      return {op.x, op.out, op.dy};
   }
   return {};
 }
@@ -597,7 +624,8 @@ void TryEngines(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t s
   Algo trial = *algo;
   for (auto& p : *plans) {
     trial.engine = std::shared_ptr<const EnginePlan>(p.get(), [](const EnginePlan*) {});
-    const float ms = TimeRuns(stream, [&] { return runs(trial, true); }, give_up_ms);
+    const float ms = TimeRuns(
+        stream, [&] { return runs(trial, true); }, give_up_ms);
     if (ms >= 0 && ms < best_ms) {
       best_ms = ms;
       best = &p;
@@ -627,9 +655,9 @@ void TryEngines(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t s
 struct SharedChoice {
   int algo = 0;
   cudnnMathType_t math = CUDNN_FMA_MATH;
-  size_t workspace = 0;        // the algorithm's, and the engine's when there is one
-  int engine_position = -1;    // in ConvEnginePlans' list; -1: the algorithm
-  int64_t engine_index = -1;   // its global index, checked when the plan is rebuilt
+  size_t workspace = 0;       // the algorithm's, and the engine's when there is one
+  int engine_position = -1;   // in ConvEnginePlans' list; -1: the algorithm
+  int64_t engine_index = -1;  // its global index, checked when the plan is rebuilt
 };
 
 // By device, the convolution (plan key) and direction.
@@ -680,8 +708,7 @@ Algo AdoptChoice(CudnnState& state, ConvPlan& plan, Direction dir, const SharedC
 // One debug line per choice (`tandemd --log_level=debug`, `op_bench
 // --log_level=debug`): the chosen algorithm and the search's fastest three,
 // as algo/math/ms/MiB, to compare with what other libraries pick.
-void LogChoice(const ConvPlan& plan, Direction dir, const Candidate& chosen,
-               const std::vector<Candidate>& candidates) {
+void LogChoice(const ConvPlan& plan, Direction dir, const Candidate& chosen, const std::vector<Candidate>& candidates) {
   if (MinLogLevel() > LogLevel::kDebug) return;
   const auto describe = [](const Candidate& c) {
     return absl::StrCat(c.algo, "/", static_cast<int>(c.math), "/", c.ms, "/", c.memory >> 20);
@@ -769,12 +796,10 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
       break;
     }
     if (!slot.has_value()) {
-      return absl::UnimplementedError(absl::StrCat("convolution: cuDNN offers no ", DirectionName(dir),
-                                                   plan.allow_tf32 || IsHalfData(plan.type)
-                                                       ? " algorithm"
-                                                       : " algorithm without TF32",
-                                                   " within ",
-                                                   limit >> 20, " MiB of workspace"));
+      return absl::UnimplementedError(
+          absl::StrCat("convolution: cuDNN offers no ", DirectionName(dir),
+                       plan.allow_tf32 || IsHalfData(plan.type) ? " algorithm" : " algorithm without TF32", " within ",
+                       limit >> 20, " MiB of workspace"));
     }
   }
   CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(plan.conv, slot->math));
@@ -802,8 +827,7 @@ struct Setup {
 absl::StatusOr<Setup> SetUp(const CudaKernelContext& context, const KernelArgs& args, const TensorArg& input,
                             const TensorArg& weight, ConvGeometry* geometry) {
   const DType dtype = input.type.dtype;
-  if (dtype != DType::kFloat32 && dtype != DType::kFloat64 && dtype != DType::kBFloat16 &&
-      dtype != DType::kFloat16) {
+  if (dtype != DType::kFloat32 && dtype != DType::kFloat64 && dtype != DType::kBFloat16 && dtype != DType::kFloat16) {
     return UnsupportedDType(args, dtype);
   }
   ASSIGN_OR_RETURN(*geometry, ParseConvGeometry(args.node->attrs, input.type.shape, weight.type.shape));
@@ -821,9 +845,8 @@ absl::StatusOr<Setup> SetUp(const CudaKernelContext& context, const KernelArgs& 
 absl::Status AddHalfBias(const CudaKernelContext& context, const KernelArgs& args, const ConvGeometry& g,
                          const TensorArg& bias, const TensorArg& out) {
   const DType dtype = out.type.dtype;
-  return Launched(args,
-                  LaunchHalfChannelBias(dtype, g.n * g.o, g.o, g.out_plane(), bias.data, out.data, context.native),
-                  dtype);
+  return Launched(
+      args, LaunchHalfChannelBias(dtype, g.n * g.o, g.o, g.out_plane(), bias.data, out.data, context.native), dtype);
 }
 
 // Inputs: input, weight[, bias].
@@ -838,8 +861,8 @@ absl::Status ConvolutionKernel(const CudaKernelContext& context, const KernelArg
   RETURN_IF_ERROR(Run(*s.state, plan, Direction::kForward, context.native, op));
   if (args.inputs.size() > 2) {
     if (IsHalfData(plan.type)) return AddHalfBias(context, args, g, args.inputs[2], out);
-    CUDNN_RETURN_IF_ERROR(cudnnAddTensor(s.state->handle, kOne.of(plan), plan.bias, args.inputs[2].data,
-                                         kOne.of(plan), plan.y, out.data));
+    CUDNN_RETURN_IF_ERROR(cudnnAddTensor(s.state->handle, kOne.of(plan), plan.bias, args.inputs[2].data, kOne.of(plan),
+                                         plan.y, out.data));
   }
   return absl::OkStatus();
 }
@@ -895,9 +918,8 @@ absl::Status ConvolutionBackwardKernel(const CudaKernelContext& context, const K
 // direction no stream has chosen yet is left to the first run, whose search
 // needs the operands. True when the stream had no plan for the shape or a
 // direction had no algorithm (its setup was done now, or tried).
-absl::StatusOr<bool> WarmDirections(const CudaKernelContext& context, const KernelArgs& args,
-                                    const TensorArg& input, const TensorArg& weight,
-                                    absl::Span<const Direction> directions) {
+absl::StatusOr<bool> WarmDirections(const CudaKernelContext& context, const KernelArgs& args, const TensorArg& input,
+                                    const TensorArg& weight, absl::Span<const Direction> directions) {
   ASSIGN_OR_RETURN(CudnnState * state, CudnnState::For(*context.stream));
   const size_t plans = state->plans.size();
   ConvGeometry g;

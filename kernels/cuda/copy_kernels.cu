@@ -114,18 +114,26 @@ __global__ void PublishErrorWordKernel(int64_t* error, int64_t* host) {
 template <typename F>
 bool DispatchElementSize(int bytes, F&& f) {
   switch (bytes) {
-    case 1: f(uint8_t{}); return true;
-    case 2: f(uint16_t{}); return true;
-    case 4: f(uint32_t{}); return true;
-    case 8: f(uint64_t{}); return true;
-    default: return false;
+    case 1:
+      f(uint8_t{});
+      return true;
+    case 2:
+      f(uint16_t{});
+      return true;
+    case 4:
+      f(uint32_t{});
+      return true;
+    case 8:
+      f(uint64_t{});
+      return true;
+    default:
+      return false;
   }
 }
 
 }  // namespace
 
-cudaError_t LaunchCopyUnlessError(const int64_t* error, const void* src, void* dst, size_t bytes,
-                                  cudaStream_t stream) {
+cudaError_t LaunchCopyUnlessError(const int64_t* error, const void* src, void* dst, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return cudaSuccess;
   const int64_t units = static_cast<int64_t>(bytes / 16 + 1);
   CopyUnlessErrorKernel<<<Blocks(units), kThreads, 0, stream>>>(error, static_cast<const uint8_t*>(src),
@@ -152,8 +160,8 @@ cudaError_t LaunchConvertCopy(DType out_dtype, DType in_dtype, int64_t n, const 
     using To = decltype(to_tag);
     launched = DispatchStorable(in_dtype, [&](auto from_tag) {
       using From = decltype(from_tag);
-      ConvertCopyKernel<To, From><<<Blocks(n), kThreads, 0, stream>>>(n, static_cast<const From*>(in), in_layout,
-                                                                       static_cast<To*>(out));
+      ConvertCopyKernel<To, From>
+          <<<Blocks(n), kThreads, 0, stream>>>(n, static_cast<const From*>(in), in_layout, static_cast<To*>(out));
     });
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
@@ -164,8 +172,7 @@ cudaError_t LaunchGather(int element_bytes, int64_t n, const void* in, const Str
   if (n == 0) return cudaSuccess;
   const bool launched = DispatchElementSize(element_bytes, [&](auto tag) {
     using E = decltype(tag);
-    GatherKernel<E><<<Blocks(n), kThreads, 0, stream>>>(n, static_cast<const E*>(in), in_layout,
-                                                         static_cast<E*>(out));
+    GatherKernel<E><<<Blocks(n), kThreads, 0, stream>>>(n, static_cast<const E*>(in), in_layout, static_cast<E*>(out));
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }
@@ -181,8 +188,7 @@ cudaError_t LaunchTranspose(int element_bytes, int64_t batch, int64_t rows, int6
   const dim3 block(kTile, kTileRows);
   const bool launched = DispatchElementSize(element_bytes, [&](auto tag) {
     using E = decltype(tag);
-    TransposeKernel<E><<<grid, block, 0, stream>>>(batch, rows, cols, static_cast<const E*>(in),
-                                                   static_cast<E*>(out));
+    TransposeKernel<E><<<grid, block, 0, stream>>>(batch, rows, cols, static_cast<const E*>(in), static_cast<E*>(out));
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }

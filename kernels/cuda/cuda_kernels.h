@@ -20,9 +20,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "device/cuda/cuda_stream.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/kernel.h"
-#include "device/cuda/cuda_stream.h"
 
 namespace tandem::cuda {
 

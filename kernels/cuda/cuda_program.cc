@@ -41,15 +41,15 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/log.h"
+#include "base/status_macros.h"
+#include "compiler/update_schedule.h"
+#include "device/cuda/cuda_status.h"
+#include "device/cuda/cuda_stream.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_program_options.h"
 #include "kernels/cuda/error_slots.h"
 #include "kernels/cuda_program.h"
-#include "compiler/update_schedule.h"
-#include "base/log.h"
-#include "base/status_macros.h"
-#include "device/cuda/cuda_status.h"
-#include "device/cuda/cuda_stream.h"
 
 namespace tandem {
 namespace cuda {
@@ -77,16 +77,16 @@ struct CapturedGraph {
 // What the Program keeps per stream it ran on.
 struct LaneState {
   uint64_t stream_serial = 0;
-  int64_t* error_word = nullptr;  // device int64[2]
-  int64_t* error_host = nullptr;  // pinned int64[2 * kErrorSlots]: one read-back per slot
+  int64_t* error_word = nullptr;            // device int64[2]
+  int64_t* error_host = nullptr;            // pinned int64[2 * kErrorSlots]: one read-back per slot
   int64_t* error_host_on_device = nullptr;  // error_host as the device addresses it
   // The device word is zero once the enqueued work ran: no iteration began
   // since the last read-back (which zeroes it). False at first (a fresh
   // allocation) and from an iteration's first node to its read-back.
   bool word_zero = false;
   std::shared_ptr<ErrorSlots> error_slots;  // shared with the deferred checks
-  uint64_t last_used = 0;         // the Program's use count at this stream's last iteration
-  CapturedGraph whole;            // the whole iteration
+  uint64_t last_used = 0;                   // the Program's use count at this stream's last iteration
+  CapturedGraph whole;                      // the whole iteration
   absl::flat_hash_map<std::pair<int, int>, CapturedGraph> ranges;  // [begin, end) of EnqueueNodes
 };
 
@@ -125,8 +125,7 @@ class CudaProgram final : public Program {
   // table (a preempted iteration's segments are the same ranges every
   // iteration, so each is captured once); else it runs op by op and is
   // captured. Not profiled (profile_nodes).
-  absl::Status EnqueueNodes(device::Stream& stream, absl::Span<void* const> addresses, int begin,
-                            int end) override {
+  absl::Status EnqueueNodes(device::Stream& stream, absl::Span<void* const> addresses, int begin, int end) override {
     const int num_nodes = static_cast<int>(graph_.nodes.size());
     if (begin < 0 || begin > end || end > num_nodes) {
       return absl::InvalidArgumentError(
@@ -224,8 +223,8 @@ class CudaProgram final : public Program {
     CudaStream* cuda_stream = device::AsCudaStream(stream);
     if (cuda_stream == nullptr) return absl::InternalError("a CUDA program was given a non-CUDA stream");
     if (cuda_stream->ordinal() != device_.info().ordinal) {
-      return absl::InternalError(absl::StrCat("a program of ", device_.info().name, " was given a stream of cuda:",
-                                              cuda_stream->ordinal()));
+      return absl::InternalError(
+          absl::StrCat("a program of ", device_.info().name, " was given a stream of cuda:", cuda_stream->ordinal()));
     }
     CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_stream->ordinal()));
     return cuda_stream;
@@ -252,9 +251,8 @@ class CudaProgram final : public Program {
     while (!claim.has_value()) {
       // Every slot's check waits for a completion that has not reported.
       if (std::chrono::steady_clock::now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat("the data checks of ", kErrorSlots,
-                                                        " iterations waited ", kErrorSlotWait.count(),
-                                                        " s for their completions"));
+        return absl::DeadlineExceededError(absl::StrCat("the data checks of ", kErrorSlots, " iterations waited ",
+                                                        kErrorSlotWait.count(), " s for their completions"));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
       claim = state.error_slots->TakeSlot(stream.HasDeferredChecks(this));
@@ -504,8 +502,8 @@ class CudaProgram final : public Program {
   // outside the captured graphs.
   // With `events` (nodes + 1 of them), records events[i] before node i and
   // events[end] after the last node.
-  absl::Status LaunchNodes(CudaStream& stream, LaneState& state, absl::Span<void* const> addresses, int begin,
-                           int end, cudaEvent_t* events = nullptr) {
+  absl::Status LaunchNodes(CudaStream& stream, LaneState& state, absl::Span<void* const> addresses, int begin, int end,
+                           cudaEvent_t* events = nullptr) {
     const cudaStream_t native = stream.native();
     const int num_nodes = static_cast<int>(graph_.nodes.size());
     CudaKernelContext context;
@@ -541,8 +539,7 @@ class CudaProgram final : public Program {
   // schedule allows (compiler/update_schedule.h), skipped on the device when a
   // kernel reported bad data, so a failed iteration leaves the job's state
   // as it was. In-place updates have one address and need no copy.
-  absl::Status EnqueueUpdate(int update, LaneState& state, absl::Span<void* const> addresses,
-                             cudaStream_t native) {
+  absl::Status EnqueueUpdate(int update, LaneState& state, absl::Span<void* const> addresses, cudaStream_t native) {
     const auto& [target, value] = graph_.updates[update];
     if (addresses[target] == addresses[value]) return absl::OkStatus();
     const size_t bytes = graph_.values[target].type.bytes();
@@ -558,8 +555,8 @@ class CudaProgram final : public Program {
   // Records nodes [begin, end) into a graph over `addresses` (nothing runs),
   // and makes it `target`'s to replay: an update of its executable graph
   // when the topology allows, else a new one.
-  absl::Status Capture(CudaStream& stream, LaneState& state, CapturedGraph& target,
-                       absl::Span<void* const> addresses, int begin, int end) {
+  absl::Status Capture(CudaStream& stream, LaneState& state, CapturedGraph& target, absl::Span<void* const> addresses,
+                       int begin, int end) {
     const cudaStream_t native = stream.native();
     CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(native, cudaStreamCaptureModeThreadLocal));
     absl::Status recorded = LaunchNodes(stream, state, addresses, begin, end);
@@ -608,22 +605,22 @@ class CudaProgram final : public Program {
     }
     const Node& node = graph_.nodes[index];
     if (node.op != "nll_loss_forward" && node.op != "nll_loss_backward") {
-      return absl::InvalidArgumentError(absl::StrCat(node.Describe(static_cast<int>(index)), ": ",
-                                                     DescribeBadIndex(graph_, node, value)));
+      return absl::InvalidArgumentError(
+          absl::StrCat(node.Describe(static_cast<int>(index)), ": ", DescribeBadIndex(graph_, node, value)));
     }
     // nll_loss_forward's self is input 0, nll_loss_backward's input 1.
     const int self_input = node.op == "nll_loss_backward" ? 1 : 0;
     const int64_t classes = graph_.values[node.inputs[self_input]].type.shape.back();
     const int64_t ignore_index = node.attrs.GetInt("ignore_index", -100).value_or(-100);
     return absl::InvalidArgumentError(absl::StrCat(node.Describe(static_cast<int>(index)), ": target value ", value,
-                                                   " is outside the classes [0, ", classes,
-                                                   ") and not ignore_index (", ignore_index, ")"));
+                                                   " is outside the classes [0, ", classes, ") and not ignore_index (",
+                                                   ignore_index, ")"));
   }
 
   const Graph& graph_;
   device::Device& device_;
   const std::vector<CudaKernelFn> kernels_;  // one per node
-  const std::vector<CudaWarmFn> warmers_;  // one per node; nullptr: nothing to warm (FindCudaWarmer)
+  const std::vector<CudaWarmFn> warmers_;    // one per node; nullptr: nothing to warm (FindCudaWarmer)
   const bool checks_data_;                   // some node may write the error word
   const UpdateSchedule updates_ = ScheduleUpdates(graph_);
   const CudaProgramOptions options_;
@@ -672,8 +669,8 @@ absl::StatusOr<std::unique_ptr<Program>> CreateCudaProgram(const Graph& graph, d
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     CudaKernelFn fn = FindCudaKernel(graph.nodes[i].op);
     if (fn == nullptr) {
-      return absl::UnimplementedError(absl::StrCat(graph.nodes[i].Describe(static_cast<int>(i)),
-                                                   ": the CUDA backend has no kernel for this op"));
+      return absl::UnimplementedError(
+          absl::StrCat(graph.nodes[i].Describe(static_cast<int>(i)), ": the CUDA backend has no kernel for this op"));
     }
     kernels.push_back(fn);
     warmers.push_back(FindCudaWarmer(graph.nodes[i].op));

@@ -66,15 +66,15 @@ struct CudaProgramOptions {
 };
 
 struct CudaProgramStats {
-  int64_t op_by_op_runs = 0;    // iterations enqueued kernel by kernel
-  int64_t graph_launches = 0;   // iterations enqueued as one graph launch
-  int64_t captures = 0;         // graphs captured (including updates of one)
-  int64_t range_graph_launches = 0;  // node ranges enqueued as one graph launch
-  int64_t range_captures = 0;        // graphs of node ranges captured
+  int64_t op_by_op_runs = 0;          // iterations enqueued kernel by kernel
+  int64_t graph_launches = 0;         // iterations enqueued as one graph launch
+  int64_t captures = 0;               // graphs captured (including updates of one)
+  int64_t range_graph_launches = 0;   // node ranges enqueued as one graph launch
+  int64_t range_captures = 0;         // graphs of node ranges captured
   int64_t capture_failures = 0;       // including those out of memory
   int64_t capture_out_of_memory = 0;  // failures for want of device memory (retried later)
   int64_t lane_graph_releases = 0;    // streams whose graphs were released (kept_lane_graphs, or memory)
-  int64_t profiled_iterations = 0;   // iterations in the node profile (profile_nodes)
+  int64_t profiled_iterations = 0;    // iterations in the node profile (profile_nodes)
   double profiled_seconds = 0.0;      // the nodes' summed time over those iterations
 };
 

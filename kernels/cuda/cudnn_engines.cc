@@ -240,8 +240,8 @@ absl::StatusOr<std::vector<std::unique_ptr<EnginePlan>>> ConvEnginePlans(cudnnHa
         .Finalize();
     if (heur.status() != CUDNN_STATUS_SUCCESS) continue;  // no engine of this mode for the graph
     int64_t count = 0;
-    if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
-                                 &count, nullptr) != CUDNN_STATUS_SUCCESS ||
+    if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                                 nullptr) != CUDNN_STATUS_SUCCESS ||
         count <= 0) {
       continue;
     }

@@ -141,8 +141,7 @@ cudaError_t RunBinary(int64_t n, const BinaryOperand& a, const BinaryOperand& b,
   const BinaryFn<T, kOp> fn{ParamAs<T>(param)};
   T* o = static_cast<T*>(out);
   if (Contiguous(a) && Contiguous(b)) {
-    const bool aligned =
-        Aligned16(out) && (a.scalar || Aligned16(a.data)) && (b.scalar || Aligned16(b.data));
+    const bool aligned = Aligned16(out) && (a.scalar || Aligned16(a.data)) && (b.scalar || Aligned16(b.data));
     if (aligned) {
       BinaryVecKernel<T><<<Blocks(n / Vec16<T>::kCount + 1), kThreads, 0, stream>>>(n, a, b, o, fn);
     } else {
@@ -159,12 +158,15 @@ cudaError_t DispatchBinary(DType dtype, int64_t n, const BinaryOperand& a, const
                            ScalarParam param, cudaStream_t stream) {
   constexpr bool kFloatOnly = kOp == BinaryOp::kDiv || kOp == BinaryOp::kThresholdBackward;
   switch (dtype) {
-    case DType::kFloat32: return RunBinary<float, kOp>(n, a, b, out, param, stream);
-    case DType::kFloat64: return RunBinary<double, kOp>(n, a, b, out, param, stream);
+    case DType::kFloat32:
+      return RunBinary<float, kOp>(n, a, b, out, param, stream);
+    case DType::kFloat64:
+      return RunBinary<double, kOp>(n, a, b, out, param, stream);
     case DType::kInt64:
       if constexpr (!kFloatOnly) return RunBinary<int64_t, kOp>(n, a, b, out, param, stream);
       return cudaErrorInvalidValue;
-    default: return cudaErrorInvalidValue;
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 
@@ -223,41 +225,54 @@ cudaError_t DispatchUnary(DType dtype, int64_t n, const void* in, const StridedO
                           ScalarParam param, cudaStream_t stream) {
   constexpr bool kFloatOnly = kOp == UnaryOp::kSqrt || kOp == UnaryOp::kDivConst;
   switch (dtype) {
-    case DType::kFloat32: return RunUnary<float, kOp>(n, in, layout, out, param, stream);
-    case DType::kFloat64: return RunUnary<double, kOp>(n, in, layout, out, param, stream);
+    case DType::kFloat32:
+      return RunUnary<float, kOp>(n, in, layout, out, param, stream);
+    case DType::kFloat64:
+      return RunUnary<double, kOp>(n, in, layout, out, param, stream);
     case DType::kInt64:
       if constexpr (!kFloatOnly) return RunUnary<int64_t, kOp>(n, in, layout, out, param, stream);
       return cudaErrorInvalidValue;
-    default: return cudaErrorInvalidValue;
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 
 }  // namespace
 
-cudaError_t LaunchBinary(BinaryOp op, DType dtype, int64_t n, const BinaryOperand& a, const BinaryOperand& b,
-                         void* out, ScalarParam param, cudaStream_t stream) {
+cudaError_t LaunchBinary(BinaryOp op, DType dtype, int64_t n, const BinaryOperand& a, const BinaryOperand& b, void* out,
+                         ScalarParam param, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   switch (op) {
-    case BinaryOp::kAdd: return DispatchBinary<BinaryOp::kAdd>(dtype, n, a, b, out, param, stream);
-    case BinaryOp::kSub: return DispatchBinary<BinaryOp::kSub>(dtype, n, a, b, out, param, stream);
-    case BinaryOp::kMul: return DispatchBinary<BinaryOp::kMul>(dtype, n, a, b, out, param, stream);
-    case BinaryOp::kDiv: return DispatchBinary<BinaryOp::kDiv>(dtype, n, a, b, out, param, stream);
+    case BinaryOp::kAdd:
+      return DispatchBinary<BinaryOp::kAdd>(dtype, n, a, b, out, param, stream);
+    case BinaryOp::kSub:
+      return DispatchBinary<BinaryOp::kSub>(dtype, n, a, b, out, param, stream);
+    case BinaryOp::kMul:
+      return DispatchBinary<BinaryOp::kMul>(dtype, n, a, b, out, param, stream);
+    case BinaryOp::kDiv:
+      return DispatchBinary<BinaryOp::kDiv>(dtype, n, a, b, out, param, stream);
     case BinaryOp::kThresholdBackward:
       return DispatchBinary<BinaryOp::kThresholdBackward>(dtype, n, a, b, out, param, stream);
   }
   return cudaErrorInvalidValue;
 }
 
-cudaError_t LaunchUnary(UnaryOp op, DType dtype, int64_t n, const void* in, const StridedOperand& in_layout,
-                        void* out, ScalarParam param, cudaStream_t stream) {
+cudaError_t LaunchUnary(UnaryOp op, DType dtype, int64_t n, const void* in, const StridedOperand& in_layout, void* out,
+                        ScalarParam param, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   switch (op) {
-    case UnaryOp::kNeg: return DispatchUnary<UnaryOp::kNeg>(dtype, n, in, in_layout, out, param, stream);
-    case UnaryOp::kRelu: return DispatchUnary<UnaryOp::kRelu>(dtype, n, in, in_layout, out, param, stream);
-    case UnaryOp::kSqrt: return DispatchUnary<UnaryOp::kSqrt>(dtype, n, in, in_layout, out, param, stream);
-    case UnaryOp::kAddConst: return DispatchUnary<UnaryOp::kAddConst>(dtype, n, in, in_layout, out, param, stream);
-    case UnaryOp::kMulConst: return DispatchUnary<UnaryOp::kMulConst>(dtype, n, in, in_layout, out, param, stream);
-    case UnaryOp::kDivConst: return DispatchUnary<UnaryOp::kDivConst>(dtype, n, in, in_layout, out, param, stream);
+    case UnaryOp::kNeg:
+      return DispatchUnary<UnaryOp::kNeg>(dtype, n, in, in_layout, out, param, stream);
+    case UnaryOp::kRelu:
+      return DispatchUnary<UnaryOp::kRelu>(dtype, n, in, in_layout, out, param, stream);
+    case UnaryOp::kSqrt:
+      return DispatchUnary<UnaryOp::kSqrt>(dtype, n, in, in_layout, out, param, stream);
+    case UnaryOp::kAddConst:
+      return DispatchUnary<UnaryOp::kAddConst>(dtype, n, in, in_layout, out, param, stream);
+    case UnaryOp::kMulConst:
+      return DispatchUnary<UnaryOp::kMulConst>(dtype, n, in, in_layout, out, param, stream);
+    case UnaryOp::kDivConst:
+      return DispatchUnary<UnaryOp::kDivConst>(dtype, n, in, in_layout, out, param, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -6,19 +6,17 @@
 // which compute in float32 with float32 constants (sqrt: LaunchHalfMath).
 #include <type_traits>
 
-#include "kernels/half.h"
+#include "base/status_macros.h"
+#include "ir/ops/shape_rules.h"
 #include "kernels/cuda/half_launch.h"
 #include "kernels/cuda/kernel_util.h"
 #include "kernels/cuda/strided_layout.h"
-#include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
+#include "kernels/half.h"
 
 namespace tandem::cuda {
 namespace {
 
-bool IsNumeric(DType dtype) {
-  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kInt64;
-}
+bool IsNumeric(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kInt64; }
 
 // `value` rounded to `dtype`, in both forms of a ScalarParam.
 ScalarParam ParamIn(DType dtype, double value) {
@@ -26,12 +24,16 @@ ScalarParam ParamIn(DType dtype, double value) {
   switch (dtype) {
     case DType::kFloat32:
     case DType::kBFloat16:
-    case DType::kFloat16: p.f = static_cast<float>(value); break;
+    case DType::kFloat16:
+      p.f = static_cast<float>(value);
+      break;
     case DType::kInt64:
       p.i = static_cast<int64_t>(value);
       p.f = static_cast<double>(p.i);
       break;
-    default: p.f = value; break;
+    default:
+      p.f = value;
+      break;
   }
   return p;
 }
@@ -43,12 +45,16 @@ ScalarParam ProductIn(DType dtype, double alpha, double other) {
   switch (dtype) {
     case DType::kFloat32:
     case DType::kBFloat16:
-    case DType::kFloat16: p.f = static_cast<float>(alpha) * static_cast<float>(other); break;
+    case DType::kFloat16:
+      p.f = static_cast<float>(alpha) * static_cast<float>(other);
+      break;
     case DType::kInt64:
       p.i = static_cast<int64_t>(alpha) * static_cast<int64_t>(other);
       p.f = static_cast<double>(p.i);
       break;
-    default: p.f = alpha * other; break;
+    default:
+      p.f = alpha * other;
+      break;
   }
   return p;
 }
@@ -70,11 +76,16 @@ ScalarParam Negated(ScalarParam p) {
 
 HalfPointwiseOp HalfOpOf(BinaryOp op) {
   switch (op) {
-    case BinaryOp::kAdd: return HalfPointwiseOp::kAdd;
-    case BinaryOp::kSub: return HalfPointwiseOp::kSub;
-    case BinaryOp::kMul: return HalfPointwiseOp::kMul;
-    case BinaryOp::kDiv: return HalfPointwiseOp::kDiv;
-    case BinaryOp::kThresholdBackward: return HalfPointwiseOp::kThresholdBackward;
+    case BinaryOp::kAdd:
+      return HalfPointwiseOp::kAdd;
+    case BinaryOp::kSub:
+      return HalfPointwiseOp::kSub;
+    case BinaryOp::kMul:
+      return HalfPointwiseOp::kMul;
+    case BinaryOp::kDiv:
+      return HalfPointwiseOp::kDiv;
+    case BinaryOp::kThresholdBackward:
+      return HalfPointwiseOp::kThresholdBackward;
   }
   return HalfPointwiseOp::kAdd;
 }
@@ -109,20 +120,25 @@ absl::Status RunBinary(const CudaKernelContext& context, const KernelArgs& args,
                                         static_cast<float>(param.f), out.data, context.native),
                     dtype);
   }
-  return Launched(args,
-                  LaunchBinary(op, dtype, out.numel(), operands[0], operands[1], out.data, param, context.native),
+  return Launched(args, LaunchBinary(op, dtype, out.numel(), operands[0], operands[1], out.data, param, context.native),
                   dtype);
 }
 
 // The 16-bit pointwise op of `op` (sqrt is LaunchHalfMath's).
 absl::StatusOr<HalfPointwiseOp> HalfOpOf(const KernelArgs& args, UnaryOp op, DType dtype) {
   switch (op) {
-    case UnaryOp::kNeg: return HalfPointwiseOp::kNeg;
-    case UnaryOp::kRelu: return HalfPointwiseOp::kRelu;
-    case UnaryOp::kAddConst: return HalfPointwiseOp::kAddConst;
-    case UnaryOp::kMulConst: return HalfPointwiseOp::kMulConst;
-    case UnaryOp::kDivConst: return HalfPointwiseOp::kDivConst;
-    case UnaryOp::kSqrt: break;
+    case UnaryOp::kNeg:
+      return HalfPointwiseOp::kNeg;
+    case UnaryOp::kRelu:
+      return HalfPointwiseOp::kRelu;
+    case UnaryOp::kAddConst:
+      return HalfPointwiseOp::kAddConst;
+    case UnaryOp::kMulConst:
+      return HalfPointwiseOp::kMulConst;
+    case UnaryOp::kDivConst:
+      return HalfPointwiseOp::kDivConst;
+    case UnaryOp::kSqrt:
+      break;
   }
   return UnsupportedDType(args, dtype);
 }
@@ -134,10 +150,9 @@ absl::Status RunUnary(const CudaKernelContext& context, const KernelArgs& args, 
   if (IsHalfDType(dtype) && op == UnaryOp::kSqrt) {
     BinaryOperand a;
     a.data = in.data;
-    return Launched(args,
-                    LaunchHalfMath(HalfMathOp::kSqrt, dtype, out.numel(), &a, HalfMathParams{}, out.data,
-                                   context.native),
-                    dtype);
+    return Launched(
+        args, LaunchHalfMath(HalfMathOp::kSqrt, dtype, out.numel(), &a, HalfMathParams{}, out.data, context.native),
+        dtype);
   }
   if (IsHalfDType(dtype)) {
     ASSIGN_OR_RETURN(HalfPointwiseOp half_op, HalfOpOf(args, op, dtype));
@@ -204,15 +219,14 @@ absl::Status ConvertingCopy(const CudaKernelContext& context, const KernelArgs& 
   }
   ASSIGN_OR_RETURN(StridedOperand layout, BroadcastLayout(src.type.shape, out.type.shape));
   if (IsHalfDType(src.type.dtype) || IsHalfDType(out.type.dtype)) {
-    return Launched(args,
-                    LaunchHalfConvertCopy(out.type.dtype, src.type.dtype, out.numel(), src.data, layout, out.data,
-                                          context.native),
-                    src.type.dtype);
+    return Launched(
+        args,
+        LaunchHalfConvertCopy(out.type.dtype, src.type.dtype, out.numel(), src.data, layout, out.data, context.native),
+        src.type.dtype);
   }
-  return Launched(args,
-                  LaunchConvertCopy(out.type.dtype, src.type.dtype, out.numel(), src.data, layout, out.data,
-                                    context.native),
-                  src.type.dtype);
+  return Launched(
+      args, LaunchConvertCopy(out.type.dtype, src.type.dtype, out.numel(), src.data, layout, out.data, context.native),
+      src.type.dtype);
 }
 
 absl::Status CopyKernel(const CudaKernelContext& context, const KernelArgs& args) {

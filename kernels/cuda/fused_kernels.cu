@@ -373,11 +373,16 @@ cudaError_t LaunchFusedElementwise(DType dtype, const FusedLaunchParams& params,
   }
   if (params.n == 0) return cudaSuccess;
   switch (dtype) {
-    case DType::kFloat32: return Run<float, float>(params, stream);
-    case DType::kFloat64: return Run<double, double>(params, stream);
-    case DType::kBFloat16: return Run<__nv_bfloat16, float>(params, stream);
-    case DType::kFloat16: return Run<__half, float>(params, stream);
-    default: return cudaErrorInvalidValue;
+    case DType::kFloat32:
+      return Run<float, float>(params, stream);
+    case DType::kFloat64:
+      return Run<double, double>(params, stream);
+    case DType::kBFloat16:
+      return Run<__nv_bfloat16, float>(params, stream);
+    case DType::kFloat16:
+      return Run<__half, float>(params, stream);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 

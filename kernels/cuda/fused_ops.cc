@@ -6,11 +6,11 @@
 // program's constants are float32 values formed as the unfused 16-bit ops
 // form them: a .Scalar op's other rounded to the 16-bit type first, alpha
 // a float32 number, products in float32.
-#include "kernels/half.h"
+#include "base/status_macros.h"
+#include "ir/ops/fused_program.h"
 #include "kernels/cuda/fused_launch.h"
 #include "kernels/cuda/kernel_util.h"
-#include "ir/ops/fused_program.h"
-#include "base/status_macros.h"
+#include "kernels/half.h"
 
 namespace tandem::cuda {
 namespace {
@@ -41,8 +41,12 @@ FusedDeviceInstruction Lower(const FusedInstruction& ins) {
       d.op = FusedDeviceOp::kFma;
       d.param = -In<T>(ins.alpha);
       break;
-    case FusedOpcode::kMul: d.op = FusedDeviceOp::kMul; break;
-    case FusedOpcode::kDiv: d.op = FusedDeviceOp::kDiv; break;
+    case FusedOpcode::kMul:
+      d.op = FusedDeviceOp::kMul;
+      break;
+    case FusedOpcode::kDiv:
+      d.op = FusedDeviceOp::kDiv;
+      break;
     case FusedOpcode::kAddScalar:
     case FusedOpcode::kSubScalar: {
       const T product = static_cast<T>(ins.alpha) * static_cast<T>(ins.other);
@@ -58,10 +62,18 @@ FusedDeviceInstruction Lower(const FusedInstruction& ins) {
       d.op = FusedDeviceOp::kDivConst;
       d.param = In<T>(ins.other);
       break;
-    case FusedOpcode::kNeg: d.op = FusedDeviceOp::kNeg; break;
-    case FusedOpcode::kSqrt: d.op = FusedDeviceOp::kSqrt; break;
-    case FusedOpcode::kMaximum: d.op = FusedDeviceOp::kMax; break;
-    case FusedOpcode::kMinimum: d.op = FusedDeviceOp::kMin; break;
+    case FusedOpcode::kNeg:
+      d.op = FusedDeviceOp::kNeg;
+      break;
+    case FusedOpcode::kSqrt:
+      d.op = FusedDeviceOp::kSqrt;
+      break;
+    case FusedOpcode::kMaximum:
+      d.op = FusedDeviceOp::kMax;
+      break;
+    case FusedOpcode::kMinimum:
+      d.op = FusedDeviceOp::kMin;
+      break;
   }
   return d;
 }
@@ -77,8 +89,7 @@ FusedDeviceInstruction LowerHalf(DType dtype, FusedInstruction ins) {
 }
 
 absl::Status FusedElementwiseKernel(const CudaKernelContext& context, const KernelArgs& args) {
-  ASSIGN_OR_RETURN(FusedProgram program,
-                   DecodeFusedProgram(args.node->attrs, static_cast<int>(args.inputs.size())));
+  ASSIGN_OR_RETURN(FusedProgram program, DecodeFusedProgram(args.node->attrs, static_cast<int>(args.inputs.size())));
   const DType dtype = args.outputs[0].type.dtype;
   if (dtype != DType::kFloat32 && dtype != DType::kFloat64 && !IsHalf(dtype)) return UnsupportedDType(args, dtype);
   if (args.outputs.size() != program.outputs.size()) {

@@ -125,8 +125,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
 // then dq_i = scale dS_i K.
 template <typename H>
 __global__ void __launch_bounds__(kAttentionThreads)
-    HalfAttentionBackwardRowKernel(AttentionParams p, const H* dout, const H* q, const H* k, const H* v,
-                                   const H* out, const float* lse, H* dq, H* dbias) {
+    HalfAttentionBackwardRowKernel(AttentionParams p, const H* dout, const H* q, const H* k, const H* v, const H* out,
+                                   const float* lse, H* dq, H* dbias) {
   extern __shared__ float shared_values[];  // float32 values, sized at launch
   float* ds = shared_values;
   float* qi = ds + p.keys;
@@ -361,10 +361,10 @@ cudaError_t LaunchHalfAttentionForward(DType dtype, const AttentionParams& param
   return result;
 }
 
-cudaError_t LaunchHalfAttentionBackward(DType dtype, const AttentionParams& params, const void* grad_out,
-                                        const void* q, const void* k, const void* v, const void* out,
-                                        const float* lse, void* grad_q, void* grad_k, void* grad_v, void* grad_bias,
-                                        int64_t bias_numel, cudaStream_t stream) {
+cudaError_t LaunchHalfAttentionBackward(DType dtype, const AttentionParams& params, const void* grad_out, const void* q,
+                                        const void* k, const void* v, const void* out, const float* lse, void* grad_q,
+                                        void* grad_k, void* grad_v, void* grad_bias, int64_t bias_numel,
+                                        cudaStream_t stream) {
   if (!IsHalfDType(dtype)) return cudaErrorInvalidValue;
   cudaError_t result = cudaErrorInvalidValue;
   DispatchHalf(dtype, [&](auto tag) {
@@ -409,8 +409,8 @@ cudaError_t LaunchHalfAttentionBackward(DType dtype, const AttentionParams& para
   return result;
 }
 
-cudaError_t LaunchHalfSafeSoftmax(DType dtype, int64_t outer, int64_t size, int64_t inner, const void* in,
-                                  void* out, cudaStream_t stream) {
+cudaError_t LaunchHalfSafeSoftmax(DType dtype, int64_t outer, int64_t size, int64_t inner, const void* in, void* out,
+                                  cudaStream_t stream) {
   if (!IsHalfDType(dtype)) return cudaErrorInvalidValue;
   const int64_t rows = outer * inner;
   if (rows == 0 || size == 0) return cudaSuccess;

@@ -16,11 +16,20 @@ namespace tandem::cuda {
 template <typename F>
 bool DispatchFloatOrHalf(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kFloat32: f(float{}); return true;
-    case DType::kFloat64: f(double{}); return true;
-    case DType::kBFloat16: f(__nv_bfloat16{}); return true;
-    case DType::kFloat16: f(__half{}); return true;
-    default: return false;
+    case DType::kFloat32:
+      f(float{});
+      return true;
+    case DType::kFloat64:
+      f(double{});
+      return true;
+    case DType::kBFloat16:
+      f(__nv_bfloat16{});
+      return true;
+    case DType::kFloat16:
+      f(__half{});
+      return true;
+    default:
+      return false;
   }
 }
 

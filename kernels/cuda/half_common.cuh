@@ -62,13 +62,20 @@ __device__ __forceinline__ T RoundTo(A v) {
 // float, bool 0 or 1).
 __device__ __forceinline__ float LoadAsFloat(const void* p, DType dtype) {
   switch (dtype) {
-    case DType::kBFloat16: return Widen(*static_cast<const __nv_bfloat16*>(p));
-    case DType::kFloat16: return Widen(*static_cast<const __half*>(p));
-    case DType::kFloat32: return *static_cast<const float*>(p);
-    case DType::kFloat64: return static_cast<float>(*static_cast<const double*>(p));
-    case DType::kInt64: return static_cast<float>(*static_cast<const int64_t*>(p));
-    case DType::kInt32: return static_cast<float>(*static_cast<const int32_t*>(p));
-    case DType::kBool: return *static_cast<const bool*>(p) ? 1.0f : 0.0f;
+    case DType::kBFloat16:
+      return Widen(*static_cast<const __nv_bfloat16*>(p));
+    case DType::kFloat16:
+      return Widen(*static_cast<const __half*>(p));
+    case DType::kFloat32:
+      return *static_cast<const float*>(p);
+    case DType::kFloat64:
+      return static_cast<float>(*static_cast<const double*>(p));
+    case DType::kInt64:
+      return static_cast<float>(*static_cast<const int64_t*>(p));
+    case DType::kInt32:
+      return static_cast<float>(*static_cast<const int32_t*>(p));
+    case DType::kBool:
+      return *static_cast<const bool*>(p) ? 1.0f : 0.0f;
   }
   return 0.0f;
 }
@@ -77,9 +84,14 @@ __device__ __forceinline__ float LoadAsFloat(const void* p, DType dtype) {
 template <typename F>
 bool DispatchHalf(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kBFloat16: f(__nv_bfloat16{}); return true;
-    case DType::kFloat16: f(__half{}); return true;
-    default: return false;
+    case DType::kBFloat16:
+      f(__nv_bfloat16{});
+      return true;
+    case DType::kFloat16:
+      f(__half{});
+      return true;
+    default:
+      return false;
   }
 }
 

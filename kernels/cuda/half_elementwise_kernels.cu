@@ -19,10 +19,13 @@ namespace {
 constexpr int Arity(HalfMathOp op) {
   switch (op) {
     case HalfMathOp::kSqrt:
-    case HalfMathOp::kClamp: return 1;
+    case HalfMathOp::kClamp:
+      return 1;
     case HalfMathOp::kMaximum:
-    case HalfMathOp::kMinimum: return 2;
-    default: return 3;
+    case HalfMathOp::kMinimum:
+      return 2;
+    default:
+      return 3;
   }
 }
 
@@ -204,12 +207,18 @@ cudaError_t LaunchHalfMath(HalfMathOp op, DType dtype, int64_t n, const BinaryOp
   if (!IsHalfDType(dtype)) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   switch (op) {
-    case HalfMathOp::kSqrt: return RunMath<HalfMathOp::kSqrt>(dtype, n, operands, params, out, stream);
-    case HalfMathOp::kClamp: return RunMath<HalfMathOp::kClamp>(dtype, n, operands, params, out, stream);
-    case HalfMathOp::kMaximum: return RunMath<HalfMathOp::kMaximum>(dtype, n, operands, params, out, stream);
-    case HalfMathOp::kMinimum: return RunMath<HalfMathOp::kMinimum>(dtype, n, operands, params, out, stream);
-    case HalfMathOp::kAddcmul: return RunMath<HalfMathOp::kAddcmul>(dtype, n, operands, params, out, stream);
-    case HalfMathOp::kAddcdiv: return RunMath<HalfMathOp::kAddcdiv>(dtype, n, operands, params, out, stream);
+    case HalfMathOp::kSqrt:
+      return RunMath<HalfMathOp::kSqrt>(dtype, n, operands, params, out, stream);
+    case HalfMathOp::kClamp:
+      return RunMath<HalfMathOp::kClamp>(dtype, n, operands, params, out, stream);
+    case HalfMathOp::kMaximum:
+      return RunMath<HalfMathOp::kMaximum>(dtype, n, operands, params, out, stream);
+    case HalfMathOp::kMinimum:
+      return RunMath<HalfMathOp::kMinimum>(dtype, n, operands, params, out, stream);
+    case HalfMathOp::kAddcmul:
+      return RunMath<HalfMathOp::kAddcmul>(dtype, n, operands, params, out, stream);
+    case HalfMathOp::kAddcdiv:
+      return RunMath<HalfMathOp::kAddcdiv>(dtype, n, operands, params, out, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -219,12 +228,18 @@ cudaError_t LaunchHalfCompare(CompareOp op, DType dtype, int64_t n, const Binary
   if (!IsHalfDType(dtype)) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   switch (op) {
-    case CompareOp::kEq: return RunCompare<CompareOp::kEq>(dtype, n, a, b, out, stream);
-    case CompareOp::kNe: return RunCompare<CompareOp::kNe>(dtype, n, a, b, out, stream);
-    case CompareOp::kLt: return RunCompare<CompareOp::kLt>(dtype, n, a, b, out, stream);
-    case CompareOp::kLe: return RunCompare<CompareOp::kLe>(dtype, n, a, b, out, stream);
-    case CompareOp::kGt: return RunCompare<CompareOp::kGt>(dtype, n, a, b, out, stream);
-    case CompareOp::kGe: return RunCompare<CompareOp::kGe>(dtype, n, a, b, out, stream);
+    case CompareOp::kEq:
+      return RunCompare<CompareOp::kEq>(dtype, n, a, b, out, stream);
+    case CompareOp::kNe:
+      return RunCompare<CompareOp::kNe>(dtype, n, a, b, out, stream);
+    case CompareOp::kLt:
+      return RunCompare<CompareOp::kLt>(dtype, n, a, b, out, stream);
+    case CompareOp::kLe:
+      return RunCompare<CompareOp::kLe>(dtype, n, a, b, out, stream);
+    case CompareOp::kGt:
+      return RunCompare<CompareOp::kGt>(dtype, n, a, b, out, stream);
+    case CompareOp::kGe:
+      return RunCompare<CompareOp::kGe>(dtype, n, a, b, out, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -234,12 +249,18 @@ cudaError_t LaunchHalfCompareScalar(CompareOp op, DType dtype, int64_t n, const 
   if (!IsHalfDType(dtype)) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   switch (op) {
-    case CompareOp::kEq: return RunCompareScalar<CompareOp::kEq>(dtype, n, x, other, out, stream);
-    case CompareOp::kNe: return RunCompareScalar<CompareOp::kNe>(dtype, n, x, other, out, stream);
-    case CompareOp::kLt: return RunCompareScalar<CompareOp::kLt>(dtype, n, x, other, out, stream);
-    case CompareOp::kLe: return RunCompareScalar<CompareOp::kLe>(dtype, n, x, other, out, stream);
-    case CompareOp::kGt: return RunCompareScalar<CompareOp::kGt>(dtype, n, x, other, out, stream);
-    case CompareOp::kGe: return RunCompareScalar<CompareOp::kGe>(dtype, n, x, other, out, stream);
+    case CompareOp::kEq:
+      return RunCompareScalar<CompareOp::kEq>(dtype, n, x, other, out, stream);
+    case CompareOp::kNe:
+      return RunCompareScalar<CompareOp::kNe>(dtype, n, x, other, out, stream);
+    case CompareOp::kLt:
+      return RunCompareScalar<CompareOp::kLt>(dtype, n, x, other, out, stream);
+    case CompareOp::kLe:
+      return RunCompareScalar<CompareOp::kLe>(dtype, n, x, other, out, stream);
+    case CompareOp::kGt:
+      return RunCompareScalar<CompareOp::kGt>(dtype, n, x, other, out, stream);
+    case CompareOp::kGe:
+      return RunCompareScalar<CompareOp::kGe>(dtype, n, x, other, out, stream);
   }
   return cudaErrorInvalidValue;
 }

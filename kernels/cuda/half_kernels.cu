@@ -5,9 +5,9 @@
 // inputs, so out may be an input (in-place, as the planner allows).
 #include <type_traits>
 
+#include "ir/ops/dropout_mask.h"
 #include "kernels/cuda/half_common.cuh"
 #include "kernels/cuda/half_launch.h"
-#include "ir/ops/dropout_mask.h"
 
 namespace tandem::cuda {
 namespace {
@@ -235,8 +235,8 @@ cudaError_t LaunchHalfConvertCopy(DType out_dtype, DType in_dtype, int64_t n, co
     using To = decltype(to_tag);
     launched = DispatchStorableOrHalf(in_dtype, [&](auto from_tag) {
       using From = decltype(from_tag);
-      HalfConvertKernel<To, From><<<Blocks(n), kThreads, 0, stream>>>(n, static_cast<const From*>(in), in_layout,
-                                                                       static_cast<To*>(out));
+      HalfConvertKernel<To, From>
+          <<<Blocks(n), kThreads, 0, stream>>>(n, static_cast<const From*>(in), in_layout, static_cast<To*>(out));
     });
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
@@ -287,8 +287,8 @@ cudaError_t LaunchHalfChannelBias(DType dtype, int64_t rows, int64_t channels, i
       const int64_t units = rows * plane / kWidth;
       HalfChannelBiasKernel<H, true><<<Blocks(units), kThreads, 0, stream>>>(units, plane / kWidth, channels, b, y);
     } else {
-      HalfChannelBiasKernel<H, false><<<Blocks(rows * plane), kThreads, 0, stream>>>(rows * plane, plane, channels,
-                                                                                    b, y);
+      HalfChannelBiasKernel<H, false>
+          <<<Blocks(rows * plane), kThreads, 0, stream>>>(rows * plane, plane, channels, b, y);
     }
   });
   return LaunchError();
@@ -301,7 +301,8 @@ cudaError_t LaunchHalfPointwise(HalfPointwiseOp op, DType dtype, int64_t n, cons
   using Op = HalfPointwiseOp;
   switch (op) {
 #define TANDEM_HALF_OP(name) \
-  case Op::name: return RunPointwise<Op::name>(dtype, n, a, b, param, out, stream);
+  case Op::name:             \
+    return RunPointwise<Op::name>(dtype, n, a, b, param, out, stream);
     TANDEM_HALF_OP(kAdd)
     TANDEM_HALF_OP(kSub)
     TANDEM_HALF_OP(kMul)
@@ -321,9 +322,8 @@ cudaError_t LaunchHalfPointwise(HalfPointwiseOp op, DType dtype, int64_t n, cons
   return cudaErrorInvalidValue;
 }
 
-cudaError_t LaunchHalfDropout(DType dtype, int64_t n, const void* x, const int64_t* seed, bool train,
-                              int64_t attr_seed, uint32_t threshold, float scale, void* out, bool* mask,
-                              cudaStream_t stream) {
+cudaError_t LaunchHalfDropout(DType dtype, int64_t n, const void* x, const int64_t* seed, bool train, int64_t attr_seed,
+                              uint32_t threshold, float scale, void* out, bool* mask, cudaStream_t stream) {
   if (n == 0) return IsHalfDType(dtype) ? cudaSuccess : cudaErrorInvalidValue;
   const bool launched = DispatchHalf(dtype, [&](auto tag) {
     using H = decltype(tag);
@@ -338,8 +338,8 @@ cudaError_t LaunchHalfDropoutBackward(DType dtype, int64_t n, const void* grad, 
   if (n == 0) return IsHalfDType(dtype) ? cudaSuccess : cudaErrorInvalidValue;
   const bool launched = DispatchHalf(dtype, [&](auto tag) {
     using H = decltype(tag);
-    HalfDropoutBackwardKernel<H><<<Blocks(n), kThreads, 0, stream>>>(n, static_cast<const H*>(grad), mask, scale,
-                                                                     static_cast<H*>(out));
+    HalfDropoutBackwardKernel<H>
+        <<<Blocks(n), kThreads, 0, stream>>>(n, static_cast<const H*>(grad), mask, scale, static_cast<H*>(out));
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }

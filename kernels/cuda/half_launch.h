@@ -21,10 +21,10 @@
 
 #include <cstdint>
 
+#include "ir/dtype.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/recurrent_launch.h"
 #include "kernels/cuda/sequence_launch.h"
-#include "ir/dtype.h"
 
 namespace tandem::cuda {
 
@@ -79,9 +79,8 @@ cudaError_t LaunchHalfChannelBias(DType dtype, int64_t rows, int64_t channels, i
 // native_dropout of a 16-bit `x` (n elements); the mask as dropout_mask.h
 // computes it, so it equals the float32 kernels' and the CPU's bit for bit.
 // `params` as sequence_launch.h's DropoutParams, passed field by field.
-cudaError_t LaunchHalfDropout(DType dtype, int64_t n, const void* x, const int64_t* seed, bool train,
-                              int64_t attr_seed, uint32_t threshold, float scale, void* out, bool* mask,
-                              cudaStream_t stream);
+cudaError_t LaunchHalfDropout(DType dtype, int64_t n, const void* x, const int64_t* seed, bool train, int64_t attr_seed,
+                              uint32_t threshold, float scale, void* out, bool* mask, cudaStream_t stream);
 // grad_input = mask ? grad * scale : 0.
 cudaError_t LaunchHalfDropoutBackward(DType dtype, int64_t n, const void* grad, const bool* mask, float scale,
                                       void* out, cudaStream_t stream);
@@ -110,23 +109,22 @@ cudaError_t LaunchHalfSoftmaxBackward(DType dtype, bool log, int64_t outer, int6
 
 // Layer norm over the rows of x [rows, cols] (16-bit); weight and bias
 // ([cols], 16-bit) may be null; mean and rstd are float32 [rows].
-cudaError_t LaunchHalfLayerNorm(DType dtype, int64_t rows, int64_t cols, double eps, const void* x,
-                                const void* weight, const void* bias, void* y, float* mean, float* rstd,
-                                cudaStream_t stream);
+cudaError_t LaunchHalfLayerNorm(DType dtype, int64_t rows, int64_t cols, double eps, const void* x, const void* weight,
+                                const void* bias, void* y, float* mean, float* rstd, cudaStream_t stream);
 // Its backward: grad_input [rows, cols], grad_weight and grad_bias [cols]
 // (always written; weight may be null, meaning ones).
-cudaError_t LaunchHalfLayerNormBackward(DType dtype, int64_t rows, int64_t cols, const void* grad_out,
-                                        const void* x, const float* mean, const float* rstd, const void* weight,
-                                        void* grad_input, void* grad_weight, void* grad_bias, cudaStream_t stream);
+cudaError_t LaunchHalfLayerNormBackward(DType dtype, int64_t rows, int64_t cols, const void* grad_out, const void* x,
+                                        const float* mean, const float* rstd, const void* weight, void* grad_input,
+                                        void* grad_weight, void* grad_bias, cudaStream_t stream);
 
 // grad_weight [rows, width] = sum over the `count` ids of grad [count, width]
 // rows, id padding_idx skipped (-1: none): a block per weight row scans the
 // ids (int64 or int32), so every sum runs in float32 in id order with no
 // atomics, and every row is written (zeros where no id points). A bad id is
 // reported through `error`.
-cudaError_t LaunchHalfEmbeddingBackward(DType dtype, int64_t count, int64_t rows, int64_t width,
-                                        int64_t padding_idx, const void* grad, IndexOperand ids,
-                                        void* grad_weight, ErrorWord error, cudaStream_t stream);
+cudaError_t LaunchHalfEmbeddingBackward(DType dtype, int64_t count, int64_t rows, int64_t width, int64_t padding_idx,
+                                        const void* grad, IndexOperand ids, void* grad_weight, ErrorWord error,
+                                        cudaStream_t stream);
 
 // ---- attention and _safe_softmax (half_attention_kernels.cu) ----
 
@@ -141,15 +139,15 @@ cudaError_t LaunchHalfAttentionForward(DType dtype, const AttentionParams& param
 // Its backward from the forward's float32 lse: grad_q, grad_k, grad_v, and
 // the bias gradient when grad_bias is not null (`bias_numel` elements of the
 // bias's shape; summed over its broadcast dims in float32, in a fixed order).
-cudaError_t LaunchHalfAttentionBackward(DType dtype, const AttentionParams& params, const void* grad_out,
-                                        const void* q, const void* k, const void* v, const void* out,
-                                        const float* lse, void* grad_q, void* grad_k, void* grad_v, void* grad_bias,
-                                        int64_t bias_numel, cudaStream_t stream);
+cudaError_t LaunchHalfAttentionBackward(DType dtype, const AttentionParams& params, const void* grad_out, const void* q,
+                                        const void* k, const void* v, const void* out, const float* lse, void* grad_q,
+                                        void* grad_k, void* grad_v, void* grad_bias, int64_t bias_numel,
+                                        cudaStream_t stream);
 
 // _safe_softmax over the middle dim of [outer, size, inner]: the softmax,
 // except that a slice of all -inf gives zeros.
-cudaError_t LaunchHalfSafeSoftmax(DType dtype, int64_t outer, int64_t size, int64_t inner, const void* in,
-                                  void* out, cudaStream_t stream);
+cudaError_t LaunchHalfSafeSoftmax(DType dtype, int64_t outer, int64_t size, int64_t inner, const void* in, void* out,
+                                  cudaStream_t stream);
 
 // ---- the optimizer step's math, comparisons and where (half_elementwise_kernels.cu) ----
 // Operands as LaunchHalfPointwise's: contiguous of `dtype` (layout rank 0),

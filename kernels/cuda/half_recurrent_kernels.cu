@@ -75,10 +75,14 @@ cudaError_t LaunchHalfActivation(HalfActivationOp op, DType dtype, int64_t n, co
   if (n == 0) return cudaSuccess;
   using Op = HalfActivationOp;
   switch (op) {
-    case Op::kSigmoid: return RunActivation<Op::kSigmoid>(dtype, n, a, b, out, stream);
-    case Op::kTanh: return RunActivation<Op::kTanh>(dtype, n, a, b, out, stream);
-    case Op::kSigmoidBackward: return RunActivation<Op::kSigmoidBackward>(dtype, n, a, b, out, stream);
-    case Op::kTanhBackward: return RunActivation<Op::kTanhBackward>(dtype, n, a, b, out, stream);
+    case Op::kSigmoid:
+      return RunActivation<Op::kSigmoid>(dtype, n, a, b, out, stream);
+    case Op::kTanh:
+      return RunActivation<Op::kTanh>(dtype, n, a, b, out, stream);
+    case Op::kSigmoidBackward:
+      return RunActivation<Op::kSigmoidBackward>(dtype, n, a, b, out, stream);
+    case Op::kTanhBackward:
+      return RunActivation<Op::kTanhBackward>(dtype, n, a, b, out, stream);
   }
   return cudaErrorInvalidValue;
 }

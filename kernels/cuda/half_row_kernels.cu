@@ -37,9 +37,14 @@ template <typename F>
 bool DispatchReduceSide(DType dtype, F&& f) {
   if (DispatchHalf(dtype, f)) return true;
   switch (dtype) {
-    case DType::kFloat32: f(float{}); return true;
-    case DType::kFloat64: f(double{}); return true;
-    default: return false;
+    case DType::kFloat32:
+      f(float{});
+      return true;
+    case DType::kFloat64:
+      f(double{});
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -69,8 +74,7 @@ __global__ void HalfRowReduceKernel(int64_t rows, int64_t size, bool mean, const
 // [outer, size, inner] with inner > 1 and many outputs: a thread per output,
 // adjacent threads reading adjacent columns.
 template <typename In, typename Out>
-__global__ void HalfColumnReduceKernel(int64_t outer, int64_t size, int64_t inner, bool mean, const In* in,
-                                       Out* out) {
+__global__ void HalfColumnReduceKernel(int64_t outer, int64_t size, int64_t inner, bool mean, const In* in, Out* out) {
   using Acc = ReduceAcc<In, Out>;
   const int64_t n = outer * inner;
   for (int64_t o = GlobalThread(); o < n; o += GlobalStride()) {
@@ -186,8 +190,8 @@ __global__ void HalfSoftmaxBackwardKernel(bool log, int64_t rows, int64_t size, 
 // ---- layer norm ----
 
 template <int kThreadsPerRow, typename H>
-__global__ void HalfLayerNormKernel(int64_t rows, int64_t cols, float eps, const H* x, const H* weight,
-                                    const H* bias, H* y, float* mean_out, float* rstd_out) {
+__global__ void HalfLayerNormKernel(int64_t rows, int64_t cols, float eps, const H* x, const H* weight, const H* bias,
+                                    H* y, float* mean_out, float* rstd_out) {
   __shared__ float shared[32];
   constexpr int kRowsPerBlock = kThreads / kThreadsPerRow;
   const int lane = threadIdx.x % kThreadsPerRow;
@@ -351,8 +355,7 @@ cudaError_t LaunchHalfReduceMiddle(DType out_dtype, DType in_dtype, int64_t oute
           HalfRowReduceKernel<kThreadsPerRow, In, Out><<<blocks, kThreads, 0, s>>>(outer, size, mean, x, y);
         });
       } else if (outer * inner >= kThreadPerOutputMin) {
-        HalfColumnReduceKernel<In, Out><<<Blocks(outer * inner), kThreads, 0, stream>>>(outer, size, inner, mean, x,
-                                                                                        y);
+        HalfColumnReduceKernel<In, Out><<<Blocks(outer * inner), kThreads, 0, stream>>>(outer, size, inner, mean, x, y);
       } else {
         // Output (i, j) reads i * size * inner + j + k * inner.
         StridedOperand kept, reduced;
@@ -364,8 +367,8 @@ cudaError_t LaunchHalfReduceMiddle(DType out_dtype, DType in_dtype, int64_t oute
         reduced.rank = 1;
         reduced.sizes[0] = size;
         reduced.strides[0] = inner;
-        HalfBlockReduceKernel<In, Out><<<Blocks(outer * inner, 1), kThreads, 0, stream>>>(outer * inner, kept, reduced,
-                                                                                          size, mean, x, y);
+        HalfBlockReduceKernel<In, Out>
+            <<<Blocks(outer * inner, 1), kThreads, 0, stream>>>(outer * inner, kept, reduced, size, mean, x, y);
       }
     });
   });
@@ -394,8 +397,8 @@ cudaError_t LaunchHalfReduceGeneral(DType out_dtype, DType in_dtype, int64_t out
         error = LaunchChannelSum<In, Acc>(shape, x, StoreChannelSum<Acc, Out>{mean, y}, stream);
         return;
       }
-      HalfBlockReduceKernel<In, Out><<<Blocks(out_n, 1), kThreads, 0, stream>>>(out_n, kept, reduced, count, mean,
-                                                                              x, y);
+      HalfBlockReduceKernel<In, Out>
+          <<<Blocks(out_n, 1), kThreads, 0, stream>>>(out_n, kept, reduced, count, mean, x, y);
       error = LaunchError();
     });
   });
@@ -416,8 +419,8 @@ cudaError_t LaunchHalfSoftmax(DType dtype, bool log, int64_t outer, int64_t size
       return;
     }
     LaunchRows(rows, size, stream, [&]<int kThreadsPerRow>(int64_t blocks, cudaStream_t s) {
-      HalfSoftmaxKernel<kThreadsPerRow, H><<<blocks, kThreads, 0, s>>>(log, rows, size, inner,
-                                                                       static_cast<const H*>(in), static_cast<H*>(out));
+      HalfSoftmaxKernel<kThreadsPerRow, H>
+          <<<blocks, kThreads, 0, s>>>(log, rows, size, inner, static_cast<const H*>(in), static_cast<H*>(out));
     });
   });
   return LaunchError();
@@ -439,16 +442,14 @@ cudaError_t LaunchHalfSoftmaxBackward(DType dtype, bool log, int64_t outer, int6
     }
     LaunchRows(rows, size, stream, [&]<int kThreadsPerRow>(int64_t blocks, cudaStream_t s) {
       HalfSoftmaxBackwardKernel<kThreadsPerRow, H><<<blocks, kThreads, 0, s>>>(
-          log, rows, size, inner, static_cast<const H*>(grad), static_cast<const H*>(output),
-          static_cast<H*>(grad_in));
+          log, rows, size, inner, static_cast<const H*>(grad), static_cast<const H*>(output), static_cast<H*>(grad_in));
     });
   });
   return LaunchError();
 }
 
-cudaError_t LaunchHalfLayerNorm(DType dtype, int64_t rows, int64_t cols, double eps, const void* x,
-                                const void* weight, const void* bias, void* y, float* mean, float* rstd,
-                                cudaStream_t stream) {
+cudaError_t LaunchHalfLayerNorm(DType dtype, int64_t rows, int64_t cols, double eps, const void* x, const void* weight,
+                                const void* bias, void* y, float* mean, float* rstd, cudaStream_t stream) {
   if (!IsHalfDType(dtype)) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   DispatchHalf(dtype, [&](auto tag) {
@@ -462,9 +463,9 @@ cudaError_t LaunchHalfLayerNorm(DType dtype, int64_t rows, int64_t cols, double 
   return LaunchError();
 }
 
-cudaError_t LaunchHalfLayerNormBackward(DType dtype, int64_t rows, int64_t cols, const void* grad_out,
-                                        const void* x, const float* mean, const float* rstd, const void* weight,
-                                        void* grad_input, void* grad_weight, void* grad_bias, cudaStream_t stream) {
+cudaError_t LaunchHalfLayerNormBackward(DType dtype, int64_t rows, int64_t cols, const void* grad_out, const void* x,
+                                        const float* mean, const float* rstd, const void* weight, void* grad_input,
+                                        void* grad_weight, void* grad_bias, cudaStream_t stream) {
   if (!IsHalfDType(dtype)) return cudaErrorInvalidValue;
   if (cols == 0) return cudaSuccess;
   cudaError_t error = cudaSuccess;
@@ -488,9 +489,9 @@ cudaError_t LaunchHalfLayerNormBackward(DType dtype, int64_t rows, int64_t cols,
   return error;
 }
 
-cudaError_t LaunchHalfEmbeddingBackward(DType dtype, int64_t count, int64_t rows, int64_t width,
-                                        int64_t padding_idx, const void* grad, IndexOperand ids,
-                                        void* grad_weight, ErrorWord error, cudaStream_t stream) {
+cudaError_t LaunchHalfEmbeddingBackward(DType dtype, int64_t count, int64_t rows, int64_t width, int64_t padding_idx,
+                                        const void* grad, IndexOperand ids, void* grad_weight, ErrorWord error,
+                                        cudaStream_t stream) {
   if (!IsHalfDType(dtype)) return cudaErrorInvalidValue;
   if (rows * width == 0) return cudaSuccess;
   bool launched = false;

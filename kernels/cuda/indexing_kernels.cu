@@ -30,20 +30,34 @@ __device__ __forceinline__ void ReportBadIndex(const ErrorWord& error, int64_t v
 template <typename F>
 bool DispatchBytes(int bytes, F&& f) {
   switch (bytes) {
-    case 1: f(uint8_t{}); return true;
-    case 2: f(uint16_t{}); return true;
-    case 4: f(uint32_t{}); return true;
-    case 8: f(uint64_t{}); return true;
-    default: return false;
+    case 1:
+      f(uint8_t{});
+      return true;
+    case 2:
+      f(uint16_t{});
+      return true;
+    case 4:
+      f(uint32_t{});
+      return true;
+    case 8:
+      f(uint64_t{});
+      return true;
+    default:
+      return false;
   }
 }
 
 template <typename F>
 bool DispatchFloat(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kFloat32: f(float{}); return true;
-    case DType::kFloat64: f(double{}); return true;
-    default: return false;
+    case DType::kFloat32:
+      f(float{});
+      return true;
+    case DType::kFloat64:
+      f(double{});
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -94,13 +108,13 @@ void LaunchEmbeddingRows(int64_t count, int64_t rows, int64_t row_units, const U
                          ErrorWord error, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kThreadsPerBlock / 32 / kWarps;
   const int64_t blocks = std::min<int64_t>((count + kRowsPerBlock - 1) / kRowsPerBlock, kMaxBlocks);
-  EmbeddingKernel<U, I, kWarps, kBatch><<<blocks, kThreadsPerBlock, 0, stream>>>(count, rows, row_units, weight, ids,
-                                                                                 out, error);
+  EmbeddingKernel<U, I, kWarps, kBatch>
+      <<<blocks, kThreadsPerBlock, 0, stream>>>(count, rows, row_units, weight, ids, out, error);
 }
 
 template <typename T, typename I>
-__global__ void EmbeddingBackwardKernel(int64_t count, int64_t rows, int64_t width, int64_t padding_idx,
-                                        const T* grad, const I* ids, T* grad_weight, ErrorWord error) {
+__global__ void EmbeddingBackwardKernel(int64_t count, int64_t rows, int64_t width, int64_t padding_idx, const T* grad,
+                                        const I* ids, T* grad_weight, ErrorWord error) {
   const int64_t n = count * width;
   for (int64_t i = GlobalThread(); i < n; i += GlobalStride()) {
     const int64_t row = i / width;
@@ -204,8 +218,8 @@ cudaError_t LaunchEmbedding(int element_bytes, int64_t count, int64_t rows, int6
     }
     launched = DispatchBytes(element_bytes, [&](auto tag) {
       using E = decltype(tag);
-      LaunchEmbeddingRows<kThreads, 1, 8>(count, rows, width, static_cast<const E*>(weight), id,
-                                          static_cast<E*>(out), error, stream);
+      LaunchEmbeddingRows<kThreads, 1, 8>(count, rows, width, static_cast<const E*>(weight), id, static_cast<E*>(out),
+                                          error, stream);
     });
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
@@ -233,17 +247,16 @@ cudaError_t LaunchEmbeddingBackward(DType dtype, int64_t count, int64_t rows, in
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }
 
-cudaError_t LaunchGatherDim(int element_bytes, int64_t n, const DimIndexing& dims, const void* self,
-                            IndexOperand index, void* out, ErrorWord error, cudaStream_t stream) {
+cudaError_t LaunchGatherDim(int element_bytes, int64_t n, const DimIndexing& dims, const void* self, IndexOperand index,
+                            void* out, ErrorWord error, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   bool launched = false;
   DispatchIndex(index.dtype, [&](auto index_tag) {
     using I = decltype(index_tag);
     launched = DispatchBytes(element_bytes, [&](auto tag) {
       using E = decltype(tag);
-      GatherDimKernel<E, I><<<Blocks(n), kThreads, 0, stream>>>(n, dims, static_cast<const E*>(self),
-                                                                static_cast<const I*>(index.data),
-                                                                static_cast<E*>(out), error);
+      GatherDimKernel<E, I><<<Blocks(n), kThreads, 0, stream>>>(
+          n, dims, static_cast<const E*>(self), static_cast<const I*>(index.data), static_cast<E*>(out), error);
     });
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
@@ -266,8 +279,7 @@ cudaError_t LaunchScatterDim(DType dtype, int64_t n, const DimIndexing& dims, In
 }
 
 cudaError_t LaunchIndexSelect(int element_bytes, int64_t outer, int64_t size, int64_t inner, int64_t count,
-                              const void* self, IndexOperand index, void* out, ErrorWord error,
-                              cudaStream_t stream) {
+                              const void* self, IndexOperand index, void* out, ErrorWord error, cudaStream_t stream) {
   const int64_t n = outer * count * inner;
   if (n == 0) return cudaSuccess;
   bool launched = false;
@@ -275,10 +287,9 @@ cudaError_t LaunchIndexSelect(int element_bytes, int64_t outer, int64_t size, in
     using I = decltype(index_tag);
     launched = DispatchBytes(element_bytes, [&](auto tag) {
       using E = decltype(tag);
-      IndexSelectKernel<E, I><<<Blocks(n), kThreads, 0, stream>>>(outer, size, inner, count,
-                                                                   static_cast<const E*>(self),
-                                                                   static_cast<const I*>(index.data),
-                                                                   static_cast<E*>(out), error);
+      IndexSelectKernel<E, I>
+          <<<Blocks(n), kThreads, 0, stream>>>(outer, size, inner, count, static_cast<const E*>(self),
+                                               static_cast<const I*>(index.data), static_cast<E*>(out), error);
     });
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
@@ -290,18 +301,19 @@ cudaError_t LaunchArange(DType dtype, int64_t n, double start, double step, int6
   bool launched = true;
   switch (dtype) {
     case DType::kFloat32:
-      ArangeKernel<float><<<Blocks(n), kThreads, 0, stream>>>(n, start, step, int_start, int_step, exact,
-                                                              static_cast<float*>(out));
+      ArangeKernel<float>
+          <<<Blocks(n), kThreads, 0, stream>>>(n, start, step, int_start, int_step, exact, static_cast<float*>(out));
       break;
     case DType::kFloat64:
-      ArangeKernel<double><<<Blocks(n), kThreads, 0, stream>>>(n, start, step, int_start, int_step, exact,
-                                                               static_cast<double*>(out));
+      ArangeKernel<double>
+          <<<Blocks(n), kThreads, 0, stream>>>(n, start, step, int_start, int_step, exact, static_cast<double*>(out));
       break;
     case DType::kInt64:
-      ArangeKernel<int64_t><<<Blocks(n), kThreads, 0, stream>>>(n, start, step, int_start, int_step, exact,
-                                                                static_cast<int64_t*>(out));
+      ArangeKernel<int64_t>
+          <<<Blocks(n), kThreads, 0, stream>>>(n, start, step, int_start, int_step, exact, static_cast<int64_t*>(out));
       break;
-    default: launched = false;
+    default:
+      launched = false;
   }
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }
@@ -311,8 +323,8 @@ cudaError_t LaunchStridedScatter(int element_bytes, int64_t n, const void* in, c
   if (n == 0) return cudaSuccess;
   const bool launched = DispatchBytes(element_bytes, [&](auto tag) {
     using E = decltype(tag);
-    StridedScatterKernel<E><<<Blocks(n), kThreads, 0, stream>>>(n, static_cast<const E*>(in), out_layout,
-                                                                static_cast<E*>(out));
+    StridedScatterKernel<E>
+        <<<Blocks(n), kThreads, 0, stream>>>(n, static_cast<const E*>(in), out_layout, static_cast<E*>(out));
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }

@@ -7,12 +7,12 @@
 #include <cstring>
 #include <vector>
 
+#include "base/status_macros.h"
+#include "ir/ops/shape_rules.h"
 #include "kernels/cuda/half_launch.h"
 #include "kernels/cuda/kernel_util.h"
 #include "kernels/cuda/sequence_launch.h"
 #include "kernels/cuda/strided_layout.h"
-#include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem::cuda {
 namespace {
@@ -30,11 +30,11 @@ absl::Status CopySelf(const CudaKernelContext& context, const TensorArg& self, c
 absl::Status EmbeddingKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& weight = args.inputs[0];
   const TensorArg& ids = args.inputs[1];
-  return Launched(args,
-                  LaunchEmbedding(ElementBytes(weight.type.dtype), ids.numel(), weight.type.shape[0],
-                                  weight.type.shape[1], weight.data, Indices(ids), args.outputs[0].data, context.error,
-                                  context.native),
-                  weight.type.dtype);
+  return Launched(
+      args,
+      LaunchEmbedding(ElementBytes(weight.type.dtype), ids.numel(), weight.type.shape[0], weight.type.shape[1],
+                      weight.data, Indices(ids), args.outputs[0].data, context.error, context.native),
+      weight.type.dtype);
 }
 
 absl::Status EmbeddingBackwardKernel(const CudaKernelContext& context, const KernelArgs& args) {
@@ -45,8 +45,8 @@ absl::Status EmbeddingBackwardKernel(const CudaKernelContext& context, const Ker
   if (IsHalfDType(out.type.dtype)) {  // float32 sums without atomics (half_launch.h)
     return Launched(args,
                     LaunchHalfEmbeddingBackward(out.type.dtype, ids.numel(), out.type.shape[0], out.type.shape[1],
-                                                padding_idx < 0 ? -1 : padding_idx, grad.data, Indices(ids),
-                                                out.data, context.error, context.native),
+                                                padding_idx < 0 ? -1 : padding_idx, grad.data, Indices(ids), out.data,
+                                                context.error, context.native),
                     out.type.dtype);
   }
   if (!IsFloat(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);
@@ -102,11 +102,11 @@ absl::Status ScatterKernel(const CudaKernelContext& context, const KernelArgs& a
   }
   ASSIGN_OR_RETURN(DimIndexing dims, DimIndexingOf(args, self, index, src));
   RETURN_IF_ERROR(CopySelf(context, self, args.outputs[0]));
-  return Launched(args,
-                  LaunchScatterDim(self.type.dtype, index.numel(), dims, Indices(index),
-                                   src != nullptr ? src->data : nullptr, value, args.outputs[0].data, context.error,
-                                   context.native),
-                  self.type.dtype);
+  return Launched(
+      args,
+      LaunchScatterDim(self.type.dtype, index.numel(), dims, Indices(index), src != nullptr ? src->data : nullptr,
+                       value, args.outputs[0].data, context.error, context.native),
+      self.type.dtype);
 }
 
 absl::Status IndexSelectKernel(const CudaKernelContext& context, const KernelArgs& args) {
@@ -117,8 +117,7 @@ absl::Status IndexSelectKernel(const CudaKernelContext& context, const KernelArg
   const DimSplit split = SplitAtDim(self.type.shape, dim);
   return Launched(args,
                   LaunchIndexSelect(ElementBytes(self.type.dtype), split.outer, split.size, split.inner, index.numel(),
-                                    self.data, Indices(index), args.outputs[0].data, context.error,
-                                    context.native),
+                                    self.data, Indices(index), args.outputs[0].data, context.error, context.native),
                   self.type.dtype);
 }
 
@@ -131,8 +130,8 @@ absl::Status ArangeKernel(const CudaKernelContext& context, const KernelArgs& ar
   auto int_step = attrs.GetInt("step", 1);
   const bool exact = int_start.ok() && int_step.ok();
   return Launched(args,
-                  LaunchArange(out.type.dtype, out.numel(), start, step, exact ? *int_start : 0,
-                               exact ? *int_step : 0, exact, out.data, context.native),
+                  LaunchArange(out.type.dtype, out.numel(), start, step, exact ? *int_start : 0, exact ? *int_step : 0,
+                               exact, out.data, context.native),
                   out.type.dtype);
 }
 
@@ -163,8 +162,8 @@ std::string DescribeBadIndex(const Graph& graph, const Node& node, int64_t value
   if (op == "masked_scatter") {
     return absl::StrCat("mask has ", value, " true elements but source has only ", type(2).numel());
   }
-  if (op == "gather" || op == "scatter.value" || op == "scatter.src" || op == "index_select" ||
-      op == "scatter_add" || op == "scatter_reduce.two") {
+  if (op == "gather" || op == "scatter.value" || op == "scatter.src" || op == "index_select" || op == "scatter_add" ||
+      op == "scatter_reduce.two") {
     const TensorType self = type(0);
     const int dim = NormalizeDim(node.attrs.GetInt("dim").value_or(0), self.rank()).value_or(0);
     const int64_t size = self.rank() == 0 ? 1 : self.shape[dim];

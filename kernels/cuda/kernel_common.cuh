@@ -42,14 +42,21 @@ __host__ __device__ __forceinline__ To Convert(From value) {
 template <typename T>
 __device__ __forceinline__ T LoadConverted(const void* p, DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return Convert<T>(*static_cast<const float*>(p));
-    case DType::kFloat64: return Convert<T>(*static_cast<const double*>(p));
-    case DType::kInt64: return Convert<T>(*static_cast<const int64_t*>(p));
-    case DType::kInt32: return Convert<T>(*static_cast<const int32_t*>(p));
-    case DType::kBool: return Convert<T>(*static_cast<const bool*>(p));
+    case DType::kFloat32:
+      return Convert<T>(*static_cast<const float*>(p));
+    case DType::kFloat64:
+      return Convert<T>(*static_cast<const double*>(p));
+    case DType::kInt64:
+      return Convert<T>(*static_cast<const int64_t*>(p));
+    case DType::kInt32:
+      return Convert<T>(*static_cast<const int32_t*>(p));
+    case DType::kBool:
+      return Convert<T>(*static_cast<const bool*>(p));
     // A 16-bit rank-0 operand of a float32 or float64 op (exact in float).
-    case DType::kBFloat16: return Convert<T>(__bfloat162float(*static_cast<const __nv_bfloat16*>(p)));
-    case DType::kFloat16: return Convert<T>(__half2float(*static_cast<const __half*>(p)));
+    case DType::kBFloat16:
+      return Convert<T>(__bfloat162float(*static_cast<const __nv_bfloat16*>(p)));
+    case DType::kFloat16:
+      return Convert<T>(__half2float(*static_cast<const __half*>(p)));
   }
   return T{};
 }
@@ -84,12 +91,23 @@ inline bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 
 template <typename F>
 bool DispatchStorable(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kFloat32: f(float{}); return true;
-    case DType::kFloat64: f(double{}); return true;
-    case DType::kInt64: f(int64_t{}); return true;
-    case DType::kInt32: f(int32_t{}); return true;
-    case DType::kBool: f(bool{}); return true;
-    default: return false;
+    case DType::kFloat32:
+      f(float{});
+      return true;
+    case DType::kFloat64:
+      f(double{});
+      return true;
+    case DType::kInt64:
+      f(int64_t{});
+      return true;
+    case DType::kInt32:
+      f(int32_t{});
+      return true;
+    case DType::kBool:
+      f(bool{});
+      return true;
+    default:
+      return false;
   }
 }
 

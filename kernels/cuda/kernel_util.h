@@ -40,7 +40,7 @@ void AddFusedKernels(CudaKernelTable& table);
 void AddRecurrentKernels(CudaKernelTable& table);
 void AddMathKernels(CudaKernelTable& table);
 void AddGroupNormKernels(CudaKernelTable& table);
-void AddSpatialKernels(CudaKernelTable& table);  // resampling, padding, 3-D pooling
+void AddSpatialKernels(CudaKernelTable& table);        // resampling, padding, 3-D pooling
 void AddAdvancedIndexKernels(CudaKernelTable& table);  // index.Tensor, index_put, scatter_add/_reduce, masked_scatter
 void AddStridedKernels(CudaKernelTable& table);        // as_strided, diagonal, flip, repeat, slice/select scatters
 void AddRandomKernels(CudaKernelTable& table);         // bernoulli.p, rand, randn, empty.memory_format, empty_strided
@@ -56,8 +56,8 @@ inline absl::Status UnsupportedDType(const KernelArgs& args, DType dtype) {
 inline absl::Status Launched(const KernelArgs& args, cudaError_t error, DType dtype) {
   if (error == cudaSuccess) return absl::OkStatus();
   if (error == cudaErrorInvalidValue) {
-    return absl::UnimplementedError(absl::StrCat(args.node->op, ": no CUDA kernel for dtype ", DTypeName(dtype),
-                                                 " (or an invalid launch)"));
+    return absl::UnimplementedError(
+        absl::StrCat(args.node->op, ": no CUDA kernel for dtype ", DTypeName(dtype), " (or an invalid launch)"));
   }
   return device::CudaStatus(error, absl::StrCat(args.node->op, " kernel launch"));
 }

@@ -52,9 +52,14 @@ struct IndexOperand {
 template <typename F>
 bool DispatchIndex(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kInt64: f(int64_t{}); return true;
-    case DType::kInt32: f(int32_t{}); return true;
-    default: return false;
+    case DType::kInt64:
+      f(int64_t{});
+      return true;
+    case DType::kInt32:
+      f(int32_t{});
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -83,13 +88,13 @@ struct BinaryOperand {
   bool scalar = false;  // one element of `scalar_dtype`
   DType scalar_dtype = DType::kFloat32;
 };
-cudaError_t LaunchBinary(BinaryOp op, DType dtype, int64_t n, const BinaryOperand& a, const BinaryOperand& b,
-                         void* out, ScalarParam param, cudaStream_t stream);
+cudaError_t LaunchBinary(BinaryOp op, DType dtype, int64_t n, const BinaryOperand& a, const BinaryOperand& b, void* out,
+                         ScalarParam param, cudaStream_t stream);
 
 // out[i] = op(in[offset(i)]): kAddConst in + param, kMulConst in * param,
 // kDivConst in / param. `in` is contiguous when in_layout.rank == 0.
-cudaError_t LaunchUnary(UnaryOp op, DType dtype, int64_t n, const void* in, const StridedOperand& in_layout,
-                        void* out, ScalarParam param, cudaStream_t stream);
+cudaError_t LaunchUnary(UnaryOp op, DType dtype, int64_t n, const void* in, const StridedOperand& in_layout, void* out,
+                        ScalarParam param, cudaStream_t stream);
 
 // ---- copies and fills (copy_kernels.cu) ----
 
@@ -116,8 +121,7 @@ cudaError_t LaunchFill(DType dtype, int64_t n, double value, void* out, cudaStre
 // earlier kernel of the iteration found bad data): the guarded write-back
 // of an iteration's updates. error may be null (always copies). src and dst
 // must not overlap.
-cudaError_t LaunchCopyUnlessError(const int64_t* error, const void* src, void* dst, size_t bytes,
-                                  cudaStream_t stream);
+cudaError_t LaunchCopyUnlessError(const int64_t* error, const void* src, void* dst, size_t bytes, cudaStream_t stream);
 
 // The end of a data-checking iteration (cuda_program.cc): copies the two
 // words of `error` (device memory) to `host` (page-locked host memory,
@@ -137,8 +141,8 @@ cudaError_t LaunchDelay(int microseconds, cudaStream_t stream);
 // out[outer, inner]; mean divides by `size` (an empty sum's mean is NaN).
 // Float32 accumulates in float, float64 (or any float64 operand) in double,
 // int64 in int64.
-cudaError_t LaunchReduceMiddle(DType out_dtype, DType in_dtype, int64_t outer, int64_t size, int64_t inner,
-                               bool mean, const void* in, void* out, cudaStream_t stream);
+cudaError_t LaunchReduceMiddle(DType out_dtype, DType in_dtype, int64_t outer, int64_t size, int64_t inner, bool mean,
+                               const void* in, void* out, cudaStream_t stream);
 
 // The general case: out has `kept` layout (its own contiguous order, offsets
 // into `in` given by kept.strides) and each output element sums the
@@ -171,9 +175,8 @@ struct NllParams {
 cudaError_t LaunchNllLossForward(DType dtype, const NllParams& params, const void* self, IndexOperand target,
                                  const void* weight, void* loss, void* total_weight, cudaStream_t stream);
 // grad_input [rows, classes], fully written.
-cudaError_t LaunchNllLossBackward(DType dtype, const NllParams& params, const void* grad_output,
-                                  IndexOperand target, const void* total_weight, const void* weight,
-                                  void* grad_input, cudaStream_t stream);
+cudaError_t LaunchNllLossBackward(DType dtype, const NllParams& params, const void* grad_output, IndexOperand target,
+                                  const void* total_weight, const void* weight, void* grad_input, cudaStream_t stream);
 
 }  // namespace tandem::cuda
 

@@ -29,8 +29,7 @@ struct Affine {
 // y = (x - mean) * rstd * weight + bias.
 template <typename T, int kThreadsPerRow, int kPacks, int kRows>
 __global__ void __launch_bounds__(kThreads)
-    LayerNormTileKernel(int rows, int cols, T eps, const T* x, Affine<T> affine, T* y, T* mean_out,
-                        T* rstd_out) {
+    LayerNormTileKernel(int rows, int cols, T eps, const T* x, Affine<T> affine, T* y, T* mean_out, T* rstd_out) {
   using Tile = RowTile<T, kThreadsPerRow, kPacks>;
   using Pack = typename Tile::Pack;
   constexpr int kWidth = Tile::kWidth;
@@ -95,8 +94,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // Any row, a block per row, reading the row once per pass.
 template <typename T>
-__global__ void LayerNormLoopKernel(int64_t rows, int64_t cols, T eps, const T* x, Affine<T> affine, T* y,
-                                    T* mean_out, T* rstd_out) {
+__global__ void LayerNormLoopKernel(int64_t rows, int64_t cols, T eps, const T* x, Affine<T> affine, T* y, T* mean_out,
+                                    T* rstd_out) {
   __shared__ T shared[32];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* xr = x + row * cols;

@@ -4,19 +4,18 @@
 // operand (beta * C), anything else broadcast into the output first. The
 // transpose_a / transpose_b attributes become the library's transpose
 // flags: an operand stored transposed is read in place, never copied.
+#include "base/status_macros.h"
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/half_launch.h"
 #include "kernels/cuda/kernel_util.h"
 #include "kernels/cuda/strided_layout.h"
-#include "base/status_macros.h"
 
 namespace tandem::cuda {
 namespace {
 
 // The dtypes Matmul takes (blas.h): 16-bit floats accumulate in float32.
 bool IsFloat(DType dtype) {
-  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kBFloat16 ||
-         dtype == DType::kFloat16;
+  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kBFloat16 || dtype == DType::kFloat16;
 }
 
 // A spec with the product's dims, transpose flags and operands: op(a) [n, k]
@@ -66,10 +65,10 @@ absl::Status BroadcastScaled(const CudaKernelContext& context, const KernelArgs&
   }
   ScalarParam param;
   param.f = beta;
-  return Launched(args,
-                  LaunchUnary(UnaryOp::kMulConst, out.type.dtype, out.numel(), self.data, layout, out.data, param,
-                              context.native),
-                  out.type.dtype);
+  return Launched(
+      args,
+      LaunchUnary(UnaryOp::kMulConst, out.type.dtype, out.numel(), self.data, layout, out.data, param, context.native),
+      out.type.dtype);
 }
 
 absl::Status AddmmKernel(const CudaKernelContext& context, const KernelArgs& args) {

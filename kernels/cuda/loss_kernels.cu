@@ -24,9 +24,7 @@ __device__ __forceinline__ void ReportBadValue(const ErrorWord& error, int64_t v
   }
 }
 
-__device__ __forceinline__ bool LabelValid(int64_t t, const NllParams& p) {
-  return t >= 0 && t < p.classes;
-}
+__device__ __forceinline__ bool LabelValid(int64_t t, const NllParams& p) { return t >= 0 && t < p.classes; }
 
 // The type the kernels compute a T in: float32 for the 16-bit types.
 template <typename T>
@@ -117,9 +115,16 @@ bool DispatchNll(DType dtype, DType target_dtype, F&& f) {
   bool launched = false;
   DispatchIndex(target_dtype, [&](auto index_tag) {
     switch (dtype) {
-      case DType::kFloat32: f(float{}, index_tag); launched = true; break;
-      case DType::kFloat64: f(double{}, index_tag); launched = true; break;
-      default: launched = DispatchHalf(dtype, [&](auto half_tag) { f(half_tag, index_tag); });
+      case DType::kFloat32:
+        f(float{}, index_tag);
+        launched = true;
+        break;
+      case DType::kFloat64:
+        f(double{}, index_tag);
+        launched = true;
+        break;
+      default:
+        launched = DispatchHalf(dtype, [&](auto half_tag) { f(half_tag, index_tag); });
     }
   });
   return launched;
@@ -139,9 +144,8 @@ cudaError_t LaunchNllLossForward(DType dtype, const NllParams& params, const voi
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }
 
-cudaError_t LaunchNllLossBackward(DType dtype, const NllParams& params, const void* grad_output,
-                                  IndexOperand target, const void* total_weight, const void* weight,
-                                  void* grad_input, cudaStream_t stream) {
+cudaError_t LaunchNllLossBackward(DType dtype, const NllParams& params, const void* grad_output, IndexOperand target,
+                                  const void* total_weight, const void* weight, void* grad_input, cudaStream_t stream) {
   const int64_t n = params.rows * params.classes;
   if (n == 0) return cudaSuccess;
   const bool launched = DispatchNll(dtype, target.dtype, [&](auto tag, auto index_tag) {

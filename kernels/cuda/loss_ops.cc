@@ -3,10 +3,10 @@
 // class labels, check every one on the GPU and report a bad one through the
 // error word; they serve the 16-bit floats too (launch.h). bfloat16 and
 // float16 log_softmax go to the 16-bit kernels (half_launch.h).
+#include "base/status_macros.h"
+#include "ir/ops/shape_rules.h"
 #include "kernels/cuda/half_launch.h"
 #include "kernels/cuda/kernel_util.h"
-#include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem::cuda {
 namespace {
@@ -32,10 +32,9 @@ absl::Status LogSoftmaxKernel(const CudaKernelContext& context, const KernelArgs
                     out.type.dtype);
   }
   if (!IsFloat(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);
-  return Launched(args,
-                  LaunchLogSoftmax(out.type.dtype, split.outer, split.size, split.inner, in.data, out.data,
-                                   context.native),
-                  out.type.dtype);
+  return Launched(
+      args, LaunchLogSoftmax(out.type.dtype, split.outer, split.size, split.inner, in.data, out.data, context.native),
+      out.type.dtype);
 }
 
 absl::Status LogSoftmaxBackwardKernel(const CudaKernelContext& context, const KernelArgs& args) {
@@ -51,13 +50,13 @@ absl::Status LogSoftmaxBackwardKernel(const CudaKernelContext& context, const Ke
   }
   if (!IsFloat(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);
   return Launched(args,
-                  LaunchLogSoftmaxBackward(out.type.dtype, split.outer, split.size, split.inner, grad.data,
-                                           output.data, out.data, context.native),
+                  LaunchLogSoftmaxBackward(out.type.dtype, split.outer, split.size, split.inner, grad.data, output.data,
+                                           out.data, context.native),
                   out.type.dtype);
 }
 
-absl::StatusOr<NllParams> GetNllParams(const CudaKernelContext& context, const KernelArgs& args,
-                                       const TensorArg& self, const TensorArg& target) {
+absl::StatusOr<NllParams> GetNllParams(const CudaKernelContext& context, const KernelArgs& args, const TensorArg& self,
+                                       const TensorArg& target) {
   NllParams params;
   ASSIGN_OR_RETURN(int64_t reduction, args.node->attrs.GetInt("reduction", 1));
   ASSIGN_OR_RETURN(params.ignore_index, args.node->attrs.GetInt("ignore_index", -100));
@@ -76,8 +75,8 @@ absl::Status NllLossForwardKernel(const CudaKernelContext& context, const Kernel
   ASSIGN_OR_RETURN(NllParams params, GetNllParams(context, args, self, target));
   if (!IsFloat(self.type.dtype) && !IsHalfDType(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
   return Launched(args,
-                  LaunchNllLossForward(self.type.dtype, params, self.data, Labels(target), weight,
-                                       args.outputs[0].data, args.outputs[1].data, context.native),
+                  LaunchNllLossForward(self.type.dtype, params, self.data, Labels(target), weight, args.outputs[0].data,
+                                       args.outputs[1].data, context.native),
                   self.type.dtype);
 }
 

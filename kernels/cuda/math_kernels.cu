@@ -19,13 +19,20 @@ namespace {
 template <typename A>
 __device__ __forceinline__ A LoadAt(const void* data, DType dtype, int64_t offset) {
   switch (dtype) {
-    case DType::kFloat32: return static_cast<A>(static_cast<const float*>(data)[offset]);
-    case DType::kFloat64: return static_cast<A>(static_cast<const double*>(data)[offset]);
-    case DType::kInt64: return static_cast<A>(static_cast<const int64_t*>(data)[offset]);
-    case DType::kInt32: return static_cast<A>(static_cast<const int32_t*>(data)[offset]);
-    case DType::kBool: return static_cast<A>(static_cast<const bool*>(data)[offset] ? 1 : 0);
-    case DType::kBFloat16: return static_cast<A>(Widen(static_cast<const __nv_bfloat16*>(data)[offset]));
-    case DType::kFloat16: return static_cast<A>(Widen(static_cast<const __half*>(data)[offset]));
+    case DType::kFloat32:
+      return static_cast<A>(static_cast<const float*>(data)[offset]);
+    case DType::kFloat64:
+      return static_cast<A>(static_cast<const double*>(data)[offset]);
+    case DType::kInt64:
+      return static_cast<A>(static_cast<const int64_t*>(data)[offset]);
+    case DType::kInt32:
+      return static_cast<A>(static_cast<const int32_t*>(data)[offset]);
+    case DType::kBool:
+      return static_cast<A>(static_cast<const bool*>(data)[offset] ? 1 : 0);
+    case DType::kBFloat16:
+      return static_cast<A>(Widen(static_cast<const __nv_bfloat16*>(data)[offset]));
+    case DType::kFloat16:
+      return static_cast<A>(Widen(static_cast<const __half*>(data)[offset]));
   }
   return A(0);
 }
@@ -47,15 +54,27 @@ __device__ __forceinline__ I ToInt(A value) {
 template <typename A>
 __device__ __forceinline__ void StoreAt(void* data, DType dtype, int64_t i, A value) {
   switch (dtype) {
-    case DType::kFloat32: static_cast<float*>(data)[i] = static_cast<float>(value); return;
-    case DType::kFloat64: static_cast<double*>(data)[i] = static_cast<double>(value); return;
-    case DType::kInt64: static_cast<int64_t*>(data)[i] = ToInt<int64_t>(value); return;
-    case DType::kInt32: static_cast<int32_t*>(data)[i] = ToInt<int32_t>(value); return;
-    case DType::kBool: static_cast<bool*>(data)[i] = value != A(0); return;
+    case DType::kFloat32:
+      static_cast<float*>(data)[i] = static_cast<float>(value);
+      return;
+    case DType::kFloat64:
+      static_cast<double*>(data)[i] = static_cast<double>(value);
+      return;
+    case DType::kInt64:
+      static_cast<int64_t*>(data)[i] = ToInt<int64_t>(value);
+      return;
+    case DType::kInt32:
+      static_cast<int32_t*>(data)[i] = ToInt<int32_t>(value);
+      return;
+    case DType::kBool:
+      static_cast<bool*>(data)[i] = value != A(0);
+      return;
     case DType::kBFloat16:
       static_cast<__nv_bfloat16*>(data)[i] = Narrow<__nv_bfloat16>(static_cast<float>(value));
       return;
-    case DType::kFloat16: static_cast<__half*>(data)[i] = Narrow<__half>(static_cast<float>(value)); return;
+    case DType::kFloat16:
+      static_cast<__half*>(data)[i] = Narrow<__half>(static_cast<float>(value));
+      return;
   }
 }
 
@@ -92,9 +111,15 @@ cudaError_t LaunchMath(const MathLaunch& launch, cudaStream_t stream) {
   math::DispatchMathOp(launch.op, [&](auto op) {
     constexpr MathOp kOp = decltype(op)::value;
     switch (launch.compute) {
-      case MathCompute::kFloat32: result = Launch<kOp, float>(launch, stream); break;
-      case MathCompute::kFloat64: result = Launch<kOp, double>(launch, stream); break;
-      case MathCompute::kInt64: result = Launch<kOp, int64_t>(launch, stream); break;
+      case MathCompute::kFloat32:
+        result = Launch<kOp, float>(launch, stream);
+        break;
+      case MathCompute::kFloat64:
+        result = Launch<kOp, double>(launch, stream);
+        break;
+      case MathCompute::kInt64:
+        result = Launch<kOp, int64_t>(launch, stream);
+        break;
     }
   });
   return result;

@@ -260,9 +260,14 @@ __global__ void SoftmaxBackwardColumnKernel(int64_t outer, int64_t size, int64_t
 template <typename F>
 bool DispatchFloat(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kFloat32: f(float{}); return true;
-    case DType::kFloat64: f(double{}); return true;
-    default: return false;
+    case DType::kFloat32:
+      f(float{});
+      return true;
+    case DType::kFloat64:
+      f(double{});
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -283,8 +288,8 @@ cudaError_t SoftmaxForward(DType dtype, int64_t outer, int64_t size, int64_t inn
     const bool vectorizable = AllAligned16({in, out}) && size % Vec16<T>::kCount == 0;
     const int64_t row_bytes = size * static_cast<int64_t>(sizeof(T));
     if (vectorizable && row_bytes <= kLongRowBytes) {
-      SoftmaxLongRowKernel<T, kLog><<<Blocks(outer, 1), kLongRowThreads, row_bytes, stream>>>(
-          outer, size, zero_if_all_neg_inf, x, y);
+      SoftmaxLongRowKernel<T, kLog>
+          <<<Blocks(outer, 1), kLongRowThreads, row_bytes, stream>>>(outer, size, zero_if_all_neg_inf, x, y);
     } else if (size <= 1024) {
       SoftmaxLoopKernel<T, kLog, 32>
           <<<RowBlocks<32, 1>(outer), kThreads, 0, stream>>>(outer, size, zero_if_all_neg_inf, x, y);
@@ -312,8 +317,8 @@ cudaError_t SoftmaxBackward(DType dtype, int64_t outer, int64_t size, int64_t in
     if (LaunchSoftmaxBackwardTile<T, kLog>(outer, size, g, o, r, stream)) return;
     const int64_t row_bytes = size * static_cast<int64_t>(sizeof(T));
     if (AllAligned16({grad, y, grad_in}) && size % Vec16<T>::kCount == 0 && row_bytes <= kLongRowBytes) {
-      SoftmaxBackwardLongRowKernel<T, kLog><<<Blocks(outer, 1), kLongRowThreads, row_bytes, stream>>>(outer, size, g,
-                                                                                                    o, r);
+      SoftmaxBackwardLongRowKernel<T, kLog>
+          <<<Blocks(outer, 1), kLongRowThreads, row_bytes, stream>>>(outer, size, g, o, r);
     } else if (size <= 1024) {
       SoftmaxBackwardLoopKernel<T, kLog, 32><<<RowBlocks<32, 1>(outer), kThreads, 0, stream>>>(outer, size, g, o, r);
     } else {
@@ -397,16 +402,16 @@ cudaError_t LaunchLayerNormBackward(DType dtype, int64_t rows, int64_t cols, con
     const T* pw = static_cast<const T*>(weight);
     T* dx = static_cast<T*>(grad_x);
     if (rows > 0) {
-      const bool tiled = DispatchRowTile<T, 4>(
-          cols, AllAligned16({grad, x, weight, grad_x}), [&]<int kThreadsPerRow, int kPacks, int kRows>() {
-            ForEachRowChunk(rows, cols, [&](int64_t first, int64_t n) {
-              const int64_t at = first * cols;
-              LayerNormBackwardTileKernel<T, kThreadsPerRow, kPacks, kRows>
-                  <<<RowBlocks<kThreadsPerRow, kRows>(n), kThreads, 0, stream>>>(
-                      static_cast<int>(n), static_cast<int>(cols), g + at, px + at, pm + first, pr + first, pw,
-                      dx + at);
-            });
-          });
+      const bool tiled = DispatchRowTile<T, 4>(cols, AllAligned16({grad, x, weight, grad_x}),
+                                               [&]<int kThreadsPerRow, int kPacks, int kRows>() {
+                                                 ForEachRowChunk(rows, cols, [&](int64_t first, int64_t n) {
+                                                   const int64_t at = first * cols;
+                                                   LayerNormBackwardTileKernel<T, kThreadsPerRow, kPacks, kRows>
+                                                       <<<RowBlocks<kThreadsPerRow, kRows>(n), kThreads, 0, stream>>>(
+                                                           static_cast<int>(n), static_cast<int>(cols), g + at, px + at,
+                                                           pm + first, pr + first, pw, dx + at);
+                                                 });
+                                               });
       if (!tiled) {
         LayerNormBackwardLoopKernel<T><<<Blocks(rows, 1), kThreads, 0, stream>>>(rows, cols, g, px, pm, pr, pw, dx);
       }

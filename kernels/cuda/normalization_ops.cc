@@ -3,11 +3,11 @@
 // bfloat16 and float16 through half_launch.h).
 #include <vector>
 
+#include "base/status_macros.h"
+#include "ir/ops/shape_rules.h"
 #include "kernels/cuda/half_launch.h"
 #include "kernels/cuda/kernel_util.h"
 #include "kernels/cuda/sequence_launch.h"
-#include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem::cuda {
 namespace {
@@ -28,11 +28,10 @@ absl::Status Softmax(const CudaKernelContext& context, const KernelArgs& args, b
   ASSIGN_OR_RETURN(DimSplit split, SplitAtDimAttr(args, in.type.shape));
   if (IsHalfDType(out.type.dtype)) {
     return Launched(args,
-                    zero_if_all_neg_inf
-                        ? LaunchHalfSafeSoftmax(out.type.dtype, split.outer, split.size, split.inner, in.data,
-                                                out.data, context.native)
-                        : LaunchHalfSoftmax(out.type.dtype, false, split.outer, split.size, split.inner, in.data,
-                                            out.data, context.native),
+                    zero_if_all_neg_inf ? LaunchHalfSafeSoftmax(out.type.dtype, split.outer, split.size, split.inner,
+                                                                in.data, out.data, context.native)
+                                        : LaunchHalfSoftmax(out.type.dtype, false, split.outer, split.size, split.inner,
+                                                            in.data, out.data, context.native),
                     out.type.dtype);
   }
   if (!IsFloat(out.type.dtype)) return UnsupportedDType(args, out.type.dtype);
@@ -81,11 +80,11 @@ absl::Status LayerNormKernel(const CudaKernelContext& context, const KernelArgs&
   const void* weight = args.inputs.size() > 1 ? args.inputs[1].data : nullptr;
   const void* bias = args.inputs.size() > 2 ? args.inputs[2].data : nullptr;
   if (IsHalfDType(x.type.dtype)) {  // mean and rstd are float32 (the registry's rule)
-    return Launched(args,
-                    LaunchHalfLayerNorm(x.type.dtype, dims.first, dims.second, eps, x.data, weight, bias,
-                                        args.outputs[0].data, args.outputs[1].as<float>(),
-                                        args.outputs[2].as<float>(), context.native),
-                    x.type.dtype);
+    return Launched(
+        args,
+        LaunchHalfLayerNorm(x.type.dtype, dims.first, dims.second, eps, x.data, weight, bias, args.outputs[0].data,
+                            args.outputs[1].as<float>(), args.outputs[2].as<float>(), context.native),
+        x.type.dtype);
   }
   if (!IsFloat(x.type.dtype)) return UnsupportedDType(args, x.type.dtype);
   return Launched(args,
@@ -99,12 +98,12 @@ absl::Status LayerNormBackwardKernel(const CudaKernelContext& context, const Ker
   ASSIGN_OR_RETURN(auto dims, Rows(args, x));
   const void* weight = args.inputs.size() > 4 ? args.inputs[4].data : nullptr;
   if (IsHalfDType(x.type.dtype)) {
-    return Launched(args,
-                    LaunchHalfLayerNormBackward(x.type.dtype, dims.first, dims.second, args.inputs[0].data, x.data,
-                                                args.inputs[2].as<const float>(), args.inputs[3].as<const float>(),
-                                                weight, args.outputs[0].data, args.outputs[1].data,
-                                                args.outputs[2].data, context.native),
-                    x.type.dtype);
+    return Launched(
+        args,
+        LaunchHalfLayerNormBackward(x.type.dtype, dims.first, dims.second, args.inputs[0].data, x.data,
+                                    args.inputs[2].as<const float>(), args.inputs[3].as<const float>(), weight,
+                                    args.outputs[0].data, args.outputs[1].data, args.outputs[2].data, context.native),
+        x.type.dtype);
   }
   if (!IsFloat(x.type.dtype)) return UnsupportedDType(args, x.type.dtype);
   return Launched(args,

@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/status_macros.h"
+#include "ir/ops/shape_rules.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/strided_layout.h"
 #include "kernels/kernel.h"
-#include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem::cuda {
 
@@ -21,8 +21,8 @@ namespace tandem::cuda {
 // converted; the others are read through their broadcast strides, with dims
 // collapsed (layout rank 0: contiguous).
 inline absl::StatusOr<std::vector<BinaryOperand>> BroadcastOperands(const std::vector<const TensorArg*>& inputs,
-                                                                     const std::vector<DType>& expected,
-                                                                     const Shape& out_shape) {
+                                                                    const std::vector<DType>& expected,
+                                                                    const Shape& out_shape) {
   std::vector<BinaryOperand> operands(inputs.size());
   std::vector<std::vector<int64_t>> strides;
   std::vector<size_t> strided;

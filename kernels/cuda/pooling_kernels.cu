@@ -239,8 +239,8 @@ __global__ void MaxPoolKernel(PoolLaunchParams p, const T* x, T* y, int64_t* ind
 
 // The output position along one dim whose window has tap `k` at input
 // position `i`, or -1.
-__device__ __forceinline__ int64_t WindowWithTap(int64_t i, int64_t k, int64_t stride, int64_t pad,
-                                                 int64_t dilation, int64_t out) {
+__device__ __forceinline__ int64_t WindowWithTap(int64_t i, int64_t k, int64_t stride, int64_t pad, int64_t dilation,
+                                                 int64_t out) {
   const int64_t t = i + pad - k * dilation;
   if (t < 0 || t % stride != 0) return -1;
   const int64_t o = t / stride;
@@ -394,8 +394,8 @@ cudaError_t LaunchMaxPool2d(DType dtype, const PoolLaunchParams& p, const void* 
       MaxPool32Kernel<T><<<Blocks(total), kThreads, 0, stream>>>(Geometry32(p), static_cast<const T*>(x),
                                                                  static_cast<T*>(y), indices);
     } else {
-      MaxPoolKernel<T><<<Blocks(total), kThreads, 0, stream>>>(p, static_cast<const T*>(x), static_cast<T*>(y),
-                                                               indices);
+      MaxPoolKernel<T>
+          <<<Blocks(total), kThreads, 0, stream>>>(p, static_cast<const T*>(x), static_cast<T*>(y), indices);
     }
   });
   return ok ? LaunchError() : cudaErrorInvalidValue;
@@ -412,8 +412,8 @@ cudaError_t LaunchMaxPool2dBackward(DType dtype, const PoolLaunchParams& p, cons
       MaxPool32BackwardKernel<T><<<Blocks(total), kThreads, 0, stream>>>(
           Geometry32(p), static_cast<const T*>(grad_output), indices, static_cast<T*>(grad_input));
     } else {
-      MaxPoolBackwardKernel<T><<<Blocks(total), kThreads, 0, stream>>>(p, static_cast<const T*>(grad_output),
-                                                                       indices, static_cast<T*>(grad_input));
+      MaxPoolBackwardKernel<T><<<Blocks(total), kThreads, 0, stream>>>(p, static_cast<const T*>(grad_output), indices,
+                                                                       static_cast<T*>(grad_input));
     }
   });
   return ok ? LaunchError() : cudaErrorInvalidValue;
@@ -429,14 +429,14 @@ cudaError_t LaunchAvgPool2d(DType dtype, const PoolLaunchParams& p, const void* 
   return ok ? LaunchError() : cudaErrorInvalidValue;
 }
 
-cudaError_t LaunchAvgPool2dBackward(DType dtype, const PoolLaunchParams& p, const void* grad_output,
-                                    void* grad_input, cudaStream_t stream) {
+cudaError_t LaunchAvgPool2dBackward(DType dtype, const PoolLaunchParams& p, const void* grad_output, void* grad_input,
+                                    cudaStream_t stream) {
   const int64_t total = p.planes * p.h * p.w;
   if (total == 0) return cudaSuccess;
   const bool ok = DispatchFloatOrHalf(dtype, [&](auto tag) {
     using T = decltype(tag);
-    AvgPoolBackwardKernel<T><<<Blocks(total), kThreads, 0, stream>>>(p, static_cast<const T*>(grad_output),
-                                                                     static_cast<T*>(grad_input));
+    AvgPoolBackwardKernel<T>
+        <<<Blocks(total), kThreads, 0, stream>>>(p, static_cast<const T*>(grad_output), static_cast<T*>(grad_input));
   });
   return ok ? LaunchError() : cudaErrorInvalidValue;
 }
@@ -447,8 +447,7 @@ cudaError_t LaunchAdaptiveAvgPool2d(DType dtype, const PoolLaunchParams& p, cons
   if (total == 0) return cudaSuccess;
   const bool ok = DispatchFloatOrHalf(dtype, [&](auto tag) {
     using T = decltype(tag);
-    AdaptiveAvgPoolKernel<T><<<Blocks(total), kThreads, 0, stream>>>(p, static_cast<const T*>(x),
-                                                                     static_cast<T*>(y));
+    AdaptiveAvgPoolKernel<T><<<Blocks(total), kThreads, 0, stream>>>(p, static_cast<const T*>(x), static_cast<T*>(y));
   });
   return ok ? LaunchError() : cudaErrorInvalidValue;
 }
@@ -459,8 +458,8 @@ cudaError_t LaunchAdaptiveAvgPool2dBackward(DType dtype, const PoolLaunchParams&
   if (total == 0) return cudaSuccess;
   const bool ok = DispatchFloatOrHalf(dtype, [&](auto tag) {
     using T = decltype(tag);
-    AdaptiveAvgPoolBackwardKernel<T><<<Blocks(total), kThreads, 0, stream>>>(
-        p, static_cast<const T*>(grad_output), static_cast<T*>(grad_input));
+    AdaptiveAvgPoolBackwardKernel<T>
+        <<<Blocks(total), kThreads, 0, stream>>>(p, static_cast<const T*>(grad_output), static_cast<T*>(grad_input));
   });
   return ok ? LaunchError() : cudaErrorInvalidValue;
 }

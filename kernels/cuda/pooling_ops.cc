@@ -2,18 +2,17 @@
 // avg_pool2d, _adaptive_avg_pool2d (and adaptive_avg_pool2d) and their
 // backwards. Geometry from cnn_rules.h, as on the CPU. float32, float64,
 // bfloat16 and float16 (16-bit in float32 arithmetic); indices int64.
+#include "base/status_macros.h"
+#include "ir/ops/cnn_rules.h"
 #include "kernels/cuda/cnn_launch.h"
 #include "kernels/cuda/kernel_util.h"
-#include "ir/ops/cnn_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem::cuda {
 namespace {
 
 // float32, float64 and the 16-bit floats.
 bool HasKernelFor(DType dtype) {
-  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kBFloat16 ||
-         dtype == DType::kFloat16;
+  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kBFloat16 || dtype == DType::kFloat16;
 }
 
 absl::StatusOr<PoolLaunchParams> ParamsOf(const KernelArgs& args, const Shape& self, PoolKind kind) {
@@ -53,8 +52,8 @@ absl::Status MaxPoolKernel(const CudaKernelContext& context, const KernelArgs& a
   if (!HasKernelFor(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
   ASSIGN_OR_RETURN(PoolLaunchParams p, ParamsOf(args, self.type.shape, PoolKind::kMax));
   return Launched(args,
-                  LaunchMaxPool2d(self.type.dtype, p, self.data, args.outputs[0].data,
-                                  args.outputs[1].as<int64_t>(), context.native),
+                  LaunchMaxPool2d(self.type.dtype, p, self.data, args.outputs[0].data, args.outputs[1].as<int64_t>(),
+                                  context.native),
                   self.type.dtype);
 }
 
@@ -82,18 +81,16 @@ absl::Status AvgPoolBackwardKernel(const CudaKernelContext& context, const Kerne
   const TensorArg& self = args.inputs[1];
   if (!HasKernelFor(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
   ASSIGN_OR_RETURN(PoolLaunchParams p, ParamsOf(args, self.type.shape, PoolKind::kAvg));
-  return Launched(args,
-                  LaunchAvgPool2dBackward(self.type.dtype, p, args.inputs[0].data, args.outputs[0].data,
-                                          context.native),
-                  self.type.dtype);
+  return Launched(
+      args, LaunchAvgPool2dBackward(self.type.dtype, p, args.inputs[0].data, args.outputs[0].data, context.native),
+      self.type.dtype);
 }
 
 absl::Status AdaptiveAvgPoolKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& self = args.inputs[0];
   if (!HasKernelFor(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
   const PoolLaunchParams p = AdaptiveParams(self.type.shape, args.outputs[0].type.shape);
-  return Launched(args,
-                  LaunchAdaptiveAvgPool2d(self.type.dtype, p, self.data, args.outputs[0].data, context.native),
+  return Launched(args, LaunchAdaptiveAvgPool2d(self.type.dtype, p, self.data, args.outputs[0].data, context.native),
                   self.type.dtype);
 }
 
@@ -104,8 +101,7 @@ absl::Status AdaptiveAvgPoolBackwardKernel(const CudaKernelContext& context, con
   if (!HasKernelFor(self.type.dtype)) return UnsupportedDType(args, self.type.dtype);
   const PoolLaunchParams p = AdaptiveParams(self.type.shape, grad.type.shape);
   return Launched(args,
-                  LaunchAdaptiveAvgPool2dBackward(self.type.dtype, p, grad.data, args.outputs[0].data,
-                                                  context.native),
+                  LaunchAdaptiveAvgPool2dBackward(self.type.dtype, p, grad.data, args.outputs[0].data, context.native),
                   self.type.dtype);
 }
 

@@ -37,12 +37,12 @@
 // first product, and grad_b is the float32 column sum of the rounded
 // grad_gates (half_row_kernels.cu's reduction). The CPU kernel rounds at the
 // same points.
+#include "base/status_macros.h"
+#include "ir/ops/lstm_shape.h"
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/half_launch.h"
 #include "kernels/cuda/kernel_util.h"
 #include "kernels/cuda/recurrent_launch.h"
-#include "ir/ops/lstm_shape.h"
-#include "base/status_macros.h"
 
 namespace tandem::cuda {
 namespace {

@@ -24,9 +24,9 @@ namespace {
 // float32 sums of float32 stay in float (as on PyTorch's GPU path); any other
 // float mix accumulates in double; integer sums in int64.
 template <typename In, typename Out>
-using AccOf = std::conditional_t<std::is_same_v<In, float> && std::is_same_v<Out, float>, float,
-                                 std::conditional_t<std::is_floating_point_v<In> || std::is_floating_point_v<Out>,
-                                                    double, int64_t>>;
+using AccOf = std::conditional_t<
+    std::is_same_v<In, float> && std::is_same_v<Out, float>, float,
+    std::conditional_t<std::is_floating_point_v<In> || std::is_floating_point_v<Out>, double, int64_t>>;
 
 template <typename Acc, typename Out>
 __device__ __forceinline__ Out Finish(Acc sum, int64_t count, bool mean) {
@@ -139,26 +139,32 @@ constexpr int64_t kBlockPerOutputMinCount = 2048;
 template <typename F>
 bool DispatchNumeric(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kFloat32: f(float{}); return true;
-    case DType::kFloat64: f(double{}); return true;
-    case DType::kInt64: f(int64_t{}); return true;
-    default: return false;
+    case DType::kFloat32:
+      f(float{});
+      return true;
+    case DType::kFloat64:
+      f(double{});
+      return true;
+    case DType::kInt64:
+      f(int64_t{});
+      return true;
+    default:
+      return false;
   }
 }
 
 template <typename F>
 bool DispatchPair(DType out_dtype, DType in_dtype, F&& f) {
   bool ok = false;
-  DispatchNumeric(out_dtype, [&](auto out_tag) {
-    ok = DispatchNumeric(in_dtype, [&](auto in_tag) { f(in_tag, out_tag); });
-  });
+  DispatchNumeric(out_dtype,
+                  [&](auto out_tag) { ok = DispatchNumeric(in_dtype, [&](auto in_tag) { f(in_tag, out_tag); }); });
   return ok;
 }
 
 }  // namespace
 
-cudaError_t LaunchReduceMiddle(DType out_dtype, DType in_dtype, int64_t outer, int64_t size, int64_t inner,
-                               bool mean, const void* in, void* out, cudaStream_t stream) {
+cudaError_t LaunchReduceMiddle(DType out_dtype, DType in_dtype, int64_t outer, int64_t size, int64_t inner, bool mean,
+                               const void* in, void* out, cudaStream_t stream) {
   if (outer * inner == 0) return cudaSuccess;
   cudaError_t error = cudaSuccess;
   const bool launched = DispatchPair(out_dtype, in_dtype, [&](auto in_tag, auto out_tag) {
@@ -214,8 +220,8 @@ cudaError_t LaunchReduceGeneral(DType out_dtype, DType in_dtype, int64_t out_n, 
     --rows.rank;
     const int64_t row_size = reduced.sizes[rows.rank];
     const int64_t row_stride = reduced.strides[rows.rank];
-    BlockPerOutputReduceKernel<In, Out><<<Blocks(out_n, 1), kThreads, 0, stream>>>(
-        out_n, kept, rows, count / row_size, row_size, row_stride, mean, x, y);
+    BlockPerOutputReduceKernel<In, Out><<<Blocks(out_n, 1), kThreads, 0, stream>>>(out_n, kept, rows, count / row_size,
+                                                                                   row_size, row_stride, mean, x, y);
     error = LaunchError();
   });
   return launched ? error : cudaErrorInvalidValue;

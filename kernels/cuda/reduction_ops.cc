@@ -9,19 +9,17 @@
 #include <limits>
 #include <vector>
 
+#include "base/status_macros.h"
+#include "ir/ops/reduction_rules.h"
+#include "ir/ops/shape_rules.h"
 #include "kernels/cuda/half_launch.h"
 #include "kernels/cuda/kernel_util.h"
 #include "kernels/cuda/reduce_launch.h"
-#include "ir/ops/reduction_rules.h"
-#include "ir/ops/shape_rules.h"
-#include "base/status_macros.h"
 
 namespace tandem::cuda {
 namespace {
 
-bool IsNumeric(DType dtype) {
-  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kInt64;
-}
+bool IsNumeric(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kInt64; }
 
 struct Run {
   int64_t size = 1;
@@ -82,14 +80,14 @@ absl::Status Reduce(const CudaKernelContext& context, const KernelArgs& args, co
     }
     if (half) {
       return Launched(args,
-                      LaunchHalfReduceMiddle(out.type.dtype, in.type.dtype, outer, size, inner, mean, in.data,
-                                             out.data, context.native),
+                      LaunchHalfReduceMiddle(out.type.dtype, in.type.dtype, outer, size, inner, mean, in.data, out.data,
+                                             context.native),
                       in.type.dtype);
     }
-    return Launched(args,
-                    LaunchReduceMiddle(out.type.dtype, in.type.dtype, outer, size, inner, mean, in.data, out.data,
-                                       context.native),
-                    in.type.dtype);
+    return Launched(
+        args,
+        LaunchReduceMiddle(out.type.dtype, in.type.dtype, outer, size, inner, mean, in.data, out.data, context.native),
+        in.type.dtype);
   }
   // Several reduced runs: index kept and reduced runs separately.
   std::vector<int64_t> sizes;
@@ -190,10 +188,10 @@ absl::Status ProdKernel(const CudaKernelContext& context, const KernelArgs& args
     ASSIGN_OR_RETURN(dim, SingleDimOf(args.node->attrs, in.type));
   }
   if (!IsReduceType(in.type.dtype)) return UnsupportedDType(args, in.type.dtype);
-  return Launched(args,
-                  LaunchProd(out.type.dtype, in.type.dtype, LayoutForDim(in.type.shape, dim), in.data, out.data,
-                             context.native),
-                  in.type.dtype);
+  return Launched(
+      args,
+      LaunchProd(out.type.dtype, in.type.dtype, LayoutForDim(in.type.shape, dim), in.data, out.data, context.native),
+      in.type.dtype);
 }
 
 absl::Status VarKernel(const CudaKernelContext& context, const KernelArgs& args) {
@@ -213,12 +211,24 @@ absl::Status VectorNormKernel(const CudaKernelContext& context, const KernelArgs
   ASSIGN_OR_RETURN(std::vector<bool> mask, ReducedDimsOf(args.node->attrs, in.type));
   VectorNormOp op = VectorNormOp::kSumPow;
   switch (norm.kind) {
-    case NormKind::kSumSquares: op = VectorNormOp::kSumSquares; break;
-    case NormKind::kSumAbs: op = VectorNormOp::kSumAbs; break;
-    case NormKind::kMaxAbs: op = VectorNormOp::kMaxAbs; break;
-    case NormKind::kMinAbs: op = VectorNormOp::kMinAbs; break;
-    case NormKind::kCountNonZero: op = VectorNormOp::kCountNonZero; break;
-    case NormKind::kSumPow: op = VectorNormOp::kSumPow; break;
+    case NormKind::kSumSquares:
+      op = VectorNormOp::kSumSquares;
+      break;
+    case NormKind::kSumAbs:
+      op = VectorNormOp::kSumAbs;
+      break;
+    case NormKind::kMaxAbs:
+      op = VectorNormOp::kMaxAbs;
+      break;
+    case NormKind::kMinAbs:
+      op = VectorNormOp::kMinAbs;
+      break;
+    case NormKind::kCountNonZero:
+      op = VectorNormOp::kCountNonZero;
+      break;
+    case NormKind::kSumPow:
+      op = VectorNormOp::kSumPow;
+      break;
   }
   return Launched(args,
                   LaunchVectorNorm(op, norm.p, out.type.dtype, in.type.dtype, LayoutOf(in.type.shape, mask), in.data,
@@ -230,10 +240,10 @@ template <bool kMax>
 absl::Status ExtremumKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& in = args.inputs[0];
   ASSIGN_OR_RETURN(std::vector<bool> mask, ReducedDimsOf(args.node->attrs, in.type));
-  return Launched(args,
-                  LaunchExtremum(kMax, in.type.dtype, LayoutOf(in.type.shape, mask), in.data, args.outputs[0].data,
-                                 context.native),
-                  in.type.dtype);
+  return Launched(
+      args,
+      LaunchExtremum(kMax, in.type.dtype, LayoutOf(in.type.shape, mask), in.data, args.outputs[0].data, context.native),
+      in.type.dtype);
 }
 
 // argmax / argmin (kValues false: `dim` optional, indices only) and max.dim /
@@ -255,10 +265,9 @@ absl::Status CumsumKernel(const CudaKernelContext& context, const KernelArgs& ar
   const TensorArg& out = args.outputs[0];
   ASSIGN_OR_RETURN(int dim, SingleDimOf(args.node->attrs, in.type));
   const DimSplit s = SplitAtDim(in.type.shape, dim);
-  return Launched(args,
-                  LaunchCumsum(out.type.dtype, in.type.dtype, s.outer, s.size, s.inner, in.data, out.data,
-                               context.native),
-                  in.type.dtype);
+  return Launched(
+      args, LaunchCumsum(out.type.dtype, in.type.dtype, s.outer, s.size, s.inner, in.data, out.data, context.native),
+      in.type.dtype);
 }
 
 // sort (kTopk false) and topk along `dim` (default -1).
@@ -275,16 +284,14 @@ absl::Status SortKernel(const CudaKernelContext& context, const KernelArgs& args
   if constexpr (kTopk) {
     ASSIGN_OR_RETURN(int64_t k, attrs.GetInt("k"));
     ASSIGN_OR_RETURN(bool largest, attrs.GetBool("largest", true));
-    return Launched(args,
-                    LaunchTopk(in.type.dtype, s.outer, s.size, s.inner, k, largest, in.data, values, indices,
-                               context.native),
-                    in.type.dtype);
+    return Launched(
+        args, LaunchTopk(in.type.dtype, s.outer, s.size, s.inner, k, largest, in.data, values, indices, context.native),
+        in.type.dtype);
   } else {
     ASSIGN_OR_RETURN(bool descending, attrs.GetBool("descending", false));
-    return Launched(args,
-                    LaunchSort(in.type.dtype, s.outer, s.size, s.inner, descending, in.data, values, indices,
-                               context.native),
-                    in.type.dtype);
+    return Launched(
+        args, LaunchSort(in.type.dtype, s.outer, s.size, s.inner, descending, in.data, values, indices, context.native),
+        in.type.dtype);
   }
 }
 

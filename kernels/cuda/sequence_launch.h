@@ -14,8 +14,8 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/launch.h"
 #include "ir/dtype.h"
+#include "kernels/cuda/launch.h"
 
 namespace tandem::cuda {
 
@@ -48,16 +48,16 @@ enum class PointwiseOp {
 };
 
 struct PointwiseParams {
-  ScalarParam p;            // the op's number (exponent, value, weight)
-  ScalarParam lo, hi;       // clamp's bounds
+  ScalarParam p;       // the op's number (exponent, value, weight)
+  ScalarParam lo, hi;  // clamp's bounds
   bool has_lo = false, has_hi = false;
 };
 
 // out[i] = op(operands at i) for the out's n elements, all of `dtype`
 // (operands marked scalar are one element of their own dtype, converted).
 // Dtypes: float32, float64; kClamp, kMaximum, kMinimum, kAddcmul also int64.
-cudaError_t LaunchPointwise(PointwiseOp op, DType dtype, int64_t n, const BinaryOperand* operands, int arity,
-                            void* out, const PointwiseParams& params, cudaStream_t stream);
+cudaError_t LaunchPointwise(PointwiseOp op, DType dtype, int64_t n, const BinaryOperand* operands, int arity, void* out,
+                            const PointwiseParams& params, cudaStream_t stream);
 
 // native_dropout: out = keep ? x * scale : 0 (train) or x, mask = keep.
 // `seed` (device, may be null) is the optional int64 seed tensor.
@@ -67,8 +67,8 @@ struct DropoutParams {
   double scale = 1.0;
   bool train = true;
 };
-cudaError_t LaunchNativeDropout(DType dtype, int64_t n, const void* x, const int64_t* seed,
-                                const DropoutParams& params, void* out, bool* mask, cudaStream_t stream);
+cudaError_t LaunchNativeDropout(DType dtype, int64_t n, const void* x, const int64_t* seed, const DropoutParams& params,
+                                void* out, bool* mask, cudaStream_t stream);
 // grad_in = grad * mask * scale.
 cudaError_t LaunchDropoutBackward(DType dtype, int64_t n, const void* grad, const bool* mask, double scale,
                                   void* grad_in, cudaStream_t stream);
@@ -84,8 +84,8 @@ cudaError_t LaunchCompare(CompareOp op, DType dtype, int64_t n, const BinaryOper
 
 // out (bool) = x op number: in x's dtype for a float x; for an integer or
 // bool x in int64 (other.i) when `int_number`, else in float32 (other.f).
-cudaError_t LaunchCompareScalar(CompareOp op, DType dtype, int64_t n, const void* x, ScalarParam other,
-                                bool int_number, bool* out, cudaStream_t stream);
+cudaError_t LaunchCompareScalar(CompareOp op, DType dtype, int64_t n, const void* x, ScalarParam other, bool int_number,
+                                bool* out, cudaStream_t stream);
 
 // out = cond ? a : b; cond is bool, a and b of `dtype`.
 cudaError_t LaunchWhere(DType dtype, int64_t n, const BinaryOperand& cond, const BinaryOperand& a,
@@ -132,16 +132,15 @@ struct DimIndexing {
   int64_t dim_stride = 0;
 };
 // out[i] = self[self_offset(i) + index[i] * dim_stride].
-cudaError_t LaunchGatherDim(int element_bytes, int64_t n, const DimIndexing& dims, const void* self,
-                            IndexOperand index, void* out, ErrorWord error, cudaStream_t stream);
+cudaError_t LaunchGatherDim(int element_bytes, int64_t n, const DimIndexing& dims, const void* self, IndexOperand index,
+                            void* out, ErrorWord error, cudaStream_t stream);
 // out (already a copy of self)[self_offset(i) + index[i] * dim_stride] =
 // src[src_offset(i)] (or the `value` element when src is null).
 cudaError_t LaunchScatterDim(DType dtype, int64_t n, const DimIndexing& dims, IndexOperand index, const void* src,
                              double value, void* out, ErrorWord error, cudaStream_t stream);
 // out[o, j, :] = self[o, index[j], :] over [outer, size, inner].
 cudaError_t LaunchIndexSelect(int element_bytes, int64_t outer, int64_t size, int64_t inner, int64_t count,
-                              const void* self, IndexOperand index, void* out, ErrorWord error,
-                              cudaStream_t stream);
+                              const void* self, IndexOperand index, void* out, ErrorWord error, cudaStream_t stream);
 
 // out[i] = start + i * step (int64: exactly from the integer forms).
 cudaError_t LaunchArange(DType dtype, int64_t n, double start, double step, int64_t int_start, int64_t int_step,

@@ -7,11 +7,11 @@
 #include <climits>
 #include <vector>
 
-#include "kernels/cuda/kernel_util.h"
-#include "kernels/cuda/sequence_launch.h"
+#include "base/status_macros.h"
 #include "ir/ops/shape_rules.h"
 #include "ir/ops/slice_rules.h"
-#include "base/status_macros.h"
+#include "kernels/cuda/kernel_util.h"
+#include "kernels/cuda/sequence_launch.h"
 
 namespace tandem::cuda {
 namespace {
@@ -21,8 +21,8 @@ uint8_t* Bytes(void* p) { return static_cast<uint8_t*>(p); }
 // `rows` rows of `width` bytes from src (rows `src_pitch` apart) to dst
 // (rows `dst_pitch` apart). At least one side is contiguous (pitch ==
 // width) for the kernel fallback.
-absl::Status Copy2D(const CudaKernelContext& context, const KernelArgs& args, DType dtype, void* dst,
-                    size_t dst_pitch, const void* src, size_t src_pitch, size_t width, int64_t rows) {
+absl::Status Copy2D(const CudaKernelContext& context, const KernelArgs& args, DType dtype, void* dst, size_t dst_pitch,
+                    const void* src, size_t src_pitch, size_t width, int64_t rows) {
   if (width == 0 || rows == 0) return absl::OkStatus();
   if (rows == 1 || (dst_pitch == width && src_pitch == width)) {
     return CopyBytes(context, dst, src, width * static_cast<size_t>(rows));

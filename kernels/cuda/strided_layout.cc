@@ -27,9 +27,8 @@ absl::StatusOr<std::vector<StridedOperand>> CollapseLayouts(const Shape& out_sha
     }
   }
   if (sizes.size() > static_cast<size_t>(kMaxDims)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shape ", ShapeString(out_shape), " needs ", sizes.size(), " strided dims; kernels index at most ",
-                     kMaxDims));
+    return absl::InvalidArgumentError(absl::StrCat("shape ", ShapeString(out_shape), " needs ", sizes.size(),
+                                                   " strided dims; kernels index at most ", kMaxDims));
   }
   const std::vector<int64_t> contiguous = ContiguousStrides(sizes);
   std::vector<StridedOperand> layouts(operands);

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/cuda/launch.h"
 #include "ir/dtype.h"
+#include "kernels/cuda/launch.h"
 
 namespace tandem::cuda {
 

@@ -40,14 +40,12 @@ absl::Status LaneMemoryModel::Fits(uint64_t persistent, uint64_t ephemeral, int 
   if (lane == NumLanes()) lanes_total += ephemeral;
   const uint64_t need = persistent_total_ + persistent + lanes_total;
   if (need > capacity_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("needs ", need, " bytes in all, capacity ", capacity_));
+    return absl::ResourceExhaustedError(absl::StrCat("needs ", need, " bytes in all, capacity ", capacity_));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> LaneMemoryModel::Admit(JobId job, uint64_t persistent_bytes,
-                                           uint64_t ephemeral_bytes, int lane) {
+absl::StatusOr<int> LaneMemoryModel::Admit(JobId job, uint64_t persistent_bytes, uint64_t ephemeral_bytes, int lane) {
   if (jobs_.count(job) > 0) {
     return absl::AlreadyExistsError(absl::StrCat("job ", job, " is already admitted"));
   }
@@ -57,8 +55,7 @@ absl::StatusOr<int> LaneMemoryModel::Admit(JobId job, uint64_t persistent_bytes,
     uint64_t best_growth = std::numeric_limits<uint64_t>::max();
     for (int l = 0; l < NumLanes(); ++l) {
       if (!Fits(persistent_bytes, ephemeral_bytes, l, std::nullopt).ok()) continue;
-      const uint64_t growth =
-          ArenaWith(l, ephemeral_bytes, std::nullopt) - ArenaWith(l, 0, std::nullopt);
+      const uint64_t growth = ArenaWith(l, ephemeral_bytes, std::nullopt) - ArenaWith(l, 0, std::nullopt);
       if (growth < best_growth) {
         best_growth = growth;
         best = l;

@@ -31,8 +31,7 @@ class SimMemory {
   // -1 to let memory pick (the lane whose arena grows least). Returns the
   // granted lane; RESOURCE_EXHAUSTED when it does not fit there (nothing
   // changes).
-  virtual absl::StatusOr<int> Admit(JobId job, uint64_t persistent_bytes, uint64_t ephemeral_bytes,
-                                    int lane) = 0;
+  virtual absl::StatusOr<int> Admit(JobId job, uint64_t persistent_bytes, uint64_t ephemeral_bytes, int lane) = 0;
   virtual void Release(JobId job) = 0;
   // Moves an admitted job to `lane` (NumLanes(): a new one). Returns the
   // lane; RESOURCE_EXHAUSTED when the target arena cannot grow enough.
@@ -44,11 +43,9 @@ class SimMemory {
 
 class LaneMemoryModel : public SimMemory {
  public:
-  LaneMemoryModel(uint64_t capacity_bytes, int max_lanes)
-      : capacity_(capacity_bytes), max_lanes_(max_lanes) {}
+  LaneMemoryModel(uint64_t capacity_bytes, int max_lanes) : capacity_(capacity_bytes), max_lanes_(max_lanes) {}
 
-  absl::StatusOr<int> Admit(JobId job, uint64_t persistent_bytes, uint64_t ephemeral_bytes,
-                            int lane) override;
+  absl::StatusOr<int> Admit(JobId job, uint64_t persistent_bytes, uint64_t ephemeral_bytes, int lane) override;
   void Release(JobId job) override;
   absl::StatusOr<int> Move(JobId job, int lane) override;
   int NumLanes() const override { return static_cast<int>(lanes_.size()); }
@@ -67,8 +64,7 @@ class LaneMemoryModel : public SimMemory {
   uint64_t LanesTotal() const;
   // OK when `persistent` more bytes and an ephemeral peak in `lane` (with
   // `leaving` gone from every lane) fit.
-  absl::Status Fits(uint64_t persistent, uint64_t ephemeral, int lane,
-                    std::optional<JobId> leaving) const;
+  absl::Status Fits(uint64_t persistent, uint64_t ephemeral, int lane, std::optional<JobId> leaving) const;
 
   const uint64_t capacity_;
   const int max_lanes_;

@@ -8,8 +8,7 @@ namespace {
 
 constexpr double kGB = 1e9;
 
-ModelSpec Spec(const std::string& name, double solo_ms, double parameters_millions, double peak_gb,
-               int ops) {
+ModelSpec Spec(const std::string& name, double solo_ms, double parameters_millions, double peak_gb, int ops) {
   ModelSpec spec;
   spec.name = name;
   spec.solo_seconds = solo_ms * 1e-3;
@@ -38,8 +37,7 @@ ModelCatalog ModelCatalog::Reference() {
 absl::StatusOr<const ModelSpec*> ModelCatalog::Find(const std::string& name) const {
   auto it = models_.find(name);
   if (it == models_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("unknown model '", name, "'; known: ", absl::StrJoin(Names(), ", ")));
+    return absl::NotFoundError(absl::StrCat("unknown model '", name, "'; known: ", absl::StrJoin(Names(), ", ")));
   }
   return &it->second;
 }
@@ -62,10 +60,9 @@ absl::StatusOr<InterferenceTable> InterferenceTable::Preset(const std::string& n
     // Unmeasured pairs (resnet50 with the others, vgg19 with itself): 1.6,
     // between the measured same-model (1.44-1.63) and mixed (1.26-2.94) pairs.
     InterferenceTable table(1.6);
-    for (const Pair& p :
-         {Pair{"fcn5", "fcn5", 1.565, 1.565}, Pair{"lstm", "lstm", 1.625, 1.625},
-          Pair{"resnet50", "resnet50", 1.44, 1.44}, Pair{"fcn5", "vgg19", 2.40, 1.36},
-          Pair{"vgg19", "lstm", 1.26, 2.94}, Pair{"fcn5", "lstm", 1.33, 1.83}}) {
+    for (const Pair& p : {Pair{"fcn5", "fcn5", 1.565, 1.565}, Pair{"lstm", "lstm", 1.625, 1.625},
+                          Pair{"resnet50", "resnet50", 1.44, 1.44}, Pair{"fcn5", "vgg19", 2.40, 1.36},
+                          Pair{"vgg19", "lstm", 1.26, 2.94}, Pair{"fcn5", "lstm", 1.33, 1.83}}) {
       table.Set(p.a, p.b, p.rab);
       table.Set(p.b, p.a, p.rba);
     }
@@ -74,16 +71,14 @@ absl::StatusOr<InterferenceTable> InterferenceTable::Preset(const std::string& n
   if (name == "timeslice") {
     InterferenceTable table(2.0);
     for (const Pair& p :
-         {Pair{"fcn5", "fcn5", 1.94, 1.94}, Pair{"lstm", "lstm", 2.00, 2.00},
-          Pair{"resnet50", "resnet50", 1.86, 1.86}, Pair{"fcn5", "vgg19", 2.53, 1.77},
-          Pair{"vgg19", "lstm", 2.00, 2.16}, Pair{"fcn5", "lstm", 2.09, 1.74}}) {
+         {Pair{"fcn5", "fcn5", 1.94, 1.94}, Pair{"lstm", "lstm", 2.00, 2.00}, Pair{"resnet50", "resnet50", 1.86, 1.86},
+          Pair{"fcn5", "vgg19", 2.53, 1.77}, Pair{"vgg19", "lstm", 2.00, 2.16}, Pair{"fcn5", "lstm", 2.09, 1.74}}) {
       table.Set(p.a, p.b, p.rab);
       table.Set(p.b, p.a, p.rba);
     }
     return table;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown interference preset '", name, "'; valid: mps, timeslice"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown interference preset '", name, "'; valid: mps, timeslice"));
 }
 
 void InterferenceTable::SetAll(double r) {

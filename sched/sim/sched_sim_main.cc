@@ -86,8 +86,7 @@ int Main() {
     std::fprintf(stderr, "sched_sim: %s\n", trace.status().ToString().c_str());
     return 2;
   }
-  absl::StatusOr<InterferenceTable> table =
-      InterferenceTable::Preset(absl::GetFlag(FLAGS_interference));
+  absl::StatusOr<InterferenceTable> table = InterferenceTable::Preset(absl::GetFlag(FLAGS_interference));
   if (!table.ok()) {
     std::fprintf(stderr, "sched_sim: %s\n", table.status().ToString().c_str());
     return 2;

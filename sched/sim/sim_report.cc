@@ -63,26 +63,23 @@ void PrintSummary(const SimResult& r, std::FILE* out) {
   std::fprintf(out,
                "policy %-8s jobs %zu finished %d | makespan %.1f s | JCT mean %.1f s median "
                "%.1f s p95 %.1f s\n",
-               r.policy.c_str(), r.jobs.size(), r.finished, r.makespan, r.mean_jct, r.median_jct,
-               r.p95_jct);
+               r.policy.c_str(), r.jobs.size(), r.finished, r.makespan, r.mean_jct, r.median_jct, r.p95_jct);
   std::fprintf(out,
                "  device busy %.1f s, lane-seconds %.1f, lanes used %d, iterations %llu, "
                "moves %llu, yields %llu, events %llu, simulated in %.2f s\n",
-               r.busy_seconds, r.lane_seconds, r.lanes_used,
-               static_cast<unsigned long long>(r.iterations),
+               r.busy_seconds, r.lane_seconds, r.lanes_used, static_cast<unsigned long long>(r.iterations),
                static_cast<unsigned long long>(r.moves), static_cast<unsigned long long>(r.yields),
                static_cast<unsigned long long>(r.events), r.cpu_seconds);
   for (const PairInterference& p : r.interference) {
-    std::fprintf(out, "  measured r(%s, %s) = %.3f over %llu samples\n", p.a.c_str(), p.b.c_str(),
-                 p.r, static_cast<unsigned long long>(p.samples));
+    std::fprintf(out, "  measured r(%s, %s) = %.3f over %llu samples\n", p.a.c_str(), p.b.c_str(), p.r,
+                 static_cast<unsigned long long>(p.samples));
   }
 }
 
 absl::Status WriteTextFile(const std::string& path, const std::string& text) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+    return absl::PermissionDeniedError(absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
   }
   const size_t written = std::fwrite(text.data(), 1, text.size(), f);
   const bool closed = std::fclose(f) == 0;

@@ -61,8 +61,8 @@ struct SimLane {
 // One simulation: the state of a Run.
 class SimRun {
  public:
-  SimRun(const SimOptions& options, const ModelCatalog& catalog,
-         const InterferenceTable& interference, const std::vector<TraceJob>& trace)
+  SimRun(const SimOptions& options, const ModelCatalog& catalog, const InterferenceTable& interference,
+         const std::vector<TraceJob>& trace)
       : options_(options), catalog_(catalog), interference_(interference), trace_(trace) {}
 
   absl::StatusOr<SimResult> Run();
@@ -123,9 +123,9 @@ absl::Status SimRun::Init() {
   clock_ = std::make_shared<ManualClock>(0);
   sched_options.clock = clock_;
   ASSIGN_OR_RETURN(scheduler_, CreateScheduler(sched_options));
-  memory_ = options_.memory_factory ? options_.memory_factory()
-                                    : std::make_unique<LaneMemoryModel>(
-                                          options_.capacity_bytes, options_.scheduler.max_lanes);
+  memory_ = options_.memory_factory
+                ? options_.memory_factory()
+                : std::make_unique<LaneMemoryModel>(options_.capacity_bytes, options_.scheduler.max_lanes);
   if (memory_ == nullptr) return absl::InvalidArgumentError("memory_factory returned null");
 
   std::vector<std::string> model_names;
@@ -197,8 +197,7 @@ void SimRun::RecomputeRates() {
       const double op = model.solo_seconds / std::max(1, model.ops_per_iteration);
       const double boundary = (std::floor(lane.work_done / op) + 1) * op;
       if (boundary < lane.work_total) {
-        Push(now_ + (boundary - lane.work_done) * slowdown, EventKind::kOpBoundary, l,
-             lane.version);
+        Push(now_ + (boundary - lane.work_done) * slowdown, EventKind::kOpBoundary, l, lane.version);
       }
     }
   }
@@ -213,18 +212,17 @@ void SimRun::Start(int lane_index, const Dispatch& dispatch) {
   SimJob& job = jobs_[it->second];
   SimLane& lane = Lane(lane_index);
   if (lane.busy || job.running || job.lane != lane_index || job.finished) {
-    Fail(absl::InternalError(absl::StrCat("scheduler dispatched job ", dispatch.job, " in lane ",
-                                          lane_index, " (lane busy: ", lane.busy, ", job running: ",
-                                          job.running, ", job's lane: ", job.lane, ")")));
+    Fail(absl::InternalError(absl::StrCat("scheduler dispatched job ", dispatch.job, " in lane ", lane_index,
+                                          " (lane busy: ", lane.busy, ", job running: ", job.running,
+                                          ", job's lane: ", job.lane, ")")));
     return;
   }
   lane.busy = true;
   lane.paused = false;
   lane.pause_requested = false;
   lane.job = it->second;
-  lane.work_total =
-      job.model->solo_seconds * (job.moved ? options_.move_capture_factor : 1.0) +
-      (lane.last_job >= 0 && lane.last_job != it->second ? options_.switch_seconds : 0.0);
+  lane.work_total = job.model->solo_seconds * (job.moved ? options_.move_capture_factor : 1.0) +
+                    (lane.last_job >= 0 && lane.last_job != it->second ? options_.switch_seconds : 0.0);
   job.moved = false;
   lane.work_done = 0;
   lane.start = now_;
@@ -294,8 +292,7 @@ void SimRun::TryAdmit() {
                               : options_.key_by_model     ? t.model
                                                           : std::string();
     const int wanted = scheduler_->ChooseLane(params, memory_->NumLanes());
-    absl::StatusOr<int> lane =
-        memory_->Admit(t.id, job.model->persistent_bytes, job.model->ephemeral_bytes, wanted);
+    absl::StatusOr<int> lane = memory_->Admit(t.id, job.model->persistent_bytes, job.model->ephemeral_bytes, wanted);
     if (!lane.ok()) {
       lane = memory_->Admit(t.id, job.model->persistent_bytes, job.model->ephemeral_bytes, -1);
     }
@@ -305,8 +302,8 @@ void SimRun::TryAdmit() {
     }
     params.lane = *lane;
     if (absl::Status added = scheduler_->AddJob(t.id, params); !added.ok()) {
-      Fail(absl::InvalidArgumentError(
-          absl::StrCat("trace job ", t.id, " refused by the scheduler: ", added.message())));
+      Fail(
+          absl::InvalidArgumentError(absl::StrCat("trace job ", t.id, " refused by the scheduler: ", added.message())));
       return;
     }
     job.admitted = true;
@@ -367,8 +364,8 @@ void SimRun::EndIteration(int lane_index) {
     r.final_lane = job.lane;
     const std::vector<Ticket> dropped = scheduler_->RemoveJob(job.trace->id);
     if (!dropped.empty()) {
-      Fail(absl::InternalError(absl::StrCat("job ", r.id, " finished with ", dropped.size(),
-                                            " iterations still queued")));
+      Fail(absl::InternalError(
+          absl::StrCat("job ", r.id, " finished with ", dropped.size(), " iterations still queued")));
     }
     memory_->Release(job.trace->id);
     jobs_changed_ = true;
@@ -445,15 +442,13 @@ absl::StatusOr<SimResult> SimRun::Run() {
         Submit(jobs_[event.index]);
         break;
       case EventKind::kIterationEnd:
-        if (event.version != lanes_[event.index].version || !lanes_[event.index].busy ||
-            lanes_[event.index].paused) {
+        if (event.version != lanes_[event.index].version || !lanes_[event.index].busy || lanes_[event.index].paused) {
           continue;  // superseded by a rate change
         }
         EndIteration(event.index);
         break;
       case EventKind::kOpBoundary:
-        if (event.version != lanes_[event.index].version || !lanes_[event.index].busy ||
-            lanes_[event.index].paused) {
+        if (event.version != lanes_[event.index].version || !lanes_[event.index].busy || lanes_[event.index].paused) {
           continue;
         }
         OpBoundary(event.index);
@@ -463,17 +458,14 @@ absl::StatusOr<SimResult> SimRun::Run() {
   }
   RETURN_IF_ERROR(error_);
   SimResult result = Collect();
-  result.cpu_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - cpu_start).count();
+  result.cpu_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - cpu_start).count();
   return result;
 }
 
 }  // namespace
 
 Simulator::Simulator(SimOptions options, ModelCatalog catalog, InterferenceTable interference)
-    : options_(std::move(options)),
-      catalog_(std::move(catalog)),
-      interference_(std::move(interference)) {}
+    : options_(std::move(options)), catalog_(std::move(catalog)), interference_(std::move(interference)) {}
 
 absl::StatusOr<SimResult> Simulator::Run(const std::vector<TraceJob>& trace) {
   SimRun run(options_, catalog_, interference_, trace);

@@ -46,8 +46,8 @@ void ExpectSane(const SimResult& result) {
 }
 
 TEST(SimulatorTest, FifoRunsOneJobAtATimeInArrivalOrder) {
-  const std::vector<TraceJob> trace = {Job(1, 0, "vgg19", 50), Job(2, 0.1, "fcn5", 200),
-                                       Job(3, 0.2, "resnet50", 30), Job(4, 0.3, "lstm", 100)};
+  const std::vector<TraceJob> trace = {Job(1, 0, "vgg19", 50), Job(2, 0.1, "fcn5", 200), Job(3, 0.2, "resnet50", 30),
+                                       Job(4, 0.3, "lstm", 100)};
   const SimResult result = RunOrDie(WithPolicy("fifo"), trace);
   ExpectSane(result);
   EXPECT_EQ(result.lanes_used, 1);
@@ -84,8 +84,7 @@ TEST(SimulatorTest, SrtfFinishesTheShortestJobFirstAndPreemptsAtIterationBoundar
 }
 
 TEST(SimulatorTest, FairKeepsWeightedSharesWithinFivePercent) {
-  std::vector<TraceJob> trace = {Job(1, 0, "resnet50", 100000), Job(2, 0, "vgg19", 100000),
-                                 Job(3, 0, "fcn5", 1000000)};
+  std::vector<TraceJob> trace = {Job(1, 0, "resnet50", 100000), Job(2, 0, "vgg19", 100000), Job(3, 0, "fcn5", 1000000)};
   trace[0].weight = 1;
   trace[1].weight = 2;
   trace[2].weight = 3;
@@ -101,9 +100,8 @@ TEST(SimulatorTest, FairKeepsWeightedSharesWithinFivePercent) {
     for (const JobResult& job : result.jobs) {
       const double share = job.window_device_seconds / total;
       const double target = job.weight / 6.0;
-      EXPECT_NEAR(share / target, 1.0, 0.05)
-          << "job " << job.id << " got " << share << " of the device in [" << start << ", " << end
-          << "], its weight asks for " << target;
+      EXPECT_NEAR(share / target, 1.0, 0.05) << "job " << job.id << " got " << share << " of the device in [" << start
+                                             << ", " << end << "], its weight asks for " << target;
     }
   }
 }
@@ -123,8 +121,7 @@ TEST(SimulatorTest, FairNeverSlowsTheSmallJobOfAMixedPairBeyondTwiceItsSoloTime)
       const double effective = 20.0 / static_cast<double>(job.window_iterations);
       // Two jobs of equal weight take turns: each gets half the device, so 2x
       // its solo time, plus the lane switch cost (microseconds).
-      EXPECT_LE(effective / job.solo_seconds, 2.0 * 1.02)
-          << job.model << " beside " << (job.id == 1 ? small : large);
+      EXPECT_LE(effective / job.solo_seconds, 2.0 * 1.02) << job.model << " beside " << (job.id == 1 ? small : large);
       EXPECT_GE(effective / job.solo_seconds, 1.9) << job.model;
     }
   }
@@ -253,9 +250,8 @@ TEST(SimulatorTest, ThousandJobTraceRunsUnderEveryPolicy) {
     const SimResult result = RunOrDie(WithPolicy(policy), trace);
     ExpectSane(result);
     RecordProperty(policy + "_cpu_seconds", std::to_string(result.cpu_seconds));
-    std::printf("%s: %d jobs, %llu iterations simulated in %.2f s\n", policy.c_str(),
-                result.finished, static_cast<unsigned long long>(result.iterations),
-                result.cpu_seconds);
+    std::printf("%s: %d jobs, %llu iterations simulated in %.2f s\n", policy.c_str(), result.finished,
+                static_cast<unsigned long long>(result.iterations), result.cpu_seconds);
   }
 }
 
@@ -285,8 +281,7 @@ TEST(SimulatorTest, JobsThatDoNotFitWaitForMemory) {
 }
 
 TEST(SimulatorTest, BadTracesAreRefused) {
-  Simulator simulator(WithPolicy("fifo"), ModelCatalog::Reference(),
-                      InterferenceTable::Preset("mps").value());
+  Simulator simulator(WithPolicy("fifo"), ModelCatalog::Reference(), InterferenceTable::Preset("mps").value());
   std::vector<TraceJob> trace = {Job(1, 0, "fcn5", 10)};
   trace[0].weight = -1;
   EXPECT_EQ(simulator.Run(trace).status().code(), absl::StatusCode::kInvalidArgument);
@@ -295,8 +290,7 @@ TEST(SimulatorTest, BadTracesAreRefused) {
   EXPECT_EQ(simulator.Run(trace).status().code(), absl::StatusCode::kInvalidArgument);
   SimOptions bad_policy = WithPolicy("random");
   Simulator unknown(bad_policy, ModelCatalog::Reference(), InterferenceTable(1.5));
-  EXPECT_EQ(unknown.Run({Job(1, 0, "fcn5", 10)}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(unknown.Run({Job(1, 0, "fcn5", 10)}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -17,18 +17,15 @@ double TraceRandom::Uniform() { return static_cast<double>(engine_() >> 11) * 0x
 
 double TraceRandom::Exponential(double mean) { return -mean * std::log1p(-Uniform()); }
 
-double TraceRandom::LogUniform(double lo, double hi) {
-  return lo * std::exp(Uniform() * std::log(hi / lo));
-}
+double TraceRandom::LogUniform(double lo, double hi) { return lo * std::exp(Uniform() * std::log(hi / lo)); }
 
 uint64_t TraceRandom::Below(uint64_t n) {
   return n == 0 ? 0 : static_cast<uint64_t>(Uniform() * static_cast<double>(n)) % n;
 }
 
-absl::StatusOr<std::vector<TraceJob>> PoissonTrace(const PoissonTraceOptions& options,
-                                                   const ModelCatalog& catalog) {
-  if (options.num_jobs < 0 || !(options.load > 0) || options.models.empty() ||
-      !(options.min_job_seconds > 0) || options.max_job_seconds < options.min_job_seconds) {
+absl::StatusOr<std::vector<TraceJob>> PoissonTrace(const PoissonTraceOptions& options, const ModelCatalog& catalog) {
+  if (options.num_jobs < 0 || !(options.load > 0) || options.models.empty() || !(options.min_job_seconds > 0) ||
+      options.max_job_seconds < options.min_job_seconds) {
     return absl::InvalidArgumentError(
         "poisson trace needs num_jobs >= 0, load > 0, at least one model and "
         "0 < min_job_seconds <= max_job_seconds");
@@ -58,11 +55,9 @@ absl::StatusOr<std::vector<TraceJob>> PoissonTrace(const PoissonTraceOptions& op
   return trace;
 }
 
-absl::StatusOr<std::vector<TraceJob>> SweepTrace(const SweepTraceOptions& options,
-                                                 const ModelCatalog& catalog) {
+absl::StatusOr<std::vector<TraceJob>> SweepTrace(const SweepTraceOptions& options, const ModelCatalog& catalog) {
   if (options.num_jobs < 0 || options.iterations < 1 || options.arrival_spread_seconds < 0) {
-    return absl::InvalidArgumentError(
-        "sweep trace needs num_jobs >= 0, iterations >= 1, arrival_spread_seconds >= 0");
+    return absl::InvalidArgumentError("sweep trace needs num_jobs >= 0, iterations >= 1, arrival_spread_seconds >= 0");
   }
   RETURN_IF_ERROR(catalog.Find(options.model).status());
   TraceRandom random(options.seed);
@@ -76,20 +71,17 @@ absl::StatusOr<std::vector<TraceJob>> SweepTrace(const SweepTraceOptions& option
     job.arrival_seconds = options.arrival_spread_seconds * random.Uniform();
     trace.push_back(std::move(job));
   }
-  std::stable_sort(trace.begin(), trace.end(), [](const TraceJob& a, const TraceJob& b) {
-    return a.arrival_seconds < b.arrival_seconds;
-  });
+  std::stable_sort(trace.begin(), trace.end(),
+                   [](const TraceJob& a, const TraceJob& b) { return a.arrival_seconds < b.arrival_seconds; });
   return trace;
 }
 
 namespace {
 
-constexpr char kCsvHeader[] =
-    "id,arrival_s,model,iterations,priority,weight,declared_iterations,think_s,depth,key";
+constexpr char kCsvHeader[] = "id,arrival_s,model,iterations,priority,weight,declared_iterations,think_s,depth,key";
 
 absl::Status FieldError(int line, const char* field, const std::string& text) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("trace line ", line, ": bad ", field, " '", text, "'"));
+  return absl::InvalidArgumentError(absl::StrCat("trace line ", line, ": bad ", field, " '", text, "'"));
 }
 
 }  // namespace
@@ -104,9 +96,8 @@ absl::StatusOr<std::vector<TraceJob>> ParseTraceCsv(const std::string& text) {
     if (absl::StartsWith(line, "id,")) continue;  // the header
     std::vector<std::string> f = absl::StrSplit(line, ',');
     if (f.size() < 4 || f.size() > 10) {
-      return absl::InvalidArgumentError(absl::StrCat("trace line ", line_number,
-                                                     ": expected 4 to 10 fields (", kCsvHeader,
-                                                     "), got ", f.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("trace line ", line_number, ": expected 4 to 10 fields (", kCsvHeader, "), got ", f.size()));
     }
     f.resize(10);
     TraceJob job;
@@ -144,9 +135,8 @@ absl::StatusOr<std::vector<TraceJob>> ParseTraceCsv(const std::string& text) {
 std::string TraceToCsv(const std::vector<TraceJob>& trace) {
   std::string out = absl::StrCat(kCsvHeader, "\n");
   for (const TraceJob& j : trace) {
-    absl::StrAppend(&out, j.id, ",", j.arrival_seconds, ",", j.model, ",", j.iterations, ",",
-                    j.priority, ",", j.weight, ",", j.declared_iterations, ",", j.think_seconds,
-                    ",", j.depth, ",", j.interference_key, "\n");
+    absl::StrAppend(&out, j.id, ",", j.arrival_seconds, ",", j.model, ",", j.iterations, ",", j.priority, ",", j.weight,
+                    ",", j.declared_iterations, ",", j.think_seconds, ",", j.depth, ",", j.interference_key, "\n");
   }
   return out;
 }

@@ -65,8 +65,7 @@ struct PoissonTraceOptions {
   double max_job_seconds = 3600;
   int depth = 2;
 };
-absl::StatusOr<std::vector<TraceJob>> PoissonTrace(const PoissonTraceOptions& options,
-                                                   const ModelCatalog& catalog);
+absl::StatusOr<std::vector<TraceJob>> PoissonTrace(const PoissonTraceOptions& options, const ModelCatalog& catalog);
 
 // A hyper-parameter sweep: many short jobs of one model, all submitted at
 // (nearly) the same time.
@@ -79,8 +78,7 @@ struct SweepTraceOptions {
   double arrival_spread_seconds = 0;
   int depth = 2;
 };
-absl::StatusOr<std::vector<TraceJob>> SweepTrace(const SweepTraceOptions& options,
-                                                 const ModelCatalog& catalog);
+absl::StatusOr<std::vector<TraceJob>> SweepTrace(const SweepTraceOptions& options, const ModelCatalog& catalog);
 
 absl::StatusOr<std::vector<TraceJob>> ParseTraceCsv(const std::string& text);
 std::string TraceToCsv(const std::vector<TraceJob>& trace);

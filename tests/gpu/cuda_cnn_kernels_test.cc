@@ -8,15 +8,15 @@
 #include <cudnn.h>
 
 #include <atomic>
-#include <memory>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/cuda_program_options.h"
 #include "base/log.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_program_options.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/gpu/shared_graphs.h"
 
@@ -136,8 +136,8 @@ TEST(CudaCnnKernels, AnotherStreamTakesTheChoicesMade) {
   // taken from the other stream. (Until the adoption of a choice without a
   // graph-API engine was counted, the count varied between 3 and 6 with the
   // first stream's engine search.)
-  EXPECT_EQ(after.searched - before.searched, 0) << "declined for want of workspace "
-                                                 << after.declined - before.declined;
+  EXPECT_EQ(after.searched - before.searched, 0)
+      << "declined for want of workspace " << after.declined - before.declined;
   EXPECT_EQ(after.adopted - before.adopted, 6);
   std::printf("directions adopted from another stream: %lld of 6, %lld with its engine rebuilt\n",
               static_cast<long long>(after.adopted - before.adopted),
@@ -266,8 +266,7 @@ TEST(CudaCnnKernels, BatchNormTrainingEvalAndBackward) {
   for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
     for (const Shape& shape : shapes) {
       for (bool training : {true, false}) {
-        SCOPED_TRACE(::testing::Message() << ShapeString(shape) << " " << DTypeName(dtype) << " training "
-                                          << training);
+        SCOPED_TRACE(::testing::Message() << ShapeString(shape) << " " << DTypeName(dtype) << " training " << training);
         const Shape c = {shape[1]};
         GraphMaker g;
         const int x = g.Feed({dtype, shape});
@@ -318,9 +317,11 @@ double SecondsPerIteration(const GraphMaker& maker, int iterations) {
   std::atomic<int> failures{0};
   for (int i = 0; i < iterations; ++i) {
     EXPECT_TRUE((*program)->Enqueue(run.stream(), run.addresses()).ok());
-    EXPECT_TRUE(gpu.OnComplete(run.stream(), [&failures](absl::Status st) {
-                     if (!st.ok()) ++failures;
-                   }).ok());
+    EXPECT_TRUE(gpu.OnComplete(run.stream(),
+                               [&failures](absl::Status st) {
+                                 if (!st.ok()) ++failures;
+                               })
+                    .ok());
   }
   EXPECT_TRUE(gpu.RecordEvent(run.stream(), **end).ok());
   EXPECT_TRUE(WaitForCompletion(gpu, run.stream()).ok());
@@ -346,8 +347,7 @@ TEST(CudaCnnKernels, TimingsOfResNet50LayersAtBatch32) {
     const int64_t ow = (c.x[3] + 2 * c.padding - c.dilation * (c.w[3] - 1) - 1) / c.stride + 1;
     const double flops = 2.0 * static_cast<double>(c.x[0] * c.w[0] * oh * ow * c.w[1] * c.w[2] * c.w[3]);
     const int directions = static_cast<int>(c.mask[0] + c.mask[1]) + 1;  // forward + the wanted gradients
-    std::printf("conv %s fwd+bwd: %.3f ms (%.1f TFLOP/s)\n", c.name.c_str(), t * 1e3,
-                flops * directions / t / 1e12);
+    std::printf("conv %s fwd+bwd: %.3f ms (%.1f TFLOP/s)\n", c.name.c_str(), t * 1e3, flops * directions / t / 1e12);
     EXPECT_GT(t, 0.0);
   }
   {

@@ -117,9 +117,8 @@ TEST(CudaDevice, EventsOrderStreamsAndTime) {
   // The consumer reads only after the producer's last fill.
   ASSERT_TRUE(gpu.WaitEvent(**consumer, **end).ok());
   Bytes tail(4096);
-  ASSERT_TRUE(gpu.CopyToHost(**consumer, tail.data(), static_cast<uint8_t*>(*buffer) + bytes - tail.size(),
-                             tail.size())
-                  .ok());
+  ASSERT_TRUE(
+      gpu.CopyToHost(**consumer, tail.data(), static_cast<uint8_t*>(*buffer) + bytes - tail.size(), tail.size()).ok());
   ASSERT_TRUE(gpu.Synchronize(**consumer).ok());
   for (uint8_t v : tail) ASSERT_EQ(v, 7);
   ASSERT_TRUE(gpu.Synchronize(**producer).ok());
@@ -141,12 +140,14 @@ TEST(CudaDevice, CompletionsRunInOrderExactlyOnce) {
   std::promise<void> last;
   const int kCompletions = 50;
   for (int i = 0; i < kCompletions; ++i) {
-    ASSERT_TRUE(gpu.OnComplete(**stream, [&, i](absl::Status status) {
-                     EXPECT_TRUE(status.ok()) << status;
-                     std::lock_guard<std::mutex> lock(mu);
-                     order.push_back(i);
-                     if (i == kCompletions - 1) last.set_value();
-                   }).ok());
+    ASSERT_TRUE(gpu.OnComplete(**stream,
+                               [&, i](absl::Status status) {
+                                 EXPECT_TRUE(status.ok()) << status;
+                                 std::lock_guard<std::mutex> lock(mu);
+                                 order.push_back(i);
+                                 if (i == kCompletions - 1) last.set_value();
+                               })
+                    .ok());
   }
   ASSERT_EQ(last.get_future().wait_for(std::chrono::seconds(30)), std::future_status::ready);
   std::lock_guard<std::mutex> lock(mu);
@@ -180,14 +181,16 @@ TEST(CudaDevice, CompletionsOfManyBusyStreamsKeepEachStreamsOrder) {
   for (int round = 0; round < kRounds; ++round) {
     for (int s = 0; s < kStreams; ++s) {
       ASSERT_TRUE(gpu.Fill(*streams[s], buffers[s], static_cast<uint8_t>(round), kBytes).ok());
-      ASSERT_TRUE(gpu.OnComplete(*streams[s], [&, s, round](absl::Status status) {
-                       EXPECT_TRUE(status.ok()) << status;
-                       {
-                         std::lock_guard<std::mutex> lock(mu);
-                         order[s].push_back(round);
-                       }
-                       if (reported.fetch_add(1) + 1 == kStreams * kRounds) all.set_value();
-                     }).ok());
+      ASSERT_TRUE(gpu.OnComplete(*streams[s],
+                                 [&, s, round](absl::Status status) {
+                                   EXPECT_TRUE(status.ok()) << status;
+                                   {
+                                     std::lock_guard<std::mutex> lock(mu);
+                                     order[s].push_back(round);
+                                   }
+                                   if (reported.fetch_add(1) + 1 == kStreams * kRounds) all.set_value();
+                                 })
+                      .ok());
     }
   }
   ASSERT_EQ(all.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cuda/cuda_program_options.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/cuda_program_options.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tandem::gpu_test {
@@ -24,7 +24,7 @@ TEST(CudaFault, CompletionReportsAContextFault) {
   auto program = cuda::CreateCudaProgram(g.graph(), *Gpu(), {.use_graphs = false});
   ASSERT_TRUE(program.ok());
   std::vector<void*> bogus = run.addresses();
-  bogus[x] = reinterpret_cast<void*>(uintptr_t{1} << 46);  // mapped nowhere
+  bogus[x] = reinterpret_cast<void*>(uintptr_t{1} << 46);      // mapped nowhere
   ASSERT_TRUE((*program)->Enqueue(run.stream(), bogus).ok());  // the fault comes later, on the GPU
   const auto start = std::chrono::steady_clock::now();
   const absl::Status status = WaitForCompletion(*Gpu(), run.stream());

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "gtest/gtest.h"
+#include "ir/ops/fused_program.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_program_options.h"
-#include "ir/ops/fused_program.h"
-#include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tandem::gpu_test {
@@ -40,26 +40,26 @@ Attrs FusedAttrs(std::vector<int64_t> code, std::vector<double> consts, std::vec
 Attrs SgdProgram() {
   using enum FusedOpcode;
   return FusedAttrs({Op(kMulScalar), 4, 0, 0, -1,  //
-                     Op(kAdd), 5, 4, 1, -1,        //
-                     Op(kMul), 6, 5, 2, -1,        //
-                     Op(kSub), 7, 3, 6, -1},
+                     Op(kAdd),       5, 4, 1, -1,  //
+                     Op(kMul),       6, 5, 2, -1,  //
+                     Op(kSub),       7, 3, 6, -1},
                     {0.9}, {5, 7});
 }
 
 // Inputs (x, y > 0, z, s rank-0 > 0): every opcode, alphas other than 1.
 Attrs EveryOpcodeProgram() {
   using enum FusedOpcode;
-  return FusedAttrs({Op(kAdd), 4, 0, 1, 0,         // x + 0.75 y
-                     Op(kSub), 5, 4, 2, 1,         // - 1.5 z
-                     Op(kMul), 6, 5, 3, -1,        // * s
-                     Op(kDiv), 7, 6, 1, -1,        // / y
-                     Op(kAddScalar), 8, 7, 2, 3,   // + 0.5 * 2.5
-                     Op(kSubScalar), 9, 8, 4, 5,   // - 3 * 1.25
-                     Op(kMulScalar), 10, 9, 6, -1, // * -0.7
-                     Op(kDivScalar), 11, 10, 7, -1,  // / 1.3
-                     Op(kNeg), 12, 11, -1, -1,     //
-                     Op(kSqrt), 13, 1, -1, -1,     // sqrt(y)
-                     Op(kAdd), 14, 12, 13, -1},
+  return FusedAttrs({Op(kAdd),       4,  0,  1,  0,   // x + 0.75 y
+                     Op(kSub),       5,  4,  2,  1,   // - 1.5 z
+                     Op(kMul),       6,  5,  3,  -1,  // * s
+                     Op(kDiv),       7,  6,  1,  -1,  // / y
+                     Op(kAddScalar), 8,  7,  2,  3,   // + 0.5 * 2.5
+                     Op(kSubScalar), 9,  8,  4,  5,   // - 3 * 1.25
+                     Op(kMulScalar), 10, 9,  6,  -1,  // * -0.7
+                     Op(kDivScalar), 11, 10, 7,  -1,  // / 1.3
+                     Op(kNeg),       12, 11, -1, -1,  //
+                     Op(kSqrt),      13, 1,  -1, -1,  // sqrt(y)
+                     Op(kAdd),       14, 12, 13, -1},
                     {0.75, 1.5, 2.5, 0.5, 1.25, 3.0, -0.7, 1.3}, {7, 14, 13});
 }
 
@@ -126,14 +126,19 @@ RandomProgram MakeRandomProgram(std::mt19937_64& rng) {
         k = pick(2) == 0 ? -1 : add_const();
         break;
       case kMul:
-      case kDiv: b = pick(inputs); break;
+      case kDiv:
+        b = pick(inputs);
+        break;
       case kAddScalar:
         b = add_const();
         k = pick(2) == 0 ? -1 : add_const();
         break;
       case kMulScalar:
-      case kDivScalar: b = add_const(); break;
-      default: break;  // kSqrt
+      case kDivScalar:
+        b = add_const();
+        break;
+      default:
+        break;  // kSqrt
     }
     int dst;
     if (!written.empty() && pick(3) == 0) {
@@ -322,8 +327,7 @@ void CheckUnaligned(DType dtype, int64_t n, const Attrs& attrs, const std::vecto
     Bytes got(n * sizeof(T)), want(n * sizeof(T));
     ASSERT_EQ(cudaMemcpy(got.data(), gpu_args.outputs[o].data, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
     std::memcpy(want.data(), cpu_out[o].data(), want.size());
-    EXPECT_TRUE(Matches(got, want, {dtype, {n}}, dtype == DType::kFloat64 ? kAny64 : kElementwise32))
-        << "output " << o;
+    EXPECT_TRUE(Matches(got, want, {dtype, {n}}, dtype == DType::kFloat64 ? kAny64 : kElementwise32)) << "output " << o;
   }
   for (void* p : allocations) EXPECT_EQ(cudaFree(p), cudaSuccess);
 }

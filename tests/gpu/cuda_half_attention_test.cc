@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/half.h"
 #include "gtest/gtest.h"
+#include "kernels/half.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tandem::gpu_test {

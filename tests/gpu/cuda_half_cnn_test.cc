@@ -194,8 +194,7 @@ TEST_P(CudaHalfCnn, AverageAndAdaptivePooling) {
     SCOPED_TRACE(::testing::Message() << "adaptive " << ShapeString(c.x) << " -> " << c.oh << "x" << c.ow);
     GraphMaker g;
     const int x = g.Feed({dtype(), c.x});
-    const int y =
-        g.Add1("_adaptive_avg_pool2d", {x}, MakeAttrs({{"output_size", std::vector<int64_t>{c.oh, c.ow}}}));
+    const int y = g.Add1("_adaptive_avg_pool2d", {x}, MakeAttrs({{"output_size", std::vector<int64_t>{c.oh, c.ow}}}));
     g.Add1("_adaptive_avg_pool2d_backward", {g.Feed(g.type(y)), x});
     Check(g, OpTolerance(dtype()));
   }
@@ -208,13 +207,13 @@ TEST_P(CudaHalfCnn, BatchNormTrainingEvalAndBackward) {
   TANDEM_SKIP_WITHOUT_GPU();
   // Conv outputs (inner a multiple of 8: 16-byte vector accesses; and not),
   // a linear layer's, a sequence's.
-  const std::vector<Shape> shapes = {{Dim(1, 4), 64, 28, 28}, {Dim(1, 8), 256, 7, 7}, {Dim(2, 64), 96},
-                                     {3, 5, Dim(1, 1000)}};
+  const std::vector<Shape> shapes = {
+      {Dim(1, 4), 64, 28, 28}, {Dim(1, 8), 256, 7, 7}, {Dim(2, 64), 96}, {3, 5, Dim(1, 1000)}};
   for (DType param : {dtype(), DType::kFloat32}) {
     for (const Shape& shape : shapes) {
       for (bool training : {true, false}) {
-        SCOPED_TRACE(::testing::Message() << ShapeString(shape) << " parameters " << DTypeName(param)
-                                          << " training " << training);
+        SCOPED_TRACE(::testing::Message()
+                     << ShapeString(shape) << " parameters " << DTypeName(param) << " training " << training);
         const Shape c = {shape[1]};
         GraphMaker g;
         const int x = g.Feed({dtype(), shape});

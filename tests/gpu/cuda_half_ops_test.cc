@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/cuda_program_options.h"
-#include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tandem::gpu_test {
@@ -178,9 +178,9 @@ TEST_P(CudaHalfOps, Reductions) {
   GraphMaker g;
   const int x = g.Feed({dtype(), {a, b, c}});
   const auto dims = [](std::vector<int64_t> d) { return MakeAttrs({{"dim", d}}); };
-  g.Add1("sum.dim_IntList", {x}, dims({2}));      // rows
-  g.Add1("sum.dim_IntList", {x}, dims({1}));      // columns
-  g.Add1("sum.dim_IntList", {x}, dims({0, 2}));   // scattered
+  g.Add1("sum.dim_IntList", {x}, dims({2}));     // rows
+  g.Add1("sum.dim_IntList", {x}, dims({1}));     // columns
+  g.Add1("sum.dim_IntList", {x}, dims({0, 2}));  // scattered
   g.Add1("mean.dim", {x}, MakeAttrs({{"dim", std::vector<int64_t>{0}}, {"keepdim", true}}));
   g.Add1("sum", {x});
   g.Add1("sum", {x}, MakeAttrs({{"dtype", DType::kFloat32}}));
@@ -297,9 +297,9 @@ TEST_P(CudaHalfOps, MlpStep) {
   const int one = g.Add1("mul.Scalar", {loss[0]}, MakeAttrs({{"other", 0.0}}));
   const int seed_grad = g.Add1("add.Scalar", {one}, MakeAttrs({{"other", 1.0}}));
   const int dls = g.Add1("nll_loss_backward", {seed_grad, ls, target, loss[1]}, nll);
-  const int dlogits = g.Add1("_log_softmax_backward_data", {dls, ls},
-                             MakeAttrs({{"dim", int64_t{1}}, {"input_dtype", dtype()}}));
-  g.Add1("mm", {dlogits, r}, MakeAttrs({{"transpose_a", true}}));  // grad w2
+  const int dlogits =
+      g.Add1("_log_softmax_backward_data", {dls, ls}, MakeAttrs({{"dim", int64_t{1}}, {"input_dtype", dtype()}}));
+  g.Add1("mm", {dlogits, r}, MakeAttrs({{"transpose_a", true}}));                       // grad w2
   g.Add1("sum.dim_IntList", {dlogits}, MakeAttrs({{"dim", std::vector<int64_t>{0}}}));  // grad b2
   const int dr = g.Add1("mm", {dlogits, w2});
   const int dh = g.Add1("threshold_backward", {dr, r}, MakeAttrs({{"threshold", 0.0}}));

@@ -30,12 +30,12 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/half.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "gtest/gtest.h"
 #include "ir/op_registry.h"
 #include "ir/ops/fused_program.h"
-#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/half.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tandem::gpu_test {
@@ -133,16 +133,21 @@ std::vector<int> AddUnfused(GraphMaker& g, const std::vector<int64_t>& code, con
       case FusedOpcode::kMul:
       case FusedOpcode::kDiv:
       case FusedOpcode::kMaximum:
-      case FusedOpcode::kMinimum: in.push_back(value_of.at(b)); break;
+      case FusedOpcode::kMinimum:
+        in.push_back(value_of.at(b));
+        break;
       case FusedOpcode::kAddScalar:
       case FusedOpcode::kSubScalar:
         attrs.Set("other", consts[b]);
         if (k >= 0) attrs.Set("alpha", consts[k]);
         break;
       case FusedOpcode::kMulScalar:
-      case FusedOpcode::kDivScalar: attrs.Set("other", consts[b]); break;
+      case FusedOpcode::kDivScalar:
+        attrs.Set("other", consts[b]);
+        break;
       case FusedOpcode::kNeg:
-      case FusedOpcode::kSqrt: break;
+      case FusedOpcode::kSqrt:
+        break;
     }
     value_of[dst] = g.Add1(FusedOpcodeOpName(op), in, attrs);
   }
@@ -171,20 +176,20 @@ struct Program {
 // (float32 rank 0). Outputs: exp_avg', exp_avg_sq', max', p'.
 Program AdamProgram() {
   using enum FusedOpcode;
-  return Program{{Op(kMul), 8, 0, 1, -1,           // p * decay
-                  Op(kMulScalar), 9, 2, 0, -1,     // exp_avg * beta1
-                  Op(kAdd), 10, 9, 3, 1,           // + (1 - beta1) grad
-                  Op(kMulScalar), 11, 4, 2, -1,    // exp_avg_sq * beta2
-                  Op(kMulScalar), 12, 3, 3, -1,    // (1 - beta2) grad
-                  Op(kMul), 13, 12, 3, -1,         // * grad
-                  Op(kAdd), 14, 11, 13, -1,        // exp_avg_sq'
-                  Op(kMaximum), 15, 5, 14, -1,     // max'
-                  Op(kSqrt), 16, 15, -1, -1,       //
-                  Op(kDiv), 17, 16, 6, -1,         // / bias_correction2_sqrt
-                  Op(kAddScalar), 18, 17, 4, -1,   // + eps
-                  Op(kMul), 19, 7, 10, -1,         // step_size * exp_avg'
-                  Op(kDiv), 20, 19, 18, -1,        //
-                  Op(kSub), 21, 8, 20, -1},        // p'
+  return Program{{Op(kMul),       8,  0,  1,  -1,   // p * decay
+                  Op(kMulScalar), 9,  2,  0,  -1,   // exp_avg * beta1
+                  Op(kAdd),       10, 9,  3,  1,    // + (1 - beta1) grad
+                  Op(kMulScalar), 11, 4,  2,  -1,   // exp_avg_sq * beta2
+                  Op(kMulScalar), 12, 3,  3,  -1,   // (1 - beta2) grad
+                  Op(kMul),       13, 12, 3,  -1,   // * grad
+                  Op(kAdd),       14, 11, 13, -1,   // exp_avg_sq'
+                  Op(kMaximum),   15, 5,  14, -1,   // max'
+                  Op(kSqrt),      16, 15, -1, -1,   //
+                  Op(kDiv),       17, 16, 6,  -1,   // / bias_correction2_sqrt
+                  Op(kAddScalar), 18, 17, 4,  -1,   // + eps
+                  Op(kMul),       19, 7,  10, -1,   // step_size * exp_avg'
+                  Op(kDiv),       20, 19, 18, -1,   //
+                  Op(kSub),       21, 8,  20, -1},  // p'
                  {0.9, 0.1, 0.999, 0.001, 1e-8},
                  {10, 14, 15, 21}};
 }
@@ -241,16 +246,23 @@ RandomProgram MakeRandomProgram(DType dtype, int64_t n, std::mt19937_64& rng) {
         k = pick(2) == 0 ? -1 : add_const();
         break;
       case kMul:
-      case kDiv: b = pick(inputs); break;  // an input: magnitudes grow by at most 2 per instruction
+      case kDiv:
+        b = pick(inputs);
+        break;  // an input: magnitudes grow by at most 2 per instruction
       case kMaximum:
-      case kMinimum: b = any[pick(any.size())]; break;
+      case kMinimum:
+        b = any[pick(any.size())];
+        break;
       case kAddScalar:
         b = add_const();
         k = pick(2) == 0 ? -1 : add_const();
         break;
       case kMulScalar:
-      case kDivScalar: b = add_const(); break;
-      default: break;  // kSqrt
+      case kDivScalar:
+        b = add_const();
+        break;
+      default:
+        break;  // kSqrt
     }
     int dst;
     if (!written.empty() && pick(3) == 0) {
@@ -373,16 +385,15 @@ TEST_P(CudaHalfUpdate, InPlaceOpsMatchCpu) {
   const int root = g.Add1("sqrt", {pos});
   const int max = g.Add1("maximum", {x, y});
   const int addc = g.Add1("addcdiv", {self, t1, t2}, MakeAttrs({{"value", 0.25}}));
-  CheckAgainstCpu(
-      g, [&](int v) { return v == addc ? OpTolerance(h) : 0.0; }, {{root, pos}, {max, x}, {addc, self}});
+  CheckAgainstCpu(g, [&](int v) { return v == addc ? OpTolerance(h) : 0.0; }, {{root, pos}, {max, x}, {addc, self}});
 }
 
 TEST_P(CudaHalfUpdate, FusedStepsMatchTheUnfusedOpsBitForBit) {
   TANDEM_SKIP_WITHOUT_GPU();
   const DType h = dtype();
   const TensorType f32_scalar{DType::kFloat32, {}};
-  for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{1000}, int64_t{4099}, int64_t{1} << 18,
-                    (int64_t{1} << 20) + 5}) {
+  for (int64_t n :
+       {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{1000}, int64_t{4099}, int64_t{1} << 18, (int64_t{1} << 20) + 5}) {
     SCOPED_TRACE(::testing::Message() << "[" << n << "]");
     const TensorType t{h, {n}};
     {
@@ -413,9 +424,8 @@ TEST_P(CudaHalfUpdate, RandomFusedProgramsMatchTheUnfusedOps) {
   for (int trial = 0; trial < 16; ++trial) {
     for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{4099}, (int64_t{1} << 18) + 3}) {
       const RandomProgram r = MakeRandomProgram(dtype(), n, Rng());
-      SCOPED_TRACE(::testing::Message() << "program " << trial << " [" << n << "] " << r.inputs.size()
-                                        << " inputs, " << r.program.code.size() / kFusedFieldsPerInstruction
-                                        << " instructions");
+      SCOPED_TRACE(::testing::Message() << "program " << trial << " [" << n << "] " << r.inputs.size() << " inputs, "
+                                        << r.program.code.size() / kFusedFieldsPerInstruction << " instructions");
       CheckFusedAgainstUnfused(r.inputs, std::vector<Fill>(r.inputs.size(), Fill::kPositive), r.program,
                                ChainTolerance(dtype()));
       if (HasFatalFailure()) return;

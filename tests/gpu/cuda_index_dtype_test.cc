@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/cuda_program_options.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/cuda_program_options.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tandem::gpu_test {
@@ -49,7 +49,7 @@ void Check(const GraphMaker& maker, std::vector<Bytes> feeds = {}) {
       maker,
       [](const OutputPair& o) {
         const DType dtype = o.type().dtype;
-        const double tolerance = IsHalf(dtype)                 ? HalfTolerance(dtype)
+        const double tolerance = IsHalf(dtype)              ? HalfTolerance(dtype)
                                  : dtype == DType::kFloat64 ? kFloat64Tolerance
                                                             : kFloat32Tolerance;
         EXPECT_TRUE(Matches(*o.gpu, *o.ref, o.type(), tolerance)) << o.Where();
@@ -76,8 +76,8 @@ TEST(CudaIndexDType, EmbeddingWithInt32IdsOfEveryRowWidth) {
   // 16-byte rows take the vectorized kernel, the others one element at a
   // time; a warp loops over a row (2052 float32: 513 vectors, 17 passes).
   const std::vector<std::pair<DType, int64_t>> widths = {
-      {DType::kFloat32, 256}, {DType::kFloat32, 7},   {DType::kFloat64, 2},     {DType::kFloat64, 3},
-      {DType::kBFloat16, 8},  {DType::kFloat16, 5},   {DType::kFloat32, 2052}, {DType::kFloat32, 300}};
+      {DType::kFloat32, 256}, {DType::kFloat32, 7}, {DType::kFloat64, 2},    {DType::kFloat64, 3},
+      {DType::kBFloat16, 8},  {DType::kFloat16, 5}, {DType::kFloat32, 2052}, {DType::kFloat32, 300}};
   for (const auto& [dtype, width] : widths) {
     SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " width " << width);
     const int64_t vocab = Dim(2, 3000);
@@ -102,8 +102,8 @@ TEST(CudaIndexDType, NllLossWithInt32Labels) {
     // shared templates now.
     for (DType label : {DType::kInt32, DType::kInt64}) {
       for (int64_t reduction : {0, 1, 2}) {
-        SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " labels " << DTypeName(label) << " reduction "
-                                          << reduction);
+        SCOPED_TRACE(::testing::Message()
+                     << DTypeName(dtype) << " labels " << DTypeName(label) << " reduction " << reduction);
         const int64_t n = Dim(1, 600), classes = Dim(2, 1000);
         const int64_t ignore_index = Dim(0, 1) == 0 ? -100 : Dim(0, classes - 1);
         GraphMaker g;
@@ -163,8 +163,7 @@ TEST(CudaIndexDType, IndexPutWithInt32AndMixedIndexTensors) {
     const int64_t vocab = Dim(10, 1000), width = Dim(1, 256), count = Dim(1, 2000);
     GraphMaker g;
     // accumulate over repeated int32 rows (the decomposed embedding backward).
-    const int zeros =
-        g.Add1("zeros", {}, MakeAttrs({{"size", std::vector<int64_t>{vocab, width}}, {"dtype", dtype}}));
+    const int zeros = g.Add1("zeros", {}, MakeAttrs({{"size", std::vector<int64_t>{vocab, width}}, {"dtype", dtype}}));
     const int ids = g.Feed({DType::kInt32, {count}}, Fill::kLabels, vocab);
     const int grad = g.Feed({dtype, {count, width}}, dtype == DType::kInt64 ? Fill::kUniform : Fill::kSmall);
     g.Add1("index_put", {zeros, ids, grad}, MakeAttrs({{"accumulate", true}}));
@@ -203,7 +202,7 @@ struct BadIndexGraph {
     const int weight = g.Feed({DType::kFloat32, {100, 8}});
     ids = g.Feed({index_dtype, {5, 7}}, Fill::kLabels, 100);
     const int grad = g.Feed({DType::kFloat32, {5, 7, 8}});
-    g.Add1("embedding", {weight, ids});                                                             // node 0
+    g.Add1("embedding", {weight, ids});                                                           // node 0
     g.Add1("embedding_dense_backward", {grad, ids}, MakeAttrs({{"num_weights", int64_t{100}}}));  // node 1
     const int self = g.Feed({DType::kFloat32, {5, 9}});
     index = g.Feed({index_dtype, {5, 2}}, Fill::kLabels, 9);

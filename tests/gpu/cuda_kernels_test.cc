@@ -5,10 +5,10 @@
 #include <cstring>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/cuda_program_options.h"
 #include "kernels/cuda/sequence_launch.h"
-#include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tandem::gpu_test {
@@ -89,9 +89,9 @@ TEST(CudaKernels, MatmulTransposedOperandsBothLibraries) {
       for (int trial = 0; trial < 2; ++trial) {
         const int64_t n = trial == 0 ? 1 : Dim(2, 300), k = Dim(1, 700), m = Dim(2, 300);
         for (const auto& [trans_a, trans_b] : flags) {
-          SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " op(a) [" << n << ", " << k << "] @ op(b) [" << k
-                                            << ", " << m << "] transpose_a=" << trans_a
-                                            << " transpose_b=" << trans_b << " cublas=" << force_cublas);
+          SCOPED_TRACE(::testing::Message()
+                       << DTypeName(dtype) << " op(a) [" << n << ", " << k << "] @ op(b) [" << k << ", " << m
+                       << "] transpose_a=" << trans_a << " transpose_b=" << trans_b << " cublas=" << force_cublas);
           const Shape a_shape = trans_a ? Shape{k, n} : Shape{n, k};
           const Shape b_shape = trans_b ? Shape{m, k} : Shape{k, m};
           {
@@ -155,8 +155,8 @@ TEST(CudaKernels, BinaryOpsWithBroadcasting) {
     for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kInt64}) {
       if (is_div && dtype == DType::kInt64) continue;
       for (const auto& [sa, sb] : shapes) {
-        SCOPED_TRACE(::testing::Message() << op << " " << DTypeName(dtype) << " " << ShapeString(sa) << " and "
-                                          << ShapeString(sb));
+        SCOPED_TRACE(::testing::Message()
+                     << op << " " << DTypeName(dtype) << " " << ShapeString(sa) << " and " << ShapeString(sb));
         GraphMaker g;
         const int x = g.Feed({dtype, sa});
         const int y = g.Feed({dtype, sb}, is_div ? Fill::kNonZero : Fill::kUniform);
@@ -213,12 +213,11 @@ TEST(CudaKernels, ScalarAndUnaryOps) {
     const bool integer = dtype == DType::kInt64;
     const AttrValue other = integer ? AttrValue(int64_t{-7}) : AttrValue(1.7);
     const AttrValue alpha = integer ? AttrValue(int64_t{2}) : AttrValue(-0.3);
-    std::vector<std::pair<std::string, Attrs>> ops = {
-        {"add.Scalar", MakeAttrs({{"other", other}, {"alpha", alpha}})},
-        {"sub.Scalar", MakeAttrs({{"other", other}, {"alpha", alpha}})},
-        {"mul.Scalar", MakeAttrs({{"other", other}})},
-        {"neg", {}},
-        {"relu", {}}};
+    std::vector<std::pair<std::string, Attrs>> ops = {{"add.Scalar", MakeAttrs({{"other", other}, {"alpha", alpha}})},
+                                                      {"sub.Scalar", MakeAttrs({{"other", other}, {"alpha", alpha}})},
+                                                      {"mul.Scalar", MakeAttrs({{"other", other}})},
+                                                      {"neg", {}},
+                                                      {"relu", {}}};
     if (!integer) {
       ops.push_back({"div.Scalar", MakeAttrs({{"other", other}})});
       ops.push_back({"sqrt", {}});
@@ -290,9 +289,8 @@ TEST(CudaKernels, Reductions) {
         for (const char* op : {"sum.dim_IntList", "mean.dim"}) {
           const bool mean = op[0] == 'm';
           if (mean && dtype == DType::kInt64) continue;
-          SCOPED_TRACE(::testing::Message() << op << " " << DTypeName(dtype) << " " << ShapeString(shape)
-                                            << " dims " << ::testing::PrintToString(dims) << " keepdim "
-                                            << keepdim);
+          SCOPED_TRACE(::testing::Message() << op << " " << DTypeName(dtype) << " " << ShapeString(shape) << " dims "
+                                            << ::testing::PrintToString(dims) << " keepdim " << keepdim);
           GraphMaker g;
           const int x = g.Feed({dtype, shape});
           g.Add1(op, {x}, MakeAttrs({{"dim", dims}, {"keepdim", keepdim}}));
@@ -355,13 +353,12 @@ TEST(CudaKernels, ClusterReductions) {
       Check(g, kReduction32);
     }
   }
-  const std::vector<std::pair<Shape, std::vector<int64_t>>> cases = {
-      {{Dim(3000, 5000), Dim(100, 700)}, {0}},
-      {{4096, 2048}, {0}},
-      {{Dim(2, 7), 4100}, {0}},
-      {{Dim(2, 5), Dim(200, 900), Dim(33, 70)}, {1}},
-      {{Dim(1, 3), Dim(100000, 300000)}, {1}},
-      {{Dim(100, 400), 1000}, {0, 1}}};
+  const std::vector<std::pair<Shape, std::vector<int64_t>>> cases = {{{Dim(3000, 5000), Dim(100, 700)}, {0}},
+                                                                     {{4096, 2048}, {0}},
+                                                                     {{Dim(2, 7), 4100}, {0}},
+                                                                     {{Dim(2, 5), Dim(200, 900), Dim(33, 70)}, {1}},
+                                                                     {{Dim(1, 3), Dim(100000, 300000)}, {1}},
+                                                                     {{Dim(100, 400), 1000}, {0, 1}}};
   for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kInt64}) {
     for (const auto& [shape, dims] : cases) {
       SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " " << ShapeString(shape) << " dims "
@@ -493,9 +490,12 @@ TEST(CudaKernels, LogSoftmaxAndBackward) {
   TANDEM_SKIP_WITHOUT_GPU();
   // 4 * Dim(1, 16) columns: whole 16-byte packs, some rows of at most 16
   // packs (half a warp per row, an odd row count leaving a half idle).
-  const std::vector<std::pair<Shape, int64_t>> cases = {
-      {{Dim(1, 300), Dim(2, 40)}, 1},   {{Dim(1, 20), Dim(1025, 5000)}, 1}, {{Dim(2, 50), Dim(2, 30)}, 0},
-      {{Dim(1, 5), Dim(2, 9), Dim(2, 20)}, 1}, {{Dim(2, 100)}, 0}, {{2 * Dim(1, 150) + 1, 4 * Dim(1, 16)}, 1}};
+  const std::vector<std::pair<Shape, int64_t>> cases = {{{Dim(1, 300), Dim(2, 40)}, 1},
+                                                        {{Dim(1, 20), Dim(1025, 5000)}, 1},
+                                                        {{Dim(2, 50), Dim(2, 30)}, 0},
+                                                        {{Dim(1, 5), Dim(2, 9), Dim(2, 20)}, 1},
+                                                        {{Dim(2, 100)}, 0},
+                                                        {{2 * Dim(1, 150) + 1, 4 * Dim(1, 16)}, 1}};
   for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
     for (const auto& [shape, dim] : cases) {
       SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " " << ShapeString(shape) << " dim " << dim);
@@ -526,8 +526,8 @@ TEST(CudaKernels, RowTilesInSeveralLaunches) {
       const int64_t rows = 2 * Dim(20, 80) + 1;
       const int64_t rows_per_launch = 2 * Dim(0, 3) + 1;
       cuda::SetTileLaunchElementsForTesting(rows_per_launch * cols + Dim(0, cols - 1));
-      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " [" << rows << ", " << cols << "], "
-                                        << rows_per_launch << " rows per launch");
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " [" << rows << ", " << cols << "], " << rows_per_launch
+                                        << " rows per launch");
       GraphMaker g;
       const int x = g.Feed({dtype, {rows, cols}});
       const int grad = g.Feed({dtype, {rows, cols}});
@@ -543,8 +543,8 @@ TEST(CudaKernels, RowTilesInSeveralLaunches) {
                                         MakeAttrs({{"normalized_shape", std::vector<int64_t>{cols}}, {"eps", 1e-5}}));
       ASSERT_EQ(ln.size(), 3u);
       g.Add("native_layer_norm_backward", {grad, x, ln[1], ln[2], w, b},
-            MakeAttrs({{"normalized_shape", std::vector<int64_t>{cols}},
-                       {"output_mask", std::vector<int64_t>{1, 1, 1}}}));
+            MakeAttrs(
+                {{"normalized_shape", std::vector<int64_t>{cols}}, {"output_mask", std::vector<int64_t>{1, 1, 1}}}));
       Check(g, kReduction32);
     }
   }
@@ -564,10 +564,9 @@ TEST(CudaKernels, NllLossEveryReduction) {
           // Of one sign, as log-probabilities are: with either sign the mean
           // of up to 700 terms cancels, and its float32 sum missed the double
           // oracle by 1.1e-5 relative at one seed (over this bound).
-          const int self =
-              g.Feed(one_row ? TensorType{dtype, {c}} : TensorType{dtype, {n, c}}, Fill::kPositive);
-          const int target = g.Feed(one_row ? TensorType{DType::kInt64, {}} : TensorType{DType::kInt64, {n}},
-                                    Fill::kLabels, c);
+          const int self = g.Feed(one_row ? TensorType{dtype, {c}} : TensorType{dtype, {n, c}}, Fill::kPositive);
+          const int target =
+              g.Feed(one_row ? TensorType{DType::kInt64, {}} : TensorType{DType::kInt64, {n}}, Fill::kLabels, c);
           std::vector<int> inputs = {self, target};
           if (weighted) inputs.push_back(g.Feed({dtype, {c}}, Fill::kPositive));
           const Attrs attrs = MakeAttrs({{"reduction", reduction}, {"ignore_index", ignore}});

@@ -24,10 +24,14 @@ namespace {
 
 double Tolerance(DType dtype) {
   switch (dtype) {
-    case DType::kFloat64: return 1e-12;
-    case DType::kBFloat16: return 2 * std::ldexp(1.0, -8) + 1e-3;
-    case DType::kFloat16: return 2 * std::ldexp(1.0, -11) + 1e-3;
-    default: return 1e-5;
+    case DType::kFloat64:
+      return 1e-12;
+    case DType::kBFloat16:
+      return 2 * std::ldexp(1.0, -8) + 1e-3;
+    case DType::kFloat16:
+      return 2 * std::ldexp(1.0, -11) + 1e-3;
+    default:
+      return 1e-5;
   }
 }
 
@@ -59,7 +63,8 @@ Attrs AttrsOf(const MathOpInfo& info, DType dtype) {
       attrs.Set("input_scale", 0.9);
       if (info.op == MathOp::kEluBackward) attrs.Set("is_result", false);
       break;
-    default: break;
+    default:
+      break;
   }
   if (info.scalar_other) {
     if (dtype == DType::kInt64 || dtype == DType::kInt32 || dtype == DType::kBool) {
@@ -131,8 +136,8 @@ void CheckDType(DType dtype, const Shape& other_shape) {
     // pow: floats take positive bases (integers wrap alike on both backends).
     std::vector<int> inputs;
     if (info.op == MathOp::kPow) {
-      inputs.push_back(maker.Feed(type, dtype == DType::kInt64 || dtype == DType::kInt32 ? Fill::kUniform
-                                                                                          : Fill::kPositive));
+      inputs.push_back(
+          maker.Feed(type, dtype == DType::kInt64 || dtype == DType::kInt32 ? Fill::kUniform : Fill::kPositive));
     } else {
       inputs.push_back(DomainInput(maker, info.op, type));
     }
@@ -153,8 +158,8 @@ void CheckDType(DType dtype, const Shape& other_shape) {
 
 TEST(CudaMathOpsTest, EveryOpMatchesTheCpuInEveryDtype) {
   TANDEM_SKIP_WITHOUT_GPU();
-  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kFloat16, DType::kInt64,
-                      DType::kInt32, DType::kBool}) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kFloat16, DType::kInt64, DType::kInt32,
+                      DType::kBool}) {
     CheckDType(dtype, {1});  // second operand a row, broadcast
   }
 }

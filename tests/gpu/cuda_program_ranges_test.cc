@@ -17,9 +17,9 @@
 
 #include "compiler/compile_job.h"
 #include "examples/mlp_train/mlp_graph.h"
+#include "gtest/gtest.h"
 #include "kernels/cuda/cuda_program_options.h"
 #include "kernels/program.h"
-#include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tandem::gpu_test {
@@ -77,9 +77,9 @@ class JobOnGpu {
       if (layout->stored_in[v] >= 0) addresses_[v] = addresses_[layout->stored_in[v]];
     }
     for (const v1::Tensor& t : reg.persistent()) {
-      EXPECT_TRUE(gpu_.CopyToDevice(*stream_, addresses_[graph_->Find(t.spec().name())], t.data().data(),
-                                    t.data().size())
-                      .ok());
+      EXPECT_TRUE(
+          gpu_.CopyToDevice(*stream_, addresses_[graph_->Find(t.spec().name())], t.data().data(), t.data().size())
+              .ok());
     }
     EXPECT_TRUE(gpu_.Synchronize(*stream_).ok());
   }

@@ -7,12 +7,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "device/cpu_device.h"
+#include "gtest/gtest.h"
+#include "ir/op_registry.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_program_options.h"
-#include "ir/op_registry.h"
-#include "device/cpu_device.h"
-#include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tandem::gpu_test {
@@ -52,10 +52,9 @@ struct Mlp {
     const std::vector<int> nll = g.Add("nll_loss_forward", {lsm, labels}, MakeAttrs({{"reduction", int64_t{1}}}));
     loss = nll[0];
     const int grad_loss = g.Add1("ones_like", {loss});
-    const int g_lsm = g.Add1("nll_loss_backward", {grad_loss, lsm, labels, nll[1]},
-                             MakeAttrs({{"reduction", int64_t{1}}}));
-    int grad = g.Add1("_log_softmax_backward_data", {g_lsm, lsm},
-                      MakeAttrs({{"dim", int64_t{1}}, {"input_dtype", f}}));
+    const int g_lsm =
+        g.Add1("nll_loss_backward", {grad_loss, lsm, labels, nll[1]}, MakeAttrs({{"reduction", int64_t{1}}}));
+    int grad = g.Add1("_log_softmax_backward_data", {g_lsm, lsm}, MakeAttrs({{"dim", int64_t{1}}, {"input_dtype", f}}));
     const Attrs lr = MakeAttrs({{"alpha", 0.05}});
     for (size_t l = layers; l-- > 0;) {
       const int g_w = g.Add1("mm", {g.Add1("t", {acts[l]}), grad});
@@ -298,8 +297,8 @@ TEST(CudaProgram, ErrorsSurviveBackToBackIterations) {
   std::vector<Bytes> good = feeds;
   mlp.SetLabel(good, 3, 1);
   const int labels = mlp.labels;
-  ASSERT_TRUE(Gpu()->CopyToDevice(run.stream(), run.addresses()[labels], good[labels].data(),
-                                  good[labels].size()).ok());
+  ASSERT_TRUE(
+      Gpu()->CopyToDevice(run.stream(), run.addresses()[labels], good[labels].data(), good[labels].size()).ok());
   ASSERT_TRUE((*program)->Enqueue(run.stream(), run.addresses()).ok());
   absl::Status s = WaitForCompletion(*Gpu(), run.stream());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/cuda_program_options.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/cuda_program_options.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/gpu/shared_graphs.h"
 
@@ -42,9 +42,8 @@ std::string Describe(const Dims& d) {
 // Runs `maker`'s graph on the CPU and (op by op, then replayed) on the GPU,
 // and compares every node output.
 void Check(const GraphMaker& maker, double tolerance) {
-  CompareWithCpu(maker, [&](const OutputPair& o) {
-    EXPECT_TRUE(Matches(*o.gpu, *o.ref, o.type(), tolerance)) << o.Where();
-  });
+  CompareWithCpu(maker,
+                 [&](const OutputPair& o) { EXPECT_TRUE(Matches(*o.gpu, *o.ref, o.type(), tolerance)) << o.Where(); });
 }
 
 // The forward's inputs; `weights` fills w_ih and w_hh (small for wide

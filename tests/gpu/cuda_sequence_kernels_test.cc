@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/cuda_program_options.h"
-#include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tandem::gpu_test {

@@ -6,15 +6,15 @@
 // Times come from device events around many iterations after a warm-up.
 #include <atomic>
 #include <chrono>
-#include <thread>
 #include <cmath>
 #include <cstring>
+#include <thread>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "kernels/cuda/cuda_program_options.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/time_runs.h"
-#include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tandem::gpu_test {
@@ -33,9 +33,11 @@ double SecondsPerIteration(Program& program, GpuRun& run, int iterations) {
   std::atomic<int> failures{0};
   for (int i = 0; i < iterations; ++i) {
     EXPECT_TRUE(program.Enqueue(run.stream(), run.addresses()).ok());
-    EXPECT_TRUE(gpu.OnComplete(run.stream(), [&failures](absl::Status s) {
-                     if (!s.ok()) ++failures;
-                   }).ok());
+    EXPECT_TRUE(gpu.OnComplete(run.stream(),
+                               [&failures](absl::Status s) {
+                                 if (!s.ok()) ++failures;
+                               })
+                    .ok());
   }
   EXPECT_TRUE(gpu.RecordEvent(run.stream(), **end).ok());
   EXPECT_TRUE(WaitForCompletion(gpu, run.stream()).ok());
@@ -75,8 +77,7 @@ struct Fcn5 {
     const std::vector<int> nll = g.Add("nll_loss_forward", {lsm, labels}, {});
     loss = nll[0];
     const int g_lsm = g.Add1("nll_loss_backward", {g.Add1("ones_like", {loss}), lsm, labels, nll[1]}, {});
-    int grad = g.Add1("_log_softmax_backward_data", {g_lsm, lsm},
-                      MakeAttrs({{"dim", int64_t{1}}, {"input_dtype", f}}));
+    int grad = g.Add1("_log_softmax_backward_data", {g_lsm, lsm}, MakeAttrs({{"dim", int64_t{1}}, {"input_dtype", f}}));
     for (size_t l = layers; l-- > 0;) {
       const int g_w = g.Add1("mm", {g.Add1("t", {acts[l]}), grad});
       const int g_b = g.Add1("sum.dim_IntList", {grad}, MakeAttrs({{"dim", std::vector<int64_t>{0}}}));

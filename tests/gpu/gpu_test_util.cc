@@ -8,11 +8,11 @@
 #include <future>
 
 #include "absl/strings/str_cat.h"
+#include "device/cuda_device.h"
+#include "ir/op_registry.h"
 #include "kernels/cpu/cpu_program.h"
 #include "kernels/cuda/cuda_program_options.h"
 #include "kernels/half.h"
-#include "ir/op_registry.h"
-#include "device/cuda_device.h"
 
 namespace tandem::gpu_test {
 
@@ -103,11 +103,16 @@ namespace {
 // A random float of `fill` from the uniform `u` in [-1, 1).
 double FloatOf(Fill fill, double u) {
   switch (fill) {
-    case Fill::kUniform: return u;
-    case Fill::kPositive: return 1.25 + 0.75 * u;
-    case Fill::kNonZero: return (u < 0 ? -1.0 : 1.0) * (1.0 + 0.5 * std::fabs(u));
-    case Fill::kLabels: return 0.0;
-    case Fill::kSmall: return 0.02 * u;
+    case Fill::kUniform:
+      return u;
+    case Fill::kPositive:
+      return 1.25 + 0.75 * u;
+    case Fill::kNonZero:
+      return (u < 0 ? -1.0 : 1.0) * (1.0 + 0.5 * std::fabs(u));
+    case Fill::kLabels:
+      return 0.0;
+    case Fill::kSmall:
+      return 0.02 * u;
   }
   return 0.0;
 }
@@ -123,11 +128,21 @@ void FillTyped(Bytes& bytes, Fill fill, int64_t labels_upper, std::mt19937_64& r
       p[i] = T(FloatOf(fill, u));
     } else if constexpr (std::is_floating_point_v<T>) {
       switch (fill) {
-        case Fill::kUniform: p[i] = static_cast<T>(u); break;
-        case Fill::kPositive: p[i] = static_cast<T>(1.25 + 0.75 * u); break;
-        case Fill::kNonZero: p[i] = static_cast<T>((u < 0 ? -1.0 : 1.0) * (1.0 + 0.5 * std::fabs(u))); break;
-        case Fill::kLabels: p[i] = T(0); break;
-        case Fill::kSmall: p[i] = static_cast<T>(0.02 * u); break;
+        case Fill::kUniform:
+          p[i] = static_cast<T>(u);
+          break;
+        case Fill::kPositive:
+          p[i] = static_cast<T>(1.25 + 0.75 * u);
+          break;
+        case Fill::kNonZero:
+          p[i] = static_cast<T>((u < 0 ? -1.0 : 1.0) * (1.0 + 0.5 * std::fabs(u)));
+          break;
+        case Fill::kLabels:
+          p[i] = T(0);
+          break;
+        case Fill::kSmall:
+          p[i] = static_cast<T>(0.02 * u);
+          break;
       }
     } else if constexpr (std::is_same_v<T, bool>) {
       p[i] = u > 0;
@@ -155,13 +170,27 @@ std::vector<Bytes> GraphMaker::RandomFeeds(std::mt19937_64& rng) const {
     bytes.assign(value.type.bytes(), 0);
     const FeedSpec& spec = feed_specs_[f];
     switch (value.type.dtype) {
-      case DType::kFloat32: FillTyped<float>(bytes, spec.fill, spec.labels_upper, rng); break;
-      case DType::kFloat64: FillTyped<double>(bytes, spec.fill, spec.labels_upper, rng); break;
-      case DType::kInt64: FillTyped<int64_t>(bytes, spec.fill, spec.labels_upper, rng); break;
-      case DType::kInt32: FillTyped<int32_t>(bytes, spec.fill, spec.labels_upper, rng); break;
-      case DType::kBool: FillTyped<bool>(bytes, spec.fill, spec.labels_upper, rng); break;
-      case DType::kBFloat16: FillTyped<BFloat16>(bytes, spec.fill, spec.labels_upper, rng); break;
-      case DType::kFloat16: FillTyped<Float16>(bytes, spec.fill, spec.labels_upper, rng); break;
+      case DType::kFloat32:
+        FillTyped<float>(bytes, spec.fill, spec.labels_upper, rng);
+        break;
+      case DType::kFloat64:
+        FillTyped<double>(bytes, spec.fill, spec.labels_upper, rng);
+        break;
+      case DType::kInt64:
+        FillTyped<int64_t>(bytes, spec.fill, spec.labels_upper, rng);
+        break;
+      case DType::kInt32:
+        FillTyped<int32_t>(bytes, spec.fill, spec.labels_upper, rng);
+        break;
+      case DType::kBool:
+        FillTyped<bool>(bytes, spec.fill, spec.labels_upper, rng);
+        break;
+      case DType::kBFloat16:
+        FillTyped<BFloat16>(bytes, spec.fill, spec.labels_upper, rng);
+        break;
+      case DType::kFloat16:
+        FillTyped<Float16>(bytes, spec.fill, spec.labels_upper, rng);
+        break;
     }
   }
   return feeds;
@@ -293,9 +322,9 @@ template <typename T>
       uint8_t poison[sizeof(T)];
       std::memset(poison, 0xFF, sizeof(T));
       const bool unwritten = std::memcmp(&o[i], poison, sizeof(T)) == 0;
-      return ::testing::AssertionFailure() << "element " << i << " of " << n << " is NaN"
-                                           << (unwritten ? " (never written: still the poison bytes)" : "")
-                                           << "; reference " << At(r, i);
+      return ::testing::AssertionFailure()
+             << "element " << i << " of " << n << " is NaN"
+             << (unwritten ? " (never written: still the poison bytes)" : "") << "; reference " << At(r, i);
     }
     const double d = At(o, i) - At(r, i);
     diff += d * d;
@@ -325,11 +354,16 @@ template <typename T>
     return ::testing::AssertionFailure() << "sizes differ: " << out.size() << " vs " << ref.size();
   }
   switch (type.dtype) {
-    case DType::kFloat32: return MatchFloats<float>(out, ref, tolerance);
-    case DType::kFloat64: return MatchFloats<double>(out, ref, tolerance);
-    case DType::kBFloat16: return MatchFloats<BFloat16>(out, ref, tolerance);
-    case DType::kFloat16: return MatchFloats<Float16>(out, ref, tolerance);
-    default: return SameBytes(out, ref);
+    case DType::kFloat32:
+      return MatchFloats<float>(out, ref, tolerance);
+    case DType::kFloat64:
+      return MatchFloats<double>(out, ref, tolerance);
+    case DType::kBFloat16:
+      return MatchFloats<BFloat16>(out, ref, tolerance);
+    case DType::kFloat16:
+      return MatchFloats<Float16>(out, ref, tolerance);
+    default:
+      return SameBytes(out, ref);
   }
 }
 
@@ -337,8 +371,9 @@ template <typename T>
   if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes differ: " << a.size() << " vs " << b.size();
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i] != b[i]) {
-      return ::testing::AssertionFailure() << "byte " << i << " of " << a.size() << " differs: "
-                                           << static_cast<int>(a[i]) << " vs " << static_cast<int>(b[i]);
+      return ::testing::AssertionFailure()
+             << "byte " << i << " of " << a.size() << " differs: " << static_cast<int>(a[i]) << " vs "
+             << static_cast<int>(b[i]);
     }
   }
   return ::testing::AssertionSuccess();

@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "device/device.h"
+#include "gtest/gtest.h"
 #include "ir/attrs.h"
 #include "ir/graph.h"
 #include "kernels/program.h"
-#include "device/device.h"
-#include "gtest/gtest.h"
 
 namespace tandem::gpu_test {
 
@@ -32,12 +32,12 @@ std::mt19937_64& Rng();
 // The first CUDA device, or nullptr (no driver, no GPU, no CUDA build).
 device::Device* Gpu();
 
-#define TANDEM_SKIP_WITHOUT_GPU()                         \
-  do {                                                     \
-    if (::tandem::gpu_test::Gpu() == nullptr) {            \
-      std::printf("no GPU: skipping\n");                  \
-      GTEST_SKIP() << "no GPU";                            \
-    }                                                      \
+#define TANDEM_SKIP_WITHOUT_GPU()               \
+  do {                                          \
+    if (::tandem::gpu_test::Gpu() == nullptr) { \
+      std::printf("no GPU: skipping\n");        \
+      GTEST_SKIP() << "no GPU";                 \
+    }                                           \
   } while (0)
 
 // How a feed is filled with random data.

@@ -28,12 +28,17 @@ inline void AddResNetBlockStep(GraphMaker& g, DType dtype) {
   const int beta = g.Feed({dtype, {16}});
   const int rm = g.Feed({dtype, {16}});
   const int rv = g.Feed({dtype, {16}}, Fill::kPositive);
-  const Attrs stem = MakeAttrs({{"stride", std::vector<int64_t>{2, 2}}, {"padding", std::vector<int64_t>{3, 3}},
-                                {"dilation", std::vector<int64_t>{1, 1}}, {"groups", int64_t{1}}});
-  const Attrs same = MakeAttrs({{"stride", std::vector<int64_t>{1, 1}}, {"padding", std::vector<int64_t>{1, 1}},
-                                {"dilation", std::vector<int64_t>{1, 1}}, {"groups", int64_t{1}}});
+  const Attrs stem = MakeAttrs({{"stride", std::vector<int64_t>{2, 2}},
+                                {"padding", std::vector<int64_t>{3, 3}},
+                                {"dilation", std::vector<int64_t>{1, 1}},
+                                {"groups", int64_t{1}}});
+  const Attrs same = MakeAttrs({{"stride", std::vector<int64_t>{1, 1}},
+                                {"padding", std::vector<int64_t>{1, 1}},
+                                {"dilation", std::vector<int64_t>{1, 1}},
+                                {"groups", int64_t{1}}});
   const Attrs bn = MakeAttrs({{"training", true}, {"momentum", 0.1}, {"eps", 1e-5}});
-  const Attrs pool = MakeAttrs({{"kernel_size", std::vector<int64_t>{3, 3}}, {"stride", std::vector<int64_t>{2, 2}},
+  const Attrs pool = MakeAttrs({{"kernel_size", std::vector<int64_t>{3, 3}},
+                                {"stride", std::vector<int64_t>{2, 2}},
                                 {"padding", std::vector<int64_t>{1, 1}}});
   const int c1 = g.Add1("convolution", {x, w1}, stem);
   const std::vector<int> n1 = g.Add("_native_batch_norm_legit_functional", {c1, gamma, beta, rm, rv}, bn);

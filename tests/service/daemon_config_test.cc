@@ -63,7 +63,8 @@ TEST_F(DaemonConfigTest, BadValueRefusesToStartAndNamesTheLine) {
 }
 
 TEST_F(DaemonConfigTest, FlagsOverrideTheFile) {
-  ProcessResult r = RunTandemd(dir_, "device = cpu\npolicy = fair\nmax_lanes = 3\n", {"--policy=pack", "--check_config"});
+  ProcessResult r =
+      RunTandemd(dir_, "device = cpu\npolicy = fair\nmax_lanes = 3\n", {"--policy=pack", "--check_config"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("policy = pack\n"));
   EXPECT_THAT(r.out, HasSubstr("max_lanes = 3\n"));
@@ -138,8 +139,7 @@ class NotifySocket {
 
 TEST_F(DaemonConfigTest, TellsSystemdReadyStatusWatchdogReloadAndStop) {
   NotifySocket notify(dir_ + "/notify.sock");
-  ConfiguredDaemon daemon("device = cpu\n", {},
-                          {"NOTIFY_SOCKET=" + dir_ + "/notify.sock", "WATCHDOG_USEC=400000"});
+  ConfiguredDaemon daemon("device = cpu\n", {}, {"NOTIFY_SOCKET=" + dir_ + "/notify.sock", "WATCHDOG_USEC=400000"});
   ASSERT_TRUE(daemon.started()) << daemon.Log();
   EXPECT_TRUE(notify.WaitFor("READY=1")) << notify.All() << daemon.Log();
   EXPECT_THAT(notify.All(), HasSubstr("STATUS=serving 0 sessions, 0 jobs"));

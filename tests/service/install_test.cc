@@ -26,7 +26,8 @@ class InstallTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     prefix_ = new std::string(MakeTempDir() + "/prefix");
-    install_ = new ProcessResult(RunProcess({CMAKE_COMMAND, "--install", TANDEM_BINARY_DIR, "--prefix", *prefix_}, {}, 300));
+    install_ =
+        new ProcessResult(RunProcess({CMAKE_COMMAND, "--install", TANDEM_BINARY_DIR, "--prefix", *prefix_}, {}, 300));
   }
   static void TearDownTestSuite() {
     (void)!std::system(("rm -rf '" + prefix_->substr(0, prefix_->rfind('/')) + "'").c_str());
@@ -57,7 +58,8 @@ TEST_F(InstallTest, PutsEveryPartInPlace) {
   EXPECT_EQ(version.exit_code, 0);
   EXPECT_THAT(version.out, HasSubstr("tandemd 0.1.0"));
   // The installed config is the sample, and valid.
-  ProcessResult check = RunProcess({p + "/bin/tandemd", "--config=" + p + "/etc/tandem/tandemd.conf", "--check_config"});
+  ProcessResult check =
+      RunProcess({p + "/bin/tandemd", "--config=" + p + "/etc/tandem/tandemd.conf", "--check_config"});
   EXPECT_EQ(check.exit_code, 0) << check.err;
 }
 
@@ -113,9 +115,9 @@ TEST_F(InstallTest, LibtandemLinksThroughPkgConfig) {
   WriteFile(dir + "/hello.c",
             "#include <stdio.h>\n#include <tandem_c.h>\n"
             "int main(void) { printf(\"c api %d\\n\", tandem_c_api_version()); return 0; }\n");
-  ProcessResult cc = RunProcess({"/bin/sh", "-c",
-                                 "cc -o " + dir + "/hello " + dir + "/hello.c $(pkg-config --cflags --libs " + p +
-                                     "/lib/pkgconfig/tandem.pc)"});
+  ProcessResult cc = RunProcess(
+      {"/bin/sh", "-c",
+       "cc -o " + dir + "/hello " + dir + "/hello.c $(pkg-config --cflags --libs " + p + "/lib/pkgconfig/tandem.pc)"});
   ASSERT_EQ(cc.exit_code, 0) << cc.err;
   ProcessResult run = RunProcess({dir + "/hello"}, {"LD_LIBRARY_PATH=" + p + "/lib"});
   EXPECT_EQ(run.exit_code, 0) << run.err;

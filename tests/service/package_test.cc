@@ -24,9 +24,9 @@ bool Exists(const std::string& path) {
 TEST(PackageTest, DebInstallsTheDaemonCliLibraryUnitsAndConfig) {
   if (!Exists("/usr/bin/dpkg-deb")) GTEST_SKIP() << "dpkg-deb is not installed; the .deb was not built";
   std::string dir = MakeTempDir();
-  ProcessResult cpack = RunProcess({CMAKE_CPACK_COMMAND, "-G", "DEB", "--config", TANDEM_BINARY_DIR "/CPackConfig.cmake",
-                                    "-B", dir + "/out"},
-                                   {}, 600);
+  ProcessResult cpack = RunProcess(
+      {CMAKE_CPACK_COMMAND, "-G", "DEB", "--config", TANDEM_BINARY_DIR "/CPackConfig.cmake", "-B", dir + "/out"}, {},
+      600);
   ASSERT_EQ(cpack.exit_code, 0) << cpack.out << cpack.err;
   ProcessResult find = RunProcess({"/bin/sh", "-c", "ls " + dir + "/out/*.deb"});
   ASSERT_EQ(find.exit_code, 0) << find.err;
@@ -36,11 +36,11 @@ TEST(PackageTest, DebInstallsTheDaemonCliLibraryUnitsAndConfig) {
   // The contents.
   ProcessResult contents = RunProcess({"/usr/bin/dpkg-deb", "-c", deb});
   ASSERT_EQ(contents.exit_code, 0) << contents.err;
-  for (const char* file : {"./usr/bin/tandemd", "./usr/bin/tandemctl", "./usr/lib/libtandem.so.0",
-                           "./usr/include/tandem/tandem_c.h", "./usr/lib/systemd/system/tandemd.service",
-                           "./usr/lib/systemd/system/tandemd@.service", "./etc/tandem/tandemd.conf",
-                           "./usr/lib/sysusers.d/tandem.conf", "./usr/lib/pkgconfig/tandem.pc",
-                           "./usr/share/doc/tandem/deploy.md"}) {
+  for (const char* file :
+       {"./usr/bin/tandemd", "./usr/bin/tandemctl", "./usr/lib/libtandem.so.0", "./usr/include/tandem/tandem_c.h",
+        "./usr/lib/systemd/system/tandemd.service", "./usr/lib/systemd/system/tandemd@.service",
+        "./etc/tandem/tandemd.conf", "./usr/lib/sysusers.d/tandem.conf", "./usr/lib/pkgconfig/tandem.pc",
+        "./usr/share/doc/tandem/deploy.md"}) {
     EXPECT_THAT(contents.out, HasSubstr(file));
   }
   for (const char* file : {"tandem/__init__.py", "tandem/torch/__init__.py", "tandem/libtandem.so"}) {
@@ -66,8 +66,8 @@ TEST(PackageTest, DebInstallsTheDaemonCliLibraryUnitsAndConfig) {
   ProcessResult version = RunProcess({root + "/usr/bin/tandemd", "--version"});
   EXPECT_EQ(version.exit_code, 0) << version.err;
   EXPECT_THAT(version.out, HasSubstr("tandemd 0.1.0"));
-  ProcessResult check = RunProcess({root + "/usr/bin/tandemd", "--config=" + root + "/etc/tandem/tandemd.conf",
-                                    "--check_config"});
+  ProcessResult check =
+      RunProcess({root + "/usr/bin/tandemd", "--config=" + root + "/etc/tandem/tandemd.conf", "--check_config"});
   EXPECT_EQ(check.exit_code, 0) << check.err;
   ProcessResult ctl = RunProcess({root + "/usr/bin/tandemctl", "--endpoint=ipc://" + dir + "/none.sock", "status"});
   EXPECT_EQ(ctl.exit_code, 1);

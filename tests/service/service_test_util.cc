@@ -29,7 +29,8 @@ using SteadyClock = std::chrono::steady_clock;
 [[noreturn]] void ExecChild(const std::vector<std::string>& argv, const std::vector<std::string>& env, int uid) {
   for (const std::string& e : env) ::putenv(const_cast<char*>(e.c_str()));
   if (uid >= 0) {
-    if (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(uid)) != 0 || ::setuid(static_cast<uid_t>(uid)) != 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(uid)) != 0 ||
+        ::setuid(static_cast<uid_t>(uid)) != 0) {
       std::perror("setuid");
       ::_exit(126);
     }
