@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./deploy/install-deps.sh
-BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} ./deploy/build.sh  # the same build as test.sh
+BUILD_TYPE=${BUILD_TYPE:-Release} ./deploy/build.sh  # the same build as test.sh
 BIN=${BUILD_DIR:-build}
 workdir=$(mktemp -d /tmp/tandem-demo-XXXXXX)
 endpoint="ipc://$workdir/tandemd.sock"

@@ -11,6 +11,7 @@ PACKAGES=(
   libprotobuf-dev protobuf-compiler
   libabsl-dev libboost-dev libgtest-dev libgmock-dev
   libsystemd-dev systemd dpkg-dev
+  clang-format clang-tidy flake8
 )
 # The PyTorch adaptor and its tests use Debian's Python 3.11 with torch (and torchvision, for the model zoo).
 if [ "${TANDEM_WITH_PYTHON:-1}" = 1 ]; then

@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./deploy/install-deps.sh
-BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} ./deploy/build.sh
+BUILD_TYPE=${BUILD_TYPE:-Release} ./deploy/build.sh
 cd "${BUILD_DIR:-build}"
 ctest --output-on-failure -j "${JOBS:-$(nproc)}" --timeout 600

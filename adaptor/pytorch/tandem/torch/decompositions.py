@@ -2,7 +2,7 @@
 torch 1.13 has none for baddbmm (the batched attention scores of its nn.MultiheadAttention), and clamp.Tensor
 (clamp with tensor bounds) is in the Core ATen opset but is maximum and minimum of its bounds, and the per-pixel
 classification loss (nll_loss2d, from cross_entropy on (N, C, H, W) logits: segmentation models) is nll_loss over
-the pixels laid out as rows. compat.decompositions adds these to PyTorch's table where the table has no entry for
+the pixels laid out as rows; fill with a tensor value is that value expanded. compat.decompositions adds these to PyTorch's table where the table has no entry for
 the op."""
 
 import torch
@@ -59,8 +59,14 @@ def _nll_loss2d_backward(grad_output, self, target, weight, reduction, ignore_in
     return aten.permute.default(channels_last, inverse)
 
 
+def _fill_tensor(self, value):
+    # fill_ with a 0-dim tensor (swin's attention mask, `mask[...] = t`): the value, in self's dtype, everywhere.
+    value = aten._to_copy.default(value, dtype=self.dtype)
+    return aten.clone.default(aten.expand.default(value, list(self.shape)))
+
+
 def table():
     """{OpOverload: function} for the ops above."""
     return {aten.baddbmm.default: _baddbmm, aten.clamp.Tensor: _clamp_tensor,
             aten.nll_loss2d_forward.default: _nll_loss2d_forward,
-            aten.nll_loss2d_backward.default: _nll_loss2d_backward}
+            aten.nll_loss2d_backward.default: _nll_loss2d_backward, aten.fill.Tensor: _fill_tensor}
