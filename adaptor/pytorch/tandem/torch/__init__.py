@@ -4,7 +4,8 @@
     job = tandem.torch.train(model, loss_fn, optimizer, (x, y))
     for x, y in loader:
         loss = job.step(x, y)          # one iteration in the daemon; returns the loss
-    model.load_state_dict(job.state_dict())
+    torch.save(job.checkpoint(), path) # {"model": ..., "optimizer": ...} in PyTorch's formats
+    job.load_into(model, optimizer)    # or copy the trained weights and optimizer state back
     job.close()
 
 train() traces forward, loss, backward and the optimizer's update (SGD,
@@ -17,10 +18,12 @@ docs/pytorch.md.
 
 from tandem.errors import (BatchError, CaptureError, DaemonUnavailableError, IterationError, JobClosedError,
                            RegistrationError, TandemError, UnsupportedOpError)
+from tandem.torch.batch import Batch
 from tandem.torch.capture import capture_inference, capture_training_step
-from tandem.torch.job import ServedModel, StepHandle, TrainingJob, weights_for
+from tandem.torch.job import ServedModel, StepHandle, StepResult, TrainingJob, weights_for
 from tandem.torch.lower import lower
 from tandem.torch.optim import OptimizerPlan
+from tandem.torch.outputs import MODEL_OUTPUT
 
 
 def _hints(priority, expected_iterations, device):
@@ -40,30 +43,44 @@ def _as_tuple(batch):
         return (batch,)
     if isinstance(batch, (list, tuple)) and batch and all(isinstance(t, torch.Tensor) for t in batch):
         return tuple(batch)
-    raise BatchError("example_batch must be a tensor or a tuple of tensors: the model's inputs, then the "
-                     "target(s) passed to loss_fn(output, *targets)")
+    raise BatchError("example_input must be a tensor or a tuple of tensors: the model's inputs")
 
 
-def capture_training_job(model, loss_fn, optimizer, example_batch, record_values=False):
+def capture_training_job(model, loss_fn, optimizer, example_batch, record_values=False, outputs=None):
     """The lowered training step (a tandem.torch.lower.Lowered) and its capture, without a daemon. With
-    `record_values` the step also runs once in PyTorch, for check.check_lowering (Lowered.values)."""
+    `record_values` the step also runs once in PyTorch, for check.check_lowering (Lowered.values). The
+    arguments are train()'s."""
     plan = OptimizerPlan(optimizer, list(model.named_parameters()))
-    capture = capture_training_step(model, loss_fn, plan, _as_tuple(example_batch))
+    capture = capture_training_step(model, loss_fn, plan, example_batch, outputs)
     lowered = lower(capture.gm, capture.inputs, capture.outputs, capture.flat_inputs, record_values)
     return capture, lowered
 
 
 def train(model, loss_fn, optimizer, example_batch, endpoint=None, name=None, priority=0, expected_iterations=0,
-          device=None):
-    """Captures one training step of `model` and registers it with tandemd.
+          device=None, outputs=None):
+    """Captures one training step of `model` and registers it with tandemd. Returns a TrainingJob.
 
-    loss_fn(output, *targets) -> scalar tensor; optimizer: a torch.optim.SGD, Adam or AdamW over the model's
-    parameters (its hyper-parameters and state are read now; its param_groups' lr is read at every step);
-    example_batch: (inputs..., target) with the shapes and dtypes every step() will get. endpoint: a tandemd
-    endpoint (default: $TANDEM_ENDPOINT, else the local daemon). priority / expected_iterations: scheduling
-    hints; device: "cpu", "cuda", "cuda:N" or None (the daemon's choice). Returns a TrainingJob.
+    The step computes loss_fn(model(*inputs, **kwargs), *targets) -> a scalar tensor, then the gradients and
+    the optimizer's update.
+
+    optimizer: a torch.optim.SGD, Adam or AdamW over the model's parameters. Its hyper-parameters and its state
+    (momentum buffers, moments, step counts: e.g. just loaded from a checkpoint with load_state_dict) are read
+    now, so a job continues where the optimizer left off; its param_groups' lr is read at every step.
+    example_batch: the shapes and dtypes every step() will get, as
+      - a tensor x: model(x), loss_fn(output);
+      - a tuple (inputs..., target): model(*inputs), loss_fn(output, target);
+      - tandem.torch.Batch(inputs=(...), kwargs={name: tensor}, targets=(...)) for keyword inputs of the model
+        or several targets.
+    outputs: what a step returns beyond the loss, when step(..., fetch=...) asks for it: a dict
+      {name: tandem.torch.MODEL_OUTPUT (the model's output) or fn(output, *targets) -> tensor(s)}, or one
+      fn(output, *targets) -> {name: tensor(s)}; traced into the step like the model.
+    endpoint: a tandemd endpoint (default: $TANDEM_ENDPOINT, else the local daemon). priority /
+    expected_iterations: scheduling hints; device: "cpu", "cuda", "cuda:N" or None (the daemon's choice).
+
+    The job holds the trained weights and optimizer state: job.checkpoint() (or state_dict() and
+    optimizer_state_dict()) reads them in PyTorch's formats, job.load_into(model, optimizer) copies them back.
     """
-    capture, lowered = capture_training_job(model, loss_fn, optimizer, example_batch)
+    capture, lowered = capture_training_job(model, loss_fn, optimizer, example_batch, outputs=outputs)
     name = name or f"{type(model).__name__}-train"
     return TrainingJob(capture, lowered, endpoint, name, _hints(priority, expected_iterations, device))
 
@@ -97,7 +114,7 @@ def serve_lowered(capture, lowered, model=None, endpoint=None, name=None, priori
 
 
 __all__ = [
-    "BatchError", "CaptureError", "DaemonUnavailableError", "IterationError", "JobClosedError",
-    "RegistrationError", "ServedModel", "StepHandle", "TandemError", "TrainingJob", "UnsupportedOpError",
-    "capture_serving", "capture_training_job", "serve", "serve_lowered", "train",
+    "Batch", "BatchError", "CaptureError", "DaemonUnavailableError", "IterationError", "JobClosedError",
+    "MODEL_OUTPUT", "RegistrationError", "ServedModel", "StepHandle", "StepResult", "TandemError", "TrainingJob",
+    "UnsupportedOpError", "capture_serving", "capture_training_job", "serve", "serve_lowered", "train",
 ]

@@ -3,7 +3,7 @@
 capture_training_step builds a pure function of flat tensors
 
     step(params, buffers, optimizer state, scalar feeds, batch)
-        -> (loss, new trainable params, new optimizer state, buffers)
+        -> (loss, new trainable params, new optimizer state, buffers, named outputs)
 
 that runs the model through functional_call, differentiates the loss with
 grad, and applies the optimizer's functional update (optim.OptimizerPlan);
@@ -27,10 +27,13 @@ import threading
 
 import torch
 import torch.fx
+from torch.utils._pytree import tree_flatten
 
 from tandem.errors import CaptureError
 from tandem.torch import compat, fused_rnn
+from tandem.torch.batch import BatchLayout, as_batch
 from tandem.torch.lower import Input, Output
+from tandem.torch.outputs import output_function
 
 _label_state = threading.local()
 
@@ -190,9 +193,17 @@ def _trace(fn, flat_inputs, what):
 
 
 class TrainingCapture:
-    """A traced training step: gm, its Inputs/Outputs for lower(), and the flat example inputs."""
+    """A traced training step: gm, its Inputs/Outputs for lower(), and the flat example inputs.
 
-    def __init__(self, gm, inputs, outputs, flat_inputs, plan, param_names, buffer_names, batch_names):
+    batch_layout: the example batch's structure (batch.BatchLayout); batch_names its feed names in flat order.
+    output_specs: {name: (fetch keys of its leaves, pytree spec)} of the step's named outputs beyond the loss.
+    state_dict_sources: [(key of model.state_dict(), persistent name or None, value when None)] in
+    model.state_dict()'s order: which persistent tensor holds each entry (tied names share one), or the value
+    captured for an entry that is no parameter or buffer (extra state).
+    """
+
+    def __init__(self, gm, inputs, outputs, flat_inputs, plan, param_names, buffer_names, batch_layout,
+                 output_specs, state_dict_sources):
         self.gm = gm
         self.inputs = inputs
         self.outputs = outputs
@@ -200,13 +211,34 @@ class TrainingCapture:
         self.plan = plan
         self.param_names = param_names
         self.buffer_names = buffer_names
-        self.batch_names = batch_names
+        self.batch_layout = batch_layout
+        self.batch_names = batch_layout.names
+        self.output_specs = output_specs
+        self.state_dict_sources = state_dict_sources
 
 
-def capture_training_step(model, loss_fn, plan, example_batch):
-    """Traces forward, loss, backward and the optimizer update of one step. `example_batch` is a tuple:
-    the model's inputs, then the target(s) given to loss_fn(output, *targets); with one tensor the whole
-    batch is the model's input and loss_fn(output)."""
+def _state_dict_sources(model, param_names, buffer_names):
+    owner = {}
+    named = dict(model.named_parameters())
+    named.update(model.named_buffers())
+    for name in param_names + buffer_names:
+        owner.setdefault(id(named[name]), name)
+    sources = []
+    for key, value in model.state_dict(keep_vars=True).items():
+        source = owner.get(id(value)) if isinstance(value, torch.Tensor) else None
+        if source is None and isinstance(value, torch.Tensor):
+            value = value.detach().cpu().clone()
+        sources.append((key, source, None if source else value))
+    return sources
+
+
+def capture_training_step(model, loss_fn, plan, example_batch, outputs=None):
+    """Traces forward, loss, backward and the optimizer update of one step, and the named `outputs`
+    (outputs.output_function). `example_batch` is a batch.Batch (or its short form, batch.as_batch): the step
+    computes loss_fn(model(*inputs, **kwargs), *targets)."""
+    example_batch = as_batch(example_batch)
+    layout = BatchLayout(example_batch)
+    extra_outputs = output_function(outputs)
     cpu_model = _cpu_model(model)
     named_params = list(model.named_parameters())
     cpu_named_params = list(cpu_model.named_parameters())
@@ -217,11 +249,11 @@ def capture_training_step(model, loss_fn, plan, example_batch):
     trainable = [index_of[n] for n, _ in plan.trainable]
     state_names = plan.state_names
     scalars = plan.example_scalars()
-    batch = [t.detach().cpu() for t in example_batch]
-    n_model_inputs = len(batch) - 1 if len(batch) > 1 else 1
+    batch = [t.detach().cpu() for t in layout.flat(example_batch)]
 
     P, B, T, S = len(param_names), len(buffer_names), len(trainable), len(scalars)
     K = len(state_names)
+    output_specs = {}  # name -> (number of leaves, pytree spec) of its value, filled while tracing
 
     def step(*flat):
         params = list(flat[:P])
@@ -229,7 +261,7 @@ def capture_training_step(model, loss_fn, plan, example_batch):
         states_flat = flat[P + B:P + B + T * K]
         states = [list(states_flat[i * K:(i + 1) * K]) for i in range(T)]
         feed_scalars = list(flat[P + B + T * K:P + B + T * K + S])
-        data = list(flat[P + B + T * K + S:])
+        inputs, kwargs, targets = layout.split(flat[P + B + T * K + S:])
 
         def loss_of(trained, buffers):
             full = list(params)
@@ -238,24 +270,37 @@ def capture_training_step(model, loss_fn, plan, example_batch):
             tensors = dict(zip(param_names, full))
             tensors.update(zip(buffer_names, buffers))
             _set_phase("")
-            output = compat.functional_call(cpu_model, tensors, data[:n_model_inputs])
+            output = compat.functional_call(cpu_model, tensors, inputs, kwargs)
             _set_phase("loss")
-            loss = loss_fn(output, *data[n_model_inputs:])
+            loss = loss_fn(output, *targets)
             if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
                 shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else ""
                 raise CaptureError("loss_fn must return a scalar tensor (a 0-dim tensor), got "
                                    f"{type(loss).__name__}{shape}")
             _set_phase("backward")
-            return loss, (loss, buffers)
+            # The model's output leaves the differentiated function only when named outputs need it.
+            return loss, ((loss, buffers, output) if extra_outputs else (loss, buffers))
 
         # The buffers go in as an argument: grad refuses in-place updates (batch norm's running statistics)
         # of tensors the function closes over.
-        grads, (loss, buffers) = compat.grad(loss_of, has_aux=True)([params[i] for i in trainable], buffers)
+        grads, aux = compat.grad(loss_of, has_aux=True)([params[i] for i in trainable], buffers)
+        loss, buffers = aux[0], aux[1]
         _set_phase(f"optimizer ({type(plan.optimizer).__name__})")
         new_params, new_states = plan.update([params[i] for i in trainable], list(grads), states, feed_scalars)
         _set_phase("")
         flat_states = [s for per_param in new_states for s in per_param]
-        return (loss, *new_params, *flat_states, *buffers)
+        leaves = []
+        if extra_outputs:
+            _set_phase("outputs")
+            for name, value in extra_outputs(aux[2], targets).items():
+                flat_value, spec = tree_flatten(value)
+                if not flat_value or not all(isinstance(t, torch.Tensor) for t in flat_value):
+                    raise CaptureError(f"output '{name}' must be a tensor or a (nested) tuple/list/dict of "
+                                       f"tensors, got {type(value).__name__}")
+                output_specs[name] = (len(flat_value), spec)
+                leaves += flat_value
+            _set_phase("")
+        return (loss, *new_params, *flat_states, *buffers, *leaves)
 
     flat_inputs = [p.detach().cpu().clone() for _, p in cpu_named_params]
     flat_inputs += [b.detach().cpu().clone() for _, b in named_buffers]
@@ -276,14 +321,19 @@ def capture_training_step(model, loss_fn, plan, example_batch):
     state_persistent = [f"optim/{plan.trainable[i][0]}/{s}" for i in range(T) for s in state_names]
     inputs += [Input("persistent", n, t) for n, t in zip(state_persistent, state_tensors)]
     inputs += [Input("feed", n, t) for n, t in zip(plan.scalar_names(), scalars)]
-    batch_names = [f"batch/{i}" for i in range(len(batch))]
-    inputs += [Input("feed", n, t) for n, t in zip(batch_names, batch)]
+    inputs += [Input("feed", n, t) for n, t in zip(layout.names, batch)]
 
     outputs = [Output("fetch", "loss")]
     outputs += [Output("update", param_names[i]) for i in trainable]
     outputs += [Output("update", n) for n in state_persistent]
     outputs += [Output("update", n) for n in buffer_names]
-    return TrainingCapture(gm, inputs, outputs, flat_inputs, plan, param_names, buffer_names, batch_names)
+    fetched = {}
+    for name, (count, spec) in output_specs.items():
+        keys = [f"outputs/{name}/{j}" for j in range(count)]
+        outputs += [Output("fetch", k) for k in keys]
+        fetched[name] = (keys, spec)
+    return TrainingCapture(gm, inputs, outputs, flat_inputs, plan, param_names, buffer_names, layout, fetched,
+                           _state_dict_sources(model, param_names, buffer_names))
 
 
 class InferenceCapture:
@@ -298,7 +348,6 @@ class InferenceCapture:
 
 def capture_inference(model, example_inputs):
     """Traces model(*example_inputs) in eval mode without gradients."""
-    from torch.utils._pytree import tree_flatten
     cpu_model = _cpu_model(model)
     was_training = cpu_model.training
     named = list(cpu_model.named_parameters()) + list(cpu_model.named_buffers())

@@ -46,7 +46,7 @@ def tied_names(module):
     return ties
 
 
-def functional_call(module, tensors, args):
+def functional_call(module, tensors, args, kwargs=None):
     if TORCH_VERSION < (2, 0):
         # 1.13 swaps in only the names it is given: a tied parameter's other names would keep reading the
         # module's own tensor (a constant of the trace, never trained).
@@ -55,7 +55,7 @@ def functional_call(module, tensors, args):
             if name in tensors:
                 for other in others:
                     tensors.setdefault(other, tensors[name])
-    return _functional_call(module, tensors, tuple(args))
+    return _functional_call(module, tensors, tuple(args), kwargs or None)
 
 
 def functionalize(fn):

@@ -2,17 +2,23 @@
 
 A TrainingJob owns a Client (one session) and one registered job. step()
 sends one iteration (the batch plus the optimizer's scalar feeds) and waits
-for its loss; step_async() returns at once with a handle, so several
-iterations can be in flight (they run in the order sent). Closing the job
-(or leaving its `with` block) ends the session, which frees the job's
-memory in the daemon.
+for its loss (and, asked with fetch=, the step's named outputs);
+step_async() returns at once with a handle, so several iterations can be in
+flight (they run in the order sent). The weights and the optimizer's state
+stay in the daemon: state_dict(), optimizer_state_dict() and checkpoint()
+read them in PyTorch's formats, load_into() copies them into a model and an
+optimizer. Closing the job (or leaving its `with` block) ends the session,
+which frees the job's memory in the daemon; it reads nothing back.
 
 Thread-safety: step()/step_async() may be called from one thread at a time
 (they advance the optimizer's step count); handles may be waited on from any
 thread.
 """
 
+import collections
+
 import torch
+from torch.utils._pytree import tree_unflatten
 
 from tandem import client as tclient
 from tandem import errors
@@ -20,15 +26,18 @@ from tandem.torch import dtypes
 from tandem.torch.lower import SEED_FEED
 
 
-def _check_batch(what, tensors, expected):
+def _check_batch(what, tensors, expected, labels=None):
+    """BatchError unless `tensors` match `expected` [(feed name, dtype, shape)] one for one; `labels` name the
+    tensors in messages (default: "argument i")."""
     if len(tensors) != len(expected):
         raise errors.BatchError(f"{what} takes {len(expected)} tensors (as in the example), got {len(tensors)}")
     for i, (t, (name, dtype, shape)) in enumerate(zip(tensors, expected)):
+        label = labels[i] if labels else f"argument {i}"
         if not isinstance(t, torch.Tensor):
-            raise errors.BatchError(f"{what}: argument {i} is a {type(t).__name__}, not a torch.Tensor")
+            raise errors.BatchError(f"{what}: {label} is a {type(t).__name__}, not a torch.Tensor")
         if t.dtype != dtype or tuple(t.shape) != shape:
             raise errors.BatchError(
-                f"{what}: argument {i} is {t.dtype}{list(t.shape)} but the job was captured with "
+                f"{what}: {label} is {t.dtype}{list(t.shape)} but the job was captured with "
                 f"{dtype}{list(shape)}. A Tandem job runs one static graph: pass batches of the example's shape "
                 "and dtype (drop or pad a short last batch, e.g. DataLoader(drop_last=True)), or capture another "
                 "job for the other shape.")
@@ -60,28 +69,41 @@ class _Session:
             self.client.close()
 
 
-class StepHandle:
-    """One submitted iteration. result() waits for it and returns its loss as a float."""
+StepResult = collections.namedtuple("StepResult", ["loss", "outputs"])
+StepResult.__doc__ = """What step(..., fetch=...) returns: the loss (a float) and the named outputs asked for
+({name: torch tensor, or the pytree of tensors the output function returned})."""
 
-    def __init__(self, job, ticket, iteration):
+
+class StepHandle:
+    """One submitted iteration. result() waits for it and returns its loss as a float, or a StepResult when it
+    was submitted with fetch=."""
+
+    def __init__(self, job, ticket, iteration, outputs=None):
         self._job = job
         self._ticket = ticket
         self.iteration = iteration
-        self._loss = None
+        self._outputs = outputs  # None, or {name: (IR fetch names, pytree spec)} to fetch
+        self._result = None
         self.run_seconds = None
         self.queue_seconds = None
 
     def done(self):
-        return self._loss is not None
+        return self._result is not None
 
     def result(self):
-        if self._loss is None:
+        if self._result is None:
             result = self._job._session.client.wait(self._ticket)
-            loss = dtypes.to_torch(result.tensors[self._job._loss_name])
-            self._loss = float(loss)
+            loss = float(dtypes.to_torch(result.tensors[self._job._loss_name]))
+            if self._outputs is None:
+                self._result = loss
+            else:
+                outputs = {}
+                for name, (fetches, spec) in self._outputs.items():
+                    outputs[name] = tree_unflatten([dtypes.to_torch(result.tensors[f]) for f in fetches], spec)
+                self._result = StepResult(loss, outputs)
             self.run_seconds = result.run_seconds
             self.queue_seconds = result.queue_seconds
-        return self._loss
+        return self._result
 
 
 class _Seeds:
@@ -109,7 +131,11 @@ class TrainingJob:
         self._loss_name = lowered.fetch_names["loss"]
         self._scalar_names = self._plan.scalar_names()
         feed_specs = {n: (dt, shape) for n, dt, shape in lowered.feed_specs}
+        self._layout = capture.batch_layout
         self._batch_specs = [(n, *feed_specs[n]) for n in capture.batch_names]
+        # name -> (IR names of its leaves, pytree spec)
+        self._outputs = {name: ([lowered.fetch_names[k] for k in keys], spec)
+                         for name, (keys, spec) in capture.output_specs.items()}
         self._seeds = _Seeds(feed_specs)
         request = {"name": name, "graph": lowered.graph, "hints": hints}
         persistent = [dtypes.host_tensor(n, t) for n, t in lowered.persistent]
@@ -131,27 +157,58 @@ class TrainingJob:
         """The job's iteration graph as sent (a tandem.v1.Graph dict)."""
         return self._lowered.graph
 
-    def step_async(self, *batch):
-        """Sends one iteration; returns a StepHandle whose result() is the loss."""
+    @property
+    def output_names(self):
+        """The names of the step's outputs beyond the loss (train(outputs=...))."""
+        return list(self._outputs)
+
+    def _fetched_outputs(self, fetch):
+        if fetch is None or fetch is False:
+            return None
+        if fetch is True:
+            names = list(self._outputs)
+        elif isinstance(fetch, str):
+            names = [fetch]
+        else:
+            names = list(fetch)
+        unknown = [n for n in names if n not in self._outputs]
+        if unknown:
+            raise errors.TandemError(f"step(fetch=...): no output named {unknown}; the job's outputs are "
+                                     f"{list(self._outputs)} (declare them with train(..., outputs=...))")
+        return {n: self._outputs[n] for n in names}
+
+    def step_async(self, *batch, fetch=False):
+        """Sends one iteration; returns a StepHandle whose result() is what step() returns. `batch` as for
+        step()."""
         self._session.check_open()
-        _check_batch("step()", batch, self._batch_specs)
+        flat = self._layout.flatten_step("step()", batch)
+        _check_batch("step()", flat, self._batch_specs, self._layout.labels)
+        outputs = self._fetched_outputs(fetch)
+        fetches = [self._loss_name]
+        for names, _ in (outputs or {}).values():
+            fetches += [n for n in names if n not in fetches]
         scalars = self._plan.scalar_values(advance=False)
         feeds = [dtypes.host_tensor(n, torch.tensor(v, dtype=torch.float32))
                  for n, v in zip(self._scalar_names, scalars)]
-        feeds += [dtypes.host_tensor(spec[0], t) for spec, t in zip(self._batch_specs, batch)]
+        feeds += [dtypes.host_tensor(spec[0], t) for spec, t in zip(self._batch_specs, flat)]
         feeds += self._seeds.feeds(self._iteration)
         self._iteration += 1
-        ticket = self._session.client.submit(self.job_id, feeds, [self._loss_name], self._iteration)
+        ticket = self._session.client.submit(self.job_id, feeds, fetches, self._iteration)
         self._plan.scalar_values(advance=True)
         # Learning-rate schedulers check that the optimizer stepped before them; it did, in the daemon.
         optimizer = self._plan.optimizer
         if hasattr(optimizer, "_step_count"):
             optimizer._step_count += 1
-        return StepHandle(self, ticket, self._iteration)
+        return StepHandle(self, ticket, self._iteration, outputs)
 
-    def step(self, *batch):
-        """Runs one training iteration in the daemon and returns its loss."""
-        return self.step_async(*batch).result()
+    def step(self, *batch, fetch=False):
+        """Runs one training iteration in the daemon and returns its loss (a float).
+
+        batch: the tensors as in the example (inputs, then targets), or one tandem.torch.Batch of the
+        example's structure (needed when the model takes keyword inputs); shapes and dtypes must be the
+        example's (else BatchError). fetch: True (every named output), a name or a list of names: returns a
+        StepResult(loss, outputs) with those of the step's outputs (train(outputs=...)) as torch tensors."""
+        return self.step_async(*batch, fetch=fetch).result()
 
     def read(self, name):
         """A persistent tensor of the job (a parameter, buffer, or optimizer state such as
@@ -160,12 +217,42 @@ class TrainingJob:
         return dtypes.to_torch(self._session.client.read_tensor(self.job_id, name))
 
     def state_dict(self):
-        """The model's parameters and buffers as trained in the daemon (keys as in model.state_dict())."""
-        return {n: self.read(n) for n in self._capture.param_names + self._capture.buffer_names}
+        """The model's state_dict() as trained in the daemon: its keys, in its order, the parameters and
+        buffers read from the daemon as CPU tensors (tied names share one tensor; an entry that is no
+        parameter or buffer, such as extra state, as it was at capture)."""
+        read = {}
+        out = {}
+        for key, source, value in self._capture.state_dict_sources:
+            if source is None:
+                out[key] = value
+                continue
+            if source not in read:
+                read[source] = self.read(source)
+            out[key] = read[source]
+        return out
 
-    def load_into(self, model):
-        """Copies the trained parameters and buffers into `model` (strict=False for other state)."""
+    def optimizer_state_dict(self):
+        """The optimizer's state_dict() as the job has it after every iteration sent so far, in torch.optim's
+        format: "state" keyed by parameter index (momentum_buffer; step, exp_avg, exp_avg_sq, max_exp_avg_sq,
+        each tensor on its parameter's device, step in the optimizer's own convention) and "param_groups" with
+        the optimizer's current hyper-parameters (a scheduler's lr included). optimizer.load_state_dict() takes
+        it; a job made from that optimizer continues the run."""
+        plan = self._plan
+        return plan.state_dict(lambda i, name: self.read(f"optim/{plan.trainable[i][0]}/{name}"))
+
+    def checkpoint(self):
+        """{"model": state_dict(), "optimizer": optimizer_state_dict()}, for torch.save. Resuming: load both
+        into a model and an optimizer (load_state_dict) and train() them; learning-rate schedulers keep their
+        own state_dict()."""
+        return {"model": self.state_dict(), "optimizer": self.optimizer_state_dict()}
+
+    def load_into(self, model, optimizer=None):
+        """Copies the trained parameters and buffers into `model` and, given an optimizer over its parameters
+        (the job's own or another of the same layout), the optimizer's state (optimizer_state_dict()). Returns
+        `model`."""
         model.load_state_dict(self.state_dict(), strict=False)
+        if optimizer is not None:
+            optimizer.load_state_dict(self.optimizer_state_dict())
         return model
 
     def close(self):

@@ -116,8 +116,9 @@ class Lowered:
         self.feed_specs = []
 
 
-# Primitives (prims::) that torch 1.13's decompositions leave in a trace, and the ATen op each one is.
-_PRIMS = {"where": "where.self"}
+# Primitives (prims::) that torch 1.13's decompositions leave in a trace, and the ATen op each one is
+# (convert_element_type(a, dtype): a bool tensor's sum, e.g. a count of correct predictions).
+_PRIMS = {"where": "where.self", "convert_element_type": "_to_copy"}
 
 
 def op_name(target):

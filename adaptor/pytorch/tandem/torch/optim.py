@@ -11,6 +11,10 @@ learning-rate schedulers that edit them keep working.
 
 The update reproduces PyTorch's single-tensor implementation operation by
 operation (same order of rounding) for the installed version.
+
+state_dict() gives the state back in the optimizer's own state_dict()
+format, so that a checkpoint taken from a job loads into a fresh optimizer
+(load_state_dict) and a job made from that optimizer continues the run.
 """
 
 import math
@@ -23,6 +27,21 @@ from tandem.torch.compat import TORCH_VERSION
 
 def _plain(value):
     return value.item() if isinstance(value, torch.Tensor) else value
+
+
+def _step_value(previous, steps, hyper, p):
+    """Adam's state["step"] for `steps` steps, in the convention of `previous` (the step the optimizer stored
+    before, whose type, dtype, shape and device are kept: a tensor since torch 1.12, a number before), else as
+    this torch version creates it: a 0-dim tensor of the default float dtype on the CPU, or on the parameter's
+    device for capturable/fused (of shape (1,) under 1.13)."""
+    if isinstance(previous, torch.Tensor):
+        return torch.full_like(previous, float(steps))
+    if previous is not None:
+        return type(previous)(steps)
+    if hyper.get("capturable") or hyper.get("fused"):
+        shape = (1,) if TORCH_VERSION < (2, 0) else ()
+        return torch.full(shape, float(steps), dtype=torch.float32, device=p.device)
+    return torch.tensor(float(steps))
 
 
 class _Group:
@@ -66,6 +85,7 @@ class OptimizerPlan:
         self._check_hyper()
         self.state_names = self._state_names()
         self._read_steps()
+        self.iterations = 0  # iterations counted by scalar_values(advance=True)
 
     @staticmethod
     def _kind(optimizer):
@@ -122,6 +142,32 @@ class OptimizerPlan:
             out.append((name, value.detach().clone() if value is not None else torch.zeros_like(p.detach())))
         return out
 
+    def state_dict(self, read):
+        """The optimizer's state_dict() as the job has it after the iterations counted so far: torch.optim's
+        format (state keyed by parameter index, param_groups with the optimizer's current hyper-parameters,
+        learning rates set by a scheduler included), every trainable parameter's state read with
+        read(trainable index, state name) and Adam's step count this plan's. Before the first iteration, and for
+        parameters the job does not train, the optimizer's own state. SGD without momentum keeps no state."""
+        saved = self.optimizer.state_dict()
+        if self.iterations == 0 or not self.state_names:
+            return saved
+        index_of = {}
+        for group, packed in zip(self.optimizer.param_groups, saved["param_groups"]):
+            for p, index in zip(group["params"], packed["params"]):
+                index_of.setdefault(id(p), index)
+        state = dict(saved["state"])
+        for g in self.groups:
+            for i in g.params:
+                p = self.trainable[i][1]
+                index = index_of[id(p)]
+                entry = {}
+                if self.kind != "sgd":
+                    entry["step"] = _step_value(state.get(index, {}).get("step"), g.steps, g.hyper, p)
+                for name in self.state_names:
+                    entry[name] = read(i, name).to(p.device)
+                state[index] = entry
+        return {"state": state, "param_groups": saved["param_groups"]}
+
     # ---- scalar feeds ----
 
     def _uses_grad_scale(self, g):
@@ -162,6 +208,8 @@ class OptimizerPlan:
                     values.append(1 - lr * h["weight_decay"])
             if advance:
                 g.steps = step
+        if advance:
+            self.iterations += 1
         return values
 
     def example_scalars(self):
