@@ -240,9 +240,9 @@ TEST_F(AccessTest, AReusedRoutingIdGetsNothingOfTheSession) {
     // PERMISSION_DENIED: the session was still there, bound to the victim's
     // connection; FAILED_PRECONDITION: it had ended ("no session").
     const auto code = absl::StatusCode(r.status().code());
-    check.Expect(code == absl::StatusCode::kPermissionDenied || code == absl::StatusCode::kFailedPrecondition,
-                 code == absl::StatusCode::kOk ? "read the victim's weights"
-                                               : absl::StrCat("read: ", r.status().message()));
+    check.Expect(
+        code == absl::StatusCode::kPermissionDenied || code == absl::StatusCode::kFailedPrecondition,
+        code == absl::StatusCode::kOk ? "read the victim's weights" : absl::StrCat("read: ", r.status().message()));
     check.Expect(!r.has_read_tensor() || r.read_tensor().tensor().data().empty(), "weights came back");
     v1::Request hello;
     hello.mutable_hello()->set_protocol_version(v1::PROTOCOL_VERSION_CURRENT);
