@@ -7,17 +7,19 @@
     model.load_state_dict(job.state_dict())
     job.close()
 
-train() traces forward, loss, backward and the optimizer's update (SGD,
-Adam or AdamW, read from the optimizer object) into one ATen graph on the
-CPU, lowers it to Tandem's IR and registers it; serve() does the same for a
-forward pass (capture_serving() + serve_lowered() capture once and register
-many models of one architecture, each with its own weights). See
-docs/pytorch.md.
+train() traces forward, loss, backward, optional gradient clipping and the
+optimizer's update (SGD, Adam, AdamW, RMSprop or Adagrad, read from the
+optimizer object), over one batch or over k micro-batches whose gradients
+accumulate, into one ATen graph on the CPU, lowers it to Tandem's IR and
+registers it; serve() does the same for a forward pass (capture_serving() +
+serve_lowered() capture once and register many models of one architecture,
+each with its own weights). See docs/pytorch.md.
 """
 
 from tandem.errors import (BatchError, CaptureError, DaemonUnavailableError, IterationError, JobClosedError,
                            RegistrationError, TandemError, UnsupportedOpError)
 from tandem.torch.capture import capture_inference, capture_training_step
+from tandem.torch.clipping import GradientClipping
 from tandem.torch.job import ServedModel, StepHandle, TrainingJob, weights_for
 from tandem.torch.lower import lower
 from tandem.torch.optim import OptimizerPlan
@@ -44,26 +46,39 @@ def _as_tuple(batch):
                      "target(s) passed to loss_fn(output, *targets)")
 
 
-def capture_training_job(model, loss_fn, optimizer, example_batch, record_values=False):
+def capture_training_job(model, loss_fn, optimizer, example_batch, record_values=False, *, clip_grad_norm=None,
+                         clip_norm_type=2.0, clip_grad_value=None, accumulate=1):
     """The lowered training step (a tandem.torch.lower.Lowered) and its capture, without a daemon. With
-    `record_values` the step also runs once in PyTorch, for check.check_lowering (Lowered.values)."""
+    `record_values` the step also runs once in PyTorch, for check.check_lowering (Lowered.values). The
+    keyword arguments are train()'s."""
     plan = OptimizerPlan(optimizer, list(model.named_parameters()))
-    capture = capture_training_step(model, loss_fn, plan, _as_tuple(example_batch))
+    clipping = GradientClipping(clip_grad_norm, clip_norm_type, clip_grad_value)
+    capture = capture_training_step(model, loss_fn, plan, _as_tuple(example_batch), clipping, accumulate)
     lowered = lower(capture.gm, capture.inputs, capture.outputs, capture.flat_inputs, record_values)
     return capture, lowered
 
 
 def train(model, loss_fn, optimizer, example_batch, endpoint=None, name=None, priority=0, expected_iterations=0,
-          device=None):
+          device=None, *, clip_grad_norm=None, clip_norm_type=2.0, clip_grad_value=None, accumulate=1):
     """Captures one training step of `model` and registers it with tandemd.
 
-    loss_fn(output, *targets) -> scalar tensor; optimizer: a torch.optim.SGD, Adam or AdamW over the model's
-    parameters (its hyper-parameters and state are read now; its param_groups' lr is read at every step);
-    example_batch: (inputs..., target) with the shapes and dtypes every step() will get. endpoint: a tandemd
-    endpoint (default: $TANDEM_ENDPOINT, else the local daemon). priority / expected_iterations: scheduling
-    hints; device: "cpu", "cuda", "cuda:N" or None (the daemon's choice). Returns a TrainingJob.
+    loss_fn(output, *targets) -> scalar tensor; optimizer: a torch.optim.SGD, Adam, AdamW, RMSprop or Adagrad
+    over the model's parameters (its hyper-parameters and state are read now; its param_groups' lr is read at
+    every step); example_batch: (inputs..., target) with the shapes and dtypes every step() will get.
+    endpoint: a tandemd endpoint (default: $TANDEM_ENDPOINT, else the local daemon). priority /
+    expected_iterations: scheduling hints; device: "cpu", "cuda", "cuda:N" or None (the daemon's choice).
+
+    Inside the step, between the backward pass and the optimizer's update (at most one of the two):
+    clip_grad_norm=max_norm scales the gradients as torch.nn.utils.clip_grad_norm_(params, max_norm,
+    norm_type=clip_norm_type) does (2.0 or float('inf'); error_if_nonfinite=False); clip_grad_value=v clamps
+    them to [-v, v] as clip_grad_value_(params, v) does. accumulate=k: every batch holds k micro-batches along
+    dim 0 (its size divisible by k); one step runs forward and backward on each, sums the gradients of
+    loss_fn(...) / k and then updates once, as PyTorch's accumulation loop does; step() returns the sum of the
+    k scaled losses (their mean). Returns a TrainingJob.
     """
-    capture, lowered = capture_training_job(model, loss_fn, optimizer, example_batch)
+    capture, lowered = capture_training_job(model, loss_fn, optimizer, example_batch, clip_grad_norm=clip_grad_norm,
+                                            clip_norm_type=clip_norm_type, clip_grad_value=clip_grad_value,
+                                            accumulate=accumulate)
     name = name or f"{type(model).__name__}-train"
     return TrainingJob(capture, lowered, endpoint, name, _hints(priority, expected_iterations, device))
 

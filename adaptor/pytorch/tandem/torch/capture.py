@@ -6,14 +6,17 @@ capture_training_step builds a pure function of flat tensors
         -> (loss, new trainable params, new optimizer state, buffers)
 
 that runs the model through functional_call, differentiates the loss with
-grad, and applies the optimizer's functional update (optim.OptimizerPlan);
-then traces it with make_fx over functionalize on the CPU, under fake
-tensors from torch 2.0 on (shapes and dtypes only: nothing of the model
+grad (once per micro-batch when it accumulates gradients: the batch is
+split along dim 0 and the gradients of loss_i / k are summed, as a PyTorch
+accumulation loop sums them in .grad), clips the gradients where asked
+(clipping.GradientClipping) and applies the optimizer's functional update
+(optim.OptimizerPlan); then traces it with make_fx over functionalize on
+the CPU, under fake tensors from torch 2.0 on (shapes and dtypes only: nothing of the model
 runs, so capture time and memory do not grow with its FLOPs or its batch;
 torch 1.13 runs the step once, compat.tracing_mode) and with PyTorch's core
 decompositions (every op reaches the Core ATen opset; compat.decompositions). Module hooks label
 every node with the module that produced it (forward nodes) or with
-"backward" / "optimizer", so that the daemon can name the module behind an
+"backward" / "gradient clipping" / "optimizer", so that the daemon can name the module behind an
 op it refuses. Where PyTorch allows it (fused_rnn.available()), every
 nn.LSTM layer traces to one tandem::lstm op and one tandem::lstm_backward.
 Tracing needs the step's control flow to depend on shapes only; anything
@@ -28,7 +31,7 @@ import threading
 import torch
 import torch.fx
 
-from tandem.errors import CaptureError
+from tandem.errors import BatchError, CaptureError
 from tandem.torch import compat, fused_rnn
 from tandem.torch.lower import Input, Output
 
@@ -189,6 +192,21 @@ def _trace(fn, flat_inputs, what):
     return gm
 
 
+def _micro_batch_size(batch, accumulate):
+    """The size along dim 0 of one of the `accumulate` micro-batches that every batch tensor holds."""
+    if not isinstance(accumulate, int) or isinstance(accumulate, bool) or accumulate < 1:
+        raise CaptureError(f"accumulate must be a positive int (micro-batches per optimizer step), got {accumulate!r}")
+    if accumulate == 1:
+        return None
+    sizes = {t.shape[0] if t.dim() > 0 else None for t in batch}
+    if len(sizes) != 1 or None in sizes or next(iter(sizes)) % accumulate != 0:
+        shapes = [list(t.shape) for t in batch]
+        raise BatchError(f"with accumulate={accumulate} every batch tensor holds {accumulate} micro-batches along "
+                         f"dim 0, so all must have one dim-0 size divisible by {accumulate}; the example's shapes "
+                         f"are {shapes}")
+    return next(iter(sizes)) // accumulate
+
+
 class TrainingCapture:
     """A traced training step: gm, its Inputs/Outputs for lower(), and the flat example inputs."""
 
@@ -203,10 +221,14 @@ class TrainingCapture:
         self.batch_names = batch_names
 
 
-def capture_training_step(model, loss_fn, plan, example_batch):
+def capture_training_step(model, loss_fn, plan, example_batch, clipping=None, accumulate=1):
     """Traces forward, loss, backward and the optimizer update of one step. `example_batch` is a tuple:
     the model's inputs, then the target(s) given to loss_fn(output, *targets); with one tensor the whole
-    batch is the model's input and loss_fn(output)."""
+    batch is the model's input and loss_fn(output). `clipping` (a clipping.GradientClipping) clips the
+    gradients before the update. With `accumulate` = k > 1 every batch tensor holds k micro-batches along dim
+    0: the step runs forward and backward on each in turn (buffers such as batch norm's running statistics
+    carried from one to the next), sums the gradients of loss_i / k and updates once; its loss is the sum of
+    the loss_i / k."""
     cpu_model = _cpu_model(model)
     named_params = list(model.named_parameters())
     cpu_named_params = list(cpu_model.named_parameters())
@@ -219,6 +241,7 @@ def capture_training_step(model, loss_fn, plan, example_batch):
     scalars = plan.example_scalars()
     batch = [t.detach().cpu() for t in example_batch]
     n_model_inputs = len(batch) - 1 if len(batch) > 1 else 1
+    micro = _micro_batch_size(batch, accumulate)
 
     P, B, T, S = len(param_names), len(buffer_names), len(trainable), len(scalars)
     K = len(state_names)
@@ -231,7 +254,7 @@ def capture_training_step(model, loss_fn, plan, example_batch):
         feed_scalars = list(flat[P + B + T * K:P + B + T * K + S])
         data = list(flat[P + B + T * K + S:])
 
-        def loss_of(trained, buffers):
+        def loss_of(trained, buffers, data):
             full = list(params)
             for slot, t in zip(trainable, trained):
                 full[slot] = t
@@ -245,14 +268,31 @@ def capture_training_step(model, loss_fn, plan, example_batch):
                 shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else ""
                 raise CaptureError("loss_fn must return a scalar tensor (a 0-dim tensor), got "
                                    f"{type(loss).__name__}{shape}")
+            if accumulate > 1:
+                loss = loss / accumulate  # the accumulation loop's (loss_fn(...) / k).backward()
             _set_phase("backward")
             return loss, (loss, buffers)
 
         # The buffers go in as an argument: grad refuses in-place updates (batch norm's running statistics)
         # of tensors the function closes over.
-        grads, (loss, buffers) = compat.grad(loss_of, has_aux=True)([params[i] for i in trainable], buffers)
+        trained = [params[i] for i in trainable]
+        if accumulate == 1:
+            grads, (loss, buffers) = compat.grad(loss_of, has_aux=True)(trained, buffers, data)
+            grads = list(grads)
+        else:
+            for m in range(accumulate):
+                _set_phase("")
+                part = [t[m * micro:(m + 1) * micro] for t in data]
+                part_grads, (part_loss, buffers) = compat.grad(loss_of, has_aux=True)(trained, buffers, part)
+                _set_phase("backward")
+                # .grad accumulates in order: ((g_1 + g_2) + g_3) + ...
+                grads = list(part_grads) if m == 0 else [a + b for a, b in zip(grads, part_grads)]
+                loss = part_loss if m == 0 else loss + part_loss
+        if clipping:
+            _set_phase("gradient clipping")
+            grads = clipping.apply(grads)
         _set_phase(f"optimizer ({type(plan.optimizer).__name__})")
-        new_params, new_states = plan.update([params[i] for i in trainable], list(grads), states, feed_scalars)
+        new_params, new_states = plan.update(trained, grads, states, feed_scalars)
         _set_phase("")
         flat_states = [s for per_param in new_states for s in per_param]
         return (loss, *new_params, *flat_states, *buffers)

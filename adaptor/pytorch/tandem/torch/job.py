@@ -150,7 +150,9 @@ class TrainingJob:
         return StepHandle(self, ticket, self._iteration)
 
     def step(self, *batch):
-        """Runs one training iteration in the daemon and returns its loss."""
+        """Runs one training iteration (one optimizer step) in the daemon and returns its loss. With
+        train(accumulate=k) the batch holds the k micro-batches along dim 0 and the loss is the sum of their
+        loss_i / k."""
         return self.step_async(*batch).result()
 
     def read(self, name):
