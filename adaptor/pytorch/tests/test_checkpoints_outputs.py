@@ -350,6 +350,38 @@ class KeywordInputsTest(unittest.TestCase):
                 Batch(inputs=x, kwargs={"attention_mask": 1.0})
             self.assertGreater(job.step(Batch(inputs=x, kwargs={"attention_mask": m}, targets=(y, w))), 0)
 
+    def test_accumulation_splits_keyword_inputs_and_targets_and_concatenates_the_outputs(self):
+        # accumulate=2 over a Batch with a keyword input and two targets: each micro-batch takes the same rows of
+        # every tensor, and the logits that come back are the two micro-batches' together, the whole batch's.
+        torch.manual_seed(0)
+        model = MaskedPool()
+        reference = copy.deepcopy(model)
+        g = torch.Generator().manual_seed(6)
+        batches = [_masked_batch(g) for _ in range(3)]
+        Batch = tandem.torch.Batch
+        x, m, y, w = batches[0]
+        ref_opt = _adam(reference.parameters())
+        with tandem.torch.train(model, _weighted_loss, _adam(model.parameters()),
+                                Batch(inputs=x, kwargs={"attention_mask": m}, targets=(y, w)),
+                                endpoint=_daemon.endpoint, outputs={"logits": tandem.torch.MODEL_OUTPUT},
+                                accumulate=2) as job:
+            for x, m, y, w in batches:
+                ref_opt.zero_grad()
+                expected_loss, parts = 0.0, []
+                for rows in (slice(0, 2), slice(2, 4)):
+                    logits = reference(x[rows], attention_mask=m[rows])
+                    loss = _weighted_loss(logits, y[rows], w[rows]) / 2
+                    loss.backward()
+                    expected_loss += loss.item()
+                    parts.append(logits.detach())
+                ref_opt.step()
+                result = job.step(Batch(inputs=(x,), kwargs={"attention_mask": m}, targets=(y, w)), fetch=True)
+                self.assertLessEqual(abs(result.loss - expected_loss), RTOL * abs(expected_loss))
+                self.assertEqual(list(result.outputs["logits"].shape), [4, 3])
+                self.assertLessEqual(relative_error(result.outputs["logits"], torch.cat(parts)), RTOL)
+            for key, value in reference.state_dict().items():
+                self.assertLessEqual(relative_error(job.read(key), value), RTOL * 10, key)
+
     def test_several_targets_go_positionally_without_keyword_inputs(self):
         torch.manual_seed(0)
         model, _, _ = models.tiny("mlp")

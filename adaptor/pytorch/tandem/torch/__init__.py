@@ -8,18 +8,20 @@
     job.load_into(model, optimizer)    # or copy the trained weights and optimizer state back
     job.close()
 
-train() traces forward, loss, backward and the optimizer's update (SGD,
-Adam or AdamW, read from the optimizer object) into one ATen graph on the
-CPU, lowers it to Tandem's IR and registers it; serve() does the same for a
-forward pass (capture_serving() + serve_lowered() capture once and register
-many models of one architecture, each with its own weights). See
-docs/pytorch.md.
+train() traces forward, loss, backward, optional gradient clipping and the
+optimizer's update (SGD, Adam, AdamW, RMSprop or Adagrad, read from the
+optimizer object), over one batch or over k micro-batches whose gradients
+accumulate, into one ATen graph on the CPU, lowers it to Tandem's IR and
+registers it; serve() does the same for a forward pass (capture_serving() +
+serve_lowered() capture once and register many models of one architecture,
+each with its own weights). See docs/pytorch.md.
 """
 
 from tandem.errors import (BatchError, CaptureError, DaemonUnavailableError, IterationError, JobClosedError,
                            RegistrationError, TandemError, UnsupportedOpError)
 from tandem.torch.batch import Batch
 from tandem.torch.capture import capture_inference, capture_training_step
+from tandem.torch.clipping import GradientClipping
 from tandem.torch.job import ServedModel, StepHandle, StepResult, TrainingJob, weights_for
 from tandem.torch.lower import lower
 from tandem.torch.optim import OptimizerPlan
@@ -46,26 +48,30 @@ def _as_tuple(batch):
     raise BatchError("example_input must be a tensor or a tuple of tensors: the model's inputs")
 
 
-def capture_training_job(model, loss_fn, optimizer, example_batch, record_values=False, outputs=None):
+def capture_training_job(model, loss_fn, optimizer, example_batch, record_values=False, outputs=None, *,
+                         clip_grad_norm=None, clip_norm_type=2.0, clip_grad_value=None, accumulate=1):
     """The lowered training step (a tandem.torch.lower.Lowered) and its capture, without a daemon. With
     `record_values` the step also runs once in PyTorch, for check.check_lowering (Lowered.values). The
-    arguments are train()'s."""
+    other arguments are train()'s."""
     plan = OptimizerPlan(optimizer, list(model.named_parameters()))
-    capture = capture_training_step(model, loss_fn, plan, example_batch, outputs)
+    clipping = GradientClipping(clip_grad_norm, clip_norm_type, clip_grad_value)
+    capture = capture_training_step(model, loss_fn, plan, example_batch, outputs, clipping, accumulate)
     lowered = lower(capture.gm, capture.inputs, capture.outputs, capture.flat_inputs, record_values)
     return capture, lowered
 
 
 def train(model, loss_fn, optimizer, example_batch, endpoint=None, name=None, priority=0, expected_iterations=0,
-          device=None, outputs=None):
+          device=None, outputs=None, *, clip_grad_norm=None, clip_norm_type=2.0, clip_grad_value=None,
+          accumulate=1):
     """Captures one training step of `model` and registers it with tandemd. Returns a TrainingJob.
 
     The step computes loss_fn(model(*inputs, **kwargs), *targets) -> a scalar tensor, then the gradients and
     the optimizer's update.
 
-    optimizer: a torch.optim.SGD, Adam or AdamW over the model's parameters. Its hyper-parameters and its state
-    (momentum buffers, moments, step counts: e.g. just loaded from a checkpoint with load_state_dict) are read
-    now, so a job continues where the optimizer left off; its param_groups' lr is read at every step.
+    optimizer: a torch.optim.SGD, Adam, AdamW, RMSprop or Adagrad over the model's parameters. Its
+    hyper-parameters and its state (momentum buffers, moments, step counts: e.g. just loaded from a checkpoint
+    with load_state_dict) are read now, so a job continues where the optimizer left off; its param_groups' lr
+    is read at every step.
     example_batch: the shapes and dtypes every step() will get, as
       - a tensor x: model(x), loss_fn(output);
       - a tuple (inputs..., target): model(*inputs), loss_fn(output, target);
@@ -77,10 +83,20 @@ def train(model, loss_fn, optimizer, example_batch, endpoint=None, name=None, pr
     endpoint: a tandemd endpoint (default: $TANDEM_ENDPOINT, else the local daemon). priority /
     expected_iterations: scheduling hints; device: "cpu", "cuda", "cuda:N" or None (the daemon's choice).
 
+    Inside the step, between the backward pass and the optimizer's update (at most one of the two):
+    clip_grad_norm=max_norm scales the gradients as torch.nn.utils.clip_grad_norm_(params, max_norm,
+    norm_type=clip_norm_type) does (2.0 or float('inf'); error_if_nonfinite=False); clip_grad_value=v clamps
+    them to [-v, v] as clip_grad_value_(params, v) does. accumulate=k: every batch tensor holds k micro-batches
+    along dim 0 (its size divisible by k); one step runs forward and backward on each, sums the gradients of
+    loss_fn(...) / k and then updates once, as PyTorch's accumulation loop does; step() returns the sum of the
+    k scaled losses (their mean).
+
     The job holds the trained weights and optimizer state: job.checkpoint() (or state_dict() and
     optimizer_state_dict()) reads them in PyTorch's formats, job.load_into(model, optimizer) copies them back.
     """
-    capture, lowered = capture_training_job(model, loss_fn, optimizer, example_batch, outputs=outputs)
+    capture, lowered = capture_training_job(model, loss_fn, optimizer, example_batch, outputs=outputs,
+                                            clip_grad_norm=clip_grad_norm, clip_norm_type=clip_norm_type,
+                                            clip_grad_value=clip_grad_value, accumulate=accumulate)
     name = name or f"{type(model).__name__}-train"
     return TrainingJob(capture, lowered, endpoint, name, _hints(priority, expected_iterations, device))
 

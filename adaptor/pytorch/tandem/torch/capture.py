@@ -6,14 +6,17 @@ capture_training_step builds a pure function of flat tensors
         -> (loss, new trainable params, new optimizer state, buffers, named outputs)
 
 that runs the model through functional_call, differentiates the loss with
-grad, and applies the optimizer's functional update (optim.OptimizerPlan);
-then traces it with make_fx over functionalize on the CPU, under fake
-tensors from torch 2.0 on (shapes and dtypes only: nothing of the model
+grad (once per micro-batch when it accumulates gradients: the batch is
+split along dim 0 and the gradients of loss_i / k are summed, as a PyTorch
+accumulation loop sums them in .grad), clips the gradients where asked
+(clipping.GradientClipping) and applies the optimizer's functional update
+(optim.OptimizerPlan); then traces it with make_fx over functionalize on
+the CPU, under fake tensors from torch 2.0 on (shapes and dtypes only: nothing of the model
 runs, so capture time and memory do not grow with its FLOPs or its batch;
 torch 1.13 runs the step once, compat.tracing_mode) and with PyTorch's core
 decompositions (every op reaches the Core ATen opset; compat.decompositions). Module hooks label
 every node with the module that produced it (forward nodes) or with
-"backward" / "optimizer", so that the daemon can name the module behind an
+"backward" / "gradient clipping" / "optimizer", so that the daemon can name the module behind an
 op it refuses. Where PyTorch allows it (fused_rnn.available()), every
 nn.LSTM layer traces to one tandem::lstm op and one tandem::lstm_backward.
 Tracing needs the step's control flow to depend on shapes only; anything
@@ -27,9 +30,9 @@ import threading
 
 import torch
 import torch.fx
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from tandem.errors import CaptureError
+from tandem.errors import BatchError, CaptureError
 from tandem.torch import compat, fused_rnn
 from tandem.torch.batch import BatchLayout, as_batch
 from tandem.torch.lower import Input, Output
@@ -192,6 +195,36 @@ def _trace(fn, flat_inputs, what):
     return gm
 
 
+def _micro_batch_size(batch, accumulate):
+    """The size along dim 0 of one of the `accumulate` micro-batches that every batch tensor holds."""
+    if not isinstance(accumulate, int) or isinstance(accumulate, bool) or accumulate < 1:
+        raise CaptureError(f"accumulate must be a positive int (micro-batches per optimizer step), got {accumulate!r}")
+    if accumulate == 1:
+        return None
+    sizes = {t.shape[0] if t.dim() > 0 else None for t in batch}
+    if len(sizes) != 1 or None in sizes or next(iter(sizes)) % accumulate != 0:
+        shapes = [list(t.shape) for t in batch]
+        raise BatchError(f"with accumulate={accumulate} every batch tensor holds {accumulate} micro-batches along "
+                         f"dim 0, so all must have one dim-0 size divisible by {accumulate}; the example's shapes "
+                         f"are {shapes}")
+    return next(iter(sizes)) // accumulate
+
+
+def _micro_batch(data, m, micro):
+    """The m-th micro-batch of (inputs, kwargs, targets): each tensor's rows [m * micro, (m + 1) * micro)."""
+    inputs, kwargs, targets = data
+    rows = slice(m * micro, (m + 1) * micro)
+    return ([t[rows] for t in inputs], {k: t[rows] for k, t in kwargs.items()}, [t[rows] for t in targets])
+
+
+def _concatenated(outputs):
+    """The micro-batches' model outputs as the whole batch's: tensors, or tuples/lists/dicts of them, concatenated
+    along dim 0."""
+    flat = [tree_flatten(o) for o in outputs]
+    leaves = [torch.cat(parts) for parts in zip(*(f[0] for f in flat))]
+    return tree_unflatten(leaves, flat[0][1])
+
+
 class TrainingCapture:
     """A traced training step: gm, its Inputs/Outputs for lower(), and the flat example inputs.
 
@@ -232,10 +265,15 @@ def _state_dict_sources(model, param_names, buffer_names):
     return sources
 
 
-def capture_training_step(model, loss_fn, plan, example_batch, outputs=None):
+def capture_training_step(model, loss_fn, plan, example_batch, outputs=None, clipping=None, accumulate=1):
     """Traces forward, loss, backward and the optimizer update of one step, and the named `outputs`
     (outputs.output_function). `example_batch` is a batch.Batch (or its short form, batch.as_batch): the step
-    computes loss_fn(model(*inputs, **kwargs), *targets)."""
+    computes loss_fn(model(*inputs, **kwargs), *targets). `clipping` (a clipping.GradientClipping) clips the
+    gradients before the update. With `accumulate` = k > 1 every batch tensor (inputs, keyword inputs and
+    targets) holds k micro-batches along dim 0: the step runs forward and backward on each in turn (buffers such
+    as batch norm's running statistics carried from one to the next), sums the gradients of loss_i / k and
+    updates once; its loss is the sum of the loss_i / k, and the named outputs see the micro-batches' model
+    outputs concatenated along dim 0 (the whole batch's)."""
     example_batch = as_batch(example_batch)
     layout = BatchLayout(example_batch)
     extra_outputs = output_function(outputs)
@@ -250,6 +288,7 @@ def capture_training_step(model, loss_fn, plan, example_batch, outputs=None):
     state_names = plan.state_names
     scalars = plan.example_scalars()
     batch = [t.detach().cpu() for t in layout.flat(example_batch)]
+    micro = _micro_batch_size(batch, accumulate)
 
     P, B, T, S = len(param_names), len(buffer_names), len(trainable), len(scalars)
     K = len(state_names)
@@ -261,9 +300,11 @@ def capture_training_step(model, loss_fn, plan, example_batch, outputs=None):
         states_flat = flat[P + B:P + B + T * K]
         states = [list(states_flat[i * K:(i + 1) * K]) for i in range(T)]
         feed_scalars = list(flat[P + B + T * K:P + B + T * K + S])
-        inputs, kwargs, targets = layout.split(flat[P + B + T * K + S:])
+        data = layout.split(flat[P + B + T * K + S:])  # (inputs, kwargs, targets)
+        targets = data[2]
 
-        def loss_of(trained, buffers):
+        def loss_of(trained, buffers, data):
+            inputs, kwargs, targets = data
             full = list(params)
             for slot, t in zip(trainable, trained):
                 full[slot] = t
@@ -277,22 +318,44 @@ def capture_training_step(model, loss_fn, plan, example_batch, outputs=None):
                 shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else ""
                 raise CaptureError("loss_fn must return a scalar tensor (a 0-dim tensor), got "
                                    f"{type(loss).__name__}{shape}")
+            if accumulate > 1:
+                loss = loss / accumulate  # the accumulation loop's (loss_fn(...) / k).backward()
             _set_phase("backward")
             # The model's output leaves the differentiated function only when named outputs need it.
             return loss, ((loss, buffers, output) if extra_outputs else (loss, buffers))
 
         # The buffers go in as an argument: grad refuses in-place updates (batch norm's running statistics)
         # of tensors the function closes over.
-        grads, aux = compat.grad(loss_of, has_aux=True)([params[i] for i in trainable], buffers)
-        loss, buffers = aux[0], aux[1]
+        trained = [params[i] for i in trainable]
+        if accumulate == 1:
+            grads, aux = compat.grad(loss_of, has_aux=True)(trained, buffers, data)
+            grads, loss, buffers = list(grads), aux[0], aux[1]
+            model_output = aux[2] if extra_outputs else None
+        else:
+            part_outputs = []
+            for m in range(accumulate):
+                _set_phase("")
+                part = _micro_batch(data, m, micro)
+                part_grads, aux = compat.grad(loss_of, has_aux=True)(trained, buffers, part)
+                part_loss, buffers = aux[0], aux[1]
+                if extra_outputs:
+                    part_outputs.append(aux[2])
+                _set_phase("backward")
+                # .grad accumulates in order: ((g_1 + g_2) + g_3) + ...
+                grads = list(part_grads) if m == 0 else [a + b for a, b in zip(grads, part_grads)]
+                loss = part_loss if m == 0 else loss + part_loss
+            model_output = _concatenated(part_outputs) if extra_outputs else None
+        if clipping:
+            _set_phase("gradient clipping")
+            grads = clipping.apply(grads)
         _set_phase(f"optimizer ({type(plan.optimizer).__name__})")
-        new_params, new_states = plan.update([params[i] for i in trainable], list(grads), states, feed_scalars)
+        new_params, new_states = plan.update(trained, grads, states, feed_scalars)
         _set_phase("")
         flat_states = [s for per_param in new_states for s in per_param]
         leaves = []
         if extra_outputs:
             _set_phase("outputs")
-            for name, value in extra_outputs(aux[2], targets).items():
+            for name, value in extra_outputs(model_output, targets).items():
                 flat_value, spec = tree_flatten(value)
                 if not flat_value or not all(isinstance(t, torch.Tensor) for t in flat_value):
                     raise CaptureError(f"output '{name}' must be a tensor or a (nested) tuple/list/dict of "

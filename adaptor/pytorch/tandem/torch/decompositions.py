@@ -2,8 +2,8 @@
 torch 1.13 has none for baddbmm (the batched attention scores of its nn.MultiheadAttention), and clamp.Tensor
 (clamp with tensor bounds) is in the Core ATen opset but is maximum and minimum of its bounds, and the per-pixel
 classification loss (nll_loss2d, from cross_entropy on (N, C, H, W) logits: segmentation models) is nll_loss over
-the pixels laid out as rows; fill with a tensor value is that value expanded. compat.decompositions adds these to PyTorch's table where the table has no entry for
-the op."""
+the pixels laid out as rows; fill with a tensor value is that value expanded. compat.decompositions adds these
+to PyTorch's table where the table has no entry for the op."""
 
 import torch
 

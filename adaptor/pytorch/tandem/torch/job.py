@@ -202,12 +202,14 @@ class TrainingJob:
         return StepHandle(self, ticket, self._iteration, outputs)
 
     def step(self, *batch, fetch=False):
-        """Runs one training iteration in the daemon and returns its loss (a float).
+        """Runs one training iteration (one optimizer step) in the daemon and returns its loss (a float).
 
         batch: the tensors as in the example (inputs, then targets), or one tandem.torch.Batch of the
         example's structure (needed when the model takes keyword inputs); shapes and dtypes must be the
-        example's (else BatchError). fetch: True (every named output), a name or a list of names: returns a
-        StepResult(loss, outputs) with those of the step's outputs (train(outputs=...)) as torch tensors."""
+        example's (else BatchError). With train(accumulate=k) the batch holds the k micro-batches along dim 0
+        and the loss is the sum of their loss_i / k. fetch: True (every named output), a name or a list of
+        names: returns a StepResult(loss, outputs) with those of the step's outputs (train(outputs=...)) as
+        torch tensors."""
         return self.step_async(*batch, fetch=fetch).result()
 
     def read(self, name):

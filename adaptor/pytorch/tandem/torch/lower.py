@@ -14,7 +14,9 @@ A few rewrites make the functional graph complete and the IR explicit:
   buffer) becomes an update of that persistent tensor;
 - `native_batch_norm` in training mode becomes
   `_native_batch_norm_legit_functional`, whose extra outputs (the updated
-  running statistics) become updates of the persistent tensors;
+  running statistics) become updates of the persistent tensors; a batch
+  norm that runs more than once in a step (a module called twice, or once
+  per accumulated micro-batch) starts from its previous run's statistics;
 - a 16-bit `native_layer_norm`'s mean and rstd are float32 (PyTorch's CPU
   kernel, which the trace runs, rounds them to the input's dtype; the
   registry keeps them in float32 as PyTorch's CUDA kernel does), and so are
@@ -216,6 +218,12 @@ class _Emitter:
         self.used = {i.name for i in inputs}
         self.counter = 0
         self.random_nodes = 0
+        # Batch norm running statistic (fx node) -> IR name of its newest value. The trace reads a running
+        # statistic from the placeholder at every training-mode batch norm (the op's in-place update is hidden
+        # from functionalization), so a module that runs more than once in a step (called twice, or once per
+        # accumulated micro-batch) reads its previous call's result through this, as PyTorch's in-place update
+        # makes it do.
+        self.running_stats = {}
 
     def fresh(self, base):
         name = base
@@ -609,13 +617,22 @@ def _lower_batch_norm(em, n, ph_input):
     declared = em.declared(outputs, em.values[n]) + [_spec(new_stats[0], em.values[rm]),
                                                      _spec(new_stats[1], em.values[rv])]
     attrs = {"training": {"b": True}, "momentum": {"f": _float_attr(momentum)}, "eps": {"f": _float_attr(eps)}}
-    em.node("_native_batch_norm_legit_functional", [em.ref(v) for v in (x, weight, bias, rm, rv)],
+    em.node("_native_batch_norm_legit_functional",
+            [em.ref(v) for v in (x, weight, bias)] + [_running_stat_ref(em, s) for s in (rm, rv)],
             outputs + new_stats, attrs, label, declared)
-    return _running_stat_updates(ph_input, rm, rv, *new_stats)
+    return _running_stat_updates(em, ph_input, rm, rv, *new_stats)
 
 
-def _running_stat_updates(ph_input, rm, rv, new_mean, new_var):
+def _running_stat_ref(em, stat):
+    """The IR name of running statistic `stat`'s current value: its newest update in this step, else its own."""
+    return em.running_stats.get(stat) or em.ref(stat)
+
+
+def _running_stat_updates(em, ph_input, rm, rv, new_mean, new_var):
+    """Records the new running statistics as current; returns {persistent name: new value} for those that are
+    persistent tensors."""
     result = {}
+    em.running_stats[rm], em.running_stats[rv] = new_mean, new_var
     for stat, value in ((rm, new_mean), (rv, new_var)):
         if stat in ph_input and ph_input[stat].kind == "persistent":
             result[ph_input[stat].name] = value
@@ -645,8 +662,8 @@ def _lower_batch_norm_unfused(em, n, ph_input, x, rm, rv, label):
     var = op("mean.dim", [squared], {"dim": {"ints": {"values": [str(d) for d in dims]}},
                                      "keepdim": {"b": False}})
     keep = {"other": {"f": 1.0 - momentum}}
-    new_mean = op("add.Tensor", [op("mul.Scalar", [em.ref(rm)], keep),
+    new_mean = op("add.Tensor", [op("mul.Scalar", [_running_stat_ref(em, rm)], keep),
                                  op("mul.Scalar", [save_mean], {"other": {"f": momentum}})])
-    new_var = op("add.Tensor", [op("mul.Scalar", [em.ref(rv)], keep),
+    new_var = op("add.Tensor", [op("mul.Scalar", [_running_stat_ref(em, rv)], keep),
                                 op("mul.Scalar", [var], {"other": {"f": momentum * count / (count - 1)}})])
-    return _running_stat_updates(ph_input, rm, rv, new_mean, new_var)
+    return _running_stat_updates(em, ph_input, rm, rv, new_mean, new_var)

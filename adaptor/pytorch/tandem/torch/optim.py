@@ -1,16 +1,23 @@
 """A user's torch.optim optimizer, reproduced as a functional update inside the traced step.
 
-OptimizerPlan reads an SGD, Adam or AdamW object: its parameter groups
-(hyper-parameters, which parameters) and its state (momentum buffers, moment
-estimates, step counts). The state becomes persistent tensors of the job.
-Hyper-parameters that stay fixed are baked into the graph; what changes
-between iterations (each group's learning rate, Adam's bias corrections,
-which depend on the step count) becomes a rank-0 float32 feed computed on the
-host before every iteration from the optimizer's *current* param_groups, so
-learning-rate schedulers that edit them keep working.
+OptimizerPlan reads an SGD, Adam, AdamW, RMSprop or Adagrad object: its
+parameter groups (hyper-parameters, which parameters) and its state (momentum
+buffers, moment estimates, accumulated squares, step counts). The
+per-parameter state becomes persistent tensors of the job. Hyper-parameters
+that stay fixed are baked into the graph; what changes between iterations
+(each group's learning rate, and whatever depends on the step count: Adam's
+bias corrections, Adagrad's decayed learning rate) becomes a rank-0 float32
+feed computed on the host before every iteration from the optimizer's
+*current* param_groups and the plan's step count, so learning-rate schedulers
+that edit them keep working.
 
 The update reproduces PyTorch's single-tensor implementation operation by
-operation (same order of rounding) for the installed version.
+operation (same order of rounding) for the installed version: an in-place op
+becomes a new tensor, `a.addcmul(t1, t2, value=v)` is `a + (v * t1) * t2`
+and `a.addcdiv(t1, t2, value=v)` is `a + (v * t1) / t2`, as ATen's kernels
+evaluate them. Each kind of optimizer is four entries (docs/pytorch.md,
+"Adding an optimizer"): its class in _KINDS, its state in _state_names, its
+per-step scalars in _group_scalars, and its update method in _UPDATES.
 
 state_dict() gives the state back in the optimizer's own state_dict()
 format, so that a checkpoint taken from a job loads into a fresh optimizer
@@ -44,6 +51,34 @@ def _step_value(previous, steps, hyper, p):
     return torch.tensor(float(steps))
 
 
+# The optimizers Tandem reproduces (exact classes: a subclass may change the update) -> kind.
+_KINDS = {torch.optim.SGD: "sgd", torch.optim.Adam: "adam", torch.optim.AdamW: "adamw",
+          torch.optim.RMSprop: "rmsprop", torch.optim.Adagrad: "adagrad"}
+
+
+def _state_names(kind, hyper):
+    """The per-parameter state tensors of an optimizer `kind` with a group's `hyper`-parameters, named as the
+    optimizer's state dict names them (they become the persistent tensors optim/<param>/<name>). The step
+    count is not among them: it stays on the host (OptimizerPlan.scalar_values)."""
+    if kind == "sgd":
+        return ["momentum_buffer"] if hyper["momentum"] != 0 else []
+    if kind in ("adam", "adamw"):
+        return ["exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if hyper.get("amsgrad") else [])
+    if kind == "rmsprop":
+        return (["square_avg"] + (["momentum_buffer"] if hyper["momentum"] > 0 else [])
+                + (["grad_avg"] if hyper["centered"] else []))
+    if kind == "adagrad":
+        return ["sum"]
+    raise AssertionError(kind)
+
+
+def _lerp(start, end, weight):
+    """start.lerp(end, weight) for a Python number `weight`, as ATen's lerp kernels compute it."""
+    if weight < 0.5:
+        return start + weight * (end - start)
+    return end - (end - start) * (1 - weight)
+
+
 class _Group:
     def __init__(self, index, hyper, params):
         self.index = index
@@ -58,7 +93,7 @@ class OptimizerPlan:
 
     trainable: [(name, parameter)] of the model's parameters the optimizer updates, in plan order.
     state_names: the per-parameter state tensors, e.g. ["momentum_buffer"] or ["exp_avg", "exp_avg_sq"].
-    scalar_names: the names of the per-iteration scalar feeds.
+    scalar_names(): the names of the per-iteration scalar feeds.
     """
 
     def __init__(self, optimizer, named_parameters):
@@ -67,9 +102,12 @@ class OptimizerPlan:
         by_id = {id(p): name for name, p in named_parameters}
         self.trainable = []
         self.groups = []
+        self._group_of = []  # trainable index -> its _Group
         seen = set()
         for gi, group in enumerate(optimizer.param_groups):
             indices = []
+            hyper = {k: v for k, v in group.items() if k != "params"}
+            g = _Group(gi, hyper, indices)
             for p in group["params"]:
                 if id(p) not in by_id:
                     raise CaptureError(
@@ -80,21 +118,21 @@ class OptimizerPlan:
                 seen.add(id(p))
                 indices.append(len(self.trainable))
                 self.trainable.append((by_id[id(p)], p))
-            hyper = {k: v for k, v in group.items() if k != "params"}
-            self.groups.append(_Group(gi, hyper, indices))
+                self._group_of.append(g)
+            self.groups.append(g)
         self._check_hyper()
-        self.state_names = self._state_names()
+        self.state_names = _state_names(self.kind, self.groups[0].hyper) if self.groups else []
         self._read_steps()
         self.iterations = 0  # iterations counted by scalar_values(advance=True)
 
     @staticmethod
     def _kind(optimizer):
-        for cls, kind in ((torch.optim.AdamW, "adamw"), (torch.optim.Adam, "adam"), (torch.optim.SGD, "sgd")):
-            if type(optimizer) is cls:
-                return kind
-        raise CaptureError(
-            f"optimizer {type(optimizer).__name__} is not supported; Tandem reproduces torch.optim.SGD, Adam and "
-            "AdamW. Use one of those (a learning-rate scheduler on top is fine).")
+        kind = _KINDS.get(type(optimizer))
+        if kind is None:
+            raise CaptureError(
+                f"optimizer {type(optimizer).__name__} is not supported; Tandem reproduces torch.optim.SGD, Adam, "
+                "AdamW, RMSprop and Adagrad. Use one of those (a learning-rate scheduler on top is fine).")
+        return kind
 
     def _check_hyper(self):
         for g in self.groups:
@@ -102,19 +140,10 @@ class OptimizerPlan:
             # Options such as foreach, fused, capturable change how PyTorch computes, not what.
             if self.kind == "sgd" and h.get("nesterov") and (h["momentum"] <= 0 or h["dampening"] != 0):
                 raise CaptureError("SGD with nesterov needs momentum > 0 and dampening 0")
-        momentums = {self.kind == "sgd" and g.hyper["momentum"] != 0 for g in self.groups}
-        amsgrad = {bool(g.hyper.get("amsgrad")) for g in self.groups}
-        if len(momentums) > 1 or len(amsgrad) > 1:
-            raise CaptureError("param groups that differ in whether they use momentum (or amsgrad) are not "
-                               "supported; use one optimizer setting for all groups")
-
-    def _state_names(self):
-        if self.kind == "sgd":
-            return ["momentum_buffer"] if self.groups and self.groups[0].hyper["momentum"] != 0 else []
-        names = ["exp_avg", "exp_avg_sq"]
-        if self.groups and self.groups[0].hyper.get("amsgrad"):
-            names.append("max_exp_avg_sq")
-        return names
+        kept = {tuple(_state_names(self.kind, g.hyper)) for g in self.groups}
+        if len(kept) > 1:
+            raise CaptureError("param groups that differ in the optimizer state they keep (momentum, amsgrad, "
+                               f"centered: {sorted(kept)}) are not supported; use one such setting for all groups")
 
     def _read_steps(self):
         state = self.optimizer.state
@@ -133,13 +162,20 @@ class OptimizerPlan:
     # ---- persistent state ----
 
     def initial_state(self, index):
-        """[(state name, tensor)] for trainable parameter `index`, from the optimizer's state or zeros."""
+        """[(state name, tensor)] for trainable parameter `index`, from the optimizer's state or, where it has
+        none yet, the value the optimizer would create (zeros; Adagrad's sum: initial_accumulator_value)."""
         p = self.trainable[index][1]
         s = self.optimizer.state.get(p, {})
         out = []
         for name in self.state_names:
             value = s.get(name)
-            out.append((name, value.detach().clone() if value is not None else torch.zeros_like(p.detach())))
+            if value is not None:
+                out.append((name, value.detach().clone()))
+            elif self.kind == "adagrad":
+                fill = self._group_of[index].hyper["initial_accumulator_value"]
+                out.append((name, torch.full_like(p.detach(), fill)))
+            else:
+                out.append((name, torch.zeros_like(p.detach())))
         return out
 
     def state_dict(self, read):
@@ -173,41 +209,44 @@ class OptimizerPlan:
     def _uses_grad_scale(self, g):
         return self.kind == "sgd" and g.hyper["momentum"] != 0 and g.hyper["dampening"] != 0
 
+    def _group_scalars(self, g, h, step):
+        """[(name, value)]: the scalar feeds of group `g` for its optimizer step number `step` (1 for the first),
+        from `h`, the group's current hyper-parameters. Which names there are depends on g.hyper only (fixed
+        when the job is made); the values are computed in Python floats, as PyTorch computes them."""
+        lr = float(_plain(h["lr"]))
+        if self.kind == "sgd":
+            out = [("lr", lr)]
+            if self._uses_grad_scale(g):
+                out.append(("grad_scale", 1.0 if (g.fresh_momentum and step == 1) else 1.0 - h["dampening"]))
+            return out
+        if self.kind in ("adam", "adamw"):
+            beta1, beta2 = h["betas"]
+            bias_correction1 = 1 - beta1 ** step
+            bias_correction2 = 1 - beta2 ** step
+            out = [("step_size", lr / bias_correction1), ("bias_correction2_sqrt", math.sqrt(bias_correction2))]
+            if self.kind == "adamw" and g.hyper["weight_decay"] != 0:
+                out.append(("decay", 1 - lr * h["weight_decay"]))
+            return out
+        if self.kind == "rmsprop":
+            return [("lr", lr)]
+        if self.kind == "adagrad":
+            return [("clr", lr / (1 + (step - 1) * h["lr_decay"]))]
+        raise AssertionError(self.kind)
+
+    def _current(self, g):
+        return self._group_scalars(g, self.optimizer.param_groups[g.index], g.steps + 1)
+
     def scalar_names(self):
-        names = []
-        for g in self.groups:
-            prefix = f"optim/group{g.index}/"
-            if self.kind == "sgd":
-                names.append(prefix + "lr")
-                if self._uses_grad_scale(g):
-                    names.append(prefix + "grad_scale")
-            else:
-                names += [prefix + "step_size", prefix + "bias_correction2_sqrt"]
-                if self.kind == "adamw" and g.hyper["weight_decay"] != 0:
-                    names.append(prefix + "decay")
-        return names
+        return [f"optim/group{g.index}/{name}" for g in self.groups for name, _ in self._current(g)]
 
     def scalar_values(self, advance=True):
         """The scalar feeds of the next iteration (in scalar_names order), from the optimizer's current
         param_groups; with advance, counts the step as taken."""
         values = []
         for g in self.groups:
-            h = self.optimizer.param_groups[g.index]
-            lr = float(_plain(h["lr"]))
-            step = g.steps + 1
-            if self.kind == "sgd":
-                values.append(lr)
-                if self._uses_grad_scale(g):
-                    values.append(1.0 if (g.fresh_momentum and g.steps == 0) else 1.0 - h["dampening"])
-            else:
-                beta1, beta2 = h["betas"]
-                bias_correction1 = 1 - beta1 ** step
-                bias_correction2 = 1 - beta2 ** step
-                values += [lr / bias_correction1, math.sqrt(bias_correction2)]
-                if self.kind == "adamw" and g.hyper["weight_decay"] != 0:
-                    values.append(1 - lr * h["weight_decay"])
+            values += [float(v) for _, v in self._current(g)]
             if advance:
-                g.steps = step
+                g.steps += 1
         if advance:
             self.iterations += 1
         return values
@@ -218,67 +257,102 @@ class OptimizerPlan:
     # ---- the traced update ----
 
     def update(self, params, grads, states, scalars):
-        """New parameters and states (lists aligned with the inputs). Runs under tracing."""
+        """New parameters and states (lists aligned with the inputs; states[i] in state_names order). Runs
+        under tracing."""
         new_params = list(params)
         new_states = [list(s) for s in states]
+        update = getattr(self, _UPDATES[self.kind])
         k = 0
         for g in self.groups:
-            n = 2 if self.kind != "sgd" else 1
-            if self._uses_grad_scale(g) or (self.kind == "adamw" and g.hyper["weight_decay"] != 0):
-                n += 1
-            group_scalars = scalars[k:k + n]
-            k += n
+            names = [name for name, _ in self._current(g)]
+            s = dict(zip(names, scalars[k:k + len(names)]))
+            k += len(names)
             for i in g.params:
-                fn = self._sgd if self.kind == "sgd" else self._adam
-                new_params[i], new_states[i] = fn(g, params[i], grads[i], states[i], group_scalars)
+                state = dict(zip(self.state_names, states[i]))
+                new_params[i], new_state = update(g, params[i], grads[i], state, s)
+                new_states[i] = [new_state[name] for name in self.state_names]
         return new_params, new_states
 
-    def _sgd(self, g, p, grad, state, scalars):
+    # Each update method: (group, parameter, gradient, {state name: tensor}, {scalar name: rank-0 tensor})
+    # -> (new parameter, {state name: new tensor}), following torch/optim/<name>.py's _single_tensor_<name>.
+
+    def _sgd(self, g, p, grad, state, s):
         h = g.hyper
-        lr = scalars[0]
+        lr = s["lr"]
         d_p = grad
         if h.get("maximize"):
             d_p = -d_p
         if h["weight_decay"] != 0:
             d_p = torch.add(d_p, p, alpha=h["weight_decay"])
-        new_state = list(state)
+        new_state = dict(state)
         if h["momentum"] != 0:
-            buf = state[0]
+            buf = state["momentum_buffer"]
             if self._uses_grad_scale(g):
-                buf = torch.add(buf * h["momentum"], d_p * scalars[1])
+                buf = torch.add(buf * h["momentum"], d_p * s["grad_scale"])
             else:
                 buf = torch.add(buf * h["momentum"], d_p, alpha=1 - h["dampening"])
-            new_state[0] = buf
+            new_state["momentum_buffer"] = buf
             d_p = torch.add(d_p, buf, alpha=h["momentum"]) if h["nesterov"] else buf
         return p - lr * d_p, new_state
 
-    def _adam(self, g, p, grad, state, scalars):
+    def _adam(self, g, p, grad, state, s):
         h = g.hyper
         beta1, beta2 = h["betas"]
-        step_size, bias_correction2_sqrt = scalars[0], scalars[1]
         if h.get("maximize"):
             grad = -grad
         if self.kind == "adamw" and h["weight_decay"] != 0:
-            p = p * scalars[2]
+            p = p * s["decay"]
         elif self.kind == "adam" and h["weight_decay"] != 0:
             grad = torch.add(grad, p, alpha=h["weight_decay"])
-        exp_avg, exp_avg_sq = state[0], state[1]
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
         if TORCH_VERSION >= (2, 0):
-            # exp_avg.lerp_(grad, 1 - beta1), as ATen's CPU lerp computes it for a weight < 0.5.
-            weight = 1 - beta1
-            if weight < 0.5:
-                exp_avg = exp_avg + weight * (grad - exp_avg)
-            else:
-                exp_avg = grad - (grad - exp_avg) * (1 - weight)
+            exp_avg = _lerp(exp_avg, grad, 1 - beta1)
         else:
             exp_avg = torch.add(exp_avg * beta1, grad, alpha=1 - beta1)
-        # addcmul: self + value * t1 * t2, evaluated left to right.
-        exp_avg_sq = exp_avg_sq * beta2 + ((1 - beta2) * grad) * grad
-        new_state = [exp_avg, exp_avg_sq]
+        exp_avg_sq = exp_avg_sq * beta2 + ((1 - beta2) * grad) * grad  # addcmul_(grad, grad, value=1 - beta2)
+        new_state = {"exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
         second = exp_avg_sq
         if h.get("amsgrad"):
-            second = torch.maximum(state[2], exp_avg_sq)
-            new_state.append(second)
-        denom = second.sqrt() / bias_correction2_sqrt + h["eps"]
-        # addcdiv: self + value * t1 / t2, evaluated left to right.
-        return p - (step_size * exp_avg) / denom, new_state
+            second = torch.maximum(state["max_exp_avg_sq"], exp_avg_sq)
+            new_state["max_exp_avg_sq"] = second
+        denom = second.sqrt() / s["bias_correction2_sqrt"] + h["eps"]
+        return p - (s["step_size"] * exp_avg) / denom, new_state  # addcdiv_(exp_avg, denom, value=-step_size)
+
+    def _rmsprop(self, g, p, grad, state, s):
+        h = g.hyper
+        alpha = h["alpha"]
+        if h.get("maximize"):
+            grad = -grad
+        if h["weight_decay"] != 0:
+            grad = torch.add(grad, p, alpha=h["weight_decay"])
+        square_avg = state["square_avg"] * alpha + ((1 - alpha) * grad) * grad  # addcmul_(grad, grad, 1 - alpha)
+        new_state = {"square_avg": square_avg}
+        if h["centered"]:
+            if TORCH_VERSION >= (2, 0):
+                grad_avg = _lerp(state["grad_avg"], grad, 1 - alpha)
+            else:
+                grad_avg = torch.add(state["grad_avg"] * alpha, grad, alpha=1 - alpha)
+            new_state["grad_avg"] = grad_avg
+            avg = (square_avg - grad_avg * grad_avg).sqrt()  # addcmul(grad_avg, grad_avg, value=-1).sqrt_()
+        else:
+            avg = square_avg.sqrt()
+        avg = avg + h["eps"]
+        if h["momentum"] > 0:
+            buf = state["momentum_buffer"] * h["momentum"] + grad / avg  # mul_(momentum).addcdiv_(grad, avg)
+            new_state["momentum_buffer"] = buf
+            return p - s["lr"] * buf, new_state  # add_(buf, alpha=-lr)
+        return p - (s["lr"] * grad) / avg, new_state  # addcdiv_(grad, avg, value=-lr)
+
+    def _adagrad(self, g, p, grad, state, s):
+        h = g.hyper
+        if h.get("maximize"):
+            grad = -grad
+        if h["weight_decay"] != 0:
+            grad = torch.add(grad, p, alpha=h["weight_decay"])
+        state_sum = state["sum"] + grad * grad  # addcmul_(grad, grad, value=1)
+        std = state_sum.sqrt() + h["eps"]
+        return p - (s["clr"] * grad) / std, {"sum": state_sum}  # addcdiv_(grad, std, value=-clr)
+
+
+# kind -> the OptimizerPlan method that updates one parameter.
+_UPDATES = {"sgd": "_sgd", "adam": "_adam", "adamw": "_adam", "rmsprop": "_rmsprop", "adagrad": "_adagrad"}
