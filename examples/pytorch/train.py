@@ -7,7 +7,9 @@
 
 --small trains the tiny versions used by the tests (fast on a CPU daemon);
 without it the models have their usual sizes. Batches are synthetic. Progress
-goes to a tqdm bar where tqdm is installed, to plain lines otherwise.
+goes to a tqdm bar where tqdm is installed, else to a bar of its own (steps
+done of those asked for, the rate and the time left); `tandemctl jobs` shows
+the same for every job, from the daemon's side.
 """
 
 import argparse
@@ -35,12 +37,43 @@ FULL = {
 }
 
 
+class TextBar:
+    """A one-line progress bar on a terminal (a line every 10% elsewhere): done/total, rate, time left, loss."""
+
+    def __init__(self, total, width=30):
+        self.total, self.width, self.done, self.loss = total, width, 0, None
+        self.start = time.monotonic()
+        self.tty = sys.stdout.isatty()
+        self.last_printed = -1
+
+    def update(self, n):
+        self.done += n
+        elapsed = time.monotonic() - self.start
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        left = (self.total - self.done) / rate if rate > 0 else float("inf")
+        filled = self.width * self.done // max(1, self.total)
+        line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} steps  {rate:.1f} steps/s  "
+                f"{left:.1f} s left" + (f"  loss {self.loss}" if self.loss is not None else ""))
+        if self.tty:
+            print("\r" + line, end="", flush=True)
+        elif self.done * 10 // max(1, self.total) != self.last_printed or self.done == self.total:
+            self.last_printed = self.done * 10 // max(1, self.total)
+            print(line, flush=True)
+
+    def set_postfix(self, loss):
+        self.loss = loss
+
+    def close(self):
+        if self.tty:
+            print()
+
+
 def progress(total):
     try:
         from tqdm import tqdm
         return tqdm(total=total, unit="step")
     except ImportError:
-        return None
+        return TextBar(total)
 
 
 def main():
@@ -92,20 +125,14 @@ def main():
                     while pending:
                         handle = pending.pop(0)
                         loss = handle.result()
-                        if bar is not None:
-                            bar.update(1)
-                            bar.set_postfix(loss=f"{loss:.4f}")
-                        elif handle.iteration % max(1, args.steps // 10) == 0 or handle.iteration == args.steps:
-                            print(f"step {handle.iteration:5d}  loss {loss:.4f}  "
-                                  f"device {handle.run_seconds * 1e3:.1f} ms  "
-                                  f"queued {handle.queue_seconds * 1e3:.1f} ms")
+                        bar.set_postfix(loss=f"{loss:.4f}")
+                        bar.update(1)
             job.load_into(model)
     except tandem.TandemError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     elapsed = time.monotonic() - start
     print(f"{args.steps} steps in {elapsed:.2f} s ({args.steps / elapsed:.1f} steps/s); trained weights copied "
           "back into the model")
