@@ -252,8 +252,11 @@ void Client::ReceiveLocked(std::chrono::milliseconds timeout) {
     last_heard_ = SteadyClock::now();
     v1::Response response;
     if (!response.ParseFromArray(msg.data(), static_cast<int>(msg.size()))) continue;
-    // request_id 0: the daemon's liveness probe (server/service.h), no answer to anything.
-    if (response.request_id() == 0 || discard_.erase(response.request_id()) > 0) continue;
+    // The daemon's liveness probe (server/service.h): request_id 0 and a
+    // heartbeat body, no answer to anything. (An error with request_id 0
+    // answers a request too malformed to carry its id: CallRaw waits for it.)
+    const bool probe = response.request_id() == 0 && response.has_heartbeat() && response.status().code() == 0;
+    if (probe || discard_.erase(response.request_id()) > 0) continue;
     arrived_[response.request_id()] = std::move(response);
   }
 }

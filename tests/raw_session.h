@@ -60,7 +60,8 @@ class RawSession {
       v1::Response response;
       EXPECT_TRUE(socket_.recv(reply, zmq::recv_flags::none));
       EXPECT_TRUE(response.ParseFromArray(reply.data(), static_cast<int>(reply.size())));
-      if (response.request_id() != 0 || reply.size() == 0) return response;
+      const bool probe = response.request_id() == 0 && response.has_heartbeat() && response.status().code() == 0;
+      if (!probe || reply.size() == 0) return response;
     }
   }
   // Send, then the response, which must answer it.
