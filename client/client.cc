@@ -450,15 +450,17 @@ std::optional<SealedMemfd> Client::PutInSharedFrames(const std::vector<FeedView>
 }
 
 absl::StatusOr<uint64_t> Client::SubmitIteration(uint64_t job_id, const NamedTensors& feeds,
-                                                 const std::vector<std::string>& fetches, uint64_t iteration) {
+                                                 const std::vector<std::string>& fetches, uint64_t iteration,
+                                                 const std::string& variant) {
   std::vector<FeedView> views;
   views.reserve(feeds.size());
   for (const auto& [name, t] : feeds) views.push_back(FeedView{name, t.dtype, t.shape, t.data.data(), t.data.size()});
-  return SubmitIteration(job_id, views, fetches, iteration);
+  return SubmitIteration(job_id, views, fetches, iteration, variant);
 }
 
 absl::StatusOr<uint64_t> Client::SubmitIteration(uint64_t job_id, const std::vector<FeedView>& feeds,
-                                                 const std::vector<std::string>& fetches, uint64_t iteration) {
+                                                 const std::vector<std::string>& fetches, uint64_t iteration,
+                                                 const std::string& variant) {
   // The shared-memory region is set up at the first large feed (a client
   // that never sends one, tandemctl, reserves none), and grown when an
   // iteration's large feeds outgrow it.
@@ -473,6 +475,7 @@ absl::StatusOr<uint64_t> Client::SubmitIteration(uint64_t job_id, const std::vec
   v1::RunIterationRequest* run = r.mutable_run_iteration();
   run->set_job_id(job_id);
   run->set_iteration(iteration);
+  run->set_variant(variant);
   for (const auto& f : fetches) run->add_fetches(f);
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t id = next_id_++;
@@ -529,8 +532,9 @@ absl::StatusOr<IterationResult> Client::WaitIteration(uint64_t ticket) {
 }
 
 absl::StatusOr<IterationResult> Client::RunIteration(uint64_t job_id, const NamedTensors& feeds,
-                                                     const std::vector<std::string>& fetches, uint64_t iteration) {
-  auto ticket = SubmitIteration(job_id, feeds, fetches, iteration);
+                                                     const std::vector<std::string>& fetches, uint64_t iteration,
+                                                     const std::string& variant) {
+  auto ticket = SubmitIteration(job_id, feeds, fetches, iteration, variant);
   if (!ticket.ok()) return ticket.status();
   return WaitIteration(*ticket);
 }

@@ -125,13 +125,18 @@ class Client {
   // frame without a copy (or stays inline beside a shared-memory object).
   absl::StatusOr<v1::RegisterJobResponse> RegisterJob(v1::RegisterJobRequest request,
                                                       const std::vector<FeedView>& persistent = {});
+  // `variant`: which of the job's graphs runs (a GraphVariant's name from
+  // the registration; empty: the registered graph).
   absl::StatusOr<uint64_t> SubmitIteration(uint64_t job_id, const NamedTensors& feeds,
-                                           const std::vector<std::string>& fetches, uint64_t iteration = 0);
+                                           const std::vector<std::string>& fetches, uint64_t iteration = 0,
+                                           const std::string& variant = "");
   absl::StatusOr<uint64_t> SubmitIteration(uint64_t job_id, const std::vector<FeedView>& feeds,
-                                           const std::vector<std::string>& fetches, uint64_t iteration = 0);
+                                           const std::vector<std::string>& fetches, uint64_t iteration = 0,
+                                           const std::string& variant = "");
   absl::StatusOr<IterationResult> WaitIteration(uint64_t ticket);
   absl::StatusOr<IterationResult> RunIteration(uint64_t job_id, const NamedTensors& feeds,
-                                               const std::vector<std::string>& fetches, uint64_t iteration = 0);
+                                               const std::vector<std::string>& fetches, uint64_t iteration = 0,
+                                               const std::string& variant = "");
   absl::StatusOr<HostTensor> ReadTensor(uint64_t job_id, const std::string& name);
   absl::Status CloseJob(uint64_t job_id);
   absl::StatusOr<v1::ListSessionsResponse> ListSessions();

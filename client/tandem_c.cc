@@ -108,6 +108,12 @@ int tandem_register_job(tandem_client* client, const char* request_json, const t
 
 int tandem_submit(tandem_client* client, uint64_t job_id, const tandem_tensor* feeds, size_t num_feeds,
                   const char* const* fetches, size_t num_fetches, uint64_t iteration, uint64_t* ticket) {
+  return tandem_submit_variant(client, job_id, nullptr, feeds, num_feeds, fetches, num_fetches, iteration, ticket);
+}
+
+int tandem_submit_variant(tandem_client* client, uint64_t job_id, const char* variant, const tandem_tensor* feeds,
+                          size_t num_feeds, const char* const* fetches, size_t num_fetches, uint64_t iteration,
+                          uint64_t* ticket) {
   // Feeds by reference: their bytes are copied once, into the message or
   // the shared-memory region, before this returns.
   std::vector<tandem::client::FeedView> views;
@@ -118,7 +124,7 @@ int tandem_submit(tandem_client* client, uint64_t job_id, const tandem_tensor* f
                      std::vector<int64_t>(t.shape, t.shape + t.rank), t.data, t.nbytes});
   }
   std::vector<std::string> names(fetches, fetches + num_fetches);
-  auto t = client->impl->SubmitIteration(job_id, views, names, iteration);
+  auto t = client->impl->SubmitIteration(job_id, views, names, iteration, variant != nullptr ? variant : "");
   if (!t.ok()) return Fail(t.status());
   *ticket = *t;
   return 0;

@@ -58,6 +58,11 @@ int tandem_register_job(tandem_client* client, const char* request_json, const t
  * be in flight. */
 int tandem_submit(tandem_client* client, uint64_t job_id, const tandem_tensor* feeds, size_t num_feeds,
                   const char* const* fetches, size_t num_fetches, uint64_t iteration, uint64_t* ticket);
+/* The same for one of the job's graph variants (RegisterJobRequest.variants,
+ * by name; NULL or "" is the registered graph). */
+int tandem_submit_variant(tandem_client* client, uint64_t job_id, const char* variant, const tandem_tensor* feeds,
+                          size_t num_feeds, const char* const* fetches, size_t num_fetches, uint64_t iteration,
+                          uint64_t* ticket);
 int tandem_wait(tandem_client* client, uint64_t ticket, tandem_result** out);
 
 /* One persistent tensor's current value, as a result with one tensor. */

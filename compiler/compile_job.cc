@@ -9,8 +9,14 @@
 namespace tandem {
 
 absl::StatusOr<CompiledJob> CompileJob(const v1::RegisterJobRequest& request, const CompileOptions& options) {
+  return CompileGraph(request.graph(), request.persistent(), options);
+}
+
+absl::StatusOr<CompiledJob> CompileGraph(const v1::Graph& graph,
+                                         const google::protobuf::RepeatedPtrField<v1::Tensor>& persistent,
+                                         const CompileOptions& options) {
   CompiledJob job;
-  ASSIGN_OR_RETURN(job.graph, BuildGraph(request.graph(), request.persistent(), options.limits));
+  ASSIGN_OR_RETURN(job.graph, BuildGraph(graph, persistent, options.limits));
   if (options.fold_transposes) {
     ASSIGN_OR_RETURN(job.graph, FoldTransposes(job.graph));
   }

@@ -35,6 +35,11 @@ struct CompiledJob {
 // INVALID_ARGUMENT for a graph a client may not register (unknown op, shape
 // mismatch, ...: BuildGraph's messages); INTERNAL if a pass broke a graph.
 absl::StatusOr<CompiledJob> CompileJob(const v1::RegisterJobRequest& request, const CompileOptions& options = {});
+// The same for one graph over the job's persistent tensors `persistent`
+// (a registration's variants: RegisterJobRequest.variants).
+absl::StatusOr<CompiledJob> CompileGraph(const v1::Graph& graph,
+                                         const google::protobuf::RepeatedPtrField<v1::Tensor>& persistent,
+                                         const CompileOptions& options = {});
 
 }  // namespace tandem
 

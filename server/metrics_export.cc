@@ -262,7 +262,7 @@ std::string Service::RenderMetrics() {
     persistent.emplace_back("kind", "persistent");
     ephemeral.emplace_back("kind", "ephemeral");
     w.Sample("tandem_job_memory_bytes", persistent, static_cast<double>(job->persistent_bytes));
-    w.Sample("tandem_job_memory_bytes", ephemeral, static_cast<double>(job->layout.arena_bytes));
+    w.Sample("tandem_job_memory_bytes", ephemeral, static_cast<double>(job->ArenaBytes()));
   }
   // Slowdown needs the scheduler's solo-time estimate; jobs without one are left out.
   w.Family("tandem_job_slowdown", "gauge", "mean iteration time / iteration time alone (1: as fast as alone)");

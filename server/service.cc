@@ -563,7 +563,7 @@ void Service::OnListSessions(const PendingReply& to, const Session& asking) {
       j->set_iterations_done(job.done);
       j->set_mean_iteration_seconds(job.done > 0 ? job.device_seconds / job.done : 0);
       j->set_persistent_bytes(job.persistent_bytes);
-      j->set_ephemeral_peak_bytes(job.layout.arena_bytes);
+      j->set_ephemeral_peak_bytes(job.ArenaBytes());
       j->set_priority(job.hints.priority());
       j->set_device(job.device->device->info().name);
       j->set_lane(job.lane);

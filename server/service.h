@@ -155,6 +155,7 @@ class Service {
   struct PreparedJob {
     std::unique_ptr<Graph> graph;
     IterationLayout layout;
+    std::vector<GraphVariant> variants;  // compiled, without their programs yet
     std::string interference_key;
     std::shared_ptr<const RequestFrames> frames;  // the request's, or its mapped shared frames
     double seconds = 0;                           // the preparation's wall time
@@ -166,6 +167,10 @@ class Service {
                                                 std::shared_ptr<const RequestFrames> frames,
                                                 std::shared_ptr<UniqueFd> frames_fd, bool fuse_elementwise,
                                                 uint64_t max_message_bytes, uint64_t session_id);
+  // Preparation thread: the registration's graph variants, compiled and
+  // checked against the job's graph `main`.
+  static absl::StatusOr<std::vector<GraphVariant>> CompileVariants(const v1::RegisterJobRequest& reg,
+                                                                   const Graph& main, bool fuse_elementwise);
   // Preparation thread: sleeps $TANDEM_TEST_PREPARE_DELAY_MS first (tests
   // only; read once), before a registration's or a map's work.
   static void TestPrepareDelay();
@@ -237,7 +242,7 @@ class Service {
                        QueuedIteration it, absl::Status status, double run_seconds);
   void StartReads(Job& job);
   void OnDeviceWorkDone(uint64_t job_id);
-  std::vector<void*> AddressTable(const Job& job) const;
+  std::vector<void*> AddressTable(const Job& job, int variant) const;
 
   // service_iterations.cc: op-granularity preemption. An iteration that may
   // have to yield runs in segments (state.h, SegmentedIteration); before
@@ -245,7 +250,7 @@ class Service {
   // Whether an iteration of `job` starting now on lane `l` runs in segments:
   // preemption=op under PRIORITY, a job of higher priority on the device,
   // more nodes than a segment, and nothing else on the lane's stream.
-  bool RunsInSegments(const DeviceRuntime& dev, const Job& job, const Lane& l) const;
+  bool RunsInSegments(const DeviceRuntime& dev, const Job& job, const Graph& graph, const Lane& l) const;
   absl::Status EnsureSegmentEvents(DeviceRuntime& dev, Lane& l);
   // Enqueues segments of the lane's segmented iteration until enough are in
   // flight, it is done, or the scheduler says yield (then it parks).

@@ -172,6 +172,15 @@ void Service::OnKillJob(const PendingReply& to, const Session& session, const v1
 void Service::FillJobMeasurements(const Job& job, const std::vector<sched::JobSchedStats>& sched_stats,
                                   v1::JobInfo* info) const {
   info->set_session_id(job.session);
+  info->set_expected_iterations(job.hints.expected_iterations());
+  if (job.done_interval_seconds > 0) {
+    const double rate = 1.0 / job.done_interval_seconds;
+    info->set_iterations_per_second(rate);
+    const int64_t expected = job.hints.expected_iterations();
+    if (expected > static_cast<int64_t>(job.done)) {
+      info->set_eta_seconds(static_cast<double>(expected - static_cast<int64_t>(job.done)) / rate);
+    }
+  }
   info->set_queued_iterations(job.queued.size());
   info->set_failed_iterations(job.failed);
   info->set_device_seconds(job.device_seconds);
@@ -226,7 +235,7 @@ void Service::FillDeviceDetails(const DeviceRuntime& dev, v1::DeviceStats* stats
   ProgramCounters programs;
   for (const auto& [id, job] : jobs_) {
     if (job->device != &dev || job->program == nullptr) continue;
-    const ProgramCounters c = job->program->Counters();
+    const ProgramCounters c = job->Counters();
     programs.graph_launches += c.graph_launches;
     programs.op_by_op_runs += c.op_by_op_runs;
     programs.captures += c.captures;
@@ -277,7 +286,7 @@ void Service::JournalArenaMoves(DeviceRuntime& dev, uint64_t job) {
 }
 
 void Service::JournalIteration(DeviceRuntime& dev, int lane, Job& job, double queue_seconds) {
-  const ProgramCounters c = job.program != nullptr ? job.program->Counters() : ProgramCounters{};
+  const ProgramCounters c = job.Counters();
   const ProgramCounters& seen = job.counters_seen;
   if (c.captures > seen.captures) {
     dev.journal.Add({.unix_seconds = DeviceJournal::UnixNow(),

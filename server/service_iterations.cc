@@ -23,14 +23,22 @@ size_t Align(size_t n) {
   return (n + device::kDeviceAlignment - 1) / device::kDeviceAlignment * device::kDeviceAlignment;
 }
 
-// Checks a run request against the job's graph: every feed present once, of
-// the declared type and byte size, inline or in a slice of one of the
-// session's shared-memory regions; fetches fetchable. Returns each feed's
-// region (null for inline bytes).
+// Checks a run request against the job's graph it names (`variant`: its
+// index, Job::View): every feed present once, of the declared type and byte
+// size, inline or in a slice of one of the session's shared-memory regions;
+// fetches fetchable. Returns each feed's region (null for inline bytes).
 absl::StatusOr<std::vector<std::shared_ptr<SharedRegion>>> ValidateRun(const Job& job, const Session& session,
-                                                                       const v1::RunIterationRequest& run) {
+                                                                       const v1::RunIterationRequest& run,
+                                                                       int* variant) {
   std::vector<std::shared_ptr<SharedRegion>> regions;
-  const Graph& g = *job.graph;
+  *variant = job.FindVariant(run.variant());
+  if (*variant < 0) {
+    std::string names;
+    for (const GraphVariant& v : job.variants) absl::StrAppend(&names, ", '", v.name, "'");
+    return absl::InvalidArgumentError(absl::StrCat("job '", job.name, "' has no graph variant '", run.variant(),
+                                                   "'; it has the registered graph ('')", names));
+  }
+  const Graph& g = *job.View(*variant).graph;
   if (run.feeds_size() != static_cast<int>(g.feeds.size())) {
     std::string want;
     for (int v : g.feeds) absl::StrAppend(&want, want.empty() ? "" : ", ", g.values[v].name);
@@ -121,14 +129,18 @@ StagingLayout LayOutStaging(const Graph& g, const v1::RunIterationRequest& run) 
 
 }  // namespace
 
-std::vector<void*> Service::AddressTable(const Job& job) const {
-  const Graph& g = *job.graph;
+std::vector<void*> Service::AddressTable(const Job& job, int variant) const {
+  // Every graph of the job lists its persistent tensors in the
+  // registration's order (PrepareJob checks it).
+  const GraphView view = job.View(variant);
+  const Graph& g = *view.graph;
+  const IterationLayout& layout = *view.layout;
   std::vector<void*> table(g.values.size(), nullptr);
   for (size_t i = 0; i < g.persistents.size(); ++i) table[g.persistents[i]] = job.persistent[i];
   char* arena = static_cast<char*>(job.device->memory->LaneArena(job.lane));
   for (size_t v = 0; v < g.values.size(); ++v) {
-    if (job.layout.offset[v] >= 0) table[v] = arena + job.layout.offset[v];
-    if (job.layout.stored_in[v] >= 0) table[v] = table[job.layout.stored_in[v]];
+    if (layout.offset[v] >= 0) table[v] = arena + layout.offset[v];
+    if (layout.stored_in[v] >= 0) table[v] = table[layout.stored_in[v]];
   }
   return table;
 }
@@ -142,9 +154,10 @@ void Service::OnRunIteration(const PendingReply& to, Session& session, std::shar
   }
   Job& job = **job_or;
   absl::StatusOr<std::vector<std::shared_ptr<SharedRegion>>> regions;
+  int variant = 0;
   {
     LoopSection timed(loop_, "RunIteration/validate");
-    regions = ValidateRun(job, session, run);
+    regions = ValidateRun(job, session, run, &variant);
   }
   if (!regions.ok()) {
     ReplyError(to, regions.status());
@@ -161,7 +174,7 @@ void Service::OnRunIteration(const PendingReply& to, Session& session, std::shar
     ReplyError(to, s);
     return;
   }
-  job.queued.emplace(ticket, QueuedIteration{to, std::move(request), *std::move(regions), Clock::now()});
+  job.queued.emplace(ticket, QueuedIteration{to, std::move(request), *std::move(regions), Clock::now(), variant});
   job.received++;
   LoopSection timed(loop_, "RunIteration/dispatch");
   DispatchAll(dev);
@@ -251,7 +264,8 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
   while (l.slots[slot_index].busy) ++slot_index;
   StagingSlot& slot = l.slots[slot_index];
   const v1::RunIterationRequest& run = it.request->run_iteration();
-  const Graph& g = *job.graph;
+  const GraphView view = job.View(it.variant);
+  const Graph& g = *view.graph;
 
   const StagingLayout layout = LayOutStaging(g, run);
   const size_t bytes = layout.bytes;
@@ -264,7 +278,7 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
       return;
     }
   }
-  bool segmented = RunsInSegments(dev, job, l);
+  bool segmented = RunsInSegments(dev, job, g, l);
   if (segmented) {
     if (absl::Status s = EnsureSegmentEvents(dev, l); !s.ok()) {
       // Still correct as a whole iteration, only not preemptible.
@@ -285,7 +299,7 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
   job.dispatched++;
 
   std::vector<StagedCopy> feeds_in, fetches_out;
-  std::vector<void*> table = AddressTable(job);
+  std::vector<void*> table = AddressTable(job, it.variant);
   char* staging = static_cast<char*>(slot.host);
   for (int i = 0; i < run.feeds_size(); ++i) {
     const v1::Tensor& feed = run.feeds(i);
@@ -321,7 +335,7 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
 
   device::Device* device = dev.device.get();
   device::Stream* stream = l.stream.get();
-  Program* program = job.program.get();
+  Program* program = view.program;
   const IterationEvents& events = l.events[probe.seq % l.events.size()];
   device::Event* begin = events.begin.get();
   device::Event* start = events.start.get();
@@ -394,7 +408,7 @@ void Service::FinishIteration(DeviceRuntime& dev, int lane, int slot_index, uint
       r->set_iteration(run.iteration());
       r->set_run_seconds(seconds);
       r->set_queue_seconds(std::chrono::duration<double>(Clock::now() - it.enqueued).count() - seconds);
-      const Graph& g = *job->graph;
+      const Graph& g = *job->View(it.variant).graph;
       const StagingLayout layout = LayOutStaging(g, run);
       for (int i = 0; i < run.fetches_size(); ++i) {
         const std::string& name = run.fetches(i);
@@ -405,6 +419,16 @@ void Service::FinishIteration(DeviceRuntime& dev, int lane, int slot_index, uint
         t->set_data(static_cast<const char*>(slot.host) + layout.fetch_offsets[i], g.values[v].type.bytes());
       }
       job->done++;
+      {
+        const Clock::time_point now = Clock::now();
+        if (job->done > 1) {
+          const double interval = std::chrono::duration<double>(now - job->last_done_at).count();
+          constexpr double kWeight = 0.05;  // about the last 20 iterations
+          job->done_interval_seconds = job->done == 2 ? interval
+                                                      : (1 - kWeight) * job->done_interval_seconds + kWeight * interval;
+        }
+        job->last_done_at = now;
+      }
       if (job->done == 1) WarmLanesFor(dev, *job);  // its shapes' choices are made now
       job->device_seconds += seconds;
       dev.iterations++;
@@ -523,9 +547,9 @@ void Service::StartReads(Job& job) {
 // ends like a whole one (FinishIteration), with the sum of its segments'
 // device times as its run time.
 
-bool Service::RunsInSegments(const DeviceRuntime& dev, const Job& job, const Lane& l) const {
+bool Service::RunsInSegments(const DeviceRuntime& dev, const Job& job, const Graph& graph, const Lane& l) const {
   if (options_.preemption != "op" || l.outstanding > 0) return false;
-  if (static_cast<int>(job.graph->nodes.size()) <= options_.preemption_segment_nodes) return false;
+  if (static_cast<int>(graph.nodes.size()) <= options_.preemption_segment_nodes) return false;
   if (dev.scheduler->policy() != "priority") return false;
   // Jobs of the highest priority present never yield (and are the only
   // ones the scheduler stages behind a running iteration): they keep the
@@ -608,7 +632,7 @@ void Service::EnqueueSegment(DeviceRuntime& dev, int lane, SegmentedIteration& r
   device::Device* device = dev.device.get();
   device::Stream* stream = l.stream.get();
   // The job outlives its iteration: device_work keeps a closing job.
-  Program* program = jobs_.at(run.job)->program.get();
+  Program* program = jobs_.at(run.job)->View(run.it.variant).program;
   device::Event* begin = whole.begin.get();
   device::Event* start = whole.start.get();
   device::Event* end = whole.end.get();

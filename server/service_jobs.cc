@@ -168,6 +168,7 @@ absl::StatusOr<Service::PreparedJob> Service::PrepareJob(const v1::RegisterJobRe
   ASSIGN_OR_RETURN(CompiledJob compiled, CompileJob(reg, {.fuse_elementwise = fuse_elementwise}));
   out.graph = std::make_unique<Graph>(std::move(compiled.graph));
   out.layout = std::move(compiled.layout);
+  ASSIGN_OR_RETURN(out.variants, CompileVariants(reg, *out.graph, fuse_elementwise));
   // Mapped only for a graph that builds: a bad graph leaves the object untouched.
   if (reg.has_shared_frames()) {
     if (frames != nullptr) {
@@ -196,6 +197,42 @@ absl::StatusOr<Service::PreparedJob> Service::PrepareJob(const v1::RegisterJobRe
   out.frames = std::move(frames);
   out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return out;
+}
+
+absl::StatusOr<std::vector<GraphVariant>> Service::CompileVariants(const v1::RegisterJobRequest& reg,
+                                                                   const Graph& main, bool fuse_elementwise) {
+  constexpr int kMaxVariants = 16;
+  if (reg.variants_size() > kMaxVariants) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(reg.variants_size(), " graph variants; a job may have at most ", kMaxVariants));
+  }
+  std::vector<GraphVariant> variants;
+  for (const v1::GraphVariant& wire : reg.variants()) {
+    const std::string where = absl::StrCat("graph variant '", wire.name(), "'");
+    if (wire.name().empty()) return absl::InvalidArgumentError("a graph variant needs a name");
+    for (const GraphVariant& v : variants) {
+      if (v.name == wire.name()) return absl::InvalidArgumentError(absl::StrCat(where, " is named twice"));
+    }
+    absl::StatusOr<CompiledJob> compiled =
+        CompileGraph(wire.graph(), reg.persistent(), {.fuse_elementwise = fuse_elementwise});
+    if (!compiled.ok()) {
+      return absl::Status(compiled.status().code(), absl::StrCat(where, ": ", compiled.status().message()));
+    }
+    // The address table gives graph k's i-th persistent tensor the job's
+    // i-th: every graph must list them alike (BuildGraph declares them in
+    // the registration's order).
+    const Graph& g = compiled->graph;
+    bool same = g.persistents.size() == main.persistents.size();
+    for (size_t i = 0; same && i < g.persistents.size(); ++i) {
+      const Value& a = g.values[g.persistents[i]];
+      const Value& b = main.values[main.persistents[i]];
+      same = a.name == b.name && a.type == b.type;
+    }
+    if (!same) return absl::InternalError(absl::StrCat(where, ": its persistent tensors differ from the job's"));
+    variants.push_back({wire.name(), std::make_unique<Graph>(std::move(compiled->graph)),
+                        std::move(compiled->layout), nullptr});
+  }
+  return variants;
 }
 
 void Service::FinishRegistration(const PendingReply& to, uint64_t job_id, uint64_t session_id, std::string name,
@@ -232,6 +269,7 @@ void Service::FinishRegistration(const PendingReply& to, uint64_t job_id, uint64
   job->admin_owner = session_it->second->admin;
   job->graph = std::move(prepared->graph);
   job->layout = std::move(prepared->layout);
+  job->variants = std::move(prepared->variants);
   job->interference_key = std::move(prepared->interference_key);
   std::shared_ptr<const RequestFrames> frames = std::move(prepared->frames);
 
@@ -252,6 +290,18 @@ void Service::FinishRegistration(const PendingReply& to, uint64_t job_id, uint64
     return;
   }
   job->program = *std::move(program);
+  for (GraphVariant& v : job->variants) {
+    absl::StatusOr<std::unique_ptr<Program>> p;
+    {
+      LoopSection timed(loop_, "RegisterJob/program");
+      p = CreateProgram(*v.graph, *dev->device);
+    }
+    if (!p.ok()) {
+      fail(absl::Status(p.status().code(), absl::StrCat("graph variant '", v.name, "': ", p.status().message())));
+      return;
+    }
+    v.program = *std::move(p);
+  }
   job->id = job_id;
   TLOG_DEBUG("job prepared off the loop")
       .With("job", job->id)
@@ -282,7 +332,7 @@ absl::Status Service::Admit(Job& job) {
   mem.job = job.id;
   mem.name = job.name;
   for (int v : job.graph->persistents) mem.persistent_bytes.push_back(job.graph->values[v].type.bytes());
-  mem.ephemeral_bytes = job.layout.arena_bytes;
+  mem.ephemeral_bytes = job.ArenaBytes();
   mem.quota_bytes = hints.memory_quota_bytes();
   // An administrator's quota may exceed max_job_memory_mib (others' were
   // refused above it at registration).
@@ -400,7 +450,7 @@ void Service::StartJob(std::unique_ptr<Job> job) {
             r->set_job_id(job.id);
             r->set_device(job.device->device->info().name);
             r->set_persistent_bytes(job.persistent_bytes);
-            r->set_ephemeral_peak_bytes(job.layout.arena_bytes);
+            r->set_ephemeral_peak_bytes(job.ArenaBytes());
             r->set_lane(job.lane);
             for (int v : job.graph->fetchable) {
               v1::TensorSpec* spec = r->add_fetchable();

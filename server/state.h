@@ -5,6 +5,7 @@
 #ifndef TANDEM_SERVER_STATE_H_
 #define TANDEM_SERVER_STATE_H_
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -68,6 +69,7 @@ struct QueuedIteration {
   // the bytes are inline. Keeps the regions mapped until the copies ran.
   std::vector<std::shared_ptr<SharedRegion>> regions;
   Clock::time_point enqueued;
+  int variant = 0;  // which of the job's graphs runs (Job::View)
 };
 
 struct PendingRead {
@@ -86,6 +88,24 @@ enum class JobState { kWaitingForMemory, kUploading, kRunning, kClosing };
 const char* JobStateName(JobState state);
 
 struct DeviceRuntime;
+
+// One of a job's graphs besides the one it registered with
+// (RegisterJobRequest.variants): another batch shape, an evaluation pass. It
+// has the job's persistent tensors, in the registration's order, and its own
+// feeds, fetches, updates and memory plan.
+struct GraphVariant {
+  std::string name;
+  std::unique_ptr<Graph> graph;  // stable address: the program points into it
+  IterationLayout layout;
+  std::unique_ptr<Program> program;
+};
+
+// What an iteration of one of a job's graphs uses.
+struct GraphView {
+  const Graph* graph = nullptr;
+  const IterationLayout* layout = nullptr;
+  Program* program = nullptr;
+};
 
 struct Job {
   uint64_t id = 0;
@@ -106,7 +126,8 @@ struct Job {
   // only with nothing of it in flight (Service::RebalanceLanes), whose
   // completions reached the loop after the old thread's last use.
   std::unique_ptr<Program> program;
-  ProgramCounters counters_seen;  // program's counters when its last iteration ended (journal)
+  std::vector<GraphVariant> variants;
+  ProgramCounters counters_seen;  // Counters() when its last iteration ended (journal)
   std::vector<void*> persistent;  // per graph.persistents entry
   uint64_t persistent_bytes = 0;
 
@@ -118,10 +139,52 @@ struct Job {
   uint64_t received = 0;    // iterations accepted
   uint64_t dispatched = 0;  // iterations handed to the device
   uint64_t done = 0;        // iterations completed successfully
+  // Wall time between completed iterations, exponentially weighted (the
+  // progress rate of tandemctl jobs), and the last completion.
+  double done_interval_seconds = 0;
+  Clock::time_point last_done_at{};
   uint64_t failed = 0;
   double device_seconds = 0;
   uint64_t yields = 0;                      // pauses of its iterations for a higher priority (op preemption)
   std::vector<PendingReply> close_replies;  // answered when the job is gone
+
+  // Graph 0 is the registered one, graph k > 0 variants[k - 1].
+  GraphView View(int variant) const {
+    if (variant == 0) return {graph.get(), &layout, program.get()};
+    const GraphVariant& v = variants[variant - 1];
+    return {v.graph.get(), &v.layout, v.program.get()};
+  }
+  // The index of the graph named `name` ("" the registered one), or -1.
+  int FindVariant(const std::string& name) const {
+    if (name.empty()) return 0;
+    for (size_t i = 0; i < variants.size(); ++i) {
+      if (variants[i].name == name) return static_cast<int>(i) + 1;
+    }
+    return -1;
+  }
+  // Its lane arena's share: the largest of its graphs' plans.
+  uint64_t ArenaBytes() const {
+    uint64_t bytes = layout.arena_bytes;
+    for (const GraphVariant& v : variants) bytes = std::max<uint64_t>(bytes, v.layout.arena_bytes);
+    return bytes;
+  }
+  // Its graphs' programs' counters, summed.
+  ProgramCounters Counters() const {
+    ProgramCounters sum;
+    for (int i = 0; i <= static_cast<int>(variants.size()); ++i) {
+      const Program* p = View(i).program;
+      if (p == nullptr) continue;
+      const ProgramCounters c = p->Counters();
+      sum.graph_launches += c.graph_launches;
+      sum.op_by_op_runs += c.op_by_op_runs;
+      sum.captures += c.captures;
+      sum.recapture_seconds += c.recapture_seconds;
+      sum.recapture_run_seconds += c.recapture_run_seconds;
+      sum.recapture_graph_seconds += c.recapture_graph_seconds;
+      sum.warmed_nodes += c.warmed_nodes;
+    }
+    return sum;
+  }
 };
 
 // A slot's smallest buffer, allocated with its lane: a feed-and-fetch

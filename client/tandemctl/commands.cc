@@ -101,15 +101,32 @@ std::string DeviceTable(const v1::StatsResponse& stats) {
   return table.Render();
 }
 
+// "120/1000 (12%)" of a job that said how many iterations it runs, else the
+// count.
+std::string Progress(const v1::JobInfo& j) {
+  if (j.expected_iterations() <= 0) return absl::StrCat(j.iterations_done());
+  const double percent = 100.0 * static_cast<double>(j.iterations_done()) / static_cast<double>(j.expected_iterations());
+  return absl::StrFormat("%d/%d (%.0f%%)", j.iterations_done(), j.expected_iterations(), std::min(percent, 100.0));
+}
+
+// Iterations per second: top's own measurement over its interval where it
+// has one, else the daemon's recent rate.
+std::string Rate(const v1::JobInfo& j, const std::map<uint64_t, double>* rates) {
+  if (rates != nullptr) {
+    if (auto it = rates->find(j.job_id()); it != rates->end()) return absl::StrFormat("%.1f", it->second);
+  }
+  return j.iterations_per_second() > 0 ? absl::StrFormat("%.1f", j.iterations_per_second()) : "-";
+}
+
 // `rates`: iterations per second by job (top), or null.
 std::string JobTable(const v1::ListSessionsResponse& list, const std::map<uint64_t, double>* rates) {
   std::map<uint64_t, const v1::SessionInfo*> session_of;
   std::vector<const v1::JobInfo*> jobs = AllJobs(list, &session_of);
   if (jobs.empty()) return "no jobs\n";
   std::vector<std::string> headers = {">JOB",       "NAME",      "CLIENT",      "STATE",      "DEVICE",
-                                      ">LANE",      ">PRIO",     ">ITERS",      ">ITER-TIME", ">QUEUE-WAIT",
-                                      ">GPU-SHARE", ">SLOWDOWN", ">PERSISTENT", ">EPHEMERAL", ">QUEUED"};
-  if (rates != nullptr) headers.push_back(">IT/S");
+                                      ">LANE",      ">PRIO",     ">ITERS",      ">IT/S",      ">ETA",
+                                      ">ITER-TIME", ">QUEUE-WAIT", ">GPU-SHARE", ">SLOWDOWN", ">PERSISTENT",
+                                      ">EPHEMERAL", ">QUEUED"};
   TextTable table(headers);
   for (const v1::JobInfo* j : jobs) {
     const v1::SessionInfo* s = session_of[j->job_id()];
@@ -120,7 +137,9 @@ std::string JobTable(const v1::ListSessionsResponse& list, const std::map<uint64
                                     j->device(),
                                     absl::StrCat(j->lane()),
                                     absl::StrCat(j->priority()),
-                                    absl::StrCat(j->iterations_done()),
+                                    Progress(*j),
+                                    Rate(*j, rates),
+                                    j->eta_seconds() > 0 ? HumanDuration(j->eta_seconds()) : "-",
                                     HumanSeconds(j->mean_iteration_seconds()),
                                     HumanSeconds(j->mean_queue_seconds()),
                                     Percent(j->gpu_time_share()),
@@ -128,10 +147,6 @@ std::string JobTable(const v1::ListSessionsResponse& list, const std::map<uint64
                                     HumanBytes(j->persistent_bytes()),
                                     HumanBytes(j->ephemeral_peak_bytes()),
                                     absl::StrCat(j->queued_iterations())};
-    if (rates != nullptr) {
-      auto it = rates->find(j->job_id());
-      row.push_back(it == rates->end() ? "-" : absl::StrFormat("%.1f", it->second));
-    }
     table.AddRow(std::move(row));
   }
   return table.Render();
@@ -478,8 +493,8 @@ std::string CtlUsage() {
          "\n"
          "commands:\n"
          "  status                 the daemon, its devices and their memory (persistent / lanes / free)\n"
-         "  jobs                   every job: state, priority, iterations, iteration time, queue wait,\n"
-         "                         GPU-time share, slowdown, memory\n"
+         "  jobs                   every job: state, priority, iterations (done/expected), rate, time\n"
+         "                         left, iteration time, queue wait, GPU-time share, slowdown, memory\n"
          "  lanes                  every lane of every device: arena, running iterations, jobs\n"
          "  loop                   the control loop's time per kind of work item and per part of an\n"
          "                         iteration's end (its one thread is the daemon's own limit)\n"

@@ -148,9 +148,16 @@ TEST_F(TandemctlTest, EverySubcommandAgainstTrainingJobs) {
   // jobs: the table and the JSON.
   ProcessResult table = Ctl({"jobs"});
   ASSERT_EQ(table.exit_code, 0) << table.err;
-  for (const char* column : {"ITER-TIME", "QUEUE-WAIT", "GPU-SHARE", "SLOWDOWN", "alpha", "beta", "running"}) {
+  for (const char* column :
+       {"ITER-TIME", "QUEUE-WAIT", "GPU-SHARE", "SLOWDOWN", "IT/S", "ETA", "alpha", "beta", "running"}) {
     EXPECT_THAT(table.out, HasSubstr(column));
   }
+  // Progress: mlp_train says how many iterations it will run.
+  EXPECT_THAT(table.out, HasSubstr("/1000000"));
+  EXPECT_EQ(alpha.expected_iterations(), 1000000);
+  EXPECT_GT(alpha.iterations_per_second(), 0);
+  EXPECT_NEAR(alpha.eta_seconds(), (1000000.0 - alpha.iterations_done()) / alpha.iterations_per_second(),
+              1e-6 * alpha.eta_seconds() + 1e-9);
   EXPECT_EQ(alpha.state(), "running");
   EXPECT_EQ(alpha.device(), "cpu");
   EXPECT_GT(alpha.mean_iteration_seconds(), 0);

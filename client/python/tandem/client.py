@@ -127,14 +127,15 @@ class Client:
             self._lib.tandem_free_string(response)
         return job_id.value, json.loads(text)
 
-    def submit(self, job_id, feeds, fetches, iteration=0):
-        """Queues one iteration; returns a ticket for wait()."""
+    def submit(self, job_id, feeds, fetches, iteration=0, variant=""):
+        """Queues one iteration of the job's graph `variant` (a name given at registration; "" the registered
+        graph); returns a ticket for wait()."""
         self._check_open()
         array, keep = _c_tensors(list(feeds))
         names = (ctypes.c_char_p * max(len(fetches), 1))(*[f.encode() for f in fetches])
         ticket = ctypes.c_uint64()
-        rc = self._lib.tandem_submit(self._handle, job_id, array, len(feeds), names, len(fetches), iteration,
-                                     ctypes.byref(ticket))
+        rc = self._lib.tandem_submit_variant(self._handle, job_id, variant.encode(), array, len(feeds), names,
+                                             len(fetches), iteration, ctypes.byref(ticket))
         del keep
         self._call(rc, "submitting an iteration")
         return ticket.value

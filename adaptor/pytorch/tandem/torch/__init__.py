@@ -22,7 +22,7 @@ from tandem.errors import (BatchError, CaptureError, DaemonUnavailableError, Ite
 from tandem.torch.batch import Batch
 from tandem.torch.capture import capture_inference, capture_training_step
 from tandem.torch.clipping import GradientClipping
-from tandem.torch.job import ServedModel, StepHandle, StepResult, TrainingJob, weights_for
+from tandem.torch.job import ServedModel, StepHandle, StepResult, TrainingJob, _EvalVariant, _ShapeVariant, weights_for
 from tandem.torch.lower import lower
 from tandem.torch.optim import OptimizerPlan
 from tandem.torch.outputs import MODEL_OUTPUT
@@ -62,7 +62,7 @@ def capture_training_job(model, loss_fn, optimizer, example_batch, record_values
 
 def train(model, loss_fn, optimizer, example_batch, endpoint=None, name=None, priority=0, expected_iterations=0,
           device=None, outputs=None, *, clip_grad_norm=None, clip_norm_type=2.0, clip_grad_value=None,
-          accumulate=1):
+          accumulate=1, other_shapes=(), evaluate=None):
     """Captures one training step of `model` and registers it with tandemd. Returns a TrainingJob.
 
     The step computes loss_fn(model(*inputs, **kwargs), *targets) -> a scalar tensor, then the gradients and
@@ -93,12 +93,27 @@ def train(model, loss_fn, optimizer, example_batch, endpoint=None, name=None, pr
 
     The job holds the trained weights and optimizer state: job.checkpoint() (or state_dict() and
     optimizer_state_dict()) reads them in PyTorch's formats, job.load_into(model, optimizer) copies them back.
+
+    other_shapes: more example batches, of the example's structure and dtypes but other shapes (the short last
+    batch of an epoch, sequence-length buckets): each is captured as another graph of the same job over the
+    same weights and optimizer state, and step() runs the graph whose shapes its batch has (a batch of a shape
+    none has is a BatchError that lists them). The job's activation memory is planned for the largest.
+    evaluate: an example input of model(*inputs) in eval mode: job.evaluate(*inputs) then runs that forward
+    pass in the daemon on the job's live weights, as another graph of the job (no copy of the weights).
     """
-    capture, lowered = capture_training_job(model, loss_fn, optimizer, example_batch, outputs=outputs,
-                                            clip_grad_norm=clip_grad_norm, clip_norm_type=clip_norm_type,
-                                            clip_grad_value=clip_grad_value, accumulate=accumulate)
+    kwargs = dict(outputs=outputs, clip_grad_norm=clip_grad_norm, clip_norm_type=clip_norm_type,
+                  clip_grad_value=clip_grad_value, accumulate=accumulate)
+    capture, lowered = capture_training_job(model, loss_fn, optimizer, example_batch, **kwargs)
+    shape_variants = []
+    for i, other in enumerate(other_shapes):
+        other_capture, other_lowered = capture_training_job(model, loss_fn, optimizer, other, **kwargs)
+        shape_variants.append(_ShapeVariant(f"shape{i + 1}", other_capture, other_lowered))
+    eval_variant = None
+    if evaluate is not None:
+        eval_variant = _EvalVariant(*capture_serving(model, evaluate))
     name = name or f"{type(model).__name__}-train"
-    return TrainingJob(capture, lowered, endpoint, name, _hints(priority, expected_iterations, device))
+    return TrainingJob(capture, lowered, endpoint, name, _hints(priority, expected_iterations, device),
+                       shape_variants, eval_variant)
 
 
 def serve(model, example_input, endpoint=None, name=None, priority=0, device=None):

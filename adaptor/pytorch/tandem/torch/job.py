@@ -26,9 +26,9 @@ from tandem.torch import dtypes
 from tandem.torch.lower import SEED_FEED
 
 
-def _check_batch(what, tensors, expected, labels=None):
+def _check_batch(what, tensors, expected, labels=None, declared=None):
     """BatchError unless `tensors` match `expected` [(feed name, dtype, shape)] one for one; `labels` name the
-    tensors in messages (default: "argument i")."""
+    tensors in messages (default: "argument i"); `declared`: every batch shape the job has a graph for."""
     if len(tensors) != len(expected):
         raise errors.BatchError(f"{what} takes {len(expected)} tensors (as in the example), got {len(tensors)}")
     for i, (t, (name, dtype, shape)) in enumerate(zip(tensors, expected)):
@@ -36,11 +36,17 @@ def _check_batch(what, tensors, expected, labels=None):
         if not isinstance(t, torch.Tensor):
             raise errors.BatchError(f"{what}: {label} is a {type(t).__name__}, not a torch.Tensor")
         if t.dtype != dtype or tuple(t.shape) != shape:
+            if declared:
+                shapes = "; ".join(", ".join(str(s) for s in batch) for batch in declared)
+                raise errors.BatchError(
+                    f"{what}: {label} is {t.dtype}{list(t.shape)}, a batch shape the job has no graph for. Its "
+                    f"graphs take these batch shapes (one per graph, inputs then targets): {shapes}. Declare "
+                    "others with train(..., other_shapes=[example, ...]).")
             raise errors.BatchError(
                 f"{what}: {label} is {t.dtype}{list(t.shape)} but the job was captured with "
-                f"{dtype}{list(shape)}. A Tandem job runs one static graph: pass batches of the example's shape "
-                "and dtype (drop or pad a short last batch, e.g. DataLoader(drop_last=True)), or capture another "
-                "job for the other shape.")
+                f"{dtype}{list(shape)}. A Tandem job runs one static graph per batch shape: pass batches of the "
+                "example's shape and dtype (drop or pad a short last batch, e.g. DataLoader(drop_last=True)), or "
+                "declare the other shapes with train(..., other_shapes=[example, ...]).")
 
 
 class _Session:
@@ -78,8 +84,9 @@ class StepHandle:
     """One submitted iteration. result() waits for it and returns its loss as a float, or a StepResult when it
     was submitted with fetch=."""
 
-    def __init__(self, job, ticket, iteration, outputs=None):
+    def __init__(self, job, ticket, iteration, outputs=None, loss_name=None):
         self._job = job
+        self._loss_name = loss_name or job._loss_name
         self._ticket = ticket
         self.iteration = iteration
         self._outputs = outputs  # None, or {name: (IR fetch names, pytree spec)} to fetch
@@ -93,7 +100,7 @@ class StepHandle:
     def result(self):
         if self._result is None:
             result = self._job._session.client.wait(self._ticket)
-            loss = float(dtypes.to_torch(result.tensors[self._job._loss_name]))
+            loss = float(dtypes.to_torch(result.tensors[self._loss_name]))
             if self._outputs is None:
                 self._result = loss
             else:
@@ -121,10 +128,46 @@ class _Seeds:
         return [dtypes.host_tensor(SEED_FEED, torch.tensor(self._base + iteration, dtype=torch.int64))]
 
 
+class _ShapeVariant:
+    """A training step for another batch shape (train(other_shapes=...)): a graph variant of the job."""
+
+    def __init__(self, name, capture, lowered):
+        self.name, self.capture, self.lowered = name, capture, lowered
+        feed_specs = {n: (dt, shape) for n, dt, shape in lowered.feed_specs}
+        self.batch_specs = [(n, *feed_specs[n]) for n in capture.batch_names]
+        self.loss_name = lowered.fetch_names["loss"]
+
+    def matches(self, flat):
+        return len(flat) == len(self.batch_specs) and all(
+            isinstance(t, torch.Tensor) and t.dtype == dt and tuple(t.shape) == shape
+            for t, (_, dt, shape) in zip(flat, self.batch_specs))
+
+
+class _EvalVariant:
+    """The model's eval-mode forward pass (train(evaluate=...)): a graph variant of the job that reads its live
+    weights."""
+
+    name = "eval"
+
+    def __init__(self, capture, lowered):
+        self.capture, self.lowered = capture, lowered
+        feed_specs = {n: (dt, shape) for n, dt, shape in lowered.feed_specs}
+        self.input_specs = [(n, *feed_specs[n]) for n in capture.input_names]
+        self.fetches = [lowered.fetch_names[o.name] for o in capture.outputs]
+        self.seeds = _Seeds(feed_specs)
+
+
+def _same_persistent(lowered, other, what):
+    """CaptureError unless every persistent tensor `other` reads is one of the training step's."""
+    missing = {n for n, _ in other.persistent} - {n for n, _ in lowered.persistent}
+    if missing:
+        raise errors.CaptureError(f"{what} reads tensors the training step does not have: {sorted(missing)}")
+
+
 class TrainingJob:
     """A model's training step, registered with tandemd. Build it with tandem.torch.train()."""
 
-    def __init__(self, capture, lowered, endpoint, name, hints):
+    def __init__(self, capture, lowered, endpoint, name, hints, shape_variants=(), eval_variant=None):
         self._capture = capture
         self._plan = capture.plan
         self._lowered = lowered
@@ -137,7 +180,18 @@ class TrainingJob:
         self._outputs = {name: ([lowered.fetch_names[k] for k in keys], spec)
                          for name, (keys, spec) in capture.output_specs.items()}
         self._seeds = _Seeds(feed_specs)
+        # Other batch shapes and the evaluation pass: graph variants of this job over its one set of weights
+        # (RegisterJobRequest.variants), registered with it, so that none holds a copy.
+        self._shape_variants = list(shape_variants)
+        self._eval = eval_variant
+        variants = [(v.name, v.lowered, "the step for batch shape " + v.name) for v in self._shape_variants]
+        if eval_variant is not None:
+            variants.append((eval_variant.name, eval_variant.lowered, "the evaluation pass"))
+        for _, other, what in variants:
+            _same_persistent(lowered, other, what)
         request = {"name": name, "graph": lowered.graph, "hints": hints}
+        if variants:
+            request["variants"] = [{"name": n, "graph": other.graph} for n, other, _ in variants]
         persistent = [dtypes.host_tensor(n, t) for n, t in lowered.persistent]
         self._session = _Session(endpoint, name, request, persistent)
         self._iteration = 0
@@ -162,9 +216,19 @@ class TrainingJob:
         """The names of the step's outputs beyond the loss (train(outputs=...))."""
         return list(self._outputs)
 
-    def _fetched_outputs(self, fetch):
+    def _declared_shapes(self):
+        shapes = [[list(s) for _, _, s in self._batch_specs]]
+        shapes += [[list(s) for _, _, s in v.batch_specs] for v in self._shape_variants]
+        return shapes
+
+    def _fetched_outputs(self, fetch, shape=None):
         if fetch is None or fetch is False:
             return None
+        if shape is not None:  # the same outputs, under that graph's names
+            outputs = {name: ([shape.lowered.fetch_names[k] for k in keys], spec)
+                       for name, (keys, spec) in shape.capture.output_specs.items()}
+            wanted = self._fetched_outputs(fetch)
+            return {n: outputs[n] for n in wanted}
         if fetch is True:
             names = list(self._outputs)
         elif isinstance(fetch, str):
@@ -182,24 +246,31 @@ class TrainingJob:
         step()."""
         self._session.check_open()
         flat = self._layout.flatten_step("step()", batch)
-        _check_batch("step()", flat, self._batch_specs, self._layout.labels)
-        outputs = self._fetched_outputs(fetch)
-        fetches = [self._loss_name]
+        variant, batch_specs, loss_name = "", self._batch_specs, self._loss_name
+        shape = next((v for v in self._shape_variants if v.matches(flat)), None)
+        if shape is not None:
+            variant, batch_specs, loss_name = shape.name, shape.batch_specs, shape.loss_name
+        elif self._shape_variants:
+            _check_batch("step()", flat, self._batch_specs, self._layout.labels, self._declared_shapes())
+        else:
+            _check_batch("step()", flat, self._batch_specs, self._layout.labels)
+        outputs = self._fetched_outputs(fetch, shape)
+        fetches = [loss_name]
         for names, _ in (outputs or {}).values():
             fetches += [n for n in names if n not in fetches]
         scalars = self._plan.scalar_values(advance=False)
         feeds = [dtypes.host_tensor(n, torch.tensor(v, dtype=torch.float32))
                  for n, v in zip(self._scalar_names, scalars)]
-        feeds += [dtypes.host_tensor(spec[0], t) for spec, t in zip(self._batch_specs, flat)]
+        feeds += [dtypes.host_tensor(spec[0], t) for spec, t in zip(batch_specs, flat)]
         feeds += self._seeds.feeds(self._iteration)
         self._iteration += 1
-        ticket = self._session.client.submit(self.job_id, feeds, fetches, self._iteration)
+        ticket = self._session.client.submit(self.job_id, feeds, fetches, self._iteration, variant)
         self._plan.scalar_values(advance=True)
         # Learning-rate schedulers check that the optimizer stepped before them; it did, in the daemon.
         optimizer = self._plan.optimizer
         if hasattr(optimizer, "_step_count"):
             optimizer._step_count += 1
-        return StepHandle(self, ticket, self._iteration, outputs)
+        return StepHandle(self, ticket, self._iteration, outputs, loss_name)
 
     def step(self, *batch, fetch=False):
         """Runs one training iteration (one optimizer step) in the daemon and returns its loss (a float).
@@ -211,6 +282,21 @@ class TrainingJob:
         names: returns a StepResult(loss, outputs) with those of the step's outputs (train(outputs=...)) as
         torch tensors."""
         return self.step_async(*batch, fetch=fetch).result()
+
+    def evaluate(self, *inputs):
+        """The model's eval-mode forward pass on `inputs` (of the shapes given as train(evaluate=...)), run in
+        the daemon on the job's live weights (after every step sent so far; nothing is copied): torch tensors
+        structured like the model's output."""
+        self._session.check_open()
+        if self._eval is None:
+            raise errors.TandemError("this job has no evaluation pass: give train(..., evaluate=example_input)")
+        _check_batch("evaluate()", inputs, self._eval.input_specs)
+        feeds = [dtypes.host_tensor(spec[0], t) for spec, t in zip(self._eval.input_specs, inputs)]
+        feeds += self._eval.seeds.feeds(self._iteration)
+        ticket = self._session.client.submit(self.job_id, feeds, self._eval.fetches, self._iteration, "eval")
+        result = self._session.client.wait(ticket)
+        leaves = [dtypes.to_torch(result.tensors[f]) for f in self._eval.fetches]
+        return tree_unflatten(leaves, self._eval.capture.out_spec)
 
     def read(self, name):
         """A persistent tensor of the job (a parameter, buffer, or optimizer state such as
