@@ -169,8 +169,8 @@ class Service {
                                                 uint64_t max_message_bytes, uint64_t session_id);
   // Preparation thread: the registration's graph variants, compiled and
   // checked against the job's graph `main`.
-  static absl::StatusOr<std::vector<GraphVariant>> CompileVariants(const v1::RegisterJobRequest& reg,
-                                                                   const Graph& main, bool fuse_elementwise);
+  static absl::StatusOr<std::vector<GraphVariant>> CompileVariants(const v1::RegisterJobRequest& reg, const Graph& main,
+                                                                   bool fuse_elementwise);
   // Preparation thread: sleeps $TANDEM_TEST_PREPARE_DELAY_MS first (tests
   // only; read once), before a registration's or a map's work.
   static void TestPrepareDelay();

@@ -424,8 +424,8 @@ void Service::FinishIteration(DeviceRuntime& dev, int lane, int slot_index, uint
         if (job->done > 1) {
           const double interval = std::chrono::duration<double>(now - job->last_done_at).count();
           constexpr double kWeight = 0.05;  // about the last 20 iterations
-          job->done_interval_seconds = job->done == 2 ? interval
-                                                      : (1 - kWeight) * job->done_interval_seconds + kWeight * interval;
+          job->done_interval_seconds =
+              job->done == 2 ? interval : (1 - kWeight) * job->done_interval_seconds + kWeight * interval;
         }
         job->last_done_at = now;
       }

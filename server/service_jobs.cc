@@ -199,8 +199,8 @@ absl::StatusOr<Service::PreparedJob> Service::PrepareJob(const v1::RegisterJobRe
   return out;
 }
 
-absl::StatusOr<std::vector<GraphVariant>> Service::CompileVariants(const v1::RegisterJobRequest& reg,
-                                                                   const Graph& main, bool fuse_elementwise) {
+absl::StatusOr<std::vector<GraphVariant>> Service::CompileVariants(const v1::RegisterJobRequest& reg, const Graph& main,
+                                                                   bool fuse_elementwise) {
   constexpr int kMaxVariants = 16;
   if (reg.variants_size() > kMaxVariants) {
     return absl::InvalidArgumentError(
@@ -229,8 +229,8 @@ absl::StatusOr<std::vector<GraphVariant>> Service::CompileVariants(const v1::Reg
       same = a.name == b.name && a.type == b.type;
     }
     if (!same) return absl::InternalError(absl::StrCat(where, ": its persistent tensors differ from the job's"));
-    variants.push_back({wire.name(), std::make_unique<Graph>(std::move(compiled->graph)),
-                        std::move(compiled->layout), nullptr});
+    variants.push_back(
+        {wire.name(), std::make_unique<Graph>(std::move(compiled->graph)), std::move(compiled->layout), nullptr});
   }
   return variants;
 }

@@ -105,7 +105,8 @@ std::string DeviceTable(const v1::StatsResponse& stats) {
 // count.
 std::string Progress(const v1::JobInfo& j) {
   if (j.expected_iterations() <= 0) return absl::StrCat(j.iterations_done());
-  const double percent = 100.0 * static_cast<double>(j.iterations_done()) / static_cast<double>(j.expected_iterations());
+  const double percent =
+      100.0 * static_cast<double>(j.iterations_done()) / static_cast<double>(j.expected_iterations());
   return absl::StrFormat("%d/%d (%.0f%%)", j.iterations_done(), j.expected_iterations(), std::min(percent, 100.0));
 }
 
@@ -123,10 +124,9 @@ std::string JobTable(const v1::ListSessionsResponse& list, const std::map<uint64
   std::map<uint64_t, const v1::SessionInfo*> session_of;
   std::vector<const v1::JobInfo*> jobs = AllJobs(list, &session_of);
   if (jobs.empty()) return "no jobs\n";
-  std::vector<std::string> headers = {">JOB",       "NAME",      "CLIENT",      "STATE",      "DEVICE",
-                                      ">LANE",      ">PRIO",     ">ITERS",      ">IT/S",      ">ETA",
-                                      ">ITER-TIME", ">QUEUE-WAIT", ">GPU-SHARE", ">SLOWDOWN", ">PERSISTENT",
-                                      ">EPHEMERAL", ">QUEUED"};
+  std::vector<std::string> headers = {
+      ">JOB", "NAME",       "CLIENT",      "STATE",      "DEVICE",    ">LANE",       ">PRIO",      ">ITERS", ">IT/S",
+      ">ETA", ">ITER-TIME", ">QUEUE-WAIT", ">GPU-SHARE", ">SLOWDOWN", ">PERSISTENT", ">EPHEMERAL", ">QUEUED"};
   TextTable table(headers);
   for (const v1::JobInfo* j : jobs) {
     const v1::SessionInfo* s = session_of[j->job_id()];
