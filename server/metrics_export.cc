@@ -36,7 +36,7 @@ std::string Service::RenderMetrics() {
   w.Sample("tandem_sessions", {}, static_cast<double>(sessions_.size()));
   w.Family("tandem_jobs", "gauge", "jobs by state");
   uint64_t by_state[4] = {0, 0, 0, 0};
-  for (const auto& [id, job] : jobs_) by_state[static_cast<int>(job->state)]++;
+  for (const auto& [id, job] : jobs_) by_state[static_cast<int>(job->state.get())]++;
   by_state[static_cast<int>(JobState::kWaitingForMemory)] += waiting_for_memory_.size();
   for (JobState s : {JobState::kWaitingForMemory, JobState::kUploading, JobState::kRunning, JobState::kClosing}) {
     w.Sample("tandem_jobs", {{"state", JobStateName(s)}}, static_cast<double>(by_state[static_cast<int>(s)]));

@@ -72,20 +72,6 @@ absl::StatusOr<std::vector<std::unique_ptr<device::Device>>> OpenDevices(const D
 
 }  // namespace
 
-const char* JobStateName(JobState state) {
-  switch (state) {
-    case JobState::kWaitingForMemory:
-      return "waiting-for-memory";
-    case JobState::kUploading:
-      return "uploading";
-    case JobState::kRunning:
-      return "running";
-    case JobState::kClosing:
-      return "closing";
-  }
-  return "?";
-}
-
 Service::Service(const DaemonOptions& options, EventLoop& loop, SendFn send)
     : options_(options), loop_(loop), send_(std::move(send)), probe_timer_(loop.context()) {}
 

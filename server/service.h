@@ -188,6 +188,8 @@ class Service {
   void OnCloseJob(const PendingReply& to, Session& session, uint64_t job_id);
   void BeginCloseJob(Job& job, const char* reason);
   void MaybeFinishClose(Job& job);
+  // job.state.MoveTo(next), logged as a bug when the machine refuses it.
+  void MoveJob(Job& job, JobState next);
   // Jobs of the session waiting for memory.
   size_t WaitingJobsOf(uint64_t session_id) const;
   DeviceRuntime* ChooseDevice(const v1::JobHints& hints, absl::Status* error);

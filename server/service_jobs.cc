@@ -409,7 +409,7 @@ void Service::StartJob(std::unique_ptr<Job> job) {
   std::shared_ptr<const RequestFrames> frames = std::move(job->registration.frames);
 
   // Upload the initial values on the job's lane stream, then answer.
-  job->state = JobState::kUploading;
+  MoveJob(*job, JobState::kUploading);
   job->device_work++;
   Job* raw = job.get();
   session.jobs.insert(job->id);
@@ -444,7 +444,7 @@ void Service::StartJob(std::unique_ptr<Job> job) {
         Job& job = *it->second;
         if (job.state == JobState::kUploading) {
           if (s.ok()) {
-            job.state = JobState::kRunning;
+            MoveJob(job, JobState::kRunning);
             v1::Response response;
             v1::RegisterJobResponse* r = response.mutable_register_job();
             r->set_job_id(job.id);
@@ -491,7 +491,7 @@ void Service::OnCloseJob(const PendingReply& to, Session& session, uint64_t job_
 
 void Service::BeginCloseJob(Job& job, const char* reason) {
   if (job.state != JobState::kClosing) {
-    job.state = JobState::kClosing;
+    MoveJob(job, JobState::kClosing);
     job.device->lane_levels_stale = true;
     TLOG_INFO("job closing").With("job", job.id).With("name", job.name).With("reason", reason);
     DeviceRuntime& dev = *job.device;
@@ -534,6 +534,14 @@ void Service::MaybeFinishClose(Job& job) {
   // other work.
   AdmitWaitingJobs();
   DispatchAll(dev);
+}
+
+void Service::MoveJob(Job& job, JobState next) {
+  // The service moves a job only along the diagram (server/job_state.h); a
+  // refusal is a bug of the service's, logged, and the job stays as it was.
+  if (absl::Status s = job.state.MoveTo(next); !s.ok()) {
+    TLOG_ERROR("job state change refused").With("job", job.id).With("name", job.name).With("error", s.message());
+  }
 }
 
 size_t Service::WaitingJobsOf(uint64_t session_id) const {

@@ -25,6 +25,7 @@
 #include "sched/scheduler.h"
 #include "server/device_journal.h"
 #include "server/executor.h"
+#include "server/job_state.h"
 #include "server/peer_identity.h"
 #include "server/request_frames.h"
 #include "server/shared_region.h"
@@ -84,9 +85,6 @@ struct PendingRegistration {
   std::shared_ptr<const RequestFrames> frames;  // those sent as frames (Tensor.frame); may be null
 };
 
-enum class JobState { kWaitingForMemory, kUploading, kRunning, kClosing };
-const char* JobStateName(JobState state);
-
 struct DeviceRuntime;
 
 // One of a job's graphs besides the one it registered with
@@ -113,7 +111,7 @@ struct Job {
   PeerIdentity owner;        // the identity of the session that registered it
   bool admin_owner = false;  // that session was an administrator's
   std::string name;
-  JobState state = JobState::kWaitingForMemory;
+  JobStateMachine state;  // server/job_state.h: changes only through state.MoveTo
   DeviceRuntime* device = nullptr;
   int lane = 0;
   v1::JobHints hints;
