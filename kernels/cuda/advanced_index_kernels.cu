@@ -36,26 +36,6 @@ __device__ __forceinline__ int64_t At(const StridedOperand& layout, int64_t i) {
   return layout.rank == 0 ? i : StridedOffset(layout, i);
 }
 
-template <typename F>
-bool DispatchBytes(int bytes, F&& f) {
-  switch (bytes) {
-    case 1:
-      f(uint8_t{});
-      return true;
-    case 2:
-      f(uint16_t{});
-      return true;
-    case 4:
-      f(uint32_t{});
-      return true;
-    case 8:
-      f(uint64_t{});
-      return true;
-    default:
-      return false;
-  }
-}
-
 // The storable dtypes and the 16-bit floats as their CUDA types.
 template <typename F>
 bool DispatchAll(DType dtype, F&& f) {
@@ -300,7 +280,7 @@ cudaError_t LaunchAdvancedIndex(int element_bytes, const AdvancedIndexParams& pa
     if (params.index[j].dtype != DType::kInt64 && params.index[j].dtype != DType::kInt32) return cudaErrorInvalidValue;
   }
   if (params.n == 0) return cudaSuccess;
-  const bool launched = DispatchBytes(element_bytes, [&](auto tag) {
+  const bool launched = DispatchElementBytes(element_bytes, [&](auto tag) {
     using E = decltype(tag);
     AdvancedIndexKernel<E>
         <<<Blocks(params.n), kThreads, 0, stream>>>(params, static_cast<const E*>(self), static_cast<E*>(out), error);
@@ -366,7 +346,7 @@ cudaError_t LaunchMaskedScatter(int element_bytes, int64_t n, const bool* mask, 
                                 const void* self, const void* source, int64_t source_n, void* out, ErrorWord error,
                                 cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  const bool launched = DispatchBytes(element_bytes, [&](auto tag) {
+  const bool launched = DispatchElementBytes(element_bytes, [&](auto tag) {
     using E = decltype(tag);
     MaskedScatterKernel<E><<<1, kScanThreads, 0, stream>>>(n, mask, mask_layout, static_cast<const E*>(self),
                                                            static_cast<const E*>(source), source_n,

@@ -111,26 +111,6 @@ __global__ void PublishErrorWordKernel(int64_t* error, int64_t* host) {
   error[1] = 0;
 }
 
-template <typename F>
-bool DispatchElementSize(int bytes, F&& f) {
-  switch (bytes) {
-    case 1:
-      f(uint8_t{});
-      return true;
-    case 2:
-      f(uint16_t{});
-      return true;
-    case 4:
-      f(uint32_t{});
-      return true;
-    case 8:
-      f(uint64_t{});
-      return true;
-    default:
-      return false;
-  }
-}
-
 }  // namespace
 
 cudaError_t LaunchCopyUnlessError(const int64_t* error, const void* src, void* dst, size_t bytes, cudaStream_t stream) {
@@ -170,7 +150,7 @@ cudaError_t LaunchConvertCopy(DType out_dtype, DType in_dtype, int64_t n, const 
 cudaError_t LaunchGather(int element_bytes, int64_t n, const void* in, const StridedOperand& in_layout, void* out,
                          cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  const bool launched = DispatchElementSize(element_bytes, [&](auto tag) {
+  const bool launched = DispatchElementBytes(element_bytes, [&](auto tag) {
     using E = decltype(tag);
     GatherKernel<E><<<Blocks(n), kThreads, 0, stream>>>(n, static_cast<const E*>(in), in_layout, static_cast<E*>(out));
   });
@@ -186,7 +166,7 @@ cudaError_t LaunchTranspose(int element_bytes, int64_t batch, int64_t rows, int6
                   static_cast<unsigned>(std::min<int64_t>(tiles_y, 65535)),
                   static_cast<unsigned>(std::min<int64_t>(batch, 65535)));
   const dim3 block(kTile, kTileRows);
-  const bool launched = DispatchElementSize(element_bytes, [&](auto tag) {
+  const bool launched = DispatchElementBytes(element_bytes, [&](auto tag) {
     using E = decltype(tag);
     TransposeKernel<E><<<grid, block, 0, stream>>>(batch, rows, cols, static_cast<const E*>(in), static_cast<E*>(out));
   });

@@ -26,27 +26,6 @@ __device__ __forceinline__ void ReportBadIndex(const ErrorWord& error, int64_t v
   if (atomicCAS(word, 0ull, static_cast<unsigned long long>(error.node) + 1) == 0ull) error.word[1] = value;
 }
 
-// Fixed-width stand-ins for elements of `bytes` bytes.
-template <typename F>
-bool DispatchBytes(int bytes, F&& f) {
-  switch (bytes) {
-    case 1:
-      f(uint8_t{});
-      return true;
-    case 2:
-      f(uint16_t{});
-      return true;
-    case 4:
-      f(uint32_t{});
-      return true;
-    case 8:
-      f(uint64_t{});
-      return true;
-    default:
-      return false;
-  }
-}
-
 template <typename F>
 bool DispatchFloat(DType dtype, F&& f) {
   switch (dtype) {
@@ -216,7 +195,7 @@ cudaError_t LaunchEmbedding(int element_bytes, int64_t count, int64_t rows, int6
       launched = true;
       return;
     }
-    launched = DispatchBytes(element_bytes, [&](auto tag) {
+    launched = DispatchElementBytes(element_bytes, [&](auto tag) {
       using E = decltype(tag);
       LaunchEmbeddingRows<kThreads, 1, 8>(count, rows, width, static_cast<const E*>(weight), id, static_cast<E*>(out),
                                           error, stream);
@@ -253,7 +232,7 @@ cudaError_t LaunchGatherDim(int element_bytes, int64_t n, const DimIndexing& dim
   bool launched = false;
   DispatchIndex(index.dtype, [&](auto index_tag) {
     using I = decltype(index_tag);
-    launched = DispatchBytes(element_bytes, [&](auto tag) {
+    launched = DispatchElementBytes(element_bytes, [&](auto tag) {
       using E = decltype(tag);
       GatherDimKernel<E, I><<<Blocks(n), kThreads, 0, stream>>>(
           n, dims, static_cast<const E*>(self), static_cast<const I*>(index.data), static_cast<E*>(out), error);
@@ -285,7 +264,7 @@ cudaError_t LaunchIndexSelect(int element_bytes, int64_t outer, int64_t size, in
   bool launched = false;
   DispatchIndex(index.dtype, [&](auto index_tag) {
     using I = decltype(index_tag);
-    launched = DispatchBytes(element_bytes, [&](auto tag) {
+    launched = DispatchElementBytes(element_bytes, [&](auto tag) {
       using E = decltype(tag);
       IndexSelectKernel<E, I>
           <<<Blocks(n), kThreads, 0, stream>>>(outer, size, inner, count, static_cast<const E*>(self),
@@ -321,7 +300,7 @@ cudaError_t LaunchArange(DType dtype, int64_t n, double start, double step, int6
 cudaError_t LaunchStridedScatter(int element_bytes, int64_t n, const void* in, const StridedOperand& out_layout,
                                  void* out, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  const bool launched = DispatchBytes(element_bytes, [&](auto tag) {
+  const bool launched = DispatchElementBytes(element_bytes, [&](auto tag) {
     using E = decltype(tag);
     StridedScatterKernel<E>
         <<<Blocks(n), kThreads, 0, stream>>>(n, static_cast<const E*>(in), out_layout, static_cast<E*>(out));

@@ -87,6 +87,29 @@ struct alignas(16) Vec16 {
 
 inline bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+// Calls f(T{}) with the unsigned integer type of `bytes` (1, 2, 4 or 8):
+// kernels that only move elements (copies, gathers, scatters of whole
+// elements) need no more of the dtype than its size; false for others.
+template <typename F>
+bool DispatchElementBytes(int bytes, F&& f) {
+  switch (bytes) {
+    case 1:
+      f(uint8_t{});
+      return true;
+    case 2:
+      f(uint16_t{});
+      return true;
+    case 4:
+      f(uint32_t{});
+      return true;
+    case 8:
+      f(uint64_t{});
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Calls f(T{}) for the storable dtypes; false for others.
 template <typename F>
 bool DispatchStorable(DType dtype, F&& f) {

@@ -9,6 +9,7 @@
 
 #include "ir/ops/dropout_mask.h"
 #include "ir/ops/random_draws.h"
+#include "kernels/cuda/half_cnn_common.cuh"
 #include "kernels/cuda/index_launch.h"
 #include "kernels/cuda/kernel_common.cuh"
 
@@ -50,26 +51,6 @@ __global__ void RandomKernel(int64_t n, bool normal, int bits, int64_t attr_seed
   }
 }
 
-template <typename F>
-bool DispatchFloats(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kFloat32:
-      f(float{});
-      return true;
-    case DType::kFloat64:
-      f(double{});
-      return true;
-    case DType::kBFloat16:
-      f(__nv_bfloat16{});
-      return true;
-    case DType::kFloat16:
-      f(__half{});
-      return true;
-    default:
-      return false;
-  }
-}
-
 }  // namespace
 
 cudaError_t LaunchBernoulli(DType dtype, int64_t n, int64_t attr_seed, const int64_t* seed, uint32_t threshold,
@@ -79,7 +60,7 @@ cudaError_t LaunchBernoulli(DType dtype, int64_t n, int64_t attr_seed, const int
     using T = decltype(tag);
     BernoulliKernel<T><<<Blocks(n), kThreads, 0, stream>>>(n, attr_seed, seed, threshold, static_cast<T*>(out));
   };
-  const bool launched = DispatchFloats(dtype, launch) || DispatchStorable(dtype, launch);
+  const bool launched = DispatchFloatOrHalf(dtype, launch) || DispatchStorable(dtype, launch);
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }
 
@@ -88,7 +69,7 @@ cudaError_t LaunchRandom(DType dtype, RandomDistribution distribution, int64_t n
   if (n == 0) return cudaSuccess;
   // The uniform's bits that are exact in the dtype (random_draws.h).
   const int bits = dtype == DType::kFloat64 ? 53 : dtype == DType::kBFloat16 ? 8 : dtype == DType::kFloat16 ? 11 : 24;
-  const bool launched = DispatchFloats(dtype, [&](auto tag) {
+  const bool launched = DispatchFloatOrHalf(dtype, [&](auto tag) {
     using T = decltype(tag);
     RandomKernel<T><<<Blocks(n), kThreads, 0, stream>>>(n, distribution == RandomDistribution::kNormal, bits, attr_seed,
                                                         seed, static_cast<T*>(out));
