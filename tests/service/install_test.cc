@@ -1,6 +1,7 @@
 // `cmake --install` into a scratch prefix: every file in place, the systemd
 // units naming the installed paths and passing `systemd-analyze verify`,
-// the sample config valid, libtandem usable through its pkg-config file.
+// the sample config valid, libtandem usable through its pkg-config file,
+// the C++ SDK through its CMake package (find_package(Tandem)).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -43,10 +44,11 @@ ProcessResult* InstallTest::install_ = nullptr;
 TEST_F(InstallTest, PutsEveryPartInPlace) {
   ASSERT_EQ(install_->exit_code, 0) << install_->out << install_->err;
   const std::string& p = *prefix_;
-  for (const char* file : {"bin/tandemd", "bin/tandemctl", "lib/libtandem.so", "include/tandem/tandem_c.h",
-                           "lib/systemd/system/tandemd.service", "lib/systemd/system/tandemd@.service",
-                           "etc/tandem/tandemd.conf", "lib/sysusers.d/tandem.conf", "lib/pkgconfig/tandem.pc",
-                           "share/doc/tandem/deploy.md", "share/tandem/proto/tandem.proto"}) {
+  for (const char* file :
+       {"bin/tandemd", "bin/tandemctl", "lib/libtandem.so", "include/tandem/tandem_c.h",
+        "include/tandem/client/client.h", "lib/cmake/Tandem/TandemConfig.cmake", "lib/systemd/system/tandemd.service",
+        "lib/systemd/system/tandemd@.service", "etc/tandem/tandemd.conf", "lib/sysusers.d/tandem.conf",
+        "lib/pkgconfig/tandem.pc", "share/doc/tandem/deploy.md", "share/tandem/proto/tandem.proto"}) {
     EXPECT_TRUE(Exists(p + "/" + file)) << file;
   }
   // The Python package: its framework-free part (client/python), its
@@ -122,6 +124,88 @@ TEST_F(InstallTest, LibtandemLinksThroughPkgConfig) {
   ProcessResult run = RunProcess({dir + "/hello"}, {"LD_LIBRARY_PATH=" + p + "/lib"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("c api "));
+}
+
+// An outside project: its CMakeLists.txt finds the install's package by
+// CMAKE_PREFIX_PATH, its main.cc uses the SDK as the project's own code
+// does (GraphBuilder, Client, the project's include spelling) and prints
+// the value it fetches from a daemon.
+constexpr char kOutsideCMakeLists[] = R"cmake(cmake_minimum_required(VERSION 3.25)
+project(outside LANGUAGES CXX)
+find_package(Tandem 0.1 REQUIRED)
+message(STATUS "Tandem_DIR=${Tandem_DIR}")
+add_executable(outside main.cc)
+target_link_libraries(outside PRIVATE Tandem::client)
+)cmake";
+
+constexpr char kOutsideMain[] = R"main(#include <cstdio>
+#include <string>
+#include <utility>
+
+#include "base/status_macros.h"
+#include "client/client.h"
+#include "client/graph_builder.h"
+
+namespace v1 = tandem::v1;
+using tandem::client::Client;
+using tandem::client::GraphBuilder;
+using tandem::client::HostTensor;
+
+// Tandem::client asks for C++20 (g++ 12 defaults to C++17).
+static_assert(__cplusplus >= 202002L);
+
+absl::Status Run(const std::string& endpoint) {
+  GraphBuilder b("outside");
+  std::string x = b.Feed("x", v1::FLOAT32, {3});
+  std::string w = b.Persistent("w", HostTensor::Floats({3}, {1.5f, 2.f, -1.f}));
+  b.Fetch(b.Op("mul.Tensor", {x, w}, {}, "y"));
+  ASSIGN_OR_RETURN(auto client, Client::Connect({.endpoint = endpoint, .name = "outside"}));
+  ASSIGN_OR_RETURN(auto job, client->RegisterJob(std::move(b).Build()));
+  ASSIGN_OR_RETURN(auto result,
+                   client->RunIteration(job.job_id(), {{"x", HostTensor::Floats({3}, {2.f, 3.f, 4.f})}}, {"y"}));
+  std::printf("y =");
+  for (float v : result.fetches.at("y").values<float>()) std::printf(" %g", v);
+  std::printf("\n");
+  return absl::OkStatus();
+}
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: outside ENDPOINT\n");
+    return 2;
+  }
+  absl::Status status = Run(argv[1]);
+  if (!status.ok()) {
+    std::fprintf(stderr, "outside: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+)main";
+
+TEST_F(InstallTest, CxxSdkBuildsAnOutsideProject) {
+  ASSERT_EQ(install_->exit_code, 0) << install_->out << install_->err;
+  const std::string& p = *prefix_;
+  const std::string dir = p.substr(0, p.rfind('/')) + "/outside";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0) << dir;
+  WriteFile(dir + "/CMakeLists.txt", kOutsideCMakeLists);
+  WriteFile(dir + "/main.cc", kOutsideMain);
+  // The generator, make program and compiler of this build; no build type
+  // (no optimization: the quickest compile).
+  ProcessResult configure = RunProcess({CMAKE_COMMAND, "-S", dir, "-B", dir + "/build", "-G", TANDEM_CMAKE_GENERATOR,
+                                        "-DCMAKE_MAKE_PROGRAM=" TANDEM_MAKE_PROGRAM,
+                                        "-DCMAKE_CXX_COMPILER=" TANDEM_CXX_COMPILER, "-DCMAKE_PREFIX_PATH=" + p},
+                                       {}, 120);
+  ASSERT_EQ(configure.exit_code, 0) << configure.out << configure.err;
+  // The package found is the one just installed, not another on the system.
+  EXPECT_THAT(configure.out, HasSubstr("Tandem_DIR=" + p + "/lib/cmake/Tandem\n"));
+  ProcessResult build = RunProcess({CMAKE_COMMAND, "--build", dir + "/build"}, {}, 240);
+  ASSERT_EQ(build.exit_code, 0) << build.out << build.err;
+
+  DaemonProcess daemon;
+  ProcessResult run = RunProcess({dir + "/build/outside", daemon.endpoint()}, {}, 60);
+  EXPECT_EQ(run.exit_code, 0) << run.err << "\n" << daemon.Log();
+  EXPECT_EQ(run.out, "y = 3 6 -4\n");
 }
 
 }  // namespace
