@@ -1,8 +1,7 @@
 // A job's life as a state machine:
 //
 //   waiting-for-memory -> uploading -> running
-//           \                 \           \
-//            +-----------------+-----------+--> closing
+//   and from each of the three -> closing
 //
 // A job waits for memory only when it asked to (hints.queue_if_full);
 // uploading copies its initial values to the device; it runs until it
