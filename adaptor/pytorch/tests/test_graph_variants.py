@@ -83,8 +83,9 @@ class GraphVariantsTest(unittest.TestCase):
         model = _cnn()
         g = torch.Generator().manual_seed(5)
         small, large = _batch(g, 2), _batch(g, 64)
-        alone = tandem.torch.train(copy.deepcopy(model), F.cross_entropy,
-                                   torch.optim.SGD(model.parameters(), lr=0.05), small, endpoint=_daemon.endpoint)
+        other = copy.deepcopy(model)
+        alone = tandem.torch.train(other, F.cross_entropy, torch.optim.SGD(other.parameters(), lr=0.05), small,
+                                   endpoint=_daemon.endpoint)
         with alone:
             small_peak = int(alone.registration["ephemeral_peak_bytes"])
         both = tandem.torch.train(model, F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.05), small,
