@@ -2,8 +2,9 @@
 torch 1.13 has none for baddbmm (the batched attention scores of its nn.MultiheadAttention), and clamp.Tensor
 (clamp with tensor bounds) is in the Core ATen opset but is maximum and minimum of its bounds, and the per-pixel
 classification loss (nll_loss2d, from cross_entropy on (N, C, H, W) logits: segmentation models) is nll_loss over
-the pixels laid out as rows; fill with a tensor value is that value expanded. compat.decompositions adds these
-to PyTorch's table where the table has no entry for the op."""
+the pixels laid out as rows; fill with a tensor value is that value expanded; and the primitives sum and
+broadcast_in_dim that torch 1.13's references (F.normalize) leave in a trace are their ATen ops.
+compat.decompositions adds these to PyTorch's table where the table has no entry for the op."""
 
 import torch
 
@@ -65,8 +66,29 @@ def _fill_tensor(self, value):
     return aten.clone.default(aten.expand.default(value, list(self.shape)))
 
 
+def _prims_sum(inp, dims, *, output_dtype=None):
+    # torch 1.13's references (F.normalize's norm) leave prims.sum in a trace: sum over `dims`, not kept.
+    out = aten.sum.dim_IntList(inp, list(dims))
+    return out if output_dtype is None else aten._to_copy.default(out, dtype=output_dtype)
+
+
+def _prims_broadcast_in_dim(a, shape, broadcast_dimensions):
+    # a's dim i becomes dim broadcast_dimensions[i] of `shape`; the others are new, of size 1, then expanded.
+    kept = [1] * len(shape)
+    for i, d in enumerate(broadcast_dimensions):
+        kept[d] = a.shape[i]
+    return aten.expand.default(aten.reshape.default(a, kept), list(shape))
+
+
+def _prims_table():
+    prims = getattr(torch.ops, "prims", None)
+    if prims is None or not hasattr(prims, "sum"):
+        return {}
+    return {prims.sum.default: _prims_sum, prims.broadcast_in_dim.default: _prims_broadcast_in_dim}
+
+
 def table():
     """{OpOverload: function} for the ops above."""
-    return {aten.baddbmm.default: _baddbmm, aten.clamp.Tensor: _clamp_tensor,
+    return {**_prims_table(), aten.baddbmm.default: _baddbmm, aten.clamp.Tensor: _clamp_tensor,
             aten.nll_loss2d_forward.default: _nll_loss2d_forward,
             aten.nll_loss2d_backward.default: _nll_loss2d_backward, aten.fill.Tensor: _fill_tensor}
