@@ -25,58 +25,14 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 using HostTensor = cpu::TestTensor;
-
-double Get(const HostTensor& t, int64_t i) {
-  switch (t.type.dtype) {
-    case DType::kFloat32:
-      return static_cast<const float*>(t.data())[i];
-    case DType::kFloat64:
-      return static_cast<const double*>(t.data())[i];
-    case DType::kInt64:
-      return static_cast<double>(static_cast<const int64_t*>(t.data())[i]);
-    case DType::kInt32:
-      return static_cast<const int32_t*>(t.data())[i];
-    case DType::kBool:
-      return static_cast<const bool*>(t.data())[i] ? 1.0 : 0.0;
-    default:
-      ADD_FAILURE() << "dtype not handled by the test";
-      return 0;
-  }
-}
-
-void Set(HostTensor& t, int64_t i, double v) {
-  switch (t.type.dtype) {
-    case DType::kFloat32:
-      static_cast<float*>(t.data())[i] = static_cast<float>(v);
-      break;
-    case DType::kFloat64:
-      static_cast<double*>(t.data())[i] = v;
-      break;
-    case DType::kInt64:
-      static_cast<int64_t*>(t.data())[i] = static_cast<int64_t>(v);
-      break;
-    case DType::kInt32:
-      static_cast<int32_t*>(t.data())[i] = static_cast<int32_t>(v);
-      break;
-    case DType::kBool:
-      static_cast<bool*>(t.data())[i] = v != 0;
-      break;
-    default:
-      ADD_FAILURE() << "dtype not handled by the test";
-  }
-}
+using cpu::ElementAsDouble;
+using cpu::MakeTensor;
+using cpu::SetElement;
 
 std::vector<double> Values(const HostTensor& t) {
   std::vector<double> v(t.numel());
-  for (int64_t i = 0; i < t.numel(); ++i) v[i] = Get(t, i);
+  for (int64_t i = 0; i < t.numel(); ++i) v[i] = ElementAsDouble(t, i);
   return v;
-}
-
-HostTensor Make(DType dtype, Shape shape, const std::vector<double>& values) {
-  HostTensor t({dtype, std::move(shape)});
-  EXPECT_EQ(static_cast<int64_t>(values.size()), t.numel());
-  for (int64_t i = 0; i < t.numel(); ++i) Set(t, i, values[i]);
-  return t;
 }
 
 class KernelTest : public ::testing::Test {
@@ -90,7 +46,7 @@ class KernelTest : public ::testing::Test {
     std::bernoulli_distribution negative(positive ? 0.0 : 0.5);
     for (int64_t i = 0; i < t.numel(); ++i) {
       const double m = IsFloating(dtype) ? magnitude(rng_) : static_cast<double>(integer(rng_));
-      Set(t, i, negative(rng_) ? -m : m);
+      SetElement(t, i, negative(rng_) ? -m : m);
     }
     return t;
   }
@@ -132,7 +88,7 @@ void ExpectClose(const HostTensor& actual, const std::vector<double>& expected, 
                                                              : 0.0;
   int failures = 0;
   for (int64_t i = 0; i < actual.numel() && failures < 5; ++i) {
-    const double a = Get(actual, i);
+    const double a = ElementAsDouble(actual, i);
     const double e = expected[i];
     if (std::isnan(e) && std::isnan(a)) continue;
     if (!(std::abs(a - e) <= rtol * (std::abs(e) + 1.0))) {
@@ -172,7 +128,8 @@ std::vector<double> ReferenceBinary(const HostTensor& a, const HostTensor& b, co
   std::vector<double> expected(NumElements(out));
   for (int64_t i = 0; i < NumElements(out); ++i) {
     const auto index = Unravel(i, out);
-    expected[i] = f(Get(a, BroadcastSource(index, a.type.shape)), Get(b, BroadcastSource(index, b.type.shape)));
+    expected[i] = f(ElementAsDouble(a, BroadcastSource(index, a.type.shape)),
+                    ElementAsDouble(b, BroadcastSource(index, b.type.shape)));
   }
   return expected;
 }
@@ -224,12 +181,12 @@ TEST_F(KernelTest, ArithmeticTensorOpsBroadcast) {
 
 TEST_F(KernelTest, RankZeroOperandOfAnotherDTypeIsConverted) {
   HostTensor a = Random(DType::kFloat32, {2, 3});
-  HostTensor s = Make(DType::kFloat64, {}, {0.1});  // 0.1 is not a float: converted to float first
+  HostTensor s = MakeTensor(DType::kFloat64, {}, {0.1});  // 0.1 is not a float: converted to float first
   auto out = MustRun("mul.Tensor", {}, {a, s});
   std::vector<double> expected;
   for (double v : Values(a)) expected.push_back(static_cast<float>(v) * static_cast<double>(0.1f));
   ExpectClose(out[0], expected, "float32 * float64[]");
-  HostTensor i = Make(DType::kInt64, {}, {3});
+  HostTensor i = MakeTensor(DType::kInt64, {}, {3});
   auto out2 = MustRun("sub.Tensor", {}, {i, a});
   std::vector<double> expected2;
   for (double v : Values(a)) expected2.push_back(3.0 - v);
@@ -345,7 +302,7 @@ std::vector<double> ReferenceMatmul(const HostTensor& a, const HostTensor& b) {
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t j = 0; j < m; ++j) {
       double s = 0;
-      for (int64_t p = 0; p < k; ++p) s += Get(a, i * k + p) * Get(b, p * m + j);
+      for (int64_t p = 0; p < k; ++p) s += ElementAsDouble(a, i * k + p) * ElementAsDouble(b, p * m + j);
       out[i * m + j] = s;
     }
   }
@@ -364,12 +321,12 @@ TEST_F(KernelTest, MmAndAddmm) {
       std::vector<double> expected(product.size());
       for (size_t i = 0; i < expected.size(); ++i) {
         const auto index = Unravel(static_cast<int64_t>(i), {9, 6});
-        expected[i] = 0.5 * Get(bias, BroadcastSource(index, bias_shape)) + 2.0 * product[i];
+        expected[i] = 0.5 * ElementAsDouble(bias, BroadcastSource(index, bias_shape)) + 2.0 * product[i];
       }
       ExpectClose(out[0], expected, "addmm bias " + ShapeString(bias_shape));
     }
     // beta = 0 ignores self entirely, NaNs included.
-    HostTensor nan_bias = Make(dtype, {6}, std::vector<double>(6, std::numeric_limits<double>::quiet_NaN()));
+    HostTensor nan_bias = MakeTensor(dtype, {6}, std::vector<double>(6, std::numeric_limits<double>::quiet_NaN()));
     ExpectClose(MustRun("addmm", MakeAttrs({{"beta", 0.0}}), {nan_bias, a, b})[0], product, "addmm beta=0");
   }
 }
@@ -418,7 +375,7 @@ TEST_F(KernelTest, MmAndAddmmReadTransposedOperands) {
           std::vector<double> expected(product.size());
           for (size_t i = 0; i < expected.size(); ++i) {
             const auto index = Unravel(static_cast<int64_t>(i), {n, m});
-            expected[i] = 0.5 * Get(bias, BroadcastSource(index, bias.type.shape)) + 2.0 * product[i];
+            expected[i] = 0.5 * ElementAsDouble(bias, BroadcastSource(index, bias.type.shape)) + 2.0 * product[i];
           }
           ExpectClose(folded[0], expected, "addmm " + bias_what);
         }
@@ -441,8 +398,8 @@ TEST_F(KernelTest, MmOfAnMlpLayerIsFast) {
   for (int64_t i : {0, 100, 255}) {
     for (int64_t j : {0, 77, 127}) {
       double s = 0;
-      for (int64_t p = 0; p < 784; ++p) s += Get(a, i * 784 + p) * Get(b, p * 128 + j);
-      EXPECT_NEAR(Get(out[0], i * 128 + j), s, 1e-6 * (std::abs(s) + 1.0));
+      for (int64_t p = 0; p < 784; ++p) s += ElementAsDouble(a, i * 784 + p) * ElementAsDouble(b, p * 128 + j);
+      EXPECT_NEAR(ElementAsDouble(out[0], i * 128 + j), s, 1e-6 * (std::abs(s) + 1.0));
     }
   }
 }
@@ -463,7 +420,7 @@ std::vector<double> ReferenceSum(const HostTensor& x, std::vector<int64_t> dims,
     for (int d = 0; d < rank; ++d) {
       if (reduced[d]) index[d] = 0;
     }
-    sums[Ravel(index, kept)] += Get(x, i);
+    sums[Ravel(index, kept)] += ElementAsDouble(x, i);
   }
   EXPECT_EQ(NumElements(out_shape), static_cast<int64_t>(sums.size()));
   if (mean) {
@@ -509,7 +466,7 @@ std::vector<double> ReferencePermute(const HostTensor& x, const std::vector<int>
     const auto out_index = Unravel(i, out_shape);
     std::vector<int64_t> in_index(perm.size());
     for (size_t d = 0; d < perm.size(); ++d) in_index[perm[d]] = out_index[d];
-    out[i] = Get(x, Ravel(in_index, x.type.shape));
+    out[i] = ElementAsDouble(x, Ravel(in_index, x.type.shape));
   }
   return out;
 }
@@ -552,7 +509,8 @@ TEST_F(KernelTest, Expand) {
     auto out = MustRun("expand", MakeAttrs({{"size", std::vector<int64_t>{2, -1, 4}}}), {x});
     ASSERT_EQ(out[0].type.shape, (Shape{2, 3, 4}));
     std::vector<double> expected;
-    for (int64_t i = 0; i < 24; ++i) expected.push_back(Get(x, BroadcastSource(Unravel(i, {2, 3, 4}), {3, 1})));
+    for (int64_t i = 0; i < 24; ++i)
+      expected.push_back(ElementAsDouble(x, BroadcastSource(Unravel(i, {2, 3, 4}), {3, 1})));
     ExpectClose(out[0], expected, "expand");
   }
 }
@@ -561,10 +519,10 @@ TEST_F(KernelTest, CopiesConvertAndBroadcast) {
   HostTensor self = Random(DType::kFloat32, {3, 4});
   HostTensor src = Random(DType::kFloat64, {4});
   std::vector<double> expected;
-  for (int64_t i = 0; i < 12; ++i) expected.push_back(static_cast<float>(Get(src, i % 4)));
+  for (int64_t i = 0; i < 12; ++i) expected.push_back(static_cast<float>(ElementAsDouble(src, i % 4)));
   ExpectClose(MustRun("copy", {}, {self, src})[0], expected, "copy", 0.0);
 
-  HostTensor f = Make(DType::kFloat64, {5}, {1.9, -1.9, 0.0, 2.5, -0.4});
+  HostTensor f = MakeTensor(DType::kFloat64, {5}, {1.9, -1.9, 0.0, 2.5, -0.4});
   ExpectClose(MustRun("_to_copy", MakeAttrs({{"dtype", DType::kInt64}}), {f})[0], {1, -1, 0, 2, 0},
               "to int64 truncates");
   ExpectClose(MustRun("_to_copy", MakeAttrs({{"dtype", DType::kBool}}), {f})[0], {1, 1, 0, 1, 1}, "to bool");
@@ -582,9 +540,9 @@ std::vector<double> ReferenceLogSoftmax(const HostTensor& x, int dim) {
     double sum = 0;
     for (int64_t d = 0; d < shape[dim]; ++d) {
       index[dim] = d;
-      sum += std::exp(Get(x, Ravel(index, shape)));
+      sum += std::exp(ElementAsDouble(x, Ravel(index, shape)));
     }
-    out[i] = Get(x, i) - std::log(sum);
+    out[i] = ElementAsDouble(x, i) - std::log(sum);
   }
   return out;
 }
@@ -607,9 +565,9 @@ TEST_F(KernelTest, LogSoftmaxAndBackward) {
         double sum = 0;
         for (int64_t k = 0; k < x.type.shape[d]; ++k) {
           index[d] = k;
-          sum += Get(grad, Ravel(index, x.type.shape));
+          sum += ElementAsDouble(grad, Ravel(index, x.type.shape));
         }
-        expected[i] = Get(grad, i) - std::exp(Get(out[0], i)) * sum;
+        expected[i] = ElementAsDouble(grad, i) - std::exp(ElementAsDouble(out[0], i)) * sum;
       }
       ExpectClose(back[0], expected, "_log_softmax_backward_data dim " + std::to_string(dim), 1e-5);
     }
@@ -633,8 +591,8 @@ NllReference ReferenceNll(const HostTensor& self, const std::vector<int64_t>& ta
   std::vector<double> rows(n, 0.0);
   for (int64_t i = 0; i < n; ++i) {
     if (target[i] == ignore_index) continue;
-    const double w = weight != nullptr ? Get(*weight, target[i]) : 1.0;
-    rows[i] = -w * Get(self, i * c + target[i]);
+    const double w = weight != nullptr ? ElementAsDouble(*weight, target[i]) : 1.0;
+    rows[i] = -w * ElementAsDouble(self, i * c + target[i]);
     total += rows[i];
     r.total_weight += w;
   }
@@ -645,7 +603,7 @@ NllReference ReferenceNll(const HostTensor& self, const std::vector<int64_t>& ta
   }
   for (int64_t i = 0; i < n; ++i) {
     if (target[i] == ignore_index) continue;
-    const double w = weight != nullptr ? Get(*weight, target[i]) : 1.0;
+    const double w = weight != nullptr ? ElementAsDouble(*weight, target[i]) : 1.0;
     const double gi = reduction == 0 ? g[i] : g[0];
     r.grad_input[i * c + target[i]] = -w * gi / (reduction == 1 ? r.total_weight : 1.0);
   }
@@ -662,7 +620,7 @@ TEST_F(KernelTest, NllLossForwardAndBackward) {
         std::vector<int64_t> labels(n);
         for (int64_t& l : labels) l = label(rng_);
         labels[2] = -100;  // the default ignore_index
-        HostTensor target = Make(DType::kInt64, {n}, std::vector<double>(labels.begin(), labels.end()));
+        HostTensor target = MakeTensor(DType::kInt64, {n}, std::vector<double>(labels.begin(), labels.end()));
         HostTensor weight = Random(dtype, {c}, /*positive=*/true);
         std::vector<HostTensor> inputs = {self, target};
         if (with_weight) inputs.push_back(weight);
@@ -687,36 +645,36 @@ TEST_F(KernelTest, NllLossForwardAndBackward) {
 
 TEST_F(KernelTest, NllLossOfOneSampleAndAllIgnored) {
   HostTensor self = Random(DType::kFloat64, {4});
-  HostTensor target = Make(DType::kInt64, {}, {2});
+  HostTensor target = MakeTensor(DType::kInt64, {}, {2});
   auto out = MustRun("nll_loss_forward", MakeAttrs({{"reduction", int64_t{0}}}), {self, target});
-  ExpectClose(out[0], {-Get(self, 2)}, "one sample");
+  ExpectClose(out[0], {-ElementAsDouble(self, 2)}, "one sample");
 
   HostTensor batch = Random(DType::kFloat32, {2, 3});
-  HostTensor ignored = Make(DType::kInt64, {2}, {7, 7});
+  HostTensor ignored = MakeTensor(DType::kInt64, {2}, {7, 7});
   auto mean = MustRun("nll_loss_forward", MakeAttrs({{"ignore_index", int64_t{7}}}), {batch, ignored});
-  EXPECT_TRUE(std::isnan(Get(mean[0], 0))) << "mean over no samples is NaN, as in PyTorch";
-  EXPECT_EQ(Get(mean[1], 0), 0.0);
+  EXPECT_TRUE(std::isnan(ElementAsDouble(mean[0], 0))) << "mean over no samples is NaN, as in PyTorch";
+  EXPECT_EQ(ElementAsDouble(mean[1], 0), 0.0);
 }
 
 TEST_F(KernelTest, BadLabelsAreInvalidArgumentNotOutOfBoundsReads) {
   HostTensor self = Random(DType::kFloat32, {4, 10});
   for (int64_t bad : {10, -1, 1000000}) {
-    HostTensor target = Make(DType::kInt64, {4}, {1, 2, 3, static_cast<double>(bad)});
+    HostTensor target = MakeTensor(DType::kInt64, {4}, {1, 2, 3, static_cast<double>(bad)});
     auto forward = RunOp("nll_loss_forward", {}, {self, target});
     ASSERT_FALSE(forward.ok());
     EXPECT_EQ(forward.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(
         std::string(forward.status().message()),
         AllOf(HasSubstr("nll_loss_forward"), HasSubstr("target[3] is " + std::to_string(bad)), HasSubstr("[0, 10)")));
-    HostTensor grad = Make(DType::kFloat32, {}, {1.0});
-    HostTensor total = Make(DType::kFloat32, {}, {4.0});
+    HostTensor grad = MakeTensor(DType::kFloat32, {}, {1.0});
+    HostTensor total = MakeTensor(DType::kFloat32, {}, {4.0});
     auto backward = RunOp("nll_loss_backward", {}, {grad, self, target, total});
     ASSERT_FALSE(backward.ok());
     EXPECT_EQ(backward.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(backward.status().message()), HasSubstr("target[3] is " + std::to_string(bad)));
   }
   // ignore_index is not a class label: any value is fine there.
-  HostTensor target = Make(DType::kInt64, {4}, {1, -5, 3, 0});
+  HostTensor target = MakeTensor(DType::kInt64, {4}, {1, -5, 3, 0});
   EXPECT_TRUE(RunOp("nll_loss_forward", MakeAttrs({{"ignore_index", int64_t{-5}}}), {self, target}).ok());
 }
 

@@ -53,79 +53,26 @@ Attrs MakeAttrs(std::vector<std::pair<std::string, AttrValue>> values) {
 }
 
 // Element i of `t` as a double, whatever its dtype.
-double Get(const TestTensor& t, int64_t i) {
-  switch (t.type.dtype) {
-    case DType::kFloat32:
-      return static_cast<const float*>(t.data())[i];
-    case DType::kFloat64:
-      return static_cast<const double*>(t.data())[i];
-    case DType::kInt64:
-      return static_cast<double>(static_cast<const int64_t*>(t.data())[i]);
-    case DType::kInt32:
-      return static_cast<const int32_t*>(t.data())[i];
-    case DType::kBool:
-      return static_cast<const bool*>(t.data())[i] ? 1.0 : 0.0;
-    case DType::kBFloat16:
-      return static_cast<const BFloat16*>(t.data())[i].ToFloat();
-    case DType::kFloat16:
-      return static_cast<const Float16*>(t.data())[i].ToFloat();
-  }
-  return 0.0;
-}
-
-void Set(TestTensor& t, int64_t i, double v) {
-  switch (t.type.dtype) {
-    case DType::kFloat32:
-      static_cast<float*>(t.data())[i] = static_cast<float>(v);
-      break;
-    case DType::kFloat64:
-      static_cast<double*>(t.data())[i] = v;
-      break;
-    case DType::kInt64:
-      static_cast<int64_t*>(t.data())[i] = static_cast<int64_t>(v);
-      break;
-    case DType::kInt32:
-      static_cast<int32_t*>(t.data())[i] = static_cast<int32_t>(v);
-      break;
-    case DType::kBool:
-      static_cast<bool*>(t.data())[i] = v != 0.0;
-      break;
-    case DType::kBFloat16:
-      static_cast<BFloat16*>(t.data())[i] = BFloat16(static_cast<float>(v));
-      break;
-    case DType::kFloat16:
-      static_cast<Float16*>(t.data())[i] = Float16(static_cast<float>(v));
-      break;
-  }
-}
-
-TestTensor Make(DType dtype, Shape shape, const std::vector<double>& values) {
-  TestTensor t({dtype, std::move(shape)});
-  EXPECT_EQ(static_cast<int64_t>(values.size()), t.numel());
-  for (int64_t i = 0; i < t.numel() && i < static_cast<int64_t>(values.size()); ++i) Set(t, i, values[i]);
-  return t;
-}
-
 // Random values exact in every dtype: integers in [-50, 50] (halves for the
 // float types, so no two are likely equal), bools either way.
 TestTensor Random(DType dtype, Shape shape) {
   TestTensor t({dtype, std::move(shape)});
   for (int64_t i = 0; i < t.numel(); ++i) {
     const int64_t v = Uniform(-100, 100);
-    Set(t, i, dtype == DType::kBool ? static_cast<double>(v > 0) : IsFloating(dtype) ? v / 2.0 : v / 2);
+    SetElement(t, i, dtype == DType::kBool ? static_cast<double>(v > 0) : IsFloating(dtype) ? v / 2.0 : v / 2);
   }
   return t;
 }
 
 TestTensor Indices(DType dtype, Shape shape, int64_t lo, int64_t hi) {
   TestTensor t({dtype, std::move(shape)});
-  for (int64_t i = 0; i < t.numel(); ++i) Set(t, i, static_cast<double>(Uniform(lo, hi)));
+  for (int64_t i = 0; i < t.numel(); ++i) SetElement(t, i, static_cast<double>(Uniform(lo, hi)));
   return t;
 }
 
 std::vector<double> Values(const TestTensor& t) {
   std::vector<double> v(static_cast<size_t>(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) v[i] = Get(t, i);
+  for (int64_t i = 0; i < t.numel(); ++i) v[i] = ElementAsDouble(t, i);
   return v;
 }
 
@@ -200,7 +147,7 @@ struct NaiveIndex {
       for (size_t k = 0; k < shape.size(); ++k) {
         c[k] = shape[k] == 1 ? 0 : b[broadcast.size() - shape.size() + k];
       }
-      const int64_t v = static_cast<int64_t>(Get(*indices[j], Ravel(c, shape)));
+      const int64_t v = static_cast<int64_t>(ElementAsDouble(*indices[j], Ravel(c, shape)));
       s[d] = v < 0 ? v + self[d] : v;
     }
     return Ravel(s, self);
@@ -208,19 +155,19 @@ struct NaiveIndex {
 };
 
 TEST(AdvancedIndexKernelTest, IndexTensorAsPyTorch) {
-  const TestTensor x = Make(DType::kFloat32, {2, 3, 4}, [] {
+  const TestTensor x = MakeTensor(DType::kFloat32, {2, 3, 4}, [] {
     std::vector<double> v(24);
     for (int i = 0; i < 24; ++i) v[i] = i;
     return v;
   }());
   // x[:, [2, 0], [[1], [3]]] and x[[1, -2], :, [3, 0]] (torch 1.13).
   auto adjacent = RunOp("index.Tensor", MakeAttrs({{"indexed_dims", Ints{1, 2}}}),
-                        {x, Make(DType::kInt64, {2}, {2, 0}), Make(DType::kInt32, {2, 1}, {1, 3})});
+                        {x, MakeTensor(DType::kInt64, {2}, {2, 0}), MakeTensor(DType::kInt32, {2, 1}, {1, 3})});
   ASSERT_EQ(adjacent.size(), 1u);
   EXPECT_EQ(adjacent[0].type, (TensorType{DType::kFloat32, {2, 2, 2}}));
   EXPECT_EQ(Values(adjacent[0]), (std::vector<double>{9, 1, 11, 3, 21, 13, 23, 15}));
   auto apart = RunOp("_unsafe_index.Tensor", MakeAttrs({{"indexed_dims", Ints{0, 2}}}),
-                     {x, Make(DType::kInt64, {2}, {1, -2}), Make(DType::kInt64, {2}, {3, 0})});
+                     {x, MakeTensor(DType::kInt64, {2}, {1, -2}), MakeTensor(DType::kInt64, {2}, {3, 0})});
   ASSERT_EQ(apart.size(), 1u);
   EXPECT_EQ(apart[0].type, (TensorType{DType::kFloat32, {2, 3}}));
   EXPECT_EQ(Values(apart[0]), (std::vector<double>{15, 19, 23, 0, 4, 8}));
@@ -259,7 +206,7 @@ TEST(AdvancedIndexKernelTest, IndexTensorAgainstNaiveOnRandomShapes) {
     ASSERT_EQ(out.size(), 1u);
     ASSERT_EQ(out[0].type.shape, naive.result);
     for (int64_t i = 0; i < out[0].numel(); ++i) {
-      ASSERT_EQ(Get(out[0], i), Get(inputs[0], naive.SelfElement(i))) << "element " << i;
+      ASSERT_EQ(ElementAsDouble(out[0], i), ElementAsDouble(inputs[0], naive.SelfElement(i))) << "element " << i;
     }
     // index_put of fresh values at the same indices, accumulating and not.
     const bool accumulate = trial % 2 == 1;
@@ -272,7 +219,7 @@ TEST(AdvancedIndexKernelTest, IndexTensorAgainstNaiveOnRandomShapes) {
     std::vector<double> expected = Values(inputs[0]);
     for (int64_t i = 0; i < values.numel(); ++i) {
       double& dst = expected[naive.SelfElement(i)];
-      dst = accumulate ? dst + Get(values, i) : Get(values, i);
+      dst = accumulate ? dst + ElementAsDouble(values, i) : ElementAsDouble(values, i);
     }
     // bfloat16 sums round once (in float32), as the kernel computes them.
     for (auto& e : expected) e = put_dtype == DType::kBFloat16 ? BFloat16(static_cast<float>(e)).ToFloat() : e;
@@ -283,8 +230,8 @@ TEST(AdvancedIndexKernelTest, IndexTensorAgainstNaiveOnRandomShapes) {
 TEST(AdvancedIndexKernelTest, IndexPutWithANoneFirstAsPyTorch) {
   // index_put(zeros(2, 3, 4), [None, [2, 0, 2]], [[1], [2], [3]], accumulate=True)
   auto out = RunOp("index_put", MakeAttrs({{"indexed_dims", Ints{1}}, {"accumulate", true}}),
-                   {Make(DType::kFloat64, {2, 3, 4}, std::vector<double>(24, 0.0)), Make(DType::kInt64, {3}, {2, 0, 2}),
-                    Make(DType::kFloat64, {3, 1}, {1, 2, 3})});
+                   {MakeTensor(DType::kFloat64, {2, 3, 4}, std::vector<double>(24, 0.0)),
+                    MakeTensor(DType::kInt64, {3}, {2, 0, 2}), MakeTensor(DType::kFloat64, {3, 1}, {1, 2, 3})});
   ASSERT_EQ(out.size(), 1u);
   std::vector<double> expected;
   for (int b = 0; b < 2; ++b) {
@@ -297,14 +244,14 @@ TEST(AdvancedIndexKernelTest, OutOfRangeIndicesFailByValue) {
   const TestTensor x = Random(DType::kFloat32, {3, 4});
   for (DType index : {DType::kInt64, DType::kInt32}) {
     absl::Status status =
-        RunStatus("index.Tensor", MakeAttrs({{"indexed_dims", Ints{1}}}), {x, Make(index, {3}, {0, 4, 1})});
+        RunStatus("index.Tensor", MakeAttrs({{"indexed_dims", Ints{1}}}), {x, MakeTensor(index, {3}, {0, 4, 1})});
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(status.message(), AllOf(HasSubstr("index.Tensor: indices[0][1] is 4, outside [-4, 4)"),
                                         HasSubstr("dim 1 of self [3, 4]")));
-    status = RunStatus("index_put", {}, {x, Make(index, {2}, {-4, 0}), Random(DType::kFloat32, {4})});
+    status = RunStatus("index_put", {}, {x, MakeTensor(index, {2}, {-4, 0}), Random(DType::kFloat32, {4})});
     EXPECT_THAT(status.message(), HasSubstr("index_put: indices[0][0] is -4, outside [-3, 3)"));
     status = RunStatus("scatter_add", MakeAttrs({{"dim", int64_t{0}}}),
-                       {x, Make(index, {1, 2}, {1, -1}), Random(DType::kFloat32, {1, 2})});
+                       {x, MakeTensor(index, {1, 2}, {1, -1}), Random(DType::kFloat32, {1, 2})});
     EXPECT_THAT(status.message(), HasSubstr("scatter_add: index[1] is -1, outside [0, 3)"));
   }
 }
@@ -312,9 +259,9 @@ TEST(AdvancedIndexKernelTest, OutOfRangeIndicesFailByValue) {
 // ---- scatter_add, scatter_reduce.two ----
 
 TEST(ScatterReduceKernelTest, EveryReductionAsPyTorch) {
-  const TestTensor self = Make(DType::kFloat32, {3, 2}, {1, 4, 2, 5, 3, 6});
-  const TestTensor index = Make(DType::kInt64, {3, 2}, {0, 1, 0, 0, 2, 2});
-  const TestTensor src = Make(DType::kFloat32, {3, 2}, {10, 20, 30, 40, 50, 60});
+  const TestTensor self = MakeTensor(DType::kFloat32, {3, 2}, {1, 4, 2, 5, 3, 6});
+  const TestTensor index = MakeTensor(DType::kInt64, {3, 2}, {0, 1, 0, 0, 2, 2});
+  const TestTensor src = MakeTensor(DType::kFloat32, {3, 2}, {10, 20, 30, 40, 50, 60});
   struct Case {
     const char* reduce;
     bool include_self;
@@ -356,16 +303,16 @@ TEST(ScatterReduceKernelTest, EveryReductionAsPyTorch) {
 TEST(ScatterReduceKernelTest, IntegerMeanRoundsDownAndAmaxPropagatesNaN) {
   // torch.scatter_reduce(tensor([5, -7, 3]), 0, tensor([0, 1, 1, 0]), tensor([2, 2, -4, 1]), "mean") = [2, -3, 3]
   auto mean = RunOp("scatter_reduce.two", MakeAttrs({{"dim", int64_t{0}}, {"reduce", std::string("mean")}}),
-                    {Make(DType::kInt64, {3}, {5, -7, 3}), Make(DType::kInt64, {4}, {0, 1, 1, 0}),
-                     Make(DType::kInt64, {4}, {2, 2, -4, 1})});
+                    {MakeTensor(DType::kInt64, {3}, {5, -7, 3}), MakeTensor(DType::kInt64, {4}, {0, 1, 1, 0}),
+                     MakeTensor(DType::kInt64, {4}, {2, 2, -4, 1})});
   ASSERT_EQ(mean.size(), 2u);
   EXPECT_EQ(Values(mean[0]), (std::vector<double>{2, -3, 3}));
   auto amax = RunOp("scatter_reduce.two", MakeAttrs({{"dim", int64_t{0}}, {"reduce", std::string("amax")}}),
-                    {Make(DType::kFloat64, {2}, {1, 2}), Make(DType::kInt32, {3}, {0, 0, 1}),
-                     Make(DType::kFloat64, {3}, {std::nan(""), 5, 1})});
+                    {MakeTensor(DType::kFloat64, {2}, {1, 2}), MakeTensor(DType::kInt32, {3}, {0, 0, 1}),
+                     MakeTensor(DType::kFloat64, {3}, {std::nan(""), 5, 1})});
   ASSERT_EQ(amax.size(), 2u);
-  EXPECT_TRUE(std::isnan(Get(amax[0], 0)));
-  EXPECT_EQ(Get(amax[0], 1), 2.0);
+  EXPECT_TRUE(std::isnan(ElementAsDouble(amax[0], 0)));
+  EXPECT_EQ(ElementAsDouble(amax[0], 1), 2.0);
 }
 
 TEST(ScatterReduceKernelTest, AgainstNaiveOnRandomShapes) {
@@ -391,7 +338,7 @@ TEST(ScatterReduceKernelTest, AgainstNaiveOnRandomShapes) {
     const TestTensor index = Indices(DType::kInt64, index_shape, 0, self_shape[dim] - 1);
     TestTensor src = Random(dtype, src_shape);
     if (std::string(reduce) == "prod") {  // small factors keep products exact
-      for (int64_t i = 0; i < src.numel(); ++i) Set(src, i, static_cast<double>(Uniform(-2, 2)));
+      for (int64_t i = 0; i < src.numel(); ++i) SetElement(src, i, static_cast<double>(Uniform(-2, 2)));
     }
     auto out =
         RunOp("scatter_reduce.two",
@@ -402,17 +349,17 @@ TEST(ScatterReduceKernelTest, AgainstNaiveOnRandomShapes) {
     std::vector<std::vector<double>> received(static_cast<size_t>(self.numel()));
     for (int64_t i = 0; i < index.numel(); ++i) {
       Ints c = Unravel(i, index_shape);
-      const double v = Get(src, Ravel(c, src_shape));
-      c[dim] = static_cast<int64_t>(Get(index, i));
+      const double v = ElementAsDouble(src, Ravel(c, src_shape));
+      c[dim] = static_cast<int64_t>(ElementAsDouble(index, i));
       received[Ravel(c, self_shape)].push_back(v);
     }
     for (int64_t p = 0; p < self.numel(); ++p) {
       std::vector<double> vals = received[p];
       if (vals.empty()) {
-        ASSERT_EQ(Get(out[0], p), Get(self, p)) << p;
+        ASSERT_EQ(ElementAsDouble(out[0], p), ElementAsDouble(self, p)) << p;
         continue;
       }
-      if (include_self) vals.insert(vals.begin(), Get(self, p));
+      if (include_self) vals.insert(vals.begin(), ElementAsDouble(self, p));
       double r = vals[0];
       for (size_t k = 1; k < vals.size(); ++k) {
         const std::string op = reduce;
@@ -423,12 +370,12 @@ TEST(ScatterReduceKernelTest, AgainstNaiveOnRandomShapes) {
       }
       if (std::string(reduce) == "mean") {
         r = IsFloating(dtype) ? r / static_cast<double>(vals.size()) : std::floor(r / static_cast<double>(vals.size()));
-        ASSERT_EQ(Get(out[1], p), static_cast<double>(vals.size())) << p;
+        ASSERT_EQ(ElementAsDouble(out[1], p), static_cast<double>(vals.size())) << p;
       }
       if (dtype == DType::kFloat32) {
-        ASSERT_NEAR(Get(out[0], p), r, 1e-5 * std::max(1.0, std::fabs(r))) << p;
+        ASSERT_NEAR(ElementAsDouble(out[0], p), r, 1e-5 * std::max(1.0, std::fabs(r))) << p;
       } else {
-        ASSERT_EQ(Get(out[0], p), r) << p;
+        ASSERT_EQ(ElementAsDouble(out[0], p), r) << p;
       }
     }
   }
@@ -436,9 +383,9 @@ TEST(ScatterReduceKernelTest, AgainstNaiveOnRandomShapes) {
 
 TEST(ScatterReduceKernelTest, SixteenBitSumsInFloat32) {
   for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
-    const TestTensor self = Make(dtype, {2}, {1, 2});
+    const TestTensor self = MakeTensor(dtype, {2}, {1, 2});
     auto out = RunOp("scatter_add", MakeAttrs({{"dim", int64_t{0}}}),
-                     {self, Make(DType::kInt64, {3}, {1, 1, 0}), Make(dtype, {3}, {0.5, 0.25, 4})});
+                     {self, MakeTensor(DType::kInt64, {3}, {1, 1, 0}), MakeTensor(dtype, {3}, {0.5, 0.25, 4})});
     ASSERT_EQ(out.size(), 1u);
     EXPECT_EQ(Values(out[0]), (std::vector<double>{5, 2.75})) << DTypeName(dtype);
   }
@@ -448,15 +395,15 @@ TEST(ScatterReduceKernelTest, SixteenBitSumsInFloat32) {
 
 TEST(MaskedScatterKernelTest, AsPyTorchAndRefusesAShortSource) {
   // zeros(4, 3).masked_scatter(tensor([True, False, True]), arange(12.).reshape(3, 4))
-  const TestTensor source = Make(DType::kFloat32, {3, 4}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
-  auto out =
-      RunOp("masked_scatter", {},
-            {Make(DType::kFloat32, {4, 3}, std::vector<double>(12, 0.0)), Make(DType::kBool, {3}, {1, 0, 1}), source});
+  const TestTensor source = MakeTensor(DType::kFloat32, {3, 4}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  auto out = RunOp("masked_scatter", {},
+                   {MakeTensor(DType::kFloat32, {4, 3}, std::vector<double>(12, 0.0)),
+                    MakeTensor(DType::kBool, {3}, {1, 0, 1}), source});
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(Values(out[0]), (std::vector<double>{0, 0, 1, 2, 0, 3, 4, 0, 5, 6, 0, 7}));
-  const absl::Status status =
-      RunStatus("masked_scatter", {},
-                {Random(DType::kInt64, {4, 3}), Make(DType::kBool, {4, 1}, {1, 0, 1, 1}), Random(DType::kInt64, {8})});
+  const absl::Status status = RunStatus(
+      "masked_scatter", {},
+      {Random(DType::kInt64, {4, 3}), MakeTensor(DType::kBool, {4, 1}, {1, 0, 1, 1}), Random(DType::kInt64, {8})});
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("masked_scatter: mask has 9 true elements but source has only 8"));
 }
@@ -466,14 +413,14 @@ TEST(MaskedScatterKernelTest, AsPyTorchAndRefusesAShortSource) {
 TEST(StridedKernelTest, ViewsAsPyTorch) {
   std::vector<double> twelve(12);
   for (int i = 0; i < 12; ++i) twelve[i] = i;
-  const TestTensor x = Make(DType::kFloat32, {3, 4}, twelve);
+  const TestTensor x = MakeTensor(DType::kFloat32, {3, 4}, twelve);
   auto strided = RunOp("as_strided",
                        MakeAttrs({{"size", Ints{2, 2}}, {"stride", Ints{4, 1}}, {"storage_offset", int64_t{5}}}), {x});
   ASSERT_EQ(strided.size(), 1u);
   EXPECT_EQ(Values(strided[0]), (std::vector<double>{5, 6, 9, 10}));
   auto scatter = RunOp("as_strided_scatter",
                        MakeAttrs({{"size", Ints{2, 2}}, {"stride", Ints{4, 1}}, {"storage_offset", int64_t{5}}}),
-                       {x, Make(DType::kFloat32, {2, 2}, {-1, -1, -1, -1})});
+                       {x, MakeTensor(DType::kFloat32, {2, 2}, {-1, -1, -1, -1})});
   ASSERT_EQ(scatter.size(), 1u);
   EXPECT_EQ(Values(scatter[0]), (std::vector<double>{0, 1, 2, 3, 4, -1, -1, 7, 8, -1, -1, 11}));
   // torch.diagonal(x, -1, 1, 0) = [1, 6, 11]
@@ -483,24 +430,24 @@ TEST(StridedKernelTest, ViewsAsPyTorch) {
   EXPECT_EQ(Values(diagonal[0]), (std::vector<double>{1, 6, 11}));
   // slice_scatter(x, zeros(3, 2), 1, -3, None, 2)
   auto slice = RunOp("slice_scatter", MakeAttrs({{"dim", int64_t{1}}, {"start", int64_t{-3}}, {"step", int64_t{2}}}),
-                     {x, Make(DType::kFloat32, {3, 2}, std::vector<double>(6, 0.0))});
+                     {x, MakeTensor(DType::kFloat32, {3, 2}, std::vector<double>(6, 0.0))});
   ASSERT_EQ(slice.size(), 1u);
   EXPECT_EQ(Values(slice[0]), (std::vector<double>{0, 0, 2, 0, 4, 0, 6, 0, 8, 0, 10, 0}));
   auto select = RunOp("select_scatter", MakeAttrs({{"dim", int64_t{0}}, {"index", int64_t{-2}}}),
-                      {x, Make(DType::kFloat32, {4}, {9, 9, 9, 9})});
+                      {x, MakeTensor(DType::kFloat32, {4}, {9, 9, 9, 9})});
   ASSERT_EQ(select.size(), 1u);
   EXPECT_EQ(Values(select[0]), (std::vector<double>{0, 1, 2, 3, 9, 9, 9, 9, 8, 9, 10, 11}));
   // torch.flip(arange(24.).reshape(2, 3, 4), [0, 2])[1]
   std::vector<double> v24(24);
   for (int i = 0; i < 24; ++i) v24[i] = i;
-  auto flip = RunOp("flip", MakeAttrs({{"dims", Ints{0, -1}}}), {Make(DType::kInt64, {2, 3, 4}, v24)});
+  auto flip = RunOp("flip", MakeAttrs({{"dims", Ints{0, -1}}}), {MakeTensor(DType::kInt64, {2, 3, 4}, v24)});
   ASSERT_EQ(flip.size(), 1u);
   const std::vector<double> flipped = Values(flip[0]);
   EXPECT_EQ(std::vector<double>(flipped.begin() + 12, flipped.end()),
             (std::vector<double>{3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8}));
   // arange(6).reshape(2, 3).repeat(2, 1, 2)
   auto repeat =
-      RunOp("repeat", MakeAttrs({{"repeats", Ints{2, 1, 2}}}), {Make(DType::kInt32, {2, 3}, {0, 1, 2, 3, 4, 5})});
+      RunOp("repeat", MakeAttrs({{"repeats", Ints{2, 1, 2}}}), {MakeTensor(DType::kInt32, {2, 3}, {0, 1, 2, 3, 4, 5})});
   ASSERT_EQ(repeat.size(), 1u);
   EXPECT_EQ(repeat[0].type.shape, (Shape{2, 2, 6}));
   const std::vector<double> once = {0, 1, 2, 0, 1, 2, 3, 4, 5, 3, 4, 5};
@@ -513,7 +460,7 @@ TEST(StridedKernelTest, ViewsAsPyTorch) {
 double ReadView(const TestTensor& t, int64_t offset, const Ints& strides, const Ints& coords) {
   int64_t at = offset;
   for (size_t d = 0; d < coords.size(); ++d) at += coords[d] * strides[d];
-  return Get(t, at);
+  return ElementAsDouble(t, at);
 }
 
 TEST(StridedKernelTest, AgainstNaiveOnRandomShapes) {
@@ -537,7 +484,7 @@ TEST(StridedKernelTest, AgainstNaiveOnRandomShapes) {
         const int64_t dd = d < 0 ? d + rank : d;
         c[dd] = shape[dd] - 1 - c[dd];
       }
-      ASSERT_EQ(Get(flip[0], i), Get(x, Ravel(c, shape))) << i;
+      ASSERT_EQ(ElementAsDouble(flip[0], i), ElementAsDouble(x, Ravel(c, shape))) << i;
     }
     // diagonal over two random dims with a random offset.
     const int64_t d1 = Uniform(0, rank - 1);
@@ -556,7 +503,7 @@ TEST(StridedKernelTest, AgainstNaiveOnRandomShapes) {
       }
       c[d1] = dc.back() + (offset < 0 ? -offset : 0);
       c[d2] = dc.back() + (offset > 0 ? offset : 0);
-      ASSERT_EQ(Get(diagonal[0], i), Get(x, Ravel(c, shape))) << i;
+      ASSERT_EQ(ElementAsDouble(diagonal[0], i), ElementAsDouble(x, Ravel(c, shape))) << i;
     }
     // diagonal_scatter writes the same elements.
     const TestTensor diag_src = Random(dtype, dshape);
@@ -573,7 +520,7 @@ TEST(StridedKernelTest, AgainstNaiveOnRandomShapes) {
       }
       c[d1] = dc.back() + (offset < 0 ? -offset : 0);
       c[d2] = dc.back() + (offset > 0 ? offset : 0);
-      diag_expected[Ravel(c, shape)] = Get(diag_src, i);
+      diag_expected[Ravel(c, shape)] = ElementAsDouble(diag_src, i);
     }
     ASSERT_EQ(Values(diag_scatter[0]), diag_expected);
     // repeat with an extra leading dim.
@@ -586,7 +533,7 @@ TEST(StridedKernelTest, AgainstNaiveOnRandomShapes) {
       const Ints rc = Unravel(i, rshape);
       Ints c(rank);
       for (int d = 0; d < rank; ++d) c[d] = rc[d + 1] % shape[d];
-      ASSERT_EQ(Get(repeat[0], i), Get(x, Ravel(c, shape))) << i;
+      ASSERT_EQ(ElementAsDouble(repeat[0], i), ElementAsDouble(x, Ravel(c, shape))) << i;
     }
     // as_strided: a random in-bounds view (transposed strides, an offset).
     const int64_t numel = x.numel();
@@ -599,7 +546,7 @@ TEST(StridedKernelTest, AgainstNaiveOnRandomShapes) {
       auto view = RunOp("as_strided", attrs, {x});
       ASSERT_EQ(view.size(), 1u);
       for (int64_t i = 0; i < view[0].numel(); ++i) {
-        ASSERT_EQ(Get(view[0], i), ReadView(x, storage_offset, view_strides, Unravel(i, size))) << i;
+        ASSERT_EQ(ElementAsDouble(view[0], i), ReadView(x, storage_offset, view_strides, Unravel(i, size))) << i;
       }
       // Scatter through a non-overlapping view: strides from the sizes.
       const Ints dense = {size[1] + Uniform(0, 1), 1};
@@ -612,7 +559,7 @@ TEST(StridedKernelTest, AgainstNaiveOnRandomShapes) {
         std::vector<double> expected = Values(x);
         for (int64_t i = 0; i < src.numel(); ++i) {
           const Ints c = Unravel(i, size);
-          expected[numel - 1 - dense_reach + c[0] * dense[0] + c[1]] = Get(src, i);
+          expected[numel - 1 - dense_reach + c[0] * dense[0] + c[1]] = ElementAsDouble(src, i);
         }
         ASSERT_EQ(Values(scattered[0]), expected);
       }
@@ -630,7 +577,7 @@ TEST(StridedKernelTest, AgainstNaiveOnRandomShapes) {
     for (int64_t i = 0; i < src.numel(); ++i) {
       Ints c = Unravel(i, src_shape);
       c[dim] = start + c[dim] * step;
-      expected[Ravel(c, shape)] = Get(src, i);
+      expected[Ravel(c, shape)] = ElementAsDouble(src, i);
     }
     ASSERT_EQ(Values(sliced[0]), expected);
   }
@@ -651,7 +598,7 @@ double Variance(const std::vector<double>& v) {
   return sum / static_cast<double>(v.size());
 }
 
-TestTensor Seed(int64_t value) { return Make(DType::kInt64, {}, {static_cast<double>(value)}); }
+TestTensor Seed(int64_t value) { return MakeTensor(DType::kInt64, {}, {static_cast<double>(value)}); }
 
 TEST(RandomKernelTest, BernoulliHasMeanPAndFreshValuesForANewSeed) {
   constexpr int64_t kN = 200000;

@@ -20,59 +20,9 @@ namespace tandem {
 namespace {
 
 using HostTensor = cpu::TestTensor;
-
-double Get(const HostTensor& t, int64_t i) {
-  switch (t.type.dtype) {
-    case DType::kFloat32:
-      return static_cast<const float*>(t.data())[i];
-    case DType::kFloat64:
-      return static_cast<const double*>(t.data())[i];
-    case DType::kInt64:
-      return static_cast<double>(static_cast<const int64_t*>(t.data())[i]);
-    case DType::kInt32:
-      return static_cast<const int32_t*>(t.data())[i];
-    case DType::kBool:
-      return static_cast<const bool*>(t.data())[i] ? 1.0 : 0.0;
-    case DType::kBFloat16:
-      return static_cast<const BFloat16*>(t.data())[i].ToFloat();
-    case DType::kFloat16:
-      return static_cast<const Float16*>(t.data())[i].ToFloat();
-  }
-  return 0;
-}
-
-void Set(HostTensor& t, int64_t i, double v) {
-  switch (t.type.dtype) {
-    case DType::kFloat32:
-      static_cast<float*>(t.data())[i] = static_cast<float>(v);
-      break;
-    case DType::kFloat64:
-      static_cast<double*>(t.data())[i] = v;
-      break;
-    case DType::kInt64:
-      static_cast<int64_t*>(t.data())[i] = static_cast<int64_t>(v);
-      break;
-    case DType::kInt32:
-      static_cast<int32_t*>(t.data())[i] = static_cast<int32_t>(v);
-      break;
-    case DType::kBool:
-      static_cast<bool*>(t.data())[i] = v != 0;
-      break;
-    case DType::kBFloat16:
-      static_cast<BFloat16*>(t.data())[i] = BFloat16(v);
-      break;
-    case DType::kFloat16:
-      static_cast<Float16*>(t.data())[i] = Float16(v);
-      break;
-  }
-}
-
-HostTensor Make(DType dtype, Shape shape, const std::vector<double>& values) {
-  HostTensor t({dtype, std::move(shape)});
-  EXPECT_EQ(static_cast<int64_t>(values.size()), t.numel());
-  for (int64_t i = 0; i < t.numel(); ++i) Set(t, i, values[i]);
-  return t;
-}
+using cpu::ElementAsDouble;
+using cpu::MakeTensor;
+using cpu::SetElement;
 
 HostTensor MakeInt64(Shape shape, const std::vector<int64_t>& values) {
   HostTensor t({DType::kInt64, std::move(shape)});
@@ -82,7 +32,7 @@ HostTensor MakeInt64(Shape shape, const std::vector<int64_t>& values) {
 
 std::vector<double> Values(const HostTensor& t) {
   std::vector<double> v(t.numel());
-  for (int64_t i = 0; i < t.numel(); ++i) v[i] = Get(t, i);
+  for (int64_t i = 0; i < t.numel(); ++i) v[i] = ElementAsDouble(t, i);
   return v;
 }
 
@@ -105,7 +55,7 @@ class MathKernelTest : public ::testing::Test {
   HostTensor Uniform(DType dtype, Shape shape, double lo, double hi) {
     HostTensor t({dtype, std::move(shape)});
     std::uniform_real_distribution<double> u(lo, hi);
-    for (int64_t i = 0; i < t.numel(); ++i) Set(t, i, u(rng_));
+    for (int64_t i = 0; i < t.numel(); ++i) SetElement(t, i, u(rng_));
     return t;
   }
   std::mt19937_64 rng_{std::random_device{}()};
@@ -194,16 +144,17 @@ TEST_F(MathKernelTest, IntegerInputsComputeInFloat32) {
 
 TEST_F(MathKernelTest, RoundingAndSignFollowPyTorch) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  HostTensor x = Make(DType::kFloat32, {6}, {0.5, 1.5, -0.5, 2.5, -2.5, nan});
+  HostTensor x = MakeTensor(DType::kFloat32, {6}, {0.5, 1.5, -0.5, 2.5, -2.5, nan});
   EXPECT_THAT(Values(RunOp("round", {}, {x})), ::testing::ElementsAre(0.0, 2.0, -0.0, 2.0, -2.0, ::testing::IsNan()));
   EXPECT_THAT(Values(RunOp("sign", {}, {x})), ::testing::ElementsAre(1.0, 1.0, -1.0, 1.0, -1.0, 0.0));
   EXPECT_THAT(Values(RunOp("isnan", {}, {x})), ::testing::ElementsAre(0, 0, 0, 0, 0, 1));
-  HostTensor y = Make(DType::kFloat64, {4},
-                      {std::numeric_limits<double>::infinity(), -1e308, nan, -std::numeric_limits<double>::infinity()});
+  HostTensor y =
+      MakeTensor(DType::kFloat64, {4},
+                 {std::numeric_limits<double>::infinity(), -1e308, nan, -std::numeric_limits<double>::infinity()});
   EXPECT_THAT(Values(RunOp("isinf", {}, {y})), ::testing::ElementsAre(1, 0, 0, 1));
   // hardtanh clamps and lets NaN through.
   EXPECT_THAT(Values(RunOp("hardtanh", MakeAttrs({{"min_val", 0.0}, {"max_val", 6.0}}),
-                           {Make(DType::kFloat32, {4}, {-1, 3, 7, nan})})),
+                           {MakeTensor(DType::kFloat32, {4}, {-1, 3, 7, nan})})),
               ::testing::ElementsAre(0.0, 3.0, 6.0, ::testing::IsNan()));
 }
 
@@ -242,10 +193,10 @@ TEST_F(MathKernelTest, FloatDivisionModesAndRemainderMatchTheirDefinitions) {
   HostTensor a = Uniform(DType::kFloat64, {200}, -10, 10);
   HostTensor b = Uniform(DType::kFloat64, {200}, 0.3, 3);
   // Half the divisors negative.
-  for (int64_t i = 0; i < b.numel(); i += 2) Set(b, i, -Get(b, i));
+  for (int64_t i = 0; i < b.numel(); i += 2) SetElement(b, i, -ElementAsDouble(b, i));
   std::vector<double> floor_div, trunc_div, rem, fmod;
   for (int64_t i = 0; i < a.numel(); ++i) {
-    const double x = Get(a, i), y = Get(b, i);
+    const double x = ElementAsDouble(a, i), y = ElementAsDouble(b, i);
     floor_div.push_back(std::floor(x / y));
     trunc_div.push_back(std::trunc(x / y));
     fmod.push_back(std::fmod(x, y));
@@ -261,8 +212,8 @@ TEST_F(MathKernelTest, FloatDivisionModesAndRemainderMatchTheirDefinitions) {
   HostTensor base = Uniform(DType::kFloat64, {200}, 0.1, 3);
   std::vector<double> pow, atan2;
   for (int64_t i = 0; i < base.numel(); ++i) {
-    pow.push_back(std::pow(Get(base, i), Get(exponent, i)));
-    atan2.push_back(std::atan2(Get(a, i), Get(b, i)));
+    pow.push_back(std::pow(ElementAsDouble(base, i), ElementAsDouble(exponent, i)));
+    atan2.push_back(std::atan2(ElementAsDouble(a, i), ElementAsDouble(b, i)));
   }
   ExpectNear(Values(RunOp("pow.Tensor_Tensor", {}, {base, exponent})), pow, 1e-15, "pow");
   ExpectNear(Values(RunOp("atan2", {}, {a, b})), atan2, 1e-15, "atan2");
@@ -291,15 +242,15 @@ TEST_F(MathKernelTest, BitwiseAndLogicalOpsBroadcastAcrossDtypes) {
   HostTensor not_x = RunOp("bitwise_not", {}, {x});
   for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(static_cast<const int64_t*>(not_x.data())[i], ~xs[i]);
   // bitwise ops on bool are logical.
-  HostTensor mask = Make(DType::kBool, {4}, {1, 0, 1, 0});
+  HostTensor mask = MakeTensor(DType::kBool, {4}, {1, 0, 1, 0});
   EXPECT_THAT(Values(RunOp("bitwise_not", {}, {mask})), ::testing::ElementsAre(0, 1, 0, 1));
   EXPECT_THAT(Values(RunOp("bitwise_and.Scalar", MakeAttrs({{"other", int64_t{6}}}), {MakeInt64({3}, {3, 4, -1})})),
               ::testing::ElementsAre(2, 4, 6));
   // Logical ops: nonzero is true whatever the dtype (a float64 1e-300 too,
   // NaN too), operands broadcast.
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  HostTensor f = Make(DType::kFloat64, {2, 3}, {0, 1e-300, nan, -2, 0, 0.5});
-  HostTensor g = Make(DType::kBool, {3}, {1, 1, 0});
+  HostTensor f = MakeTensor(DType::kFloat64, {2, 3}, {0, 1e-300, nan, -2, 0, 0.5});
+  HostTensor g = MakeTensor(DType::kBool, {3}, {1, 1, 0});
   EXPECT_THAT(Values(RunOp("logical_and", {}, {f, g})), ::testing::ElementsAre(0, 1, 0, 1, 0, 0));
   EXPECT_THAT(Values(RunOp("logical_or", {}, {f, g})), ::testing::ElementsAre(1, 1, 1, 1, 1, 1));
   EXPECT_THAT(Values(RunOp("logical_xor", {}, {f, g})), ::testing::ElementsAre(1, 0, 1, 0, 1, 1));
@@ -310,9 +261,11 @@ std::vector<double> Derivative(const std::string& forward, const Attrs& attrs, c
   const double h = 1e-6;
   std::vector<double> d;
   for (int64_t i = 0; i < x.numel(); ++i) {
-    HostTensor plus = Make(DType::kFloat64, {1}, {Get(x, i) + h});
-    HostTensor minus = Make(DType::kFloat64, {1}, {Get(x, i) - h});
-    d.push_back((Get(RunOp(forward, attrs, {plus}), 0) - Get(RunOp(forward, attrs, {minus}), 0)) / (2 * h));
+    HostTensor plus = MakeTensor(DType::kFloat64, {1}, {ElementAsDouble(x, i) + h});
+    HostTensor minus = MakeTensor(DType::kFloat64, {1}, {ElementAsDouble(x, i) - h});
+    d.push_back(
+        (ElementAsDouble(RunOp(forward, attrs, {plus}), 0) - ElementAsDouble(RunOp(forward, attrs, {minus}), 0)) /
+        (2 * h));
   }
   return d;
 }
@@ -321,12 +274,12 @@ TEST_F(MathKernelTest, ActivationBackwardsAreTheForwardsDerivatives) {
   // Inputs away from the kinks, where the finite difference is exact enough.
   HostTensor x = Uniform(DType::kFloat64, {40}, -3, 3);
   for (int64_t i = 0; i < x.numel(); ++i) {
-    const double v = Get(x, i);
-    if (std::fabs(v) < 0.05 || std::fabs(std::fabs(v) - 1) < 0.05) Set(x, i, v + 0.2);
+    const double v = ElementAsDouble(x, i);
+    if (std::fabs(v) < 0.05 || std::fabs(std::fabs(v) - 1) < 0.05) SetElement(x, i, v + 0.2);
   }
   HostTensor grad = Uniform(DType::kFloat64, {40}, -2, 2);
   auto times_grad = [&](std::vector<double> d) {
-    for (int64_t i = 0; i < grad.numel(); ++i) d[i] *= Get(grad, i);
+    for (int64_t i = 0; i < grad.numel(); ++i) d[i] *= ElementAsDouble(grad, i);
     return d;
   };
   const Attrs bounds = MakeAttrs({{"min_val", -1.0}, {"max_val", 1.0}});

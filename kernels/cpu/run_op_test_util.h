@@ -1,8 +1,7 @@
-// The CPU kernel tests' host tensor (TestTensor) and their way to run one
-// op: its kernel (FindCpuKernel) on outputs of the registry's inferred
-// types, poisoned first so that an output the kernel leaves unwritten shows,
-// optionally with output 0 on input 0's buffer (as the planner places
-// kInPlace and kView ops). Test-only; header-only; thread-compatible.
+// The CPU kernel tests' host tensor (TestTensor), its elements read and
+// written as doubles in every dtype, and their way to run one op: its kernel (FindCpuKernel) on outputs of the
+// registry's inferred types, poisoned first so that an output the kernel leaves unwritten shows, optionally with output
+// 0 on input 0's buffer (as the planner places kInPlace and kView ops). Test-only; header-only; thread-compatible.
 #ifndef TANDEM_KERNELS_CPU_RUN_OP_TEST_UTIL_H_
 #define TANDEM_KERNELS_CPU_RUN_OP_TEST_UTIL_H_
 
@@ -15,10 +14,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "base/status_macros.h"
+#include "gtest/gtest.h"
 #include "ir/attrs.h"
 #include "ir/graph.h"
 #include "ir/op_registry.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/half.h"
 #include "kernels/kernel.h"
 
 namespace tandem::cpu {
@@ -34,6 +35,65 @@ struct TestTensor {
   const void* data() const { return storage.data(); }
   int64_t numel() const { return type.numel(); }
 };
+
+// Element i of `t` as a double (16-bit floats widened, bools 0 or 1).
+inline double ElementAsDouble(const TestTensor& t, int64_t i) {
+  switch (t.type.dtype) {
+    case DType::kFloat32:
+      return static_cast<const float*>(t.data())[i];
+    case DType::kFloat64:
+      return static_cast<const double*>(t.data())[i];
+    case DType::kInt64:
+      return static_cast<double>(static_cast<const int64_t*>(t.data())[i]);
+    case DType::kInt32:
+      return static_cast<const int32_t*>(t.data())[i];
+    case DType::kBool:
+      return static_cast<const bool*>(t.data())[i] ? 1.0 : 0.0;
+    case DType::kBFloat16:
+      return static_cast<const BFloat16*>(t.data())[i].ToFloat();
+    case DType::kFloat16:
+      return static_cast<const Float16*>(t.data())[i].ToFloat();
+  }
+  ADD_FAILURE() << "dtype not handled by the test";
+  return 0.0;
+}
+
+// Sets element i of `t` to `v`, converted as a static_cast would (16-bit
+// floats through float, rounded to nearest; bools: v != 0).
+inline void SetElement(TestTensor& t, int64_t i, double v) {
+  switch (t.type.dtype) {
+    case DType::kFloat32:
+      static_cast<float*>(t.data())[i] = static_cast<float>(v);
+      return;
+    case DType::kFloat64:
+      static_cast<double*>(t.data())[i] = v;
+      return;
+    case DType::kInt64:
+      static_cast<int64_t*>(t.data())[i] = static_cast<int64_t>(v);
+      return;
+    case DType::kInt32:
+      static_cast<int32_t*>(t.data())[i] = static_cast<int32_t>(v);
+      return;
+    case DType::kBool:
+      static_cast<bool*>(t.data())[i] = v != 0.0;
+      return;
+    case DType::kBFloat16:
+      static_cast<BFloat16*>(t.data())[i] = BFloat16(static_cast<float>(v));
+      return;
+    case DType::kFloat16:
+      static_cast<Float16*>(t.data())[i] = Float16(static_cast<float>(v));
+      return;
+  }
+  ADD_FAILURE() << "dtype not handled by the test";
+}
+
+// A tensor of `dtype` and `shape` holding `values` (one per element).
+inline TestTensor MakeTensor(DType dtype, Shape shape, const std::vector<double>& values) {
+  TestTensor t({dtype, std::move(shape)});
+  EXPECT_EQ(static_cast<int64_t>(values.size()), t.numel());
+  for (int64_t i = 0; i < t.numel() && i < static_cast<int64_t>(values.size()); ++i) SetElement(t, i, values[i]);
+  return t;
+}
 
 // `T` is a test's host tensor: T(TensorType) allocates it, `type`,
 // `data()`, and `storage` (a vector of 8-byte words). `poison` fills every
