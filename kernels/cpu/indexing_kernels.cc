@@ -40,23 +40,6 @@ absl::Status CheckIndices(const KernelArgs& args, const TensorArg& index, absl::
   return absl::OkStatus();
 }
 
-// Fixed-width stand-ins for an element of `bytes` bytes: indexing moves bytes.
-template <typename F>
-absl::Status DispatchBytes(const KernelArgs& args, DType dtype, F&& f) {
-  switch (DTypeSize(dtype)) {
-    case 1:
-      return f(uint8_t{});
-    case 2:
-      return f(uint16_t{});
-    case 4:
-      return f(uint32_t{});
-    case 8:
-      return f(uint64_t{});
-    default:
-      return UnsupportedDType(args, dtype);
-  }
-}
-
 absl::Status EmbeddingKernel(const KernelArgs& args) {
   const TensorArg& weight = args.inputs[0];
   const TensorArg& indices = args.inputs[1];
@@ -139,7 +122,7 @@ absl::Status GatherKernel(const KernelArgs& args) {
     using I = decltype(index_tag);
     RETURN_IF_ERROR(CheckIndices<I>(args, index, "index", size, "the size of self's dim"));
     const I* idx = index.as<const I>();
-    return DispatchBytes(args, self.type.dtype, [&](auto tag) {
+    return DispatchElementBytes(args, self.type.dtype, [&](auto tag) {
       using E = decltype(tag);
       const E* x = self.as<const E>();
       E* y = out.as<E>();

@@ -101,6 +101,25 @@ absl::Status DispatchIndex(const KernelArgs& args, DType dtype, F&& f) {
   }
 }
 
+// Calls f(E{}) with E an unsigned integer of `dtype`'s element size: kernels
+// that only move elements (copies, gathers, scatters) need no more of the
+// dtype than its size.
+template <typename F>
+absl::Status DispatchElementBytes(const KernelArgs& args, DType dtype, F&& f) {
+  switch (DTypeSize(dtype)) {
+    case 1:
+      return f(uint8_t{});
+    case 2:
+      return f(uint16_t{});
+    case 4:
+      return f(uint32_t{});
+    case 8:
+      return f(uint64_t{});
+    default:
+      return UnsupportedDType(args, dtype);
+  }
+}
+
 // A C++ cast, except that bool is "nonzero" and that a floating value an
 // integer type cannot hold (NaN, infinities, out of range; a C++ cast of it
 // is undefined) converts as a GPU does it: NaN to 0, the rest saturated to

@@ -19,29 +19,12 @@ absl::Status SameBytesKernel(const KernelArgs& args) {
   return absl::OkStatus();
 }
 
-// Fixed-width stand-ins for an element of `bytes` bytes.
-template <typename F>
-absl::Status DispatchElementSize(const KernelArgs& args, DType dtype, F&& f) {
-  switch (DTypeSize(dtype)) {
-    case 1:
-      return f(uint8_t{});
-    case 2:
-      return f(uint16_t{});
-    case 4:
-      return f(uint32_t{});
-    case 8:
-      return f(uint64_t{});
-    default:
-      return UnsupportedDType(args, dtype);
-  }
-}
-
 // out[index] = in[sum(index[d] * strides[d])] over out's shape: a gather
 // that covers transposes, permutations and broadcasts.
 absl::Status StridedGather(const KernelArgs& args, std::vector<int64_t> strides) {
   const TensorArg& in = args.inputs[0];
   const TensorArg& out = args.outputs[0];
-  return DispatchElementSize(args, out.type.dtype, [&](auto tag) {
+  return DispatchElementBytes(args, out.type.dtype, [&](auto tag) {
     using E = decltype(tag);
     const E* x = in.as<const E>();
     E* y = out.as<E>();

@@ -15,23 +15,6 @@
 
 namespace tandem::cpu {
 
-// Calls f(E{}) with E an unsigned integer of `dtype`'s element size.
-template <typename F>
-absl::Status DispatchElementBytes(const KernelArgs& args, DType dtype, F&& f) {
-  switch (DTypeSize(dtype)) {
-    case 1:
-      return f(uint8_t{});
-    case 2:
-      return f(uint16_t{});
-    case 4:
-      return f(uint32_t{});
-    case 8:
-      return f(uint64_t{});
-    default:
-      return UnsupportedDType(args, dtype);
-  }
-}
-
 // out (contiguous, of view.sizes) = `in` read through `view`.
 inline absl::Status GatherView(const KernelArgs& args, DType dtype, const StridedView& view, const void* in,
                                void* out) {
