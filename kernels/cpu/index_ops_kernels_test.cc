@@ -52,14 +52,17 @@ Attrs MakeAttrs(std::vector<std::pair<std::string, AttrValue>> values) {
   return attrs;
 }
 
-// Element i of `t` as a double, whatever its dtype.
 // Random values exact in every dtype: integers in [-50, 50] (halves for the
 // float types, so no two are likely equal), bools either way.
 TestTensor Random(DType dtype, Shape shape) {
   TestTensor t({dtype, std::move(shape)});
   for (int64_t i = 0; i < t.numel(); ++i) {
     const int64_t v = Uniform(-100, 100);
-    SetElement(t, i, dtype == DType::kBool ? static_cast<double>(v > 0) : IsFloating(dtype) ? v / 2.0 : v / 2);
+    const int64_t half = v / 2;
+    SetElement(t, i,
+               dtype == DType::kBool ? static_cast<double>(v > 0)
+               : IsFloating(dtype)   ? v / 2.0
+                                     : static_cast<double>(half));
   }
   return t;
 }
