@@ -202,13 +202,12 @@ BY_NAME = {e.name: e for e in ENTRIES}
 # The share of the zoo that CI trains on its 2 cores (the whole zoo at small size takes about an hour there):
 # every hand-written family, and the smallest model of every torchvision family but three whose ops the others
 # cover and whose weights made them the slowest to register and check (VGG-11-BN and AlexNet, 130M and 60M
-# parameters in their classifiers; R(2+1)D-18 beside R3D-18): 28 models, about 4 minutes per shard. Swin V2-T
-# is out until its open defect is fixed (docs/zoo.md, "Known defects").
+# parameters in their classifiers; R(2+1)D-18 beside R3D-18): 29 models, about 4 minutes per shard.
 CI_NAMES = (
     "decoder_lm", "decoder_lm_rotary", "decoder_lm_mask_buffer", "seq2seq", "bigru", "bilstm", "diffusion_unet",
     "mlp_mixer", "convnext_tiny", "densenet121", "efficientnet_b0", "efficientnet_v2_s", "googlenet",
     "inception_v3", "mnasnet0_5", "mobilenet_v2", "mobilenet_v3_small", "regnet_x_400mf", "regnet_y_400mf",
-    "resnet18", "resnext50_32x4d", "shufflenet_v2_x0_5", "squeezenet1_1", "swin_t",
+    "resnet18", "resnext50_32x4d", "shufflenet_v2_x0_5", "squeezenet1_1", "swin_t", "swin_v2_t",
     "vit_b_32", "lraspp_mobilenet_v3_large", "deeplabv3_mobilenet_v3_large", "r3d_18",
 )
 

@@ -1,7 +1,8 @@
 """Advanced indexing, the scatters and the strided views through tandemd: small models whose training steps lower
-to index.Tensor (with a None entry: indexed_dims), index_put, select_scatter, flip, repeat, scatter_add, gather,
-scatter_reduce.two (mean), diagonal and diagonal_scatter register with a CPU tandemd, and their first steps give
-PyTorch's losses (float32, relative 1e-4), SGD with momentum."""
+to index.Tensor (with a None entry: indexed_dims), index_put, slice assignment (in-place writes through views),
+select_scatter, flip, repeat, scatter_add, gather, scatter_reduce.two (mean), diagonal and diagonal_scatter
+register with a CPU tandemd, and their first steps give PyTorch's losses (float32, relative 1e-4), SGD with
+momentum."""
 
 import copy
 import unittest
@@ -21,9 +22,7 @@ setUpModule, tearDownModule = _daemon.start, _daemon.stop
 
 class IndexNet(nn.Module):
     """A learned table read at fixed rows (as Swin's relative position bias), columns picked with a None first,
-    a select_scatter, a flip and a repeat. (No slice assignment: torch 1.13's trace of `h[:, 2:5] = f(...)` gives
-    its backward an as_strided of the slice without the slice's offset and strides, a gradient eager PyTorch does
-    not compute, and torch.slice_scatter there fails to trace.)"""
+    a select_scatter, a flip and a repeat."""
 
     def __init__(self):
         super().__init__()
@@ -39,6 +38,26 @@ class IndexNet(nn.Module):
         h = torch.select_scatter(h, h[:, 7] * 3, 1, 7)
         h = torch.flip(h, [1]) + h
         return self.head(h.repeat(1, 1, 2).flatten(1))
+
+
+class SliceAssignNet(nn.Module):
+    """In-place writes through views: a slice of a cloned parameter zeroed (as Swin V2 zeroes the middle third
+    of its qkv bias) and a slice of an activation assigned from another slice. Their backward goes through
+    autograd's CopySlices, which torch 1.13's functorch traces without the view's storage offset
+    (compat.engine_grad)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(12))
+        self.linear = nn.Linear(6, 12)
+        self.head = nn.Linear(12 * 12, 3)
+
+    def forward(self, x):  # [B, 12, 6]
+        b = self.bias.clone()
+        b[4:8].zero_()
+        h = self.linear(x) * b
+        h[:, :, 1:3] = h[:, :, 5:7] * 2
+        return self.head(h.flatten(1))
 
 
 class ScatterNet(nn.Module):
@@ -102,6 +121,9 @@ class IndexOpsTrainingTest(unittest.TestCase):
 
     def test_indexing_select_scatter_flip_repeat(self):
         self.train_both(IndexNet)
+
+    def test_slice_assignment(self):
+        self.train_both(SliceAssignNet)
 
     def test_scatter_add_and_diagonal(self):
         self.train_both(ScatterNet)

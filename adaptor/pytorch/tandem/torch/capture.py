@@ -176,11 +176,47 @@ def _bounded_threads():
         torch.set_num_threads(before)
 
 
+def _writes_through_views(gm):
+    """Whether a functionalized trace holds the backward of an in-place op on a view: autograd's CopySlices
+    writes the view's gradient into its base's, which functionalization records as as_strided_scatter."""
+    return any(n.op == "call_function" and getattr(n.target, "__name__", "").split(".")[0] == "as_strided_scatter"
+               for n in gm.graph.nodes)
+
+
+class _Replay(torch.fx.Interpreter):
+    """Runs a traced graph node by node, labelling what it traces with each node's label."""
+
+    def run_node(self, n):
+        _label_state.stack = []
+        _label_state.phase = n.meta.get("tandem_label", "")
+        return super().run_node(n)
+
+
+def _trace_through_autograd(fn, flat_inputs):
+    """torch 1.13's trace of a step that writes through views (compat.engine_grad says why): make_fx of the step
+    differentiated by the autograd engine, without functionalization (the joint graph of forward and backward,
+    views and in-place ops as the model ran them), then that graph replayed under functionalize with the
+    decompositions, as 1.13's AOTAutograd does. The step runs twice."""
+    with compat.engine_grad():
+        joint = compat.make_fx(fn, tracing_mode="real")(*[t.clone() for t in flat_inputs])
+    for n in list(joint.graph.nodes):  # the engine's leaves: detach of an input is the input itself here
+        if n.op == "call_function" and getattr(n.target, "__name__", "").split(".")[0] == "detach":
+            n.replace_all_uses_with(n.args[0])
+            joint.graph.erase_node(n)
+    joint.recompile()
+    gm = compat.make_fx(compat.functionalize(lambda *args: _Replay(joint).run(*args)),
+                        decomposition_table=compat.decompositions(), tracing_mode="real")(*flat_inputs)
+    _label_state.phase = ""
+    return gm
+
+
 def _trace(fn, flat_inputs, what):
     try:
         with compat.tracing_context(), _bounded_threads():
             gm = compat.make_fx(compat.functionalize(fn), decomposition_table=compat.decompositions(),
                                 tracing_mode=compat.tracing_mode())(*flat_inputs)
+            if compat.TORCH_VERSION < (2, 0) and _writes_through_views(gm):
+                gm = _trace_through_autograd(fn, flat_inputs)
     except CaptureError:
         raise
     except Exception as e:  # the tracer reports failures as many exception types

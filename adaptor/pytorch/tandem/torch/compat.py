@@ -11,6 +11,7 @@ attention trace to their plain ATen ops as they do in 1.13.
 """
 
 import contextlib
+import threading
 
 import torch
 
@@ -62,8 +63,42 @@ def functionalize(fn):
     return _functionalize(fn, remove="mutations_and_views")
 
 
+_grad_state = threading.local()
+
+
 def grad(fn, has_aux=False):
+    """The gradient of `fn` with respect to its first argument (a list of tensors): functorch's grad transform,
+    or, inside engine_grad(), torch.autograd.grad on leaves made from that argument."""
+    if getattr(_grad_state, "engine", False):
+        return _engine_grad(fn, has_aux)
     return _grad(fn, has_aux=has_aux)
+
+
+def _engine_grad(fn, has_aux):
+    def wrapped(primals, *rest):
+        with torch.enable_grad():
+            leaves = [p.detach().requires_grad_(True) for p in primals]
+            out = fn(leaves, *rest)
+            loss, aux = out if has_aux else (out, None)
+            grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+        grads = [torch.zeros_like(p) if g is None else g for p, g in zip(primals, grads)]
+        return (grads, aux) if has_aux else grads
+
+    return wrapped
+
+
+@contextlib.contextmanager
+def engine_grad():
+    """grad() differentiates with PyTorch's autograd engine (traced by make_fx as the ops it runs) instead of
+    functorch's transform. For torch 1.13 only: there, the transform gives the backward of an in-place op on a
+    view (`c[4:8].zero_()`, `h[:, 2:5] = ...`) an as_strided of the view without the view's storage offset,
+    because its wrapper tensors have no storage; the engine's trace of the same step has the right offset."""
+    before = getattr(_grad_state, "engine", False)
+    _grad_state.engine = True
+    try:
+        yield
+    finally:
+        _grad_state.engine = before
 
 
 # Ops Tandem runs whole, with kernels of its own, though the core decomposition
@@ -129,5 +164,5 @@ def tracing_context():
         yield
 
 
-__all__ = ["KEEP_WHOLE", "TORCH_VERSION", "decompositions", "functional_call", "functionalize", "grad", "make_fx",
-           "tied_names", "tracing_context", "tracing_mode"]
+__all__ = ["KEEP_WHOLE", "TORCH_VERSION", "decompositions", "engine_grad", "functional_call", "functionalize", "grad",
+           "make_fx", "tied_names", "tracing_context", "tracing_mode"]
