@@ -247,6 +247,29 @@ const std::vector<ConfigKey>& BuildKeys() {
        false,
        [](absl::string_view v, DaemonOptions* o) { return ParseInt(v, 1, 4, &o->preemption_segments_in_flight); },
        [](const DaemonOptions& o) { return absl::StrCat(o.preemption_segments_in_flight); }},
+      {"state_dir", "DIR",
+       "where jobs that train are checkpointed (made mode 0700 if missing), so that a restarted daemon or client "
+       "resumes them by name and token; empty: no checkpoints",
+       false,
+       [](absl::string_view v, DaemonOptions* o) {
+         if (!v.empty() && v.front() != '/') return Expected("an absolute path");
+         o->state_dir = std::string(v);
+         return absl::OkStatus();
+       },
+       [](const DaemonOptions& o) { return o.state_dir; }},
+      {"checkpoint_interval", "SECONDS",
+       "with state_dir: the least time between two checkpoints of a job (also written on SIGTERM and when its "
+       "client goes away); 0: after every iteration",
+       true,
+       [](absl::string_view v, DaemonOptions* o) {
+         double seconds;
+         if (!absl::SimpleAtod(v, &seconds) || !(seconds >= 0) || seconds > 86400 * 365) {
+           return Expected("seconds >= 0");
+         }
+         o->checkpoint_interval_seconds = seconds;
+         return absl::OkStatus();
+       },
+       [](const DaemonOptions& o) { return FormatDouble(o.checkpoint_interval_seconds); }},
   };
   return *keys;
 }

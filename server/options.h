@@ -58,6 +58,11 @@ struct DaemonOptions {
   // that a move to another lane does not set up per-stream state (cuDNN
   // plans) on that lane's thread in the middle of serving.
   bool warm_lanes = true;
+  // Persistence (server/checkpoint_file.h, docs/deploy.md): where jobs that
+  // update their persistent tensors are checkpointed (empty: nowhere), and
+  // how often, at most (also on SIGTERM and when their client goes away).
+  std::string state_dir;
+  double checkpoint_interval_seconds = 60;
 };
 
 }  // namespace tandem::server

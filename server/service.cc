@@ -355,7 +355,9 @@ void Service::EndSession(uint64_t session_id, const char* reason) {
   std::vector<uint64_t> jobs(session.jobs.begin(), session.jobs.end());
   for (uint64_t id : jobs) {
     auto j = jobs_.find(id);
-    if (j != jobs_.end()) BeginCloseJob(*j->second, reason);
+    if (j == jobs_.end()) continue;
+    CheckpointJob(*j->second, /*final=*/true);  // its client may resume it (state_dir)
+    BeginCloseJob(*j->second, reason);
   }
   waiting_for_memory_.remove_if([&](const std::unique_ptr<Job>& job) { return job->session == session_id; });
   session_by_peer_.erase(session.peer);
@@ -616,9 +618,15 @@ void Service::Shutdown() {
 }
 
 void Service::FinishShutdown() {
-  for (auto& [id, job] : jobs_) job->device->memory->Release(id);
+  persist_ = nullptr;  // every checkpoint taken is on disk now
+  for (auto& [id, job] : jobs_) {
+    job->device->memory->Release(id);
+    if (job->snapshot_host != nullptr) job->device->device->FreeHost(job->snapshot_host);
+  }
   jobs_.clear();
   for (auto& dev : devices_) {
+    for (auto& [host, bytes] : dev->spare_snapshots) dev->device->FreeHost(host);
+    dev->spare_snapshots.clear();
     for (auto& lane : dev->lanes) {
       for (auto& slot : lane.slots) {
         if (slot.host != nullptr) dev->device->FreeHost(slot.host);

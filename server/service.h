@@ -159,6 +159,7 @@ class Service {
     std::string interference_key;
     std::shared_ptr<const RequestFrames> frames;  // the request's, or its mapped shared frames
     double seconds = 0;                           // the preparation's wall time
+    uint64_t resumed_iterations = 0;              // resumed from a checkpoint that had done these
   };
   void OnRegisterJob(const PendingReply& to, Session& session, std::shared_ptr<const v1::Request> request,
                      std::shared_ptr<const RequestFrames> frames);
@@ -197,6 +198,31 @@ class Service {
   // Sends every session's peer a probe (HandleConnectionClosed).
   void ProbeSessions();
   void ArmReprobe();
+
+  // service_checkpoints.cc: jobs' checkpoints in state_dir (server/checkpoint_file.h).
+  // Loop thread, after an iteration of `job` succeeded: a snapshot when the
+  // interval has passed and none is in flight.
+  void MaybeCheckpoint(Job& job);
+  // Copies the job's persistent tensors to the host on its lane's stream,
+  // after the iterations dispatched so far, then writes them on the persist
+  // thread. `final` (its client went away, shutdown): into a buffer of its
+  // own, even while a periodic snapshot is in flight, written after it.
+  void CheckpointJob(Job& job, bool final);
+  // Loop thread: the snapshot's copies are done; hand it to the writer.
+  void OnSnapshotCopied(uint64_t job_id, std::shared_ptr<std::string> owned, absl::Status status);
+  // The job left: its checkpoint goes if its client closed it, its snapshot
+  // buffer to the device's spares.
+  void ReleaseCheckpointState(Job& job);
+  // The header of the job's checkpoint now.
+  v1::JobCheckpoint CheckpointHeader(const Job& job) const;
+  // Preparation thread: the registration `reg` resumed from the checkpoint
+  // its token opens (persistent values replaced by the checkpoint's frames).
+  struct Resumed {
+    std::shared_ptr<const v1::Request> request;
+    std::shared_ptr<const RequestFrames> frames;
+    uint64_t iterations = 0;
+  };
+  static absl::StatusOr<Resumed> LoadResume(const v1::Request& request, const std::string& path, uint64_t max_bytes);
 
   // service_lanes.cc: lanes and their streams.
   absl::Status EnsureLane(DeviceRuntime& dev, int lane);
@@ -304,6 +330,8 @@ class Service {
   // never ran (shutdown) is unpinned while the devices still exist.
   absl::Mutex mapped_mu_;
   std::map<uint64_t, absl::StatusOr<std::shared_ptr<SharedRegion>>> mapped_regions_ ABSL_GUARDED_BY(mapped_mu_);
+  // Writes checkpoints to disk, in the order they were taken.
+  std::unique_ptr<Executor> persist_ = std::make_unique<Executor>("persist");
   // Last: destroyed first, so its thread (which posts back to the loop) has
   // ended before any other member goes.
   std::unique_ptr<Executor> prep_ = std::make_unique<Executor>("prep");

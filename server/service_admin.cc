@@ -351,6 +351,9 @@ void Service::ApplyLiveOptions(const DaemonOptions& fresh, const std::vector<std
     } else if (key == "max_queued_per_job") {
       options_.max_queued_per_job = fresh.max_queued_per_job;
       TLOG_INFO("queued iterations per job changed").With("max_queued_per_job", fresh.max_queued_per_job);
+    } else if (key == "checkpoint_interval") {
+      options_.checkpoint_interval_seconds = fresh.checkpoint_interval_seconds;
+      TLOG_INFO("checkpoint interval changed").With("seconds", fresh.checkpoint_interval_seconds);
     }
   }
 }

@@ -438,6 +438,7 @@ void Service::FinishIteration(DeviceRuntime& dev, int lane, int slot_index, uint
       JournalIteration(dev, lane, *job, r->queue_seconds());
       iterations_++;
       Reply(it.reply, std::move(response));
+      MaybeCheckpoint(*job);
     } else {
       job->failed++;
       TLOG_WARNING("iteration failed").With("job", job_id).With("name", job->name).With("status", status.ToString());

@@ -14,6 +14,7 @@
 #include "compiler/compile_job.h"
 #include "ir/graph_builder.h"
 #include "proto/status_convert.h"
+#include "server/checkpoint_file.h"
 #include "server/interference_key.h"
 #include "server/service.h"
 #include "server/shared_frames.h"
@@ -140,14 +141,48 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
     }
     frames_fd = *std::move(fd);
   }
+  std::string resume_path;  // the checkpoint to resume from
+  if (!reg.resume_token().empty()) {
+    const std::string owner = CheckpointOwner(session.identity);
+    if (options_.state_dir.empty()) {
+      fail(absl::FailedPreconditionError("cannot resume: this tandemd keeps no checkpoints (state_dir is not set)"));
+      return;
+    }
+    if (owner.empty() || reg.name().empty()) {
+      fail(absl::InvalidArgumentError(
+          "cannot resume: only a named job of a local client (ipc) or of a CURVE user (tcp) has checkpoints"));
+      return;
+    }
+    resume_path = CheckpointPath(options_.state_dir, owner, reg.name());
+  }
   const uint64_t session_id = session.id;
   session.registering++;
   const bool fuse = options_.fuse_elementwise;
   const uint64_t max_bytes = options_.max_message_bytes;
   prep_->Post([this, to, job_id, session_id, name = std::move(name), request = std::move(request),
-               frames = std::move(frames), frames_fd = std::move(frames_fd), fuse, max_bytes]() mutable {
+               frames = std::move(frames), frames_fd = std::move(frames_fd), fuse, max_bytes,
+               resume_path = std::move(resume_path)]() mutable {
+    uint64_t resumed_iterations = 0;
+    absl::Status resume_status;
+    if (!resume_path.empty()) {
+      // The checkpoint's tensors in place of those the client sent (which
+      // are checked against it); it may be as large as a request, plus the
+      // graph.
+      absl::StatusOr<Resumed> resumed = LoadResume(*request, resume_path, max_bytes + (uint64_t{64} << 20));
+      if (resumed.ok()) {
+        request = std::move(resumed->request);
+        frames = std::move(resumed->frames);
+        frames_fd = nullptr;
+        resumed_iterations = resumed->iterations;
+      } else {
+        resume_status = resumed.status();
+      }
+    }
     absl::StatusOr<PreparedJob> prepared =
-        PrepareJob(request->register_job(), std::move(frames), std::move(frames_fd), fuse, max_bytes, session_id);
+        resume_status.ok()
+            ? PrepareJob(request->register_job(), std::move(frames), std::move(frames_fd), fuse, max_bytes, session_id)
+            : absl::StatusOr<PreparedJob>(resume_status);
+    if (prepared.ok()) prepared->resumed_iterations = resumed_iterations;
     // shared_ptr: the loop's work items are copyable std::functions.
     auto result = std::make_shared<absl::StatusOr<PreparedJob>>(std::move(prepared));
     loop_.Post("Service.OnJobPrepared",
@@ -272,6 +307,25 @@ void Service::FinishRegistration(const PendingReply& to, uint64_t job_id, uint64
   job->variants = std::move(prepared->variants);
   job->interference_key = std::move(prepared->interference_key);
   std::shared_ptr<const RequestFrames> frames = std::move(prepared->frames);
+  // Checkpoints: a named job that trains, of an owner with a principal.
+  if (const std::string owner = CheckpointOwner(job->owner);
+      !options_.state_dir.empty() && !owner.empty() && !reg.name().empty() && !job->graph->updates.empty()) {
+    job->checkpoint_path = CheckpointPath(options_.state_dir, owner, reg.name());
+    auto same_file = [&](const Job& other) { return other.checkpoint_path == job->checkpoint_path; };
+    bool taken = std::any_of(waiting_for_memory_.begin(), waiting_for_memory_.end(),
+                             [&](const std::unique_ptr<Job>& other) { return same_file(*other); });
+    for (const auto& [id, other] : jobs_) taken = taken || (other->state != JobState::kClosing && same_file(*other));
+    if (taken) {
+      fail(absl::AlreadyExistsError(
+          "a job of this name and owner is running (checkpoints are kept per name): close it, or choose another name"));
+      return;
+    }
+    job->checkpoint_owner = owner;
+    job->resume_token = reg.resume_token().empty() ? NewResumeToken() : reg.resume_token();
+    job->resumed_iterations = prepared->resumed_iterations;
+    job->next_checkpoint = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double>(options_.checkpoint_interval_seconds));
+  }
 
   absl::Status error;
   DeviceRuntime* dev = ChooseDevice(reg.hints(), &error);
@@ -452,6 +506,10 @@ void Service::StartJob(std::unique_ptr<Job> job) {
             r->set_persistent_bytes(job.persistent_bytes);
             r->set_ephemeral_peak_bytes(job.ArenaBytes());
             r->set_lane(job.lane);
+            if (!job.checkpoint_path.empty()) {
+              r->set_resume_token(job.resume_token);
+              r->set_resumed_iterations(job.resumed_iterations);
+            }
             for (int v : job.graph->fetchable) {
               v1::TensorSpec* spec = r->add_fetchable();
               spec->set_name(job.graph->values[v].name);
@@ -486,6 +544,7 @@ void Service::OnCloseJob(const PendingReply& to, Session& session, uint64_t job_
   }
   Job& job = *jobs_.at(job_id);
   job.close_replies.push_back(to);
+  job.discard_checkpoint = true;  // done with it: nothing to resume
   BeginCloseJob(job, "closed by client");
 }
 
@@ -516,6 +575,7 @@ void Service::MaybeFinishClose(Job& job) {
   if (job.state != JobState::kClosing || job.device_work > 0 || job.warm_steps > 0) return;
   uint64_t id = job.id;
   DeviceRuntime& dev = *job.device;
+  ReleaseCheckpointState(job);
   dev.memory->Release(id);
   JournalArenaMoves(dev, id);
   ReleaseIdleRetired(dev);

@@ -146,6 +146,20 @@ struct Job {
   uint64_t yields = 0;                      // pauses of its iterations for a higher priority (op preemption)
   std::vector<PendingReply> close_replies;  // answered when the job is gone
 
+  // Checkpoints (server/service_checkpoints.cc). Empty path: none (no
+  // state_dir, an unnamed job, a job that updates nothing, an owner without
+  // a principal).
+  std::string checkpoint_path;
+  std::string checkpoint_owner;
+  std::string resume_token;
+  uint64_t resumed_iterations = 0;    // the checkpoint it started from had done these
+  bool checkpoint_in_flight = false;  // a periodic snapshot copying or writing
+  bool discard_checkpoint = false;    // closed by its client: the file goes
+  Clock::time_point next_checkpoint{};
+  // The periodic snapshot's page-locked buffer (persistent_bytes), kept
+  // while the job lives; then it goes to its device's spares.
+  void* snapshot_host = nullptr;
+
   // Graph 0 is the registered one, graph k > 0 variants[k - 1].
   GraphView View(int variant) const {
     if (variant == 0) return {graph.get(), &layout, program.get()};
@@ -342,6 +356,10 @@ struct DeviceRuntime {
   uint64_t yields = 0;
   uint64_t segments = 0;
   double segment_gap_seconds = 0;
+  // Page-locked snapshot buffers of jobs that left (Job::snapshot_host),
+  // with their sizes, for later jobs' snapshots: freeing page-locked memory
+  // would synchronize the whole device. Freed at shutdown.
+  std::vector<std::pair<void*, size_t>> spare_snapshots;
   // The threads that enqueue the lanes' device work (Lane::executor): one
   // per lane, or --executor_threads shared round robin. Last: destroyed
   // first, so their threads stop before the streams go.

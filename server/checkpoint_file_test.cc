@@ -1,0 +1,145 @@
+#include "server/checkpoint_file.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace tandem::server {
+namespace {
+
+class CheckpointFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/tandem-ckpt-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  static v1::JobCheckpoint Header() {
+    v1::JobCheckpoint h;
+    h.set_name("net");
+    h.set_owner("uid-1000");
+    h.set_resume_token(std::string(16, 'k'));
+    h.set_iterations(12);
+    v1::TensorSpec* w = h.add_persistent();
+    w->set_name("w");
+    w->set_dtype(v1::FLOAT32);
+    w->add_shape(2);
+    w->add_shape(3);
+    v1::TensorSpec* b = h.add_persistent();
+    b->set_name("b");
+    b->set_dtype(v1::INT64);
+    b->add_shape(2);
+    return h;
+  }
+  // 24 + 16 bytes, every byte different from its neighbour.
+  static std::string Data() {
+    std::string d(40, '\0');
+    for (size_t i = 0; i < d.size(); ++i) d[i] = static_cast<char>(i * 7 + 1);
+    return d;
+  }
+  std::string Write() {
+    const std::string path = CheckpointPath(dir_ + "/state", "uid-1000", "net");
+    EXPECT_TRUE(WriteCheckpoint(path, Header(), Data()).ok());
+    return path;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(CheckpointFileTest, RoundTripsWithPrivateModes) {
+  const std::string path = Write();
+  EXPECT_EQ(path, dir_ + "/state/uid-1000/6e6574.ckpt");
+  auto loaded = ReadCheckpoint(path, 1 << 20);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->header.name(), "net");
+  EXPECT_EQ(loaded->header.iterations(), 12u);
+  EXPECT_EQ(loaded->header.data_bytes(), 40u);
+  ASSERT_EQ(loaded->frames->size(), 2u);
+  EXPECT_EQ(loaded->frames->frame(0), Data().substr(0, 24));
+  EXPECT_EQ(loaded->frames->frame(1), Data().substr(24, 16));
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(::stat((dir_ + "/state/uid-1000").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
+TEST_F(CheckpointFileTest, DamagedFilesAreDataLossNeverAnOverread) {
+  const std::string path = Write();
+  const std::string whole = [&] {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  auto rewrite = [&](const std::string& bytes) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << bytes;
+  };
+  // Every truncation.
+  for (size_t n = 0; n < whole.size(); ++n) {
+    rewrite(whole.substr(0, n));
+    EXPECT_EQ(ReadCheckpoint(path, 1 << 20).status().code(), absl::StatusCode::kDataLoss) << n << " bytes";
+  }
+  // Bytes appended, a wrong magic, a header length past the end.
+  rewrite(whole + "x");
+  EXPECT_EQ(ReadCheckpoint(path, 1 << 20).status().code(), absl::StatusCode::kDataLoss);
+  std::string magic = whole;
+  magic[0] = 'X';
+  rewrite(magic);
+  EXPECT_EQ(ReadCheckpoint(path, 1 << 20).status().code(), absl::StatusCode::kDataLoss);
+  std::string length = whole;
+  length[15] = '\x7f';
+  rewrite(length);
+  EXPECT_EQ(ReadCheckpoint(path, 1 << 20).status().code(), absl::StatusCode::kDataLoss);
+  // A shape whose byte count overflows.
+  v1::JobCheckpoint huge = Header();
+  huge.mutable_persistent(0)->set_shape(0, int64_t{1} << 62);
+  ASSERT_TRUE(WriteCheckpoint(path, huge, Data()).ok());
+  EXPECT_EQ(ReadCheckpoint(path, 1 << 20).status().code(), absl::StatusCode::kDataLoss);
+  // Over the size allowed; missing.
+  rewrite(whole);
+  EXPECT_EQ(ReadCheckpoint(path, 16).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(ReadCheckpoint(path + "-missing", 1 << 20).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CheckpointFileTest, MatchesOnlyTheSamePersistentTensors) {
+  const v1::JobCheckpoint header = Header();
+  google::protobuf::RepeatedPtrField<v1::Tensor> persistent;
+  for (const v1::TensorSpec& spec : header.persistent()) *persistent.Add()->mutable_spec() = spec;
+  EXPECT_TRUE(CheckCheckpointMatches(Header(), persistent).ok());
+  persistent[1].mutable_spec()->set_shape(0, 3);
+  absl::Status s = CheckCheckpointMatches(Header(), persistent);
+  EXPECT_TRUE(absl::IsFailedPrecondition(s));
+  EXPECT_NE(s.message().find("'b'"), std::string::npos) << s;
+  persistent.RemoveLast();
+  EXPECT_TRUE(absl::IsFailedPrecondition(CheckCheckpointMatches(Header(), persistent)));
+}
+
+TEST(CheckpointOwnerTest, OnlyPrincipalsOwnCheckpoints) {
+  PeerIdentity local;
+  local.kind = PeerIdentity::Kind::kLocal;
+  local.uid = 1000;
+  EXPECT_EQ(CheckpointOwner(local), "uid-1000");
+  PeerIdentity curve;
+  curve.kind = PeerIdentity::Kind::kNetwork;
+  curve.user = "al/../ice";
+  EXPECT_EQ(CheckpointOwner(curve), "curve-616c2f2e2e2f696365");
+  curve.user.clear();
+  EXPECT_EQ(CheckpointOwner(curve), "");
+  EXPECT_EQ(CheckpointOwner(PeerIdentity{}), "");
+  EXPECT_NE(NewResumeToken(), NewResumeToken());
+  EXPECT_TRUE(TokensEqual("abc", "abc"));
+  EXPECT_FALSE(TokensEqual("abc", "abd"));
+  EXPECT_FALSE(TokensEqual("abc", "ab"));
+}
+
+}  // namespace
+}  // namespace tandem::server
