@@ -154,6 +154,14 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
       return;
     }
     resume_path = CheckpointPath(options_.state_dir, owner, reg.name());
+    for (const auto& [id, other] : jobs_) {
+      if (other->checkpoint_path == resume_path && other->state != JobState::kClosing) {
+        fail(
+            absl::AlreadyExistsError("cannot resume: the job is running (close it first, or wait until its "
+                                     "client's session has ended)"));
+        return;
+      }
+    }
   }
   const uint64_t session_id = session.id;
   session.registering++;
@@ -310,17 +318,25 @@ void Service::FinishRegistration(const PendingReply& to, uint64_t job_id, uint64
   // Checkpoints: a named job that trains, of an owner with a principal.
   if (const std::string owner = CheckpointOwner(job->owner);
       !options_.state_dir.empty() && !owner.empty() && !reg.name().empty() && !job->graph->updates.empty()) {
-    job->checkpoint_path = CheckpointPath(options_.state_dir, owner, reg.name());
-    auto same_file = [&](const Job& other) { return other.checkpoint_path == job->checkpoint_path; };
+    const std::string path = CheckpointPath(options_.state_dir, owner, reg.name());
+    auto same_file = [&](const Job& other) { return other.checkpoint_path == path; };
     bool taken = std::any_of(waiting_for_memory_.begin(), waiting_for_memory_.end(),
                              [&](const std::unique_ptr<Job>& other) { return same_file(*other); });
     for (const auto& [id, other] : jobs_) taken = taken || (other->state != JobState::kClosing && same_file(*other));
-    if (taken) {
-      fail(absl::AlreadyExistsError(
-          "a job of this name and owner is running (checkpoints are kept per name): close it, or choose another name"));
+    if (taken && !reg.resume_token().empty()) {
+      fail(
+          absl::AlreadyExistsError("cannot resume: the job is running (close it first, or wait until its "
+                                   "client's session has ended)"));
       return;
     }
-    job->checkpoint_owner = owner;
+    // Checkpoints are kept per owner and name: a second running job of a
+    // name is not checkpointed (its response has no resume token).
+    if (!taken) {
+      job->checkpoint_path = path;
+      job->checkpoint_owner = owner;
+    }
+  }
+  if (!job->checkpoint_path.empty()) {
     job->resume_token = reg.resume_token().empty() ? NewResumeToken() : reg.resume_token();
     job->resumed_iterations = prepared->resumed_iterations;
     job->next_checkpoint = Clock::now() + std::chrono::duration_cast<Clock::duration>(

@@ -209,9 +209,14 @@ TEST_F(CheckpointRestartTest, ResumesThatMustNotWorkAreRefused) {
     ASSERT_TRUE(trainer.registered().ok()) << trainer.registered().status();
     token = trainer.registered()->resume_token();
     trainer.Step(2);
-    // Its name is taken while it runs: two jobs would share one checkpoint.
+    // Its name is taken while it runs: a second job of that name trains
+    // without checkpoints (they would share one file), and cannot resume.
     ResumableTrainer twin(daemon.endpoint());
-    EXPECT_TRUE(absl::IsAlreadyExists(twin.registered().status())) << twin.registered().status();
+    ASSERT_TRUE(twin.registered().ok()) << twin.registered().status();
+    EXPECT_TRUE(twin.registered()->resume_token().empty());
+    twin.Step(1);
+    ResumableTrainer thief(daemon.endpoint(), token);
+    EXPECT_TRUE(absl::IsAlreadyExists(thief.registered().status())) << thief.registered().status();
     trainer.Disconnect();
   }
   for (int i = 0; i < 100 && Checkpoints().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));

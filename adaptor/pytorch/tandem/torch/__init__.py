@@ -62,7 +62,7 @@ def capture_training_job(model, loss_fn, optimizer, example_batch, record_values
 
 def train(model, loss_fn, optimizer, example_batch, endpoint=None, name=None, priority=0, expected_iterations=0,
           device=None, outputs=None, *, clip_grad_norm=None, clip_norm_type=2.0, clip_grad_value=None,
-          accumulate=1, other_shapes=(), evaluate=None):
+          accumulate=1, other_shapes=(), evaluate=None, resume=None):
     """Captures one training step of `model` and registers it with tandemd. Returns a TrainingJob.
 
     The step computes loss_fn(model(*inputs, **kwargs), *targets) -> a scalar tensor, then the gradients and
@@ -100,6 +100,12 @@ def train(model, loss_fn, optimizer, example_batch, endpoint=None, name=None, pr
     none has is a BatchError that lists them). The job's activation memory is planned for the largest.
     evaluate: an example input of model(*inputs) in eval mode: job.evaluate(*inputs) then runs that forward
     pass in the daemon on the job's live weights, as another graph of the job (no copy of the weights).
+
+    resume: a job's resume_token (bytes, or its hex): where tandemd keeps checkpoints (its state_dir), start
+    from the checkpoint of this user's job named `name` (same model and optimizer state shapes) that the
+    daemon wrote before it or the job's client stopped, instead of the model's weights; job.resumed_iterations
+    says how many steps it had done (skip as many batches; a learning-rate scheduler is the caller's to
+    advance).
     """
     kwargs = dict(outputs=outputs, clip_grad_norm=clip_grad_norm, clip_norm_type=clip_norm_type,
                   clip_grad_value=clip_grad_value, accumulate=accumulate)
@@ -113,7 +119,7 @@ def train(model, loss_fn, optimizer, example_batch, endpoint=None, name=None, pr
         eval_variant = _EvalVariant(*capture_serving(model, evaluate))
     name = name or f"{type(model).__name__}-train"
     return TrainingJob(capture, lowered, endpoint, name, _hints(priority, expected_iterations, device),
-                       shape_variants, eval_variant)
+                       shape_variants, eval_variant, resume)
 
 
 def serve(model, example_input, endpoint=None, name=None, priority=0, device=None):

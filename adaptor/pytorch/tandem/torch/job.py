@@ -15,6 +15,7 @@ Thread-safety: step()/step_async() may be called from one thread at a time
 thread.
 """
 
+import base64
 import collections
 
 import torch
@@ -167,7 +168,7 @@ def _same_persistent(lowered, other, what):
 class TrainingJob:
     """A model's training step, registered with tandemd. Build it with tandem.torch.train()."""
 
-    def __init__(self, capture, lowered, endpoint, name, hints, shape_variants=(), eval_variant=None):
+    def __init__(self, capture, lowered, endpoint, name, hints, shape_variants=(), eval_variant=None, resume=None):
         self._capture = capture
         self._plan = capture.plan
         self._lowered = lowered
@@ -192,10 +193,32 @@ class TrainingJob:
         request = {"name": name, "graph": lowered.graph, "hints": hints}
         if variants:
             request["variants"] = [{"name": n, "graph": other.graph} for n, other, _ in variants]
+        if resume is not None:
+            token = bytes.fromhex(resume) if isinstance(resume, str) else bytes(resume)
+            request["resume_token"] = base64.b64encode(token).decode()
         persistent = [dtypes.host_tensor(n, t) for n, t in lowered.persistent]
         self._session = _Session(endpoint, name, request, persistent)
         self._iteration = 0
         self.name = name
+        # Resumed from the daemon's checkpoint: the optimizer's step counts, and the seeds of the steps to
+        # come, continue from the iterations it had done.
+        for _ in range(self.resumed_iterations):
+            self._plan.scalar_values(advance=True)
+        self._iteration = self.resumed_iterations
+
+    @property
+    def resume_token(self):
+        """The secret (bytes) that resumes this job from the daemon's checkpoint after the daemon or this
+        process restarts: train(..., name=<the same name>, resume=token). None when the daemon keeps no
+        checkpoints (no state_dir) or the job has no name of its own."""
+        token = self._session.response.get("resume_token")
+        return base64.b64decode(token) if token else None
+
+    @property
+    def resumed_iterations(self):
+        """The iterations the checkpoint this job resumed from had completed (0 for a fresh job): the
+        number of batches to skip in the data."""
+        return int(self._session.response.get("resumed_iterations", 0))
 
     @property
     def job_id(self):
