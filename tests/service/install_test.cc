@@ -70,11 +70,12 @@ TEST_F(InstallTest, UnitsNameTheInstalledPaths) {
   const std::string& p = *prefix_;
   std::string gpu = ReadFile(p + "/lib/systemd/system/tandemd@.service");
   EXPECT_THAT(gpu, HasSubstr("ExecStart=" + p + "/bin/tandemd --config=" + p +
-                             "/etc/tandem/tandemd.conf --device=cuda --gpus=%i "
+                             "/etc/tandem/tandemd.conf --device=cuda --gpus=%i --state_dir=/var/lib/tandem/gpu%i "
                              "--endpoint=ipc:///run/tandem/gpu%i/tandemd.sock"));
   for (const char* line : {"Type=notify", "WatchdogSec=", "ExecReload=/bin/kill -HUP $MAINPID", "Restart=on-failure",
                            "Group=tandem", "RuntimeDirectory=tandem/gpu%i", "RuntimeDirectoryMode=0750",
-                           "DevicePolicy=closed", "DeviceAllow=char-nvidia* rw", "DeviceAllow=/dev/nvidiactl rw",
+                           "StateDirectory=tandem/gpu%i", "StateDirectoryMode=0700", "DevicePolicy=closed",
+                           "DeviceAllow=char-nvidia* rw", "DeviceAllow=/dev/nvidiactl rw",
                            "DeviceAllow=/dev/nvidia-uvm rw", "Environment=CUDA_DEVICE_ORDER=PCI_BUS_ID"}) {
     EXPECT_THAT(gpu, HasSubstr(line));
   }
