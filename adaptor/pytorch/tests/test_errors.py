@@ -1,5 +1,6 @@
 """Bad input ends in a TandemError subclass whose message says what happened and what to do."""
 
+import copy
 import os
 import tempfile
 import time
@@ -99,6 +100,32 @@ class ErrorsWithDaemonTest(unittest.TestCase):
             self.assertIn("99", str(ctx.exception))
             # No update was applied.
             self.assertTrue(torch.equal(job.read("0.weight"), before))
+
+    def test_a_failed_step_does_not_count_as_an_optimizer_step(self):
+        # Adam's bias corrections depend on the step count: after a failed step, the next steps must be those
+        # of a run that never had it.
+        torch.manual_seed(0)
+        model, loss_fn, make_batch = models.tiny("mlp")
+        reference = copy.deepcopy(model)
+        g = torch.Generator().manual_seed(1)
+        batches = [make_batch(g) for _ in range(3)]
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+        job = tandem.torch.train(model, loss_fn, optimizer, batches[0], endpoint=self.daemon.endpoint)
+        with job:
+            losses = [job.step(*batches[0])]
+            with self.assertRaises(tandem.IterationError):
+                job.step(batches[1][0], torch.full_like(batches[1][1], 99))
+            losses += [job.step(*b) for b in batches[1:]]
+        ref_optimizer = torch.optim.Adam(reference.parameters(), lr=0.01)
+        want = []
+        for x, y in batches:
+            ref_optimizer.zero_grad()
+            loss = loss_fn(reference(x), y)
+            loss.backward()
+            ref_optimizer.step()
+            want.append(loss.item())
+        for a, e in zip(losses, want):
+            self.assertLessEqual(abs(a - e), 1e-4 * abs(e), (losses, want))
 
     def test_data_dependent_control_flow_is_a_capture_error(self):
         model = DataDependent()

@@ -100,7 +100,14 @@ class StepHandle:
 
     def result(self):
         if self._result is None:
-            result = self._job._session.client.wait(self._ticket)
+            try:
+                result = self._job._session.client.wait(self._ticket)
+            except errors.IterationError:
+                # The daemon applied none of its updates: the optimizer's step count goes back too, unless
+                # later steps were sent on top of it (they already count it).
+                if self._job._iteration == self.iteration:
+                    self._job._undo_step()
+                raise
             loss = float(dtypes.to_torch(result.tensors[self._loss_name]))
             if self._outputs is None:
                 self._result = loss
@@ -294,6 +301,16 @@ class TrainingJob:
         if hasattr(optimizer, "_step_count"):
             optimizer._step_count += 1
         return StepHandle(self, ticket, self._iteration, outputs, loss_name)
+
+    def _undo_step(self):
+        """The host-side counts of a step that failed in the daemon, taken back (Adam's bias corrections,
+        learning-rate schedulers' view of the optimizer)."""
+        for g in self._plan.groups:
+            g.steps -= 1
+        self._plan.iterations -= 1
+        optimizer = self._plan.optimizer
+        if hasattr(optimizer, "_step_count"):
+            optimizer._step_count -= 1
 
     def step(self, *batch, fetch=False):
         """Runs one training iteration (one optimizer step) in the daemon and returns its loss (a float).
