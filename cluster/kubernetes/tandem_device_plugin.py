@@ -284,26 +284,28 @@ class SharePlugin:
         return chosen
 
     def Allocate(self, request, context):
-        response = self.api.AllocateResponse()
+        allocations = []  # (GPU, ids) per container, every request checked before any is answered
         for creq in request.container_requests:
             ids = list(creq.devices_ids)
             if not ids:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a container request names no device")
             if len(set(ids)) != len(ids):
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a container request names a device twice: %s" % ids)
-            gpus = {}
+            gpus = set()
             for d in ids:
                 g = self.gpu_of(d)
                 if g is None:
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                   "unknown device %r: this plugin's devices are gpuN-shareM, M < %d, for GPUs %s"
                                   % (d, self.args.shares_per_gpu, sorted(self._health)))
-                gpus.setdefault(g, []).append(d)
+                gpus.add(g)
             if len(gpus) > 1:
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                               "the shares of one container must be of one GPU (it talks to that GPU's tandemd); "
                               "these are of GPUs %s: %s" % (sorted(gpus), ids))
-            (gpu,) = gpus
+            allocations.append((gpus.pop(), ids))
+        response = self.api.AllocateResponse()
+        for gpu, ids in allocations:
             response.container_responses.append(self.container_response(gpu, len(ids)))
             log.info("allocated %s: GPU %d, %d/%d shares", ids, gpu, len(ids), self.args.shares_per_gpu)
         return response
