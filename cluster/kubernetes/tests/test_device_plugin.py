@@ -9,14 +9,19 @@ service as the kubelet would. Each GPU's "tandemd" is a real CPU tandemd
 (TANDEMD, which ctest sets) on gpuN/tandemd.sock, or, without TANDEMD, a
 stand-in that answers with a ZeroMQ greeting.
 
+LauncherTest runs manifests/tandemd-per-gpu.sh, the tandemd DaemonSet's
+command, with CPU daemons as two GPUs (needs TANDEMD; TANDEMCTL for --check).
+
 Exits 77 (ctest: skipped) when grpc, protobuf or protoc is missing.
 """
 
+import grp
 import os
 import queue
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -28,6 +33,7 @@ from concurrent import futures
 SKIPPED = 77
 HERE = os.path.dirname(os.path.abspath(__file__))
 PLUGIN = os.path.join(os.path.dirname(HERE), "tandem_device_plugin.py")
+LAUNCHER = os.path.join(os.path.dirname(HERE), "manifests", "tandemd-per-gpu.sh")
 SHARES = 4
 MEMORY_MIB = {0: 16000, 1: 80000}
 HOST_ROOT = "/host/run/tandem"  # the socket root as the kubelet's host sees it, for the mounts
@@ -353,6 +359,59 @@ class DevicePluginTest(unittest.TestCase):
         self.plugin.send_signal(signal.SIGTERM)
         self.assertEqual(self.plugin.wait(timeout=10), 0)
         self.assertFalse(os.path.exists(os.path.join(self.plugin_dir, self.registration.endpoint)))
+
+
+@unittest.skipUnless(os.access(os.environ.get("TANDEMD", ""), os.X_OK) and shutil.which("bash"),
+                     "needs TANDEMD (a tandemd binary) and bash")
+class LauncherTest(unittest.TestCase):
+    """manifests/tandemd-per-gpu.sh, the tandemd DaemonSet's command, with CPU daemons as two GPUs."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="tandem-k8s-launcher-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.root = os.path.join(self.tmp, "run")
+        tandemctl = os.environ.get("TANDEMCTL", "")
+        self.env = dict(os.environ, TANDEM_SOCKET_ROOT=self.root, TANDEM_GPUS="0,1",
+                        TANDEM_SOCKET_GROUP=grp.getgrgid(os.getgid()).gr_name,
+                        TANDEMD_OPTS="--device=cpu --cpu_memory_mib=64 --log_level=warning",
+                        TANDEM_LAUNCHER_STATE=os.path.join(self.tmp, "state"),
+                        TANDEMCTL=tandemctl if os.access(tandemctl, os.X_OK) else "tandemctl")  # for --check
+        self.log = open(os.path.join(self.tmp, "launcher.log"), "w+")
+        self.addCleanup(self.log.close)
+        self.launcher = subprocess.Popen(["bash", LAUNCHER], env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.addCleanup(self.end_launcher)
+        self.sockets = [os.path.join(self.root, "gpu%d" % g, "tandemd.sock") for g in (0, 1)]
+        for path in self.sockets:
+            wait_for(lambda: dp.probe_tandemd(path, 0.5), 10, path + " to answer")
+
+    def end_launcher(self):
+        if self.launcher.poll() is None:
+            self.launcher.send_signal(signal.SIGTERM)
+            self.launcher.wait(timeout=10)
+
+    def pids(self):
+        with open(self.env["TANDEM_LAUNCHER_STATE"]) as f:
+            return {int(gpu): int(pid) for gpu, pid in (line.split() for line in f)}
+
+    def test_one_daemon_per_gpu_in_group_folders(self):
+        for gpu in (0, 1):
+            st = os.stat(os.path.join(self.root, "gpu%d" % gpu))
+            self.assertEqual(stat.S_IMODE(st.st_mode), 0o750)
+            self.assertEqual(st.st_gid, os.getgid())
+        self.assertEqual(sorted(self.pids()), [0, 1])
+        if shutil.which(self.env["TANDEMCTL"]):
+            check = subprocess.run(["bash", LAUNCHER, "--check"], env=self.env, capture_output=True, text=True)
+            self.assertEqual(check.returncode, 0, check.stderr)
+        self.launcher.send_signal(signal.SIGTERM)
+        self.assertEqual(self.launcher.wait(timeout=10), 0)
+        self.assertFalse(any(os.path.exists(p) for p in self.sockets))
+
+    def test_a_daemon_exiting_stops_the_rest(self):
+        os.kill(self.pids()[1], signal.SIGKILL)
+        self.assertEqual(self.launcher.wait(timeout=10), 128 + signal.SIGKILL)
+        self.assertFalse(os.path.exists(self.sockets[0]))  # GPU 0's daemon was stopped cleanly
+        self.log.seek(0)
+        self.assertIn("a daemon exited", self.log.read())
 
 
 if __name__ == "__main__":
