@@ -13,15 +13,16 @@
 # Environment:
 #   TANDEM_SOCKET_ROOT   ROOT (default /run/tandem)
 #   TANDEM_GPUS          GPU indexes, comma- or space-separated (default: every GPU nvidia-smi lists)
-#   TANDEM_SOCKET_GROUP  the group whose members may connect (default tandem); workload pods join it
-#                        through supplementalGroups
+#   TANDEM_SOCKET_GROUP  the group (a name in the image's /etc/group) whose members may connect; default:
+#                        the container's own group (runAsGroup in the DaemonSet), which workload pods
+#                        join through supplementalGroups
 #   TANDEMD_OPTS         more flags for every daemon (--policy=fair, --max_job_memory_mib=...)
 #   TANDEMD, TANDEMCTL   the binaries (default: tandemd, tandemctl on PATH)
 #   TANDEM_LAUNCHER_STATE  where the started GPUs and daemons' pids are kept for --check
 #                        (default /tmp/tandemd-per-gpu.state, inside the container)
 set -euo pipefail
 root=${TANDEM_SOCKET_ROOT:-/run/tandem}
-group=${TANDEM_SOCKET_GROUP:-tandem}
+group=${TANDEM_SOCKET_GROUP:-}
 state=${TANDEM_LAUNCHER_STATE:-/tmp/tandemd-per-gpu.state}
 tandemd=${TANDEMD:-tandemd}
 tandemctl=${TANDEMCTL:-tandemctl}
@@ -46,6 +47,8 @@ if [[ -z "${gpus//[[:space:]]/}" ]]; then
   exit 1
 fi
 
+group_flag=()
+if [[ -n "$group" ]]; then group_flag=(--socket_group="$group"); fi
 pids=()
 stopping=0
 stop() {
@@ -61,13 +64,13 @@ trap on_signal TERM INT
 for gpu in $gpus; do
   dir="$root/gpu$gpu"
   mkdir -p "$dir"
-  chgrp "$group" "$dir"
+  chgrp "${group:-$(id -g)}" "$dir"
   chmod 0750 "$dir"
   if mib=$(nvidia-smi --id="$gpu" --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null); then
     echo "$mib" >"$dir/memory_mib"
   fi
   # shellcheck disable=SC2086  # TANDEMD_OPTS is a list of flags
-  "$tandemd" --device=cuda --gpus="$gpu" --endpoint="ipc://$dir/tandemd.sock" --socket_group="$group" \
+  "$tandemd" --device=cuda --gpus="$gpu" --endpoint="ipc://$dir/tandemd.sock" "${group_flag[@]}" \
     ${TANDEMD_OPTS:-} &
   pids+=($!)
   echo "$gpu $!" >>"$state"

@@ -15,7 +15,6 @@ command, with CPU daemons as two GPUs (needs TANDEMD; TANDEMCTL for --check).
 Exits 77 (ctest: skipped) when grpc, protobuf or protoc is missing.
 """
 
-import grp
 import os
 import queue
 import shutil
@@ -372,7 +371,6 @@ class LauncherTest(unittest.TestCase):
         self.root = os.path.join(self.tmp, "run")
         tandemctl = os.environ.get("TANDEMCTL", "")
         self.env = dict(os.environ, TANDEM_SOCKET_ROOT=self.root, TANDEM_GPUS="0,1",
-                        TANDEM_SOCKET_GROUP=grp.getgrgid(os.getgid()).gr_name,
                         TANDEMD_OPTS="--device=cpu --cpu_memory_mib=64 --log_level=warning",
                         TANDEM_LAUNCHER_STATE=os.path.join(self.tmp, "state"),
                         TANDEMCTL=tandemctl if os.access(tandemctl, os.X_OK) else "tandemctl")  # for --check
