@@ -155,16 +155,20 @@ class DevicePluginTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
+        # Class cleanups run even when setUpClass fails part way, so no daemon or plugin outlives the test.
         cls.tmp = tempfile.mkdtemp(prefix="tandem-k8s-")
+        cls.addClassCleanup(shutil.rmtree, cls.tmp, True)
         cls.plugin_dir = os.path.join(cls.tmp, "device-plugins")
         cls.socket_root = os.path.join(cls.tmp, "run")
         os.makedirs(cls.plugin_dir)
         cls.api = dp.load_api(os.path.join(cls.tmp, "gen"))
         cls.kubelet = FakeKubelet(cls.api, os.path.join(cls.plugin_dir, "kubelet.sock"))
+        cls.addClassCleanup(cls.kubelet.server.stop, None)
 
         tandemd = os.environ.get("TANDEMD")
         cls.real_daemons = bool(tandemd and os.access(tandemd, os.X_OK))
         cls.daemon_log = open(os.path.join(cls.tmp, "tandemd.log"), "wb")
+        cls.addClassCleanup(cls.daemon_log.close)
         cls.daemons = {}
         for gpu, mib in MEMORY_MIB.items():
             folder = os.path.join(cls.socket_root, "gpu%d" % gpu)
@@ -174,30 +178,28 @@ class DevicePluginTest(unittest.TestCase):
             path = os.path.join(folder, "tandemd.sock")
             cls.daemons[gpu] = Tandemd(tandemd, path, cls.daemon_log) if cls.real_daemons else StandInDaemon(path)
             cls.daemons[gpu].start()
+            cls.addClassCleanup(cls.daemons[gpu].kill)
         for gpu, daemon in cls.daemons.items():
             wait_for(lambda: dp.probe_tandemd(daemon.path, 0.5), 10, "GPU %d's daemon to answer" % gpu)
 
-        cls.plugin_log = open(os.path.join(cls.tmp, "plugin.log"), "wb")
+        # --gpus is left at auto: the plugin finds gpu0 and gpu1 as folders under the socket root.
+        cls.plugin_log = open(os.path.join(cls.tmp, "plugin.log"), "w+")
+        cls.addClassCleanup(cls.plugin_log.close)
         cls.plugin = subprocess.Popen(
             [sys.executable, PLUGIN, "--plugin-dir=" + cls.plugin_dir, "--socket-root=" + cls.socket_root,
              "--host-socket-root=" + HOST_ROOT, "--shares-per-gpu=%d" % SHARES, "--health-interval=0.1",
              "--probe-timeout=0.5", "--register-timeout=2", "--proto-module-dir=" + os.path.join(cls.tmp, "gen")],
             stdout=cls.plugin_log, stderr=subprocess.STDOUT)
+        cls.addClassCleanup(cls.end_plugin)
         cls.registration = cls.kubelet.next_registration(timeout=10)
 
     @classmethod
-    def tearDownClass(cls):
+    def end_plugin(cls):
         if cls.plugin.poll() is None:
             cls.plugin.kill()
             cls.plugin.wait()
-        for d in cls.daemons.values():
-            d.kill()
-        cls.kubelet.server.stop(grace=None)
-        cls.plugin_log.close()
-        cls.daemon_log.close()
-        with open(os.path.join(cls.tmp, "plugin.log")) as f:
-            sys.stderr.write("--- the plugin's log ---\n" + f.read())
-        shutil.rmtree(cls.tmp, ignore_errors=True)
+        cls.plugin_log.seek(0)
+        sys.stderr.write("--- the plugin's log ---\n" + cls.plugin_log.read())
 
     def call(self, method, request, response_type):
         channel = grpc.insecure_channel("unix://" + os.path.join(self.plugin_dir, self.registration.endpoint))
