@@ -13,9 +13,10 @@ PACKAGES=(
   libsystemd-dev systemd dpkg-dev
   clang-format clang-tidy flake8
 )
-# The PyTorch adaptor and its tests use Debian's Python 3.11 with torch (and torchvision, for the model zoo).
+# The PyTorch adaptor and its tests use Debian's Python 3.11 with torch (and torchvision, for the model zoo);
+# the Kubernetes device plugin (cluster/kubernetes) and its test use grpcio and protobuf.
 if [ "${TANDEM_WITH_PYTHON:-1}" = 1 ]; then
-  PACKAGES+=(python3 python3-numpy python3-torch python3-torchvision python3-pip python3-setuptools python3-wheel)
+  PACKAGES+=(python3 python3-numpy python3-torch python3-torchvision python3-pip python3-setuptools python3-wheel python3-grpcio python3-protobuf)
 fi
 missing=()
 for p in "${PACKAGES[@]}"; do
