@@ -82,7 +82,8 @@ def main():
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     rows = []
-    with bc.Daemon(bc.find_tandemd(args.tandemd), "cuda:0", extra_flags=bc.daemon_flags_for_large_models()) as d:
+    flags = bc.daemon_flags_for_large_models() + bc.daemon_flags_beside_pytorch()
+    with bc.Daemon(bc.find_tandemd(args.tandemd), "cuda", extra_flags=flags) as d:
         for batch in (int(b) for b in args.batches.split(",")):
             rows.append(one_batch(args.model, batch, d.endpoint, args.iters))
             torch.cuda.empty_cache()

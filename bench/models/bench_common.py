@@ -339,6 +339,14 @@ class Daemon:
         self.stop()
 
 
+def daemon_flags_beside_pytorch():
+    """For a benchmark that runs PyTorch baselines in its own process on tandemd's GPU: half the device kept
+    back from tandemd (--reserve_mib), which otherwise takes all of it at start and leaves eager and
+    torch.compile out of memory (as on the H200, 2026-12-05: 133 of 140 GiB held by tandemd)."""
+    import torch
+    return [f"--reserve_mib={(torch.cuda.get_device_properties(0).total_memory // 2) >> 20}"]
+
+
 def daemon_flags_for_large_models():
     """Registering VGG-19 sends 1.1 GiB of weights and momentum in one message (default limit 256 MiB)."""
     return [f"--max_message_bytes={3 << 30}"]

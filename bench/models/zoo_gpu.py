@@ -147,7 +147,8 @@ def main():
         list(catalog.CI_NAMES) if args.set == "ci" else [e.name for e in catalog.ENTRIES])
     deadline = time.monotonic() + args.budget
     rows = []
-    with bc.Daemon(bc.find_tandemd(args.tandemd), "cuda:0", extra_flags=bc.daemon_flags_for_large_models()) as d:
+    flags = bc.daemon_flags_for_large_models() + bc.daemon_flags_beside_pytorch()
+    with bc.Daemon(bc.find_tandemd(args.tandemd), "cuda", extra_flags=flags) as d:
         args.endpoint = d.endpoint
         for name in names:
             if time.monotonic() > deadline:

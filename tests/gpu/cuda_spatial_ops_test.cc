@@ -301,7 +301,7 @@ TEST_P(CudaSpatialOps, Convolution3dLayersOfVideoModels) {
       {"r(2+1)d spatial 1x3x3", {n, 64, 4, 8, 8}, {144, 64, 1, 3, 3}, {1, 1, 1}, {0, 1, 1}, 1, false},
       {"r(2+1)d temporal 3x1x1", {n, 144, 4, 8, 8}, {64, 144, 3, 1, 1}, {1, 1, 1}, {1, 0, 0}, 1, false},
       {"odd grouped with bias",
-       {n, 6, Dim(3, 7), Dim(3, 9), Dim(3, 9)},
+       {n, 9, Dim(3, 7), Dim(3, 9), Dim(3, 9)},
        {9, 3, 2, 3, 3},
        {1, 2, 1},
        {1, 1, 0},

@@ -322,6 +322,9 @@ template <typename T>
       uint8_t poison[sizeof(T)];
       std::memset(poison, 0xFF, sizeof(T));
       const bool unwritten = std::memcmp(&o[i], poison, sizeof(T)) == 0;
+      // NaN where the CPU computes NaN too (acos(2), log(-1)) matches;
+      // the poison bytes never do.
+      if (!unwritten && std::isnan(At(r, i))) continue;
       return ::testing::AssertionFailure()
              << "element " << i << " of " << n << " is NaN"
              << (unwritten ? " (never written: still the poison bytes)" : "") << "; reference " << At(r, i);
@@ -335,6 +338,7 @@ template <typename T>
     size_t worst = 0;
     double worst_abs = -1;
     for (size_t i = 0; i < n; ++i) {
+      if (std::isnan(At(o, i))) continue;
       const double a = std::fabs(At(o, i) - At(r, i));
       if (a > worst_abs) {
         worst_abs = a;
