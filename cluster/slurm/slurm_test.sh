@@ -162,11 +162,14 @@ Name=gpu File=$tmp/dev/gpu1
 Name=shard Count=4 File=$tmp/dev/gpu0
 Name=shard Count=4 File=$tmp/dev/gpu1
 EOF
+ctld_port=$(free_port)
+slurmd_port=$(free_port)
+while [ "$slurmd_port" = "$ctld_port" ]; do slurmd_port=$(free_port); done
 cat >"$tmp/slurm.conf" <<EOF
 ClusterName=tandemtest
 SlurmctldHost=$(hostname -s)(127.0.0.1)
-SlurmctldPort=$(free_port)
-SlurmdPort=$(free_port)
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
