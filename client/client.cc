@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/endpoint.h"
 #include "base/status_macros.h"
@@ -369,8 +371,23 @@ absl::StatusOr<uint64_t> Client::SendWithFrames(v1::Request request, std::vector
   return id;
 }
 
+absl::StatusOr<uint64_t> MemoryQuotaFromEnvironment() {
+  const char* text = std::getenv("TANDEM_MEMORY_QUOTA_MIB");
+  if (text == nullptr || text[0] == '\0') return 0;
+  uint64_t mib = 0;
+  if (!absl::SimpleAtoi(text, &mib) || mib > (UINT64_MAX >> 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TANDEM_MEMORY_QUOTA_MIB='", text, "' is not a whole number of MiB (unset it for no quota)"));
+  }
+  return mib << 20;
+}
+
 absl::StatusOr<v1::RegisterJobResponse> Client::RegisterJob(v1::RegisterJobRequest request,
                                                             const std::vector<FeedView>& persistent) {
+  if (request.hints().memory_quota_bytes() == 0) {
+    ASSIGN_OR_RETURN(uint64_t quota, MemoryQuotaFromEnvironment());
+    if (quota != 0) request.mutable_hints()->set_memory_quota_bytes(quota);
+  }
   // The views' bytes travel outside the protobuf message (which would copy
   // them in, serialize them and have ZeroMQ copy them again): tensor i's
   // bytes are frame i + 1.

@@ -80,6 +80,13 @@ struct IterationResult {
   double queue_seconds = 0;  // waiting for its turn in the daemon
 };
 
+// The per-job memory quota $TANDEM_MEMORY_QUOTA_MIB asks for, in bytes: 0
+// (the daemon's default) when it is unset, empty or 0; INVALID_ARGUMENT, naming
+// the variable, when it is not a whole number of MiB (a typo must not lift
+// the quota unnoticed). Client::RegisterJob applies it to requests that set
+// no quota of their own; a batch system sets it per job (cluster/slurm/).
+absl::StatusOr<uint64_t> MemoryQuotaFromEnvironment();
+
 class Client {
  public:
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
@@ -123,6 +130,9 @@ class Client {
   // daemon, at least shared_frames_threshold bytes), else into ZeroMQ
   // frames after the request. Inline data of `request` is moved into a
   // frame without a copy (or stays inline beside a shared-memory object).
+  //
+  // A request whose hints set no memory quota takes $TANDEM_MEMORY_QUOTA_MIB
+  // (MemoryQuotaFromEnvironment); a bad value of it fails the call.
   absl::StatusOr<v1::RegisterJobResponse> RegisterJob(v1::RegisterJobRequest request,
                                                       const std::vector<FeedView>& persistent = {});
   // `variant`: which of the job's graphs runs (a GraphVariant's name from

@@ -12,6 +12,8 @@ PACKAGES=(
   libabsl-dev libboost-dev libgtest-dev libgmock-dev
   libsystemd-dev systemd dpkg-dev
   clang-format clang-tidy flake8
+  # cluster/slurm's test starts a single-host Slurm (22.05) of its own, with its own munged.
+  slurm-wlm munge
 )
 # The PyTorch adaptor and its tests use Debian's Python 3.11 with torch (and torchvision, for the model zoo);
 # the Kubernetes device plugin (cluster/kubernetes) and its test use grpcio and protobuf.

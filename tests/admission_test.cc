@@ -2,6 +2,7 @@
 // fit is refused at once with the breakdown; a job that does not fit now
 // either is refused or, when it asks to, waits and starts when memory frees.
 #include <chrono>
+#include <cstdlib>
 #include <future>
 #include <string>
 #include <thread>
@@ -114,6 +115,37 @@ TEST(Admission, ClosedLanesGiveTheirArenasBack) {
   auto r = c->RunIteration(big->job_id(), {{"x", HostTensor::Floats({m}, std::vector<float>(m, 1.f))}}, {"s"});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FLOAT_EQ(r->fetches.at("s").values<float>()[0], 2.0f * m);
+}
+
+// $TANDEM_MEMORY_QUOTA_MIB (what cluster/slurm/'s TaskProlog sets for a job
+// of N shards) is the quota of every registration that sets none itself.
+TEST(Admission, QuotaFromTheEnvironmentBoundsJobsThatSetNone) {
+  DaemonProcess daemon({"--cpu_memory_mib=64", "--policy=fair"});
+  auto c = Connect(daemon, "quota");
+  struct Unset {
+    ~Unset() { ::unsetenv("TANDEM_MEMORY_QUOTA_MIB"); }
+  } unset;
+  ::setenv("TANDEM_MEMORY_QUOTA_MIB", "8", 1);
+  auto over = c->RegisterJob(SizedJob("over", 8, 8, /*queue_if_full=*/true));
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(over.status().message()), HasSubstr("its own quota of 8.0 MiB"));
+  auto under = c->RegisterJob(SizedJob("under", 1, 1, false));
+  ASSERT_TRUE(under.ok()) << under.status();
+  // A quota the request sets itself wins over the environment's.
+  v1::RegisterJobRequest own = SizedJob("own", 8, 8, false);
+  own.mutable_hints()->set_memory_quota_bytes(48 * kMiB);
+  auto admitted = c->RegisterJob(std::move(own));
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  // A value that is no number fails the registration before it is sent.
+  ::setenv("TANDEM_MEMORY_QUOTA_MIB", "lots", 1);
+  auto bad = c->RegisterJob(SizedJob("bad", 1, 1, false));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("TANDEM_MEMORY_QUOTA_MIB='lots'"));
+  auto stats = c->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->jobs(), 2u);
 }
 
 }  // namespace

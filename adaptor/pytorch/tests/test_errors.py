@@ -144,6 +144,33 @@ class ErrorsWithDaemonTest(unittest.TestCase):
         self.assertIn("Adadelta", str(ctx.exception))
         self.assertIn("SGD, Adam", str(ctx.exception))
 
+    def test_memory_quota_from_the_environment(self):
+        # $TANDEM_MEMORY_QUOTA_MIB (cluster/slurm/'s TaskProlog sets it per job) is the job's memory quota:
+        # libtandem applies it at registration.
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 4))  # 1 MiB of weights
+        x, y = torch.randn(8, 256), torch.tensor([0, 1, 2, 3] * 2)
+        saved = os.environ.get("TANDEM_MEMORY_QUOTA_MIB")
+
+        def train():
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            return tandem.torch.train(model, F.cross_entropy, optimizer, (x, y), endpoint=self.daemon.endpoint)
+
+        try:
+            os.environ["TANDEM_MEMORY_QUOTA_MIB"] = "1"
+            with self.assertRaises(tandem.RegistrationError) as ctx:
+                train()
+            self.assertEqual(ctx.exception.code, tandem.errors.RESOURCE_EXHAUSTED)
+            self.assertIn("its own quota of 1.0 MiB", str(ctx.exception))
+            os.environ["TANDEM_MEMORY_QUOTA_MIB"] = "64"
+            with train() as job:
+                self.assertGreater(job.step(x, y), 0)
+        finally:
+            if saved is None:
+                os.environ.pop("TANDEM_MEMORY_QUOTA_MIB", None)
+            else:
+                os.environ["TANDEM_MEMORY_QUOTA_MIB"] = saved
+
 
 class ErrorsWithoutDaemonTest(unittest.TestCase):
     def test_daemon_not_running(self):

@@ -82,6 +82,8 @@ def train(model, loss_fn, optimizer, example_batch, endpoint=None, name=None, pr
       fn(output, *targets) -> {name: tensor(s)}; traced into the step like the model.
     endpoint: a tandemd endpoint (default: $TANDEM_ENDPOINT, else the local daemon). priority /
     expected_iterations: scheduling hints; device: "cpu", "cuda", "cuda:N" or None (the daemon's choice).
+    The job's memory quota is $TANDEM_MEMORY_QUOTA_MIB where set (a batch system's prolog sets it:
+    cluster/slurm/), else the daemon's max_job_memory_mib.
 
     Inside the step, between the backward pass and the optimizer's update (at most one of the two):
     clip_grad_norm=max_norm scales the gradients as torch.nn.utils.clip_grad_norm_(params, max_norm,
