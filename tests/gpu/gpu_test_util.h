@@ -58,7 +58,16 @@ class GraphMaker {
   // Adds `op`; returns its output value ids. Fails the test on a registry
   // error.
   std::vector<int> Add(const std::string& op, std::vector<int> inputs, Attrs attrs = {});
-  int Add1(const std::string& op, std::vector<int> inputs, Attrs attrs = {}) { return Add(op, inputs, attrs)[0]; }
+  // The first output. A refused op (the failure above says why) stops the
+  // binary: the rest of the test would build on a value that is not there.
+  int Add1(const std::string& op, std::vector<int> inputs, Attrs attrs = {}) {
+    std::vector<int> outputs = Add(op, std::move(inputs), std::move(attrs));
+    if (outputs.empty()) {
+      std::fprintf(stderr, "GraphMaker: '%s' was refused; stopping\n", op.c_str());
+      std::abort();
+    }
+    return outputs[0];
+  }
 
   const Graph& graph() const { return graph_; }
   const TensorType& type(int value) const { return graph_.values[value].type; }
