@@ -203,6 +203,8 @@ class Service {
   // Loop thread, after an iteration of `job` succeeded: a snapshot when the
   // interval has passed and none is in flight.
   void MaybeCheckpoint(Job& job);
+  // When a checkpoint taken now is next due (checkpoint_interval on).
+  Clock::time_point NextCheckpointTime() const;
   // Copies the job's persistent tensors to the host on its lane's stream,
   // after the iterations dispatched so far, then writes them on the persist
   // thread. `final` (its client went away, shutdown): into a buffer of its

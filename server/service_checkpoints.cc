@@ -40,10 +40,13 @@ v1::JobCheckpoint Service::CheckpointHeader(const Job& job) const {
   return header;
 }
 
+Clock::time_point Service::NextCheckpointTime() const {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(options_.checkpoint_interval_seconds));
+}
+
 void Service::MaybeCheckpoint(Job& job) {
-  if (job.checkpoint_path.empty() || job.checkpoint_in_flight || job.state != JobState::kRunning) return;
-  if (Clock::now() < job.next_checkpoint) return;
-  CheckpointJob(job, /*final=*/false);
+  if (!job.checkpoint_path.empty() && Clock::now() >= job.next_checkpoint) CheckpointJob(job, /*final=*/false);
 }
 
 void Service::CheckpointJob(Job& job, bool final) {
@@ -72,8 +75,7 @@ void Service::CheckpointJob(Job& job, bool final) {
       absl::StatusOr<void*> host = dev.device->AllocateHost(job.persistent_bytes);
       if (!host.ok()) {
         TLOG_WARNING("no host memory for a checkpoint").With("job", job.id).With("error", host.status().message());
-        job.next_checkpoint = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                 std::chrono::duration<double>(options_.checkpoint_interval_seconds));
+        job.next_checkpoint = NextCheckpointTime();
         return;
       }
       job.snapshot_host = *host;
@@ -149,8 +151,7 @@ void Service::OnSnapshotCopied(uint64_t job_id, std::shared_ptr<std::string> own
       if (job.discard_checkpoint) ::unlink(path.c_str());
       if (periodic) {
         job.checkpoint_in_flight = false;
-        job.next_checkpoint = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                 std::chrono::duration<double>(options_.checkpoint_interval_seconds));
+        job.next_checkpoint = NextCheckpointTime();
       }
       OnDeviceWorkDone(job_id);
     });

@@ -339,8 +339,7 @@ void Service::FinishRegistration(const PendingReply& to, uint64_t job_id, uint64
   if (!job->checkpoint_path.empty()) {
     job->resume_token = reg.resume_token().empty() ? NewResumeToken() : reg.resume_token();
     job->resumed_iterations = prepared->resumed_iterations;
-    job->next_checkpoint = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                              std::chrono::duration<double>(options_.checkpoint_interval_seconds));
+    job->next_checkpoint = NextCheckpointTime();
   }
 
   absl::Status error;
