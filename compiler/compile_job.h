@@ -4,7 +4,9 @@
 // graph passes over the IR, and plans one iteration's memory exactly.
 //
 // The passes, in order: transposes folded into the products that read them
-// (compiler/fold_transposes.h), then chains of elementwise nodes fused into
+// (compiler/fold_transposes.h), ReLUs folded into the batch norms before
+// them and their gradients into the batch-norm backward ops after them
+// (compiler/fold_activations.h), then chains of elementwise nodes fused into
 // one node each (compiler/fuse_elementwise.h). Each rewrites the graph
 // through an IrBuilder, so every graph a pass produces is validated again.
 //
@@ -24,6 +26,7 @@ namespace tandem {
 struct CompileOptions {
   GraphLimits limits;
   bool fold_transposes = true;
+  bool fold_activations = true;
   bool fuse_elementwise = true;
 };
 

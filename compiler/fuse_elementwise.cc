@@ -39,6 +39,8 @@ std::optional<FusedOpcode> OpcodeOf(absl::string_view op) {
       {"sqrt", FusedOpcode::kSqrt},
       {"maximum", FusedOpcode::kMaximum},
       {"minimum", FusedOpcode::kMinimum},
+      {"relu", FusedOpcode::kRelu},
+      {"threshold_backward", FusedOpcode::kThresholdBackward},
   };
   auto it = opcodes->find(op);
   if (it == opcodes->end()) return std::nullopt;
@@ -47,7 +49,7 @@ std::optional<FusedOpcode> OpcodeOf(absl::string_view op) {
 
 bool ReadsRegister(FusedOpcode op) {
   return op == FusedOpcode::kAdd || op == FusedOpcode::kSub || op == FusedOpcode::kMul || op == FusedOpcode::kDiv ||
-         op == FusedOpcode::kMaximum || op == FusedOpcode::kMinimum;
+         op == FusedOpcode::kMaximum || op == FusedOpcode::kMinimum || op == FusedOpcode::kThresholdBackward;
 }
 
 bool IsHalfDType(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::kFloat16; }
@@ -90,6 +92,11 @@ std::optional<Candidate> AsCandidate(const Graph& g, const Node& node) {
     auto other = node.attrs.GetFloat("other");
     if (!other.ok()) return std::nullopt;
     c.other = *other;
+  }
+  if (*op == FusedOpcode::kThresholdBackward) {
+    auto threshold = node.attrs.GetFloat("threshold");
+    if (!threshold.ok()) return std::nullopt;
+    c.alpha = *threshold;  // the program keeps it where add's alpha goes
   }
   return c;
 }
@@ -253,6 +260,7 @@ class Fuser {
       if (ReadsRegister(c.op)) b = register_of.at(node.inputs[1]);
       if (HasOther(c.op)) b = add_const(c.other);
       if (HasAlpha(c.op) && c.alpha != 1.0) k = add_const(c.alpha);
+      if (c.op == FusedOpcode::kThresholdBackward) k = add_const(c.alpha);
       for (int64_t field : {static_cast<int64_t>(c.op), int64_t{dst}, a, b, k}) code.push_back(field);
       register_of[ValueOf(part[t])] = dst;
       labels.push_back(node.label.empty() ? node.op : node.label);

@@ -5,7 +5,8 @@
 // making one pass over its tensors instead of four.
 //
 // Fusable nodes: add.Tensor, sub.Tensor, mul.Tensor, div.Tensor, add.Scalar,
-// sub.Scalar, mul.Scalar, div.Scalar, neg, sqrt, maximum, minimum, whose
+// sub.Scalar, mul.Scalar, div.Scalar, neg, sqrt, maximum, minimum, relu,
+// threshold_backward, whose
 // output is float32, float64, bfloat16 or float16 and whose every input has
 // the output's type or is a rank-0 tensor of its dtype (a learning rate) —
 // or, for a 16-bit output of rank > 0, a rank-0 tensor of any float dtype

@@ -247,12 +247,12 @@ TEST(FuseElementwiseTest, NothingFusesAcrossANonFusableNode) {
   AddSpec(g.add_feeds(), "x", v1::FLOAT32, {3, 5});
   AddSpec(g.add_feeds(), "y", v1::FLOAT32, {3, 5});
   AddNode(g, "add.Tensor", {"x", "y"}, "a");
-  AddNode(g, "relu", {"a"}, "r");
+  AddNode(g, "exp", {"a"}, "r");
   AddNode(g, "mul.Tensor", {"r", "y"}, "b");
   WithFloat(AddNode(g, "sub.Scalar", {"b"}, "c"), "other", 1.0);
   g.add_fetches("c");
   const v1::Graph fused = FuseAndCompare(g, {}, rng);
-  EXPECT_THAT(Ops(fused), ElementsAre("add.Tensor", "relu", kFusedElementwiseOp));
+  EXPECT_THAT(Ops(fused), ElementsAre("add.Tensor", "exp", kFusedElementwiseOp));
   EXPECT_EQ(InputsOf(Producer(fused, "c")), (Names{"r", "y"}));
   EXPECT_EQ(OutputsOf(Producer(fused, "c")), (Names{"c"}));
 }
@@ -360,11 +360,34 @@ TEST(FuseElementwiseTest, DeadChainKeepsItsLastValue) {
   AddSpec(g.add_feeds(), "x", v1::FLOAT32, {4});
   AddNode(g, "neg", {"x"}, "a");
   AddNode(g, "neg", {"a"}, "b");
-  AddNode(g, "relu", {"x"}, "r");
+  AddNode(g, "exp", {"x"}, "r");
   g.add_fetches("r");
   const v1::Graph fused = FuseAndCompare(g, {}, rng);
-  EXPECT_THAT(Ops(fused), ElementsAre(kFusedElementwiseOp, "relu"));
+  EXPECT_THAT(Ops(fused), ElementsAre(kFusedElementwiseOp, "exp"));
   EXPECT_EQ(OutputsOf(&fused.nodes(0)), (Names{"b"}));
+}
+
+// A residual block's activation and its gradient: add + relu forward,
+// add + threshold_backward backward (the residual's two gradients summed,
+// then masked by the block's output), each one fused node.
+TEST(FuseElementwiseTest, ResidualReluAndItsGradientFuse) {
+  std::mt19937_64 rng(43);
+  for (v1::DType dtype : {v1::FLOAT32, v1::FLOAT64, v1::BFLOAT16, v1::FLOAT16}) {
+    v1::Graph g;
+    for (const char* name : {"x", "skip", "g1", "g2"}) AddSpec(g.add_feeds(), name, dtype, {2, 3, 5});
+    AddNode(g, "add.Tensor", {"x", "skip"}, "s");
+    AddNode(g, "relu", {"s"}, "out");
+    AddNode(g, "add.Tensor", {"g1", "g2"}, "g");
+    WithFloat(AddNode(g, "threshold_backward", {"g", "out"}, "gs"), "threshold", 0.0);
+    g.add_fetches("out");
+    g.add_fetches("gs");
+    SCOPED_TRACE(v1::DType_Name(dtype));
+    const v1::Graph fused = FuseAndCompare(g, {}, rng, 2, -1.0, 1.0);
+    ASSERT_EQ(fused.nodes_size(), 1);
+    EXPECT_EQ(fused.nodes(0).op(), kFusedElementwiseOp);
+    EXPECT_EQ(OutputsOf(&fused.nodes(0)), (Names{"out", "gs"}));
+    EXPECT_EQ(Instructions(fused.nodes(0)), 4);
+  }
 }
 
 // What RandomGraphsFuseExactly draws its graphs from.
@@ -410,13 +433,14 @@ int RandomGraphsFuseExactly(const RandomGraphOptions& options, std::mt19937_64& 
         const std::string a = pick(full), b = with_rank0 ? pick(rank0) : pick(full);
         v1::Node* node = AddNode(g, pick(options.binary), kind % 2 ? Names{a, b} : Names{b, a}, out);
         if ((node->op() == "add.Tensor" || node->op() == "sub.Tensor") && kind == 0) WithFloat(node, "alpha", 0.7);
+        if (node->op() == "threshold_backward") WithFloat(node, "threshold", 0.25);
       } else if (kind <= 5) {
         v1::Node* node = WithFloat(AddNode(g, pick(scalar), {pick(full)}, out), "other", options.scalar_other);
         if (node->op() == "add.Scalar" || node->op() == "sub.Scalar") WithFloat(node, "alpha", -0.3);
       } else if (kind == 6) {
         AddNode(g, std::uniform_int_distribution<int>(0, 1)(rng) ? "neg" : "sqrt", {pick(full)}, out);
       } else if (kind == 7) {
-        AddNode(g, "relu", {pick(full)}, out);
+        AddNode(g, std::uniform_int_distribution<int>(0, 1)(rng) ? "relu" : "exp", {pick(full)}, out);
       } else if (kind == 8) {
         AddNode(g, "sum", {pick(full)}, out);  // a rank-0 value of the trial's dtype
         rank0.push_back(out);
@@ -448,7 +472,9 @@ int RandomGraphsFuseExactly(const RandomGraphOptions& options, std::mt19937_64& 
 TEST(FuseElementwiseTest, RandomGraphsStayValidAndExact) {
   std::mt19937_64 rng(41);
   const RandomGraphOptions options{
-      {v1::FLOAT32, v1::FLOAT64}, {3, 4}, {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor"},
+      {v1::FLOAT32, v1::FLOAT64},
+      {3, 4},
+      {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "threshold_backward"},
       {{"lr", std::nullopt}},
       /*rank0_operand_odds=*/4,
       /*scalar_other=*/1.25};

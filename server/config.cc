@@ -270,6 +270,23 @@ const std::vector<ConfigKey>& BuildKeys() {
          return absl::OkStatus();
        },
        [](const DaemonOptions& o) { return FormatDouble(o.checkpoint_interval_seconds); }},
+      {"codegen", "true|false",
+       "on a GPU, run each fused chain of a job's graph as a kernel generated and compiled for it at registration "
+       "(false: the interpreting kernel)",
+       false, [](absl::string_view v, DaemonOptions* o) { return ParseBool(v, &o->codegen); },
+       [](const DaemonOptions& o) { return BoolText(o.codegen); }},
+      {"kernel_cache_dir", "DIR|auto|none",
+       "where generated kernels, once compiled, are kept for later jobs and restarts (auto: <state_dir>/kernels, "
+       "else ~/.cache/tandem/kernels; none: in memory only)",
+       false,
+       [](absl::string_view v, DaemonOptions* o) {
+         if (v != "auto" && v != "none" && (v.empty() || v.front() != '/')) {
+           return Expected("an absolute path, auto or none");
+         }
+         o->kernel_cache_dir = std::string(v);
+         return absl::OkStatus();
+       },
+       [](const DaemonOptions& o) { return o.kernel_cache_dir; }},
   };
   return *keys;
 }

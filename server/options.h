@@ -63,6 +63,11 @@ struct DaemonOptions {
   // how often, at most (also on SIGTERM and when their client goes away).
   std::string state_dir;
   double checkpoint_interval_seconds = 60;
+  // Generated kernels (codegen/): on, and where compiled ones persist
+  // ("auto": <state_dir>/kernels, else $XDG_CACHE_HOME or ~/.cache
+  // /tandem/kernels; "none": memory only).
+  bool codegen = true;
+  std::string kernel_cache_dir = "auto";
 };
 
 }  // namespace tandem::server

@@ -6,13 +6,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <iterator>
 #include <optional>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/log.h"
 #include "base/status_macros.h"
+#include "codegen/job_kernels.h"
 #include "device/conv_workspace.h"
 #include "device/cpu_device.h"
 #include "device/cuda_device.h"
@@ -21,6 +24,34 @@
 
 namespace tandem::server {
 namespace {
+
+// Generated kernels on or off for the process (the CUDA backend reads it),
+// and the folder compiled ones are kept in (options.h: kernel_cache_dir).
+void ConfigureCodegen(const DaemonOptions& options, bool have_gpu) {
+  codegen::SetGeneratedKernelsEnabled(options.codegen);
+  std::string folder = options.kernel_cache_dir;
+  if (folder == "none") {
+    folder.clear();
+  } else if (folder == "auto") {
+    const char* xdg = std::getenv("XDG_CACHE_HOME");
+    const char* home = std::getenv("HOME");
+    if (!options.state_dir.empty()) {
+      folder = options.state_dir + "/kernels";
+    } else if (xdg != nullptr && xdg[0] == '/') {
+      folder = std::string(xdg) + "/tandem/kernels";
+    } else if (home != nullptr && home[0] == '/') {
+      folder = std::string(home) + "/.cache/tandem/kernels";
+    } else {
+      folder.clear();
+    }
+  }
+  codegen::DefaultKernelCache().set_folder(folder);
+  if (have_gpu && options.codegen) {
+    TLOG_INFO("generated kernels on")
+        .With("nvrtc", codegen::NvrtcVersion())
+        .With("kernel_cache_dir", folder.empty() ? "(memory only)" : folder);
+  }
+}
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
@@ -124,8 +155,17 @@ absl::StatusOr<std::unique_ptr<Service>> Service::Create(const DaemonOptions& op
         .With("reserve_mib", mem.reserve_bytes / kMiB)
         .With("policy", options.policy)
         .With("preemption", options.preemption);
+    if (options.codegen && info.backend == device::Backend::kCuda) {
+      const codegen::CompileTarget target{info.compute_capability, info.driver_version};
+      bool known = false;
+      for (const codegen::CompileTarget& t : service->codegen_targets_) {
+        known = known || (t.compute_capability == target.compute_capability);
+      }
+      if (!known) service->codegen_targets_.push_back(target);
+    }
     service->devices_.push_back(std::move(rt));
   }
+  ConfigureCodegen(options, !service->codegen_targets_.empty());
   return service;
 }
 

@@ -22,6 +22,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "codegen/kernel_cache.h"
 #include "server/access_control.h"
 #include "server/event_loop.h"
 #include "server/executor.h"
@@ -167,7 +168,8 @@ class Service {
   static absl::StatusOr<PreparedJob> PrepareJob(const v1::RegisterJobRequest& reg,
                                                 std::shared_ptr<const RequestFrames> frames,
                                                 std::shared_ptr<UniqueFd> frames_fd, bool fuse_elementwise,
-                                                uint64_t max_message_bytes, uint64_t session_id);
+                                                uint64_t max_message_bytes, uint64_t session_id,
+                                                const std::vector<codegen::CompileTarget>& codegen_targets);
   // Preparation thread: the registration's graph variants, compiled and
   // checked against the job's graph `main`.
   static absl::StatusOr<std::vector<GraphVariant>> CompileVariants(const v1::RegisterJobRequest& reg, const Graph& main,
@@ -308,6 +310,9 @@ class Service {
   int probe_round_ = 0;  // the next re-probe's index + 1; 0: none pending
 
   std::vector<std::unique_ptr<DeviceRuntime>> devices_;
+  // The GPU architectures (and driver) of devices_, which registration
+  // compiles a job's generated kernels for; empty with codegen off or no GPU.
+  std::vector<codegen::CompileTarget> codegen_targets_;
   absl::flat_hash_map<std::string, uint64_t> session_by_peer_;
   absl::flat_hash_map<std::string, uint64_t> session_by_token_;
   std::string fd_socket_path_;

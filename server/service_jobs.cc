@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "base/log.h"
 #include "base/status_macros.h"
+#include "codegen/job_kernels.h"
 #include "compiler/compile_job.h"
 #include "ir/graph_builder.h"
 #include "proto/status_convert.h"
@@ -169,7 +170,7 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
   const uint64_t max_bytes = options_.max_message_bytes;
   prep_->Post([this, to, job_id, session_id, name = std::move(name), request = std::move(request),
                frames = std::move(frames), frames_fd = std::move(frames_fd), fuse, max_bytes,
-               resume_path = std::move(resume_path)]() mutable {
+               resume_path = std::move(resume_path), targets = codegen_targets_]() mutable {
     uint64_t resumed_iterations = 0;
     absl::Status resume_status;
     if (!resume_path.empty()) {
@@ -186,10 +187,10 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
         resume_status = resumed.status();
       }
     }
-    absl::StatusOr<PreparedJob> prepared =
-        resume_status.ok()
-            ? PrepareJob(request->register_job(), std::move(frames), std::move(frames_fd), fuse, max_bytes, session_id)
-            : absl::StatusOr<PreparedJob>(resume_status);
+    absl::StatusOr<PreparedJob> prepared = resume_status.ok()
+                                               ? PrepareJob(request->register_job(), std::move(frames),
+                                                            std::move(frames_fd), fuse, max_bytes, session_id, targets)
+                                               : absl::StatusOr<PreparedJob>(resume_status);
     if (prepared.ok()) prepared->resumed_iterations = resumed_iterations;
     // shared_ptr: the loop's work items are copyable std::functions.
     auto result = std::make_shared<absl::StatusOr<PreparedJob>>(std::move(prepared));
@@ -203,15 +204,36 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
 absl::StatusOr<Service::PreparedJob> Service::PrepareJob(const v1::RegisterJobRequest& reg,
                                                          std::shared_ptr<const RequestFrames> frames,
                                                          std::shared_ptr<UniqueFd> frames_fd, bool fuse_elementwise,
-                                                         uint64_t max_message_bytes, uint64_t session_id) {
+                                                         uint64_t max_message_bytes, uint64_t session_id,
+                                                         const std::vector<codegen::CompileTarget>& codegen_targets) {
   const auto start = Clock::now();
   TestPrepareDelay();
   PreparedJob out;
   // Validation, the graph passes and the memory plan (compiler/compile_job.h).
-  ASSIGN_OR_RETURN(CompiledJob compiled, CompileJob(reg, {.fuse_elementwise = fuse_elementwise}));
+  ASSIGN_OR_RETURN(CompiledJob compiled,
+                   CompileJob(reg, {.fold_activations = fuse_elementwise, .fuse_elementwise = fuse_elementwise}));
   out.graph = std::make_unique<Graph>(std::move(compiled.graph));
   out.layout = std::move(compiled.layout);
   ASSIGN_OR_RETURN(out.variants, CompileVariants(reg, *out.graph, fuse_elementwise));
+  // The job's generated kernels, compiled now so that its first iteration
+  // finds them (a node whose kernel fails runs the interpreter instead).
+  if (!codegen_targets.empty()) {
+    std::vector<const Graph*> graphs = {out.graph.get()};
+    for (const GraphVariant& v : out.variants) graphs.push_back(v.graph.get());
+    for (const Graph* g : graphs) {
+      const codegen::JobKernelsReport report =
+          codegen::PrepareJobKernels(*g, codegen_targets, codegen::DefaultKernelCache());
+      if (report.nodes == 0) continue;
+      LogLine(report.failed > 0 ? LogLevel::kWarning : LogLevel::kInfo, "generated kernels ready")
+          .With("session", session_id)
+          .With("nodes", report.nodes)
+          .With("kernels", report.kernels)
+          .With("compiled", report.compiled)
+          .With("failed", report.failed)
+          .With("ms", report.seconds * 1e3)
+          .With("error", report.first_error);
+    }
+  }
   // Mapped only for a graph that builds: a bad graph leaves the object untouched.
   if (reg.has_shared_frames()) {
     if (frames != nullptr) {
@@ -256,8 +278,8 @@ absl::StatusOr<std::vector<GraphVariant>> Service::CompileVariants(const v1::Reg
     for (const GraphVariant& v : variants) {
       if (v.name == wire.name()) return absl::InvalidArgumentError(absl::StrCat(where, " is named twice"));
     }
-    absl::StatusOr<CompiledJob> compiled =
-        CompileGraph(wire.graph(), reg.persistent(), {.fuse_elementwise = fuse_elementwise});
+    absl::StatusOr<CompiledJob> compiled = CompileGraph(
+        wire.graph(), reg.persistent(), {.fold_activations = fuse_elementwise, .fuse_elementwise = fuse_elementwise});
     if (!compiled.ok()) {
       return absl::Status(compiled.status().code(), absl::StrCat(where, ": ", compiled.status().message()));
     }

@@ -2,10 +2,12 @@
 
     python3 bench/models/zoo_gpu.py [--models a,b | --set ci|all] [--budget 600] [--steps 20] [--out zoo.json]
 
-Per model: whether it registers with a CUDA tandemd, capture seconds, ms/iter for Tandem (2 iterations in
-flight), PyTorch eager and torch.compile(mode="reduce-overhead") (the model compiled; loss, backward and the
-SGD step as a user writes them), and the largest relative loss difference between Tandem and eager over
-`--steps` steps from the same weights and batches. Dropout and stochastic depth are off (p = 0), so that the
+Per model: whether it registers with a CUDA tandemd, capture and registration seconds, ms/iter for Tandem (2
+iterations in flight), PyTorch eager and torch.compile(mode="reduce-overhead") (the model compiled; loss, backward
+and the SGD step as a user writes them) with compile's warm-up seconds, memory (Tandem's persistent bytes and
+planned ephemeral peak; PyTorch's peak allocated bytes per mode), and the largest relative loss difference
+between Tandem and eager over `--steps` steps from the same weights and batches. --daemon_flags passes flags to
+tandemd (e.g. --codegen=false for the interpreting kernels); --tandem_only skips the PyTorch baselines. Dropout and stochastic depth are off (p = 0), so that the
 losses can agree step for step. Models are taken in order until --budget seconds are spent; the rest are listed
 as not reached. Writes JSON (--out) and prints a markdown table.
 """
@@ -69,13 +71,18 @@ def measure(entry, args):
         row["error"] = f"capture: {type(e).__name__}: {e}"[:500]
         return row
     row["capture_s"] = round(time.perf_counter() - start, 2)
+    start = time.perf_counter()
     try:
         job = tandem.torch.TrainingJob(capture, lowered, args.endpoint, f"zoo-{entry.name}", {"device": "cuda:0"})
     except Exception as e:
         row["registers"] = False
         row["error"] = f"register: {type(e).__name__}: {e}"[:500]
         return row
+    row["register_s"] = round(time.perf_counter() - start, 2)
     row["registers"] = True
+    response = job.registration or {}
+    row["tandem_persistent_mib"] = round(int(response.get("persistent_bytes", 0)) / 2**20, 1)
+    row["tandem_ephemeral_mib"] = round(int(response.get("ephemeral_peak_bytes", 0)) / 2**20, 1)
     with job:
         losses = [job.step(*batches[k % len(batches)]) for k in range(args.steps)]
         pending = []
@@ -89,6 +96,8 @@ def measure(entry, args):
         row["tandem_ms"] = round(timed(tandem_iteration, args.iters) * 1e3, 3)
         for h in pending:
             h.result()
+    if args.tandem_only:
+        return row
 
     gpu_batches = [tuple(t.cuda() for t in b) for b in batches]
     ref_optimizer = bc.sgd(reference.parameters())
@@ -97,9 +106,12 @@ def measure(entry, args):
         ref_losses.append(float(eager_step(reference, loss_fn, ref_optimizer, gpu_batches[k % len(batches)])()))
     row["max_rel_loss_diff"] = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, ref_losses))
     row["first_loss"] = [round(losses[0], 6), round(ref_losses[0], 6)]
+    torch.cuda.reset_peak_memory_stats()
     row["eager_ms"] = round(timed(eager_step(reference, loss_fn, ref_optimizer, gpu_batches[0]), args.iters) * 1e3, 3)
+    row["eager_peak_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     if not args.no_compile:
         try:
+            torch.cuda.reset_peak_memory_stats()
             compiled = torch.compile(reference, mode="reduce-overhead")
             t0 = time.perf_counter()
             eager_step(compiled, loss_fn, ref_optimizer, gpu_batches[0])()
@@ -107,6 +119,7 @@ def measure(entry, args):
             row["compile_s"] = round(time.perf_counter() - t0, 1)
             row["compile_ms"] = round(timed(eager_step(compiled, loss_fn, ref_optimizer, gpu_batches[0]),
                                             args.iters) * 1e3, 3)
+            row["compile_peak_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
         except Exception as e:
             row["compile_error"] = f"{type(e).__name__}: {e}"[:300]
     if row.get("eager_ms"):
@@ -141,13 +154,15 @@ def main():
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--no_compile", action="store_true")
     parser.add_argument("--tandemd", default=None)
+    parser.add_argument("--daemon_flags", default="", help="extra tandemd flags, space-separated")
+    parser.add_argument("--tandem_only", action="store_true", help="skip eager and torch.compile")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     names = [n for n in args.models.split(",") if n] or (
         list(catalog.CI_NAMES) if args.set == "ci" else [e.name for e in catalog.ENTRIES])
     deadline = time.monotonic() + args.budget
     rows = []
-    flags = bc.daemon_flags_for_large_models() + bc.daemon_flags_beside_pytorch()
+    flags = bc.daemon_flags_for_large_models() + bc.daemon_flags_beside_pytorch() + args.daemon_flags.split()
     with bc.Daemon(bc.find_tandemd(args.tandemd), "cuda", extra_flags=flags) as d:
         args.endpoint = d.endpoint
         for name in names:
@@ -167,7 +182,7 @@ def main():
             if not d.alive():
                 bc.log("tandemd died: " + d.log_tail())
                 break
-    result = {"meta": bc.metadata("cuda"), "rows": rows}
+    result = {"meta": bc.metadata("cuda"), "daemon_flags": flags, "rows": rows}
     if args.out:
         bc.write_json(args.out, result)
     print(table(rows))

@@ -262,6 +262,8 @@ absl::StatusOr<DeviceInfo> Describe(int ordinal) {
   info.backend = Backend::kCuda;
   info.ordinal = ordinal;
   info.name = absl::StrCat("cuda:", ordinal);
+  info.compute_capability = prop.major * 10 + prop.minor;
+  CUDA_RETURN_IF_ERROR(cudaDriverGetVersion(&info.driver_version));
   info.description = absl::StrFormat("%s, cc %d.%d, %d SMs, %.1f GiB", prop.name, prop.major, prop.minor,
                                      prop.multiProcessorCount, static_cast<double>(total_bytes) / (1 << 30));
   info.capacity_bytes = total_bytes;

@@ -2,6 +2,12 @@
 // _native_batch_norm_legit_functional (which also returns the updated
 // running statistics) and native_batch_norm_backward.
 //
+// Folded activations (compiler/fold_activations.h): a forward with
+// attribute relu = true applies a ReLU to its stored output; a backward
+// with attribute mask_threshold = t takes one more input, last, of
+// grad_out's type, and reads grad_out where that input is > t and 0
+// elsewhere (threshold_backward's rule).
+//
 // Optional tensors: weight and bias must be present (affine batch norm).
 // Running statistics may be absent only where the input count says so
 // unambiguously: native_batch_norm with 3 inputs (input, weight, bias) in
@@ -91,6 +97,7 @@ struct ForwardAttrs {
 absl::StatusOr<ForwardAttrs> CheckForwardAttrs(const Attrs& attrs) {
   ForwardAttrs a;
   ASSIGN_OR_RETURN(a.training, attrs.GetBool("training"));
+  RETURN_IF_ERROR(attrs.GetBool("relu", false).status());
   RETURN_IF_ERROR(attrs.GetFloat("momentum").status());
   ASSIGN_OR_RETURN(double eps, attrs.GetFloat("eps"));
   if (!(eps >= 0.0)) return absl::InvalidArgumentError(absl::StrCat("attribute 'eps' is ", eps, "; must be >= 0"));
@@ -138,7 +145,21 @@ absl::StatusOr<TypeList> LegitFunctionalInfer(const Attrs& attrs, absl::Span<con
 // Inputs: grad_out, input, weight[, running_mean, running_var], save_mean,
 // save_invstd. Outputs: grad_input, grad_weight, grad_bias ([0] where
 // output_mask is false).
-absl::StatusOr<TypeList> BatchNormBackwardInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
+absl::StatusOr<TypeList> BatchNormBackwardInfer(const Attrs& attrs, absl::Span<const TensorType> all) {
+  absl::Span<const TensorType> in = all;
+  if (attrs.Has("mask_threshold")) {
+    RETURN_IF_ERROR(attrs.GetFloat("mask_threshold").status());
+    if (all.size() != 6 && all.size() != 8) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("got ", all.size(), " inputs; with mask_threshold, expected grad_out, input, weight[, "
+                       "running_mean, running_var], save_mean, save_invstd, mask"));
+    }
+    if (!(all.back() == all[0])) {
+      return absl::InvalidArgumentError(absl::StrCat("mask is ", all.back().ToString(), " but grad_out is ",
+                                                     all[0].ToString(), "; they must have the same type"));
+    }
+    in = all.subspan(0, all.size() - 1);
+  }
   if (in.size() != 5 && in.size() != 7) {
     return absl::InvalidArgumentError(
         absl::StrCat("got ", in.size(),
@@ -179,7 +200,7 @@ absl::StatusOr<TypeList> BatchNormBackwardInfer(const Attrs& attrs, absl::Span<c
 void RegisterBatchNormOps(OpRegistry& registry) {
   ops::RegisterOp(registry, "native_batch_norm", 3, 5, 3, AliasKind::kNone, NativeBatchNormInfer);
   ops::RegisterOp(registry, "_native_batch_norm_legit_functional", 5, 5, 5, AliasKind::kNone, LegitFunctionalInfer);
-  ops::RegisterOp(registry, "native_batch_norm_backward", 5, 7, 3, AliasKind::kNone, BatchNormBackwardInfer);
+  ops::RegisterOp(registry, "native_batch_norm_backward", 5, 8, 3, AliasKind::kNone, BatchNormBackwardInfer);
 }
 
 }  // namespace tandem

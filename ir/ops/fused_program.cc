@@ -41,7 +41,11 @@ bool LayoutOf(int64_t opcode, Layout* layout) {
       return true;
     case FusedOpcode::kNeg:
     case FusedOpcode::kSqrt:
+    case FusedOpcode::kRelu:
       *layout = {Field::kUnused, Field::kUnused};
+      return true;
+    case FusedOpcode::kThresholdBackward:
+      *layout = {Field::kRegister, Field::kConst};
       return true;
   }
   return false;
@@ -75,6 +79,10 @@ const char* FusedOpcodeOpName(FusedOpcode op) {
       return "maximum";
     case FusedOpcode::kMinimum:
       return "minimum";
+    case FusedOpcode::kRelu:
+      return "relu";
+    case FusedOpcode::kThresholdBackward:
+      return "threshold_backward";
   }
   return "unknown";
 }
@@ -146,6 +154,9 @@ absl::StatusOr<FusedProgram> DecodeFusedProgram(const Attrs& attrs, int num_inpu
       case Field::kUnused:
         if (b != -1) return Invalid(i, absl::StrCat(op, " takes no field b; it must be -1, got ", b));
         break;
+    }
+    if (ins.op == FusedOpcode::kThresholdBackward && k == -1) {
+      return Invalid(i, absl::StrCat(op, " needs field k: the index of its threshold in 'consts'"));
     }
     if (layout.k == Field::kConst) {
       ASSIGN_OR_RETURN(ins.alpha, constant(k, 1.0, i, "k"));

@@ -26,6 +26,9 @@
 //  10 sqrt        sqrt(x)          (b = k = -1)
 //  11 maximum     max(x, y)        (maximum; NaN-propagating; k = -1)
 //  12 minimum     min(x, y)        (minimum; NaN-propagating; k = -1)
+//  13 relu        x < 0 ? 0 : x    (relu; keeps NaN; b = k = -1)
+//  14 threshold_backward  y > t ? x : 0  (threshold_backward(grad = x,
+//                 self = y); t = consts[k], required, in the compute type)
 // Each backend evaluates an instruction exactly as its kernel of the named
 // op does (same constant folding, same rounding), so a fused node computes
 // what the nodes it replaced computed, bit for bit. In a 16-bit program
@@ -71,6 +74,8 @@ enum class FusedOpcode : int64_t {
   kSqrt = 10,
   kMaximum = 11,
   kMinimum = 12,
+  kRelu = 13,
+  kThresholdBackward = 14,
 };
 
 // The op a fused opcode stands for ("add.Tensor", ...).
@@ -81,8 +86,8 @@ struct FusedInstruction {
   FusedOpcode op = FusedOpcode::kNeg;
   int dst = 0;
   int a = 0;
-  int b = -1;          // a register for add..div, maximum, minimum; -1 otherwise
-  double alpha = 1.0;  // add, sub, add_scalar, sub_scalar
+  int b = -1;          // a register for add..div, maximum, minimum, threshold_backward; -1 otherwise
+  double alpha = 1.0;  // add, sub, add_scalar, sub_scalar; threshold_backward's threshold
   double other = 0.0;  // the *_scalar ops
 };
 

@@ -17,7 +17,13 @@
 // input's 16-bit dtype are widened too (float32 ones, PyTorch's mixed batch
 // norm, pass as they are), save_mean and save_invstd are float32 (the
 // registry's rule), and every 16-bit result is rounded once at the end.
+// Folded activations (compiler/fold_activations.h) run as the unfused ops
+// would, in the tensors' own dtype: a forward with relu = true applies
+// relu's rule (x < 0 ? 0 : x) to its stored output; a backward with
+// mask_threshold = t runs on a copy of grad_out masked by threshold_backward's
+// rule (mask > t ? grad : 0, compared in float32 for 16-bit tensors).
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "base/status_macros.h"
@@ -204,12 +210,68 @@ absl::Status BatchNormBackwardKernel(const KernelArgs& args) {
   });
 }
 
+// Element i of a float tensor of any float dtype, as a double (16-bit
+// values exactly).
+double ValueAt(const TensorArg& t, int64_t i) {
+  switch (t.type.dtype) {
+    case DType::kBFloat16:
+      return BFloat16BitsToFloat(t.as<const uint16_t>()[i]);
+    case DType::kFloat16:
+      return Float16BitsToFloat(t.as<const uint16_t>()[i]);
+    case DType::kFloat64:
+      return t.as<const double>()[i];
+    default:
+      return t.as<const float>()[i];
+  }
+}
+
+// Element i set to +0 in its dtype.
+void SetZero(const TensorArg& t, int64_t i) {
+  const size_t size = DTypeSize(t.type.dtype);
+  std::memset(static_cast<char*>(t.data) + i * size, 0, size);
+}
+
+// Whether `value` is above `threshold` compared as threshold_backward's
+// kernel compares: in float32 for float32 and 16-bit tensors.
+bool Above(DType dtype, double value, double threshold) {
+  if (dtype == DType::kFloat64) return value > threshold;
+  return static_cast<float>(value) > static_cast<float>(threshold);
+}
+
+absl::Status ForwardKernel(const KernelArgs& args) {
+  RETURN_IF_ERROR(WithHalf<BatchNormForwardKernel>(args));
+  ASSIGN_OR_RETURN(bool relu, args.node->attrs.GetBool("relu", false));
+  if (!relu) return absl::OkStatus();
+  const TensorArg& out = args.outputs[0];
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    if (ValueAt(out, i) < 0.0) SetZero(out, i);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BackwardKernel(const KernelArgs& args) {
+  if (!args.node->attrs.Has("mask_threshold")) return WithHalf<BatchNormBackwardKernel>(args);
+  ASSIGN_OR_RETURN(double threshold, args.node->attrs.GetFloat("mask_threshold"));
+  const TensorArg& grad = args.inputs[0];
+  const TensorArg& mask = args.inputs.back();
+  std::vector<char> masked(grad.type.bytes());
+  std::memcpy(masked.data(), grad.data, masked.size());
+  const TensorArg masked_grad{masked.data(), grad.type};
+  for (int64_t i = 0; i < grad.numel(); ++i) {
+    if (!Above(mask.type.dtype, ValueAt(mask, i), threshold)) SetZero(masked_grad, i);
+  }
+  KernelArgs unmasked = args;
+  unmasked.inputs[0] = masked_grad;
+  unmasked.inputs.pop_back();
+  return WithHalf<BatchNormBackwardKernel>(unmasked);
+}
+
 }  // namespace
 
 void AddBatchNormKernels(CpuKernelTable& table) {
-  table["native_batch_norm"] = WithHalf<BatchNormForwardKernel>;
-  table["_native_batch_norm_legit_functional"] = WithHalf<BatchNormForwardKernel>;
-  table["native_batch_norm_backward"] = WithHalf<BatchNormBackwardKernel>;
+  table["native_batch_norm"] = ForwardKernel;
+  table["_native_batch_norm_legit_functional"] = ForwardKernel;
+  table["native_batch_norm_backward"] = BackwardKernel;
 }
 
 }  // namespace tandem::cpu

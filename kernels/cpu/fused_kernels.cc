@@ -7,6 +7,9 @@
 //   mul/div_scalar p * T(other), p / T(other)
 //   neg, sqrt      -p, std::sqrt(p)
 //   maximum/minimum  NaN-propagating, as MaxMinKernel
+//   relu           p < 0 ? 0 : p (keeps NaN), as ReluKernel
+//   threshold_backward  self > T(t) ? grad : 0, as ThresholdBackwardKernel
+//                  (t in float32 for a 16-bit program, as WithHalf runs it)
 // so a fused node's outputs equal the unfused nodes' outputs bit for bit.
 // A 16-bit program runs the same instructions on float32 registers, as the
 // 16-bit path of those kernels (half_kernels.h) runs their float32 loops:
@@ -116,6 +119,14 @@ void RunInstruction(const FusedInstruction& ins, T* dst, RegisterView<T> x, Regi
         return p < q ? p : q;
       });
       return;
+    case FusedOpcode::kRelu:
+      Map1(dst, x, len, [](T p) { return p < T(0) ? T(0) : p; });
+      return;
+    case FusedOpcode::kThresholdBackward: {
+      const T t = Convert<T>(ins.alpha);
+      Map2(dst, x, y, len, [t](T grad, T self) { return self > t ? grad : T(0); });
+      return;
+    }
   }
 }
 

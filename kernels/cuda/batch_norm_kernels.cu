@@ -32,7 +32,12 @@
 // float32 S and P either T or float32 (the registry's rules, PyTorch's
 // CUDA dtypes): arithmetic stays in double, values widen exactly, and each
 // 16-bit store rounds once (through float32, as the CPU kernels round).
+// Folded activations (compiler/fold_activations.h): the forward's apply
+// takes relu's rule on each stored value; the backward's gradient sums and
+// grad_input read dy through a mask (MaskedGrad) when one is given.
 #include <cmath>
+#include <initializer_list>
+#include <type_traits>
 
 #include "kernels/cuda/cnn_launch.h"
 #include "kernels/cuda/half_cnn_common.cuh"
@@ -250,11 +255,12 @@ __global__ void __launch_bounds__(kBatchNormThreads)
   }
 }
 
-// out = x * scale + shift, a chunk per block. Each thread loads all its
-// units before storing any, so `out` may be `x`.
+// out = x * scale + shift (then relu's x < 0 ? 0 : x on the stored value,
+// with `relu`), a chunk per block. Each thread loads all its units before
+// storing any, so `out` may be `x`.
 template <typename T, int kWidth>
 __global__ void __launch_bounds__(kBatchNormThreads)
-    BatchNormApplyKernel(ChunkGeometry g, const double* coeffs, const T* x, T* out) {
+    BatchNormApplyKernel(ChunkGeometry g, const double* coeffs, const T* x, T* out, bool relu) {
   constexpr int kUnits = kElementsPerThread / kWidth;
   const Pack<T, kWidth>* in = reinterpret_cast<const Pack<T, kWidth>*>(x);
   Pack<T, kWidth>* y = reinterpret_cast<Pack<T, kWidth>*>(out);
@@ -279,7 +285,10 @@ __global__ void __launch_bounds__(kBatchNormThreads)
       if (k < valid) {
         Pack<T, kWidth> o;
 #pragma unroll
-        for (int e = 0; e < kWidth; ++e) o.v[e] = RoundTo<T>(WidenTo<double>(v[k].v[e]) * scale + shift);
+        for (int e = 0; e < kWidth; ++e) {
+          o.v[e] = RoundTo<T>(WidenTo<double>(v[k].v[e]) * scale + shift);
+          if (relu && WidenTo<double>(o.v[e]) < 0.0) o.v[e] = RoundTo<T>(0.0);  // relu's rule: keeps NaN and -0
+        }
         y[cursor.offset] = o;
       }
       cursor.Advance(g);
@@ -287,15 +296,33 @@ __global__ void __launch_bounds__(kBatchNormThreads)
   }
 }
 
+// A gradient element as the kernels read it: dy, or with a mask (a folded
+// threshold_backward) dy where mask > threshold and 0 elsewhere, compared
+// as threshold_backward compares (float32, or float64 for double tensors).
+template <typename T>
+__device__ __forceinline__ double MaskedGrad(T dy, const T* mask_pack_element, double threshold) {
+  if (mask_pack_element == nullptr) return WidenTo<double>(dy);
+  bool above;
+  if constexpr (std::is_same_v<T, double>) {
+    above = *mask_pack_element > threshold;
+  } else {
+    above = static_cast<float>(WidenTo<double>(*mask_pack_element)) > static_cast<float>(threshold);
+  }
+  return above ? WidenTo<double>(dy) : 0.0;
+}
+
 // Per chunk: sum(dy) and sum(dy * (x - mean)) with the channel's given
-// mean (of type M), into partials[2 * b] and partials[2 * b + 1].
+// mean (of type M), into partials[2 * b] and partials[2 * b + 1]; dy masked
+// by `mask` where it is not null (MaskedGrad).
 template <typename T, typename M, int kWidth>
 __global__ void __launch_bounds__(kBatchNormThreads)
-    BatchNormGradSumsKernel(ChunkGeometry g, const T* grad_output, const T* x, const M* mean_in, double* partials) {
+    BatchNormGradSumsKernel(ChunkGeometry g, const T* grad_output, const T* x, const M* mean_in, double* partials,
+                            const T* mask, double threshold) {
   constexpr int kUnits = kElementsPerThread / kWidth;
   __shared__ double shared[32];
   const Pack<T, kWidth>* dy = reinterpret_cast<const Pack<T, kWidth>*>(grad_output);
   const Pack<T, kWidth>* in = reinterpret_cast<const Pack<T, kWidth>*>(x);
+  const Pack<T, kWidth>* mk = reinterpret_cast<const Pack<T, kWidth>*>(mask);
   const int64_t blocks = g.channels * g.chunks;
   for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
     const int64_t c = b / g.chunks;
@@ -303,12 +330,13 @@ __global__ void __launch_bounds__(kBatchNormThreads)
     const double mean = WidenTo<double>(mean_in[c]);
     UnitCursor cursor;
     const int valid = StartCursor<kUnits>(g, c, chunk, &cursor);
-    Pack<T, kWidth> gv[kUnits], xv[kUnits];
+    Pack<T, kWidth> gv[kUnits], xv[kUnits], mv[kUnits];
 #pragma unroll
     for (int k = 0; k < kUnits; ++k) {
       if (k < valid) {
         gv[k] = dy[cursor.offset];
         xv[k] = in[cursor.offset];
+        if (mk != nullptr) mv[k] = mk[cursor.offset];
       }
       cursor.Advance(g);
     }
@@ -318,7 +346,7 @@ __global__ void __launch_bounds__(kBatchNormThreads)
       if (k < valid) {
 #pragma unroll
         for (int e = 0; e < kWidth; ++e) {
-          const double gd = WidenTo<double>(gv[k].v[e]);
+          const double gd = MaskedGrad(gv[k].v[e], mk != nullptr ? &mv[k].v[e] : nullptr, threshold);
           sum_dy += gd;
           sum_dy_xmu += gd * (WidenTo<double>(xv[k].v[e]) - mean);
         }
@@ -377,13 +405,16 @@ __global__ void __launch_bounds__(kBatchNormThreads)
 }
 
 // grad_input, a chunk per block: training (dy - mean_dy - (x - mean) * k) *
-// invstd * weight; eval dy * invstd * weight (x is not read). Each thread
-// loads all its units before storing any, so grad_input may be dy or x.
+// invstd * weight; eval dy * invstd * weight (x is not read); dy masked by
+// `mask` where it is not null. Each thread loads all its units before
+// storing any, so grad_input may be dy or x.
 template <typename T, int kWidth, bool kTraining>
 __global__ void __launch_bounds__(kBatchNormThreads)
-    BatchNormGradInputKernel(ChunkGeometry g, const double* coeffs, const T* grad_output, const T* x, T* grad_input) {
+    BatchNormGradInputKernel(ChunkGeometry g, const double* coeffs, const T* grad_output, const T* x, T* grad_input,
+                             const T* mask, double threshold) {
   constexpr int kUnits = kElementsPerThread / kWidth;
   const Pack<T, kWidth>* dy = reinterpret_cast<const Pack<T, kWidth>*>(grad_output);
+  const Pack<T, kWidth>* mk = reinterpret_cast<const Pack<T, kWidth>*>(mask);
   const Pack<T, kWidth>* in = reinterpret_cast<const Pack<T, kWidth>*>(x);
   Pack<T, kWidth>* dx = reinterpret_cast<Pack<T, kWidth>*>(grad_input);
   const int64_t blocks = g.channels * g.chunks;
@@ -397,12 +428,13 @@ __global__ void __launch_bounds__(kBatchNormThreads)
     UnitCursor start;
     const int valid = StartCursor<kUnits>(g, c, chunk, &start);
     UnitCursor cursor = start;
-    Pack<T, kWidth> gv[kUnits], xv[kUnits];
+    Pack<T, kWidth> gv[kUnits], xv[kUnits], mv[kUnits];
 #pragma unroll
     for (int k = 0; k < kUnits; ++k) {
       if (k < valid) {
         gv[k] = dy[cursor.offset];
         if constexpr (kTraining) xv[k] = in[cursor.offset];
+        if (mk != nullptr) mv[k] = mk[cursor.offset];
       }
       cursor.Advance(g);
     }
@@ -413,7 +445,7 @@ __global__ void __launch_bounds__(kBatchNormThreads)
         Pack<T, kWidth> o;
 #pragma unroll
         for (int e = 0; e < kWidth; ++e) {
-          const double gd = WidenTo<double>(gv[k].v[e]);
+          const double gd = MaskedGrad(gv[k].v[e], mk != nullptr ? &mv[k].v[e] : nullptr, threshold);
           if constexpr (kTraining) {
             const double xmu = WidenTo<double>(xv[k].v[e]) - mean;
             o.v[e] = RoundTo<T>((gd - mean_dy - xmu * k_xmu) * scale);
@@ -431,10 +463,10 @@ __global__ void __launch_bounds__(kBatchNormThreads)
 // The vector width (elements per 16 bytes) when `inner` is a multiple of it
 // and every pointer is 16-byte aligned (null ones are ignored), else 1.
 template <typename T>
-int WidthFor(int64_t inner, const void* a, const void* b = nullptr, const void* c = nullptr) {
+int WidthFor(int64_t inner, std::initializer_list<const void*> pointers) {
   constexpr int kVector = Vec16<T>::kCount;
   if (inner % kVector != 0) return 1;
-  for (const void* ptr : {a, b, c}) {
+  for (const void* ptr : pointers) {
     if (ptr != nullptr && !Aligned16(ptr)) return 1;
   }
   return kVector;
@@ -466,7 +498,7 @@ cudaError_t Forward(const BatchNormLaunchParams& p, const BatchNormForwardOperan
   double* coeffs = CoeffsOf(scratch, p);
   const T* x = static_cast<const T*>(op.x);
   if (p.training && chunks > 0) {
-    const int width = WidthFor<T>(p.inner, op.x);
+    const int width = WidthFor<T>(p.inner, {op.x});
     const ChunkGeometry g = GeometryFor(p, width);
     if (width == kVector) {
       BatchNormStatsKernel<T, kVector><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, x, partials);
@@ -479,26 +511,27 @@ cudaError_t Forward(const BatchNormLaunchParams& p, const BatchNormForwardOperan
       <<<FinalizeGrid(p.channels), kBatchNormThreads, 0, stream>>>(p, chunks, op, partials, coeffs);
   if (const cudaError_t error = LaunchError(); error != cudaSuccess) return error;
   if (chunks == 0) return cudaSuccess;
-  const int width = WidthFor<T>(p.inner, op.x, op.out);
+  const int width = WidthFor<T>(p.inner, {op.x, op.out});
   const ChunkGeometry g = GeometryFor(p, width);
   T* out = static_cast<T*>(op.out);
   if (width == kVector) {
-    BatchNormApplyKernel<T, kVector><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, coeffs, x, out);
+    BatchNormApplyKernel<T, kVector><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, coeffs, x, out, p.relu);
   } else {
-    BatchNormApplyKernel<T, 1><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, coeffs, x, out);
+    BatchNormApplyKernel<T, 1><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, coeffs, x, out, p.relu);
   }
   return LaunchError();
 }
 
 template <typename T, bool kTraining>
 void LaunchGradInput(const ChunkGeometry& g, int width, const double* coeffs, const T* dy, const T* x, T* dx,
-                     cudaStream_t stream) {
+                     const T* mask, double threshold, cudaStream_t stream) {
   constexpr int kVector = Vec16<T>::kCount;
   if (width == kVector) {
     BatchNormGradInputKernel<T, kVector, kTraining>
-        <<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, coeffs, dy, x, dx);
+        <<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, coeffs, dy, x, dx, mask, threshold);
   } else {
-    BatchNormGradInputKernel<T, 1, kTraining><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, coeffs, dy, x, dx);
+    BatchNormGradInputKernel<T, 1, kTraining>
+        <<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, coeffs, dy, x, dx, mask, threshold);
   }
 }
 
@@ -511,20 +544,22 @@ cudaError_t Backward(const BatchNormLaunchParams& p, const BatchNormBackwardOper
   double* coeffs = CoeffsOf(scratch, p);
   const T* dy = static_cast<const T*>(op.grad_output);
   const T* x = static_cast<const T*>(op.x);
+  const T* mask = static_cast<const T*>(op.mask);
   const bool need_sums =
       op.grad_weight != nullptr || op.grad_bias != nullptr || (p.training && op.grad_input != nullptr);
   double* partials = nullptr;
   if (need_sums) {
     partials = PartialsOf(scratch);
     if (chunks > 0) {
-      const int width = WidthFor<T>(p.inner, op.grad_output, op.x);
+      const int width = WidthFor<T>(p.inner, {op.grad_output, op.x, op.mask});
       const ChunkGeometry g = GeometryFor(p, width);
       const M* mean = static_cast<const M*>(op.mean);
       if (width == kVector) {
         BatchNormGradSumsKernel<T, M, kVector>
-            <<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, dy, x, mean, partials);
+            <<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, dy, x, mean, partials, mask, p.mask_threshold);
       } else {
-        BatchNormGradSumsKernel<T, M, 1><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, dy, x, mean, partials);
+        BatchNormGradSumsKernel<T, M, 1>
+            <<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, dy, x, mean, partials, mask, p.mask_threshold);
       }
       if (const cudaError_t error = LaunchError(); error != cudaSuccess) return error;
     }
@@ -533,14 +568,14 @@ cudaError_t Backward(const BatchNormLaunchParams& p, const BatchNormBackwardOper
       <<<FinalizeGrid(p.channels), kBatchNormThreads, 0, stream>>>(p, chunks, op, partials, coeffs);
   if (const cudaError_t error = LaunchError(); error != cudaSuccess) return error;
   if (op.grad_input == nullptr || chunks == 0) return cudaSuccess;
-  const int width = p.training ? WidthFor<T>(p.inner, op.grad_output, op.x, op.grad_input)
-                               : WidthFor<T>(p.inner, op.grad_output, op.grad_input);
+  const int width = p.training ? WidthFor<T>(p.inner, {op.grad_output, op.x, op.grad_input, op.mask})
+                               : WidthFor<T>(p.inner, {op.grad_output, op.grad_input, op.mask});
   const ChunkGeometry g = GeometryFor(p, width);
   T* dx = static_cast<T*>(op.grad_input);
   if (p.training) {
-    LaunchGradInput<T, true>(g, width, coeffs, dy, x, dx, stream);
+    LaunchGradInput<T, true>(g, width, coeffs, dy, x, dx, mask, p.mask_threshold, stream);
   } else {
-    LaunchGradInput<T, false>(g, width, coeffs, dy, x, dx, stream);
+    LaunchGradInput<T, false>(g, width, coeffs, dy, x, dx, mask, p.mask_threshold, stream);
   }
   return LaunchError();
 }

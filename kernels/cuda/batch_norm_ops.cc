@@ -94,6 +94,7 @@ absl::Status BatchNormForwardKernel(const CudaKernelContext& context, const Kern
   ASSIGN_OR_RETURN(p.training, args.node->attrs.GetBool("training"));
   ASSIGN_OR_RETURN(p.momentum, args.node->attrs.GetFloat("momentum"));
   ASSIGN_OR_RETURN(p.eps, args.node->attrs.GetFloat("eps"));
+  ASSIGN_OR_RETURN(p.relu, args.node->attrs.GetBool("relu", false));
   BatchNormForwardOperands op;
   op.x = input.data;
   op.weight = args.inputs[1].data;
@@ -121,7 +122,7 @@ absl::Status BatchNormForwardKernel(const CudaKernelContext& context, const Kern
 }
 
 // Inputs: grad_out, input, weight[, running_mean, running_var], save_mean,
-// save_invstd. Outputs of 0 elements (output_mask) are not computed.
+// save_invstd[, mask]. Outputs of 0 elements (output_mask) are not computed.
 absl::Status BatchNormBackwardKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& input = args.inputs[1];
   const DType dtype = input.type.dtype;
@@ -129,8 +130,15 @@ absl::Status BatchNormBackwardKernel(const CudaKernelContext& context, const Ker
   BatchNormLaunchParams p = SplitOf(input.type.shape);
   ASSIGN_OR_RETURN(p.training, args.node->attrs.GetBool("train"));
   ASSIGN_OR_RETURN(p.eps, args.node->attrs.GetFloat("eps"));
-  const bool has_running = args.inputs.size() == 7;
+  // A folded threshold_backward (compiler/fold_activations.h): the mask is
+  // the last input.
+  const bool masked = args.node->attrs.Has("mask_threshold");
+  if (masked) {
+    ASSIGN_OR_RETURN(p.mask_threshold, args.node->attrs.GetFloat("mask_threshold"));
+  }
+  const bool has_running = args.inputs.size() - (masked ? 1 : 0) == 7;
   BatchNormBackwardOperands op;
+  if (masked) op.mask = args.inputs.back().data;
   op.grad_output = args.inputs[0].data;
   op.x = input.data;
   op.weight = args.inputs[2].data;

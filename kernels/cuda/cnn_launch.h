@@ -65,6 +65,8 @@ struct BatchNormLaunchParams {
   bool training = false;
   double momentum = 0.1;
   double eps = 1e-5;
+  bool relu = false;            // forward: out = relu(out), on the stored value (fold_activations.h)
+  double mask_threshold = 0.0;  // backward with a mask: dy where mask > threshold, else 0
 };
 
 // Null pointers are absent operands or outputs not wanted.
@@ -100,6 +102,7 @@ struct BatchNormBackwardOperands {
   const void* weight = nullptr;
   const void* mean = nullptr;    // training: save_mean; eval: running_mean
   const void* invstd = nullptr;  // training: save_invstd; eval: running_var (invstd = 1 / sqrt(var + eps))
+  const void* mask = nullptr;    // of grad_output's type, or null: grad_output is read as it is
   void* grad_input = nullptr;    // null: not computed
   void* grad_weight = nullptr;
   void* grad_bias = nullptr;

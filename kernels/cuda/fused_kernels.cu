@@ -162,6 +162,14 @@ __device__ __forceinline__ Vec16<T> Apply(const FusedDeviceInstruction& ins, con
 #pragma unroll
       for (int e = 0; e < kWidth; ++e) v.v[e] = Minimum(x.v[e], y.v[e]);
       break;
+    case FusedDeviceOp::kRelu:
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) v.v[e] = x.v[e] < T(0) ? T(0) : x.v[e];
+      break;
+    case FusedDeviceOp::kThresholdBackward:
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) v.v[e] = y.v[e] > param ? x.v[e] : T(0);
+      break;
     default:  // kSqrt
 #pragma unroll
       for (int e = 0; e < kWidth; ++e) v.v[e] = Sqrt(x.v[e]);
@@ -172,7 +180,7 @@ __device__ __forceinline__ Vec16<T> Apply(const FusedDeviceInstruction& ins, con
 
 __host__ __device__ __forceinline__ bool ReadsB(FusedDeviceOp op) {
   return op == FusedDeviceOp::kFma || op == FusedDeviceOp::kMul || op == FusedDeviceOp::kDiv ||
-         op == FusedDeviceOp::kMax || op == FusedDeviceOp::kMin;
+         op == FusedDeviceOp::kMax || op == FusedDeviceOp::kMin || op == FusedDeviceOp::kThresholdBackward;
 }
 
 // `aligned`: every non-scalar input and every output is aligned to a

@@ -27,15 +27,31 @@ inline constexpr int kFusedLaunchMaxRegisters = kFusedLaunchMaxInputs + kFusedLa
 //   kMulConst, kDivConst  x * param, x / param
 //   kNeg, kSqrt  -x, sqrt(x) (IEEE round to nearest)
 //   kMax, kMin   NaN-propagating maximum / minimum of x and y
+//   kRelu        x < 0 ? 0 : x (keeps NaN)
+//   kThresholdBackward  y > param ? x : 0 (param: the threshold in the
+//                compute type, float32 for a 16-bit program)
 // A 16-bit program computes in float32 (param: a float32 value) and rounds
 // each result to its 16-bit type at once.
-enum class FusedDeviceOp : int32_t { kFma, kMul, kDiv, kAddConst, kMulConst, kDivConst, kNeg, kSqrt, kMax, kMin };
+enum class FusedDeviceOp : int32_t {
+  kFma,
+  kMul,
+  kDiv,
+  kAddConst,
+  kMulConst,
+  kDivConst,
+  kNeg,
+  kSqrt,
+  kMax,
+  kMin,
+  kRelu,
+  kThresholdBackward
+};
 
 struct FusedDeviceInstruction {
   FusedDeviceOp op = FusedDeviceOp::kNeg;
   int32_t dst = 0;
   int32_t a = 0;
-  int32_t b = 0;  // read only by kFma, kMul, kDiv, kMax, kMin
+  int32_t b = 0;  // read only by kFma, kMul, kDiv, kMax, kMin, kThresholdBackward
   double param = 0.0;
   float param32 = 0.0f;  // param as float32, for float32 programs (set by LaunchFusedElementwise)
 };

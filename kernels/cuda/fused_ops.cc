@@ -1,16 +1,19 @@
-// CUDA kernel of fused_elementwise (ir/ops/fused_program.h): decodes the
-// program, folds each instruction's constants into one value of the
-// tensors' dtype exactly as the unfused op wrappers do (elementwise_ops.cc:
-// alpha rounded to the dtype; add/sub.Scalar's alpha * other multiplied in
-// the dtype, then negated for sub), and launches fused_kernels.cu. A 16-bit
-// program's constants are float32 values formed as the unfused 16-bit ops
-// form them: a .Scalar op's other rounded to the 16-bit type first, alpha
-// a float32 number, products in float32.
+// CUDA kernel of fused_elementwise (ir/ops/fused_program.h). With generated
+// kernels on (codegen/job_kernels.h: the default), the node runs the kernel
+// the generator wrote for its program (codegen/pointwise_kernel.h,
+// generated_kernels.h); otherwise, or when that kernel is unavailable (it
+// did not compile or load: logged once), the interpreting kernel
+// (fused_kernels.cu) runs the program. Both take the program's constants as
+// codegen::LowerPointwise folds them (each into one value of the compute
+// type, exactly as the unfused op wrappers in elementwise_ops.cc fold
+// them), so both compute the same bits.
 #include "base/status_macros.h"
+#include "codegen/job_kernels.h"
+#include "codegen/pointwise_kernel.h"
 #include "ir/ops/fused_program.h"
 #include "kernels/cuda/fused_launch.h"
+#include "kernels/cuda/generated_kernels.h"
 #include "kernels/cuda/kernel_util.h"
-#include "kernels/half.h"
 
 namespace tandem::cuda {
 namespace {
@@ -20,72 +23,34 @@ static_assert(kFusedLaunchMaxInputs == kFusedMaxInputs && kFusedLaunchMaxOutputs
                   kFusedLaunchMaxRegisters == kFusedMaxRegisters,
               "the CUDA launch limits must be the program's limits");
 
-// `value` rounded to T, held exactly in a double.
-template <typename T>
-double In(double value) {
-  return static_cast<double>(static_cast<T>(value));
-}
-
-template <typename T>
-FusedDeviceInstruction Lower(const FusedInstruction& ins) {
-  FusedDeviceInstruction d;
-  d.dst = ins.dst;
-  d.a = ins.a;
-  d.b = ins.b >= 0 ? ins.b : 0;
-  switch (ins.op) {
-    case FusedOpcode::kAdd:
-      d.op = FusedDeviceOp::kFma;
-      d.param = In<T>(ins.alpha);
-      break;
-    case FusedOpcode::kSub:
-      d.op = FusedDeviceOp::kFma;
-      d.param = -In<T>(ins.alpha);
-      break;
-    case FusedOpcode::kMul:
-      d.op = FusedDeviceOp::kMul;
-      break;
-    case FusedOpcode::kDiv:
-      d.op = FusedDeviceOp::kDiv;
-      break;
-    case FusedOpcode::kAddScalar:
-    case FusedOpcode::kSubScalar: {
-      const T product = static_cast<T>(ins.alpha) * static_cast<T>(ins.other);
-      d.op = FusedDeviceOp::kAddConst;
-      d.param = static_cast<double>(ins.op == FusedOpcode::kAddScalar ? product : -product);
-      break;
-    }
-    case FusedOpcode::kMulScalar:
-      d.op = FusedDeviceOp::kMulConst;
-      d.param = In<T>(ins.other);
-      break;
-    case FusedOpcode::kDivScalar:
-      d.op = FusedDeviceOp::kDivConst;
-      d.param = In<T>(ins.other);
-      break;
-    case FusedOpcode::kNeg:
-      d.op = FusedDeviceOp::kNeg;
-      break;
-    case FusedOpcode::kSqrt:
-      d.op = FusedDeviceOp::kSqrt;
-      break;
-    case FusedOpcode::kMaximum:
-      d.op = FusedDeviceOp::kMax;
-      break;
-    case FusedOpcode::kMinimum:
-      d.op = FusedDeviceOp::kMin;
-      break;
-  }
-  return d;
-}
+static_assert(static_cast<int>(FusedDeviceOp::kThresholdBackward) ==
+                      static_cast<int>(codegen::PointwiseOp::kThresholdBackward) &&
+                  static_cast<int>(FusedDeviceOp::kFma) == static_cast<int>(codegen::PointwiseOp::kFma),
+              "the interpreter takes the lowered steps' opcodes as they are");
 
 bool IsHalf(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::kFloat16; }
 
-// An instruction of a 16-bit program, lowered as a float32 one once its
-// `other` (the .Scalar ops' number) is rounded to the 16-bit dtype.
-FusedDeviceInstruction LowerHalf(DType dtype, FusedInstruction ins) {
-  const float other = static_cast<float>(ins.other);
-  ins.other = dtype == DType::kBFloat16 ? BFloat16(other).ToFloat() : Float16(other).ToFloat();
-  return Lower<float>(ins);
+// Launches the node's generated kernel; false (nothing launched) when
+// generated kernels are off or this one is unavailable.
+absl::StatusOr<bool> RunGenerated(const CudaKernelContext& context, const KernelArgs& args, const FusedProgram& program,
+                                  DType dtype) {
+  if (!codegen::GeneratedKernelsEnabled()) return false;
+  codegen::PointwiseSpec spec;
+  spec.program = program;
+  spec.dtype = dtype;
+  codegen::PointwiseKernelArgs launch;
+  for (size_t k = 0; k < args.inputs.size(); ++k) {
+    spec.scalar.push_back(args.inputs[k].type.rank() == 0);
+    spec.input_dtypes.push_back(args.inputs[k].type.dtype);
+    launch.inputs[k] = args.inputs[k].data;
+  }
+  for (size_t o = 0; o < args.outputs.size(); ++o) launch.outputs[o] = args.outputs[o].data;
+  launch.n = args.outputs[0].numel();
+  launch.skip_if_error = context.error.word;
+  absl::StatusOr<cudaKernel_t> kernel = LoadGeneratedKernel(codegen::GeneratePointwiseKernel(spec));
+  if (!kernel.ok()) return false;
+  RETURN_IF_ERROR(Launched(args, LaunchPointwise(*kernel, dtype, launch, context.native), dtype));
+  return true;
 }
 
 absl::Status FusedElementwiseKernel(const CudaKernelContext& context, const KernelArgs& args) {
@@ -96,6 +61,8 @@ absl::Status FusedElementwiseKernel(const CudaKernelContext& context, const Kern
     return absl::InternalError(absl::StrCat(args.node->op, ": ", args.outputs.size(), " output buffers for ",
                                             program.outputs.size(), " program outputs"));
   }
+  ASSIGN_OR_RETURN(bool generated, RunGenerated(context, args, program, dtype));
+  if (generated) return absl::OkStatus();
   FusedLaunchParams params;
   params.n = args.outputs[0].numel();
   params.num_inputs = program.num_inputs;
@@ -111,12 +78,14 @@ absl::Status FusedElementwiseKernel(const CudaKernelContext& context, const Kern
     params.outputs[o] = args.outputs[o].data;
     params.output_regs[o] = program.outputs[o];
   }
-  for (size_t i = 0; i < program.code.size(); ++i) {
-    if (IsHalf(dtype)) {
-      params.code[i] = LowerHalf(dtype, program.code[i]);
-    } else {
-      params.code[i] = dtype == DType::kFloat32 ? Lower<float>(program.code[i]) : Lower<double>(program.code[i]);
-    }
+  const std::vector<codegen::PointwiseStep> steps = codegen::LowerPointwise(program, dtype);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    FusedDeviceInstruction& d = params.code[i];
+    d.op = static_cast<FusedDeviceOp>(steps[i].op);
+    d.dst = steps[i].dst;
+    d.a = steps[i].a;
+    d.b = steps[i].b >= 0 ? steps[i].b : 0;
+    d.param = steps[i].param;
   }
   return Launched(args, LaunchFusedElementwise(dtype, params, context.native), dtype);
 }

@@ -1,10 +1,13 @@
-// The fused_elementwise CUDA kernel against the CPU kernel (the oracle,
+// The fused_elementwise CUDA kernels, generated (codegen/) and
+// interpreting, against the CPU kernel (the oracle,
 // itself bit-for-bit the unfused CPU ops: compiler/fuse_elementwise_test.cc),
 // on fresh random inputs (the seed is printed): float32 and float64, rank-0
 // operands, sizes that are and are not whole 16-byte vectors, in-place
 // outputs, and pointers that are not 16-byte aligned. The fused kernel also
 // matches the unfused CUDA kernels of the ops it replaces: bit for bit for
-// the SGD step (alpha 1, where every op rounds once either way).
+// the SGD step (alpha 1, where every op rounds once either way). Every
+// check runs twice, with generated kernels and with the interpreter, and
+// the two must agree bit for bit.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -13,11 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "codegen/job_kernels.h"
 #include "gtest/gtest.h"
 #include "ir/ops/fused_program.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_program_options.h"
+#include "kernels/cuda/generated_kernels.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tandem::gpu_test {
@@ -49,18 +54,72 @@ Attrs SgdProgram() {
 // Inputs (x, y > 0, z, s rank-0 > 0): every opcode, alphas other than 1.
 Attrs EveryOpcodeProgram() {
   using enum FusedOpcode;
-  return FusedAttrs({Op(kAdd),       4,  0,  1,  0,   // x + 0.75 y
-                     Op(kSub),       5,  4,  2,  1,   // - 1.5 z
-                     Op(kMul),       6,  5,  3,  -1,  // * s
-                     Op(kDiv),       7,  6,  1,  -1,  // / y
-                     Op(kAddScalar), 8,  7,  2,  3,   // + 0.5 * 2.5
-                     Op(kSubScalar), 9,  8,  4,  5,   // - 3 * 1.25
-                     Op(kMulScalar), 10, 9,  6,  -1,  // * -0.7
-                     Op(kDivScalar), 11, 10, 7,  -1,  // / 1.3
-                     Op(kNeg),       12, 11, -1, -1,  //
-                     Op(kSqrt),      13, 1,  -1, -1,  // sqrt(y)
-                     Op(kAdd),       14, 12, 13, -1},
-                    {0.75, 1.5, 2.5, 0.5, 1.25, 3.0, -0.7, 1.3}, {7, 14, 13});
+  return FusedAttrs({Op(kAdd),
+                     4,
+                     0,
+                     1,
+                     0,  // x + 0.75 y
+                     Op(kSub),
+                     5,
+                     4,
+                     2,
+                     1,  // - 1.5 z
+                     Op(kMul),
+                     6,
+                     5,
+                     3,
+                     -1,  // * s
+                     Op(kDiv),
+                     7,
+                     6,
+                     1,
+                     -1,  // / y
+                     Op(kAddScalar),
+                     8,
+                     7,
+                     2,
+                     3,  // + 0.5 * 2.5
+                     Op(kSubScalar),
+                     9,
+                     8,
+                     4,
+                     5,  // - 3 * 1.25
+                     Op(kMulScalar),
+                     10,
+                     9,
+                     6,
+                     -1,  // * -0.7
+                     Op(kDivScalar),
+                     11,
+                     10,
+                     7,
+                     -1,  // / 1.3
+                     Op(kNeg),
+                     12,
+                     11,
+                     -1,
+                     -1,  //
+                     Op(kSqrt),
+                     13,
+                     1,
+                     -1,
+                     -1,  // sqrt(y)
+                     Op(kAdd),
+                     14,
+                     12,
+                     13,
+                     -1,  //
+                     Op(kRelu),
+                     15,
+                     5,
+                     -1,
+                     -1,  // of a value of either sign
+                     Op(kThresholdBackward),
+                     16,
+                     15,
+                     4,
+                     8},  // r4 > 0.1 ? r15 : 0
+                    {0.75, 1.5, 2.5, 0.5, 1.25, 3.0, -0.7, 1.3, 0.1}, {7, 14, 13, 16});
 }
 
 // Inputs x0..x6 and a rank-0 x7, all positive: 14 products x[j % 7] *
@@ -157,38 +216,65 @@ RandomProgram MakeRandomProgram(std::mt19937_64& rng) {
   return program;
 }
 
-// Feeds -> CPU oracle; feeds -> GPU (op by op, then graph replay); every
-// node output compared with the oracle. Returns the GPU's values of the
-// last run.
+// Generated kernels on or off for one scope (on again after it).
+class KernelMode {
+ public:
+  explicit KernelMode(bool generated) : trace_(__FILE__, __LINE__, generated ? "generated kernel" : "interpreter") {
+    codegen::SetGeneratedKernelsEnabled(generated);
+  }
+  ~KernelMode() { codegen::SetGeneratedKernelsEnabled(true); }
+
+ private:
+  ::testing::ScopedTrace trace_;
+};
+
+// Feeds -> CPU oracle; feeds -> GPU (op by op, then graph replay), with
+// generated kernels and with the interpreter; every node output compared
+// with the oracle, and the two GPU runs with each other bit for bit.
+// Returns the GPU's values of the last run with generated kernels.
 std::vector<Bytes> CheckAgainstCpu(const GraphMaker& maker, std::vector<std::pair<int, int>> alias = {}) {
   const Graph& graph = maker.graph();
   const std::vector<Bytes> feeds = maker.RandomFeeds(Rng());
   auto ref = RunOnCpu(graph, feeds);
   EXPECT_TRUE(ref.ok()) << ref.status();
   if (!ref.ok()) return {};
-  GpuRun run(graph, alias);
-  auto program = cuda::CreateCudaProgram(graph, *Gpu(), cuda::CudaProgramOptions{});
-  EXPECT_TRUE(program.ok()) << program.status();
-  if (!program.ok()) return {};
-  std::vector<Bytes> out;
-  for (int pass = 0; pass < 2; ++pass) {
-    EXPECT_TRUE(run.Upload(feeds).ok());
-    const absl::Status status = run.RunIteration(**program);
-    EXPECT_TRUE(status.ok()) << status;
-    auto values = run.Download();
-    EXPECT_TRUE(values.ok()) << values.status();
-    if (!status.ok() || !values.ok()) return {};
-    out = *std::move(values);
-    for (size_t i = 0; i < graph.nodes.size(); ++i) {
-      for (int v : graph.nodes[i].outputs) {
-        const TensorType& type = graph.values[v].type;
-        EXPECT_TRUE(Matches(out[v], (*ref)[v], type, type.dtype == DType::kFloat64 ? kAny64 : kElementwise32))
-            << graph.nodes[i].Describe(static_cast<int>(i)) << " output " << type.ToString()
-            << (pass == 0 ? " (op by op)" : " (graph replay)");
+  std::vector<Bytes> by_mode[2];
+  for (int mode = 0; mode < 2; ++mode) {
+    KernelMode kernels(mode == 0);
+    const int64_t launches = cuda::GeneratedKernelLaunchesForTesting();
+    GpuRun run(graph, alias);
+    auto program = cuda::CreateCudaProgram(graph, *Gpu(), cuda::CudaProgramOptions{});
+    EXPECT_TRUE(program.ok()) << program.status();
+    if (!program.ok()) return {};
+    for (int pass = 0; pass < 2; ++pass) {
+      EXPECT_TRUE(run.Upload(feeds).ok());
+      const absl::Status status = run.RunIteration(**program);
+      EXPECT_TRUE(status.ok()) << status;
+      auto values = run.Download();
+      EXPECT_TRUE(values.ok()) << values.status();
+      if (!status.ok() || !values.ok()) return {};
+      by_mode[mode] = *std::move(values);
+      for (size_t i = 0; i < graph.nodes.size(); ++i) {
+        for (int v : graph.nodes[i].outputs) {
+          const TensorType& type = graph.values[v].type;
+          EXPECT_TRUE(
+              Matches(by_mode[mode][v], (*ref)[v], type, type.dtype == DType::kFloat64 ? kAny64 : kElementwise32))
+              << graph.nodes[i].Describe(static_cast<int>(i)) << " output " << type.ToString()
+              << (pass == 0 ? " (op by op)" : " (graph replay)");
+        }
       }
     }
+    // The generated kernels ran (op by op and in the capture), or not at all.
+    if (mode == 0) {
+      EXPECT_GT(cuda::GeneratedKernelLaunchesForTesting(), launches);
+    } else {
+      EXPECT_EQ(cuda::GeneratedKernelLaunchesForTesting(), launches);
+    }
   }
-  return out;
+  for (const Node& node : graph.nodes) {
+    for (int v : node.outputs) EXPECT_TRUE(SameBytes(by_mode[0][v], by_mode[1][v])) << "generated vs interpreter";
+  }
+  return by_mode[0];
 }
 
 // Element counts: one element, less than a vector, whole vectors, and
@@ -230,7 +316,7 @@ TEST(CudaFusedKernels, EveryOpcodeWithRankZeroOperandMatchesCpu) {
       const int y = g.Feed({dtype, {n}}, Fill::kPositive);
       const int z = g.Feed({dtype, {n}}, Fill::kNonZero);
       const int s = g.Feed({dtype, {}}, Fill::kPositive);
-      ASSERT_EQ(g.Add("fused_elementwise", {x, y, z, s}, EveryOpcodeProgram()).size(), 3u);
+      ASSERT_EQ(g.Add("fused_elementwise", {x, y, z, s}, EveryOpcodeProgram()).size(), 4u);
       CheckAgainstCpu(g);
     }
   }
@@ -319,16 +405,24 @@ void CheckUnaligned(DType dtype, int64_t n, const Attrs& attrs, const std::vecto
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   cuda::CudaKernelContext context;
   context.native = stream;
-  const absl::Status launched = cuda_kernel(context, gpu_args);
-  EXPECT_TRUE(launched.ok()) << launched;
-  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
-  for (int o = 0; o < outputs; ++o) {
-    Bytes got(n * sizeof(T)), want(n * sizeof(T));
-    ASSERT_EQ(cudaMemcpy(got.data(), gpu_args.outputs[o].data, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-    std::memcpy(want.data(), cpu_out[o].data(), want.size());
-    EXPECT_TRUE(Matches(got, want, {dtype, {n}}, dtype == DType::kFloat64 ? kAny64 : kElementwise32)) << "output " << o;
+  std::vector<Bytes> by_mode[2];
+  for (int mode = 0; mode < 2; ++mode) {
+    KernelMode kernels(mode == 0);
+    for (const TensorArg& out : gpu_args.outputs) ASSERT_EQ(cudaMemset(out.data, 0xFF, n * sizeof(T)), cudaSuccess);
+    const absl::Status launched = cuda_kernel(context, gpu_args);
+    EXPECT_TRUE(launched.ok()) << launched;
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    for (int o = 0; o < outputs; ++o) {
+      Bytes got(n * sizeof(T)), want(n * sizeof(T));
+      ASSERT_EQ(cudaMemcpy(got.data(), gpu_args.outputs[o].data, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      std::memcpy(want.data(), cpu_out[o].data(), want.size());
+      EXPECT_TRUE(Matches(got, want, {dtype, {n}}, dtype == DType::kFloat64 ? kAny64 : kElementwise32))
+          << "output " << o;
+      by_mode[mode].push_back(std::move(got));
+    }
   }
+  for (int o = 0; o < outputs; ++o) EXPECT_TRUE(SameBytes(by_mode[0][o], by_mode[1][o])) << "output " << o;
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
   for (void* p : allocations) EXPECT_EQ(cudaFree(p), cudaSuccess);
 }
 
@@ -337,8 +431,8 @@ TEST(CudaFusedKernels, UnalignedBuffersMatchCpu) {
   for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{4097}, int64_t{300001}}) {
     CheckUnaligned<float>(DType::kFloat32, n, SgdProgram(), {false, false, true, false}, 2);
     CheckUnaligned<double>(DType::kFloat64, n, SgdProgram(), {false, false, true, false}, 2);
-    CheckUnaligned<float>(DType::kFloat32, n, EveryOpcodeProgram(), {false, false, false, true}, 3);
-    CheckUnaligned<double>(DType::kFloat64, n, EveryOpcodeProgram(), {false, false, false, true}, 3);
+    CheckUnaligned<float>(DType::kFloat32, n, EveryOpcodeProgram(), {false, false, false, true}, 4);
+    CheckUnaligned<double>(DType::kFloat64, n, EveryOpcodeProgram(), {false, false, false, true}, 4);
   }
 }
 

@@ -147,6 +147,11 @@ std::vector<int> AddUnfused(GraphMaker& g, const std::vector<int64_t>& code, con
         break;
       case FusedOpcode::kNeg:
       case FusedOpcode::kSqrt:
+      case FusedOpcode::kRelu:
+        break;
+      case FusedOpcode::kThresholdBackward:
+        in.push_back(value_of.at(b));
+        attrs.Set("threshold", consts[k]);
         break;
     }
     value_of[dst] = g.Add1(FusedOpcodeOpName(op), in, attrs);

@@ -1,0 +1,123 @@
+// The kernel generator's pointwise part: CUDA C++ source for one
+// `fused_elementwise` node (ir/ops/fused_program.h), specialized on its
+// program, its dtype and which of its inputs are rank-0, to be compiled with
+// NVRTC (codegen/kernel_cache.h) and launched by the CUDA backend
+// (kernels/cuda/fused_ops.cc) in place of the interpreting kernel.
+//
+// What the generated kernel does: every thread runs the program's
+// instructions as straight-line code on values in registers, 16 bytes of
+// elements at a time (four float32, two float64, eight 16-bit) when every
+// tensor is 16-byte aligned, then element by element for the rest; a
+// grid-stride loop covers the tensors. Rounding is pinned as the
+// interpreter pins it (LowerPointwise: one fused multiply-add for
+// add/sub.Tensor, IEEE round-to-nearest intrinsics for the rest, 16-bit
+// programs computing in float32 and rounding each result to their type with
+// the same PTX conversions), so a generated kernel's outputs equal the
+// interpreter's bit for bit. An output may be the buffer of an input: each
+// thread reads all of its elements' inputs before it writes them.
+//
+// Plain functions; thread-safe.
+#ifndef TANDEM_CODEGEN_POINTWISE_KERNEL_H_
+#define TANDEM_CODEGEN_POINTWISE_KERNEL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ir/dtype.h"
+#include "ir/graph.h"
+#include "ir/ops/fused_program.h"
+
+namespace tandem::codegen {
+
+// What one lowered instruction computes from x = r[a], y = r[b] and
+// `param` (a value of the compute type held exactly in a double: float32
+// for float32 and 16-bit programs, float64 for float64 ones):
+//   kFma       fma(param, y, x)  (add.Tensor: param = alpha; sub: -alpha)
+//   kMul, kDiv x * y, x / y
+//   kAddConst  x + param  (add.Scalar: alpha * other in the dtype; sub: its negation)
+//   kMulConst, kDivConst  x * param, x / param
+//   kNeg, kSqrt  -x, sqrt(x)
+//   kMax, kMin   NaN-propagating maximum / minimum
+//   kRelu        x < 0 ? 0 : x
+//   kThresholdBackward  y > param ? x : 0
+// The values are the CUDA interpreter's (kernels/cuda/fused_launch.h's
+// FusedDeviceOp), which takes these steps as they are.
+enum class PointwiseOp : int32_t {
+  kFma,
+  kMul,
+  kDiv,
+  kAddConst,
+  kMulConst,
+  kDivConst,
+  kNeg,
+  kSqrt,
+  kMax,
+  kMin,
+  kRelu,
+  kThresholdBackward
+};
+
+struct PointwiseStep {
+  PointwiseOp op = PointwiseOp::kNeg;
+  int dst = 0;
+  int a = 0;
+  int b = -1;  // a register when the op reads y; -1 otherwise
+  double param = 0.0;
+};
+
+// The program's instructions with their constants folded into one value of
+// the compute type each, exactly as the unfused ops' CUDA wrappers fold
+// them (elementwise_ops.cc): alpha rounded to the dtype; add/sub.Scalar's
+// alpha * other multiplied in the dtype; a 16-bit program's .Scalar `other`
+// rounded to its 16-bit type first, alpha a float32 number.
+std::vector<PointwiseStep> LowerPointwise(const FusedProgram& program, DType dtype);
+
+// One fused node as the generator sees it.
+struct PointwiseSpec {
+  FusedProgram program;
+  DType dtype = DType::kFloat32;  // of the outputs and of every non-scalar input
+  // Per input: rank 0 (one element, read once per thread; for a 16-bit
+  // program of any float dtype, rounded to the program's type when read).
+  std::vector<bool> scalar;
+  std::vector<DType> input_dtypes;
+};
+
+// The spec of node `node` of `graph`; INVALID_ARGUMENT for a node that is
+// not a fused_elementwise node the generator covers (its dtype is float32,
+// float64, bfloat16 or float16).
+absl::StatusOr<PointwiseSpec> PointwiseSpecOf(const Graph& graph, int node);
+
+// A kernel's name and its whole source (one `extern "C" __global__`
+// function named `name`, no #include). The name is "tandem_pw_" and a hash
+// of the rest of the source, so equal names mean equal kernels.
+struct GeneratedKernel {
+  std::string name;
+  std::string source;
+};
+
+GeneratedKernel GeneratePointwiseKernel(const PointwiseSpec& spec);
+
+// The generated kernel's one parameter, by value. Eight-byte fields only,
+// so that the host's and the device's layouts agree.
+struct PointwiseKernelArgs {
+  const void* inputs[kFusedMaxInputs] = {};
+  void* outputs[kFusedMaxOutputs] = {};
+  int64_t n = 0;  // elements of each non-scalar tensor
+  // The lane's error word, or null: when an earlier kernel of the
+  // iteration reported bad data (*skip_if_error != 0) the kernel writes
+  // nothing (as the interpreter: an in-place optimizer update keeps its
+  // old value).
+  const int64_t* skip_if_error = nullptr;
+};
+static_assert(sizeof(PointwiseKernelArgs) == 8 * (kFusedMaxInputs + kFusedMaxOutputs + 2));
+
+// Threads per block of every generated pointwise kernel, and the elements a
+// thread takes per step on the aligned path.
+inline constexpr int kPointwiseBlock = 256;
+int PointwiseElementsPerVector(DType dtype);
+
+}  // namespace tandem::codegen
+
+#endif  // TANDEM_CODEGEN_POINTWISE_KERNEL_H_

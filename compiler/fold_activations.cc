@@ -1,0 +1,101 @@
+#include "compiler/fold_activations.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "compiler/graph_rewriter.h"
+
+namespace tandem {
+namespace {
+
+bool IsBatchNormForward(const std::string& op) {
+  return op == "native_batch_norm" || op == "_native_batch_norm_legit_functional";
+}
+
+class Folder {
+ public:
+  explicit Folder(const Graph& g) : g_(g), readers_(g.values.size()), kept_(g.values.size(), false) {
+    for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
+      for (int v : g.nodes[i].inputs) readers_[v].push_back(i);
+    }
+    for (int v : g.fetchable) kept_[v] = true;
+    for (const auto& [target, v] : g.updates) kept_[v] = true;
+  }
+
+  absl::StatusOr<Graph> Run() {
+    const int num_nodes = static_cast<int>(g_.nodes.size());
+    std::vector<int> relu_of(num_nodes, -1);  // batch norm -> the ReLU folded into it
+    std::vector<int> mask_of(num_nodes, -1);  // backward -> the threshold_backward folded into it
+    std::vector<bool> dropped(num_nodes, false);
+    for (int i = 0; i < num_nodes; ++i) {
+      const Node& n = g_.nodes[i];
+      if (n.op == "relu" && n.inputs.size() == 1) {
+        const int v = n.inputs[0];
+        const int p = g_.values[v].producer;
+        if (p >= 0 && IsBatchNormForward(g_.nodes[p].op) && g_.nodes[p].outputs[0] == v && OnlyReader(v, i) &&
+            !g_.nodes[p].attrs.GetBool("relu", false).value_or(true) && relu_of[p] < 0) {
+          relu_of[p] = i;
+          dropped[i] = true;
+        }
+      } else if (n.op == "native_batch_norm_backward" && !n.attrs.Has("mask_threshold") && !n.inputs.empty()) {
+        const int v = n.inputs[0];
+        const int p = g_.values[v].producer;
+        if (p >= 0 && g_.nodes[p].op == "threshold_backward" && g_.nodes[p].inputs.size() == 2 && OnlyReader(v, i) &&
+            g_.nodes[p].attrs.GetFloat("threshold").ok() &&
+            g_.values[g_.nodes[p].inputs[1]].type == g_.values[v].type) {
+          mask_of[i] = p;
+          dropped[p] = true;
+        }
+      }
+    }
+    GraphRewriter out(g_);
+    for (int i = 0; i < num_nodes; ++i) {
+      const Node& n = g_.nodes[i];
+      if (dropped[i]) continue;
+      if (relu_of[i] >= 0) {
+        const Node& relu = g_.nodes[relu_of[i]];
+        Attrs attrs = n.attrs;
+        attrs.Set("relu", true);
+        std::vector<std::string> names;
+        std::vector<int> replaces = n.outputs;
+        replaces[0] = relu.outputs[0];
+        for (int v : replaces) names.push_back(g_.values[v].name);
+        RETURN_IF_ERROR(
+            out.Add(n.op, n.inputs, std::move(attrs), names, replaces, absl::StrCat(Label(n), " + ", Label(relu))));
+      } else if (mask_of[i] >= 0) {
+        const Node& mask = g_.nodes[mask_of[i]];
+        Attrs attrs = n.attrs;
+        attrs.Set("mask_threshold", *mask.attrs.GetFloat("threshold"));
+        std::vector<int> inputs = n.inputs;
+        inputs[0] = mask.inputs[0];
+        inputs.push_back(mask.inputs[1]);
+        std::vector<std::string> names;
+        for (int v : n.outputs) names.push_back(g_.values[v].name);
+        RETURN_IF_ERROR(
+            out.Add(n.op, inputs, std::move(attrs), names, n.outputs, absl::StrCat(Label(mask), " + ", Label(n))));
+      } else {
+        RETURN_IF_ERROR(out.Copy(n));
+      }
+    }
+    return std::move(out).Finish();
+  }
+
+ private:
+  // Whether node `reader` is the only reader of `v` (reading it once), and
+  // `v` is neither fetched nor updated.
+  bool OnlyReader(int v, int reader) const { return !kept_[v] && readers_[v].size() == 1 && readers_[v][0] == reader; }
+  static std::string Label(const Node& n) { return n.label.empty() ? n.op : n.label; }
+
+  const Graph& g_;
+  std::vector<std::vector<int>> readers_;  // by value: reading nodes (a node reading twice appears twice)
+  std::vector<bool> kept_;                 // by value: fetched or updated
+};
+
+}  // namespace
+
+absl::StatusOr<Graph> FoldActivations(const Graph& graph) { return Folder(graph).Run(); }
+
+}  // namespace tandem

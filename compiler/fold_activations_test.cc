@@ -1,0 +1,213 @@
+#include "compiler/fold_activations.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compiler/compile_job.h"
+#include "compiler/wire_graph_test_util.h"
+#include "ir/graph_builder.h"
+#include "kernels/half.h"
+
+namespace tandem {
+namespace {
+
+using testing::AddNode;
+using testing::AddSpec;
+using ::testing::Contains;
+using testing::Contents;
+using ::testing::Not;
+using testing::Persistent;
+
+std::vector<std::string> Ops(const v1::Graph& g) {
+  std::vector<std::string> ops;
+  for (const v1::Node& n : g.nodes()) ops.push_back(n.op());
+  return ops;
+}
+
+const v1::Node* NodeOf(const v1::Graph& g, const std::string& op) {
+  for (const v1::Node& n : g.nodes()) {
+    if (n.op() == op) return &n;
+  }
+  return nullptr;
+}
+
+size_t ElementSize(v1::DType dtype) {
+  switch (dtype) {
+    case v1::FLOAT64:
+      return 8;
+    case v1::BFLOAT16:
+    case v1::FLOAT16:
+      return 2;
+    default:
+      return 4;
+  }
+}
+
+// n values of `dtype` drawn from [lo, hi) (16-bit ones rounded).
+std::string RandomBytes(v1::DType dtype, int64_t n, std::mt19937_64& rng, double lo, double hi) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::string bytes(n * ElementSize(dtype), '\0');
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = u(rng);
+    char* at = bytes.data() + i * ElementSize(dtype);
+    if (dtype == v1::FLOAT64) {
+      std::memcpy(at, &v, 8);
+    } else if (dtype == v1::FLOAT32) {
+      const float f = static_cast<float>(v);
+      std::memcpy(at, &f, 4);
+    } else {
+      const uint16_t h =
+          dtype == v1::BFLOAT16 ? BFloat16(static_cast<float>(v)).bits : Float16(static_cast<float>(v)).bits;
+      std::memcpy(at, &h, 2);
+    }
+  }
+  return bytes;
+}
+
+struct Options {
+  v1::DType dtype = v1::FLOAT32;
+  bool fetch_bn_out = false;            // the value between the batch norm and the ReLU is fetched
+  bool bn_out_read_twice = false;       // ... or read by another node too
+  bool masked_grad_read_twice = false;  // the threshold_backward's output has another reader
+};
+
+// One batch-norm layer's forward (training, running statistics updated),
+// its ReLU, and the backward through both, as a captured ResNet step has
+// them: x [4, 3, 5, 6], the ReLU's incoming gradient a feed.
+v1::Graph Layer(const Options& o) {
+  v1::Graph g;
+  const Shape x_shape = {4, 3, 5, 6};
+  const v1::DType param = o.dtype == v1::FLOAT64 ? v1::FLOAT64 : v1::FLOAT32;
+  AddSpec(g.add_feeds(), "x", o.dtype, x_shape);
+  AddSpec(g.add_feeds(), "g", o.dtype, x_shape);
+  for (const char* name : {"w", "b", "rm", "rv"}) AddSpec(g.add_feeds(), name, param, {3});
+  v1::Node* bn = g.add_nodes();
+  bn->set_op("_native_batch_norm_legit_functional");
+  for (const char* in : {"x", "w", "b", "rm", "rv"}) bn->add_inputs(in);
+  for (const char* out : {"y", "mean", "invstd", "rm2", "rv2"}) bn->add_outputs(out);
+  (*bn->mutable_attrs())["training"].set_b(true);
+  (*bn->mutable_attrs())["momentum"].set_f(0.1);
+  (*bn->mutable_attrs())["eps"].set_f(1e-5);
+  AddNode(g, "relu", {"y"}, "r");
+  if (o.bn_out_read_twice) AddNode(g, "neg", {"y"}, "ny");
+  v1::Node* tb = AddNode(g, "threshold_backward", {"g", "r"}, "gm");
+  (*tb->mutable_attrs())["threshold"].set_f(0.0);
+  if (o.masked_grad_read_twice) AddNode(g, "neg", {"gm"}, "ngm");
+  v1::Node* back = g.add_nodes();
+  back->set_op("native_batch_norm_backward");
+  for (const char* in : {"gm", "x", "w", "rm", "rv", "mean", "invstd"}) back->add_inputs(in);
+  for (const char* out : {"gx", "gw", "gb"}) back->add_outputs(out);
+  (*back->mutable_attrs())["train"].set_b(true);
+  (*back->mutable_attrs())["eps"].set_f(1e-5);
+  for (const char* f : {"r", "gx", "gw", "gb", "rm2", "rv2"}) g.add_fetches(f);
+  if (o.fetch_bn_out) g.add_fetches("y");
+  if (o.bn_out_read_twice) g.add_fetches("ny");
+  if (o.masked_grad_read_twice) g.add_fetches("ngm");
+  return g;
+}
+
+Contents Feeds(const v1::Graph& g, std::mt19937_64& rng) {
+  Contents feeds;
+  for (const v1::TensorSpec& f : g.feeds()) {
+    int64_t n = 1;
+    for (int64_t d : f.shape()) n *= d;
+    const bool variance = f.name() == "rv";
+    feeds[f.name()] = RandomBytes(f.dtype(), n, rng, variance ? 0.5 : -1.0, variance ? 2.0 : 1.0);
+  }
+  return feeds;
+}
+
+// Runs `g` folded and unfolded on the CPU: every fetch must agree bit for
+// bit. Returns the folded graph.
+v1::Graph FoldAndCompare(const v1::Graph& g, std::mt19937_64& rng) {
+  auto folded = testing::ApplyPass(g, Persistent(), FoldActivations);
+  EXPECT_TRUE(folded.ok()) << folded.status();
+  if (!folded.ok()) return g;
+  for (int trial = 0; trial < 3; ++trial) {
+    const Contents feeds = Feeds(g, rng);
+    auto want = testing::RunWireGraphOnCpu(g, Persistent(), feeds);
+    auto got = testing::RunWireGraphOnCpu(*folded, Persistent(), feeds);
+    EXPECT_TRUE(want.ok()) << want.status();
+    EXPECT_TRUE(got.ok()) << got.status() << "\n" << folded->DebugString();
+    if (!want.ok() || !got.ok()) break;
+    for (const std::string& fetch : g.fetches()) {
+      EXPECT_TRUE(got->count(fetch) == 1 && got->at(fetch) == want->at(fetch)) << fetch << " differs after folding";
+    }
+  }
+  return *folded;
+}
+
+TEST(FoldActivationsTest, ReluAndItsGradientFoldIntoTheBatchNormsExactly) {
+  std::mt19937_64 rng(51);
+  for (v1::DType dtype : {v1::FLOAT32, v1::FLOAT64, v1::BFLOAT16, v1::FLOAT16}) {
+    SCOPED_TRACE(v1::DType_Name(dtype));
+    const v1::Graph folded = FoldAndCompare(Layer({.dtype = dtype}), rng);
+    EXPECT_THAT(Ops(folded),
+                ::testing::ElementsAre("_native_batch_norm_legit_functional", "native_batch_norm_backward"));
+    const v1::Node* bn = NodeOf(folded, "_native_batch_norm_legit_functional");
+    ASSERT_NE(bn, nullptr);
+    EXPECT_TRUE(bn->attrs().at("relu").b());
+    EXPECT_EQ(bn->outputs(0), "r");  // the ReLU's value, defined by the batch norm now
+    const v1::Node* back = NodeOf(folded, "native_batch_norm_backward");
+    ASSERT_NE(back, nullptr);
+    EXPECT_EQ(back->inputs(0), "g");
+    EXPECT_EQ(back->inputs(back->inputs_size() - 1), "r");
+    EXPECT_EQ(back->attrs().at("mask_threshold").f(), 0.0);
+  }
+}
+
+TEST(FoldActivationsTest, AValueSomethingElseReadsStays) {
+  std::mt19937_64 rng(53);
+  // The batch norm's output fetched, or read by another node: no forward fold.
+  for (const Options& o : {Options{.fetch_bn_out = true}, Options{.bn_out_read_twice = true}}) {
+    const v1::Graph folded = FoldAndCompare(Layer(o), rng);
+    EXPECT_THAT(Ops(folded), Contains("relu"));
+    EXPECT_THAT(Ops(folded), Not(Contains("threshold_backward")));
+  }
+  // The masked gradient read elsewhere: no backward fold.
+  const v1::Graph folded = FoldAndCompare(Layer({.masked_grad_read_twice = true}), rng);
+  EXPECT_THAT(Ops(folded), Contains("threshold_backward"));
+  EXPECT_THAT(Ops(folded), Not(Contains("relu")));
+}
+
+// The registry checks what a client could send itself: a mask of another
+// type, or a mask input without the attribute, is refused.
+TEST(FoldActivationsTest, TheFoldedFormsAreValidated) {
+  v1::Graph g = Layer({});
+  auto folded = testing::ApplyPass(g, Persistent(), FoldActivations);
+  ASSERT_TRUE(folded.ok()) << folded.status();
+  v1::Graph wrong_mask = *folded;
+  for (v1::Node& n : *wrong_mask.mutable_nodes()) {
+    if (n.op() == "native_batch_norm_backward") n.set_inputs(n.inputs_size() - 1, "w");
+  }
+  auto built = BuildGraph(wrong_mask, Persistent());
+  ASSERT_FALSE(built.ok());
+  EXPECT_THAT(built.status().message(), ::testing::HasSubstr("mask is float32[3]"));
+  v1::Graph no_attribute = *folded;
+  for (v1::Node& n : *no_attribute.mutable_nodes()) {
+    if (n.op() == "native_batch_norm_backward") n.mutable_attrs()->erase("mask_threshold");
+  }
+  EXPECT_FALSE(BuildGraph(no_attribute, Persistent()).ok());
+}
+
+// CompileJob runs the pass before fusion: a layer's graph has no ReLU and no
+// threshold_backward left, and the memory plan lost the batch norm's output
+// and the masked gradient.
+TEST(FoldActivationsTest, CompileJobFolds) {
+  v1::RegisterJobRequest request;
+  *request.mutable_graph() = Layer({});
+  auto folded = CompileJob(request);
+  ASSERT_TRUE(folded.ok()) << folded.status();
+  auto plain = CompileJob(request, {.fold_activations = false});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(folded->graph.nodes.size() + 2, plain->graph.nodes.size());
+  EXPECT_LT(folded->layout.no_reuse_bytes, plain->layout.no_reuse_bytes);
+}
+
+}  // namespace
+}  // namespace tandem
