@@ -195,15 +195,15 @@ TEST(FoldActivationsTest, TheFoldedFormsAreValidated) {
   EXPECT_FALSE(BuildGraph(no_attribute, Persistent()).ok());
 }
 
-// CompileJob runs the pass before fusion: a layer's graph has no ReLU and no
+// CompileJob runs the pass (fusion off here): a layer's graph has no ReLU and no
 // threshold_backward left, and the memory plan lost the batch norm's output
 // and the masked gradient.
 TEST(FoldActivationsTest, CompileJobFolds) {
   v1::RegisterJobRequest request;
   *request.mutable_graph() = Layer({});
-  auto folded = CompileJob(request);
+  auto folded = CompileJob(request, {.fuse_elementwise = false});
   ASSERT_TRUE(folded.ok()) << folded.status();
-  auto plain = CompileJob(request, {.fold_activations = false});
+  auto plain = CompileJob(request, {.fold_activations = false, .fuse_elementwise = false});
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_EQ(folded->graph.nodes.size() + 2, plain->graph.nodes.size());
   EXPECT_LT(folded->layout.no_reuse_bytes, plain->layout.no_reuse_bytes);
