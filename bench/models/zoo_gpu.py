@@ -7,9 +7,9 @@ iterations in flight), PyTorch eager and torch.compile(mode="reduce-overhead") (
 and the SGD step as a user writes them) with compile's warm-up seconds, memory (Tandem's persistent bytes and
 planned ephemeral peak; PyTorch's peak allocated bytes per mode), and the largest relative loss difference
 between Tandem and eager over `--steps` steps from the same weights and batches. --daemon_flags passes flags to
-tandemd (e.g. --codegen=false for the interpreting kernels); --tandem_only skips the PyTorch baselines. Dropout and stochastic depth are off (p = 0), so that the
-losses can agree step for step. Models are taken in order until --budget seconds are spent; the rest are listed
-as not reached. Writes JSON (--out) and prints a markdown table.
+tandemd (e.g. --codegen=false for the interpreting kernels); --tandem_only skips the PyTorch baselines. Dropout
+and stochastic depth are off (p = 0), so that the losses can agree step for step. Models are taken in order until
+--budget seconds are spent; the rest are listed as not reached. Writes JSON (--out) and prints a markdown table.
 """
 
 import argparse
