@@ -25,40 +25,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "codegen/pointwise_op.h"
 #include "ir/dtype.h"
 #include "ir/graph.h"
 #include "ir/ops/fused_program.h"
 
 namespace tandem::codegen {
 
-// What one lowered instruction computes from x = r[a], y = r[b] and
-// `param` (a value of the compute type held exactly in a double: float32
-// for float32 and 16-bit programs, float64 for float64 ones):
-//   kFma       fma(param, y, x)  (add.Tensor: param = alpha; sub: -alpha)
-//   kMul, kDiv x * y, x / y
-//   kAddConst  x + param  (add.Scalar: alpha * other in the dtype; sub: its negation)
-//   kMulConst, kDivConst  x * param, x / param
-//   kNeg, kSqrt  -x, sqrt(x)
-//   kMax, kMin   NaN-propagating maximum / minimum
-//   kRelu        x < 0 ? 0 : x
-//   kThresholdBackward  y > param ? x : 0
-// The values are the CUDA interpreter's (kernels/cuda/fused_launch.h's
-// FusedDeviceOp), which takes these steps as they are.
-enum class PointwiseOp : int32_t {
-  kFma,
-  kMul,
-  kDiv,
-  kAddConst,
-  kMulConst,
-  kDivConst,
-  kNeg,
-  kSqrt,
-  kMax,
-  kMin,
-  kRelu,
-  kThresholdBackward
-};
-
+// One lowered instruction (codegen/pointwise_op.h).
 struct PointwiseStep {
   PointwiseOp op = PointwiseOp::kNeg;
   int dst = 0;

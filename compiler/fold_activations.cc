@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "compiler/graph_rewriter.h"
+#include "compiler/value_uses.h"
 
 namespace tandem {
 namespace {
@@ -17,13 +18,7 @@ bool IsBatchNormForward(const std::string& op) {
 
 class Folder {
  public:
-  explicit Folder(const Graph& g) : g_(g), readers_(g.values.size()), kept_(g.values.size(), false) {
-    for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
-      for (int v : g.nodes[i].inputs) readers_[v].push_back(i);
-    }
-    for (int v : g.fetchable) kept_[v] = true;
-    for (const auto& [target, v] : g.updates) kept_[v] = true;
-  }
+  explicit Folder(const Graph& g) : g_(g), uses_(g) {}
 
   absl::StatusOr<Graph> Run() {
     const int num_nodes = static_cast<int>(g_.nodes.size());
@@ -86,12 +81,13 @@ class Folder {
  private:
   // Whether node `reader` is the only reader of `v` (reading it once), and
   // `v` is neither fetched nor updated.
-  bool OnlyReader(int v, int reader) const { return !kept_[v] && readers_[v].size() == 1 && readers_[v][0] == reader; }
+  bool OnlyReader(int v, int reader) const {
+    return !uses_.kept[v] && uses_.readers[v].size() == 1 && uses_.readers[v][0] == reader;
+  }
   static std::string Label(const Node& n) { return n.label.empty() ? n.op : n.label; }
 
   const Graph& g_;
-  std::vector<std::vector<int>> readers_;  // by value: reading nodes (a node reading twice appears twice)
-  std::vector<bool> kept_;                 // by value: fetched or updated
+  const ValueUses uses_;
 };
 
 }  // namespace

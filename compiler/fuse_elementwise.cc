@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "compiler/graph_rewriter.h"
+#include "compiler/value_uses.h"
 #include "ir/ops/fused_program.h"
 
 namespace tandem {
@@ -123,13 +124,7 @@ class DisjointSets {
 
 class Fuser {
  public:
-  explicit Fuser(const Graph& g) : g_(g), readers_(g.values.size()), kept_(g.values.size()) {
-    for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
-      for (int v : g.nodes[i].inputs) readers_[v].push_back(i);
-    }
-    for (int v : g.fetchable) kept_[v] = true;
-    for (const auto& [target, v] : g.updates) kept_[v] = true;
-  }
+  explicit Fuser(const Graph& g) : g_(g), uses_(g) {}
 
   absl::StatusOr<Graph> Run() {
     const int num_nodes = static_cast<int>(g_.nodes.size());
@@ -191,8 +186,8 @@ class Fuser {
     std::vector<int> outputs;
     for (int m : part) {
       const int v = ValueOf(m);
-      bool outside = kept_[v];
-      for (int r : readers_[v]) outside = outside || !std::binary_search(part.begin(), part.end(), r);
+      bool outside = uses_.kept[v];
+      for (int r : uses_.readers[v]) outside = outside || !std::binary_search(part.begin(), part.end(), r);
       if (outside) outputs.push_back(v);
     }
     return outputs;
@@ -221,7 +216,7 @@ class Fuser {
     std::vector<int> extended = part;
     extended.push_back(next);
     for (int m : part) {
-      for (int r : readers_[ValueOf(m)]) {
+      for (int r : uses_.readers[ValueOf(m)]) {
         if (r < next && !std::binary_search(part.begin(), part.end(), r)) return false;
       }
     }
@@ -279,9 +274,8 @@ class Fuser {
   }
 
   const Graph& g_;
-  std::vector<std::vector<int>> readers_;  // by value: reading nodes, ascending (a node may repeat)
-  std::vector<bool> kept_;                 // by value: fetched or updated
-  std::vector<std::vector<int>> parts_;    // each: members in node order
+  const ValueUses uses_;
+  std::vector<std::vector<int>> parts_;  // each: members in node order
 };
 
 }  // namespace

@@ -210,21 +210,6 @@ absl::Status BatchNormBackwardKernel(const KernelArgs& args) {
   });
 }
 
-// Element i of a float tensor of any float dtype, as a double (16-bit
-// values exactly).
-double ValueAt(const TensorArg& t, int64_t i) {
-  switch (t.type.dtype) {
-    case DType::kBFloat16:
-      return BFloat16BitsToFloat(t.as<const uint16_t>()[i]);
-    case DType::kFloat16:
-      return Float16BitsToFloat(t.as<const uint16_t>()[i]);
-    case DType::kFloat64:
-      return t.as<const double>()[i];
-    default:
-      return t.as<const float>()[i];
-  }
-}
-
 // Element i set to +0 in its dtype.
 void SetZero(const TensorArg& t, int64_t i) {
   const size_t size = DTypeSize(t.type.dtype);
@@ -244,7 +229,7 @@ absl::Status ForwardKernel(const KernelArgs& args) {
   if (!relu) return absl::OkStatus();
   const TensorArg& out = args.outputs[0];
   for (int64_t i = 0; i < out.numel(); ++i) {
-    if (ValueAt(out, i) < 0.0) SetZero(out, i);
+    if (FloatElement(out, i) < 0.0) SetZero(out, i);
   }
   return absl::OkStatus();
 }
@@ -258,7 +243,7 @@ absl::Status BackwardKernel(const KernelArgs& args) {
   std::memcpy(masked.data(), grad.data, masked.size());
   const TensorArg masked_grad{masked.data(), grad.type};
   for (int64_t i = 0; i < grad.numel(); ++i) {
-    if (!Above(mask.type.dtype, ValueAt(mask, i), threshold)) SetZero(masked_grad, i);
+    if (!Above(mask.type.dtype, FloatElement(mask, i), threshold)) SetZero(masked_grad, i);
   }
   KernelArgs unmasked = args;
   unmasked.inputs[0] = masked_grad;

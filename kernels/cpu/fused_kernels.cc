@@ -167,20 +167,6 @@ float Round(float value) {
   return H(value).ToFloat();
 }
 
-// One element of any float dtype as float32 (a 16-bit one exactly).
-float LoadAsFloat(const TensorArg& t, int64_t i) {
-  switch (t.type.dtype) {
-    case DType::kBFloat16:
-      return BFloat16BitsToFloat(t.as<const uint16_t>()[i]);
-    case DType::kFloat16:
-      return Float16BitsToFloat(t.as<const uint16_t>()[i]);
-    case DType::kFloat64:
-      return static_cast<float>(t.as<const double>()[i]);
-    default:
-      return t.as<const float>()[i];
-  }
-}
-
 // A 16-bit program (H = BFloat16 or Float16) on float32 registers.
 template <typename H>
 void RunHalfProgram(const FusedProgram& decoded, const KernelArgs& args) {
@@ -197,7 +183,7 @@ void RunHalfProgram(const FusedProgram& decoded, const KernelArgs& args) {
   std::vector<float> scratch(static_cast<size_t>(kFusedMaxRegisters) * kChunk);
   std::vector<RegisterView<float>> regs(kFusedMaxRegisters);
   for (int k = 0; k < num_inputs; ++k) {
-    if (args.inputs[k].type.rank() == 0) scalars[k] = Round<H>(LoadAsFloat(args.inputs[k], 0));
+    if (args.inputs[k].type.rank() == 0) scalars[k] = Round<H>(static_cast<float>(FloatElement(args.inputs[k], 0)));
   }
   for (int64_t start = 0; start < n; start += kChunk) {
     const int64_t len = std::min(kChunk, n - start);

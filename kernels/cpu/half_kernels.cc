@@ -100,6 +100,19 @@ absl::Status RunWidened(const KernelArgs& args, CpuKernelFn kernel, bool round_s
   return absl::OkStatus();
 }
 
+double FloatElement(const TensorArg& t, int64_t i) {
+  switch (t.type.dtype) {
+    case DType::kBFloat16:
+      return BFloat16BitsToFloat(t.as<const uint16_t>()[i]);
+    case DType::kFloat16:
+      return Float16BitsToFloat(t.as<const uint16_t>()[i]);
+    case DType::kFloat64:
+      return t.as<const double>()[i];
+    default:
+      return t.as<const float>()[i];
+  }
+}
+
 double RoundToHalf(DType dtype, double value) {
   const float f = static_cast<float>(value);
   return dtype == DType::kBFloat16 ? BFloat16BitsToFloat(FloatToBFloat16Bits(f))

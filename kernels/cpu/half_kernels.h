@@ -65,6 +65,10 @@ absl::Status WithHalfScalarOther(const KernelArgs& args) {
 // `value` rounded to the 16-bit `dtype` (through float), as a double.
 double RoundToHalf(DType dtype, double value);
 
+// Element `i` of a tensor of any float dtype (float32, float64, bfloat16,
+// float16), as a double; exact.
+double FloatElement(const TensorArg& t, int64_t i);
+
 // DispatchStorable plus bfloat16 and float16 (the converting copies).
 template <typename F>
 absl::Status DispatchStorableOrHalf(const KernelArgs& args, DType dtype, F&& f) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "codegen/pointwise_op.h"
 #include "ir/dtype.h"
 
 namespace tandem::cuda {
@@ -18,34 +19,9 @@ inline constexpr int kFusedLaunchMaxInstructions = 32;
 inline constexpr int kFusedLaunchMaxOutputs = 4;
 inline constexpr int kFusedLaunchMaxRegisters = kFusedLaunchMaxInputs + kFusedLaunchMaxInstructions;
 
-// What one instruction computes from registers x = r[a], y = r[b] and
-// `param` (a value of the tensors' dtype, held exactly in a double):
-//   kFma       fma(param, y, x), one rounding (add.Tensor: param = alpha;
-//              sub.Tensor: param = -alpha)
-//   kMul, kDiv x * y, x / y (IEEE round to nearest)
-//   kAddConst  x + param (add.Scalar: alpha * other; sub.Scalar: its negation)
-//   kMulConst, kDivConst  x * param, x / param
-//   kNeg, kSqrt  -x, sqrt(x) (IEEE round to nearest)
-//   kMax, kMin   NaN-propagating maximum / minimum of x and y
-//   kRelu        x < 0 ? 0 : x (keeps NaN)
-//   kThresholdBackward  y > param ? x : 0 (param: the threshold in the
-//                compute type, float32 for a 16-bit program)
-// A 16-bit program computes in float32 (param: a float32 value) and rounds
-// each result to its 16-bit type at once.
-enum class FusedDeviceOp : int32_t {
-  kFma,
-  kMul,
-  kDiv,
-  kAddConst,
-  kMulConst,
-  kDivConst,
-  kNeg,
-  kSqrt,
-  kMax,
-  kMin,
-  kRelu,
-  kThresholdBackward
-};
+// The interpreter runs the generator's lowered instructions (the opcodes
+// and their meaning: codegen/pointwise_op.h).
+using FusedDeviceOp = codegen::PointwiseOp;
 
 struct FusedDeviceInstruction {
   FusedDeviceOp op = FusedDeviceOp::kNeg;

@@ -23,11 +23,6 @@ static_assert(kFusedLaunchMaxInputs == kFusedMaxInputs && kFusedLaunchMaxOutputs
                   kFusedLaunchMaxRegisters == kFusedMaxRegisters,
               "the CUDA launch limits must be the program's limits");
 
-static_assert(static_cast<int>(FusedDeviceOp::kThresholdBackward) ==
-                      static_cast<int>(codegen::PointwiseOp::kThresholdBackward) &&
-                  static_cast<int>(FusedDeviceOp::kFma) == static_cast<int>(codegen::PointwiseOp::kFma),
-              "the interpreter takes the lowered steps' opcodes as they are");
-
 bool IsHalf(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::kFloat16; }
 
 // Launches the node's generated kernel; false (nothing launched) when
@@ -81,7 +76,7 @@ absl::Status FusedElementwiseKernel(const CudaKernelContext& context, const Kern
   const std::vector<codegen::PointwiseStep> steps = codegen::LowerPointwise(program, dtype);
   for (size_t i = 0; i < steps.size(); ++i) {
     FusedDeviceInstruction& d = params.code[i];
-    d.op = static_cast<FusedDeviceOp>(steps[i].op);
+    d.op = steps[i].op;
     d.dst = steps[i].dst;
     d.a = steps[i].a;
     d.b = steps[i].b >= 0 ? steps[i].b : 0;

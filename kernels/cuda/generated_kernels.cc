@@ -48,13 +48,25 @@ absl::Status CudaError(const char* what, cudaError_t e) {
 }  // namespace
 
 absl::StatusOr<codegen::CompileTarget> CurrentTarget() {
-  int device = 0, major = 0, minor = 0, driver = 0;
+  int device = 0;
   cudaError_t e = cudaGetDevice(&device);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (e != cudaSuccess) return CudaError("the current device", e);
+  // Asked at every launch of a generated kernel: each device's answer once.
+  static auto* targets = new absl::flat_hash_map<int, codegen::CompileTarget>();
+  {
+    absl::MutexLock lock(&Mu());
+    auto it = targets->find(device);
+    if (it != targets->end()) return it->second;
+  }
+  int major = 0, minor = 0, driver = 0;
+  e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
   if (e == cudaSuccess) e = cudaDriverGetVersion(&driver);
   if (e != cudaSuccess) return CudaError("the device's architecture", e);
-  return codegen::CompileTarget{major * 10 + minor, driver};
+  const codegen::CompileTarget target{major * 10 + minor, driver};
+  absl::MutexLock lock(&Mu());
+  (*targets)[device] = target;
+  return target;
 }
 
 absl::StatusOr<cudaKernel_t> LoadGeneratedKernel(const codegen::GeneratedKernel& kernel) {
