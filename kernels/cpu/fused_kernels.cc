@@ -107,15 +107,15 @@ void RunInstruction(const FusedInstruction& ins, T* dst, RegisterView<T> x, Regi
       return;
     case FusedOpcode::kMaximum:
       Map2(dst, x, y, len, [](T p, T q) {
-        if (p != p) return p;
-        if (q != q) return q;
+        if (std::isnan(p)) return p;
+        if (std::isnan(q)) return q;
         return p > q ? p : q;
       });
       return;
     case FusedOpcode::kMinimum:
       Map2(dst, x, y, len, [](T p, T q) {
-        if (p != p) return p;
-        if (q != q) return q;
+        if (std::isnan(p)) return p;
+        if (std::isnan(q)) return q;
         return p < q ? p : q;
       });
       return;
