@@ -45,7 +45,7 @@ struct DeviceInfo {
   // CUDA: the compute capability as major * 10 + minor (90 for an H100 or
   // H200), which generated kernels are compiled for; 0 on the CPU.
   int compute_capability = 0;
-  int driver_version = 0;  // CUDA: cudaDriverGetVersion's (13000 for 13.0); 0 on the CPU
+  int driver_version = 0;       // CUDA: cudaDriverGetVersion's (13000 for 13.0); 0 on the CPU
   uint64_t capacity_bytes = 0;  // memory this device offers to Tandem
   // Stream priority levels above the default that CreateStreamWithPriority
   // can give (CUDA: the device's stream priority range; 0: none).

@@ -150,9 +150,9 @@ absl::StatusOr<TypeList> BatchNormBackwardInfer(const Attrs& attrs, absl::Span<c
   if (attrs.Has("mask_threshold")) {
     RETURN_IF_ERROR(attrs.GetFloat("mask_threshold").status());
     if (all.size() != 6 && all.size() != 8) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("got ", all.size(), " inputs; with mask_threshold, expected grad_out, input, weight[, "
-                       "running_mean, running_var], save_mean, save_invstd, mask"));
+      return absl::InvalidArgumentError(absl::StrCat("got ", all.size(),
+                                                     " inputs; with mask_threshold, expected grad_out, input, weight[, "
+                                                     "running_mean, running_var], save_mean, save_invstd, mask"));
     }
     if (!(all.back() == all[0])) {
       return absl::InvalidArgumentError(absl::StrCat("mask is ", all.back().ToString(), " but grad_out is ",
