@@ -99,10 +99,9 @@ std::string Literal(double value, bool f64) {
   return absl::StrFormat("__int_as_float(0x%08x)", bits);
 }
 
-// The expression of one step over registers r<a>, r<b>.
-std::string Expression(const PointwiseStep& s, bool f64) {
-  const std::string x = absl::StrCat("r", s.a);
-  const std::string y = s.b >= 0 ? absl::StrCat("r", s.b) : "";
+// The expression of one step over the values `x` (register a) and `y`
+// (register b; empty when the step has none).
+std::string Expression(const PointwiseStep& s, const std::string& x, const std::string& y, bool f64) {
   const std::string p = Literal(s.param, f64);
   const char* sfx = f64 ? "d" : "f";  // __dadd_rn / __fadd_rn
   switch (s.op) {
@@ -325,11 +324,20 @@ GeneratedKernel GeneratePointwiseKernel(const PointwiseSpec& spec) {
   for (int o = 0; o < num_outputs; ++o) params.push_back(absl::StrCat("T& out", o));
   absl::StrAppend(&body, "static __device__ __forceinline__ void tandem_element(", absl::StrJoin(params, ", "),
                   ") {\n");
-  for (const PointwiseStep& s : steps) {
-    const std::string e = Expression(s, f64);
-    absl::StrAppend(&body, "  const T r", s.dst, " = ", half ? absl::StrCat("tandem_round(", e, ")") : e, ";\n");
+  // A program reuses its registers, so each step's value gets a fresh name
+  // (v<step>) and `current` says which name holds each register now.
+  std::vector<std::string> current(static_cast<size_t>(kFusedMaxRegisters));
+  for (int k = 0; k < num_inputs; ++k) current[k] = absl::StrCat("r", k);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const PointwiseStep& s = steps[i];
+    const std::string e = Expression(s, current[s.a], s.b >= 0 ? current[s.b] : "", f64);
+    current[s.dst] = absl::StrCat("v", i);
+    absl::StrAppend(&body, "  const T ", current[s.dst], " = ", half ? absl::StrCat("tandem_round(", e, ")") : e,
+                    ";\n");
   }
-  for (int o = 0; o < num_outputs; ++o) absl::StrAppend(&body, "  out", o, " = r", spec.program.outputs[o], ";\n");
+  for (int o = 0; o < num_outputs; ++o) {
+    absl::StrAppend(&body, "  out", o, " = ", current[spec.program.outputs[o]], ";\n");
+  }
   absl::StrAppend(&body, "}\n");
 
   // The kernel.

@@ -141,6 +141,29 @@ TEST(GeneratePointwiseKernelTest, EveryOpcodeAndDTypeCompiles) {
   EXPECT_TRUE(cubin.ok()) << cubin.status();
 }
 
+// The fusion pass reuses registers once their values are dead, and the
+// interpreter overwrites them in place. The generated code is single
+// assignment: each step reads the latest value of its registers.
+TEST(GeneratePointwiseKernelTest, RegistersWrittenTwiceReadTheirLatestValue) {
+  const PointwiseSpec spec = Spec(DType::kFloat32, 2,
+                                  {Ins(FusedOpcode::kAdd, 2, 0, 1), Ins(FusedOpcode::kMul, 3, 2, 0),
+                                   Ins(FusedOpcode::kMaximum, 2, 3, 1), Ins(FusedOpcode::kMul, 3, 2, 2),
+                                   Ins(FusedOpcode::kRelu, 0, 3)},
+                                  {2, 0});
+  const GeneratedKernel kernel = GeneratePointwiseKernel(spec);
+  SCOPED_TRACE(kernel.source);
+  EXPECT_THAT(kernel.source, HasSubstr("const T v0 = __fadd_rn(r0, r1);"));
+  EXPECT_THAT(kernel.source, HasSubstr("const T v1 = __fmul_rn(v0, r0);"));
+  EXPECT_THAT(kernel.source, HasSubstr("const T v2 = tandem_max(v1, r1);"));
+  EXPECT_THAT(kernel.source, HasSubstr("const T v3 = __fmul_rn(v2, v2);"));
+  EXPECT_THAT(kernel.source, HasSubstr("const T v4 = v3 < T(0) ? T(0) : v3;"));
+  EXPECT_THAT(kernel.source, HasSubstr("out0 = v2;"));
+  EXPECT_THAT(kernel.source, HasSubstr("out1 = v4;"));
+  if (!NvrtcAvailable()) GTEST_SKIP() << "this build has no NVRTC: generated kernels are not compiled here";
+  absl::StatusOr<std::string> cubin = CompileKernel(kernel, 90);
+  EXPECT_TRUE(cubin.ok()) << cubin.status();
+}
+
 // From a graph through the fusion pass: a residual block's add + relu and
 // the gradient's add + threshold_backward become one node, whose kernel
 // the job's preparation generates and compiles once for its two alike
