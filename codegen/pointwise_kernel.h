@@ -63,8 +63,8 @@ struct PointwiseSpec {
 // float64, bfloat16 or float16).
 absl::StatusOr<PointwiseSpec> PointwiseSpecOf(const Graph& graph, int node);
 
-// A kernel's name and its whole source (one `extern "C" __global__`
-// function named `name`, no #include). The name is "tandem_pw_" and a hash
+// A kernel's name and its whole source (an `extern "C" __global__`
+// function named `name`, and the batch entry below; no #include). The name is "tandem_pw_" and a hash
 // of the rest of the source, so equal names mean equal kernels.
 struct GeneratedKernel {
   std::string name;
@@ -86,6 +86,20 @@ struct PointwiseKernelArgs {
   const int64_t* skip_if_error = nullptr;
 };
 static_assert(sizeof(PointwiseKernelArgs) == 8 * (kFusedMaxInputs + kFusedMaxOutputs + 2));
+
+// The source's second entry point, BatchEntryName(kernel), runs the program
+// over up to kPointwiseBatchMax alike tensors in one launch (the nodes of
+// an optimizer step, one per parameter): block b works on segment s where
+// block_start[s] <= b < block_start[s + 1]. 3,856 bytes: within the 4 KiB
+// that every driver takes as a kernel's parameters.
+inline constexpr int kPointwiseBatchMax = 32;
+struct PointwiseBatchArgs {
+  PointwiseKernelArgs segments[kPointwiseBatchMax];
+  int64_t block_start[kPointwiseBatchMax + 1] = {};
+  int64_t count = 0;
+};
+static_assert(sizeof(PointwiseBatchArgs) <= 4096);
+std::string BatchEntryName(const GeneratedKernel& kernel);
 
 // Threads per block of every generated pointwise kernel, and the elements a
 // thread takes per step on the aligned path.

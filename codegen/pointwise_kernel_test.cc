@@ -129,6 +129,7 @@ TEST(GeneratePointwiseKernelTest, EveryOpcodeAndDTypeCompiles) {
       EXPECT_GT(cubin->size(), 1000u);
       // The CUBIN names the kernel (an ELF symbol of that name).
       EXPECT_NE(cubin->find(kernel.name), std::string::npos);
+      EXPECT_NE(cubin->find(BatchEntryName(kernel)), std::string::npos);
     }
   }
   // The limits: 8 inputs, 32 instructions, 4 outputs.

@@ -40,6 +40,7 @@ int SmCount() {
 }
 
 std::atomic<int64_t> launches{0};
+std::atomic<int64_t> batch_segments{0};
 
 absl::Status CudaError(const char* what, cudaError_t e) {
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
@@ -69,9 +70,10 @@ absl::StatusOr<codegen::CompileTarget> CurrentTarget() {
   return target;
 }
 
-absl::StatusOr<cudaKernel_t> LoadGeneratedKernel(const codegen::GeneratedKernel& kernel) {
+absl::StatusOr<cudaKernel_t> LoadGeneratedKernel(const codegen::GeneratedKernel& kernel, const std::string& entry) {
   ASSIGN_OR_RETURN(codegen::CompileTarget target, CurrentTarget());
-  const std::string key = absl::StrCat(kernel.name, "/sm", target.compute_capability);
+  const std::string& function_name = entry.empty() ? kernel.name : entry;
+  const std::string key = absl::StrCat(function_name, "/sm", target.compute_capability);
   {
     absl::MutexLock lock(&Mu());
     auto it = LoadedKernels().find(key);
@@ -86,13 +88,13 @@ absl::StatusOr<cudaKernel_t> LoadGeneratedKernel(const codegen::GeneratedKernel&
     cudaLibrary_t library = nullptr;
     cudaError_t e = cudaLibraryLoadData(&library, (*cubin)->data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
     cudaKernel_t function = nullptr;
-    if (e == cudaSuccess) e = cudaLibraryGetKernel(&function, library, kernel.name.c_str());
+    if (e == cudaSuccess) e = cudaLibraryGetKernel(&function, library, function_name.c_str());
     loaded.kernel = e == cudaSuccess ? absl::StatusOr<cudaKernel_t>(function)
                                      : absl::StatusOr<cudaKernel_t>(CudaError("loading a generated kernel", e));
   }
   if (!loaded.kernel.ok()) {
     TLOG(Warning, "a generated kernel is unavailable; its nodes run the interpreting kernel")
-        .With("kernel", kernel.name)
+        .With("kernel", function_name)
         .With("error", loaded.kernel.status().ToString());
   }
   absl::MutexLock lock(&Mu());
@@ -101,13 +103,18 @@ absl::StatusOr<cudaKernel_t> LoadGeneratedKernel(const codegen::GeneratedKernel&
   return slot.kernel;
 }
 
-cudaError_t LaunchPointwise(cudaKernel_t kernel, DType dtype, const codegen::PointwiseKernelArgs& args,
-                            cudaStream_t stream) {
+// Blocks for one tensor of `n` elements: a thread per vector, at most 8
+// blocks per SM (the kernels stride).
+int64_t PointwiseBlocks(DType dtype, int64_t n) {
   static const int sms = SmCount();
   const int64_t width = codegen::PointwiseElementsPerVector(dtype);
-  const int64_t items = std::max<int64_t>(1, (args.n + width - 1) / width);
-  const int64_t blocks =
-      std::min<int64_t>((items + codegen::kPointwiseBlock - 1) / codegen::kPointwiseBlock, int64_t{8} * sms);
+  const int64_t items = std::max<int64_t>(1, (n + width - 1) / width);
+  return std::min<int64_t>((items + codegen::kPointwiseBlock - 1) / codegen::kPointwiseBlock, int64_t{8} * sms);
+}
+
+cudaError_t LaunchPointwise(cudaKernel_t kernel, DType dtype, const codegen::PointwiseKernelArgs& args,
+                            cudaStream_t stream) {
+  const int64_t blocks = PointwiseBlocks(dtype, args.n);
   launches.fetch_add(1, std::memory_order_relaxed);
   codegen::PointwiseKernelArgs copy = args;
   void* params[] = {&copy};
@@ -115,6 +122,27 @@ cudaError_t LaunchPointwise(cudaKernel_t kernel, DType dtype, const codegen::Poi
                           dim3(codegen::kPointwiseBlock), params, 0, stream);
 }
 
+cudaError_t LaunchPointwiseBatch(cudaKernel_t batch_entry, DType dtype,
+                                 absl::Span<const codegen::PointwiseKernelArgs> segments, cudaStream_t stream) {
+  if (segments.empty() || segments.size() > codegen::kPointwiseBatchMax) return cudaErrorInvalidValue;
+  // ~4 KiB: static, not on the (possibly small) calling thread's stack.
+  thread_local codegen::PointwiseBatchArgs batch;
+  batch.count = static_cast<int64_t>(segments.size());
+  batch.block_start[0] = 0;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    batch.segments[s] = segments[s];
+    batch.block_start[s + 1] = batch.block_start[s] + PointwiseBlocks(dtype, segments[s].n);
+  }
+  const int64_t blocks = batch.block_start[segments.size()];
+  if (blocks > int64_t{0x7fffffff}) return cudaErrorInvalidValue;
+  launches.fetch_add(1, std::memory_order_relaxed);
+  batch_segments.fetch_add(batch.count, std::memory_order_relaxed);
+  void* params[] = {&batch};
+  return cudaLaunchKernel(reinterpret_cast<const void*>(batch_entry), dim3(static_cast<unsigned>(blocks)),
+                          dim3(codegen::kPointwiseBlock), params, 0, stream);
+}
+
 int64_t GeneratedKernelLaunchesForTesting() { return launches.load(std::memory_order_relaxed); }
+int64_t GeneratedBatchSegmentsForTesting() { return batch_segments.load(std::memory_order_relaxed); }
 
 }  // namespace tandem::cuda

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "codegen/job_kernels.h"
+#include "codegen/pointwise_kernel.h"
 #include "gtest/gtest.h"
 #include "ir/ops/fused_program.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -303,6 +304,37 @@ TEST(CudaFusedKernels, SgdStepMatchesCpuAndTheUnfusedKernelsExactly) {
       EXPECT_TRUE(SameBytes(out[fused[0]], out[buf_new])) << "momentum buffer";
       EXPECT_TRUE(SameBytes(out[fused[1]], out[w_new])) << "parameter";
     }
+  }
+}
+
+// An optimizer step over many parameters of assorted sizes, each buffer
+// updated in place: alike independent nodes run as batched launches
+// (codegen/pointwise_batches.h), more nodes than one batch takes, with the
+// same bits as the interpreter's one launch per node.
+TEST(CudaFusedKernels, AnOptimizerStepRunsInBatches) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    GraphMaker g;
+    const int lr = g.Feed({dtype, {}}, Fill::kPositive);
+    std::vector<std::pair<int, int>> alias;
+    const int params = codegen::kPointwiseBatchMax + 9;
+    for (int p = 0; p < params; ++p) {
+      const int64_t n = kSizes[p % kSizes.size()] + p;
+      const int buf = g.Feed({dtype, {n}});
+      const int grad = g.Feed({dtype, {n}});
+      const int w = g.Feed({dtype, {n}});
+      const std::vector<int> fused = g.Add("fused_elementwise", {buf, grad, lr, w}, SgdProgram());
+      ASSERT_EQ(fused.size(), 2u);
+      alias.emplace_back(fused[0], buf);
+    }
+    const int64_t segments = cuda::GeneratedBatchSegmentsForTesting();
+    CheckAgainstCpu(g, alias);
+    // Op by op, then the capture (then replays): every node each time, in
+    // batches.
+    const int64_t batched = cuda::GeneratedBatchSegmentsForTesting() - segments;
+    EXPECT_GE(batched, 2 * params);
+    EXPECT_EQ(batched % params, 0);
   }
 }
 
