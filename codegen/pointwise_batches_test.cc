@@ -97,8 +97,8 @@ TEST(PlanPointwiseBatchesTest, DependentOrOverlappingNodesSplit) {
   }
   {  // shared reads (a rank-0 learning rate) are fine; other kernels split
     Layout l;
-    const int lr = l.Value(1, 0), a = l.Value(64, 16), b = l.Value(64, 80), c = l.Value(64, 144),
-              d = l.Value(64, 208), e = l.Value(64, 272), f = l.Value(64, 336);
+    const int lr = l.Value(1, 0), a = l.Value(64, 16), b = l.Value(64, 80), c = l.Value(64, 144), d = l.Value(64, 208),
+              e = l.Value(64, 272), f = l.Value(64, 336);
     l.Node({a, lr}, {a}, "k");
     l.Node({b, lr}, {b}, "k");
     l.Node({c, lr}, {c}, "other");

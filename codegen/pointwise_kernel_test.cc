@@ -146,11 +146,11 @@ TEST(GeneratePointwiseKernelTest, EveryOpcodeAndDTypeCompiles) {
 // interpreter overwrites them in place. The generated code is single
 // assignment: each step reads the latest value of its registers.
 TEST(GeneratePointwiseKernelTest, RegistersWrittenTwiceReadTheirLatestValue) {
-  const PointwiseSpec spec = Spec(DType::kFloat32, 2,
-                                  {Ins(FusedOpcode::kAdd, 2, 0, 1), Ins(FusedOpcode::kMul, 3, 2, 0),
-                                   Ins(FusedOpcode::kMaximum, 2, 3, 1), Ins(FusedOpcode::kMul, 3, 2, 2),
-                                   Ins(FusedOpcode::kRelu, 0, 3)},
-                                  {2, 0});
+  const PointwiseSpec spec =
+      Spec(DType::kFloat32, 2,
+           {Ins(FusedOpcode::kAdd, 2, 0, 1), Ins(FusedOpcode::kMul, 3, 2, 0), Ins(FusedOpcode::kMaximum, 2, 3, 1),
+            Ins(FusedOpcode::kMul, 3, 2, 2), Ins(FusedOpcode::kRelu, 0, 3)},
+           {2, 0});
   const GeneratedKernel kernel = GeneratePointwiseKernel(spec);
   SCOPED_TRACE(kernel.source);
   EXPECT_THAT(kernel.source, HasSubstr("const T v0 = __fadd_rn(r0, r1);"));

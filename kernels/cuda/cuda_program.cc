@@ -704,7 +704,7 @@ class CudaProgram final : public Program {
   std::vector<std::optional<codegen::GeneratedKernel>> generated_;
   std::vector<std::string> generated_names_;
   bool any_generated_ = false;
-  const bool checks_data_;                   // some node may write the error word
+  const bool checks_data_;  // some node may write the error word
   const UpdateSchedule updates_ = ScheduleUpdates(graph_);
   const CudaProgramOptions options_;
   absl::flat_hash_map<CudaStream*, std::unique_ptr<LaneState>> lanes_;
