@@ -12,7 +12,6 @@ import argparse
 import copy
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -22,17 +21,6 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import tandem.torch  # noqa: E402
-
-
-def timed(fn, iters, warmup=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / iters
 
 
 def one_batch(model_name, batch, endpoint, iters):
@@ -55,7 +43,7 @@ def one_batch(model_name, batch, endpoint, iters):
             if len(pending) >= 2:
                 pending.pop(0).result()
 
-        row["tandem_ms"] = round(timed(tandem_iteration, iters) * 1e3, 2)
+        row["tandem_ms"] = round(bc.cuda_timed(tandem_iteration, iters) * 1e3, 2)
         for h in pending:
             h.result()
     optimizer = bc.sgd(reference.parameters())
@@ -68,7 +56,7 @@ def one_batch(model_name, batch, endpoint, iters):
         F.cross_entropy(reference(x), y).backward()
         optimizer.step()
 
-    row["eager_ms"] = round(timed(eager, iters) * 1e3, 2)
+    row["eager_ms"] = round(bc.cuda_timed(eager, iters) * 1e3, 2)
     row["tandem_over_eager"] = round(row["tandem_ms"] / row["eager_ms"], 3)
     return row
 

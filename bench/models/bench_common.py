@@ -79,6 +79,29 @@ def sgd(params):
     return torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
 
 
+def eager_step(model, loss_fn, optimizer, batch):
+    """One training step as a user writes it: batch = (inputs..., target); returns the loss."""
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(*batch[:-1]), batch[-1])
+        loss.backward()
+        optimizer.step()
+        return loss
+    return step
+
+
+def cuda_timed(fn, iters, warmup=3):
+    """Seconds per call of `fn` on the GPU, after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / iters
+
+
 def parse_models(text):
     names = [n.strip() for n in text.split(",") if n.strip()]
     for n in names:

@@ -44,26 +44,6 @@ def family(name):
     return "other"
 
 
-def step_fn(model, loss_fn, optimizer, batch):
-    def step():
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(*batch[:-1]), batch[-1])
-        loss.backward()
-        optimizer.step()
-    return step
-
-
-def timed(fn, iters):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / iters * 1e3
-
-
 def kernel_families(fn, steps=3):
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -103,11 +83,11 @@ def variant(entry, name, steps):
         inductor_config.layout_optimization = name != "compile_nchw"
         t0 = time.perf_counter()
         model = torch.compile(model)
-        step_fn(model, loss_fn, optimizer, batch)()
+        bc.eager_step(model, loss_fn, optimizer, batch)()
         torch.cuda.synchronize()
         row["warmup_s"] = round(time.perf_counter() - t0, 1)
-    fn = step_fn(model, loss_fn, optimizer, batch)
-    row["ms"] = round(timed(fn, steps), 3)
+    fn = bc.eager_step(model, loss_fn, optimizer, batch)
+    row["ms"] = round(bc.cuda_timed(fn, steps) * 1e3, 3)
     row["kernel_ms"], row["kernels"], row["top"] = kernel_families(fn)
     return row
 

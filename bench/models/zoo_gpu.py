@@ -32,27 +32,6 @@ sys.path.insert(0, bc.REPO_ROOT)
 from zoo import catalog  # noqa: E402
 
 
-def timed(fn, iters, warmup=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / iters
-
-
-def eager_step(model, loss_fn, optimizer, batch):
-    def step():
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(*batch[:-1]), batch[-1])
-        loss.backward()
-        optimizer.step()
-        return loss
-    return step
-
-
 def measure(entry, args):
     row = {"model": entry.name, "family": entry.family}
     torch.manual_seed(0)
@@ -93,7 +72,7 @@ def measure(entry, args):
             if len(pending) >= 2:
                 pending.pop(0).result()
 
-        row["tandem_ms"] = round(timed(tandem_iteration, args.iters) * 1e3, 3)
+        row["tandem_ms"] = round(bc.cuda_timed(tandem_iteration, args.iters) * 1e3, 3)
         for h in pending:
             h.result()
     if args.tandem_only:
@@ -103,11 +82,12 @@ def measure(entry, args):
     ref_optimizer = bc.sgd(reference.parameters())
     ref_losses = []
     for k in range(args.steps):
-        ref_losses.append(float(eager_step(reference, loss_fn, ref_optimizer, gpu_batches[k % len(batches)])()))
+        ref_losses.append(float(bc.eager_step(reference, loss_fn, ref_optimizer, gpu_batches[k % len(batches)])()))
     row["max_rel_loss_diff"] = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, ref_losses))
     row["first_loss"] = [round(losses[0], 6), round(ref_losses[0], 6)]
     torch.cuda.reset_peak_memory_stats()
-    row["eager_ms"] = round(timed(eager_step(reference, loss_fn, ref_optimizer, gpu_batches[0]), args.iters) * 1e3, 3)
+    eager = bc.eager_step(reference, loss_fn, ref_optimizer, gpu_batches[0])
+    row["eager_ms"] = round(bc.cuda_timed(eager, args.iters) * 1e3, 3)
     row["eager_peak_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     for mode in [] if args.no_compile else [m for m in args.compile_modes.split(",") if m]:
         # Keys: compile_* for reduce-overhead (the goal's comparison), compile_<mode>_* for the others.
@@ -117,11 +97,11 @@ def measure(entry, args):
             torch.cuda.reset_peak_memory_stats()
             compiled = torch.compile(reference, mode=mode)
             t0 = time.perf_counter()
-            eager_step(compiled, loss_fn, ref_optimizer, gpu_batches[0])()
+            bc.eager_step(compiled, loss_fn, ref_optimizer, gpu_batches[0])()
             torch.cuda.synchronize()
             row[f"{key}_s"] = round(time.perf_counter() - t0, 1)
-            row[f"{key}_ms"] = round(timed(eager_step(compiled, loss_fn, ref_optimizer, gpu_batches[0]),
-                                           args.iters) * 1e3, 3)
+            step = bc.eager_step(compiled, loss_fn, ref_optimizer, gpu_batches[0])
+            row[f"{key}_ms"] = round(bc.cuda_timed(step, args.iters) * 1e3, 3)
             row[f"{key}_peak_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
         except Exception as e:
             row[f"{key}_error"] = f"{type(e).__name__}: {e}"[:300]
