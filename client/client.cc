@@ -43,9 +43,6 @@ absl::Status Unexpected(const v1::Response& response, const char* want) {
                                           static_cast<int>(response.body_case()), ")"));
 }
 
-// ZeroMQ's free function of a frame that owns its string (`hint`).
-void DeleteOwnedString(void* /*data*/, void* hint) { delete static_cast<std::string*>(hint); }
-
 }  // namespace
 
 Client::Client(const ClientOptions& options, std::string endpoint)
@@ -388,14 +385,47 @@ absl::StatusOr<v1::RegisterJobResponse> Client::RegisterJob(v1::RegisterJobReque
     ASSIGN_OR_RETURN(uint64_t quota, MemoryQuotaFromEnvironment());
     if (quota != 0) request.mutable_hints()->set_memory_quota_bytes(quota);
   }
+  // Initial values written into the request (a GraphBuilder's HostTensors)
+  // travel as views too, so that they reach a local daemon through shared
+  // memory like the others: sent inline, a large one is a single ZeroMQ
+  // frame, and libzmq cancels its heartbeat timeout only once a whole frame
+  // has arrived, so on a loaded machine the daemon could close the
+  // connection mid-transfer.
+  std::vector<FeedView> views = persistent;
+  std::vector<std::string> inline_values;  // owns the moved-out bytes until sent
+  {
+    absl::flat_hash_set<std::string> named;
+    for (const FeedView& v : persistent) named.insert(v.name);
+    inline_values.reserve(request.persistent_size());
+    for (v1::Tensor& t : *request.mutable_persistent()) {
+      if (t.frame() != 0 || t.data().empty() || named.contains(t.spec().name())) continue;
+      uint64_t expected = DTypeBytes(t.spec().dtype());
+      bool overflow = false;
+      for (int64_t d : t.spec().shape()) {
+        overflow = overflow || __builtin_mul_overflow(expected, static_cast<uint64_t>(std::max<int64_t>(d, 0)),
+                                                      &expected);
+      }
+      if (overflow || t.data().size() != expected) {
+        return absl::InvalidArgumentError(absl::StrCat("initial value of '", t.spec().name(), "' has ",
+                                                       t.data().size(), " bytes; its shape and dtype need ",
+                                                       expected));
+      }
+      inline_values.push_back(std::move(*t.mutable_data()));
+      t.clear_data();
+      const std::string& bytes = inline_values.back();
+      views.push_back(FeedView{t.spec().name(), t.spec().dtype(),
+                               std::vector<int64_t>(t.spec().shape().begin(), t.spec().shape().end()), bytes.data(),
+                               bytes.size()});
+    }
+  }
   // The views' bytes travel outside the protobuf message (which would copy
   // them in, serialize them and have ZeroMQ copy them again): tensor i's
   // bytes are frame i + 1.
   absl::flat_hash_map<std::string, int> by_name;
   for (int i = 0; i < request.persistent_size(); ++i) by_name.emplace(request.persistent(i).spec().name(), i);
   uint64_t total = 0;
-  for (size_t k = 0; k < persistent.size(); ++k) {
-    const FeedView& v = persistent[k];
+  for (size_t k = 0; k < views.size(); ++k) {
+    const FeedView& v = views[k];
     auto [it, added] = by_name.emplace(v.name, request.persistent_size());
     v1::Tensor* t = added ? request.add_persistent() : request.mutable_persistent(it->second);
     t->Clear();
@@ -409,23 +439,14 @@ absl::StatusOr<v1::RegisterJobResponse> Client::RegisterJob(v1::RegisterJobReque
   // A local daemon reads them from a shared-memory object: one copy here,
   // none through the socket. The object goes once the daemon has answered.
   std::optional<SealedMemfd> shared = !hello_.fd_socket().empty() && total >= options_.shared_frames_threshold
-                                          ? PutInSharedFrames(persistent, &request)
+                                          ? PutInSharedFrames(views, &request)
                                           : std::nullopt;
   std::vector<zmq::message_t> frames;
   if (!shared) {
-    for (const FeedView& v : persistent) {
+    for (const FeedView& v : views) {
       zmq::message_t frame(v.bytes);
       if (v.bytes > 0) ParallelCopy(frame.data(), v.data, v.bytes);
       frames.push_back(std::move(frame));
-    }
-    // Inline initial values of the request move into frames too.
-    for (v1::Tensor& t : *request.mutable_persistent()) {
-      if (t.frame() != 0 || t.data().empty()) continue;
-      // The string moves into the frame, which frees it once sent.
-      auto* owned = new std::string(std::move(*t.mutable_data()));
-      t.clear_data();
-      frames.emplace_back(owned->data(), owned->size(), &DeleteOwnedString, owned);
-      t.set_frame(static_cast<uint32_t>(frames.size()));
     }
   }
   v1::Request r;

@@ -49,14 +49,9 @@ std::unique_ptr<Client> Connect(const DaemonProcess& d, const std::string& name)
 }
 
 TEST(Admission, JobThatCanNeverFitIsRefusedWithBreakdown) {
-  // Small sizes: the initial weights travel inline in one ZeroMQ frame, and
-  // libzmq cancels its heartbeat timeout (600 ms) only when a whole frame
-  // has arrived, so on a loaded machine an 80 MiB frame could close the
-  // connection before the refusal (issue notes: a known limit of large
-  // inline registrations).
-  DaemonProcess daemon({"--cpu_memory_mib=16", "--policy=fair"});
+  DaemonProcess daemon({"--cpu_memory_mib=64", "--policy=fair"});
   auto c = Connect(daemon, "big");
-  auto r = c->RegisterJob(SizedJob("huge", 20, 1, /*queue_if_full=*/true));
+  auto r = c->RegisterJob(SizedJob("huge", 80, 1, /*queue_if_full=*/true));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << daemon.Log();
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("huge"));

@@ -90,6 +90,40 @@ TEST(SharedFrames, LargeModelsRegisterThroughSharedMemoryAndMatchFrames) {
   }
 }
 
+// Initial values written into the request (GraphBuilder's HostTensors, no
+// views) take the same road: through shared memory on a local daemon, past
+// the message limit, and never as one large ZeroMQ frame (whose transfer
+// libzmq's heartbeat timeout would cut short on a loaded machine).
+TEST(SharedFrames, InlineInitialValuesGoThroughSharedMemoryToo) {
+  DaemonProcess daemon({"--policy=fair", "--max_message_bytes=1048576"});  // w alone is 1 MiB
+  auto c = Client::Connect({.endpoint = daemon.endpoint(), .name = "inline"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  const Values v;
+  GraphBuilder g("affine-inline");
+  std::string x = g.Feed("x", v1::FLOAT32, {4, kN});
+  std::string w = g.Persistent("w", HostTensor::Floats({kN, kN}, v.w));
+  std::string bias = g.Persistent("b", HostTensor::Floats({kN}, v.b));
+  std::string y = g.Op("mm", {x, w}, {}, "xw");
+  y = g.Op("add.Tensor", {y, bias}, {}, "y");
+  g.Fetch(y);
+  auto job = (*c)->RegisterJob(std::move(g).Build());
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_THAT(daemon.Log(), HasSubstr("registration reads its initial values from shared memory"));
+  auto read_w = (*c)->ReadTensor(job->job_id(), "w");
+  ASSERT_TRUE(read_w.ok()) << read_w.status();
+  EXPECT_EQ(read_w->values<float>(), v.w);
+  auto read_b = (*c)->ReadTensor(job->job_id(), "b");
+  ASSERT_TRUE(read_b.ok()) << read_b.status();
+  EXPECT_EQ(read_b->values<float>(), v.b);
+  const std::vector<float> out = RunAffine(**c, job->job_id(), v);
+  ASSERT_EQ(out.size(), static_cast<size_t>(4 * kN));
+  for (int64_t col = 0; col < kN; col += 37) {
+    double want = v.b[col];
+    for (int64_t k = 0; k < kN; ++k) want += static_cast<double>(v.x[k]) * v.w[k * kN + col];
+    EXPECT_NEAR(out[col], want, 1e-3 * (1 + std::abs(want))) << col;
+  }
+}
+
 // A model's initial values are bounded by what its graph declares, not by
 // the message limit: a job whose weights exceed max_message_bytes registers
 // through shared memory.
