@@ -402,13 +402,12 @@ absl::StatusOr<v1::RegisterJobResponse> Client::RegisterJob(v1::RegisterJobReque
       uint64_t expected = DTypeBytes(t.spec().dtype());
       bool overflow = false;
       for (int64_t d : t.spec().shape()) {
-        overflow = overflow || __builtin_mul_overflow(expected, static_cast<uint64_t>(std::max<int64_t>(d, 0)),
-                                                      &expected);
+        overflow =
+            overflow || __builtin_mul_overflow(expected, static_cast<uint64_t>(std::max<int64_t>(d, 0)), &expected);
       }
       if (overflow || t.data().size() != expected) {
-        return absl::InvalidArgumentError(absl::StrCat("initial value of '", t.spec().name(), "' has ",
-                                                       t.data().size(), " bytes; its shape and dtype need ",
-                                                       expected));
+        return absl::InvalidArgumentError(absl::StrCat("initial value of '", t.spec().name(), "' has ", t.data().size(),
+                                                       " bytes; its shape and dtype need ", expected));
       }
       inline_values.push_back(std::move(*t.mutable_data()));
       t.clear_data();
