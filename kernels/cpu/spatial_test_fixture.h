@@ -17,7 +17,6 @@
 
 namespace tandem::spatial_test {
 
-
 using half_test::Close;
 using half_test::Get;
 using half_test::HostTensor;
@@ -79,7 +78,8 @@ class SpatialKernelTest : public ::testing::Test {
 };
 
 // Elementwise |a - b| <= tol * (|b| + 1); NaN never passes.
-inline ::testing::AssertionResult Near(const std::vector<double>& actual, const std::vector<double>& expected, double tol) {
+inline ::testing::AssertionResult Near(const std::vector<double>& actual, const std::vector<double>& expected,
+                                       double tol) {
   if (actual.size() != expected.size()) {
     return ::testing::AssertionFailure() << "size " << actual.size() << " vs " << expected.size();
   }
