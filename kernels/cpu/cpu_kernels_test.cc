@@ -678,28 +678,5 @@ TEST_F(KernelTest, BadLabelsAreInvalidArgumentNotOutOfBoundsReads) {
   EXPECT_TRUE(RunOp("nll_loss_forward", MakeAttrs({{"ignore_index", int64_t{-5}}}), {self, target}).ok());
 }
 
-TEST_F(KernelTest, Factories) {
-  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kBool}) {
-    const std::vector<int64_t> size = {2, 3};
-    auto zeros = MustRun("zeros", MakeAttrs({{"size", size}, {"dtype", dtype}}), {});
-    ExpectClose(zeros[0], std::vector<double>(6, 0.0), "zeros", 0.0);
-    auto ones = MustRun("ones", MakeAttrs({{"size", size}, {"dtype", dtype}}), {});
-    ExpectClose(ones[0], std::vector<double>(6, 1.0), "ones", 0.0);
-    auto full = MustRun("full", MakeAttrs({{"size", size}, {"fill_value", int64_t{1}}, {"dtype", dtype}}), {});
-    ExpectClose(full[0], std::vector<double>(6, 1.0), "full", 0.0);
-  }
-  HostTensor x = Random(DType::kFloat64, {4});
-  ExpectClose(MustRun("zeros_like", {}, {x})[0], std::vector<double>(4, 0.0), "zeros_like", 0.0);
-  ExpectClose(MustRun("ones_like", {}, {x})[0], std::vector<double>(4, 1.0), "ones_like", 0.0);
-  ExpectClose(MustRun("full_like", MakeAttrs({{"fill_value", -2.25}}), {x})[0], std::vector<double>(4, -2.25),
-              "full_like", 0.0);
-  ExpectClose(MustRun("fill.Scalar", MakeAttrs({{"value", 0.5}}), {x})[0], std::vector<double>(4, 0.5), "fill", 0.0);
-  auto s = MustRun("scalar_tensor", MakeAttrs({{"s", 3.5}, {"dtype", DType::kFloat64}}), {});
-  ExpectClose(s[0], {3.5}, "scalar_tensor", 0.0);
-  auto i = MustRun("full",
-                   MakeAttrs({{"size", std::vector<int64_t>{2}}, {"fill_value", 7.9}, {"dtype", DType::kInt64}}), {});
-  ExpectClose(i[0], {7, 7}, "full int64 truncates", 0.0);
-}
-
 }  // namespace
 }  // namespace tandem

@@ -137,6 +137,21 @@ absl::StatusOr<std::vector<T>> RunCpuOp(const std::string& op, const Attrs& attr
   return outputs;
 }
 
+// Every element of `t`, as doubles.
+inline std::vector<double> ElementsAsDoubles(const TestTensor& t) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) v[i] = ElementAsDouble(t, i);
+  return v;
+}
+
+// RunCpuOp that must work: a failure is a test failure, and no outputs.
+inline std::vector<TestTensor> MustRunCpuOp(const std::string& op, const Attrs& attrs, std::vector<TestTensor> inputs,
+                                            uint8_t poison) {
+  auto out = RunCpuOp(op, attrs, inputs, poison);
+  EXPECT_TRUE(out.ok()) << op << ": " << out.status();
+  return out.ok() ? std::move(*out) : std::vector<TestTensor>{};
+}
+
 }  // namespace tandem::cpu
 
 #endif  // TANDEM_KERNELS_CPU_RUN_OP_TEST_UTIL_H_
