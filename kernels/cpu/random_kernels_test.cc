@@ -156,11 +156,11 @@ TEST(FactoryKernelTest, FactoriesFillTheirValue) {
   for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kBool}) {
     SCOPED_TRACE(DTypeName(dtype));
     const Ints size = {2, 3};
-    EXPECT_EQ(Values(RunOp("zeros", MakeAttrs({{"size", size}, {"dtype", dtype}}), {})[0]), std::vector<double>(6, 0.0));
+    EXPECT_EQ(Values(RunOp("zeros", MakeAttrs({{"size", size}, {"dtype", dtype}}), {})[0]),
+              std::vector<double>(6, 0.0));
     EXPECT_EQ(Values(RunOp("ones", MakeAttrs({{"size", size}, {"dtype", dtype}}), {})[0]), std::vector<double>(6, 1.0));
-    EXPECT_EQ(
-        Values(RunOp("full", MakeAttrs({{"size", size}, {"fill_value", int64_t{1}}, {"dtype", dtype}}), {})[0]),
-        std::vector<double>(6, 1.0));
+    EXPECT_EQ(Values(RunOp("full", MakeAttrs({{"size", size}, {"fill_value", int64_t{1}}, {"dtype", dtype}}), {})[0]),
+              std::vector<double>(6, 1.0));
   }
   const TestTensor x = MakeTensor(DType::kFloat64, {4}, {1.5, -2.0, 3.25, 4.0});
   EXPECT_EQ(Values(RunOp("zeros_like", {}, {x})[0]), std::vector<double>(4, 0.0));
