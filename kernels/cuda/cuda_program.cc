@@ -43,16 +43,13 @@
 #include "absl/strings/str_format.h"
 #include "base/log.h"
 #include "base/status_macros.h"
-#include "codegen/job_kernels.h"
-#include "codegen/pointwise_batches.h"
-#include "codegen/pointwise_kernel.h"
 #include "compiler/update_schedule.h"
 #include "device/cuda/cuda_status.h"
 #include "device/cuda/cuda_stream.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_program_options.h"
 #include "kernels/cuda/error_slots.h"
-#include "kernels/cuda/generated_kernels.h"
+#include "kernels/cuda/pointwise_batcher.h"
 #include "kernels/cuda_program.h"
 
 namespace tandem {
@@ -67,16 +64,6 @@ constexpr int kErrorSlots = 16;
 // How long a read-back waits for a free slot before the iteration fails
 // (only when completions stopped reporting).
 constexpr auto kErrorSlotWait = std::chrono::seconds(5);
-
-// Whether alike fused nodes run in batches (codegen/pointwise_batches.h):
-// yes, unless TANDEM_PW_BATCH=0 (for measuring what batching saves).
-bool BatchingEnabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("TANDEM_PW_BATCH");
-    return env == nullptr || std::string(env) != "0";
-  }();
-  return enabled;
-}
 
 // A captured graph and the address table it was captured with.
 struct CapturedGraph {
@@ -113,21 +100,8 @@ class CudaProgram final : public Program {
         kernels_(std::move(kernels)),
         warmers_(std::move(warmers)),
         checks_data_(checks_data),
-        options_(options) {
-    // Each fused node's generated kernel, for batching alike nodes
-    // (codegen/pointwise_batches.h); their own launches go through the
-    // fused kernel (kernels/cuda/fused_ops.cc).
-    generated_.resize(graph_.nodes.size());
-    generated_names_.resize(graph_.nodes.size());
-    for (int i = 0; i < static_cast<int>(graph_.nodes.size()); ++i) {
-      if (graph_.nodes[i].op != kFusedElementwiseOp) continue;
-      absl::StatusOr<codegen::PointwiseSpec> spec = codegen::PointwiseSpecOf(graph_, i);
-      if (!spec.ok()) continue;
-      generated_[i] = codegen::GeneratePointwiseKernel(*spec);
-      generated_names_[i] = generated_[i]->name;
-      any_generated_ = true;
-    }
-  }
+        options_(options),
+        batcher_(graph) {}
 
   ~CudaProgram() override {
     cudaSetDevice(device_.info().ordinal);
@@ -542,8 +516,8 @@ class CudaProgram final : public Program {
     // Alike independent fused nodes (an optimizer step's) as one launch
     // each run; not while profiling, which times every node alone.
     std::vector<std::pair<int, int>> runs;
-    if (events == nullptr && any_generated_ && codegen::GeneratedKernelsEnabled() && BatchingEnabled()) {
-      runs = codegen::PlanPointwiseBatches(graph_, begin, end, generated_names_, addresses, [&](int i) {
+    if (events == nullptr) {
+      runs = batcher_.Plan(begin, end, addresses, [&](int i) {
         for (int k : updates_.after_node[i]) {
           if (addresses[graph_.updates[k].first] != addresses[graph_.updates[k].second]) return true;
         }
@@ -554,7 +528,7 @@ class CudaProgram final : public Program {
     for (int i = begin; i < end; ++i) {
       if (next_run < runs.size() && runs[next_run].first == i) {
         const int last = runs[next_run++].second;
-        ASSIGN_OR_RETURN(bool batched, LaunchBatch(i, last, state, addresses, native));
+        ASSIGN_OR_RETURN(bool batched, batcher_.Launch(i, last, addresses, state.error_word, native));
         if (batched) {
           for (int j = i; j <= last; ++j) {
             for (int k : updates_.after_node[j]) RETURN_IF_ERROR(EnqueueUpdate(k, state, addresses, native));
@@ -584,33 +558,6 @@ class CudaProgram final : public Program {
     }
     if (events != nullptr) CUDA_RETURN_IF_ERROR(cudaEventRecord(events[end], native));
     return absl::OkStatus();
-  }
-
-  // Nodes [first, last] (a run of PlanPointwiseBatches) as one launch of
-  // their kernel's batch entry; false when that entry is unavailable (the
-  // nodes then run one by one).
-  absl::StatusOr<bool> LaunchBatch(int first, int last, LaneState& state, absl::Span<void* const> addresses,
-                                   cudaStream_t native) {
-    const codegen::GeneratedKernel& kernel = *generated_[first];
-    absl::StatusOr<cudaKernel_t> entry = LoadGeneratedKernel(kernel, codegen::BatchEntryName(kernel));
-    if (!entry.ok()) return false;
-    std::vector<codegen::PointwiseKernelArgs> segments(last - first + 1);
-    for (int j = first; j <= last; ++j) {
-      const Node& node = graph_.nodes[j];
-      codegen::PointwiseKernelArgs& segment = segments[j - first];
-      for (size_t k = 0; k < node.inputs.size(); ++k) segment.inputs[k] = addresses[node.inputs[k]];
-      for (size_t o = 0; o < node.outputs.size(); ++o) segment.outputs[o] = addresses[node.outputs[o]];
-      segment.n = graph_.values[node.outputs[0]].type.numel();
-      segment.skip_if_error = state.error_word;
-    }
-    const DType dtype = graph_.values[graph_.nodes[first].outputs[0]].type.dtype;
-    const cudaError_t e = LaunchPointwiseBatch(*entry, dtype, segments, native);
-    if (e != cudaSuccess) {
-      return absl::InternalError(absl::StrCat(graph_.nodes[first].Describe(first), " to ",
-                                              graph_.nodes[last].Describe(last),
-                                              " (one batched launch): ", cudaGetErrorString(e)));
-    }
-    return true;
   }
 
   // One update (a new weight into its persistent tensor) as soon as the
@@ -699,14 +646,10 @@ class CudaProgram final : public Program {
   device::Device& device_;
   const std::vector<CudaKernelFn> kernels_;  // one per node
   const std::vector<CudaWarmFn> warmers_;    // one per node; nullptr: nothing to warm (FindCudaWarmer)
-  // Per node: its generated pointwise kernel and that kernel's name (empty
-  // where it has none).
-  std::vector<std::optional<codegen::GeneratedKernel>> generated_;
-  std::vector<std::string> generated_names_;
-  bool any_generated_ = false;
-  const bool checks_data_;  // some node may write the error word
+  const bool checks_data_;                   // some node may write the error word
   const UpdateSchedule updates_ = ScheduleUpdates(graph_);
   const CudaProgramOptions options_;
+  const PointwiseBatcher batcher_;  // alike fused nodes in one launch
   absl::flat_hash_map<CudaStream*, std::unique_ptr<LaneState>> lanes_;
   bool capture_disabled_ = false;
   // Iterations (and ranges) enqueued so far; no capture is tried before
