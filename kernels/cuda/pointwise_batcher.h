@@ -43,7 +43,7 @@ class PointwiseBatcher {
  private:
   const Graph& graph_;
   std::vector<std::optional<codegen::GeneratedKernel>> kernels_;  // per node
-  std::vector<std::string> names_;                                 // per node; empty: no kernel
+  std::vector<std::string> names_;                                // per node; empty: no kernel
   bool any_ = false;
 };
 
