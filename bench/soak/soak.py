@@ -9,13 +9,17 @@ crashing client would be. Every --sample-seconds it records the daemon's RSS, op
 sessions and jobs (tandemctl stats). At the end it checks what the fault-tolerance issue asks of a soak:
 the daemon never crashed, RSS and descriptors are flat after the warm-up (last quarter's mean within
 --rss-growth of the second quarter's), and no client starved (each finished jobs; the slowest client's
-count against the median). Writes JSON (--out) and prints a summary.
+count against the median). Failed jobs are counted by their last line of standard error (numbers taken out) and
+exit status. Writes JSON (--out) and prints a summary.
 """
 
 import argparse
+import collections
 import json
 import os
 import random
+import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -95,11 +99,26 @@ def main():
     next_sample = time.monotonic()
     start = time.monotonic()
 
+    # Each client's standard error (its latest job's), read back when the
+    # job fails: why jobs fail, by message with the numbers taken out.
+    err_dir = tempfile.mkdtemp(prefix="soak-clients-")
+    reasons = collections.Counter()
+    exit_codes = collections.Counter()
+
+    def failure_reason(i):
+        try:
+            with open(os.path.join(err_dir, f"client-{i}.err"), errors="replace") as f:
+                lines = [line.strip() for line in f if line.strip()]
+        except OSError:
+            return "(no stderr)"
+        return re.sub(r"\d+", "#", lines[-1])[:300] if lines else "(empty stderr)"
+
     def launch(i):
         cmd = [mlp_train, f"--endpoint={endpoint}", "--inputs=16", "--hidden=32", "--layers=1", "--classes=4",
                "--batch=16", f"--iterations={args.iterations}", "--print_every=0", "--eval_samples=0",
                f"--seed={rng.randrange(1 << 30)}", f"--name=soak-{i}"]
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(os.path.join(err_dir, f"client-{i}.err"), "wb") as err:
+            p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
         kill_at = time.monotonic() + rng.uniform(0.05, 2.0) if rng.random() < args.kill_fraction else None
         running[i] = (p, kill_at)
 
@@ -121,6 +140,8 @@ def main():
                 finished[i] += 1
             elif rc != "killed":
                 failed[i] += 1
+                exit_codes[rc] += 1
+                reasons[failure_reason(i)] += 1
             launch(i)
         if daemon is not None and daemon.poll() is not None:
             crashed = True
@@ -140,6 +161,7 @@ def main():
     for p, _ in running.values():
         p.send_signal(signal.SIGKILL)
         p.wait()
+    shutil.rmtree(err_dir, ignore_errors=True)
     time.sleep(2)  # the daemon notices the last clients' deaths
     final = proc_stats(pid) if not crashed else {}
     final.update(daemon_stats(tandemctl, endpoint) if not crashed else {})
@@ -163,6 +185,8 @@ def main():
         "kill_fraction": args.kill_fraction, "seed": args.seed,
         "daemon_crashed": crashed, "jobs_finished": sum(finished), "jobs_killed": killed,
         "jobs_failed": sum(failed),
+        "failure_reasons": [[reason, count] for reason, count in reasons.most_common(10)],
+        "failure_exit_codes": {str(code): count for code, count in exit_codes.items()},
         "jobs_per_client": {"min": min(finished), "median": median_jobs, "max": max(finished)},
         "rss_kib": {"second_quarter_mean": round(rss2), "last_quarter_mean": round(rss4),
                     "max": max((s["VmRSS"] for s in samples), default=0), "after_clients_gone": final.get("VmRSS")},
