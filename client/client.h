@@ -43,7 +43,10 @@ namespace tandem::client {
 struct ClientOptions {
   std::string endpoint;  // empty: $TANDEM_ENDPOINT, else the default socket
   std::string name = "tandem-client";
-  absl::Duration connect_timeout = absl::Seconds(5);
+  // How long the handshake may wait for a busy daemon (a missing ipc socket
+  // fails at once). 5 s was too short when 200 clients started at once on
+  // 2 cores (bench/soak/soak.py).
+  absl::Duration connect_timeout = absl::Seconds(30);
   absl::Duration call_timeout = absl::Hours(24);  // bound on one call
   bool heartbeat = true;
   // Feeds of at least `shared_memory_threshold` bytes travel through a

@@ -52,8 +52,11 @@ struct TransportOptions {
   std::string endpoint;            // ipc://path or tcp://host:port
   uint64_t max_message_bytes = 0;  // the protocol limit; the hard limit is twice it
   // A connection that answers no ZMTP PING for heartbeat_timeout_ms closes.
+  // Not less than a few seconds: a live client whose I/O thread is not
+  // scheduled in time (200 clients on 2 cores) would lose its job, and
+  // libzmq counts an arriving frame as the answer only once it is whole.
   int heartbeat_interval_ms = 200;
-  int heartbeat_timeout_ms = 600;
+  int heartbeat_timeout_ms = 3000;
 };
 
 class ZmqTransport {

@@ -96,7 +96,7 @@ TEST_F(ClientDeathTest, KilledWithIterationsInFlightIsFreedWithinASecond) {
 
 TEST_F(ClientDeathTest, StoppedClientIsFreedAfterTheHeartbeatTimeout) {
   // SIGSTOP: the process lives, its socket stays open, but nothing of it
-  // answers ZeroMQ's heartbeats (200 ms apart, 600 ms to answer).
+  // answers ZeroMQ's heartbeats (200 ms apart, 3 s to answer).
   pid_t pid = StartVictim("stopped-victim", 10000, 1);
   ::kill(pid, SIGSTOP);
   const double seconds = SecondsUntilFreed();
@@ -104,9 +104,9 @@ TEST_F(ClientDeathTest, StoppedClientIsFreedAfterTheHeartbeatTimeout) {
   ::kill(pid, SIGCONT);
   ::waitpid(pid, nullptr, 0);
   EXPECT_GE(seconds, 0) << daemon_->Log();
-  // Within the heartbeat interval plus its timeout (0.8 s) and a re-probe;
-  // 1.5 s leaves room for a loaded CI machine.
-  EXPECT_LT(seconds, 1.5) << daemon_->Log();
+  // Within the heartbeat interval plus its timeout (3.2 s) and a re-probe;
+  // 4.5 s leaves room for a loaded CI machine.
+  EXPECT_LT(seconds, 4.5) << daemon_->Log();
   std::printf("stopped: freed after %.3f s\n", seconds);
 }
 

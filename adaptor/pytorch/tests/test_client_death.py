@@ -1,6 +1,6 @@
 """Death detection with the Python client: a training process killed (SIGKILL) or stopped (SIGSTOP) between two
-steps, with nothing in flight whose reply could bounce, loses its job and memory within about a second
-(tests/client_death_test.cc does the same with the C++ client)."""
+steps, with nothing in flight whose reply could bounce, loses its job and memory at once (killed) or within about
+3 s (stopped: the heartbeat timeout) (tests/client_death_test.cc does the same with the C++ client)."""
 
 import os
 import signal
@@ -88,8 +88,8 @@ class ClientDeathTest(unittest.TestCase):
             os.kill(victim.pid, signal.SIGCONT)
             victim.wait()
         self.assertIsNotNone(seconds, self.daemon.log())
-        # The heartbeat interval plus its timeout is 0.8 s; the rest is room for a loaded CI machine.
-        self.assertLess(seconds, 1.5, self.daemon.log())
+        # The heartbeat interval plus its timeout is 3.2 s; the rest is room for a loaded CI machine.
+        self.assertLess(seconds, 4.5, self.daemon.log())
         print(f"python client stopped between steps: freed after {seconds:.3f} s", file=sys.stderr)
 
 

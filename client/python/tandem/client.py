@@ -71,7 +71,7 @@ def _c_tensors(tensors):
 class Client:
     """One session with tandemd."""
 
-    def __init__(self, endpoint=None, name="tandem-python", connect_timeout=5.0):
+    def __init__(self, endpoint=None, name="tandem-python", connect_timeout=30.0):
         self._lib = _lib.load()
         handle = ctypes.c_void_p()
         rc = self._lib.tandem_connect(endpoint.encode() if endpoint else None, name.encode(),
