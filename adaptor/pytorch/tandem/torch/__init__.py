@@ -19,6 +19,7 @@ each with its own weights). See docs/pytorch.md.
 
 from tandem.errors import (BatchError, CaptureError, DaemonUnavailableError, IterationError, JobClosedError,
                            RegistrationError, TandemError, UnsupportedOpError)
+from tandem.torch.amp import Amp
 from tandem.torch.batch import Batch
 from tandem.torch.capture import capture_inference, capture_training_step
 from tandem.torch.clipping import GradientClipping
@@ -49,20 +50,22 @@ def _as_tuple(batch):
 
 
 def capture_training_job(model, loss_fn, optimizer, example_batch, record_values=False, outputs=None, *,
-                         clip_grad_norm=None, clip_norm_type=2.0, clip_grad_value=None, accumulate=1):
+                         clip_grad_norm=None, clip_norm_type=2.0, clip_grad_value=None, accumulate=1, autocast=None,
+                         grad_scaler=None):
     """The lowered training step (a tandem.torch.lower.Lowered) and its capture, without a daemon. With
     `record_values` the step also runs once in PyTorch, for check.check_lowering (Lowered.values). The
     other arguments are train()'s."""
     plan = OptimizerPlan(optimizer, list(model.named_parameters()))
     clipping = GradientClipping(clip_grad_norm, clip_norm_type, clip_grad_value)
-    capture = capture_training_step(model, loss_fn, plan, example_batch, outputs, clipping, accumulate)
+    amp = Amp(autocast, grad_scaler)
+    capture = capture_training_step(model, loss_fn, plan, example_batch, outputs, clipping, accumulate, amp)
     lowered = lower(capture.gm, capture.inputs, capture.outputs, capture.flat_inputs, record_values)
     return capture, lowered
 
 
 def train(model, loss_fn, optimizer, example_batch, endpoint=None, name=None, priority=0, expected_iterations=0,
           device=None, outputs=None, *, clip_grad_norm=None, clip_norm_type=2.0, clip_grad_value=None,
-          accumulate=1, other_shapes=(), evaluate=None, resume=None):
+          accumulate=1, autocast=None, grad_scaler=None, other_shapes=(), evaluate=None, resume=None):
     """Captures one training step of `model` and registers it with tandemd. Returns a TrainingJob.
 
     The step computes loss_fn(model(*inputs, **kwargs), *targets) -> a scalar tensor, then the gradients and
@@ -93,6 +96,13 @@ def train(model, loss_fn, optimizer, example_batch, endpoint=None, name=None, pr
     loss_fn(...) / k and then updates once, as PyTorch's accumulation loop does; step() returns the sum of the
     k scaled losses (their mean).
 
+    Mixed precision (amp.py): autocast=torch.float16 or torch.bfloat16 runs forward and loss under CUDA
+    autocast's policy for that dtype, as `with torch.autocast("cuda", dtype=...)` does (train() called inside
+    such a context takes its dtype); the parameters and the optimizer stay float32. grad_scaler=a torch
+    GradScaler (its settings and current scale), True or a dict of its settings scales the loss and unscales
+    the gradients inside the step; a step whose gradients hold an inf or a NaN updates nothing but the scale,
+    as scaler.step() and scaler.update() do. job.grad_scaler_state_dict() reads the scaler's state back.
+
     The job holds the trained weights and optimizer state: job.checkpoint() (or state_dict() and
     optimizer_state_dict()) reads them in PyTorch's formats, job.load_into(model, optimizer) copies them back.
 
@@ -110,7 +120,7 @@ def train(model, loss_fn, optimizer, example_batch, endpoint=None, name=None, pr
     advance).
     """
     kwargs = dict(outputs=outputs, clip_grad_norm=clip_grad_norm, clip_norm_type=clip_norm_type,
-                  clip_grad_value=clip_grad_value, accumulate=accumulate)
+                  clip_grad_value=clip_grad_value, accumulate=accumulate, autocast=autocast, grad_scaler=grad_scaler)
     capture, lowered = capture_training_job(model, loss_fn, optimizer, example_batch, **kwargs)
     shape_variants = []
     for i, other in enumerate(other_shapes):
@@ -118,7 +128,7 @@ def train(model, loss_fn, optimizer, example_batch, endpoint=None, name=None, pr
         shape_variants.append(_ShapeVariant(f"shape{i + 1}", other_capture, other_lowered))
     eval_variant = None
     if evaluate is not None:
-        eval_variant = _EvalVariant(*capture_serving(model, evaluate))
+        eval_variant = _EvalVariant(*capture_serving(model, evaluate, capture.amp.dtype))
     name = name or f"{type(model).__name__}-train"
     return TrainingJob(capture, lowered, endpoint, name, _hints(priority, expected_iterations, device),
                        shape_variants, eval_variant, resume)
@@ -133,10 +143,10 @@ def serve(model, example_input, endpoint=None, name=None, priority=0, device=Non
     return ServedModel(capture, lowered, endpoint, name, _hints(priority, 0, device))
 
 
-def capture_serving(model, example_input):
+def capture_serving(model, example_input, autocast=None):
     """The captured and lowered forward pass of model(*example_input) in eval mode, without a daemon:
-    (capture, lowered), for serve_lowered()."""
-    capture = capture_inference(model, _as_tuple(example_input))
+    (capture, lowered), for serve_lowered(). autocast: a 16-bit dtype to run it under CUDA autocast's policy."""
+    capture = capture_inference(model, _as_tuple(example_input), autocast)
     lowered = lower(capture.gm, capture.inputs, capture.outputs, capture.flat_inputs)
     return capture, lowered
 

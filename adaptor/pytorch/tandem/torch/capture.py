@@ -34,6 +34,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from tandem.errors import BatchError, CaptureError
 from tandem.torch import compat, fused_rnn
+from tandem.torch.amp import Amp, autocast_region
 from tandem.torch.batch import BatchLayout, as_batch
 from tandem.torch.lower import Input, Output
 from tandem.torch.outputs import output_function
@@ -269,10 +270,11 @@ class TrainingCapture:
     state_dict_sources: [(key of model.state_dict(), persistent name or None, value when None)] in
     model.state_dict()'s order: which persistent tensor holds each entry (tied names share one), or the value
     captured for an entry that is no parameter or buffer (extra state).
+    amp: the amp.Amp it was captured with.
     """
 
     def __init__(self, gm, inputs, outputs, flat_inputs, plan, param_names, buffer_names, batch_layout,
-                 output_specs, state_dict_sources):
+                 output_specs, state_dict_sources, amp):
         self.gm = gm
         self.inputs = inputs
         self.outputs = outputs
@@ -284,6 +286,7 @@ class TrainingCapture:
         self.batch_names = batch_layout.names
         self.output_specs = output_specs
         self.state_dict_sources = state_dict_sources
+        self.amp = amp
 
 
 def _state_dict_sources(model, param_names, buffer_names):
@@ -301,7 +304,7 @@ def _state_dict_sources(model, param_names, buffer_names):
     return sources
 
 
-def capture_training_step(model, loss_fn, plan, example_batch, outputs=None, clipping=None, accumulate=1):
+def capture_training_step(model, loss_fn, plan, example_batch, outputs=None, clipping=None, accumulate=1, amp=None):
     """Traces forward, loss, backward and the optimizer update of one step, and the named `outputs`
     (outputs.output_function). `example_batch` is a batch.Batch (or its short form, batch.as_batch): the step
     computes loss_fn(model(*inputs, **kwargs), *targets). `clipping` (a clipping.GradientClipping) clips the
@@ -309,8 +312,12 @@ def capture_training_step(model, loss_fn, plan, example_batch, outputs=None, cli
     targets) holds k micro-batches along dim 0: the step runs forward and backward on each in turn (buffers such
     as batch norm's running statistics carried from one to the next), sums the gradients of loss_i / k and
     updates once; its loss is the sum of the loss_i / k, and the named outputs see the micro-batches' model
-    outputs concatenated along dim 0 (the whole batch's)."""
+    outputs concatenated along dim 0 (the whole batch's). `amp` (an amp.Amp) runs forward and loss under
+    autocast and scales the loss, with the optimizer's update skipped where a gradient is not finite."""
     example_batch = as_batch(example_batch)
+    amp = amp or Amp()
+    scaling = amp.scaling
+    plan.device_steps = scaling is not None
     layout = BatchLayout(example_batch)
     extra_outputs = output_function(outputs)
     cpu_model = _cpu_model(model)
@@ -322,12 +329,14 @@ def capture_training_step(model, loss_fn, plan, example_batch, outputs=None, cli
     index_of = {n: i for i, n in enumerate(param_names)}
     trainable = [index_of[n] for n, _ in plan.trainable]
     state_names = plan.state_names
+    steps = plan.initial_steps()
+    amp_state = scaling.initial_state() if scaling else []
     scalars = plan.example_scalars()
     batch = [t.detach().cpu() for t in layout.flat(example_batch)]
     micro = _micro_batch_size(batch, accumulate)
 
     P, B, T, S = len(param_names), len(buffer_names), len(trainable), len(scalars)
-    K = len(state_names)
+    K, G, A = len(state_names), len(steps), len(amp_state)
     output_specs = {}  # name -> (number of leaves, pytree spec) of its value, filled while tracing
 
     def step(*flat):
@@ -335,8 +344,11 @@ def capture_training_step(model, loss_fn, plan, example_batch, outputs=None, cli
         buffers = list(flat[P:P + B])
         states_flat = flat[P + B:P + B + T * K]
         states = [list(states_flat[i * K:(i + 1) * K]) for i in range(T)]
-        feed_scalars = list(flat[P + B + T * K:P + B + T * K + S])
-        data = layout.split(flat[P + B + T * K + S:])  # (inputs, kwargs, targets)
+        at = P + B + T * K
+        group_steps = list(flat[at:at + G])
+        scale, tracker = flat[at + G:at + G + A] if scaling else (None, None)
+        feed_scalars = list(flat[at + G + A:at + G + A + S])
+        data = layout.split(flat[at + G + A + S:])  # (inputs, kwargs, targets)
         targets = data[2]
 
         def loss_of(trained, buffers, data):
@@ -347,9 +359,10 @@ def capture_training_step(model, loss_fn, plan, example_batch, outputs=None, cli
             tensors = dict(zip(param_names, full))
             tensors.update(zip(buffer_names, buffers))
             _set_phase("")
-            output = compat.functional_call(cpu_model, tensors, inputs, kwargs)
-            _set_phase("loss")
-            loss = loss_fn(output, *targets)
+            with amp.region():
+                output = compat.functional_call(cpu_model, tensors, inputs, kwargs)
+                _set_phase("loss")
+                loss = loss_fn(output, *targets)
             if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
                 shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else ""
                 raise CaptureError("loss_fn must return a scalar tensor (a 0-dim tensor), got "
@@ -357,8 +370,10 @@ def capture_training_step(model, loss_fn, plan, example_batch, outputs=None, cli
             if accumulate > 1:
                 loss = loss / accumulate  # the accumulation loop's (loss_fn(...) / k).backward()
             _set_phase("backward")
+            # GradScaler.scale: loss * scale, the scale a 1-element float32 tensor (so a 16-bit loss promotes).
+            differentiated = (loss * scale).reshape(()) if scaling else loss
             # The model's output leaves the differentiated function only when named outputs need it.
-            return loss, ((loss, buffers, output) if extra_outputs else (loss, buffers))
+            return differentiated, ((loss, buffers, output) if extra_outputs else (loss, buffers))
 
         # The buffers go in as an argument: grad refuses in-place updates (batch norm's running statistics)
         # of tensors the function closes over.
@@ -381,11 +396,23 @@ def capture_training_step(model, loss_fn, plan, example_batch, outputs=None, cli
                 grads = list(part_grads) if m == 0 else [a + b for a, b in zip(grads, part_grads)]
                 loss = part_loss if m == 0 else loss + part_loss
             model_output = _concatenated(part_outputs) if extra_outputs else None
+        if scaling:
+            _set_phase("loss scaling")
+            grads, found_inf = scaling.unscale(grads, scale)
         if clipping:
             _set_phase("gradient clipping")
             grads = clipping.apply(grads)
         _set_phase(f"optimizer ({type(plan.optimizer).__name__})")
-        new_params, new_states = plan.update(trained, grads, states, feed_scalars)
+        new_params, new_states, new_steps = plan.update(trained, grads, states, feed_scalars, group_steps)
+        new_amp = []
+        if scaling:
+            # GradScaler.step: no update at all after an inf or NaN gradient.
+            _set_phase("loss scaling")
+            new_params = [torch.where(found_inf, old, new) for old, new in zip(trained, new_params)]
+            new_states = [[torch.where(found_inf, old, new) for old, new in zip(before, after)]
+                          for before, after in zip(states, new_states)]
+            new_steps = [torch.where(found_inf, old, new) for old, new in zip(group_steps, new_steps)]
+            new_amp = list(scaling.update(scale, tracker, found_inf))
         _set_phase("")
         flat_states = [s for per_param in new_states for s in per_param]
         leaves = []
@@ -399,7 +426,7 @@ def capture_training_step(model, loss_fn, plan, example_batch, outputs=None, cli
                 output_specs[name] = (len(flat_value), spec)
                 leaves += flat_value
             _set_phase("")
-        return (loss, *new_params, *flat_states, *buffers, *leaves)
+        return (loss, *new_params, *flat_states, *new_steps, *new_amp, *buffers, *leaves)
 
     flat_inputs = [p.detach().cpu().clone() for _, p in cpu_named_params]
     flat_inputs += [b.detach().cpu().clone() for _, b in named_buffers]
@@ -408,6 +435,7 @@ def capture_training_step(model, loss_fn, plan, example_batch, outputs=None, cli
         for _, value in plan.initial_state(i):
             state_tensors.append(value.detach().cpu())
     flat_inputs += state_tensors
+    flat_inputs += steps + amp_state
     flat_inputs += scalars
     flat_inputs += batch
 
@@ -419,12 +447,15 @@ def capture_training_step(model, loss_fn, plan, example_batch, outputs=None, cli
     inputs += [Input("persistent", n, t) for n, t in zip(buffer_names, flat_inputs[P:P + B])]
     state_persistent = [f"optim/{plan.trainable[i][0]}/{s}" for i in range(T) for s in state_names]
     inputs += [Input("persistent", n, t) for n, t in zip(state_persistent, state_tensors)]
+    amp_names = list(scaling.NAMES) if scaling else []
+    inputs += [Input("persistent", n, t) for n, t in zip(plan.step_names() + amp_names, steps + amp_state)]
     inputs += [Input("feed", n, t) for n, t in zip(plan.scalar_names(), scalars)]
     inputs += [Input("feed", n, t) for n, t in zip(layout.names, batch)]
 
     outputs = [Output("fetch", "loss")]
     outputs += [Output("update", param_names[i]) for i in trainable]
     outputs += [Output("update", n) for n in state_persistent]
+    outputs += [Output("update", n) for n in plan.step_names() + amp_names]
     outputs += [Output("update", n) for n in buffer_names]
     fetched = {}
     for name, (count, spec) in output_specs.items():
@@ -432,7 +463,7 @@ def capture_training_step(model, loss_fn, plan, example_batch, outputs=None, cli
         outputs += [Output("fetch", k) for k in keys]
         fetched[name] = (keys, spec)
     return TrainingCapture(gm, inputs, outputs, flat_inputs, plan, param_names, buffer_names, layout, fetched,
-                           _state_dict_sources(model, param_names, buffer_names))
+                           _state_dict_sources(model, param_names, buffer_names), amp)
 
 
 class InferenceCapture:
@@ -445,8 +476,8 @@ class InferenceCapture:
         self.input_names = input_names
 
 
-def capture_inference(model, example_inputs):
-    """Traces model(*example_inputs) in eval mode without gradients."""
+def capture_inference(model, example_inputs, autocast=None):
+    """Traces model(*example_inputs) in eval mode without gradients (under autocast, a 16-bit dtype or None)."""
     cpu_model = _cpu_model(model)
     was_training = cpu_model.training
     named = list(cpu_model.named_parameters()) + list(cpu_model.named_buffers())
@@ -456,7 +487,7 @@ def capture_inference(model, example_inputs):
 
     def forward(*flat):
         tensors = dict(zip(names, flat[:len(names)]))
-        with torch.no_grad():
+        with torch.no_grad(), autocast_region(autocast):
             out = compat.functional_call(cpu_model, tensors, flat[len(names):])
         leaves, spec = tree_flatten(out)
         out_spec["spec"] = spec

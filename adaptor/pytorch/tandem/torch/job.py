@@ -289,7 +289,7 @@ class TrainingJob:
         for names, _ in (outputs or {}).values():
             fetches += [n for n in names if n not in fetches]
         scalars = self._plan.scalar_values(advance=False)
-        feeds = [dtypes.host_tensor(n, torch.tensor(v, dtype=torch.float32))
+        feeds = [dtypes.host_tensor(n, torch.tensor(v, dtype=self._plan.scalar_dtype()))
                  for n, v in zip(self._scalar_names, scalars)]
         feeds += [dtypes.host_tensor(spec[0], t) for spec, t in zip(batch_specs, flat)]
         feeds += self._seeds.feeds(self._iteration)
@@ -366,21 +366,42 @@ class TrainingJob:
         the optimizer's current hyper-parameters (a scheduler's lr included). optimizer.load_state_dict() takes
         it; a job made from that optimizer continues the run."""
         plan = self._plan
-        return plan.state_dict(lambda i, name: self.read(f"optim/{plan.trainable[i][0]}/{name}"))
+        read_step = None
+        if plan.device_steps:  # loss scaling: the steps taken, skipped ones not counted, are the job's
+            def read_step(group):
+                return self.read(f"optim/group{group}/step").item()
+        return plan.state_dict(lambda i, name: self.read(f"optim/{plan.trainable[i][0]}/{name}"), read_step)
+
+    def grad_scaler_state_dict(self):
+        """The loss scaler's state after every iteration sent so far, in GradScaler.state_dict()'s format (scale,
+        growth settings, growth tracker), for GradScaler.load_state_dict; None when the job scales no loss."""
+        scaling = self._capture.amp.scaling
+        if scaling is None:
+            return None
+        scale, tracker = (self.read(name).reshape(-1)[0].item() for name in scaling.NAMES)
+        return scaling.state_dict(scale, tracker)
 
     def checkpoint(self):
-        """{"model": state_dict(), "optimizer": optimizer_state_dict()}, for torch.save. Resuming: load both
-        into a model and an optimizer (load_state_dict) and train() them; learning-rate schedulers keep their
+        """{"model": state_dict(), "optimizer": optimizer_state_dict()}, plus "scaler":
+        grad_scaler_state_dict() when the job scales its loss, for torch.save. Resuming: load them into a model,
+        an optimizer and a GradScaler (load_state_dict) and train() them; learning-rate schedulers keep their
         own state_dict()."""
-        return {"model": self.state_dict(), "optimizer": self.optimizer_state_dict()}
+        out = {"model": self.state_dict(), "optimizer": self.optimizer_state_dict()}
+        scaler = self.grad_scaler_state_dict()
+        if scaler is not None:
+            out["scaler"] = scaler
+        return out
 
-    def load_into(self, model, optimizer=None):
+    def load_into(self, model, optimizer=None, scaler=None):
         """Copies the trained parameters and buffers into `model` and, given an optimizer over its parameters
-        (the job's own or another of the same layout), the optimizer's state (optimizer_state_dict()). Returns
-        `model`."""
+        (the job's own or another of the same layout), the optimizer's state (optimizer_state_dict()), and
+        given a GradScaler, the loss scaler's state. Returns `model`."""
         model.load_state_dict(self.state_dict(), strict=False)
         if optimizer is not None:
             optimizer.load_state_dict(self.optimizer_state_dict())
+        state = self.grad_scaler_state_dict()
+        if scaler is not None and state is not None and scaler.is_enabled():
+            scaler.load_state_dict(state)
         return model
 
     def close(self):

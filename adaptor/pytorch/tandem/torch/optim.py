@@ -19,6 +19,12 @@ evaluate them. Each kind of optimizer is four entries (docs/pytorch.md,
 "Adding an optimizer"): its class in _KINDS, its state in _state_names, its
 per-step scalars in _group_scalars, and its update method in _UPDATES.
 
+With device_steps (loss scaling, amp.py), each group's step count lives in
+the job ("optim/group<i>/step", float64) and advances only on the steps that
+are taken; the learning rates are still fed, and the scalars that depend on
+the step count are computed in the graph, in float64 then rounded to float32
+as the host computes them otherwise.
+
 state_dict() gives the state back in the optimizer's own state_dict()
 format, so that a checkpoint taken from a job loads into a fresh optimizer
 (load_state_dict) and a job made from that optimizer continues the run.
@@ -124,6 +130,10 @@ class OptimizerPlan:
         self.state_names = _state_names(self.kind, self.groups[0].hyper) if self.groups else []
         self._read_steps()
         self.iterations = 0  # iterations counted by scalar_values(advance=True)
+        # With loss scaling a step can be skipped on the device (an inf or NaN gradient), which the host learns
+        # too late to count: then each group's step count is a persistent float64 tensor of the job, the
+        # step-dependent scalars are computed in the graph from it, and only the learning rates are fed.
+        self.device_steps = False
 
     @staticmethod
     def _kind(optimizer):
@@ -178,11 +188,12 @@ class OptimizerPlan:
                 out.append((name, torch.zeros_like(p.detach())))
         return out
 
-    def state_dict(self, read):
+    def state_dict(self, read, read_step=None):
         """The optimizer's state_dict() as the job has it after the iterations counted so far: torch.optim's
         format (state keyed by parameter index, param_groups with the optimizer's current hyper-parameters,
         learning rates set by a scheduler included), every trainable parameter's state read with
-        read(trainable index, state name) and Adam's step count this plan's. Before the first iteration, and for
+        read(trainable index, state name) and Adam's step count this plan's (with device_steps,
+read_step(group index)'s). Before the first iteration, and for
         parameters the job does not train, the optimizer's own state. SGD without momentum keeps no state."""
         saved = self.optimizer.state_dict()
         if self.iterations == 0 or not self.state_names:
@@ -198,7 +209,8 @@ class OptimizerPlan:
                 index = index_of[id(p)]
                 entry = {}
                 if self.kind != "sgd":
-                    entry["step"] = _step_value(state.get(index, {}).get("step"), g.steps, g.hyper, p)
+                    steps = g.steps if read_step is None else int(read_step(g.index))
+                    entry["step"] = _step_value(state.get(index, {}).get("step"), steps, g.hyper, p)
                 for name in self.state_names:
                     entry[name] = read(i, name).to(p.device)
                 state[index] = entry
@@ -212,18 +224,28 @@ class OptimizerPlan:
     def _group_scalars(self, g, h, step):
         """[(name, value)]: the scalar feeds of group `g` for its optimizer step number `step` (1 for the first),
         from `h`, the group's current hyper-parameters. Which names there are depends on g.hyper only (fixed
-        when the job is made); the values are computed in Python floats, as PyTorch computes them."""
-        lr = float(_plain(h["lr"]))
+        when the job is made); the values are computed in Python floats, as PyTorch computes them, or, with
+        device_steps, traced from float64 rank-0 tensors `step` and h["lr"]."""
+        traced = isinstance(step, torch.Tensor)
+        sqrt = torch.sqrt if traced else math.sqrt
+        lr = h["lr"] if traced else float(_plain(h["lr"]))
         if self.kind == "sgd":
             out = [("lr", lr)]
             if self._uses_grad_scale(g):
-                out.append(("grad_scale", 1.0 if (g.fresh_momentum and step == 1) else 1.0 - h["dampening"]))
+                damped = 1.0 - h["dampening"]
+                if not g.fresh_momentum:
+                    scale = damped
+                elif traced:
+                    scale = torch.where(step == 1, torch.ones_like(step), torch.full_like(step, damped))
+                else:
+                    scale = 1.0 if step == 1 else damped
+                out.append(("grad_scale", scale))
             return out
         if self.kind in ("adam", "adamw"):
             beta1, beta2 = h["betas"]
             bias_correction1 = 1 - beta1 ** step
             bias_correction2 = 1 - beta2 ** step
-            out = [("step_size", lr / bias_correction1), ("bias_correction2_sqrt", math.sqrt(bias_correction2))]
+            out = [("step_size", lr / bias_correction1), ("bias_correction2_sqrt", sqrt(bias_correction2))]
             if self.kind == "adamw" and g.hyper["weight_decay"] != 0:
                 out.append(("decay", 1 - lr * h["weight_decay"]))
             return out
@@ -237,14 +259,26 @@ class OptimizerPlan:
         return self._group_scalars(g, self.optimizer.param_groups[g.index], g.steps + 1)
 
     def scalar_names(self):
+        if self.device_steps:
+            return [f"optim/group{g.index}/lr" for g in self.groups]
         return [f"optim/group{g.index}/{name}" for g in self.groups for name, _ in self._current(g)]
+
+    def step_names(self):
+        """With device_steps: the persistent step count of each group."""
+        return [f"optim/group{g.index}/step" for g in self.groups] if self.device_steps else []
+
+    def initial_steps(self):
+        return [torch.tensor(float(g.steps), dtype=torch.float64) for g in self.groups] if self.device_steps else []
 
     def scalar_values(self, advance=True):
         """The scalar feeds of the next iteration (in scalar_names order), from the optimizer's current
         param_groups; with advance, counts the step as taken."""
         values = []
         for g in self.groups:
-            values += [float(v) for _, v in self._current(g)]
+            if self.device_steps:
+                values.append(float(_plain(self.optimizer.param_groups[g.index]["lr"])))
+            else:
+                values += [float(v) for _, v in self._current(g)]
             if advance:
                 g.steps += 1
         if advance:
@@ -252,26 +286,39 @@ class OptimizerPlan:
         return values
 
     def example_scalars(self):
-        return [torch.tensor(v, dtype=torch.float32) for v in self.scalar_values(advance=False)]
+        return [torch.tensor(v, dtype=self.scalar_dtype()) for v in self.scalar_values(advance=False)]
+
+    def scalar_dtype(self):
+        """The dtype of the scalar feeds: float32, or float64 with device_steps (the learning rates, from which
+        the graph computes the step's scalars in float64, as the host does otherwise)."""
+        return torch.float64 if self.device_steps else torch.float32
 
     # ---- the traced update ----
 
-    def update(self, params, grads, states, scalars):
-        """New parameters and states (lists aligned with the inputs; states[i] in state_names order). Runs
-        under tracing."""
+    def update(self, params, grads, states, scalars, steps=()):
+        """New parameters, states and (with device_steps) step counts: lists aligned with the inputs; states[i]
+        in state_names order, steps in group order. Runs under tracing."""
         new_params = list(params)
         new_states = [list(s) for s in states]
+        new_steps = []
         update = getattr(self, _UPDATES[self.kind])
         k = 0
         for g in self.groups:
-            names = [name for name, _ in self._current(g)]
-            s = dict(zip(names, scalars[k:k + len(names)]))
-            k += len(names)
+            if self.device_steps:
+                step = steps[g.index] + 1
+                h = dict(self.optimizer.param_groups[g.index], lr=scalars[g.index])
+                s = {name: v.to(torch.float32) if isinstance(v, torch.Tensor) else v
+                     for name, v in self._group_scalars(g, h, step)}
+                new_steps.append(step)
+            else:
+                names = [name for name, _ in self._current(g)]
+                s = dict(zip(names, scalars[k:k + len(names)]))
+                k += len(names)
             for i in g.params:
                 state = dict(zip(self.state_names, states[i]))
                 new_params[i], new_state = update(g, params[i], grads[i], state, s)
                 new_states[i] = [new_state[name] for name in self.state_names]
-        return new_params, new_states
+        return new_params, new_states, new_steps
 
     # Each update method: (group, parameter, gradient, {state name: tensor}, {scalar name: rank-0 tensor})
     # -> (new parameter, {state name: new tensor}), following torch/optim/<name>.py's _single_tensor_<name>.

@@ -1,0 +1,147 @@
+"""Mixed precision on the GPU: the adaptor's autocast against PyTorch's own CUDA autocast, and float16 AMP with
+loss scaling through a CUDA tandemd against PyTorch's AMP loop. Skips without a CUDA GPU and torch >= 2.0.
+
+- Casts: forward and loss of zoo models traced (make_fx, no decomposition) under torch.autocast("cuda",
+  float16) on CUDA tensors and under tandem.torch.amp.Autocast on CPU tensors. For every op that both traces
+  hold equally often (device-specific ops, such as cuDNN's batch norm beside the CPU's, and autocast's cached
+  weight casts, are left out), the output dtypes must be the same, call by call; matrix products and
+  convolutions must be among the compared ops.
+- Training: 50 steps of float16 AMP (autocast + torch.amp.GradScaler) in PyTorch and through tandemd from
+  the same weights and batches. Each of Tandem's losses must be within 5u (u = 2^-11) of PyTorch's, or no
+  further from it than twice the distance between PyTorch's AMP run and the same loop in float32 (mixed
+  precision's own effect bounds what rounding order may change); the scale and the number of skipped steps
+  are printed.
+"""
+
+import copy
+import sys
+import unittest
+from collections import defaultdict
+
+import common  # noqa: F401  (paths)
+from common import models, tandem, torch
+
+from tandem.torch import compat
+from tandem.torch.amp import Autocast
+
+sys.path.insert(0, common.SOURCE_ROOT)
+from zoo import catalog  # noqa: E402
+
+GPU = torch.cuda.is_available() and compat.TORCH_VERSION >= (2, 0)
+FP16 = torch.float16
+U_FP16 = 2.0 ** -11
+STEPS = 50
+
+
+def _dtypes_by_op(gm):
+    out = defaultdict(list)
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        val = n.meta.get("val")
+        vals = val if isinstance(val, (list, tuple)) else [val]
+        dtypes = tuple(str(v.dtype) for v in vals if isinstance(v, torch.Tensor))
+        out[str(n.target)].append(dtypes)
+    return out
+
+
+def _trace(model, loss_fn, batch, device, region):
+    model = copy.deepcopy(model).to(device)
+    batch = [t.to(device) for t in batch]
+
+    def fn(*b):
+        with region():
+            return loss_fn(model(*b[:-1]), b[-1])
+
+    with compat.tracing_context():
+        return compat.make_fx(fn, tracing_mode="real")(*batch)
+
+
+@unittest.skipUnless(GPU, "needs a CUDA GPU and torch >= 2.0 (PyTorch's CUDA autocast is the reference)")
+class AutocastAgainstPyTorchTest(unittest.TestCase):
+    def test_traced_dtypes_match(self):
+        for name in ("resnet18", "mobilenet_v3_small", "decoder_lm", "vit_b_32", "diffusion_unet", "bigru",
+                     "mlp_mixer", "seq2seq"):
+            with self.subTest(model=name):
+                torch.manual_seed(0)
+                model, loss_fn, make_batch = catalog.entry(name).build("small")
+                batch = list(make_batch(torch.Generator().manual_seed(1)))
+                theirs = _dtypes_by_op(_trace(model, loss_fn, batch, "cuda",
+                                              lambda: torch.autocast("cuda", dtype=FP16)))
+                ours = _dtypes_by_op(_trace(model, loss_fn, batch, "cpu", lambda: Autocast(FP16)))
+                compared, differ = [], []
+                for op in sorted(set(theirs) & set(ours)):
+                    if "_to_copy" in op or len(theirs[op]) != len(ours[op]):
+                        continue
+                    compared.append(op)
+                    if theirs[op] != ours[op]:
+                        differ.append((op, theirs[op][:4], ours[op][:4]))
+                print(f"{name}: {len(compared)} ops compared; only in PyTorch's trace or counted differently: "
+                      f"{sorted(op for op in theirs if op not in compared)}", file=sys.stderr)
+                self.assertEqual(differ, [])
+                products = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.convolution.default"}
+                self.assertTrue(products & set(compared), compared)
+
+
+def _eager_amp(model, loss_fn, batches, dtype):
+    """PyTorch's AMP loop (dtype None: float32): losses, the final scale, steps skipped."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    scaler = torch.amp.GradScaler("cuda", enabled=dtype is not None)
+    losses, skipped = [], 0
+    for batch in batches:
+        opt.zero_grad()
+        with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
+            loss = loss_fn(model(*batch[:-1]), batch[-1])
+        scaler.scale(loss).backward()
+        before = scaler.get_scale()
+        scaler.step(opt)
+        scaler.update()
+        skipped += dtype is not None and scaler.get_scale() < before
+        losses.append(loss.item())
+    return losses, scaler.get_scale(), skipped
+
+
+@unittest.skipUnless(GPU, "needs a CUDA GPU and torch >= 2.0")
+class Float16TrainingTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        from daemon import Daemon
+        reserve = (torch.cuda.get_device_properties(0).total_memory // 2) >> 20
+        cls.daemon = Daemon("--device=cuda", f"--reserve_mib={reserve}", session_timeout=30).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+
+    def train_both(self, label, model, loss_fn, make_batch):
+        g = torch.Generator().manual_seed(1)
+        batches = [tuple(make_batch(g)) for _ in range(STEPS)]
+        on_gpu = [tuple(t.cuda() for t in b) for b in batches]
+        amp, scale, skipped = _eager_amp(copy.deepcopy(model).cuda(), loss_fn, on_gpu, FP16)
+        full, _, _ = _eager_amp(copy.deepcopy(model).cuda(), loss_fn, on_gpu, None)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        job = tandem.torch.train(model, loss_fn, opt, batches[0], endpoint=self.daemon.endpoint, device="cuda",
+                                 autocast=FP16, grad_scaler=torch.amp.GradScaler("cuda"))
+        with job:
+            losses = [float(v) for v in (job.step(*b) for b in batches)]
+            ours = job.grad_scaler_state_dict()
+        worst = max(abs(a - e) / abs(e) for a, e in zip(losses, amp))
+        drift = max(abs(e - f) / abs(f) for e, f in zip(amp, full))
+        print(f"{label}: Tandem vs PyTorch AMP max rel {worst:.2e}; PyTorch AMP vs float32 max rel {drift:.2e}; "
+              f"scale {ours['scale']} (PyTorch {scale}); PyTorch skipped {skipped}; last losses "
+              f"{losses[-1]:.4f} / {amp[-1]:.4f} / {full[-1]:.4f}", file=sys.stderr)
+        for i, (a, e, f) in enumerate(zip(losses, amp, full)):
+            self.assertLessEqual(abs(a - e), max(5 * U_FP16 * abs(e), 2 * abs(e - f)), f"{label} step {i}")
+
+    def test_cnn(self):
+        torch.manual_seed(0)
+        self.train_both("ResNet-50 (small)", *models.tiny("resnet50"))
+
+    def test_decoder_lm(self):
+        torch.manual_seed(0)
+        model, loss_fn, make_batch = catalog.entry("decoder_lm").build("small")
+        self.train_both("decoder LM (small)", model, loss_fn, make_batch)
+
+
+if __name__ == "__main__":
+    unittest.main()
