@@ -82,6 +82,15 @@ class AutocastAgainstPyTorchTest(unittest.TestCase):
                 products = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.convolution.default"}
                 self.assertTrue(products & set(compared), compared)
 
+    def test_train_inside_an_autocast_block_takes_its_dtype(self):
+        model, loss_fn, make_batch = catalog.entry("resnet18").build("small")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            _, lowered = tandem.torch.capture_training_job(model, loss_fn, opt,
+                                                           tuple(make_batch(torch.Generator())))
+        convs = {n["declared_outputs"][0]["dtype"] for n in lowered.graph["nodes"] if n["op"] == "convolution"}
+        self.assertEqual(convs, {"BFLOAT16"})
+
 
 def _eager_amp(model, loss_fn, batches, dtype):
     """PyTorch's AMP loop (dtype None: float32): losses, the final scale, steps skipped."""

@@ -169,15 +169,22 @@ class Autocast(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def _enclosing_cuda_autocast():
+    """The dtype of an enabled torch.autocast("cuda") around the caller, or None."""
+    if not torch.is_autocast_enabled():
+        return None
+    if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4 (get_autocast_gpu_dtype is deprecated there)
+        return torch.get_autocast_dtype("cuda")
+    return torch.get_autocast_gpu_dtype()
+
+
 def autocast_dtype(autocast):
     """The 16-bit dtype of train(autocast=...): torch.float16, torch.bfloat16, or None (off; also False). True
     or absent inside an enabled torch.autocast("cuda") context take that context's dtype."""
     if autocast is None or autocast is False:
-        if autocast is None and torch.is_autocast_enabled():
-            return torch.get_autocast_gpu_dtype()
-        return None
+        return _enclosing_cuda_autocast() if autocast is None else None
     if autocast is True:
-        return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else torch.float16
+        return _enclosing_cuda_autocast() or torch.float16
     if autocast not in DTYPES:
         raise CaptureError(f"autocast must be torch.float16 or torch.bfloat16 (or None), got {autocast!r}")
     return autocast
