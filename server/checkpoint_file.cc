@@ -8,9 +8,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/checked_math.h"
@@ -192,6 +195,29 @@ absl::Status CheckCheckpointMatches(const v1::JobCheckpoint& header,
     }
   }
   return absl::OkStatus();
+}
+
+std::vector<std::string> RemoveExpiredCheckpoints(const std::string& state_dir, double ttl_seconds,
+                                                  std::chrono::system_clock::time_point now,
+                                                  const absl::flat_hash_set<std::string>& keep) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> removed;
+  const double now_seconds = std::chrono::duration<double>(now.time_since_epoch()).count();
+  std::error_code error;
+  for (const fs::directory_entry& owner : fs::directory_iterator(state_dir, error)) {
+    if (!owner.is_directory(error)) continue;
+    for (const fs::directory_entry& file : fs::directory_iterator(owner.path(), error)) {
+      const std::string path = file.path().string();
+      if (!absl::EndsWith(path, ".ckpt") && !absl::EndsWith(path, ".ckpt.tmp")) continue;
+      if (keep.contains(path)) continue;
+      struct stat st {};
+      if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      const double written = static_cast<double>(st.st_mtim.tv_sec) + 1e-9 * static_cast<double>(st.st_mtim.tv_nsec);
+      if (now_seconds - written <= ttl_seconds) continue;
+      if (::unlink(path.c_str()) == 0) removed.push_back(path);
+    }
+  }
+  return removed;
 }
 
 bool TokensEqual(absl::string_view a, absl::string_view b) {

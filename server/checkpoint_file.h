@@ -12,11 +12,13 @@
 #ifndef TANDEM_SERVER_CHECKPOINT_FILE_H_
 #define TANDEM_SERVER_CHECKPOINT_FILE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -54,6 +56,14 @@ absl::StatusOr<LoadedCheckpoint> ReadCheckpoint(const std::string& path, uint64_
 // first difference otherwise.
 absl::Status CheckCheckpointMatches(const v1::JobCheckpoint& header,
                                     const google::protobuf::RepeatedPtrField<v1::Tensor>& persistent);
+
+// Deletes the checkpoints under `state_dir` (<owner>/*.ckpt, and the
+// *.ckpt.tmp a crash mid-write left) last written more than `ttl_seconds`
+// before `now`, except the paths in `keep` (running jobs'). Other files and
+// folders (the kernel cache) are left alone. Returns the paths deleted.
+std::vector<std::string> RemoveExpiredCheckpoints(const std::string& state_dir, double ttl_seconds,
+                                                  std::chrono::system_clock::time_point now,
+                                                  const absl::flat_hash_set<std::string>& keep);
 
 // Whether two tokens are equal, in time that does not depend on where they
 // differ.

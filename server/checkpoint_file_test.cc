@@ -1,12 +1,17 @@
 #include "server/checkpoint_file.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -121,6 +126,33 @@ TEST_F(CheckpointFileTest, MatchesOnlyTheSamePersistentTensors) {
   EXPECT_NE(s.message().find("'b'"), std::string::npos) << s;
   persistent.RemoveLast();
   EXPECT_TRUE(absl::IsFailedPrecondition(CheckCheckpointMatches(Header(), persistent)));
+}
+
+TEST_F(CheckpointFileTest, OnlyCheckpointsOlderThanTheTtlAndNotKeptAreRemoved) {
+  const auto now = std::chrono::system_clock::now();
+  // (path under dir_, age in seconds, expected to be removed)
+  const std::vector<std::tuple<std::string, int, bool>> files = {
+      {"uid-1000/old.ckpt", 100, true},         {"uid-1000/young.ckpt", 10, false},
+      {"uid-1000/crashed.ckpt.tmp", 100, true}, {"uid-1000/running.ckpt", 100, false},
+      {"uid-1000/notes.txt", 100, false},       {"kernels/tandem_pw_1.cubin", 100, false},
+      {"curve-61/old.ckpt", 100, true}};
+  for (const auto& [name, age, removed] : files) {
+    const std::string path = dir_ + "/" + name;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    std::ofstream(path) << "x";
+    const auto when = std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count() - age;
+    const struct timespec times[2] = {{when, 0}, {when, 0}};
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0) << path;
+  }
+  std::filesystem::create_directories(dir_ + "/uid-1000/old-folder.ckpt");  // a folder is never removed
+  const std::vector<std::string> removed = RemoveExpiredCheckpoints(dir_, 50, now, {dir_ + "/uid-1000/running.ckpt"});
+  for (const auto& [name, age, expected] : files) {
+    const std::string path = dir_ + "/" + name;
+    EXPECT_EQ(!std::filesystem::exists(path), expected) << name;
+    EXPECT_EQ(std::count(removed.begin(), removed.end(), path), expected ? 1 : 0) << name;
+  }
+  EXPECT_TRUE(std::filesystem::is_directory(dir_ + "/uid-1000/old-folder.ckpt"));
+  EXPECT_TRUE(RemoveExpiredCheckpoints(dir_ + "/missing", 50, now, {}).empty());
 }
 
 TEST(CheckpointOwnerTest, OnlyPrincipalsOwnCheckpoints) {

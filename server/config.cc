@@ -270,6 +270,19 @@ const std::vector<ConfigKey>& BuildKeys() {
          return absl::OkStatus();
        },
        [](const DaemonOptions& o) { return FormatDouble(o.checkpoint_interval_seconds); }},
+      {"checkpoint_ttl", "SECONDS",
+       "with state_dir: a checkpoint that nobody resumed within this long of its last write is deleted (checked "
+       "at start and every ttl/4, at most hourly); 0: kept until its job is resumed and closed",
+       true,
+       [](absl::string_view v, DaemonOptions* o) {
+         double seconds;
+         if (!absl::SimpleAtod(v, &seconds) || !(seconds >= 0) || seconds > 86400.0 * 365 * 10) {
+           return Expected("seconds >= 0");
+         }
+         o->checkpoint_ttl_seconds = seconds;
+         return absl::OkStatus();
+       },
+       [](const DaemonOptions& o) { return FormatDouble(o.checkpoint_ttl_seconds); }},
       {"codegen", "true|false",
        "on a GPU, run each fused chain of a job's graph as a kernel generated and compiled for it at registration "
        "(false: the interpreting kernel)",

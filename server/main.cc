@@ -263,6 +263,21 @@ int Run(int argc, char** argv) {
   };
   arm_sweep();
 
+  // Checkpoints nobody resumed expire: swept at start, then every ttl/4 (at
+  // most hourly, at least every second; a reload may change the ttl).
+  boost::asio::steady_timer checkpoint_sweep(loop.context());
+  std::function<void()> arm_checkpoint_sweep = [&]() {
+    const double every = std::clamp(svc->options().checkpoint_ttl_seconds / 4, 1.0, 3600.0);
+    checkpoint_sweep.expires_after(std::chrono::milliseconds(static_cast<int64_t>(every * 1000)));
+    checkpoint_sweep.async_wait([&](const boost::system::error_code& error) {
+      if (error) return;
+      svc->SweepCheckpoints();
+      arm_checkpoint_sweep();
+    });
+  };
+  loop.Post("Service.SweepCheckpoints", [&]() { svc->SweepCheckpoints(); });
+  arm_checkpoint_sweep();
+
   // systemd: the watchdog is fed from the loop (a stuck loop stops feeding
   // it), and the status line refreshed.
   std::chrono::microseconds tick = std::chrono::seconds(5);

@@ -63,6 +63,10 @@ struct DaemonOptions {
   // how often, at most (also on SIGTERM and when their client goes away).
   std::string state_dir;
   double checkpoint_interval_seconds = 60;
+  // A checkpoint nobody resumed within this long of its last write is
+  // deleted (swept at start and then every ttl/4, at most hourly); 0: kept
+  // until resumed and closed.
+  double checkpoint_ttl_seconds = 7 * 86400;
   // Generated kernels (codegen/): on, and where compiled ones persist
   // ("auto": <state_dir>/kernels, else $XDG_CACHE_HOME or ~/.cache
   // /tandem/kernels; "none": memory only).

@@ -75,6 +75,10 @@ class Service {
   void HandleConnectionClosed();
   // Loop thread. Ends sessions idle for longer than the session timeout.
   void ExpireIdleSessions();
+  // Loop thread. With state_dir and checkpoint_ttl: the persist thread
+  // deletes the checkpoints nobody resumed within the ttl of their last
+  // write, other than running jobs'.
+  void SweepCheckpoints();
   // Loop thread. Ends every session (queued iterations get CANCELLED) and
   // waits for all device work; the completions that posts to the loop
   // answer the iterations that were running. Then, in a later work item

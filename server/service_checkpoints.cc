@@ -158,6 +158,19 @@ void Service::OnSnapshotCopied(uint64_t job_id, std::shared_ptr<std::string> own
   });
 }
 
+void Service::SweepCheckpoints() {
+  if (options_.state_dir.empty() || options_.checkpoint_ttl_seconds <= 0 || persist_ == nullptr) return;
+  absl::flat_hash_set<std::string> live;
+  for (const auto& [id, job] : jobs_) {
+    if (!job->checkpoint_path.empty()) live.insert(job->checkpoint_path);
+  }
+  persist_->Post([dir = options_.state_dir, ttl = options_.checkpoint_ttl_seconds, live = std::move(live)]() {
+    for (const std::string& path : RemoveExpiredCheckpoints(dir, ttl, std::chrono::system_clock::now(), live)) {
+      TLOG_INFO("deleted a checkpoint nobody resumed").With("path", path).With("checkpoint_ttl_s", ttl);
+    }
+  });
+}
+
 void Service::ReleaseCheckpointState(Job& job) {
   if (job.discard_checkpoint && !job.checkpoint_path.empty() && persist_ != nullptr) {
     const std::string path = job.checkpoint_path;

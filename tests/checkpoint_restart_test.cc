@@ -4,6 +4,7 @@
 // double-precision reference from the checkpoint's iteration on. Resumes
 // that must not work are refused with the error that says why, and the
 // daemon goes on serving.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -144,6 +145,44 @@ TEST_F(CheckpointRestartTest, SigtermCheckpointsAndARestartedDaemonResumes) {
   EXPECT_TRUE(Checkpoints().empty());
   ResumableTrainer again(restarted.endpoint(), token);
   EXPECT_TRUE(absl::IsNotFound(again.registered().status())) << again.registered().status();
+}
+
+TEST_F(CheckpointRestartTest, ACheckpointNobodyResumedWithinTheTtlIsDeleted) {
+  std::string token;
+  {
+    DaemonProcess daemon(Flags());
+    ResumableTrainer trainer(daemon.endpoint());
+    ASSERT_TRUE(trainer.registered().ok()) << trainer.registered().status();
+    token = trainer.registered()->resume_token();
+    trainer.Step(2);
+    daemon.Stop();
+  }
+  ASSERT_EQ(Checkpoints().size(), 1u);
+  // Last written 8 days ago, as if its user never came back.
+  const std::string path = Checkpoints()[0];
+  const auto eight_days_ago = std::chrono::system_clock::now() - std::chrono::hours(24 * 8);
+  const struct timespec times[2] = {
+      {std::chrono::duration_cast<std::chrono::seconds>(eight_days_ago.time_since_epoch()).count(), 0},
+      {std::chrono::duration_cast<std::chrono::seconds>(eight_days_ago.time_since_epoch()).count(), 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  {
+    // A ttl of 9 days keeps it: the restarted daemon resumes it.
+    std::vector<std::string> flags = Flags();
+    flags.push_back("--checkpoint_ttl=" + std::to_string(9 * 86400));
+    DaemonProcess daemon(flags);
+    ResumableTrainer resumed(daemon.endpoint(), token);
+    ASSERT_TRUE(resumed.registered().ok()) << resumed.registered().status() << daemon.Log();
+    EXPECT_EQ(resumed.registered()->resumed_iterations(), 2u);
+    resumed.Disconnect();
+    daemon.Stop();  // the final checkpoint is written now: fresh again
+  }
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  // The default ttl (7 days) deletes it at start.
+  DaemonProcess daemon(Flags());
+  for (int i = 0; i < 250 && !Checkpoints().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(Checkpoints().empty()) << daemon.Log();
+  ResumableTrainer late(daemon.endpoint(), token);
+  EXPECT_TRUE(absl::IsNotFound(late.registered().status())) << late.registered().status();
 }
 
 TEST_F(CheckpointRestartTest, KillNineLosesAtMostWhatFollowedTheLastCheckpoint) {
