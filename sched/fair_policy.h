@@ -19,15 +19,15 @@
 #ifndef TANDEM_SCHED_FAIR_POLICY_H_
 #define TANDEM_SCHED_FAIR_POLICY_H_
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "sched/policy.h"
+#include "sched/virtual_time.h"
 
 namespace tandem::sched {
 
 class FairPolicy : public Policy {
  public:
-  explicit FairPolicy(double window_seconds) : window_seconds_(window_seconds) {}
+  explicit FairPolicy(double window_seconds) : vtimes_(window_seconds) {}
 
   absl::string_view name() const override { return "fair"; }
   std::optional<JobId> Pick(const SchedState& state, int lane) override;
@@ -40,17 +40,10 @@ class FairPolicy : public Policy {
   void OnJobMoved(const SchedState& state, const JobState& job, int from_lane) override;
 
   // For tests and reports: the job's virtual time (normalized service).
-  double VirtualTime(JobId job) const;
+  double VirtualTime(JobId job) const { return vtimes_.Of(job); }
 
  private:
-  // The lane's floor: the least virtual time among its active jobs, never
-  // decreasing; 0 for a lane not seen yet.
-  double Floor(int lane) const;
-  void RaiseFloor(const SchedState& state, int lane);
-
-  const double window_seconds_;
-  absl::flat_hash_map<JobId, double> vtime_;
-  absl::flat_hash_map<int, double> floor_;
+  VirtualTimes vtimes_;
 };
 
 }  // namespace tandem::sched

@@ -9,7 +9,11 @@ namespace tandem::sched {
 
 bool MeasuredToClash(const SchedState& state, int key_a, int key_b, double margin) {
   const std::optional<bool> pays = state.interference.SideBySidePays(key_a, key_b, margin);
-  return pays.has_value() && !*pays;
+  if (!pays.has_value()) return false;
+  if (!*pays) return true;
+  // Measured both ways (SideBySidePays answered): unfair when either is slowed too much.
+  return *state.interference.R(key_a, key_b) > kFairPairSlowdown ||
+         *state.interference.R(key_b, key_a) > kFairPairSlowdown;
 }
 
 size_t StreamLaneCap(const SchedState& state, int max_lanes) {
@@ -152,12 +156,20 @@ std::optional<double> LaneLoads::RequestStreamLoad(JobId job, double now) const 
   return load;
 }
 
+double LaneLoads::Rate(JobId job, double now) const {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return 0.0;
+  return it->second.count * std::exp(-(now - it->second.at) / kDecaySeconds) / kDecaySeconds;
+}
+
 double LaneLoads::Of(JobId job, double now) const {
   auto it = jobs_.find(job);
   return it == jobs_.end() ? 0.0 : LoadOf(it->second, now);
 }
 
 void PackPolicy::OnJobMoved(const SchedState& state, const JobState& job, int from_lane) {
+  vtimes_.Moved(state, job);
+  placed_at_ = state.now;
   held_until_[job.id] = state.now + kHoldSeconds;
   next_level_ = state.now + kLevelSpacing;
   recapturing_ = job.id;
@@ -166,10 +178,46 @@ void PackPolicy::OnJobMoved(const SchedState& state, const JobState& job, int fr
 
 void PackPolicy::OnIterationDone(const SchedState& state, const JobState& job, double device_seconds) {
   loads_.OnIterationDone(job.id, state.now, device_seconds, job.active());
+  vtimes_.Served(state, job, device_seconds);
+  JudgeShare(state, job);
   if (job.id == recapturing_) {
     recapturing_ = 0;
     next_level_ = std::max(next_level_, state.now + kSettleSeconds);
   }
+}
+
+void PackPolicy::JudgeShare(const SchedState& state, const JobState& job) {
+  if (state.jobs_version != learned_for_version_) {  // another mix: what was learned does not apply
+    learned_clashes_.clear();
+    learned_for_version_ = state.jobs_version;
+  }
+  if (state.now - placed_at_ < kJudgeSeconds) return;
+  if (loads_.RequestStreamLoad(job.id, state.now).has_value()) return;  // its rate is its clients'
+  const std::optional<double> solo = state.interference.Solo(job.key);
+  if (!solo) return;
+  int n = 0;
+  for (const auto& [id, other] : state.jobs) {
+    if (other->active() && !loads_.RequestStreamLoad(id, state.now).has_value()) ++n;
+  }
+  if (n < 2 || loads_.Rate(job.id, state.now) * *solo >= kFairShareFloor / n) return;
+  // The partner side by side that slows it most (an unmeasured pair counts
+  // as the least).
+  const JobState* worst = nullptr;
+  double worst_r = 0;
+  for (int lane = 0; lane < state.LaneCount(); ++lane) {
+    if (lane == job.lane()) continue;
+    for (const JobState* other : state.lanes[lane].jobs) {
+      if (!other->active() || Clash(state, job.key, other->key)) continue;
+      const double r = state.interference.R(job.key, other->key).value_or(1.0);
+      if (worst == nullptr || r > worst_r) {
+        worst = other;
+        worst_r = r;
+      }
+    }
+  }
+  if (worst == nullptr) return;
+  learned_clashes_.insert({std::min(job.key, worst->key), std::max(job.key, worst->key)});
+  placed_at_ = state.now;  // judged again once the fold has settled
 }
 
 bool PackPolicy::Held(JobId job, double now) const {
@@ -190,7 +238,21 @@ std::optional<JobId> PackPolicy::Pick(const SchedState& state, int lane) {
   if (probes_.Decide(state, lane, &probe)) return probe;
   const JobState* first = FirstQueued(state, lane);
   if (first == nullptr) return std::nullopt;
-  return first->id;
+  return FairTurn(state, lane, first)->id;
+}
+
+const JobState* PackPolicy::FairTurn(const SchedState& state, int lane, const JobState* first) const {
+  if (loads_.RequestStreamLoad(first->id, state.now).has_value()) return first;
+  const JobState* behind = first;
+  for (const JobState* job : state.lanes[lane].jobs) {
+    if (job->has_queued() && vtimes_.Of(job->id) < vtimes_.Of(behind->id)) behind = job;
+  }
+  if (behind == first) return first;
+  // One iteration of slack (the longer of the two jobs' own), so that jobs
+  // of equal cost still alternate in arrival order.
+  const double slack = std::max(first->iteration_time.mean() / first->params.weight,
+                                behind->iteration_time.mean() / behind->params.weight);
+  return vtimes_.Of(first->id) - vtimes_.Of(behind->id) > slack ? behind : first;
 }
 
 int PackPolicy::ChooseLane(const SchedState& state, const JobParams& params, int num_lanes) const {

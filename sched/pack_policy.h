@@ -35,11 +35,32 @@
 //     kept out of the loads. It is for crowds of request streams of unequal
 //     cost (inference hosting).
 //   * Pick: in each lane the job whose queued iteration came first runs
-//     (first come, first served: jobs sharing a lane alternate, and a crowd
-//     of inference models sharing one is served in request order). A job
-//     whose solo time is unknown gets a probe: the other lanes drain and its
-//     iteration runs alone (min_interference_samples times per interference
-//     key), because r is measured against the solo time.
+//     (first come, first served: a crowd of inference models sharing a lane
+//     is served in request order), except that a job that keeps the lane
+//     busy (not a request stream) does not run ahead of a lane-mate with a
+//     queued iteration by more than one iteration of device time
+//     (VirtualTimes, no credit for idle time): then the lane-mate furthest
+//     behind runs. Jobs that take turns so get equal device time, whatever
+//     their iteration times; plain alternation gave a 6 ms job beside a
+//     28 ms one a fifth of its solo rate. A job whose solo time is unknown
+//     gets a probe: the other lanes drain and its iteration runs alone
+//     (min_interference_samples times per interference key), because r is
+//     measured against the solo time.
+//
+// No starvation: side by side must also leave each job its fair share.
+// Two jobs that take turns each get half the device (2x their solo time),
+// so a pair runs side by side only while neither is slowed beyond
+// kFairPairSlowdown = 1.1 x 2 (at least 0.9 of its fair half), even where
+// the sum of their rates would gain: DenseNet-121 beside ResNet-18 ran at
+// 0.19 of its solo rate while the pair's sum was 1.01. With more jobs,
+// pairwise rules do not bound a job that both takes turns in a lane and is
+// slowed by the lanes beside it, so the shares are also checked as they
+// are: a training job whose measured rate (LaneLoads' decayed iteration
+// rate x its key's solo time) stays under 0.9/n of its solo rate, n the
+// device's active training jobs, for kJudgeSeconds after the last change of
+// placement, makes its pair with its worst partner side by side clash
+// (learned clashes, forgotten when a job comes or goes): that partner then
+// folds into its lane, where turns are fair.
 //
 // Assumptions it was designed for:
 //   * Interference is pairwise and additive: with several co-runners each adds
@@ -56,16 +77,24 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/string_view.h"
 #include "sched/estimate.h"
 #include "sched/policy.h"
+#include "sched/virtual_time.h"
 
 namespace tandem::sched {
 
 // PACK's decision rules, shared with the policies that pack (srtf_pack).
 
-// True when keys a and b are measured to be better off taking turns
-// (SideBySidePays is false); false while the pair is unmeasured.
+// The most a job may be slowed by one partner running side by side:
+// 1.1 x 2, so that it keeps at least 0.9 of the half of the device that
+// taking turns would give it.
+inline constexpr double kFairPairSlowdown = 2.2;
+
+// True when keys a and b are measured to be better off taking turns: side
+// by side does not pay (SideBySidePays is false) or slows either beyond
+// kFairPairSlowdown. False while the pair is unmeasured.
 bool MeasuredToClash(const SchedState& state, int key_a, int key_b, double margin);
 
 // A lane this busy (LaneLoads: a fraction of its time) takes no more
@@ -148,6 +177,8 @@ class LaneLoads {
   void OnIterationDone(JobId job, double now, double device_seconds, bool still_active);
   void Forget(JobId job) { jobs_.erase(job); }
   double Of(JobId job, double now) const;
+  // Iteration ends per second, decayed (0 for a job not seen).
+  double Rate(JobId job, double now) const;
   // The job's load (Of) when it is a request stream, nullopt otherwise: one
   // lookup for both questions.
   std::optional<double> RequestStreamLoad(JobId job, double now) const;
@@ -173,8 +204,15 @@ class PackPolicy : public Policy {
   int ChooseLane(const SchedState& state, const JobParams& params, int num_lanes) const override;
   std::vector<LaneChange> Rebalance(const SchedState& state, int num_lanes) const override;
   void OnIterationDone(const SchedState& state, const JobState& job, double device_seconds) override;
+  void OnJobAdded(const SchedState& state, const JobState& job) override {
+    vtimes_.Added(state, job);
+    placed_at_ = state.now;
+  }
+  void OnJobActivated(const SchedState& state, const JobState& job) override { vtimes_.Activated(state, job); }
   void OnJobRemoved(const SchedState& state, JobId job) override {
     loads_.Forget(job);
+    vtimes_.Removed(job);
+    placed_at_ = state.now;
     held_until_.erase(job);
     if (recapturing_ == job) recapturing_ = 0;
   }
@@ -203,11 +241,23 @@ class PackPolicy : public Policy {
   static constexpr double kSettleSeconds = 0.25;
   // ... or until this long after the move, if the moved job stays idle.
   static constexpr double kRecaptureWaitSeconds = 1.0;
+  // How long shares settle after a change of placement before a starving
+  // job is judged (several LaneLoads::kDecaySeconds).
+  static constexpr double kJudgeSeconds = 3.0;
+  // A training job below this fraction of its fair share (1/n) starves.
+  static constexpr double kFairShareFloor = 0.9;
 
  private:
   bool Clash(const SchedState& state, int key_a, int key_b) const {
-    return MeasuredToClash(state, key_a, key_b, margin_);
+    return MeasuredToClash(state, key_a, key_b, margin_) || LearnedClash(key_a, key_b);
   }
+  bool LearnedClash(int key_a, int key_b) const {
+    return learned_clashes_.contains({std::min(key_a, key_b), std::max(key_a, key_b)});
+  }
+  // After `job`'s iteration: when its share has starved since the last
+  // change of placement, its pair with the partner side by side that slows
+  // it most is learned to clash.
+  void JudgeShare(const SchedState& state, const JobState& job);
 
   const double margin_;
   const int max_lanes_;
@@ -215,13 +265,22 @@ class PackPolicy : public Policy {
   // Each lane's load now (LaneLoads), `lanes` entries at least.
   std::vector<double> LaneLoadsNow(const SchedState& state, int lanes) const;
 
+  // The lane's first-come choice, or the lane-mate furthest behind it in
+  // device time when `first` keeps the lane busy and leads it by more than
+  // an iteration (Pick).
+  const JobState* FairTurn(const SchedState& state, int lane, const JobState* first) const;
+
   SoloProbes probes_;
   LaneLoads loads_;
+  VirtualTimes vtimes_{0.0};                       // no credit for idle time: shares count while jobs compete
   absl::flat_hash_map<JobId, double> held_until_;  // per moved job: no levelling move before this
   double next_level_ = 0;                          // no levelling move before this
   JobId recapturing_ = 0;                          // moved, its first iteration there not done (0: none)
   double recapture_deadline_ = 0;                  // levelling waits for recapturing_ until then
   mutable double next_level_check_ = 0;            // Rebalance looks at lane loads no sooner
+  double placed_at_ = 0;                           // the last time a job came, went or moved
+  absl::flat_hash_set<std::pair<int, int>> learned_clashes_;  // (smaller key, larger key)
+  uint64_t learned_for_version_ = 0;                          // the jobs_version they were learned for
 };
 
 }  // namespace tandem::sched
