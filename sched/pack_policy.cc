@@ -110,6 +110,9 @@ const JobState* SoloProbes::Target(const SchedState& state) {
     for (const JobState* job : lane.jobs) {
       if (Settled(state, job->key)) continue;
       all_settled = false;
+      // A first iteration that captures the job's graph is not measured, so
+      // it runs beside the others instead of holding every lane up alone.
+      if (job->iterations_done == 0 && state.options.first_iteration_captures) continue;
       if (!job->has_queued() || (target != nullptr && job->arrival_seq > target->arrival_seq)) continue;
       target = job;
     }
@@ -119,13 +122,32 @@ const JobState* SoloProbes::Target(const SchedState& state) {
 }
 
 bool SoloProbes::Decide(const SchedState& state, int lane, std::optional<JobId>* pick) {
+  // While a probe runs, every other lane waits for it.
+  if (running_probe_ != 0) {
+    const JobState* running = state.Job(running_probe_);
+    if (running != nullptr && running->running) {
+      *pick = std::nullopt;
+      return true;
+    }
+    running_probe_ = 0;
+  }
+  // Probes are spaced out: each holds the other lanes up for one of the
+  // newcomer's iterations, which running jobs should feel once in a while,
+  // not back to back.
+  if (state.now < next_probe_) return false;
   const JobState* probe = Target(state);
   if (probe == nullptr) return false;
-  // Everything else waits until the probe iteration can run alone.
+  // Everything else waits until the probe iteration can run alone, from the
+  // moment the newcomer's own iteration in progress (beside the others) ends:
+  // until then the other lanes go on, so that they wait for the probe's
+  // iteration alone, not also for that one.
+  if (probe->lane() != lane && probe->running) return false;
   if (probe->lane() != lane || state.overlap.RunningCount() > 0) {
     *pick = std::nullopt;
   } else {
     ++started_[probe->key];
+    next_probe_ = state.now + state.options.probe_spacing_seconds;
+    running_probe_ = probe->id;
     *pick = probe->id;
   }
   return true;

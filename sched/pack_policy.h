@@ -124,8 +124,12 @@ int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes,
                 const std::vector<double>* stream_lane_loads = nullptr);
 
 // Solo probes: r is measured against a key's solo time, so a job whose key
-// has none yet runs iterations alone first (the other lanes drain), at most
-// max_probes_per_key per key. Owned by one policy; not thread-safe.
+// has none yet runs iterations alone (the other lanes drain), at most
+// max_probes_per_key per key. Not a first iteration that captures the job's
+// graph (SchedulerOptions::first_iteration_captures), which is not
+// measured; and one probe per probe_spacing_seconds at most, so that a
+// running job is held up by one of the newcomer's iterations now and then,
+// not by a run of them. Owned by one policy; not thread-safe.
 class SoloProbes {
  public:
   explicit SoloProbes(int max_probes_per_key) : max_probes_per_key_(max_probes_per_key) {}
@@ -144,6 +148,8 @@ class SoloProbes {
 
   const int max_probes_per_key_;
   absl::flat_hash_map<int, int> started_;  // per key: probe iterations started
+  double next_probe_ = 0;                  // no probe starts before this
+  JobId running_probe_ = 0;                // the probe iteration's job while it may still run (0: none)
   // The state's jobs_version at which every job's key was found settled:
   // until a job comes or goes, no probe can be due, and Target answers
   // without walking the jobs (it is asked at every dispatch).

@@ -32,8 +32,11 @@ struct JobState {
   double device_seconds = 0;
   RunningEstimate iteration_time;  // this job's own iterations, any conditions
   bool running = false;
-  int staged = 0;               // iterations started behind a running one (lookahead)
-  bool after_move = false;      // moved since its last iteration: the next one is not a measurement
+  int staged = 0;  // iterations started behind a running one (lookahead)
+  // Moved since its last iteration (or new, with first_iteration_captures):
+  // the next one runs op by op and captures the job's graph on the daemon,
+  // so it is not a measurement.
+  bool unmeasured_next = false;
   uint64_t last_start_seq = 0;  // 0: never started
 
   int lane() const { return params.lane; }

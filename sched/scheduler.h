@@ -138,6 +138,15 @@ struct SchedulerOptions {
   // only jobs of the highest priority present are staged: PRIORITY's
   // best-effort jobs never run more than one iteration ahead of a decision.
   int lookahead = 0;
+  // A job's first iteration runs op by op and captures its graph (the
+  // daemon on a GPU: hundreds of milliseconds with cuDNN's choices): it is
+  // then not a measurement (of its solo time, its r, its mean), and PACK's
+  // solo probes wait for the second, so that no lane drains for it.
+  bool first_iteration_captures = false;
+  // PACK's solo probes (each drains the other lanes for one of the
+  // newcomer's iterations) start at most once per this many seconds, so a
+  // running job is held up by one probe now and then, not by a run of them.
+  double probe_spacing_seconds = 0;
 };
 
 class Scheduler {

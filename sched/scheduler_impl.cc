@@ -83,6 +83,7 @@ absl::Status SchedulerImpl::AddJob(JobId job, const JobParams& params) {
   state->params = params;
   state->arrival_seq = state_.next_arrival_seq++;
   state->private_key = params.interference_key.empty();
+  state->unmeasured_next = state_.options.first_iteration_captures;
   state->key = state_.interference.Intern(state->private_key ? absl::StrCat("job:", job) : params.interference_key);
   JobState* raw = state.get();
   state_.jobs.emplace(job, std::move(state));
@@ -190,14 +191,14 @@ void SchedulerImpl::OnIterationDone(JobId job, int lane, double device_seconds) 
   if (state == nullptr) return;  // closed while its last iteration ran
   const bool measured = std::isfinite(device_seconds) && device_seconds > 0;
   ++state->iterations_done;
-  // The first iteration after a move runs op by op and captures the job's
-  // graph again on its new lane (the daemon; the simulator's
-  // move_capture_factor): its time is the move's cost, not a measurement
-  // of the job beside its partners.
-  const bool after_move = std::exchange(state->after_move, false);
+  // A job's first iteration, and its first after a move, run op by op and
+  // capture its graph (on its new lane) in the daemon (the simulator's
+  // first_iteration_factor and move_capture_factor): their time is that
+  // cost, not a measurement of the job alone or beside its partners.
+  const bool unmeasured = std::exchange(state->unmeasured_next, false);
   if (measured) {
     state->device_seconds += device_seconds;
-    if (!after_move) {
+    if (!unmeasured) {
       if (!sample.was_paused) state->iteration_time.Add(device_seconds);
       state_.interference.AddSample(state->key, sample, device_seconds);
     }
@@ -283,7 +284,7 @@ absl::Status SchedulerImpl::MoveJob(JobId job, int lane) {
   EraseFromLane(state);
   state->params.lane = lane;
   InsertIntoLane(state);
-  state->after_move = true;
+  state->unmeasured_next = true;
   policy_->OnJobMoved(state_, *state, from);
   return absl::OkStatus();
 }
@@ -349,6 +350,10 @@ absl::StatusOr<std::unique_ptr<Scheduler>> CreateScheduler(const SchedulerOption
   }
   if (options.lookahead < 0) {
     return absl::InvalidArgumentError(absl::StrCat("lookahead must be >= 0, got ", options.lookahead));
+  }
+  if (!(options.probe_spacing_seconds >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("probe_spacing_seconds must be >= 0, got ", options.probe_spacing_seconds));
   }
   if (options.min_interference_samples < 1) {
     return absl::InvalidArgumentError(

@@ -143,10 +143,15 @@ absl::StatusOr<std::unique_ptr<Service>> Service::Create(const DaemonOptions& op
     ASSIGN_OR_RETURN(rt->memory, memory::DeviceMemory::Create(*dev, mem));
     // One iteration per lane runs; max_inflight_per_lane - 1 more may wait
     // behind it on the lane's stream (the scheduler's lookahead).
+    // A job's first iteration runs op by op and captures its graph (cuDNN's
+    // choices, NVRTC loads): not a measurement, and not a solo probe that
+    // would hold every other lane up for it.
     ASSIGN_OR_RETURN(rt->scheduler, sched::CreateScheduler({.policy = options.policy,
                                                             .preemption = options.preemption,
                                                             .max_lanes = options.max_lanes,
-                                                            .lookahead = options.max_inflight_per_lane - 1}));
+                                                            .lookahead = options.max_inflight_per_lane - 1,
+                                                            .first_iteration_captures = true,
+                                                            .probe_spacing_seconds = 0.25}));
     rt->device = std::move(dev);
     TLOG_INFO("device ready")
         .With("device", info.name)

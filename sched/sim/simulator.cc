@@ -39,6 +39,7 @@ struct SimJob {
   bool finished = false;
   bool running = false;
   bool moved = false;  // its next iteration pays SimOptions::move_capture_factor
+  bool first = true;   // its next iteration is its first: SimOptions::first_iteration_factor
   int64_t submitted = 0;
 };
 
@@ -221,9 +222,12 @@ void SimRun::Start(int lane_index, const Dispatch& dispatch) {
   lane.paused = false;
   lane.pause_requested = false;
   lane.job = it->second;
-  lane.work_total = job.model->solo_seconds * (job.moved ? options_.move_capture_factor : 1.0) +
+  const double factor =
+      (job.moved ? options_.move_capture_factor : 1.0) * (job.first ? options_.first_iteration_factor : 1.0);
+  lane.work_total = job.model->solo_seconds * factor +
                     (lane.last_job >= 0 && lane.last_job != it->second ? options_.switch_seconds : 0.0);
   job.moved = false;
+  job.first = false;
   lane.work_done = 0;
   lane.start = now_;
   lane.paused_total = 0;
@@ -357,7 +361,11 @@ void SimRun::EndIteration(int lane_index) {
   if (now_ >= options_.window_start_seconds && now_ <= options_.window_end_seconds) {
     r.window_device_seconds += device_seconds;
     ++r.window_iterations;
+    if (options_.record_completion_gaps && r.last_completion >= options_.window_start_seconds) {
+      r.window_gaps.push_back(now_ - r.last_completion);
+    }
   }
+  r.last_completion = now_;
   if (r.done >= job.trace->iterations) {
     job.finished = true;
     r.finish = now_;

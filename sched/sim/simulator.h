@@ -46,6 +46,12 @@ struct SimOptions {
   // again on the new lane's arena (tens of ms for a model of a ms: 30 is
   // of that order). 1: moves cost nothing.
   double move_capture_factor = 1;
+  // A job's first iteration takes this many times its solo time (on the GPU
+  // it runs op by op, captures the graph and makes cuDNN's choices). 1: no
+  // extra cost.
+  double first_iteration_factor = 1;
+  // Keep each job's completion gaps inside the window (JobResult::window_gaps).
+  bool record_completion_gaps = false;
   uint64_t capacity_bytes = 141'000'000'000;
   // Jobs with no interference key in the trace get their model's name (alike
   // jobs share measurements); false: each job is measured on its own.
@@ -77,6 +83,11 @@ struct JobResult {
   double max_iteration_seconds = 0;
   double window_device_seconds = 0;
   int64_t window_iterations = 0;
+  // With record_completion_gaps: the time between consecutive completions of
+  // the job's iterations that end inside the window, what its client sees as
+  // the iteration time.
+  std::vector<double> window_gaps;
+  double last_completion = -1;
   int final_lane = -1;
   int moves = 0;
   int yields = 0;

@@ -1,0 +1,94 @@
+// A job joining does not hold up the jobs already running (the daemon's
+// scheduler options: first_iteration_captures, probe_spacing_seconds).
+//
+// On the GPU a job's first iteration runs op by op, captures its graph and
+// makes cuDNN's choices: hundreds of milliseconds (a running ResNet-18's
+// slowest iteration took 840 ms while a second job registered). Under PACK,
+// that first iteration was a solo probe: every other lane drained for it.
+// Now it runs beside the others and is not measured; later probes (each
+// holding the others up for one of the newcomer's ordinary iterations)
+// start at most every probe_spacing_seconds.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "sched/sim/simulator.h"
+#include "sched/sim/trace_test_util.h"
+
+namespace tandem::sched::sim {
+namespace {
+
+constexpr double kJoinAt = 5;
+constexpr double kEnd = 20;
+
+ModelCatalog Models() {
+  ModelCatalog catalog;
+  for (const auto& [name, ms] : {std::pair{"res18", 6.4}, {"dense", 28.0}}) {
+    catalog.Add({.name = name,
+                 .solo_seconds = ms / 1000,
+                 .persistent_bytes = 100'000'000,
+                 .ephemeral_bytes = 1'000'000'000,
+                 .ops_per_iteration = 100});
+  }
+  return catalog;
+}
+
+struct Gaps {
+  double median = 0;
+  double p99 = 0;
+  double max = 0;
+};
+
+// The running job's completion gaps from 1 s before the join to the end.
+Gaps RunningJobGaps(const std::string& newcomer, bool daemon_options) {
+  SimOptions options;
+  options.scheduler.policy = "pack";
+  if (daemon_options) {
+    options.scheduler.first_iteration_captures = true;
+    options.scheduler.probe_spacing_seconds = 0.25;
+  }
+  options.first_iteration_factor = 30;  // 840 ms for the 28 ms job, 192 ms for the 6.4 ms one
+  options.record_completion_gaps = true;
+  options.window_start_seconds = kJoinAt - 1;
+  options.window_end_seconds = kEnd;
+  options.end_seconds = kEnd;
+  InterferenceTable table(1.3);
+  table.SetAll(1.3);  // side by side pays: after its probes, the newcomer runs beside the running job
+  Simulator simulator(options, Models(), table);
+  const std::vector<TraceJob> trace = {Job(1, 0, "res18", 100'000'000), Job(2, kJoinAt, newcomer, 100'000'000)};
+  absl::StatusOr<SimResult> result = simulator.Run(trace);
+  EXPECT_TRUE(result.ok()) << result.status();
+  if (!result.ok()) return {};
+  std::vector<double> gaps = result->Job(1)->window_gaps;
+  EXPECT_GT(gaps.size(), 1000u);
+  std::sort(gaps.begin(), gaps.end());
+  return {gaps[gaps.size() / 2], gaps[gaps.size() * 99 / 100], gaps.back()};
+}
+
+TEST(JoinTest, ANewcomersFirstIterationDoesNotDrainTheRunningJob) {
+  for (const std::string newcomer : {"res18", "dense"}) {
+    const Gaps before = RunningJobGaps(newcomer, /*daemon_options=*/false);
+    const Gaps now = RunningJobGaps(newcomer, /*daemon_options=*/true);
+    EXPECT_LE(now.p99, 1.2 * now.median) << newcomer;
+    if (newcomer == "res18") {
+      // An alike newcomer needs no probe, but its first iteration (192 ms)
+      // counted as a measurement beside the running job: r came out 2.04
+      // instead of 1.3, and PACK folded the pair into one lane (gaps 2x solo
+      // instead of 1.3x).
+      EXPECT_GE(before.median, 1.5 * now.median);
+      EXPECT_LE(now.max, 3 * now.median);
+    } else {
+      // A new kind of job is probed: before, its 840 ms first iteration was
+      // the first probe and every lane drained for it. Now the running job
+      // waits at most for one ordinary iteration of the newcomer alone (28
+      // ms) beside its own: 4.4x its median here, the cost of measuring a
+      // newcomer whose iterations are much longer than the running job's.
+      EXPECT_GT(before.max, 0.5);
+      EXPECT_LE(now.max, now.median + 0.028 * 1.05);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem::sched::sim
