@@ -7,10 +7,10 @@ loss scaling through a CUDA tandemd against PyTorch's AMP loop. Skips without a 
   weight casts, are left out), the output dtypes must be the same, call by call; matrix products and
   convolutions must be among the compared ops.
 - Training: 50 steps of float16 AMP (autocast + torch.amp.GradScaler) in PyTorch and through tandemd from
-  the same weights and batches. Each of Tandem's losses must be within 5u (u = 2^-11) of PyTorch's, or no
-  further from it than twice the distance between PyTorch's AMP run and the same loop in float32 (mixed
-  precision's own effect bounds what rounding order may change); the scale and the number of skipped steps
-  are printed.
+  the same weights and batches. Each of Tandem's losses must be within 5u (u = 2^-11) of PyTorch's, or within
+  twice PyTorch's own run-to-run spread so far (the largest difference up to that step between two PyTorch
+  AMP runs, the second with cuDNN's autotuned algorithms); the scale, the skipped steps and the distance to
+  the same loop in float32 are printed.
 """
 
 import copy
@@ -60,8 +60,10 @@ def _trace(model, loss_fn, batch, device, region):
 @unittest.skipUnless(GPU, "needs a CUDA GPU and torch >= 2.0 (PyTorch's CUDA autocast is the reference)")
 class AutocastAgainstPyTorchTest(unittest.TestCase):
     def test_traced_dtypes_match(self):
-        for name in ("resnet18", "mobilenet_v3_small", "decoder_lm", "vit_b_32", "diffusion_unet", "bigru",
-                     "mlp_mixer", "seq2seq"):
+        # (Not the GRU/LSTM models: a CUDA nn.GRU is cuDNN's fused RNN, whose flattened weights make_fx cannot
+        # trace, and the CPU's runs cell by cell: no op of the two traces corresponds.)
+        for name in ("resnet18", "mobilenet_v3_small", "decoder_lm", "vit_b_32", "diffusion_unet", "mlp_mixer",
+                     "seq2seq"):
             with self.subTest(model=name):
                 torch.manual_seed(0)
                 model, loss_fn, make_batch = catalog.entry(name).build("small")
@@ -127,6 +129,13 @@ class Float16TrainingTest(unittest.TestCase):
         batches = [tuple(make_batch(g)) for _ in range(STEPS)]
         on_gpu = [tuple(t.cuda() for t in b) for b in batches]
         amp, scale, skipped = _eager_amp(copy.deepcopy(model).cuda(), loss_fn, on_gpu, FP16)
+        # PyTorch's own run-to-run spread: the same run with cuDNN's autotuned algorithms (another run's kernel
+        # choices round differently).
+        torch.backends.cudnn.benchmark = True
+        try:
+            again, _, skipped_again = _eager_amp(copy.deepcopy(model).cuda(), loss_fn, on_gpu, FP16)
+        finally:
+            torch.backends.cudnn.benchmark = False
         full, _, _ = _eager_amp(copy.deepcopy(model).cuda(), loss_fn, on_gpu, None)
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         job = tandem.torch.train(model, loss_fn, opt, batches[0], endpoint=self.daemon.endpoint, device="cuda",
@@ -134,13 +143,18 @@ class Float16TrainingTest(unittest.TestCase):
         with job:
             losses = [float(v) for v in (job.step(*b) for b in batches)]
             ours = job.grad_scaler_state_dict()
+        spread, envelope = 0.0, []
+        for e, e2 in zip(amp, again):
+            spread = max(spread, abs(e - e2))
+            envelope.append(spread)
         worst = max(abs(a - e) / abs(e) for a, e in zip(losses, amp))
         drift = max(abs(e - f) / abs(f) for e, f in zip(amp, full))
-        print(f"{label}: Tandem vs PyTorch AMP max rel {worst:.2e}; PyTorch AMP vs float32 max rel {drift:.2e}; "
-              f"scale {ours['scale']} (PyTorch {scale}); PyTorch skipped {skipped}; last losses "
-              f"{losses[-1]:.4f} / {amp[-1]:.4f} / {full[-1]:.4f}", file=sys.stderr)
-        for i, (a, e, f) in enumerate(zip(losses, amp, full)):
-            self.assertLessEqual(abs(a - e), max(5 * U_FP16 * abs(e), 2 * abs(e - f)), f"{label} step {i}")
+        print(f"{label}: Tandem vs PyTorch AMP max rel {worst:.2e}; PyTorch AMP run to run max abs {spread:.2e}; "
+              f"PyTorch AMP vs float32 max rel {drift:.2e}; scale {ours['scale']} (PyTorch {scale}); skipped by "
+              f"PyTorch {skipped} and {skipped_again}; last losses Tandem {losses[-1]:.4f}, PyTorch AMP "
+              f"{amp[-1]:.4f} and {again[-1]:.4f}, float32 {full[-1]:.4f}", file=sys.stderr)
+        for i, (a, e, bound) in enumerate(zip(losses, amp, envelope)):
+            self.assertLessEqual(abs(a - e), max(5 * U_FP16 * abs(e), 2 * bound), f"{label} step {i}")
 
     def test_cnn(self):
         torch.manual_seed(0)

@@ -60,9 +60,8 @@ FLOAT32 = frozenset([
     "upsample_nearest1d", "_upsample_nearest_exact1d", "upsample_nearest2d", "_upsample_nearest_exact2d",
     "upsample_nearest3d", "_upsample_nearest_exact3d", "upsample_linear1d", "upsample_bilinear2d",
     "_upsample_bilinear2d_aa", "upsample_trilinear3d", "upsample_bicubic2d", "_upsample_bicubic2d_aa",
-    # norm computes in float32 (autocast appends dtype=float32); cross_entropy_loss is log_softmax and
-    # nll_loss, both float32 ops, composed in C++ where this mode does not see them.
-    "norm", "cross_entropy_loss",
+    # norm computes in float32 (autocast appends dtype=float32).
+    "norm",
 ])
 # float32 by the op's own dtype argument, when the first argument is eligible and no dtype was given.
 FLOAT32_BY_DTYPE = frozenset([
@@ -73,6 +72,7 @@ PROMOTE = frozenset([
     "tensordot", "scatter_add",
 ])
 BANNED = frozenset(["binary_cross_entropy"])
+_REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}  # ATen's reduction enum
 
 DTYPES = (torch.float16, torch.bfloat16)
 
@@ -103,6 +103,18 @@ def _first_tensor(args, kwargs):
         for t in _tensors(v):
             return t
     return None
+
+
+def _cross_entropy(func, input, target, weight=None, reduction=1, ignore_index=-100, label_smoothing=0.0):
+    """ATen's cross_entropy_loss as CUDA autocast runs it: composed in C++ of log_softmax with the input's own
+    dtype as its dtype argument (so it stays 16-bit: autocast sets only a missing dtype) and nll_loss (a float32
+    op). For class indices without label smoothing that is what runs here; probabilities as targets and label
+    smoothing, whose C++ composition adds sums, run in float32."""
+    if label_smoothing == 0 and _eligible(input) and not target.is_floating_point():
+        log_probs = torch.log_softmax(input, 1 if input.dim() > 1 else 0, dtype=input.dtype)
+        return torch.nn.functional.nll_loss(log_probs.float(), target, None if weight is None else weight.float(),
+                                            ignore_index=ignore_index, reduction=_REDUCTIONS[int(reduction)])
+    return func(*_cast((input, target, weight), torch.float32), reduction, ignore_index, label_smoothing)
 
 
 _BODY_CACHE = {}
@@ -153,6 +165,8 @@ class Autocast(TorchFunctionMode):
             floats = [t for v in list(args) + list(kwargs.values()) for t in _tensors(v) if _eligible(t)]
             wide = torch.float32 if any(t.dtype == torch.float32 for t in floats) else self.dtype
             return func(*_cast(args, wide), **{k: _cast(v, wide) for k, v in kwargs.items()})
+        if name == "cross_entropy_loss":
+            return _cross_entropy(func, *args, **kwargs)
         if name in BANNED:
             raise CaptureError(
                 f"torch.nn.functional.{name} is unsafe under autocast (PyTorch refuses it too): combine the "
