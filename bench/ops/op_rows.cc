@@ -12,7 +12,6 @@ namespace {
 
 using gpu_test::Fill;
 using gpu_test::GraphMaker;
-using gpu_test::MakeAttrs;
 
 constexpr DType kF32 = DType::kFloat32;
 constexpr DType kBF16 = DType::kBFloat16;

@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ir/make_attrs.h"
 #include "ir/op_registry.h"
 #include "ir/ops/index_rules.h"
 
@@ -28,12 +29,6 @@ TensorType Bool(Shape shape) { return {DType::kBool, std::move(shape)}; }
 TensorType BF16(Shape shape) { return {DType::kBFloat16, std::move(shape)}; }
 
 using Ints = std::vector<int64_t>;
-
-Attrs MakeAttrs(std::vector<std::pair<std::string, AttrValue>> values) {
-  Attrs attrs;
-  for (auto& [name, value] : values) attrs.Set(name, value);
-  return attrs;
-}
 
 absl::StatusOr<std::vector<TensorType>> Infer(const std::string& op, const Attrs& attrs,
                                               const std::vector<TensorType>& inputs) {

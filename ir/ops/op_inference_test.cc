@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ir/make_attrs.h"
 #include "ir/op_registry.h"
 #include "ir/ops/shape_rules.h"
 
@@ -44,12 +45,6 @@ std::string InferError(const std::string& op, const Attrs& attrs, const std::vec
   if (result.ok()) return "";
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
   return std::string(result.status().message());
-}
-
-Attrs MakeAttrs(std::vector<std::pair<std::string, AttrValue>> values) {
-  Attrs attrs;
-  for (auto& [name, value] : values) attrs.Set(name, value);
-  return attrs;
 }
 
 TEST(OpRegistryTest, HasTheDocumentedOpSetWithItsAliases) {

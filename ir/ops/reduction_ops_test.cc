@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ir/make_attrs.h"
 #include "ir/op_registry.h"
 #include "ir/ops/reduction_rules.h"
 
@@ -28,12 +29,6 @@ TensorType BF16(Shape shape) { return {DType::kBFloat16, std::move(shape)}; }
 TensorType F16(Shape shape) { return {DType::kFloat16, std::move(shape)}; }
 
 using Ints = std::vector<int64_t>;
-
-Attrs MakeAttrs(std::vector<std::pair<std::string, AttrValue>> values) {
-  Attrs attrs;
-  for (auto& [name, value] : values) attrs.Set(name, value);
-  return attrs;
-}
 
 absl::StatusOr<std::vector<TensorType>> Infer(const std::string& op, const Attrs& attrs,
                                               const std::vector<TensorType>& inputs) {

@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ir/make_attrs.h"
 #include "ir/op_registry.h"
 
 namespace tandem {
@@ -55,12 +56,6 @@ std::string InferError(const std::string& op, const Attrs& attrs, const std::vec
   if (result.ok()) return "";
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
   return std::string(result.status().message());
-}
-
-Attrs MakeAttrs(std::vector<std::pair<std::string, AttrValue>> values) {
-  Attrs attrs;
-  for (auto& [name, value] : values) attrs.Set(name, value);
-  return attrs;
 }
 
 using Ints = std::vector<int64_t>;

@@ -15,6 +15,7 @@
 #include "base/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ir/make_attrs.h"
 #include "ir/op_registry.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/run_op_test_util.h"
@@ -67,12 +68,6 @@ struct Tensor {
     return v;
   }
 };
-
-Attrs MakeAttrs(std::vector<std::pair<std::string, AttrValue>> values) {
-  Attrs attrs;
-  for (auto& [name, value] : values) attrs.Set(name, value);
-  return attrs;
-}
 
 absl::StatusOr<std::vector<TensorType>> Infer(const std::string& op, const Attrs& attrs,
                                               const std::vector<TensorType>& inputs) {

@@ -15,6 +15,7 @@
 #include "base/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ir/make_attrs.h"
 #include "ir/op_registry.h"
 #include "kernels/cpu/run_op_test_util.h"
 
@@ -69,12 +70,6 @@ std::vector<HostTensor> MustRun(const std::string& op, const Attrs& attrs, std::
   EXPECT_TRUE(result.ok()) << op << ": " << result.status();
   if (!result.ok()) return {};
   return *std::move(result);
-}
-
-Attrs MakeAttrs(std::vector<std::pair<std::string, AttrValue>> values) {
-  Attrs attrs;
-  for (auto& [name, value] : values) attrs.Set(name, value);
-  return attrs;
 }
 
 // |actual - expected| <= rtol * (|expected| + 1), with rtol by dtype

@@ -36,7 +36,6 @@ namespace {
 using half_test::Get;
 using half_test::HostTensor;
 using half_test::Make;
-using half_test::MakeAttrs;
 using half_test::MustRun;
 using half_test::UnitRoundoff;
 using half_test::Values;

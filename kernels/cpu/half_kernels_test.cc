@@ -110,7 +110,6 @@ using half_test::Close;
 using half_test::Get;
 using half_test::HostTensor;
 using half_test::Make;
-using half_test::MakeAttrs;
 using half_test::MustRun;
 using half_test::Tolerance;
 using half_test::UnitRoundoff;

@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "ir/attrs.h"
 #include "ir/dtype.h"
+#include "ir/make_attrs.h"
 #include "kernels/cpu/run_op_test_util.h"
 #include "kernels/half.h"
 
@@ -119,12 +120,6 @@ inline HostTensor RandomTensor(std::mt19937_64& rng, DType dtype, Shape shape, d
   std::vector<double> v(static_cast<size_t>(NumElements(shape)));
   for (double& x : v) x = dist(rng);
   return Make(dtype, std::move(shape), v);
-}
-
-inline Attrs MakeAttrs(std::initializer_list<std::pair<std::string, AttrValue>> values) {
-  Attrs attrs;
-  for (const auto& [name, value] : values) attrs.Set(name, value);
-  return attrs;
 }
 
 // Runs `op`'s CPU kernel on outputs of the registry's types, poisoned first

@@ -27,7 +27,6 @@ namespace tandem {
 namespace {
 
 using cpu::TestTensor;
-using half_test::MakeAttrs;
 using half_test::MustRun;
 
 const float kNaN = std::numeric_limits<float>::quiet_NaN();

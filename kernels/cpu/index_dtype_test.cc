@@ -26,6 +26,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ir/graph.h"
+#include "ir/make_attrs.h"
 #include "ir/op_registry.h"
 #include "ir/ops/shape_rules.h"
 #include "kernels/cpu/cpu_program.h"
@@ -129,12 +130,6 @@ std::vector<TestTensor> ExpectSameWithInt32(const std::string& op, const Attrs& 
         << op << " output " << k << " " << (*expected)[k].type.ToString();
   }
   return *std::move(expected);
-}
-
-Attrs MakeAttrs(std::vector<std::pair<std::string, AttrValue>> values) {
-  Attrs attrs;
-  for (auto& [name, value] : values) attrs.Set(name, value);
-  return attrs;
 }
 
 constexpr DType kFloatTypes[] = {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kFloat16};

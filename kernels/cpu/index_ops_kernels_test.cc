@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ir/make_attrs.h"
 #include "ir/ops/shape_rules.h"
 #include "kernels/cpu/run_op_test_util.h"
 #include "kernels/half.h"
@@ -44,12 +45,6 @@ std::mt19937_64& Rng() {
 }
 
 int64_t Uniform(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(Rng()); }
-
-Attrs MakeAttrs(std::vector<std::pair<std::string, AttrValue>> values) {
-  Attrs attrs;
-  for (auto& [name, value] : values) attrs.Set(name, value);
-  return attrs;
-}
 
 // Random values exact in every dtype: integers in [-50, 50] (halves for the
 // float types, so no two are likely equal), bools either way.

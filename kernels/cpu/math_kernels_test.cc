@@ -12,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ir/make_attrs.h"
 #include "ir/ops/math_table.h"
 #include "kernels/cpu/run_op_test_util.h"
 #include "kernels/half.h"
@@ -34,12 +35,6 @@ std::vector<double> Values(const HostTensor& t) {
   std::vector<double> v(t.numel());
   for (int64_t i = 0; i < t.numel(); ++i) v[i] = ElementAsDouble(t, i);
   return v;
-}
-
-Attrs MakeAttrs(std::vector<std::pair<std::string, AttrValue>> values) {
-  Attrs attrs;
-  for (auto& [name, value] : values) attrs.Set(name, value);
-  return attrs;
 }
 
 HostTensor RunOp(const std::string& op, const Attrs& attrs, std::vector<HostTensor> inputs,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "ir/make_attrs.h"
 #include "kernels/cpu/run_op_test_util.h"
 #include "kernels/half.h"
 
@@ -21,12 +22,6 @@ using Ints = std::vector<int64_t>;
 constexpr uint8_t kPoison = 0xA7;
 
 std::vector<double> Values(const TestTensor& t) { return ElementsAsDoubles(t); }
-
-Attrs MakeAttrs(std::vector<std::pair<std::string, AttrValue>> values) {
-  Attrs attrs;
-  for (auto& [name, value] : values) attrs.Set(name, value);
-  return attrs;
-}
 
 // A tensor of `dtype` and `shape` (zeros): the random ops read only its
 // type.

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "gtest/gtest.h"
+#include "ir/make_attrs.h"
 #include "ir/op_registry.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/run_op_test_util.h"
@@ -86,12 +87,6 @@ inline Tensor Make(DType dtype, Shape shape, const std::vector<double>& values) 
   EXPECT_EQ(static_cast<int64_t>(values.size()), t.numel());
   for (int64_t i = 0; i < t.numel() && i < static_cast<int64_t>(values.size()); ++i) t.Set(i, values[i]);
   return t;
-}
-
-inline Attrs MakeAttrs(std::vector<std::pair<std::string, AttrValue>> values) {
-  Attrs attrs;
-  for (auto& [name, value] : values) attrs.Set(name, value);
-  return attrs;
 }
 
 // Runs `op` through FindCpuKernel with outputs of the inferred types,

@@ -26,7 +26,6 @@ namespace {
 using half_test::Close;
 using half_test::Get;
 using half_test::HostTensor;
-using half_test::MakeAttrs;
 using half_test::MustRun;
 using half_test::Set;
 using half_test::Values;

@@ -24,7 +24,6 @@ namespace {
 
 using half_test::Close;
 using half_test::HostTensor;
-using half_test::MakeAttrs;
 using half_test::MustRun;
 using half_test::Values;
 using spatial_test::Ints;

@@ -92,12 +92,6 @@ std::vector<int> GraphMaker::Add(const std::string& op, std::vector<int> inputs,
   return graph_.nodes.back().outputs;
 }
 
-Attrs MakeAttrs(std::initializer_list<std::pair<std::string, AttrValue>> values) {
-  Attrs attrs;
-  for (const auto& [name, value] : values) attrs.Set(name, value);
-  return attrs;
-}
-
 namespace {
 
 // A random float of `fill` from the uniform `u` in [-1, 1).

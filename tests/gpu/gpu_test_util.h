@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "ir/attrs.h"
 #include "ir/graph.h"
+#include "ir/make_attrs.h"
 #include "kernels/program.h"
 
 namespace tandem::gpu_test {
@@ -83,8 +84,6 @@ class GraphMaker {
   Graph graph_;
   std::vector<FeedSpec> feed_specs_;  // parallel to graph_.feeds
 };
-
-Attrs MakeAttrs(std::initializer_list<std::pair<std::string, AttrValue>> values);
 
 // Every value of `graph` after running it on the CPU oracle with `feeds`.
 absl::StatusOr<std::vector<Bytes>> RunOnCpu(const Graph& graph, const std::vector<Bytes>& feeds);
