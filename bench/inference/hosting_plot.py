@@ -16,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-COLORS = {"tandem": "tab:green", "timeslice": "tab:red", "mps": "tab:blue"}
+COLORS = {"tandem": "tab:green", "server": "tab:purple", "timeslice": "tab:red", "mps": "tab:blue"}
 
 
 def plot(result, path):
@@ -60,8 +60,9 @@ def plot(result, path):
     s = result.get("summary", {})
     marks = {"lower_bound": ">=", "upper_bound": "<=", "unknown": "~"}
     ratios = ", ".join(f"{k.replace('tandem_over_', 'tandem/')} "
-                       f"{marks.get(s.get('ratio_bounds', {}).get(k), '')}{s[k]}" for k in
-                       ("tandem_over_noshare", "tandem_over_mps", "tandem_over_timeslice") if k in s)
+                       f"{marks.get(s.get('ratio_bounds', {}).get(k), '')}{s[k]}"
+                       for k in ("tandem_over_noshare", "tandem_over_server", "tandem_over_mps",
+                                 "tandem_over_timeslice") if k in s)
     fig.suptitle(f"Inference hosting on {meta.get('gpu', '?')}: {', '.join(cfg['kinds'])}, batch "
                  f"{min(cfg['batches'])}-{max(cfg['batches'])}, {cfg['rate_per_model']:g} req/s per model"
                  + (f"\n{ratios}" if ratios else ""), fontsize=10)

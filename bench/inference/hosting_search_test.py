@@ -1,5 +1,5 @@
 """Tests of the hosting benchmark's count search (hosting_search.py) against a simulated capacity, of the
-summary's bounds (hosting.py) and of the latency split (worker.py, hosting.py): no processes start.
+summary's bounds (hosting_summary.py) and of the latency split (worker.py, hosting_stats.py): no processes start.
 
     /usr/bin/python3 -m unittest discover -s bench/inference -p '*_test.py'
 """
@@ -137,14 +137,14 @@ class SearchTest(unittest.TestCase):
 
 class SummaryTest(unittest.TestCase):
     def test_ratio_bounds_follow_the_counts(self):
-        import hosting
+        import hosting_summary
         result = {"modes": {
             "tandem": {"hosted": 128, "lower_bound": True, "at_cap": True, "stop_reason": "max_count",
                        "probes": []},
             "timeslice": {"hosted": 16, "first_failing": 20, "lower_bound": False, "stop_reason": "failed",
                           "probes": []},
             "mps": {"hosted": 32, "lower_bound": True, "stop_reason": "budget", "probes": []}}}
-        s = hosting.summary(result)
+        s = hosting_summary.summary(result)
         self.assertEqual(s["tandem_over_timeslice"], 8.0)
         self.assertEqual(s["tandem_over_mps"], 4.0)
         self.assertEqual(s["ratio_bounds"], {"tandem_over_noshare": "lower_bound",
@@ -152,15 +152,33 @@ class SummaryTest(unittest.TestCase):
                                              "tandem_over_mps": "unknown"})
         self.assertTrue(s["lower_bound"])
         result["modes"]["tandem"].update(lower_bound=False, first_failing=150, stop_reason="failed")
-        s = hosting.summary(result)
+        s = hosting_summary.summary(result)
         self.assertEqual(s["ratio_bounds"]["tandem_over_timeslice"], "bracketed")
         self.assertEqual(s["ratio_bounds"]["tandem_over_mps"], "upper_bound")
         self.assertFalse(s["lower_bound"])
 
+    def test_tandem_over_server_and_its_goal(self):
+        import hosting_summary
+        result = {"modes": {
+            "tandem": {"hosted": 96, "first_failing": 104, "lower_bound": False, "stop_reason": "failed",
+                       "probes": []},
+            "server": {"hosted": 48, "first_failing": 52, "lower_bound": False, "stop_reason": "failed",
+                       "probes": []}}}
+        s = hosting_summary.summary(result)
+        self.assertEqual(s["tandem_over_server"], 2.0)
+        self.assertEqual(s["ratio_bounds"]["tandem_over_server"], "bracketed")
+        self.assertEqual(s["server_goal"], {"ratio": 1.5, "met": True})
+        result["modes"]["server"]["hosted"] = 80  # 1.2x, both bracketed: missed
+        self.assertFalse(hosting_summary.summary(result)["server_goal"]["met"])
+        result["modes"]["tandem"]["lower_bound"] = True  # 1.2x, but Tandem may host more: the bounds do not tell
+        self.assertIsNone(hosting_summary.summary(result)["server_goal"]["met"])
+        result["modes"]["server"]["hosted"] = 16  # 6x, and Tandem's count may only grow: met
+        self.assertTrue(hosting_summary.summary(result)["server_goal"]["met"])
+
 
 class LatencySplitTest(unittest.TestCase):
     def test_parts_add_up_and_merge_weighs_by_requests(self):
-        import hosting
+        import hosting_stats
         import worker
         a = worker.LatencySplit()
         self.assertIsNone(a.means_ms())
@@ -171,11 +189,11 @@ class LatencySplitTest(unittest.TestCase):
         b.add(0.0, 0.001, (0.0, 0.0015))      # the daemon's account over the call's: "other" is not negative
         self.assertEqual(b.means_ms()["other"], 0.0)
         models = [{"split_ms": a.means_ms()}, {"split_ms": b.means_ms()}, {"split_ms": None}, {}]
-        merged = hosting.merge_splits(models, "split_ms")
+        merged = hosting_stats.merge_splits(models, "split_ms")
         self.assertEqual(merged["requests"], 3)
         self.assertAlmostEqual(merged["behind"], 4.0 / 3, places=3)
         self.assertAlmostEqual(merged["run"], 3.5 / 3, places=3)
-        self.assertIsNone(hosting.merge_splits(models, "slow_split_ms"))
+        self.assertIsNone(hosting_stats.merge_splits(models, "slow_split_ms"))
 
 
 if __name__ == "__main__":

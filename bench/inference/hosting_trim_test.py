@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""hosting.trim_models: what a search's JSON keeps of each probe (runs without a GPU or a daemon)."""
+"""hosting_stats.trim_models and probe_events: what a search's JSON keeps of each probe, and
+hosting_tandem.registration_summary (run without a GPU or a daemon)."""
 
 import os
 import sys
@@ -7,7 +8,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import hosting  # noqa: E402
+import hosting_stats  # noqa: E402
+import hosting_tandem  # noqa: E402
 
 
 def probe(n, bins, events):
@@ -22,7 +24,7 @@ class TrimModelsTest(unittest.TestCase):
         other = probe(64, [1.0, 2.0], [0.5, 0.9, 1.0, 1.04, 1.08, 1.12, 1.95])
         quiet = probe(8, [], [0.3])
         out = {"hosted": 16, "first_failing": 32, "probes": [hosted, failing, other, quiet]}
-        hosting.trim_models(out)
+        hosting_stats.trim_models(out)
         # The hosted and first failing probes keep everything.
         self.assertEqual(len(hosted["tandemd"]["events"]), 2)
         self.assertEqual(len(failing["tandemd"]["events"]), 2)
@@ -41,9 +43,9 @@ class ProbeEventsTest(unittest.TestCase):
                   + [{"t": start + i * 0.001, "kind": "capture"} for i in range(10)]
                   + [{"t": start + 2.02, "kind": "slow_wait"}, {"t": start + 2.5, "kind": "move"},
                      {"t": start + 3.5, "kind": "capture"}])
-        kept = hosting.probe_events(events, start, 3.0, [start + 2.0], limit=4)
+        kept = hosting_stats.probe_events(events, start, 3.0, [start + 2.0], limit=4)
         self.assertEqual([round(e["t"] - start, 3) for e in kept], [0.0, 0.001, 0.002, 2.02])
-        everything = hosting.probe_events(events, start, 3.0, [start + 2.0], limit=400)
+        everything = hosting_stats.probe_events(events, start, 3.0, [start + 2.0], limit=400)
         # Nothing from before the window's lead or after its lag.
         self.assertEqual(len(everything), 12)
         self.assertEqual(everything[-1]["kind"], "move")
@@ -52,9 +54,9 @@ class ProbeEventsTest(unittest.TestCase):
 class RegistrationSummaryTest(unittest.TestCase):
     def test_the_last_sample_and_the_fullest_lane_of_each(self):
         samples = [{"t": 1.0, "lane_jobs": [3, 1], "lane_moves": 0}, {"t": 2.0, "lane_jobs": [4, 9], "lane_moves": 2}]
-        self.assertEqual(hosting.registration_summary(samples),
+        self.assertEqual(hosting_tandem.registration_summary(samples),
                          {"lane_jobs": [4, 9], "lane_moves": 2, "fullest": [[1.0, 3, 0], [2.0, 9, 2]]})
-        self.assertIsNone(hosting.registration_summary([]))
+        self.assertIsNone(hosting_tandem.registration_summary([]))
 
 
 if __name__ == "__main__":

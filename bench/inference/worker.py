@@ -18,7 +18,8 @@ Latency is the client's wall time from a request's scheduled arrival to its resu
 that waits behind its model's previous one counts the wait (no coordinated omission); a request whose
 thread slept until its arrival counts from the moment the thread woke (the sleep's overshoot is the load
 generator's, not the server's). One request per model is in flight at a time: a model's stream is a FIFO queue
-in front of one server, in every mode alike.
+in front of one server, in every mode alike. The server mode's process (model_server.py) takes the streams
+(arrival_times), their accounting (StreamRecord) and the solo timing (solo_ms) from here.
 
 --serve_nice V: the process was started under SCHED_IDLE so that its start-up takes CPU time only from idle
 cores; once ready it puts every thread under the normal policy at niceness V (the coordinator's), so that
@@ -37,6 +38,7 @@ import time
 IMPORT_START = time.perf_counter()
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
@@ -58,6 +60,19 @@ from hosting_pool import run_normally  # noqa: E402
 
 SOLO_REQUESTS = 10  # timed alone after the warm-up, reported as solo_ms
 WARMUP_REQUESTS = 5
+
+
+def solo_ms(call):
+    """The median milliseconds of SOLO_REQUESTS calls of `call` alone, after WARMUP_REQUESTS untimed ones."""
+    for _ in range(WARMUP_REQUESTS):
+        call()
+    times = []
+    for _ in range(SOLO_REQUESTS):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return round(times[len(times) // 2] * 1e3, 4)
 
 
 def emit(obj):
@@ -103,15 +118,7 @@ class Hosted:
             return self.model(self.x.to(self.device)).cpu()
 
     def warm_up(self):
-        for _ in range(WARMUP_REQUESTS):
-            self.call()
-        times = []
-        for _ in range(SOLO_REQUESTS):
-            start = time.perf_counter()
-            self.call()
-            times.append(time.perf_counter() - start)
-        times.sort()
-        self.info["solo_ms"] = round(times[len(times) // 2] * 1e3, 4)
+        self.info["solo_ms"] = solo_ms(self.call)
 
     def check(self):
         """max |served - eager| / max |eager| of this model's output on its input (eager on the CPU)."""
@@ -140,7 +147,9 @@ class LatencySplit:
     ("behind", from the scheduled arrival to the call), and of the call itself the daemon's queue ("queue":
     waiting for its turn in tandemd) and device time ("run"), and the rest ("other": the client library, the
     transport, the copies). The daemon's parts are known for the tandem backend only; for torch, the whole
-    call is "other"."""
+    call is "other". The one-process server (model_server.py) has no client side: "behind" is a request's wait
+    for its model's previous one inside the server, "queue" its wait in the server's queue for a thread, "run"
+    unknown (0) and "other" the serving itself (copies, graph replay, the wait for the stream)."""
 
     PARTS = ("behind", "queue", "run", "other")
 
@@ -149,6 +158,7 @@ class LatencySplit:
         self.sums = dict.fromkeys(self.PARTS, 0.0)
 
     def add(self, behind, call, daemon):
+        """behind, call: seconds; daemon: (queue, run) seconds of the call by the server's account, or None."""
         queue, run = daemon if daemon is not None else (0.0, 0.0)
         self.n += 1
         for part, v in zip(self.PARTS, (behind, queue, run, max(0.0, call - queue - run))):
@@ -161,20 +171,82 @@ class LatencySplit:
         return {"requests": self.n} | {p: round(v / self.n * 1e3, 4) for p, v in self.sums.items()}
 
 
+def arrival_times(go, model_id):
+    """The arrivals of one model's requests in a go, in seconds from the stream's start: a Poisson process of
+    go["rate"] over go["warmup_s"] + go["duration_s"], seeded by go["seed"] and the model, so that every mode
+    sends a model the same requests."""
+    rng = random.Random(int(go["seed"]) * 1000003 + model_id)
+    arrivals, t = [], rng.expovariate(go["rate"])
+    while t < go["warmup_s"] + go["duration_s"]:
+        arrivals.append(t)
+        t += rng.expovariate(go["rate"])
+    return arrivals
+
+
+class StreamRecord:
+    """How one model's requests of one go ended: served (latency and its LatencySplit), failed, or never sent.
+    Only requests that arrived after the warm-up count (a failure's message is kept either way). Not
+    thread-safe: one thread at a time records a model's requests."""
+
+    def __init__(self, spec, go):
+        self.spec = spec
+        self.warmup = go["warmup_s"]
+        self.keep_latencies = go.get("keep_latencies")
+        # When the slow requests arrived (seconds into the timed window): the coordinator lines them up across
+        # models, to tell a stall of the server (many models at once) from one model's bad luck.
+        self.slow_s = go.get("slow_ms", math.inf) / 1e3
+        self.slow_at = []
+        self.latencies, self.failures, self.dropped, self.first_error = [], 0, 0, None
+        self.split_all, self.split_slow = LatencySplit(), LatencySplit()
+
+    def served(self, arrival, latency, split):
+        """A request that arrived `arrival` s into the stream took `latency` s; split: LatencySplit.add's
+        arguments."""
+        if arrival < self.warmup:
+            return
+        self.latencies.append(latency)
+        self.split_all.add(*split)
+        if latency > self.slow_s:
+            self.split_slow.add(*split)
+            if len(self.slow_at) < 100:
+                self.slow_at.append(round(arrival - self.warmup, 4))
+
+    def failed(self, arrival, error):
+        self.first_error = self.first_error or error
+        if arrival >= self.warmup:
+            self.failures += 1
+
+    def unsent(self, arrival):
+        if arrival >= self.warmup:
+            self.dropped += 1
+
+    def stats(self):
+        """The model's numbers for the "done" event; an unsent request ranks as infinitely slow."""
+        latencies = sorted(self.latencies)
+        ranked = latencies + [math.inf] * self.dropped
+        p50, p99 = percentile(ranked, 0.5), percentile(ranked, 0.99)
+
+        def ms(v):
+            return None if v is None or math.isinf(v) else round(v * 1e3, 4)
+
+        out = {"id": self.spec["id"], "kind": self.spec["kind"], "batch": self.spec["batch"],
+               "requests": len(latencies) + self.failures + self.dropped, "completed": len(latencies),
+               "failures": self.failures, "dropped": self.dropped,
+               "p50_ms": ms(p50), "p99_ms": ms(p99), "max_ms": ms(latencies[-1]) if latencies else None,
+               "mean_ms": ms(sum(latencies) / len(latencies)) if latencies else None,
+               "latencies_ms": [round(v * 1e3, 3) for v in latencies] if self.keep_latencies else None,
+               "slow_at_s": self.slow_at, "split_ms": self.split_all.means_ms(),
+               "slow_split_ms": self.split_slow.means_ms()}
+        if self.first_error:
+            out["error"] = self.first_error
+        return out
+
+
 def run_stream(hosted, go, t0, out):
     """Sends hosted's requests at their scheduled times from t0 (perf_counter) on; fills out with its stats."""
-    rate, warmup, duration, grace = go["rate"], go["warmup_s"], go["duration_s"], go["grace_s"]
-    rng = random.Random(int(go["seed"]) * 1000003 + hosted.spec["id"])
-    arrivals, t = [], rng.expovariate(rate)
-    while t < warmup + duration:
-        arrivals.append(t)
-        t += rng.expovariate(rate)
-    stop_at = t0 + warmup + duration + grace
-    latencies, failures, dropped, first_error = [], 0, 0, None
-    split_all, split_slow = LatencySplit(), LatencySplit()
-    # When the slow requests arrived (seconds into the timed window): the coordinator lines them up across
-    # models, to tell a stall of the server (many models at once) from one model's bad luck.
-    slow_s, slow_at = go.get("slow_ms", math.inf) / 1e3, []
+    arrivals = arrival_times(go, hosted.spec["id"])
+    stop_at = t0 + go["warmup_s"] + go["duration_s"] + go["grace_s"]
+    record = StreamRecord(hosted.spec, go)
     for k, a in enumerate(arrivals):
         at = t0 + a
         now = time.perf_counter()
@@ -182,43 +254,33 @@ def run_stream(hosted, go, t0, out):
             time.sleep(at - now)
             at = time.perf_counter()  # the sleep's overshoot is the load generator's, not the server's
         elif now > stop_at:  # too far behind: what is left is never sent
-            dropped = sum(1 for b in arrivals[k:] if b >= warmup)
+            for b in arrivals[k:]:
+                record.unsent(b)
             break
         called = time.perf_counter()
         try:
             hosted.call()
-            ok = True
         except Exception as e:  # a failed request is a failure of the probe, not of the worker
-            ok = False
-            first_error = first_error or f"{type(e).__name__}: {e}"
+            record.failed(a, f"{type(e).__name__}: {e}")
+            continue
         done = time.perf_counter()
-        if a >= warmup:
-            if ok:
-                latencies.append(done - at)
-                split = (max(0.0, called - at), done - called, hosted.daemon_seconds())
-                split_all.add(*split)
-                if done - at > slow_s:
-                    split_slow.add(*split)
-                    if len(slow_at) < 100:
-                        slow_at.append(round(a - warmup, 4))
-            else:
-                failures += 1
-    latencies.sort()
-    ranked = latencies + [math.inf] * dropped
-    p50, p99 = percentile(ranked, 0.5), percentile(ranked, 0.99)
+        record.served(a, done - at, (max(0.0, called - at), done - called, hosted.daemon_seconds()))
+    out.update(record.stats())
 
-    def ms(v):
-        return None if v is None or math.isinf(v) else round(v * 1e3, 4)
 
-    out.update({"id": hosted.spec["id"], "kind": hosted.spec["kind"], "batch": hosted.spec["batch"],
-                "requests": len(latencies) + failures + dropped, "completed": len(latencies),
-                "failures": failures, "dropped": dropped,
-                "p50_ms": ms(p50), "p99_ms": ms(p99), "max_ms": ms(latencies[-1]) if latencies else None,
-                "mean_ms": ms(sum(latencies) / len(latencies)) if latencies else None,
-                "latencies_ms": [round(v * 1e3, 3) for v in latencies] if go.get("keep_latencies") else None,
-                "slow_at_s": slow_at, "split_ms": split_all.means_ms(), "slow_split_ms": split_slow.means_ms()})
-    if first_error:
-        out["error"] = first_error
+@contextlib.contextmanager
+def no_gc_pauses():
+    """No garbage collection inside, in every mode's serving processes alike: a collection pauses all of the
+    process's threads (all its models' streams) at once, and the requests would count the pause as latency.
+    What exists on entry is frozen out of later collections; the collector runs again on exit."""
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.unfreeze()
 
 
 def prepare_tandem(specs, args, models):
@@ -252,20 +314,11 @@ def go(models, cmd):
     t0 = time.perf_counter() + (cmd["start_at"] - time.time())
     results = [{} for _ in active]
     threads = [threading.Thread(target=run_stream, args=(h, cmd, t0, r), daemon=True) for h, r in zip(active, results)]
-    # No garbage collection while the streams run, in every mode's workers alike: a collection pauses all of
-    # the process's threads (all its models' streams) at once, and the requests would count the pause as
-    # latency. What exists now is frozen out of later collections; the collector runs again after the probe.
-    gc.collect()
-    gc.freeze()
-    gc.disable()
-    try:
+    with no_gc_pauses():
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-    finally:
-        gc.enable()
-        gc.unfreeze()
     for h, r in zip(active, results):
         if "id" not in r:  # the thread died before writing its stats
             r.update({"id": h.spec["id"], "kind": h.spec["kind"], "batch": h.spec["batch"], "failures": 1,
