@@ -203,7 +203,9 @@ void SchedulerImpl::OnIterationDone(JobId job, int lane, double device_seconds) 
       state_.interference.AddSample(state->key, sample, device_seconds);
     }
   }
-  policy_->OnIterationDone(state_, *state, measured ? device_seconds : 0.0);
+  // Policies count device time (FAIR's and PACK's shares) only for measured
+  // iterations: a capture's host time is not a share of the device.
+  policy_->OnIterationDone(state_, *state, measured && !unmeasured ? device_seconds : 0.0);
 }
 
 void SchedulerImpl::CancelDispatch(JobId job, int lane) {

@@ -158,7 +158,8 @@ class Autocast(TorchFunctionMode):
             return func(*_cast(args, torch.float32), **{k: _cast(v, torch.float32) for k, v in kwargs.items()})
         if name in FLOAT32_BY_DTYPE:
             first = _first_tensor(args, kwargs)
-            if _eligible(first) and kwargs.get("dtype") is None:
+            dtype_given = kwargs.get("dtype") is not None or any(isinstance(a, torch.dtype) for a in args)
+            if _eligible(first) and not dtype_given:
                 kwargs = dict(kwargs, dtype=torch.float32)
             return func(*args, **kwargs)
         if name in PROMOTE:
