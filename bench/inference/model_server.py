@@ -39,7 +39,6 @@ IMPORT_START = time.perf_counter()
 
 import argparse  # noqa: E402
 import collections  # noqa: E402
-import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
 import queue  # noqa: E402
@@ -56,7 +55,8 @@ import torch  # noqa: E402
 
 import inference_models  # noqa: E402
 from hosting_memory import host_memory_mib, host_memory_of  # noqa: E402
-from worker import StreamRecord, arrival_times, emit, no_gc_pauses, percentile, solo_ms  # noqa: E402
+from worker import (StreamRecord, arrival_times, emit, no_gc_pauses, percentile, serve_commands,  # noqa: E402
+                    solo_ms)
 
 # How a request runs, per device (the mode's JSON repeats it).
 EXECUTION = {"cuda": "cuda_graph", "cpu": "eager"}
@@ -328,19 +328,8 @@ def main():
         server = ModelServer(max(1, args.threads), args.device, args.small)
         emit({"event": "ready", "import_s": round(import_s, 3), "execution": EXECUTION[args.device],
               "threads": len(server.threads)})
-        for line in sys.stdin:
-            line = line.strip()
-            if not line:
-                continue
-            cmd = json.loads(line)
-            if cmd.get("cmd") == "quit":
-                break
-            if cmd.get("cmd") == "load":
-                emit(server.load(cmd["models"]))
-            elif cmd.get("cmd") == "go":
-                emit(server.serve(cmd))
-            else:
-                emit({"event": "error", "message": f"unknown command {cmd.get('cmd')!r}"})
+        serve_commands({"load": lambda cmd: emit(server.load(cmd["models"])),
+                        "go": lambda cmd: emit(server.serve(cmd))})
     except bc.Terminated:
         pass
     except Exception as e:

@@ -80,6 +80,23 @@ def emit(obj):
     sys.stdout.flush()
 
 
+def serve_commands(handlers):
+    """Reads JSON commands from standard input, one per line, until {"cmd": "quit"} or the end of input; runs
+    handlers[cmd["cmd"]](cmd) for each, and answers an unknown command with an error event."""
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        cmd = json.loads(line)
+        if cmd.get("cmd") == "quit":
+            break
+        handler = handlers.get(cmd.get("cmd"))
+        if handler is None:
+            emit({"event": "error", "message": f"unknown command {cmd.get('cmd')!r}"})
+        else:
+            handler(cmd)
+
+
 def log(*parts):
     print("  [worker]", *parts, file=sys.stderr, flush=True)
 
@@ -362,17 +379,7 @@ def main():
             run_normally(os.getpid(), args.serve_nice)
         emit({"event": "ready", "import_s": round(import_s, 3), "prepare_s": round(time.perf_counter() - start, 3),
               "models": [h.info for h in models.values()], **extra})
-        for line in sys.stdin:
-            line = line.strip()
-            if not line:
-                continue
-            cmd = json.loads(line)
-            if cmd.get("cmd") == "quit":
-                break
-            if cmd.get("cmd") == "go":
-                go(models, cmd)
-            else:
-                emit({"event": "error", "message": f"unknown command {cmd.get('cmd')!r}"})
+        serve_commands({"go": lambda cmd: go(models, cmd)})
     except bc.Terminated:
         pass
     except Exception as e:

@@ -22,17 +22,7 @@ namespace {
 constexpr double kWindowStart = 5;
 constexpr double kWindowEnd = 35;
 
-ModelCatalog Mix() {
-  ModelCatalog catalog;
-  for (const auto& [name, ms] : {std::pair{"dense", 28.0}, {"res18", 6.4}, {"gru", 3.0}, {"bw", 12.0}}) {
-    catalog.Add({.name = name,
-                 .solo_seconds = ms / 1000,
-                 .persistent_bytes = 100'000'000,
-                 .ephemeral_bytes = 1'000'000'000,
-                 .ops_per_iteration = 100});
-  }
-  return catalog;
-}
+ModelCatalog Mix() { return CatalogOfSoloMs({{"dense", 28.0}, {"res18", 6.4}, {"gru", 3.0}, {"bw", 12.0}}); }
 
 InterferenceTable MixInterference() {
   InterferenceTable table(1.5);

@@ -22,17 +22,7 @@ namespace {
 constexpr double kJoinAt = 5;
 constexpr double kEnd = 20;
 
-ModelCatalog Models() {
-  ModelCatalog catalog;
-  for (const auto& [name, ms] : {std::pair{"res18", 6.4}, {"dense", 28.0}}) {
-    catalog.Add({.name = name,
-                 .solo_seconds = ms / 1000,
-                 .persistent_bytes = 100'000'000,
-                 .ephemeral_bytes = 1'000'000'000,
-                 .ops_per_iteration = 100});
-  }
-  return catalog;
-}
+ModelCatalog Models() { return CatalogOfSoloMs({{"res18", 6.4}, {"dense", 28.0}}); }
 
 struct Gaps {
   double median = 0;
