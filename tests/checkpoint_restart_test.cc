@@ -160,10 +160,9 @@ TEST_F(CheckpointRestartTest, ACheckpointNobodyResumedWithinTheTtlIsDeleted) {
   ASSERT_EQ(Checkpoints().size(), 1u);
   // Last written 8 days ago, as if its user never came back.
   const std::string path = Checkpoints()[0];
-  const auto eight_days_ago = std::chrono::system_clock::now() - std::chrono::hours(24 * 8);
-  const struct timespec times[2] = {
-      {std::chrono::duration_cast<std::chrono::seconds>(eight_days_ago.time_since_epoch()).count(), 0},
-      {std::chrono::duration_cast<std::chrono::seconds>(eight_days_ago.time_since_epoch()).count(), 0}};
+  const time_t eight_days_ago =
+      std::chrono::system_clock::to_time_t(std::chrono::system_clock::now() - std::chrono::hours(24 * 8));
+  const struct timespec times[2] = {{eight_days_ago, 0}, {eight_days_ago, 0}};
   ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
   {
     // A ttl of 9 days keeps it: the restarted daemon resumes it.
