@@ -1,7 +1,6 @@
 #include "client/client.h"
 
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/endpoint.h"
+#include "base/socket_probe.h"
 #include "base/status_macros.h"
 #include "client/parallel_copy.h"
 #include "client/sealed_memfd.h"
@@ -66,12 +66,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   if (endpoint.empty()) {
     ASSIGN_OR_RETURN(endpoint, ClientDefaultEndpoint());
   }
-  std::string path = IpcPath(endpoint);
-  struct stat st;
-  if (!path.empty() && ::stat(path.c_str(), &st) != 0) {
-    return absl::UnavailableError(absl::StrCat("tandemd is not running: no socket at ", path,
-                                               " (start tandemd, or point TANDEM_ENDPOINT at its endpoint)"));
-  }
+  // A missing socket, or one a daemon left when it died, fails here at once
+  // rather than at the handshake's deadline.
+  RETURN_IF_ERROR(CheckClientEndpoint(endpoint));
   std::unique_ptr<Client> client(new Client(options, endpoint));
   try {
     client->socket_.connect(endpoint);

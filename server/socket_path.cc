@@ -1,14 +1,12 @@
 #include "server/socket_path.h"
 
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/socket_probe.h"
 
 namespace tandem::server {
 
@@ -18,20 +16,9 @@ absl::Status ClaimSocketPath(const std::string& path) {
   if (!S_ISSOCK(st.st_mode)) {
     return absl::FailedPreconditionError(absl::StrCat(path, " exists and is not a socket; refusing to replace it"));
   }
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("socket path ", path, " is too long"));
-  }
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  // A listener of another socket type (the fd socket is a seqpacket one)
-  // refuses a stream connection with EPROTOTYPE: it is there all the same.
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
-  const bool connected = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
-  const int error = errno;
-  ::close(fd);
-  if (connected || error == EPROTOTYPE) {
+  const int error = ProbeUnixSocket(path);
+  if (error == ENAMETOOLONG) return absl::InvalidArgumentError(absl::StrCat("socket path ", path, " is too long"));
+  if (error == 0) {
     return absl::UnavailableError(
         absl::StrCat("another process (a tandemd?) is listening on ", path, "; stop it or choose another --endpoint"));
   }

@@ -1,7 +1,8 @@
 // A daemon that exits under a client: on a local (ipc) socket the client
 // sees the connection close and fails its calls with UNAVAILABLE at once,
 // not after the heartbeat silence limit (a quarter of the daemon's session
-// timeout, times four: 30 s here).
+// timeout, times four: 30 s here), and a client that connects afterwards
+// is told at once that nobody listens on the socket the daemon left.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -29,6 +30,16 @@ TEST(DaemonExit, CallsFailAtOnceWhenTheDaemonDies) {
   EXPECT_EQ(stats.status().code(), absl::StatusCode::kUnavailable) << stats.status();
   EXPECT_NE(stats.status().message().find("closed the connection"), std::string::npos) << stats.status();
   EXPECT_LT(seconds, 5.0);
+
+  // The killed daemon left its socket file; a new client is told at once
+  // that nobody listens there, not after the handshake's 30 s deadline.
+  const auto again = std::chrono::steady_clock::now();
+  auto late = client::Client::Connect({.endpoint = daemon.endpoint(), .name = "late"});
+  const double connect_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - again).count();
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kUnavailable) << late.status();
+  EXPECT_NE(late.status().message().find("nobody listens on"), std::string::npos) << late.status();
+  EXPECT_LT(connect_seconds, 2.0);
 }
 
 // SIGTERM while iterations with shared-memory feeds are queued and running:

@@ -1,15 +1,7 @@
 #include "client/tandemctl/commands.h"
 
-#include <grp.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <map>
 #include <thread>
 
@@ -21,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/endpoint.h"
+#include "base/socket_probe.h"
 #include "base/status_macros.h"
 #include "client/client.h"
 #include "client/tandemctl/format.h"
@@ -46,7 +39,7 @@ absl::StatusOr<std::unique_ptr<Client>> Connect(const CtlOptions& options, bool 
   if (endpoint.empty()) {
     ASSIGN_OR_RETURN(endpoint, ClientDefaultEndpoint());
   }
-  RETURN_IF_ERROR(CheckEndpoint(endpoint));
+  RETURN_IF_ERROR(CheckClientEndpoint(endpoint));
   client::ClientOptions co;
   co.endpoint = endpoint;
   co.name = "tandemctl";
@@ -399,51 +392,6 @@ absl::Status Top(Client& c, const CtlOptions& options, std::ostream& out) {
 }
 
 }  // namespace
-
-absl::Status CheckEndpoint(const std::string& endpoint) {
-  std::string path = IpcPath(endpoint);
-  if (path.empty()) return absl::OkStatus();
-  const std::string group_hint =
-      "ask an administrator to add you to the socket's group (e.g. sudo usermod -aG tandem $USER), then log in again";
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
-    if (errno == EACCES) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("cannot reach ", path, ": permission denied on its folder; ", group_hint));
-    }
-    return absl::UnavailableError(absl::StrCat("tandemd is not running: no socket at ", path,
-                                               " (start it, e.g. systemctl start tandemd, or point --endpoint or "
-                                               "TANDEM_ENDPOINT at its socket)"));
-  }
-  if (!S_ISSOCK(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(path, " is not a socket; is --endpoint right?"));
-  }
-  // A socket file may be left over from a daemon that died: probe it.
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket(): ", std::strerror(errno)));
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof(addr.sun_path)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat("socket path too long: ", path));
-  }
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  int error = errno;
-  ::close(fd);
-  if (rc == 0) return absl::OkStatus();
-  if (error == EACCES || error == EPERM) {
-    struct group* g = ::getgrgid(st.st_gid);
-    return absl::PermissionDeniedError(absl::StrCat("cannot open ", path, ": permission denied (it belongs to group '",
-                                                    g != nullptr ? g->gr_name : absl::StrCat(st.st_gid), "', mode ",
-                                                    absl::StrFormat("%04o", st.st_mode & 07777), "); ", group_hint));
-  }
-  if (error == ECONNREFUSED) {
-    return absl::UnavailableError(
-        absl::StrCat("tandemd is not running: nobody listens on ", path, " (a socket left by a daemon that stopped)"));
-  }
-  return absl::UnavailableError(absl::StrCat("cannot connect to ", path, ": ", std::strerror(error)));
-}
 
 absl::Status ValidateCommand(const std::string& command, const std::vector<std::string>& args,
                              const CtlOptions& options) {

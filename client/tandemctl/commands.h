@@ -41,11 +41,6 @@ absl::Status ValidateCommand(const std::string& command, const std::vector<std::
 absl::Status RunCommand(const std::string& command, const std::vector<std::string>& args, const CtlOptions& options,
                         std::ostream& out);
 
-// Before connecting: for an ipc endpoint, says in one line whether the
-// daemon is not running (no socket, or nobody listening on it) or the
-// socket may not be opened by this user (and why).
-absl::Status CheckEndpoint(const std::string& endpoint);
-
 std::string CtlUsage();
 
 }  // namespace tandem::ctl
