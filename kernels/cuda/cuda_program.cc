@@ -1,5 +1,7 @@
 // The CUDA backend of Program (kernels/cuda_program.h). How iterations run,
-// graph capture and its rules: cuda_program_options.h.
+// graph capture and its rules: cuda_program_options.h. The Program class:
+// cuda_program_internal.h; its graphs (capture, replay, release):
+// cuda_program_graphs.cc.
 //
 // Data errors: when the graph has ops that check data (class labels), each
 // lane has a device error word that kernels set on bad data. An iteration
@@ -43,20 +45,18 @@
 #include "absl/strings/str_format.h"
 #include "base/log.h"
 #include "base/status_macros.h"
-#include "compiler/update_schedule.h"
 #include "device/cuda/cuda_status.h"
 #include "device/cuda/cuda_stream.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_program_internal.h"
 #include "kernels/cuda/cuda_program_options.h"
 #include "kernels/cuda/error_slots.h"
-#include "kernels/cuda/pointwise_batcher.h"
 #include "kernels/cuda_program.h"
 
 namespace tandem {
 namespace cuda {
+namespace program_internal {
 namespace {
-
-using device::CudaStream;
 
 // Host slots for the error word's read-backs: more than a lane keeps
 // iterations in flight, so a read-back never waits for a check.
@@ -65,623 +65,381 @@ constexpr int kErrorSlots = 16;
 // (only when completions stopped reporting).
 constexpr auto kErrorSlotWait = std::chrono::seconds(5);
 
-// A captured graph and the address table it was captured with.
-struct CapturedGraph {
-  std::vector<void*> captured;
-  cudaGraphExec_t exec = nullptr;
+}  // namespace
 
-  bool Replays(absl::Span<void* const> addresses) const {
-    return exec != nullptr && std::equal(addresses.begin(), addresses.end(), captured.begin(), captured.end());
+CudaProgram::CudaProgram(const Graph& graph, device::Device& device, std::vector<CudaKernelFn> kernels,
+                         std::vector<CudaWarmFn> warmers, bool checks_data, const CudaProgramOptions& options)
+    : graph_(graph),
+      device_(device),
+      kernels_(std::move(kernels)),
+      warmers_(std::move(warmers)),
+      checks_data_(checks_data),
+      options_(options),
+      batcher_(graph) {}
+
+CudaProgram::~CudaProgram() {
+  cudaSetDevice(device_.info().ordinal);
+  if (options_.profile_nodes) LogProfile();
+  for (cudaEvent_t e : profile_events_) cudaEventDestroy(e);
+  for (auto& [stream, state] : lanes_) Release(*state);
+}
+
+absl::Status CudaProgram::Enqueue(device::Stream& stream, absl::Span<void* const> addresses) {
+  ASSIGN_OR_RETURN(CudaStream * cuda_stream, CheckAndSelect(stream, addresses));
+  ASSIGN_OR_RETURN(LaneState * state, StateFor(*cuda_stream));
+  state->last_used = ++uses_;
+  RETURN_IF_ERROR(BeginIteration(*cuda_stream, *state));
+  if (options_.profile_nodes) {
+    RETURN_IF_ERROR(EnqueueProfiled(*cuda_stream, *state, addresses));
+  } else {
+    RETURN_IF_ERROR(EnqueueFast(*cuda_stream, *state, addresses));
   }
-};
+  return EndIteration(*cuda_stream, *state);
+}
 
-// What the Program keeps per stream it ran on.
-struct LaneState {
-  uint64_t stream_serial = 0;
-  int64_t* error_word = nullptr;            // device int64[2]
-  int64_t* error_host = nullptr;            // pinned int64[2 * kErrorSlots]: one read-back per slot
-  int64_t* error_host_on_device = nullptr;  // error_host as the device addresses it
-  // The device word is zero once the enqueued work ran: no iteration began
-  // since the last read-back (which zeroes it). False at first (a fresh
-  // allocation) and from an iteration's first node to its read-back.
-  bool word_zero = false;
-  std::shared_ptr<ErrorSlots> error_slots;  // shared with the deferred checks
-  uint64_t last_used = 0;                   // the Program's use count at this stream's last iteration
-  CapturedGraph whole;                      // the whole iteration
-  absl::flat_hash_map<std::pair<int, int>, CapturedGraph> ranges;  // [begin, end) of EnqueueNodes
-};
-
-class CudaProgram final : public Program {
- public:
-  CudaProgram(const Graph& graph, device::Device& device, std::vector<CudaKernelFn> kernels,
-              std::vector<CudaWarmFn> warmers, bool checks_data, const CudaProgramOptions& options)
-      : graph_(graph),
-        device_(device),
-        kernels_(std::move(kernels)),
-        warmers_(std::move(warmers)),
-        checks_data_(checks_data),
-        options_(options),
-        batcher_(graph) {}
-
-  ~CudaProgram() override {
-    cudaSetDevice(device_.info().ordinal);
-    if (options_.profile_nodes) LogProfile();
-    for (cudaEvent_t e : profile_events_) cudaEventDestroy(e);
-    for (auto& [stream, state] : lanes_) Release(*state);
+absl::Status CudaProgram::EnqueueNodes(device::Stream& stream, absl::Span<void* const> addresses, int begin, int end) {
+  const int num_nodes = static_cast<int>(graph_.nodes.size());
+  if (begin < 0 || begin > end || end > num_nodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node range [", begin, ", ", end, ") is outside the graph's ", num_nodes, " nodes"));
   }
-
-  absl::Status Enqueue(device::Stream& stream, absl::Span<void* const> addresses) override {
-    ASSIGN_OR_RETURN(CudaStream * cuda_stream, CheckAndSelect(stream, addresses));
-    ASSIGN_OR_RETURN(LaneState * state, StateFor(*cuda_stream));
-    state->last_used = ++uses_;
-    RETURN_IF_ERROR(BeginIteration(*cuda_stream, *state));
-    if (options_.profile_nodes) {
-      RETURN_IF_ERROR(EnqueueProfiled(*cuda_stream, *state, addresses));
-    } else {
-      RETURN_IF_ERROR(EnqueueFast(*cuda_stream, *state, addresses));
-    }
-    return EndIteration(*cuda_stream, *state);
-  }
-
-  // A range replays its own graph when it ran before over the same address
-  // table (a preempted iteration's segments are the same ranges every
-  // iteration, so each is captured once); else it runs op by op and is
-  // captured. Not profiled (profile_nodes).
-  absl::Status EnqueueNodes(device::Stream& stream, absl::Span<void* const> addresses, int begin, int end) override {
-    const int num_nodes = static_cast<int>(graph_.nodes.size());
-    if (begin < 0 || begin > end || end > num_nodes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("node range [", begin, ", ", end, ") is outside the graph's ", num_nodes, " nodes"));
-    }
-    ASSIGN_OR_RETURN(CudaStream * cuda_stream, CheckAndSelect(stream, addresses));
-    ASSIGN_OR_RETURN(LaneState * state, StateFor(*cuda_stream));
-    state->last_used = ++uses_;
-    if (begin == 0) RETURN_IF_ERROR(BeginIteration(*cuda_stream, *state));
-    if (options_.use_graphs && options_.range_graphs && !capture_disabled_) {
-      CapturedGraph& range = state->ranges[{begin, end}];
-      if (range.Replays(addresses)) {
-        CUDA_RETURN_IF_ERROR(cudaGraphLaunch(range.exec, cuda_stream->native()));
-        ++stats_.range_graph_launches;
-        Count(graph_launches_);
-      } else {
-        if (begin == 0) CountOpByOp();
-        RETURN_IF_ERROR(LaunchNodes(*cuda_stream, *state, addresses, begin, end));
-        if (TryCapture(*cuda_stream, *state, range, addresses, begin, end)) {
-          ++stats_.range_captures;
-          Count(captures_);
-        }
-      }
+  ASSIGN_OR_RETURN(CudaStream * cuda_stream, CheckAndSelect(stream, addresses));
+  ASSIGN_OR_RETURN(LaneState * state, StateFor(*cuda_stream));
+  state->last_used = ++uses_;
+  if (begin == 0) RETURN_IF_ERROR(BeginIteration(*cuda_stream, *state));
+  if (options_.use_graphs && options_.range_graphs && !capture_disabled_) {
+    CapturedGraph& range = state->ranges[{begin, end}];
+    if (range.Replays(addresses)) {
+      CUDA_RETURN_IF_ERROR(cudaGraphLaunch(range.exec, cuda_stream->native()));
+      ++stats_.range_graph_launches;
+      Count(graph_launches_);
     } else {
       if (begin == 0) CountOpByOp();
       RETURN_IF_ERROR(LaunchNodes(*cuda_stream, *state, addresses, begin, end));
-    }
-    if (end == num_nodes) return EndIteration(*cuda_stream, *state);
-    return absl::OkStatus();
-  }
-
-  // The nodes with a warmer (FindCudaWarmer), each given its types and no
-  // addresses; a step ends after the first that set something up (nodes
-  // whose state the stream has already cost a lookup each); nothing is
-  // enqueued.
-  absl::StatusOr<int> WarmStream(device::Stream& stream, int node) override {
-    const int num_nodes = static_cast<int>(graph_.nodes.size());
-    if (node < 0 || node > num_nodes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("warm-up node ", node, " is outside the graph's ", num_nodes, " nodes"));
-    }
-    ASSIGN_OR_RETURN(CudaStream * cuda_stream, SelectStream(stream));
-    CudaKernelContext context;
-    context.stream = cuda_stream;
-    context.native = cuda_stream->native();
-    for (int i = node; i < num_nodes; ++i) {
-      if (warmers_[i] == nullptr) continue;
-      const Node& n = graph_.nodes[i];
-      KernelArgs args;
-      args.node = &n;
-      for (int v : n.inputs) args.inputs.push_back(TensorArg{nullptr, graph_.values[v].type});
-      for (int v : n.outputs) args.outputs.push_back(TensorArg{nullptr, graph_.values[v].type});
-      context.error.node = static_cast<int32_t>(i);
-      absl::StatusOr<bool> warmed = warmers_[i](context, args);
-      if (!warmed.ok()) {
-        const absl::Status& status = warmed.status();
-        return absl::Status(status.code(), absl::StrCat(n.Describe(i), " (warm-up): ", status.message()));
-      }
-      if (!*warmed) continue;
-      warmed_nodes_.fetch_add(1, std::memory_order_relaxed);
-      return i + 1 < num_nodes ? i + 1 : -1;
-    }
-    return -1;
-  }
-
-  const CudaProgramStats& stats() const { return stats_; }
-  ProgramCounters Counters() const override {
-    return ProgramCounters{graph_launches_.load(std::memory_order_relaxed),
-                           op_by_op_runs_.load(std::memory_order_relaxed),
-                           captures_.load(std::memory_order_relaxed),
-                           recapture_ns_.load(std::memory_order_relaxed) * 1e-9,
-                           recapture_run_ns_.load(std::memory_order_relaxed) * 1e-9,
-                           recapture_graph_ns_.load(std::memory_order_relaxed) * 1e-9,
-                           warmed_nodes_.load(std::memory_order_relaxed)};
-  }
-
- private:
-  // Checks an address table against the graph and `stream` against the
-  // device, and makes the device current; the stream as a CudaStream.
-  absl::StatusOr<CudaStream*> CheckAndSelect(device::Stream& stream, absl::Span<void* const> addresses) {
-    if (addresses.size() != graph_.values.size()) {
-      return absl::InternalError(absl::StrCat("address table has ", addresses.size(), " entries; the graph has ",
-                                              graph_.values.size(), " values"));
-    }
-    for (size_t v = 0; v < addresses.size(); ++v) {
-      if (addresses[v] == nullptr && graph_.values[v].type.bytes() > 0) {
-        return absl::InternalError(absl::StrCat("value '", graph_.values[v].name, "' has no address"));
-      }
-    }
-    return SelectStream(stream);
-  }
-
-  // `stream` as a CudaStream of this program's device, made current.
-  absl::StatusOr<CudaStream*> SelectStream(device::Stream& stream) {
-    CudaStream* cuda_stream = device::AsCudaStream(stream);
-    if (cuda_stream == nullptr) return absl::InternalError("a CUDA program was given a non-CUDA stream");
-    if (cuda_stream->ordinal() != device_.info().ordinal) {
-      return absl::InternalError(
-          absl::StrCat("a program of ", device_.info().name, " was given a stream of cuda:", cuda_stream->ordinal()));
-    }
-    CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_stream->ordinal()));
-    return cuda_stream;
-  }
-
-  // An iteration's start, before its first node is enqueued (outside any
-  // capture): zeroes the error word unless the last read-back left it zero.
-  absl::Status BeginIteration(CudaStream& stream, LaneState& state) {
-    if (!checks_data_) return absl::OkStatus();
-    if (!state.word_zero) {
-      CUDA_RETURN_IF_ERROR(cudaMemsetAsync(state.error_word, 0, 2 * sizeof(int64_t), stream.native()));
-    }
-    state.word_zero = false;
-    return absl::OkStatus();
-  }
-
-  // An iteration's end, once per iteration, after its last node was
-  // enqueued: the read-back of the error word into a slot of its own, whose
-  // check runs at the stream's next completion; the word is zero after it.
-  absl::Status EndIteration(CudaStream& stream, LaneState& state) {
-    if (!checks_data_) return absl::OkStatus();
-    std::optional<ErrorSlots::Claim> claim = state.error_slots->TakeSlot(stream.HasDeferredChecks(this));
-    const auto deadline = std::chrono::steady_clock::now() + kErrorSlotWait;
-    while (!claim.has_value()) {
-      // Every slot's check waits for a completion that has not reported.
-      if (std::chrono::steady_clock::now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat("the data checks of ", kErrorSlots, " iterations waited ",
-                                                        kErrorSlotWait.count(), " s for their completions"));
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-      claim = state.error_slots->TakeSlot(stream.HasDeferredChecks(this));
-    }
-    std::shared_ptr<ErrorSlots> slots = state.error_slots;
-    absl::Status status = claim->flush_first ? stream.FlushDeferredChecks() : absl::OkStatus();
-    int64_t* host = state.error_host + 2 * claim->slot;
-    if (status.ok()) {
-      status = device::CudaStatus(
-          LaunchPublishErrorWord(state.error_word, state.error_host_on_device + 2 * claim->slot, stream.native()),
-          "publishing the error word");
-    }
-    if (!status.ok()) {
-      slots->Release(claim->slot, claim->generation);
-      return status;
-    }
-    state.word_zero = true;
-    stream.DeferCheck(this, [this, host, slots, claim = *claim] {
-      absl::Status checked = CheckErrorWord(host);
-      slots->Release(claim.slot, claim.generation);
-      return checked;
-    });
-    slots->Deferred(*claim);
-    return absl::OkStatus();
-  }
-
-  // A graph replay when the address table is the captured one, else an
-  // op-by-op run followed by a capture.
-  absl::Status EnqueueFast(CudaStream& stream, LaneState& state, absl::Span<void* const> addresses) {
-    if (state.whole.Replays(addresses)) {
-      CUDA_RETURN_IF_ERROR(cudaGraphLaunch(state.whole.exec, stream.native()));
-      ++stats_.graph_launches;
-      Count(graph_launches_);
-    } else {
-      const auto began = std::chrono::steady_clock::now();
-      const int num_nodes = static_cast<int>(graph_.nodes.size());
-      RETURN_IF_ERROR(LaunchNodes(stream, state, addresses, 0, num_nodes));
-      const auto ran = std::chrono::steady_clock::now();
-      CountOpByOp();
-      if (options_.use_graphs && !capture_disabled_ &&
-          TryCapture(stream, state, state.whole, addresses, 0, num_nodes)) {
-        ++stats_.captures;
+      if (TryCapture(*cuda_stream, *state, range, addresses, begin, end)) {
+        ++stats_.range_captures;
         Count(captures_);
-        auto ns = [](auto d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); };
-        recapture_ns_.fetch_add(ns(std::chrono::steady_clock::now() - began), std::memory_order_relaxed);
-        recapture_run_ns_.fetch_add(ns(ran - began), std::memory_order_relaxed);
-        recapture_graph_ns_.fetch_add(last_capture_ns_, std::memory_order_relaxed);
       }
     }
-    return absl::OkStatus();
+  } else {
+    if (begin == 0) CountOpByOp();
+    RETURN_IF_ERROR(LaunchNodes(*cuda_stream, *state, addresses, begin, end));
   }
+  if (end == num_nodes) return EndIteration(*cuda_stream, *state);
+  return absl::OkStatus();
+}
 
-  // Captures nodes [begin, end) into `graph`; true when it worked. A failed
-  // capture is counted and logged, and turns capturing off for this Program
-  // (its iterations and ranges then run op by op), unless it failed for
-  // want of device memory: then the Program's graphs of other streams are
-  // released and capturing resumes after a backoff (cuda_program_options.h).
-  bool TryCapture(CudaStream& stream, LaneState& state, CapturedGraph& graph, absl::Span<void* const> addresses,
-                  int begin, int end) {
-    if (uses_ < capture_retry_at_) return false;
-    const auto began = std::chrono::steady_clock::now();
-    absl::Status captured = Capture(stream, state, graph, addresses, begin, end);
-    last_capture_ns_ =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began).count();
-    if (captured.ok()) {
-      capture_backoff_ = 0;
-      KeepGraphsOf(state, std::max(options_.kept_lane_graphs, 1) - 1);
-      return true;
+absl::StatusOr<int> CudaProgram::WarmStream(device::Stream& stream, int node) {
+  const int num_nodes = static_cast<int>(graph_.nodes.size());
+  if (node < 0 || node > num_nodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("warm-up node ", node, " is outside the graph's ", num_nodes, " nodes"));
+  }
+  ASSIGN_OR_RETURN(CudaStream * cuda_stream, SelectStream(stream));
+  CudaKernelContext context;
+  context.stream = cuda_stream;
+  context.native = cuda_stream->native();
+  for (int i = node; i < num_nodes; ++i) {
+    if (warmers_[i] == nullptr) continue;
+    const Node& n = graph_.nodes[i];
+    KernelArgs args;
+    args.node = &n;
+    for (int v : n.inputs) args.inputs.push_back(TensorArg{nullptr, graph_.values[v].type});
+    for (int v : n.outputs) args.outputs.push_back(TensorArg{nullptr, graph_.values[v].type});
+    context.error.node = static_cast<int32_t>(i);
+    absl::StatusOr<bool> warmed = warmers_[i](context, args);
+    if (!warmed.ok()) {
+      const absl::Status& status = warmed.status();
+      return absl::Status(status.code(), absl::StrCat(n.Describe(i), " (warm-up): ", status.message()));
     }
-    ++stats_.capture_failures;
-    if (absl::IsResourceExhausted(captured)) {
-      ++stats_.capture_out_of_memory;
-      KeepGraphsOf(state, 0);
-      capture_backoff_ = std::clamp<uint64_t>(2 * capture_backoff_, kMinCaptureBackoff, kMaxCaptureBackoff);
-      capture_retry_at_ = uses_ + capture_backoff_;
-      if (stats_.capture_out_of_memory == 1) {
-        TLOG_WARNING("CUDA graph capture found no device memory; this job runs op by op and tries again later")
-            .With("device", device_.info().name)
-            .With("nodes", absl::StrCat("[", begin, ", ", end, ")"))
-            .With("retry_after_iterations", capture_backoff_)
-            .With("reason", captured.ToString());
+    if (!*warmed) continue;
+    warmed_nodes_.fetch_add(1, std::memory_order_relaxed);
+    return i + 1 < num_nodes ? i + 1 : -1;
+  }
+  return -1;
+}
+
+ProgramCounters CudaProgram::Counters() const {
+  return ProgramCounters{graph_launches_.load(std::memory_order_relaxed),
+                         op_by_op_runs_.load(std::memory_order_relaxed),
+                         captures_.load(std::memory_order_relaxed),
+                         recapture_ns_.load(std::memory_order_relaxed) * 1e-9,
+                         recapture_run_ns_.load(std::memory_order_relaxed) * 1e-9,
+                         recapture_graph_ns_.load(std::memory_order_relaxed) * 1e-9,
+                         warmed_nodes_.load(std::memory_order_relaxed)};
+}
+
+absl::StatusOr<CudaStream*> CudaProgram::CheckAndSelect(device::Stream& stream, absl::Span<void* const> addresses) {
+  if (addresses.size() != graph_.values.size()) {
+    return absl::InternalError(absl::StrCat("address table has ", addresses.size(), " entries; the graph has ",
+                                            graph_.values.size(), " values"));
+  }
+  for (size_t v = 0; v < addresses.size(); ++v) {
+    if (addresses[v] == nullptr && graph_.values[v].type.bytes() > 0) {
+      return absl::InternalError(absl::StrCat("value '", graph_.values[v].name, "' has no address"));
+    }
+  }
+  return SelectStream(stream);
+}
+
+absl::StatusOr<CudaStream*> CudaProgram::SelectStream(device::Stream& stream) {
+  CudaStream* cuda_stream = device::AsCudaStream(stream);
+  if (cuda_stream == nullptr) return absl::InternalError("a CUDA program was given a non-CUDA stream");
+  if (cuda_stream->ordinal() != device_.info().ordinal) {
+    return absl::InternalError(
+        absl::StrCat("a program of ", device_.info().name, " was given a stream of cuda:", cuda_stream->ordinal()));
+  }
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_stream->ordinal()));
+  return cuda_stream;
+}
+
+absl::Status CudaProgram::BeginIteration(CudaStream& stream, LaneState& state) {
+  if (!checks_data_) return absl::OkStatus();
+  if (!state.word_zero) {
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(state.error_word, 0, 2 * sizeof(int64_t), stream.native()));
+  }
+  state.word_zero = false;
+  return absl::OkStatus();
+}
+
+absl::Status CudaProgram::EndIteration(CudaStream& stream, LaneState& state) {
+  if (!checks_data_) return absl::OkStatus();
+  std::optional<ErrorSlots::Claim> claim = state.error_slots->TakeSlot(stream.HasDeferredChecks(this));
+  const auto deadline = std::chrono::steady_clock::now() + kErrorSlotWait;
+  while (!claim.has_value()) {
+    // Every slot's check waits for a completion that has not reported.
+    if (std::chrono::steady_clock::now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("the data checks of ", kErrorSlots, " iterations waited ",
+                                                      kErrorSlotWait.count(), " s for their completions"));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    claim = state.error_slots->TakeSlot(stream.HasDeferredChecks(this));
+  }
+  std::shared_ptr<ErrorSlots> slots = state.error_slots;
+  absl::Status status = claim->flush_first ? stream.FlushDeferredChecks() : absl::OkStatus();
+  int64_t* host = state.error_host + 2 * claim->slot;
+  if (status.ok()) {
+    status = device::CudaStatus(
+        LaunchPublishErrorWord(state.error_word, state.error_host_on_device + 2 * claim->slot, stream.native()),
+        "publishing the error word");
+  }
+  if (!status.ok()) {
+    slots->Release(claim->slot, claim->generation);
+    return status;
+  }
+  state.word_zero = true;
+  stream.DeferCheck(this, [this, host, slots, claim = *claim] {
+    absl::Status checked = CheckErrorWord(host);
+    slots->Release(claim.slot, claim.generation);
+    return checked;
+  });
+  slots->Deferred(*claim);
+  return absl::OkStatus();
+}
+
+absl::Status CudaProgram::EnqueueProfiled(CudaStream& stream, LaneState& state, absl::Span<void* const> addresses) {
+  if (profile_events_.empty()) {
+    profile_events_.resize(graph_.nodes.size() + 1, nullptr);
+    for (cudaEvent_t& e : profile_events_) CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+    node_seconds_.assign(graph_.nodes.size(), 0.0);
+  }
+  RETURN_IF_ERROR(
+      LaunchNodes(stream, state, addresses, 0, static_cast<int>(graph_.nodes.size()), profile_events_.data()));
+  CountOpByOp();
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream.native()));
+  if (profiled_runs_++ == 0) return absl::OkStatus();
+  for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+    float ms = 0.0f;
+    CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, profile_events_[i], profile_events_[i + 1]));
+    node_seconds_[i] += ms * 1e-3;
+    stats_.profiled_seconds += ms * 1e-3;
+  }
+  ++profiled_iterations_;
+  stats_.profiled_iterations = profiled_iterations_;
+  if (options_.profile_report_every > 0 && profiled_iterations_ % options_.profile_report_every == 0) {
+    LogProfile();
+  }
+  return absl::OkStatus();
+}
+
+void CudaProgram::LogProfile() const {
+  if (profiled_iterations_ == 0) return;
+  struct Kind {
+    double seconds = 0.0;
+    int nodes = 0;
+  };
+  absl::flat_hash_map<std::string, Kind> kinds;
+  double total = 0.0;
+  for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+    Kind& k = kinds[graph_.nodes[i].op];
+    k.seconds += node_seconds_[i];
+    ++k.nodes;
+    total += node_seconds_[i];
+  }
+  const double n = static_cast<double>(profiled_iterations_);
+  std::vector<std::pair<std::string, Kind>> by_kind(kinds.begin(), kinds.end());
+  std::sort(by_kind.begin(), by_kind.end(),
+            [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  TLOG_INFO("kernel profile")
+      .With("device", device_.info().name)
+      .With("iterations", profiled_iterations_)
+      .With("nodes", graph_.nodes.size())
+      .With("ms_per_iteration", absl::StrFormat("%.3f", total / n * 1e3));
+  for (size_t k = 0; k < by_kind.size() && k < 20; ++k) {
+    const Kind& kind = by_kind[k].second;
+    TLOG_INFO("kernel profile: op")
+        .With("op", by_kind[k].first)
+        .With("nodes", kind.nodes)
+        .With("ms_per_iteration", absl::StrFormat("%.3f", kind.seconds / n * 1e3))
+        .With("percent", absl::StrFormat("%.1f", total > 0 ? 100.0 * kind.seconds / total : 0.0));
+  }
+  std::vector<size_t> order(graph_.nodes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  const size_t shown = std::min<size_t>(order.size(), 15);
+  std::partial_sort(order.begin(), order.begin() + shown, order.end(),
+                    [this](size_t a, size_t b) { return node_seconds_[a] > node_seconds_[b]; });
+  for (size_t k = 0; k < shown; ++k) {
+    const size_t i = order[k];
+    TLOG_INFO("kernel profile: node")
+        .With("ms_per_iteration", absl::StrFormat("%.3f", node_seconds_[i] / n * 1e3))
+        .With("node", graph_.nodes[i].Describe(static_cast<int>(i)));
+  }
+}
+
+absl::StatusOr<LaneState*> CudaProgram::StateFor(CudaStream& stream) {
+  std::unique_ptr<LaneState>& slot = lanes_[&stream];
+  if (slot != nullptr && slot->stream_serial != stream.serial()) {
+    Release(*slot);
+    slot.reset();
+  }
+  if (slot == nullptr) {
+    auto state = std::make_unique<LaneState>();
+    state->stream_serial = stream.serial();
+    if (checks_data_) {
+      ASSIGN_OR_RETURN(void* word, device_.Allocate(2 * sizeof(int64_t)));
+      state->error_word = static_cast<int64_t*>(word);
+      auto host = device_.AllocateHost(2 * sizeof(int64_t) * kErrorSlots);
+      if (!host.ok()) {
+        device_.Free(word);
+        return host.status();
+      }
+      state->error_host = static_cast<int64_t*>(*host);
+      std::fill(state->error_host, state->error_host + 2 * kErrorSlots, 0);
+      void* on_device = nullptr;
+      const cudaError_t mapped = cudaHostGetDevicePointer(&on_device, *host, 0);
+      if (mapped != cudaSuccess) {
+        device_.Free(word);
+        device_.FreeHost(*host);
+        return device::CudaStatus(mapped, "cudaHostGetDevicePointer");
+      }
+      state->error_host_on_device = static_cast<int64_t*>(on_device);
+      state->error_slots = std::make_shared<ErrorSlots>(kErrorSlots);
+    }
+    slot = std::move(state);
+  }
+  return slot.get();
+}
+
+void CudaProgram::Release(LaneState& state) {
+  ReleaseGraphs(state);
+  device_.Free(state.error_word);
+  device_.FreeHost(state.error_host);
+  state.error_word = nullptr;
+  state.error_host = nullptr;
+}
+
+absl::Status CudaProgram::LaunchNodes(CudaStream& stream, LaneState& state, absl::Span<void* const> addresses,
+                                      int begin, int end, cudaEvent_t* events) {
+  const cudaStream_t native = stream.native();
+  const int num_nodes = static_cast<int>(graph_.nodes.size());
+  CudaKernelContext context;
+  context.stream = &stream;
+  context.native = native;
+  context.error.word = state.error_word;
+  KernelArgs args;
+  // Alike independent fused nodes (an optimizer step's) as one launch
+  // each run; not while profiling, which times every node alone.
+  std::vector<std::pair<int, int>> runs;
+  if (events == nullptr) {
+    runs = batcher_.Plan(begin, end, addresses, [&](int i) {
+      for (int k : updates_.after_node[i]) {
+        if (addresses[graph_.updates[k].first] != addresses[graph_.updates[k].second]) return true;
       }
       return false;
-    }
-    capture_disabled_ = true;
-    TLOG_WARNING("CUDA graph capture failed; this job's iterations run op by op")
-        .With("device", device_.info().name)
-        .With("nodes", absl::StrCat("[", begin, ", ", end, ")"))
-        .With("reason", captured.ToString());
-    return false;
+    });
   }
-
-  // Releases the graphs of every stream but `current` and the `others` most
-  // recently used other streams that hold graphs.
-  void KeepGraphsOf(const LaneState& current, int others) {
-    std::vector<LaneState*> holding;
-    for (auto& [stream, state] : lanes_) {
-      if (state.get() != &current && HoldsGraphs(*state)) holding.push_back(state.get());
-    }
-    if (static_cast<int>(holding.size()) <= others) return;
-    std::sort(holding.begin(), holding.end(),
-              [](const LaneState* a, const LaneState* b) { return a->last_used > b->last_used; });
-    for (size_t i = static_cast<size_t>(others); i < holding.size(); ++i) {
-      ReleaseGraphs(*holding[i]);
-      ++stats_.lane_graph_releases;
-    }
-  }
-
-  static bool HoldsGraphs(const LaneState& state) {
-    if (state.whole.exec != nullptr) return true;
-    return std::any_of(state.ranges.begin(), state.ranges.end(),
-                       [](const auto& range) { return range.second.exec != nullptr; });
-  }
-
-  // Destroys a stream's executable graphs (one still running is freed when
-  // it completes); its next iteration there runs op by op and captures.
-  static void ReleaseGraphs(LaneState& state) {
-    if (state.whole.exec != nullptr) cudaGraphExecDestroy(state.whole.exec);
-    state.whole.exec = nullptr;
-    state.whole.captured.clear();
-    for (auto& [range, graph] : state.ranges) {
-      if (graph.exec != nullptr) cudaGraphExecDestroy(graph.exec);
-    }
-    state.ranges.clear();
-  }
-
-  // An op-by-op run with an event before every node, waited for here; adds
-  // each node's time to the profile (the first run, which chooses algorithms
-  // and grows workspaces, is left out).
-  absl::Status EnqueueProfiled(CudaStream& stream, LaneState& state, absl::Span<void* const> addresses) {
-    if (profile_events_.empty()) {
-      profile_events_.resize(graph_.nodes.size() + 1, nullptr);
-      for (cudaEvent_t& e : profile_events_) CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
-      node_seconds_.assign(graph_.nodes.size(), 0.0);
-    }
-    RETURN_IF_ERROR(
-        LaunchNodes(stream, state, addresses, 0, static_cast<int>(graph_.nodes.size()), profile_events_.data()));
-    CountOpByOp();
-    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream.native()));
-    if (profiled_runs_++ == 0) return absl::OkStatus();
-    for (size_t i = 0; i < graph_.nodes.size(); ++i) {
-      float ms = 0.0f;
-      CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, profile_events_[i], profile_events_[i + 1]));
-      node_seconds_[i] += ms * 1e-3;
-      stats_.profiled_seconds += ms * 1e-3;
-    }
-    ++profiled_iterations_;
-    stats_.profiled_iterations = profiled_iterations_;
-    if (options_.profile_report_every > 0 && profiled_iterations_ % options_.profile_report_every == 0) {
-      LogProfile();
-    }
-    return absl::OkStatus();
-  }
-
-  // The profile so far: per op kind and the slowest nodes, per iteration.
-  void LogProfile() const {
-    if (profiled_iterations_ == 0) return;
-    struct Kind {
-      double seconds = 0.0;
-      int nodes = 0;
-    };
-    absl::flat_hash_map<std::string, Kind> kinds;
-    double total = 0.0;
-    for (size_t i = 0; i < graph_.nodes.size(); ++i) {
-      Kind& k = kinds[graph_.nodes[i].op];
-      k.seconds += node_seconds_[i];
-      ++k.nodes;
-      total += node_seconds_[i];
-    }
-    const double n = static_cast<double>(profiled_iterations_);
-    std::vector<std::pair<std::string, Kind>> by_kind(kinds.begin(), kinds.end());
-    std::sort(by_kind.begin(), by_kind.end(),
-              [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
-    TLOG_INFO("kernel profile")
-        .With("device", device_.info().name)
-        .With("iterations", profiled_iterations_)
-        .With("nodes", graph_.nodes.size())
-        .With("ms_per_iteration", absl::StrFormat("%.3f", total / n * 1e3));
-    for (size_t k = 0; k < by_kind.size() && k < 20; ++k) {
-      const Kind& kind = by_kind[k].second;
-      TLOG_INFO("kernel profile: op")
-          .With("op", by_kind[k].first)
-          .With("nodes", kind.nodes)
-          .With("ms_per_iteration", absl::StrFormat("%.3f", kind.seconds / n * 1e3))
-          .With("percent", absl::StrFormat("%.1f", total > 0 ? 100.0 * kind.seconds / total : 0.0));
-    }
-    std::vector<size_t> order(graph_.nodes.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    const size_t shown = std::min<size_t>(order.size(), 15);
-    std::partial_sort(order.begin(), order.begin() + shown, order.end(),
-                      [this](size_t a, size_t b) { return node_seconds_[a] > node_seconds_[b]; });
-    for (size_t k = 0; k < shown; ++k) {
-      const size_t i = order[k];
-      TLOG_INFO("kernel profile: node")
-          .With("ms_per_iteration", absl::StrFormat("%.3f", node_seconds_[i] / n * 1e3))
-          .With("node", graph_.nodes[i].Describe(static_cast<int>(i)));
-    }
-  }
-  // The state of `stream`, made on first use. A stream seen before under
-  // another serial (a new stream at a recycled address) starts afresh.
-  absl::StatusOr<LaneState*> StateFor(CudaStream& stream) {
-    std::unique_ptr<LaneState>& slot = lanes_[&stream];
-    if (slot != nullptr && slot->stream_serial != stream.serial()) {
-      Release(*slot);
-      slot.reset();
-    }
-    if (slot == nullptr) {
-      auto state = std::make_unique<LaneState>();
-      state->stream_serial = stream.serial();
-      if (checks_data_) {
-        ASSIGN_OR_RETURN(void* word, device_.Allocate(2 * sizeof(int64_t)));
-        state->error_word = static_cast<int64_t*>(word);
-        auto host = device_.AllocateHost(2 * sizeof(int64_t) * kErrorSlots);
-        if (!host.ok()) {
-          device_.Free(word);
-          return host.status();
+  size_t next_run = 0;
+  for (int i = begin; i < end; ++i) {
+    if (next_run < runs.size() && runs[next_run].first == i) {
+      const int last = runs[next_run++].second;
+      ASSIGN_OR_RETURN(bool batched, batcher_.Launch(i, last, addresses, state.error_word, native));
+      if (batched) {
+        for (int j = i; j <= last; ++j) {
+          for (int k : updates_.after_node[j]) RETURN_IF_ERROR(EnqueueUpdate(k, state, addresses, native));
         }
-        state->error_host = static_cast<int64_t*>(*host);
-        std::fill(state->error_host, state->error_host + 2 * kErrorSlots, 0);
-        void* on_device = nullptr;
-        const cudaError_t mapped = cudaHostGetDevicePointer(&on_device, *host, 0);
-        if (mapped != cudaSuccess) {
-          device_.Free(word);
-          device_.FreeHost(*host);
-          return device::CudaStatus(mapped, "cudaHostGetDevicePointer");
-        }
-        state->error_host_on_device = static_cast<int64_t*>(on_device);
-        state->error_slots = std::make_shared<ErrorSlots>(kErrorSlots);
-      }
-      slot = std::move(state);
-    }
-    return slot.get();
-  }
-
-  void Release(LaneState& state) {
-    ReleaseGraphs(state);
-    device_.Free(state.error_word);
-    device_.FreeHost(state.error_host);
-    state.error_word = nullptr;
-    state.error_host = nullptr;
-  }
-
-  // Enqueues nodes [begin, end) kernel by kernel, each followed by the
-  // updates scheduled after it (a whole iteration is [0, nodes): also what
-  // stream capture records). The error word is zero before the first node
-  // (BeginIteration) and read back after the last (EndIteration), both
-  // outside the captured graphs.
-  // With `events` (nodes + 1 of them), records events[i] before node i and
-  // events[end] after the last node.
-  absl::Status LaunchNodes(CudaStream& stream, LaneState& state, absl::Span<void* const> addresses, int begin, int end,
-                           cudaEvent_t* events = nullptr) {
-    const cudaStream_t native = stream.native();
-    const int num_nodes = static_cast<int>(graph_.nodes.size());
-    CudaKernelContext context;
-    context.stream = &stream;
-    context.native = native;
-    context.error.word = state.error_word;
-    KernelArgs args;
-    // Alike independent fused nodes (an optimizer step's) as one launch
-    // each run; not while profiling, which times every node alone.
-    std::vector<std::pair<int, int>> runs;
-    if (events == nullptr) {
-      runs = batcher_.Plan(begin, end, addresses, [&](int i) {
-        for (int k : updates_.after_node[i]) {
-          if (addresses[graph_.updates[k].first] != addresses[graph_.updates[k].second]) return true;
-        }
-        return false;
-      });
-    }
-    size_t next_run = 0;
-    for (int i = begin; i < end; ++i) {
-      if (next_run < runs.size() && runs[next_run].first == i) {
-        const int last = runs[next_run++].second;
-        ASSIGN_OR_RETURN(bool batched, batcher_.Launch(i, last, addresses, state.error_word, native));
-        if (batched) {
-          for (int j = i; j <= last; ++j) {
-            for (int k : updates_.after_node[j]) RETURN_IF_ERROR(EnqueueUpdate(k, state, addresses, native));
-          }
-          i = last;
-          continue;
-        }
-      }
-      const Node& node = graph_.nodes[i];
-      args.node = &node;
-      args.inputs.clear();
-      args.outputs.clear();
-      for (int v : node.inputs) args.inputs.push_back(TensorArg{addresses[v], graph_.values[v].type});
-      for (int v : node.outputs) args.outputs.push_back(TensorArg{addresses[v], graph_.values[v].type});
-      context.error.node = static_cast<int32_t>(i);
-      if (events != nullptr) CUDA_RETURN_IF_ERROR(cudaEventRecord(events[i], native));
-      absl::Status status = kernels_[i](context, args);
-      if (!status.ok()) {
-        return absl::Status(status.code(), absl::StrCat(node.Describe(i), ": ", status.message()));
-      }
-      for (int k : updates_.after_node[i]) RETURN_IF_ERROR(EnqueueUpdate(k, state, addresses, native));
-    }
-    if (num_nodes == 0) {
-      for (size_t k = 0; k < graph_.updates.size(); ++k) {
-        RETURN_IF_ERROR(EnqueueUpdate(static_cast<int>(k), state, addresses, native));
+        i = last;
+        continue;
       }
     }
-    if (events != nullptr) CUDA_RETURN_IF_ERROR(cudaEventRecord(events[end], native));
-    return absl::OkStatus();
-  }
-
-  // One update (a new weight into its persistent tensor) as soon as the
-  // schedule allows (compiler/update_schedule.h), skipped on the device when a
-  // kernel reported bad data, so a failed iteration leaves the job's state
-  // as it was. In-place updates have one address and need no copy.
-  absl::Status EnqueueUpdate(int update, LaneState& state, absl::Span<void* const> addresses, cudaStream_t native) {
-    const auto& [target, value] = graph_.updates[update];
-    if (addresses[target] == addresses[value]) return absl::OkStatus();
-    const size_t bytes = graph_.values[target].type.bytes();
-    if (checks_data_) {
-      CUDA_RETURN_IF_ERROR(LaunchCopyUnlessError(state.error_word, addresses[value], addresses[target], bytes, native));
-    } else {
-      CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(addresses[target], addresses[value], bytes, cudaMemcpyDeviceToDevice, native));
-    }
-    return absl::OkStatus();
-  }
-
-  // Records nodes [begin, end) into a graph over `addresses` (nothing runs),
-  // and makes it `target`'s to replay: an update of its executable graph
-  // when the topology allows, else a new one.
-  absl::Status Capture(CudaStream& stream, LaneState& state, CapturedGraph& target, absl::Span<void* const> addresses,
-                       int begin, int end) {
-    const cudaStream_t native = stream.native();
-    CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(native, cudaStreamCaptureModeThreadLocal));
-    absl::Status recorded = LaunchNodes(stream, state, addresses, begin, end);
-    cudaGraph_t graph = nullptr;
-    const cudaError_t ended = cudaStreamEndCapture(native, &graph);
-    if (!recorded.ok() || ended != cudaSuccess) {
-      cudaGetLastError();  // capture errors are not sticky; leave none behind
-      if (graph != nullptr) cudaGraphDestroy(graph);
-      return recorded.ok() ? device::CudaStatus(ended, "cudaStreamEndCapture") : recorded;
-    }
-    absl::Status status = absl::OkStatus();
-    bool updated = false;
-    if (target.exec != nullptr) {
-      cudaGraphExecUpdateResultInfo info;
-      if (cudaGraphExecUpdate(target.exec, graph, &info) == cudaSuccess) {
-        updated = true;
-      } else {
-        cudaGetLastError();
-        cudaGraphExecDestroy(target.exec);
-        target.exec = nullptr;
-      }
-    }
-    if (!updated) {
-      status = device::CudaStatus(cudaGraphInstantiate(&target.exec, graph, 0), "cudaGraphInstantiate");
-      if (!status.ok()) target.exec = nullptr;
-    }
-    if (status.ok()) status = device::CudaStatus(cudaGraphUpload(target.exec, native), "cudaGraphUpload");
-    cudaGraphDestroy(graph);
+    const Node& node = graph_.nodes[i];
+    args.node = &node;
+    args.inputs.clear();
+    args.outputs.clear();
+    for (int v : node.inputs) args.inputs.push_back(TensorArg{addresses[v], graph_.values[v].type});
+    for (int v : node.outputs) args.outputs.push_back(TensorArg{addresses[v], graph_.values[v].type});
+    context.error.node = static_cast<int32_t>(i);
+    if (events != nullptr) CUDA_RETURN_IF_ERROR(cudaEventRecord(events[i], native));
+    absl::Status status = kernels_[i](context, args);
     if (!status.ok()) {
-      if (target.exec != nullptr) cudaGraphExecDestroy(target.exec);
-      target.exec = nullptr;
-      return status;
+      return absl::Status(status.code(), absl::StrCat(node.Describe(i), ": ", status.message()));
     }
-    target.captured.assign(addresses.begin(), addresses.end());
-    return absl::OkStatus();
+    for (int k : updates_.after_node[i]) RETURN_IF_ERROR(EnqueueUpdate(k, state, addresses, native));
   }
-
-  // Runs when the iteration's completion reports (no CUDA calls here).
-  absl::Status CheckErrorWord(const int64_t* host) const {
-    const int64_t tag = host[0];
-    if (tag == 0) return absl::OkStatus();
-    const int64_t value = host[1];
-    const int64_t index = tag - 1;
-    if (index < 0 || index >= static_cast<int64_t>(graph_.nodes.size())) {
-      return absl::InternalError(absl::StrCat("the GPU reported bad data from an unknown node ", index));
+  if (num_nodes == 0) {
+    for (size_t k = 0; k < graph_.updates.size(); ++k) {
+      RETURN_IF_ERROR(EnqueueUpdate(static_cast<int>(k), state, addresses, native));
     }
-    const Node& node = graph_.nodes[index];
-    if (node.op != "nll_loss_forward" && node.op != "nll_loss_backward") {
-      return absl::InvalidArgumentError(
-          absl::StrCat(node.Describe(static_cast<int>(index)), ": ", DescribeBadIndex(graph_, node, value)));
-    }
-    // nll_loss_forward's self is input 0, nll_loss_backward's input 1.
-    const int self_input = node.op == "nll_loss_backward" ? 1 : 0;
-    const int64_t classes = graph_.values[node.inputs[self_input]].type.shape.back();
-    const int64_t ignore_index = node.attrs.GetInt("ignore_index", -100).value_or(-100);
-    return absl::InvalidArgumentError(absl::StrCat(node.Describe(static_cast<int>(index)), ": target value ", value,
-                                                   " is outside the classes [0, ", classes, ") and not ignore_index (",
-                                                   ignore_index, ")"));
   }
+  if (events != nullptr) CUDA_RETURN_IF_ERROR(cudaEventRecord(events[end], native));
+  return absl::OkStatus();
+}
 
-  const Graph& graph_;
-  device::Device& device_;
-  const std::vector<CudaKernelFn> kernels_;  // one per node
-  const std::vector<CudaWarmFn> warmers_;    // one per node; nullptr: nothing to warm (FindCudaWarmer)
-  const bool checks_data_;                   // some node may write the error word
-  const UpdateSchedule updates_ = ScheduleUpdates(graph_);
-  const CudaProgramOptions options_;
-  const PointwiseBatcher batcher_;  // alike fused nodes in one launch
-  absl::flat_hash_map<CudaStream*, std::unique_ptr<LaneState>> lanes_;
-  bool capture_disabled_ = false;
-  // Iterations (and ranges) enqueued so far; no capture is tried before
-  // capture_retry_at_ (a backoff after a capture out of memory).
-  uint64_t uses_ = 0;
-  uint64_t capture_retry_at_ = 0;
-  uint64_t capture_backoff_ = 0;
-  static constexpr uint64_t kMinCaptureBackoff = 16;
-  static constexpr uint64_t kMaxCaptureBackoff = 1024;
-  CudaProgramStats stats_;
-  // Counters() for other threads (stats_ is the executor thread's).
-  static void Count(std::atomic<int64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
-  void CountOpByOp() {
-    ++stats_.op_by_op_runs;
-    Count(op_by_op_runs_);
+absl::Status CudaProgram::EnqueueUpdate(int update, LaneState& state, absl::Span<void* const> addresses,
+                                        cudaStream_t native) {
+  const auto& [target, value] = graph_.updates[update];
+  if (addresses[target] == addresses[value]) return absl::OkStatus();
+  const size_t bytes = graph_.values[target].type.bytes();
+  if (checks_data_) {
+    CUDA_RETURN_IF_ERROR(LaunchCopyUnlessError(state.error_word, addresses[value], addresses[target], bytes, native));
+  } else {
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(addresses[target], addresses[value], bytes, cudaMemcpyDeviceToDevice, native));
   }
-  std::atomic<int64_t> graph_launches_{0}, op_by_op_runs_{0}, captures_{0};
-  std::atomic<int64_t> recapture_ns_{0};        // ProgramCounters::recapture_seconds
-  std::atomic<int64_t> recapture_run_ns_{0};    // ... its recapture_run_seconds
-  std::atomic<int64_t> recapture_graph_ns_{0};  // ... its recapture_graph_seconds
-  int64_t last_capture_ns_ = 0;                 // the last Capture() call's (executor thread)
-  // WarmStream steps that readied a node; atomic: the lanes' threads warm
-  // their own streams for one program at the same time.
-  std::atomic<int64_t> warmed_nodes_{0};
-  // The profile (options_.profile_nodes).
-  std::vector<cudaEvent_t> profile_events_;
-  std::vector<double> node_seconds_;  // summed over the profiled iterations
-  int profiled_runs_ = 0;
-  int profiled_iterations_ = 0;
-};
+  return absl::OkStatus();
+}
 
-}  // namespace
+absl::Status CudaProgram::CheckErrorWord(const int64_t* host) const {
+  const int64_t tag = host[0];
+  if (tag == 0) return absl::OkStatus();
+  const int64_t value = host[1];
+  const int64_t index = tag - 1;
+  if (index < 0 || index >= static_cast<int64_t>(graph_.nodes.size())) {
+    return absl::InternalError(absl::StrCat("the GPU reported bad data from an unknown node ", index));
+  }
+  const Node& node = graph_.nodes[index];
+  if (node.op != "nll_loss_forward" && node.op != "nll_loss_backward") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(node.Describe(static_cast<int>(index)), ": ", DescribeBadIndex(graph_, node, value)));
+  }
+  // nll_loss_forward's self is input 0, nll_loss_backward's input 1.
+  const int self_input = node.op == "nll_loss_backward" ? 1 : 0;
+  const int64_t classes = graph_.values[node.inputs[self_input]].type.shape.back();
+  const int64_t ignore_index = node.attrs.GetInt("ignore_index", -100).value_or(-100);
+  return absl::InvalidArgumentError(absl::StrCat(node.Describe(static_cast<int>(index)), ": target value ", value,
+                                                 " is outside the classes [0, ", classes, ") and not ignore_index (",
+                                                 ignore_index, ")"));
+}
+
+}  // namespace program_internal
 
 absl::StatusOr<std::unique_ptr<Program>> CreateCudaProgram(const Graph& graph, device::Device& device,
                                                            const CudaProgramOptions& options) {
@@ -703,11 +461,11 @@ absl::StatusOr<std::unique_ptr<Program>> CreateCudaProgram(const Graph& graph, d
     checks_data = checks_data || OpChecksData(graph.nodes[i].op);
   }
   return std::unique_ptr<Program>(
-      new CudaProgram(graph, device, std::move(kernels), std::move(warmers), checks_data, options));
+      new program_internal::CudaProgram(graph, device, std::move(kernels), std::move(warmers), checks_data, options));
 }
 
 CudaProgramStats GetCudaProgramStats(const Program& program) {
-  const auto* cuda_program = dynamic_cast<const CudaProgram*>(&program);
+  const auto* cuda_program = dynamic_cast<const program_internal::CudaProgram*>(&program);
   return cuda_program != nullptr ? cuda_program->stats() : CudaProgramStats{};
 }
 
