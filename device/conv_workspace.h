@@ -1,5 +1,5 @@
 // How much workspace one cuDNN convolution may use on a device, shared by
-// the convolution kernels (kernels/cuda/convolution_ops.cc, which search for
+// the convolution kernels (kernels/cuda/conv_algorithms.cc, which search for
 // algorithms within it) and the daemon (server/service.cc, which keeps that
 // much back per lane when it sizes the job memory).
 //

@@ -51,7 +51,7 @@ CudaWarmFn FindCudaWarmer(absl::string_view op);
 std::string DescribeBadIndex(const Graph& graph, const Node& node, int64_t value);
 
 // How many convolution directions so far took their algorithm from another
-// stream of the same device instead of searching (convolution_ops.cc), how
+// stream of the same device instead of searching (conv_algorithms.cc), how
 // many of those also rebuilt the other stream's graph-API engine, how many
 // found another stream's choice but not the workspace it needs (and
 // searched), and how many searched in all.

@@ -3,7 +3,7 @@
 // an operation graph of one node, the engine configurations cuDNN's
 // heuristics rank for it, and execution plans that run them.
 //
-// Why beside the convolution API of convolution_ops.cc: that API reaches a
+// Why beside the convolution API of conv_algorithms.cc: that API reaches a
 // fixed list of eight algorithms per direction, and on an H200 with cuDNN
 // 9.19 its best bfloat16 NCHW kernels ran at 0.43-0.79 of PyTorch's, which
 // runs engines of this graph API (bench/results, the op table). The

@@ -1,6 +1,6 @@
 // Choices made once per device and shared by all its streams, process-wide:
 // the cuBLASLt algorithm of a matrix product (blas.cc) and the cuDNN
-// algorithm and engine of a convolution direction (convolution_ops.cc). The
+// algorithm and engine of a convolution direction (conv_algorithms.cc). The
 // first stream to meet a problem chooses; the others find its choice.
 #ifndef TANDEM_KERNELS_CUDA_DEVICE_CHOICES_H_
 #define TANDEM_KERNELS_CUDA_DEVICE_CHOICES_H_

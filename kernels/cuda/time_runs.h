@@ -1,5 +1,5 @@
 // Timing candidate algorithms on the call's own operands (cuDNN engines in
-// convolution_ops.cc, cuBLASLt algorithms in blas.cc): the first time a
+// conv_algorithms.cc, cuBLASLt algorithms in blas.cc): the first time a
 // problem runs on a device (its streams share the choice, device_choices.h),
 // in an op-by-op run, never during capture.
 #ifndef TANDEM_KERNELS_CUDA_TIME_RUNS_H_
