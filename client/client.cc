@@ -420,6 +420,7 @@ absl::StatusOr<v1::RegisterJobResponse> Client::RegisterJob(v1::RegisterJobReque
   absl::flat_hash_map<std::string, int> by_name;
   for (int i = 0; i < request.persistent_size(); ++i) by_name.emplace(request.persistent(i).spec().name(), i);
   uint64_t total = 0;
+  std::vector<v1::Tensor*> framed;  // by view
   for (size_t k = 0; k < views.size(); ++k) {
     const FeedView& v = views[k];
     auto [it, added] = by_name.emplace(v.name, request.persistent_size());
@@ -429,7 +430,8 @@ absl::StatusOr<v1::RegisterJobResponse> Client::RegisterJob(v1::RegisterJobReque
     spec->set_name(v.name);
     spec->set_dtype(v.dtype);
     for (int64_t d : v.shape) spec->add_shape(d);
-    t->set_frame(static_cast<uint32_t>(k + 1));
+    t->set_frame(static_cast<uint32_t>(k + 1));  // one frame each in a shared-memory object
+    framed.push_back(t);
     total += v.bytes;
   }
   // A local daemon reads them from a shared-memory object: one copy here,
@@ -439,10 +441,19 @@ absl::StatusOr<v1::RegisterJobResponse> Client::RegisterJob(v1::RegisterJobReque
                                           : std::nullopt;
   std::vector<zmq::message_t> frames;
   if (!shared) {
-    for (const FeedView& v : views) {
-      zmq::message_t frame(v.bytes);
-      if (v.bytes > 0) ParallelCopy(frame.data(), v.data, v.bytes);
-      frames.push_back(std::move(frame));
+    const uint64_t piece = std::max<uint64_t>(options_.frame_bytes, 1);
+    for (size_t k = 0; k < views.size(); ++k) {
+      const FeedView& v = views[k];
+      const uint64_t count = std::max<uint64_t>(1, (v.bytes + piece - 1) / piece);
+      framed[k]->set_frame(static_cast<uint32_t>(frames.size() + 1));
+      if (count > 1) framed[k]->set_frame_count(static_cast<uint32_t>(count));
+      for (uint64_t i = 0; i < count; ++i) {
+        const uint64_t offset = i * piece;
+        const uint64_t bytes = std::min(piece, v.bytes - offset);
+        zmq::message_t frame(bytes);
+        if (bytes > 0) ParallelCopy(frame.data(), static_cast<const char*>(v.data) + offset, bytes);
+        frames.push_back(std::move(frame));
+      }
     }
   }
   v1::Request r;

@@ -65,6 +65,12 @@ struct ClientOptions {
   // is on this host); smaller ones, or when the object cannot be made, send
   // them as ZeroMQ frames. UINT64_MAX: always frames.
   uint64_t shared_frames_threshold = uint64_t{1} << 20;
+  // Initial values sent as ZeroMQ frames go in frames of at most this many
+  // bytes (Tensor.frame_count): libzmq counts a connection as alive only
+  // when a whole frame has arrived, and the daemon closes one that shows no
+  // sign of life for 3 s, so over a slow tcp link one large frame would cut
+  // the registration short.
+  uint64_t frame_bytes = uint64_t{4} << 20;
 };
 
 // A feed by reference: the bytes are read during SubmitIteration only.

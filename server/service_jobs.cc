@@ -23,37 +23,54 @@
 namespace tandem::server {
 namespace {
 
-// A registration's persistent tensors sent as frames (Tensor.frame): each
-// names an existing frame, no frame is named twice or left over, no such
-// tensor also has inline data, and each frame holds exactly its tensor's
-// bytes (graph.persistents follows reg.persistent()'s order). Inline
-// tensors were checked by BuildGraph.
+// The frames (0-based, [first, first + count)) that tensor `t` names:
+// count 0 when it names none.
+struct FrameRange {
+  size_t first = 0;
+  size_t count = 0;
+};
+FrameRange FramesOf(const v1::Tensor& t) {
+  if (t.frame() == 0) return {};
+  return {t.frame() - size_t{1}, std::max<size_t>(t.frame_count(), 1)};
+}
+
+// A registration's persistent tensors sent as frames (Tensor.frame and
+// frame_count): each names existing frames, no frame is named twice or left
+// over, no such tensor also has inline data, and its frames together hold
+// exactly its bytes (graph.persistents follows reg.persistent()'s order).
+// Inline tensors were checked by BuildGraph.
 absl::Status CheckPersistentFrames(const v1::RegisterJobRequest& reg, const Graph& graph, const RequestFrames* frames) {
   const size_t count = frames != nullptr ? frames->size() : 0;
   std::vector<bool> used(count, false);
   for (int i = 0; i < reg.persistent_size(); ++i) {
     const v1::Tensor& t = reg.persistent(i);
-    if (t.frame() == 0) continue;
+    const FrameRange range = FramesOf(t);
+    if (range.count == 0) continue;
     const std::string& name = t.spec().name();
-    if (t.frame() > count) {
-      return absl::InvalidArgumentError(absl::StrCat("persistent tensor '", name, "' names frame ", t.frame(), " but ",
-                                                     count, " frame(s) followed the request"));
+    const std::string named = range.count == 1 ? absl::StrCat("frame ", t.frame())
+                                               : absl::StrCat("frames ", t.frame(), "-", range.first + range.count);
+    if (range.first + range.count > count) {
+      return absl::InvalidArgumentError(absl::StrCat("persistent tensor '", name, "' names ", named, " but ", count,
+                                                     " frame(s) followed the request"));
     }
     if (!t.data().empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("persistent tensor '", name, "' has both inline data and frame ", t.frame()));
+          absl::StrCat("persistent tensor '", name, "' has both inline data and ", named));
     }
-    if (used[t.frame() - 1]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("persistent tensor '", name, "' names frame ", t.frame(), ", which another tensor named"));
+    uint64_t got = 0;
+    for (size_t f = range.first; f < range.first + range.count; ++f) {
+      if (used[f]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("persistent tensor '", name, "' names frame ", f + 1, ", which another tensor named"));
+      }
+      used[f] = true;
+      got += frames->frame(f).size();
     }
-    used[t.frame() - 1] = true;
     const uint64_t want = graph.values[graph.persistents[i]].type.bytes();
-    const size_t got = frames->frame(t.frame() - 1).size();
     if (got != want) {
-      return absl::InvalidArgumentError(absl::StrCat("persistent tensor '", name, "': frame ", t.frame(), " has ", got,
-                                                     " bytes; ", graph.values[graph.persistents[i]].type.ToString(),
-                                                     " needs ", want));
+      return absl::InvalidArgumentError(
+          absl::StrCat("persistent tensor '", name, "': ", named, " ", range.count == 1 ? "has " : "have ", got,
+                       " bytes; ", graph.values[graph.persistents[i]].type.ToString(), " needs ", want));
     }
   }
   for (size_t f = 0; f < count; ++f) {
@@ -523,10 +540,18 @@ void Service::StartJob(std::unique_ptr<Job> job) {
     const auto& tensors = request->register_job().persistent();
     absl::Status status;
     for (int i = 0; i < tensors.size() && status.ok(); ++i) {
-      // A frame's size was checked against the tensor's at registration.
-      const absl::string_view bytes =
-          tensors[i].frame() != 0 ? frames->frame(tensors[i].frame() - 1) : absl::string_view(tensors[i].data());
-      status = device->CopyToDevice(*stream, targets[i], bytes.data(), bytes.size());
+      // The frames' sizes were checked against the tensor's at registration.
+      const FrameRange range = FramesOf(tensors[i]);
+      if (range.count == 0) {
+        status = device->CopyToDevice(*stream, targets[i], tensors[i].data().data(), tensors[i].data().size());
+        continue;
+      }
+      uint64_t offset = 0;
+      for (size_t f = range.first; f < range.first + range.count && status.ok(); ++f) {
+        const absl::string_view bytes = frames->frame(f);
+        status = device->CopyToDevice(*stream, static_cast<char*>(targets[i]) + offset, bytes.data(), bytes.size());
+        offset += bytes.size();
+      }
     }
     auto done = [this, request, frames, job_id, to](absl::Status s) {
       loop_.Post("Service.OnUploadDone", [this, job_id, to, s]() {

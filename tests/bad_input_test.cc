@@ -209,6 +209,28 @@ TEST_F(BadInputTest, PersistentFramesAreChecked) {
   v1::Request stats;
   stats.mutable_stats();
   expect_refused(stats, {w}, "only a job registration may carry frames");
+  // One tensor in pieces (frame_count): the pieces must exist, belong to it
+  // alone and hold its bytes together.
+  v1::Request pieces = good;
+  pieces.mutable_register_job()->mutable_persistent(0)->set_frame_count(3);
+  expect_refused(pieces, {w.substr(0, 40), w.substr(40)}, "names frames 1-3 but 2 frame(s) followed");
+  expect_refused(pieces, {w.substr(0, 40), w.substr(40, 40), w.substr(80, 8)},
+                 "frames 1-3 have 88 bytes; float32[8, 3] needs 96");
+  expect_refused(pieces, {w.substr(0, 40), w.substr(40, 40), w.substr(80), w},
+                 "frame 4 of 4 after the request belongs to no persistent tensor");
+  {
+    v1::Response r = raw.Call(pieces, {w.substr(0, 40), w.substr(40, 40), w.substr(80)});
+    ASSERT_EQ(r.status().code(), 0) << r.status().message();
+    v1::Request read;
+    read.mutable_read_tensor()->set_job_id(r.register_job().job_id());
+    read.mutable_read_tensor()->set_name("w");
+    v1::Response got = raw.Call(read, {});
+    ASSERT_EQ(got.status().code(), 0) << got.status().message();
+    EXPECT_EQ(got.read_tensor().tensor().data(), w) << "the pieces, in order";
+    v1::Request close;
+    close.mutable_close_job()->set_job_id(r.register_job().job_id());
+    EXPECT_EQ(raw.Call(close, {}).status().code(), 0);
+  }
   // The well-formed one registers, and its weights are the frame's bytes.
   v1::Response r = raw.Call(good, {w});
   ASSERT_EQ(r.status().code(), 0) << r.status().message();

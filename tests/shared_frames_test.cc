@@ -1,7 +1,7 @@
 // Registration through a shared-memory object (RegisterJobRequest.
 // shared_frames) against a real daemon: a large model's initial values read
 // from the client's object give the same job as the same values sent as
-// ZeroMQ frames; a missing object, a slice past its end, mismatched slice
+// ZeroMQ frames (a tensor in several frames); a missing object, a slice past its end, mismatched slice
 // lists or sizes, and shared frames beside ZeroMQ frames are refused without
 // disturbing the daemon.
 #include <cstring>
@@ -63,6 +63,7 @@ TEST(SharedFrames, LargeModelsRegisterThroughSharedMemoryAndMatchFrames) {
   auto shared = Client::Connect({.endpoint = daemon.endpoint(), .name = "shared"});
   client::ClientOptions framed_options{.endpoint = daemon.endpoint(), .name = "framed"};
   framed_options.shared_frames_threshold = UINT64_MAX;
+  framed_options.frame_bytes = 100000;  // w (1 MiB) in 11 frames, the last one short
   auto framed = Client::Connect(framed_options);
   ASSERT_TRUE(shared.ok() && framed.ok());
   const Values v;
@@ -71,6 +72,9 @@ TEST(SharedFrames, LargeModelsRegisterThroughSharedMemoryAndMatchFrames) {
   EXPECT_THAT(daemon.Log(), HasSubstr("registration reads its initial values from shared memory"));
   auto b = (*framed)->RegisterJob(Affine(), v.Views());
   ASSERT_TRUE(b.ok()) << b.status();
+  auto framed_w = (*framed)->ReadTensor(b->job_id(), "w");
+  ASSERT_TRUE(framed_w.ok()) << framed_w.status();
+  EXPECT_EQ(framed_w->values<float>(), v.w) << "w's 11 frames, in order";
 
   auto w = (*shared)->ReadTensor(a->job_id(), "w");
   ASSERT_TRUE(w.ok()) << w.status();
