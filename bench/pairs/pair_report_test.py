@@ -6,6 +6,7 @@
 import unittest
 
 import pair_models
+import pair_plot
 import pair_report
 
 
@@ -63,6 +64,24 @@ class DeriveTest(unittest.TestCase):
     def test_geomean(self):
         self.assertAlmostEqual(pair_report.geomean([2.0, 0.5]), 1.0)
         self.assertIsNone(pair_report.geomean([]))
+
+    def test_plot_segments(self):
+        result = self.result()
+        rows = pair_plot.segments(result)
+        self.assertEqual([(pair, units) for pair, units, _ in rows], [("x+y", "compiled")])
+        parts = rows[0][2]
+        self.assertEqual(list(parts), ["tandem", "time_slicing_compiled", "mps_compiled"])
+        self.assertAlmostEqual(sum(parts["tandem"]), 16 / 15, 3)  # the table's compiled units, job by job
+        self.assertAlmostEqual(parts["mps_compiled"][0], 8 / 12, 3)
+        del result["systems"]["time_slicing_compiled"], result["systems"]["mps_compiled"]
+        result["systems"]["time_slicing"] = _system({"x": 12.0, "y": 24.0}, (24.0, 48.0))
+        rows = pair_plot.segments(result)
+        self.assertEqual(rows[0][1], "eager")
+        self.assertAlmostEqual(rows[0][2]["tandem"][0], 12 / 15, 3)
+        del result["systems"]["time_slicing"]
+        rows = pair_plot.segments(result)
+        self.assertEqual(rows[0][1], "own")
+        self.assertAlmostEqual(rows[0][2]["tandem"][0], 10 / 15, 3)
 
 
 class DrawTest(unittest.TestCase):
