@@ -82,14 +82,21 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   hello->set_client_pid(static_cast<uint32_t>(::getpid()));
   auto id = client->Send(std::move(request));
   if (!id.ok()) return id.status();
-  // The handshake has its own, short deadline.
+  // The handshake has its own, short deadline. A daemon that was dying
+  // when the socket was probed (a SIGKILLed process still holds its
+  // listener until it is scheduled to exit) is found gone by probing again.
   auto deadline = SteadyClock::now() + absl::ToChronoMilliseconds(options.connect_timeout);
+  auto next_probe = SteadyClock::now() + std::chrono::milliseconds(250);
   {
     std::unique_lock<std::mutex> lock(client->mu_);
     while (!client->arrived_.contains(*id)) {
       if (SteadyClock::now() > deadline) {
         return absl::UnavailableError(absl::StrCat("no answer from tandemd at ", endpoint, " within ",
                                                    absl::FormatDuration(options.connect_timeout), "; is it running?"));
+      }
+      if (SteadyClock::now() > next_probe) {
+        RETURN_IF_ERROR(CheckClientEndpoint(endpoint));
+        next_probe = SteadyClock::now() + std::chrono::milliseconds(250);
       }
       client->ReceiveLocked(std::chrono::milliseconds(20));
     }
