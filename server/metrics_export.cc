@@ -54,7 +54,7 @@ std::string Service::RenderMetrics() {
   w.Family("tandem_iteration_yields_total", "counter",
            "pauses of a lower-priority iteration at a segment boundary for a higher-priority one (preemption=op)");
   uint64_t yields = 0;
-  for (const auto& dev : devices_) yields += dev->yields;
+  for (const auto& dev : devices_) yields += dev->runtime().yields;
   w.Sample("tandem_iteration_yields_total", {}, static_cast<double>(yields));
   w.Family("tandem_config_reloads_total", "counter", "config reloads (SIGHUP) by result");
   w.Sample("tandem_config_reloads_total", {{"result", "ok"}}, static_cast<double>(measurements_.reloads_ok()));
@@ -89,20 +89,21 @@ std::string Service::RenderMetrics() {
   // --- per device -------------------------------------------------------------
   // A family's samples must be contiguous: one pass over the devices per family.
   std::vector<memory::DeviceMemoryStats> memory;
-  for (const auto& dev : devices_) memory.push_back(dev->memory->Stats());
+  for (const auto& dev : devices_) memory.push_back(dev->runtime().memory->Stats());
   // A GPU's UUID identifies it across hosts and reboots (a CUDA ordinal
   // does neither); the CPU device has none.
   auto device_labels = [&](size_t i) {
-    const device::DeviceInfo& info = devices_[i]->device->info();
+    const device::DeviceInfo& info = devices_[i]->runtime().device->info();
     Labels labels{{"device", info.name}};
     if (!info.uuid.empty()) labels.emplace_back("gpu_uuid", info.uuid);
     return labels;
   };
-  auto device_measured = [&](size_t i) { return measurements_.Device(devices_[i]->index); };
+  auto device_measured = [&](size_t i) { return measurements_.Device(devices_[i]->runtime().index); };
 
   w.Family("tandem_device_iterations_total", "counter", "iterations completed on the device");
   for (size_t i = 0; i < devices_.size(); ++i) {
-    w.Sample("tandem_device_iterations_total", device_labels(i), static_cast<double>(devices_[i]->iterations));
+    w.Sample("tandem_device_iterations_total", device_labels(i),
+             static_cast<double>(devices_[i]->runtime().iterations));
   }
   w.Family("tandem_device_busy_seconds_total", "counter", "device time of the iterations completed on the device");
   for (size_t i = 0; i < devices_.size(); ++i) {
@@ -137,20 +138,21 @@ std::string Service::RenderMetrics() {
   }
   w.Family("tandem_lane_busy_seconds_total", "counter", "device time of the iterations completed on the lane");
   for (size_t i = 0; i < devices_.size(); ++i) {
-    for (size_t lane = 0; lane < devices_[i]->lanes.size(); ++lane) {
+    for (size_t lane = 0; lane < devices_[i]->runtime().lanes.size(); ++lane) {
       Labels labels = device_labels(i);
       labels.push_back({"lane", absl::StrCat(lane)});
-      w.Sample("tandem_lane_busy_seconds_total", labels, devices_[i]->lanes[lane].busy_seconds);
+      w.Sample("tandem_lane_busy_seconds_total", labels, devices_[i]->runtime().lanes[lane].busy_seconds);
     }
   }
   w.Family("tandem_lane_occupied_seconds_total", "counter",
            "wall time with an iteration enqueued or running on the lane");
   const Clock::time_point now_point = Clock::now();
   for (size_t i = 0; i < devices_.size(); ++i) {
-    for (size_t lane = 0; lane < devices_[i]->lanes.size(); ++lane) {
+    for (size_t lane = 0; lane < devices_[i]->runtime().lanes.size(); ++lane) {
       Labels labels = device_labels(i);
       labels.push_back({"lane", absl::StrCat(lane)});
-      w.Sample("tandem_lane_occupied_seconds_total", labels, devices_[i]->lanes[lane].OccupiedSeconds(now_point));
+      w.Sample("tandem_lane_occupied_seconds_total", labels,
+               devices_[i]->runtime().lanes[lane].OccupiedSeconds(now_point));
     }
   }
   // The enqueuing threads (server/executor.h): busy seconds near the
@@ -170,7 +172,7 @@ std::string Service::RenderMetrics() {
   for (const auto& family : executor_families) {
     w.Family(family.name, "counter", family.help);
     for (size_t i = 0; i < devices_.size(); ++i) {
-      for (const auto& executor : devices_[i]->executors) {
+      for (const auto& executor : devices_[i]->runtime().executors) {
         Labels labels = device_labels(i);
         labels.push_back({"executor", executor->name()});
         w.Sample(family.name, labels, family.value(executor->Stats()));
@@ -179,17 +181,18 @@ std::string Service::RenderMetrics() {
   }
   w.Family("tandem_device_lane_moves_total", "counter", "jobs the scheduling policy moved to another lane");
   for (size_t i = 0; i < devices_.size(); ++i) {
-    w.Sample("tandem_device_lane_moves_total", device_labels(i), static_cast<double>(devices_[i]->lane_moves));
+    w.Sample("tandem_device_lane_moves_total", device_labels(i),
+             static_cast<double>(devices_[i]->runtime().lane_moves));
   }
   w.Family("tandem_device_segments_total", "counter",
            "segments of preemptible iterations enqueued on the device (preemption=op)");
   for (size_t i = 0; i < devices_.size(); ++i) {
-    w.Sample("tandem_device_segments_total", device_labels(i), static_cast<double>(devices_[i]->segments));
+    w.Sample("tandem_device_segments_total", device_labels(i), static_cast<double>(devices_[i]->runtime().segments));
   }
   w.Family("tandem_device_segment_gap_seconds_total", "counter",
            "idle device time between consecutive segments of an iteration, pauses excluded (preemption=op)");
   for (size_t i = 0; i < devices_.size(); ++i) {
-    w.Sample("tandem_device_segment_gap_seconds_total", device_labels(i), devices_[i]->segment_gap_seconds);
+    w.Sample("tandem_device_segment_gap_seconds_total", device_labels(i), devices_[i]->runtime().segment_gap_seconds);
   }
   w.Family("tandem_device_memory_bytes", "gauge",
            "device memory by kind: capacity, reserve, persistent, lanes, retired, free");
@@ -267,7 +270,7 @@ std::string Service::RenderMetrics() {
   // Slowdown needs the scheduler's solo-time estimate; jobs without one are left out.
   w.Family("tandem_job_slowdown", "gauge", "mean iteration time / iteration time alone (1: as fast as alone)");
   for (const auto& dev : devices_) {
-    for (const sched::JobSchedStats& s : dev->scheduler->Stats()) {
+    for (const sched::JobSchedStats& s : dev->runtime().scheduler->Stats()) {
       auto it = jobs_.find(s.job);
       if (it == jobs_.end() || !(s.solo_iteration_seconds > 0) || !(s.mean_iteration_seconds > 0)) continue;
       w.Sample("tandem_job_slowdown", job_labels(*it->second), s.mean_iteration_seconds / s.solo_iteration_seconds);

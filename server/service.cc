@@ -168,7 +168,8 @@ absl::StatusOr<std::unique_ptr<Service>> Service::Create(const DaemonOptions& op
       }
       if (!known) service->codegen_targets_.push_back(target);
     }
-    service->devices_.push_back(std::move(rt));
+    DispatcherHost& host = *service;
+    service->devices_.push_back(std::make_unique<DeviceDispatcher>(std::move(rt), host, loop));
   }
   ConfigureCodegen(options, !service->codegen_targets_.empty());
   return service;
@@ -176,8 +177,19 @@ absl::StatusOr<std::unique_ptr<Service>> Service::Create(const DaemonOptions& op
 
 std::vector<std::string> Service::DeviceNames() const {
   std::vector<std::string> names;
-  for (const auto& d : devices_) names.push_back(d->device->info().name);
+  for (const auto& d : devices_) names.push_back(d->runtime().device->info().name);
   return names;
+}
+
+Job* Service::JobById(uint64_t id) {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : it->second.get();
+}
+
+void Service::ForEachJob(absl::FunctionRef<bool(Job&)> fn) {
+  for (const auto& [id, job] : jobs_) {
+    if (!fn(*job)) return;
+  }
 }
 
 void Service::Reply(const PendingReply& to, v1::Response response) {
@@ -510,7 +522,7 @@ void Service::OnMapSharedMemory(const PendingReply& to, Session& session, const 
     return;
   }
   std::vector<device::Device*> devices;
-  for (auto& d : devices_) devices.push_back(d->device.get());
+  for (auto& d : devices_) devices.push_back(d->runtime().device.get());
   // Mapping and pinning a region (cudaHostRegister of a client's 64 MiB
   // ring takes tens of ms) happen on the preparation thread, as a
   // registration's graph does, so the loop serves others meanwhile.
@@ -617,7 +629,8 @@ void Service::OnStats(const PendingReply& to) {
   stats->set_errors(errors_);
   stats->set_iterations(iterations_);
   stats->set_policy(options_.policy);
-  for (const auto& dev : devices_) {
+  for (const auto& dispatcher : devices_) {
+    const DeviceRuntime* dev = &dispatcher->runtime();
     memory::DeviceMemoryStats m = dev->memory->Stats();
     v1::DeviceStats* d = stats->add_devices();
     d->set_name(dev->device->info().name);
@@ -628,7 +641,7 @@ void Service::OnStats(const PendingReply& to) {
     d->set_free_bytes(m.free_bytes);
     d->set_lanes(static_cast<uint32_t>(m.lanes.size()));
     d->set_iterations(dev->iterations);
-    FillDeviceDetails(*dev, d);
+    dispatcher->FillDeviceDetails(d);
   }
   stats->set_draining(draining_);
   stats->set_pid(static_cast<uint32_t>(::getpid()));
@@ -653,13 +666,7 @@ void Service::Shutdown() {
   // Drain the executors, then wait for every lane's work. The completions
   // posted meanwhile run on the loop after this (they answer their
   // iterations and reads), then FinishShutdown frees what is left.
-  for (auto& dev : devices_) {
-    for (auto& lane : dev->lanes) lane.executor = nullptr;
-    dev->executors.clear();
-    for (auto& lane : dev->lanes) {
-      if (lane.stream) (void)dev->device->Synchronize(*lane.stream);
-    }
-  }
+  for (auto& dev : devices_) dev->StopExecutors();
 }
 
 void Service::FinishShutdown() {
@@ -669,16 +676,7 @@ void Service::FinishShutdown() {
     if (job->snapshot_host != nullptr) job->device->device->FreeHost(job->snapshot_host);
   }
   jobs_.clear();
-  for (auto& dev : devices_) {
-    for (auto& [host, bytes] : dev->spare_snapshots) dev->device->FreeHost(host);
-    dev->spare_snapshots.clear();
-    for (auto& lane : dev->lanes) {
-      for (auto& slot : lane.slots) {
-        if (slot.host != nullptr) dev->device->FreeHost(slot.host);
-      }
-      for (void* host : lane.retired_host) dev->device->FreeHost(host);
-    }
-  }
+  for (auto& dev : devices_) dev->FreeHostBuffers();
 }
 
 }  // namespace tandem::server

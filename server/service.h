@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "codegen/kernel_cache.h"
 #include "server/access_control.h"
+#include "server/device_dispatcher.h"
 #include "server/event_loop.h"
 #include "server/executor.h"
 #include "server/fd_socket.h"
@@ -37,14 +38,14 @@ namespace tandem::server {
 
 inline constexpr char kDaemonVersion[] = "0.1.0";
 
-class Service {
+class Service : private DispatcherHost {
  public:
   using SendFn = std::function<void(std::string peer, std::string payload)>;
 
   // Opens the devices named by options.device ("auto": every GPU, else the
   // CPU) and their memory, scheduler and executor.
   static absl::StatusOr<std::unique_ptr<Service>> Create(const DaemonOptions& options, EventLoop& loop, SendFn send);
-  ~Service();
+  ~Service() override;
 
   // Loop thread. A message from `peer` on a connection of `identity`, with
   // the frames that followed its first (null: none); only a job
@@ -124,16 +125,6 @@ class Service {
   // (asking per job made a listing quadratic in the jobs).
   void FillJobMeasurements(const Job& job, const std::vector<sched::JobSchedStats>& sched_stats,
                            v1::JobInfo* info) const;
-  // The admin fields of a device's DeviceStats (lanes, admissions).
-  void FillDeviceDetails(const DeviceRuntime& dev, v1::DeviceStats* stats) const;
-  // Loop thread. A successful iteration, for the measurements.
-  void MeasureIteration(const DeviceRuntime& dev, uint64_t job_id, double run_seconds, Clock::time_point enqueued);
-  // Journals an iteration that captured a graph or waited long in the
-  // daemon (DeviceRuntime::journal).
-  void JournalIteration(DeviceRuntime& dev, int lane, Job& job, double queue_seconds);
-  // Journals (and counts) each lane whose arena moved since the last call;
-  // `job`: the job whose admission, move or departure came just before.
-  void JournalArenaMoves(DeviceRuntime& dev, uint64_t job);
 
   // service.cc: sessions and the small requests.
   void Reply(const PendingReply& to, v1::Response response);
@@ -194,7 +185,7 @@ class Service {
   void AdmitWaitingJobs();
   void OnCloseJob(const PendingReply& to, Session& session, uint64_t job_id);
   void BeginCloseJob(Job& job, const char* reason);
-  void MaybeFinishClose(Job& job);
+  void MaybeFinishClose(Job& job) override;
   // job.state.MoveTo(next), logged as a bug when the machine refuses it.
   void MoveJob(Job& job, JobState next);
   // Jobs of the session waiting for memory.
@@ -232,36 +223,14 @@ class Service {
   };
   static absl::StatusOr<Resumed> LoadResume(const v1::Request& request, const std::string& path, uint64_t max_bytes);
 
-  // service_lanes.cc: lanes and their streams.
-  absl::Status EnsureLane(DeviceRuntime& dev, int lane);
-  // Frees the retired arena ranges of every lane with nothing in flight (no
-  // iteration, no warm-up step): a lane that closed, shrank or moved while
-  // idle gives its memory back now, not when a later iteration ends there.
-  void ReleaseIdleRetired(DeviceRuntime& dev);
-  // Gives `slot` of `lane` a page-locked buffer of `capacity` bytes; its old
-  // one is kept in lane.retired_host until shutdown (freeing page-locked
-  // memory synchronizes the whole device).
-  absl::Status GiveSlotBuffer(DeviceRuntime& dev, Lane& lane, StagingSlot& slot, size_t capacity);
-  // The executor of a new lane: a new thread, or with --executor_threads N
-  // once N exist, thread lane mod N.
-  Executor* LaneExecutor(DeviceRuntime& dev, int lane);
-  // Under PRIORITY (and stream_priorities), each lane's stream priority
-  // level follows its jobs (server/lane_priority.h). Called by DispatchAll:
-  // recomputes the wanted levels when jobs or priorities changed, and
-  // replaces a lane's stream by one of its wanted level only while the lane
-  // is idle (nothing of any of its jobs on the stream), so no work is
-  // reordered. The old stream is destroyed on the executor thread.
-  void MatchLaneStreamLevels(DeviceRuntime& dev);
-
-  // service_warm.cc: lane warm-up (--warm_lanes). Queues `job` on every
-  // other lane of `dev` (after its first iteration).
-  void WarmLanesFor(DeviceRuntime& dev, const Job& job);
-  // Queues, on the new `lane`, every running job of `dev` in another lane
-  // that has finished an iteration.
-  void WarmNewLane(DeviceRuntime& dev, int lane);
-  // Posts the lane's next warm-up step unless one is in flight.
-  void PumpWarmUp(DeviceRuntime& dev, int lane);
-  void OnWarmStep(DeviceRuntime& dev, int lane, WarmTask task, const absl::StatusOr<int>& next);
+  // DispatcherHost (server/device_dispatcher.h), for the devices' dispatchers.
+  const DaemonOptions& Options() const override { return options_; }
+  bool ShuttingDown() const override { return shutting_down_; }
+  Job* JobById(uint64_t id) override;
+  void ForEachJob(absl::FunctionRef<bool(Job&)> fn) override;
+  ServiceMeasurements& Measurements() override { return measurements_; }
+  // The dispatcher of the device `dev` (DeviceRuntime::index).
+  DeviceDispatcher& DispatcherOf(const DeviceRuntime& dev) { return *devices_[dev.index]; }
 
   // service_iterations.cc: iterations and reads.
   void OnRunIteration(const PendingReply& to, Session& session, std::shared_ptr<const v1::Request> request);
@@ -313,7 +282,7 @@ class Service {
   boost::asio::steady_timer probe_timer_;
   int probe_round_ = 0;  // the next re-probe's index + 1; 0: none pending
 
-  std::vector<std::unique_ptr<DeviceRuntime>> devices_;
+  std::vector<std::unique_ptr<DeviceDispatcher>> devices_;  // by DeviceRuntime::index
   // The GPU architectures (and driver) of devices_, which registration
   // compiles a job's generated kernels for; empty with codegen off or no GPU.
   std::vector<codegen::CompileTarget> codegen_targets_;

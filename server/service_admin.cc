@@ -201,116 +201,11 @@ void Service::FillJobMeasurements(const Job& job, const std::vector<sched::JobSc
   }
 }
 
-void Service::FillDeviceDetails(const DeviceRuntime& dev, v1::DeviceStats* stats) const {
-  memory::DeviceMemoryStats m = dev.memory->Stats();
-  stats->set_jobs_admitted(m.jobs_admitted);
-  stats->set_jobs_refused(m.jobs_refused);
-  stats->set_retired_bytes(m.retired_bytes);
-  stats->set_largest_free_bytes(m.largest_free_bytes);
-  stats->set_stream_priority_levels(static_cast<uint32_t>(dev.device->info().stream_priority_levels));
-  for (const memory::LaneStats& lane : m.lanes) {
-    v1::LaneInfo* l = stats->add_lane_info();
-    l->set_lane(static_cast<uint32_t>(lane.lane));
-    l->set_arena_bytes(lane.arena_bytes);
-    l->set_retired_bytes(lane.retired_bytes);
-    for (memory::JobId job : lane.jobs) l->add_jobs(job);
-    if (lane.lane >= 0 && lane.lane < static_cast<int>(dev.lanes.size())) {
-      l->set_running_iterations(static_cast<uint32_t>(dev.lanes[lane.lane].outstanding));
-      l->set_stream_level(static_cast<uint32_t>(dev.lanes[lane.lane].stream_level));
-      l->set_iterations(dev.lanes[lane.lane].iterations);
-      l->set_busy_seconds(dev.lanes[lane.lane].busy_seconds);
-      l->set_occupied_seconds(dev.lanes[lane.lane].OccupiedSeconds(Clock::now()));
-    }
-  }
-  stats->set_lane_moves(dev.lane_moves);
-  for (const auto& executor : dev.executors) {
-    const HandlerStats e = executor->Stats();
-    v1::ExecutorStats* x = stats->add_executors();
-    x->set_name(executor->name());
-    x->set_items(e.count);
-    x->set_busy_seconds(e.total_seconds);
-    x->set_wait_seconds(e.wait_seconds);
-    x->set_max_wait_seconds(e.max_wait_seconds);
-  }
-  ProgramCounters programs;
-  for (const auto& [id, job] : jobs_) {
-    if (job->device != &dev || job->program == nullptr) continue;
-    const ProgramCounters c = job->Counters();
-    programs.graph_launches += c.graph_launches;
-    programs.op_by_op_runs += c.op_by_op_runs;
-    programs.captures += c.captures;
-  }
-  stats->set_graph_launches(static_cast<uint64_t>(programs.graph_launches));
-  stats->set_op_by_op_runs(static_cast<uint64_t>(programs.op_by_op_runs));
-  stats->set_graph_captures(static_cast<uint64_t>(programs.captures));
-  for (const JournalEntry& e : dev.journal.Since(0)) {
-    v1::DeviceEvent* event = stats->add_events();
-    event->set_unix_seconds(e.unix_seconds);
-    event->set_kind(JournalKindName(e.kind));
-    event->set_job(e.job);
-    event->set_lane(e.lane);
-    event->set_from_lane(e.from_lane);
-    event->set_seconds(e.seconds);
-    event->set_run_seconds(e.run_seconds);
-    event->set_graph_seconds(e.graph_seconds);
-  }
-  stats->set_events_dropped(dev.journal.dropped());
-  stats->set_staging_allocations(dev.staging_allocations);
-  stats->set_arena_moves(dev.arena_moves);
-  stats->set_warm_steps(dev.warm_steps);
-  if (const DeviceMeasurements* d = measurements_.Device(dev.index); d != nullptr) {
-    stats->set_busy_seconds(d->busy_seconds);
-  }
-}
-
-void Service::MeasureIteration(const DeviceRuntime& dev, uint64_t job_id, double run_seconds,
-                               Clock::time_point enqueued) {
-  double waited = std::chrono::duration<double>(Clock::now() - enqueued).count() - run_seconds;
-  measurements_.OnIteration(dev.index, job_id, run_seconds, waited, NowSeconds());
-}
-
-void Service::JournalArenaMoves(DeviceRuntime& dev, uint64_t job) {
-  const int lanes = dev.memory->NumLanes();
-  if (static_cast<int>(dev.arenas_seen.size()) < lanes) dev.arenas_seen.resize(lanes, nullptr);
-  for (int lane = 0; lane < static_cast<int>(dev.arenas_seen.size()); ++lane) {
-    void* arena = lane < lanes ? dev.memory->LaneArena(lane) : nullptr;
-    void*& seen = dev.arenas_seen[lane];
-    // A lane that opens or closes is no move: no job of it had a table.
-    if (arena != nullptr && seen != nullptr && arena != seen) {
-      dev.arena_moves++;
-      dev.journal.Add(
-          {.unix_seconds = DeviceJournal::UnixNow(), .kind = JournalKind::kArena, .job = job, .lane = lane});
-    }
-    seen = arena;
-  }
-}
-
-void Service::JournalIteration(DeviceRuntime& dev, int lane, Job& job, double queue_seconds) {
-  const ProgramCounters c = job.Counters();
-  const ProgramCounters& seen = job.counters_seen;
-  if (c.captures > seen.captures) {
-    dev.journal.Add({.unix_seconds = DeviceJournal::UnixNow(),
-                     .kind = JournalKind::kCapture,
-                     .job = job.id,
-                     .lane = lane,
-                     .seconds = c.recapture_seconds - seen.recapture_seconds,
-                     .run_seconds = c.recapture_run_seconds - seen.recapture_run_seconds,
-                     .graph_seconds = c.recapture_graph_seconds - seen.recapture_graph_seconds});
-  }
-  job.counters_seen = c;
-  if (queue_seconds >= DeviceJournal::kSlowWaitSeconds) {
-    dev.journal.Add({.unix_seconds = DeviceJournal::UnixNow(),
-                     .kind = JournalKind::kSlowWait,
-                     .job = job.id,
-                     .lane = lane,
-                     .seconds = queue_seconds});
-  }
-}
-
 void Service::ApplyLiveOptions(const DaemonOptions& fresh, const std::vector<std::string>& changed) {
   for (const std::string& key : changed) {
     if (key == "policy") {
-      for (auto& dev : devices_) {
+      for (auto& d : devices_) {
+        DeviceRuntime* dev = &d->runtime();
         if (absl::Status s = dev->scheduler->SetPolicy(fresh.policy); !s.ok()) {
           TLOG_ERROR("policy not changed").With("device", dev->device->info().name).With("status", s.ToString());
           continue;
@@ -318,9 +213,9 @@ void Service::ApplyLiveOptions(const DaemonOptions& fresh, const std::vector<std
       }
       TLOG_INFO("policy changed").With("policy", fresh.policy).With("previous", options_.policy);
       options_.policy = fresh.policy;
-      for (auto& dev : devices_) {
-        dev->lane_levels_stale = true;  // stream priorities apply under PRIORITY only
-        DispatchAll(*dev);
+      for (auto& d : devices_) {
+        d->runtime().lane_levels_stale = true;  // stream priorities apply under PRIORITY only
+        DispatchAll(d->runtime());
       }
     } else if (key == "log_level") {
       LogLevel level;
@@ -334,7 +229,7 @@ void Service::ApplyLiveOptions(const DaemonOptions& fresh, const std::vector<std
       TLOG_INFO("session timeout changed").With("seconds", fresh.session_timeout_seconds);
     } else if (key == "max_job_memory_mib") {
       options_.max_job_bytes = fresh.max_job_bytes;
-      for (auto& dev : devices_) dev->memory->SetMaxJobBytes(fresh.max_job_bytes);
+      for (auto& d : devices_) d->runtime().memory->SetMaxJobBytes(fresh.max_job_bytes);
       TLOG_INFO("per-job memory quota changed").With("max_job_memory_mib", fresh.max_job_bytes >> 20);
     } else if (key == "max_user_priority" || key == "max_user_weight") {
       options_.max_user_priority = fresh.max_user_priority;

@@ -205,9 +205,10 @@ void Service::RebalanceLanes(DeviceRuntime& dev) {
     // read), so that its next work on the new stream cannot overtake it.
     if (job.device_work > 0 || job.state != JobState::kRunning || job.lane != change.from_lane) continue;
     if (!dev.memory->MoveJob(job.id, change.to_lane).ok()) continue;
-    const bool moved = EnsureLane(dev, change.to_lane).ok() && dev.scheduler->MoveJob(job.id, change.to_lane).ok();
+    const bool moved =
+        DispatcherOf(dev).EnsureLane(change.to_lane).ok() && dev.scheduler->MoveJob(job.id, change.to_lane).ok();
     if (!moved) (void)dev.memory->MoveJob(job.id, change.from_lane);
-    JournalArenaMoves(dev, job.id);
+    DispatcherOf(dev).JournalArenaMoves(job.id);
     if (!moved) continue;
     TLOG_INFO("job moved to another lane")
         .With("job", job.id)
@@ -223,13 +224,13 @@ void Service::RebalanceLanes(DeviceRuntime& dev) {
                      .from_lane = change.from_lane});
     dev.lane_levels_stale = true;
   }
-  if (!changes.empty()) ReleaseIdleRetired(dev);
+  if (!changes.empty()) DispatcherOf(dev).ReleaseIdleRetired();
 }
 
 void Service::DispatchAll(DeviceRuntime& dev) {
   // The scheduler's contract: after every event, offer every free lane.
   if (shutting_down_) return;
-  MatchLaneStreamLevels(dev);
+  DispatcherOf(dev).MatchLaneStreamLevels();
   for (int lane = 0; lane < static_cast<int>(dev.lanes.size()); ++lane) {
     Lane& l = dev.lanes[lane];
     // A segmented iteration owns its lane until it ends: a parked one may
@@ -273,7 +274,7 @@ void Service::StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ti
   if (slot.capacity < bytes) {
     // At least twice the old size, so that a slot grows a few times in its life.
     const size_t capacity = std::max({bytes, kMinStagingBytes, 2 * slot.capacity});
-    if (absl::Status s = GiveSlotBuffer(dev, l, slot, capacity); !s.ok()) {
+    if (absl::Status s = DispatcherOf(dev).GiveSlotBuffer(l, slot, capacity); !s.ok()) {
       ReplyError(it.reply, s);
       dev.scheduler->CancelDispatch(job.id, lane);
       return;
@@ -430,13 +431,13 @@ void Service::FinishIteration(DeviceRuntime& dev, int lane, int slot_index, uint
         }
         job->last_done_at = now;
       }
-      if (job->done == 1) WarmLanesFor(dev, *job);  // its shapes' choices are made now
+      if (job->done == 1) DispatcherOf(dev).WarmLanesFor(*job);  // its shapes' choices are made now
       job->device_seconds += seconds;
       dev.iterations++;
       l.iterations++;
       l.busy_seconds += seconds;
-      MeasureIteration(dev, job_id, seconds, it.enqueued);
-      JournalIteration(dev, lane, *job, r->queue_seconds());
+      DispatcherOf(dev).MeasureIteration(job_id, seconds, it.enqueued);
+      DispatcherOf(dev).JournalIteration(lane, *job, r->queue_seconds());
       iterations_++;
       Reply(it.reply, std::move(response));
       MaybeCheckpoint(*job);

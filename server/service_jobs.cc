@@ -91,17 +91,18 @@ DeviceRuntime* Service::ChooseDevice(const v1::JobHints& hints, absl::Status* er
     DeviceRuntime* best = nullptr;
     uint64_t best_free = 0;
     for (auto& d : devices_) {
-      uint64_t free = d->memory->Stats().free_bytes;
+      uint64_t free = d->runtime().memory->Stats().free_bytes;
       if (best == nullptr || free > best_free) {
-        best = d.get();
+        best = &d->runtime();
         best_free = free;
       }
     }
     return best;
   }
   for (auto& d : devices_) {
-    const std::string& name = d->device->info().name;
-    if (name == want || (want == "cuda" && d->device->info().backend == device::Backend::kCuda)) return d.get();
+    DeviceRuntime* dev = &d->runtime();
+    const std::string& name = dev->device->info().name;
+    if (name == want || (want == "cuda" && dev->device->info().backend == device::Backend::kCuda)) return dev;
   }
   *error = absl::InvalidArgumentError(absl::StrCat(
       "device '", want, "' is not served by this daemon; it serves: ", absl::StrJoin(DeviceNames(), ", ")));
@@ -459,7 +460,7 @@ absl::Status Service::Admit(Job& job) {
   job.persistent = grant->persistent;
   job.persistent_bytes = 0;
   for (uint64_t b : mem.persistent_bytes) job.persistent_bytes += b;
-  if (absl::Status s = EnsureLane(dev, job.lane); !s.ok()) {
+  if (absl::Status s = DispatcherOf(dev).EnsureLane(job.lane); !s.ok()) {
     dev.memory->Release(job.id);
     return s;
   }
@@ -468,7 +469,7 @@ absl::Status Service::Admit(Job& job) {
     dev.memory->Release(job.id);
     return s;
   }
-  JournalArenaMoves(dev, job.id);
+  DispatcherOf(dev).JournalArenaMoves(job.id);
   dev.lane_levels_stale = true;
   return absl::OkStatus();
 }
@@ -639,8 +640,8 @@ void Service::MaybeFinishClose(Job& job) {
   DeviceRuntime& dev = *job.device;
   ReleaseCheckpointState(job);
   dev.memory->Release(id);
-  JournalArenaMoves(dev, id);
-  ReleaseIdleRetired(dev);
+  DispatcherOf(dev).JournalArenaMoves(id);
+  DispatcherOf(dev).ReleaseIdleRetired();
   dev.lane_levels_stale = true;
   auto s = sessions_.find(job.session);
   if (s != sessions_.end()) s->second->jobs.erase(id);

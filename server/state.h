@@ -132,7 +132,7 @@ struct Job {
   absl::flat_hash_map<uint64_t, QueuedIteration> queued;  // by scheduler ticket
   std::deque<PendingRead> reads;
   int device_work = 0;      // uploads, iterations and reads enqueued, not completed
-  int warm_steps = 0;       // lane warm-up steps posted, not done (service_warm.cc); the job stays until 0
+  int warm_steps = 0;       // lane warm-up steps posted, not done (dispatcher_warm.cc); the job stays until 0
   int inflight = 0;         // iterations enqueued, not completed
   uint64_t received = 0;    // iterations accepted
   uint64_t dispatched = 0;  // iterations handed to the device
@@ -297,7 +297,7 @@ struct Lane {
   // slots grow on the control loop, in the middle of serving.
   std::vector<void*> retired_host;
   int outstanding = 0;  // iterations enqueued, not completed
-  // Lane warm-up (service_warm.cc): jobs to ready this lane's stream for,
+  // Lane warm-up (dispatcher_warm.cc): jobs to ready this lane's stream for,
   // one step in flight at a time.
   std::deque<WarmTask> warm_tasks;
   bool warm_in_flight = false;
@@ -340,7 +340,7 @@ struct DeviceRuntime {
   uint64_t lane_moves = 0;           // jobs the policy moved to another lane
   uint64_t staging_allocations = 0;  // page-locked staging buffers allocated (lanes' slots)
   uint64_t arena_moves = 0;          // times a lane's arena moved to other addresses
-  uint64_t warm_steps = 0;           // lane warm-up steps run (service_warm.cc)
+  uint64_t warm_steps = 0;           // lane warm-up steps run (dispatcher_warm.cc)
   std::vector<void*> arenas_seen;    // each lane's arena as last seen (JournalArenaMoves)
   // Recent moves, captures and long waits, with wall-clock times.
   DeviceJournal journal;

@@ -9,60 +9,59 @@
 #include <utility>
 
 #include "base/log.h"
-#include "server/service.h"
+#include "server/device_dispatcher.h"
 
 namespace tandem::server {
 
-void Service::WarmLanesFor(DeviceRuntime& dev, const Job& job) {
-  if (!options_.warm_lanes) return;
-  for (int lane = 0; lane < static_cast<int>(dev.lanes.size()); ++lane) {
+void DeviceDispatcher::WarmLanesFor(const Job& job) {
+  if (!host_.Options().warm_lanes) return;
+  for (int lane = 0; lane < static_cast<int>(dev_.lanes.size()); ++lane) {
     if (lane == job.lane) continue;
-    dev.lanes[lane].warm_tasks.push_back({job.id, 0});
-    PumpWarmUp(dev, lane);
+    dev_.lanes[lane].warm_tasks.push_back({job.id, 0});
+    PumpWarmUp(lane);
   }
 }
 
-void Service::WarmNewLane(DeviceRuntime& dev, int lane) {
-  if (!options_.warm_lanes) return;
-  for (const auto& [id, job] : jobs_) {
-    if (job->device == &dev && job->lane != lane && job->state == JobState::kRunning && job->done > 0) {
-      dev.lanes[lane].warm_tasks.push_back({id, 0});
+void DeviceDispatcher::WarmNewLane(int lane) {
+  if (!host_.Options().warm_lanes) return;
+  host_.ForEachJob([&](Job& job) {
+    if (job.device == &dev_ && job.lane != lane && job.state == JobState::kRunning && job.done > 0) {
+      dev_.lanes[lane].warm_tasks.push_back({job.id, 0});
     }
-  }
-  PumpWarmUp(dev, lane);
+    return true;
+  });
+  PumpWarmUp(lane);
 }
 
-void Service::PumpWarmUp(DeviceRuntime& dev, int lane) {
-  Lane& l = dev.lanes[lane];
-  if (shutting_down_) return;  // the executors are going
+void DeviceDispatcher::PumpWarmUp(int lane) {
+  Lane& l = dev_.lanes[lane];
+  if (host_.ShuttingDown()) return;  // the executors are going
   while (!l.warm_in_flight && !l.warm_tasks.empty()) {
     const WarmTask task = l.warm_tasks.front();
     l.warm_tasks.pop_front();
-    auto j = jobs_.find(task.job);
+    Job* j = host_.JobById(task.job);
     // A job gone, closing, or moved here meanwhile (its own iterations set
     // the lane up) needs no warm-up.
-    if (j == jobs_.end() || j->second->state != JobState::kRunning || j->second->lane == lane) continue;
-    Job& job = *j->second;
+    if (j == nullptr || j->state != JobState::kRunning || j->lane == lane) continue;
+    Job& job = *j;
     job.warm_steps++;
     l.warm_in_flight = true;
     Program* program = job.program.get();
     device::Stream* stream = l.stream.get();
-    DeviceRuntime* devp = &dev;
-    l.executor->Post([this, devp, lane, program, stream, task]() {
+    l.executor->Post([this, lane, program, stream, task]() {
       absl::StatusOr<int> next = program->WarmStream(*stream, task.node);
-      loop_.Post("Executor.OnWarmStep",
-                 [this, devp, lane, task, next = std::move(next)]() { OnWarmStep(*devp, lane, task, next); });
+      loop_.Post("Executor.OnWarmStep", [this, lane, task, next = std::move(next)]() { OnWarmStep(lane, task, next); });
     });
   }
 }
 
-void Service::OnWarmStep(DeviceRuntime& dev, int lane, WarmTask task, const absl::StatusOr<int>& next) {
-  Lane& l = dev.lanes[lane];
+void DeviceDispatcher::OnWarmStep(int lane, WarmTask task, const absl::StatusOr<int>& next) {
+  Lane& l = dev_.lanes[lane];
   l.warm_in_flight = false;
-  dev.warm_steps++;
-  if (l.outstanding == 0) dev.memory->ReleaseRetired(lane);
-  if (auto j = jobs_.find(task.job); j != jobs_.end()) {
-    Job& job = *j->second;
+  dev_.warm_steps++;
+  if (l.outstanding == 0) dev_.memory->ReleaseRetired(lane);
+  if (Job* j = host_.JobById(task.job); j != nullptr) {
+    Job& job = *j;
     job.warm_steps--;
     if (!next.ok()) {
       // The first iteration there does the setup and reports what fails.
@@ -73,9 +72,9 @@ void Service::OnWarmStep(DeviceRuntime& dev, int lane, WarmTask task, const absl
     } else if (*next >= 0) {
       l.warm_tasks.push_front({task.job, *next});  // the job's next node before other jobs
     }
-    MaybeFinishClose(job);
+    host_.MaybeFinishClose(job);
   }
-  PumpWarmUp(dev, lane);
+  PumpWarmUp(lane);
 }
 
 }  // namespace tandem::server

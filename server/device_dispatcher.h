@@ -1,0 +1,131 @@
+// One device's dispatcher: its lanes and their streams, lane warm-up, the
+// dispatch of iterations onto the lanes, their completion, op-granularity
+// preemption (segmented iterations), and the device's journal and details.
+//
+// Service owns one DeviceDispatcher per device and keeps what spans the
+// devices: sessions, registration and admission, the requests, admin. A
+// dispatcher owns its device's state (DeviceRuntime, server/state.h) and
+// reaches the rest of the daemon only through DispatcherHost, which Service
+// implements. Everything here runs on the control loop thread (device
+// completions are posted to it), like Service.
+#ifndef TANDEM_SERVER_DEVICE_DISPATCHER_H_
+#define TANDEM_SERVER_DEVICE_DISPATCHER_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "server/event_loop.h"
+#include "server/executor.h"
+#include "server/metrics.h"
+#include "server/options.h"
+#include "server/state.h"
+#include "tandem.pb.h"
+
+namespace tandem::server {
+
+// What a dispatcher needs from the service that owns it. Every member is
+// called on the control loop thread only.
+class DispatcherHost {
+ public:
+  virtual ~DispatcherHost() = default;
+
+  // The daemon's options now: the live keys (policy, ...) change on reload,
+  // so a dispatcher reads them at each use and keeps no copy.
+  virtual const DaemonOptions& Options() const = 0;
+  // True once the daemon began shutting down: the executors are going, so
+  // nothing more is dispatched or warmed up.
+  virtual bool ShuttingDown() const = 0;
+  // The running, uploading or closing job `id` of any device, or null when
+  // there is none (gone, or still waiting for memory). The pointer is good
+  // until the next call that may end a job (MaybeFinishClose).
+  virtual Job* JobById(uint64_t id) = 0;
+  // Calls `fn` on every such job, of every device (a dispatcher checks
+  // Job::device), in the service's order of its jobs, until `fn` returns
+  // false. `fn` must not end a job.
+  virtual void ForEachJob(absl::FunctionRef<bool(Job&)> fn) = 0;
+  // A lane warm-up step of `job` ended (Job::warm_steps went down): a
+  // closing job with nothing left on the device is freed and erased, and
+  // the device's lanes offered work again (re-entering the dispatcher).
+  // `job` may be gone after the call.
+  virtual void MaybeFinishClose(Job& job) = 0;
+  // The daemon's measurements (queue waits, lane gaps, GPU time shares),
+  // keyed by DeviceRuntime::index.
+  virtual ServiceMeasurements& Measurements() = 0;
+};
+
+class DeviceDispatcher {
+ public:
+  // `runtime`: the device's opened device, memory and scheduler (index set,
+  // no lanes yet). `host` and `loop` outlive the dispatcher.
+  DeviceDispatcher(std::unique_ptr<DeviceRuntime> runtime, DispatcherHost& host, EventLoop& loop);
+
+  // The device's state. Service reads it (stats, metrics, admission,
+  // checkpoints) and changes its memory and scheduler (admission, closing,
+  // priorities); lanes change only through the dispatcher.
+  DeviceRuntime& runtime() { return dev_; }
+  const DeviceRuntime& runtime() const { return dev_; }
+
+  // dispatcher_lanes.cc: lanes and their streams.
+  // Opens lanes up to `lane` (streams, events, staging slots, executor).
+  absl::Status EnsureLane(int lane);
+  // Frees the retired arena ranges of every lane with nothing in flight (no
+  // iteration, no warm-up step): a lane that closed, shrank or moved while
+  // idle gives its memory back now, not when a later iteration ends there.
+  void ReleaseIdleRetired();
+  // Gives `slot` of `lane` a page-locked buffer of `capacity` bytes; its old
+  // one is kept in lane.retired_host until shutdown (freeing page-locked
+  // memory synchronizes the whole device).
+  absl::Status GiveSlotBuffer(Lane& lane, StagingSlot& slot, size_t capacity);
+  // Under PRIORITY (and stream_priorities), each lane's stream priority
+  // level follows its jobs (server/lane_priority.h). Called by DispatchAll:
+  // recomputes the wanted levels when jobs or priorities changed, and
+  // replaces a lane's stream by one of its wanted level only while the lane
+  // is idle (nothing of any of its jobs on the stream), so no work is
+  // reordered. The old stream is destroyed on the executor thread.
+  void MatchLaneStreamLevels();
+  // Shutdown: stops the executors (their queued work runs first) and waits
+  // for every lane's stream.
+  void StopExecutors();
+  // Shutdown, after the last completions: frees the page-locked buffers
+  // (slots, retired slot buffers, spare snapshots).
+  void FreeHostBuffers();
+
+  // dispatcher_warm.cc: lane warm-up (--warm_lanes). Queues `job` on every
+  // other lane of the device (after its first iteration).
+  void WarmLanesFor(const Job& job);
+
+  // dispatcher_stats.cc: the device's details, measurements and journal.
+  // The admin fields of the device's DeviceStats (lanes, admissions).
+  void FillDeviceDetails(v1::DeviceStats* stats) const;
+  // A successful iteration, for the measurements.
+  void MeasureIteration(uint64_t job_id, double run_seconds, Clock::time_point enqueued);
+  // Journals an iteration that captured a graph or waited long in the
+  // daemon (DeviceRuntime::journal).
+  void JournalIteration(int lane, Job& job, double queue_seconds);
+  // Journals (and counts) each lane whose arena moved since the last call;
+  // `job`: the job whose admission, move or departure came just before.
+  void JournalArenaMoves(uint64_t job);
+
+ private:
+  // The executor of a new lane: a new thread, or with --executor_threads N
+  // once N exist, thread lane mod N.
+  Executor* LaneExecutor(int lane);
+  // Queues, on the new `lane`, every running job of the device in another
+  // lane that has finished an iteration.
+  void WarmNewLane(int lane);
+  // Posts the lane's next warm-up step unless one is in flight.
+  void PumpWarmUp(int lane);
+  void OnWarmStep(int lane, WarmTask task, const absl::StatusOr<int>& next);
+
+  DispatcherHost& host_;
+  EventLoop& loop_;
+  // Owned; a stable address (Job::device points to it).
+  const std::unique_ptr<DeviceRuntime> runtime_;
+  DeviceRuntime& dev_;
+};
+
+}  // namespace tandem::server
+
+#endif  // TANDEM_SERVER_DEVICE_DISPATCHER_H_
