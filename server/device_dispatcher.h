@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -50,6 +51,19 @@ class DispatcherHost {
   // the device's lanes offered work again (re-entering the dispatcher).
   // `job` may be gone after the call.
   virtual void MaybeFinishClose(Job& job) = 0;
+  // One unit of the job's device work (an iteration, a read; counted in
+  // Job::device_work by the dispatcher) completed: a closing job with
+  // nothing left is freed and erased, as in MaybeFinishClose. The job may
+  // be gone already (then nothing happens), and is gone after the call.
+  virtual void OnDeviceWorkDone(uint64_t job_id) = 0;
+  // An iteration of `job` succeeded and was answered: counted in the
+  // daemon's totals, and the job's checkpoint taken when one is due (work
+  // posted to its lane; the job stays).
+  virtual void OnIterationReplied(Job& job) = 0;
+  // Answers the request `to` (an iteration's or a read's); exactly one
+  // reply per request, errors counted by code.
+  virtual void Reply(const PendingReply& to, v1::Response response) = 0;
+  virtual void ReplyError(const PendingReply& to, const absl::Status& status) = 0;
   // The daemon's measurements (queue waits, lane gaps, GPU time shares),
   // keyed by DeviceRuntime::index.
   virtual ServiceMeasurements& Measurements() = 0;
@@ -67,24 +81,32 @@ class DeviceDispatcher {
   DeviceRuntime& runtime() { return dev_; }
   const DeviceRuntime& runtime() const { return dev_; }
 
+  // Offers every free lane of the device to the policy and starts what it
+  // picks; resumes a parked segmented iteration that may go on. The
+  // scheduler's contract: called after every event that may free a lane or
+  // queue work (a request, a completion, an admission or a departure, a
+  // priority or policy change). Nothing while shutting down.
+  void DispatchAll();
+  // Starts the job's pending reads whose iterations have been dispatched,
+  // in order, on its lane's stream (none while one of its iterations runs
+  // in segments, so that a read never sees half an iteration's updates).
+  void StartReads(Job& job);
+  // Whether one of `job`'s iterations runs in segments now (its reads wait
+  // for its end, so that they never see half an iteration's updates).
+  bool HasSegmentedIteration(const Job& job) const;
+  // `job` began closing: its segmented iteration, if any, enqueues nothing
+  // more and ends with CANCELLED once no segment is in flight (a parked one
+  // on the next turn of the loop), so the job's memory and lane are freed.
+  void StopSegmentedIteration(Job& job, const char* reason);
+
   // dispatcher_lanes.cc: lanes and their streams.
-  // Opens lanes up to `lane` (streams, events, staging slots, executor).
+  // Opens lanes up to `lane` (streams, events, staging slots, executor),
+  // each warmed up for the device's jobs (--warm_lanes).
   absl::Status EnsureLane(int lane);
   // Frees the retired arena ranges of every lane with nothing in flight (no
   // iteration, no warm-up step): a lane that closed, shrank or moved while
   // idle gives its memory back now, not when a later iteration ends there.
   void ReleaseIdleRetired();
-  // Gives `slot` of `lane` a page-locked buffer of `capacity` bytes; its old
-  // one is kept in lane.retired_host until shutdown (freeing page-locked
-  // memory synchronizes the whole device).
-  absl::Status GiveSlotBuffer(Lane& lane, StagingSlot& slot, size_t capacity);
-  // Under PRIORITY (and stream_priorities), each lane's stream priority
-  // level follows its jobs (server/lane_priority.h). Called by DispatchAll:
-  // recomputes the wanted levels when jobs or priorities changed, and
-  // replaces a lane's stream by one of its wanted level only while the lane
-  // is idle (nothing of any of its jobs on the stream), so no work is
-  // reordered. The old stream is destroyed on the executor thread.
-  void MatchLaneStreamLevels();
   // Shutdown: stops the executors (their queued work runs first) and waits
   // for every lane's stream.
   void StopExecutors();
@@ -92,32 +114,78 @@ class DeviceDispatcher {
   // (slots, retired slot buffers, spare snapshots).
   void FreeHostBuffers();
 
-  // dispatcher_warm.cc: lane warm-up (--warm_lanes). Queues `job` on every
-  // other lane of the device (after its first iteration).
-  void WarmLanesFor(const Job& job);
-
-  // dispatcher_stats.cc: the device's details, measurements and journal.
+  // dispatcher_stats.cc: the device's details and journal.
   // The admin fields of the device's DeviceStats (lanes, admissions).
   void FillDeviceDetails(v1::DeviceStats* stats) const;
-  // A successful iteration, for the measurements.
-  void MeasureIteration(uint64_t job_id, double run_seconds, Clock::time_point enqueued);
-  // Journals an iteration that captured a graph or waited long in the
-  // daemon (DeviceRuntime::journal).
-  void JournalIteration(int lane, Job& job, double queue_seconds);
   // Journals (and counts) each lane whose arena moved since the last call;
   // `job`: the job whose admission, move or departure came just before.
   void JournalArenaMoves(uint64_t job);
 
  private:
+  // dispatcher_lanes.cc.
+  // Gives `slot` of `lane` a page-locked buffer of `capacity` bytes; its old
+  // one is kept in lane.retired_host until shutdown (freeing page-locked
+  // memory synchronizes the whole device).
+  absl::Status GiveSlotBuffer(Lane& lane, StagingSlot& slot, size_t capacity);
   // The executor of a new lane: a new thread, or with --executor_threads N
   // once N exist, thread lane mod N.
   Executor* LaneExecutor(int lane);
+  // Under PRIORITY (and stream_priorities), each lane's stream priority
+  // level follows its jobs (server/lane_priority.h). Called by DispatchAll:
+  // recomputes the wanted levels when jobs or priorities changed, and
+  // replaces a lane's stream by one of its wanted level only while the lane
+  // is idle (nothing of any of its jobs on the stream), so no work is
+  // reordered. The old stream is destroyed on the executor thread.
+  void MatchLaneStreamLevels();
+
+  // dispatcher_warm.cc: lane warm-up (--warm_lanes). Queues `job` on every
+  // other lane of the device (after its first iteration).
+  void WarmLanesFor(const Job& job);
   // Queues, on the new `lane`, every running job of the device in another
   // lane that has finished an iteration.
   void WarmNewLane(int lane);
   // Posts the lane's next warm-up step unless one is in flight.
   void PumpWarmUp(int lane);
   void OnWarmStep(int lane, WarmTask task, const absl::StatusOr<int>& next);
+
+  // dispatcher_stats.cc.
+  // A successful iteration, for the measurements.
+  void MeasureIteration(uint64_t job_id, double run_seconds, Clock::time_point enqueued);
+  // Journals an iteration that captured a graph or waited long in the
+  // daemon (DeviceRuntime::journal).
+  void JournalIteration(int lane, Job& job, double queue_seconds);
+
+  // dispatcher_iterations.cc: iterations and reads.
+  // The policy's lane moves (between two iterations of a job), at most
+  // every few milliseconds.
+  void RebalanceLanes();
+  void StartIteration(int lane, Job& job, uint64_t ticket, QueuedIteration it);
+  void OnIterationDone(int lane, int slot, uint64_t job_id, const LaneGapProbe& probe, QueuedIteration it,
+                       absl::Status status);
+  // The end of any iteration, whole or segmented, that ran `run_seconds` on
+  // the device: the reply, the measurements, the scheduler's report, and
+  // the slot and lane freed.
+  void FinishIteration(int lane, int slot, uint64_t job_id, const LaneGapProbe& probe, QueuedIteration it,
+                       absl::Status status, double run_seconds);
+  std::vector<void*> AddressTable(const Job& job, int variant) const;
+
+  // dispatcher_segments.cc: op-granularity preemption. An iteration that may
+  // have to yield runs in segments (state.h, SegmentedIteration); before
+  // each one the loop asks the scheduler whether to pause.
+  // Whether an iteration of `job` starting now on lane `l` runs in segments:
+  // preemption=op under PRIORITY, a job of higher priority on the device,
+  // more nodes than a segment, and nothing else on the lane's stream.
+  bool RunsInSegments(const Job& job, const Graph& graph, const Lane& l) const;
+  absl::Status EnsureSegmentEvents(Lane& l);
+  // Enqueues segments of the lane's segmented iteration until enough are in
+  // flight, it is done, or the scheduler says yield (then it parks).
+  void AdvanceSegments(int lane);
+  void EnqueueSegment(int lane, SegmentedIteration& run);
+  void OnSegmentDone(int lane, uint64_t seq, int segment, absl::Status status);
+  // Resumes a parked segmented iteration once ShouldYield turned false
+  // (DispatchAll, after every event).
+  void MaybeResumeSegments(int lane);
+  void FinishSegmentedIteration(int lane);
 
   DispatcherHost& host_;
   EventLoop& loop_;

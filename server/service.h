@@ -127,8 +127,8 @@ class Service : private DispatcherHost {
                            v1::JobInfo* info) const;
 
   // service.cc: sessions and the small requests.
-  void Reply(const PendingReply& to, v1::Response response);
-  void ReplyError(const PendingReply& to, const absl::Status& status);
+  void Reply(const PendingReply& to, v1::Response response) override;
+  void ReplyError(const PendingReply& to, const absl::Status& status) override;
   void OnHello(const PendingReply& to, const PeerIdentity& identity, const v1::HelloRequest& hello);
   // Administrators see every session; others see their own principal's.
   void OnListSessions(const PendingReply& to, const Session& session);
@@ -229,50 +229,18 @@ class Service : private DispatcherHost {
   Job* JobById(uint64_t id) override;
   void ForEachJob(absl::FunctionRef<bool(Job&)> fn) override;
   ServiceMeasurements& Measurements() override { return measurements_; }
+  // service_jobs.cc: the job's device work went down by one (MaybeFinishClose).
+  void OnDeviceWorkDone(uint64_t job_id) override;
+  // service_checkpoints.cc: counts the iteration, then MaybeCheckpoint.
+  void OnIterationReplied(Job& job) override;
   // The dispatcher of the device `dev` (DeviceRuntime::index).
   DeviceDispatcher& DispatcherOf(const DeviceRuntime& dev) { return *devices_[dev.index]; }
 
-  // service_iterations.cc: iterations and reads.
+  // service_iterations.cc: the run and read requests, checked and queued;
+  // their device's dispatcher runs them (DeviceDispatcher::DispatchAll,
+  // StartReads).
   void OnRunIteration(const PendingReply& to, Session& session, std::shared_ptr<const v1::Request> request);
   void OnReadTensor(const PendingReply& to, Session& session, const v1::ReadTensorRequest& read);
-  void DispatchAll(DeviceRuntime& dev);
-  void RebalanceLanes(DeviceRuntime& dev);
-  void StartIteration(DeviceRuntime& dev, int lane, Job& job, uint64_t ticket, QueuedIteration it);
-  void OnIterationDone(DeviceRuntime& dev, int lane, int slot, uint64_t job_id, const LaneGapProbe& probe,
-                       QueuedIteration it, absl::Status status);
-  // The end of any iteration, whole or segmented, that ran `run_seconds` on
-  // the device: the reply, the measurements, the scheduler's report, and
-  // the slot and lane freed.
-  void FinishIteration(DeviceRuntime& dev, int lane, int slot, uint64_t job_id, const LaneGapProbe& probe,
-                       QueuedIteration it, absl::Status status, double run_seconds);
-  void StartReads(Job& job);
-  void OnDeviceWorkDone(uint64_t job_id);
-  std::vector<void*> AddressTable(const Job& job, int variant) const;
-
-  // service_iterations.cc: op-granularity preemption. An iteration that may
-  // have to yield runs in segments (state.h, SegmentedIteration); before
-  // each one the loop asks the scheduler whether to pause.
-  // Whether an iteration of `job` starting now on lane `l` runs in segments:
-  // preemption=op under PRIORITY, a job of higher priority on the device,
-  // more nodes than a segment, and nothing else on the lane's stream.
-  bool RunsInSegments(const DeviceRuntime& dev, const Job& job, const Graph& graph, const Lane& l) const;
-  absl::Status EnsureSegmentEvents(DeviceRuntime& dev, Lane& l);
-  // Enqueues segments of the lane's segmented iteration until enough are in
-  // flight, it is done, or the scheduler says yield (then it parks).
-  void AdvanceSegments(DeviceRuntime& dev, int lane);
-  void EnqueueSegment(DeviceRuntime& dev, int lane, SegmentedIteration& run);
-  void OnSegmentDone(DeviceRuntime& dev, int lane, uint64_t seq, int segment, absl::Status status);
-  // Resumes a parked segmented iteration once ShouldYield turned false
-  // (DispatchAll, after every event).
-  void MaybeResumeSegments(DeviceRuntime& dev, int lane);
-  void FinishSegmentedIteration(DeviceRuntime& dev, int lane);
-  // Whether one of `job`'s iterations runs in segments now (its reads wait
-  // for its end, so that they never see half an iteration's updates).
-  bool HasSegmentedIteration(const Job& job) const;
-  // `job` began closing: its segmented iteration, if any, enqueues nothing
-  // more and ends with CANCELLED once no segment is in flight (a parked one
-  // on the next turn of the loop), so the job's memory and lane are freed.
-  void StopSegmentedIteration(Job& job, const char* reason);
 
   DaemonOptions options_;                     // the live keys change on reload (ApplyLiveOptions)
   gid_t admin_gid_ = static_cast<gid_t>(-1);  // options_.admin_group's, resolved at start

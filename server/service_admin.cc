@@ -105,7 +105,7 @@ void Service::OnSetPriority(const PendingReply& to, const Session& session, cons
   v1::Response response;
   response.mutable_set_priority()->set_previous(previous);
   Reply(to, std::move(response));
-  if (job->state != JobState::kWaitingForMemory) DispatchAll(*job->device);
+  if (job->state != JobState::kWaitingForMemory) DispatcherOf(*job->device).DispatchAll();
 }
 
 void Service::OnSetPolicy(const PendingReply& to, const v1::SetPolicyRequest& set) {
@@ -215,7 +215,7 @@ void Service::ApplyLiveOptions(const DaemonOptions& fresh, const std::vector<std
       options_.policy = fresh.policy;
       for (auto& d : devices_) {
         d->runtime().lane_levels_stale = true;  // stream priorities apply under PRIORITY only
-        DispatchAll(d->runtime());
+        d->DispatchAll();
       }
     } else if (key == "log_level") {
       LogLevel level;

@@ -45,13 +45,18 @@ Clock::time_point Service::NextCheckpointTime() const {
                             std::chrono::duration<double>(options_.checkpoint_interval_seconds));
 }
 
+void Service::OnIterationReplied(Job& job) {
+  iterations_++;
+  MaybeCheckpoint(job);
+}
+
 void Service::MaybeCheckpoint(Job& job) {
   if (!job.checkpoint_path.empty() && Clock::now() >= job.next_checkpoint) CheckpointJob(job, /*final=*/false);
 }
 
 void Service::CheckpointJob(Job& job, bool final) {
   if (job.checkpoint_path.empty() || job.discard_checkpoint || job.device == nullptr) return;
-  if (job.state != JobState::kRunning || HasSegmentedIteration(job)) return;
+  if (job.state != JobState::kRunning || DispatcherOf(*job.device).HasSegmentedIteration(job)) return;
   if (!final && job.checkpoint_in_flight) return;
   DeviceRuntime& dev = *job.device;
   Lane& lane = dev.lanes[job.lane];

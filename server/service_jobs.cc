@@ -579,8 +579,8 @@ void Service::StartJob(std::unique_ptr<Job> job) {
               TensorTypeToProto(job.graph->values[v].type, spec);
             }
             Reply(to, std::move(response));
-            StartReads(job);
-            DispatchAll(*job.device);
+            DispatcherOf(*job.device).StartReads(job);
+            DispatcherOf(*job.device).DispatchAll();
           } else {
             ReplyError(to, absl::InternalError(absl::StrCat("uploading the initial values failed: ", s.message())));
             BeginCloseJob(job, "upload failed");
@@ -629,7 +629,7 @@ void Service::BeginCloseJob(Job& job, const char* reason) {
     }
     job.reads.clear();
     // An iteration paused for a higher priority would hold the job forever.
-    StopSegmentedIteration(job, reason);
+    DispatcherOf(dev).StopSegmentedIteration(job, reason);
   }
   MaybeFinishClose(job);
 }
@@ -638,10 +638,11 @@ void Service::MaybeFinishClose(Job& job) {
   if (job.state != JobState::kClosing || job.device_work > 0 || job.warm_steps > 0) return;
   uint64_t id = job.id;
   DeviceRuntime& dev = *job.device;
+  DeviceDispatcher& dispatcher = DispatcherOf(dev);
   ReleaseCheckpointState(job);
   dev.memory->Release(id);
-  DispatcherOf(dev).JournalArenaMoves(id);
-  DispatcherOf(dev).ReleaseIdleRetired();
+  dispatcher.JournalArenaMoves(id);
+  dispatcher.ReleaseIdleRetired();
   dev.lane_levels_stale = true;
   auto s = sessions_.find(job.session);
   if (s != sessions_.end()) s->second->jobs.erase(id);
@@ -656,7 +657,7 @@ void Service::MaybeFinishClose(Job& job) {
   // Memory freed and a job gone: waiting jobs may fit, lanes may take
   // other work.
   AdmitWaitingJobs();
-  DispatchAll(dev);
+  dispatcher.DispatchAll();
 }
 
 void Service::MoveJob(Job& job, JobState next) {

@@ -7,14 +7,16 @@ loss scaling through a CUDA tandemd against PyTorch's AMP loop. Skips without a 
   weight casts, are left out), the output dtypes must be the same, call by call; matrix products and
   convolutions must be among the compared ops.
 - Training: 50 steps of float16 AMP (autocast + torch.amp.GradScaler) in PyTorch and through tandemd from
-  the same weights and batches. Each of Tandem's losses must be within 5u (u = 2^-11) of PyTorch's, or within
-  twice PyTorch's own spread so far (the largest difference up to that step between two PyTorch AMP runs,
-  the second with other kernels: channels-last layout and cuDNN's autotuning), or within the distance so far
-  between PyTorch's AMP run and the same loop in float32 (what float16 itself costs); the final scales must be
-  equal.
+  the same weights and batches, beside PyTorch's same AMP loop with other kernels (channels-last layout,
+  cuDNN's autotuning) and in float32. While PyTorch's two AMP runs agree within 5u (u = 2^-11), each of
+  Tandem's losses must be within 5u of PyTorch's (or twice their difference so far), for at least 3 steps;
+  past that point the run is chaotic (a small CNN with batch norm in float16) and Tandem's mean over the last
+  10 losses must lie among PyTorch's three runs' (within half their range beyond it). The final scales must
+  be equal.
 """
 
 import copy
+import math
 import sys
 import unittest
 from collections import defaultdict
@@ -154,22 +156,33 @@ class Float16TrainingTest(unittest.TestCase):
         with job:
             losses = [float(v) for v in (job.step(*b) for b in batches)]
             ours = job.grad_scaler_state_dict()
-        spread, drift_so_far, envelope = 0.0, 0.0, []
-        for e, e2, f in zip(amp, again, full):
-            spread = max(spread, abs(e - e2))
-            drift_so_far = max(drift_so_far, abs(e - f))
-            envelope.append(max(2 * spread, drift_so_far))
         worst = max(abs(a - e) / abs(e) for a, e in zip(losses, amp))
         drift = max(abs(e - f) / abs(f) for e, f in zip(amp, full))
-        print(f"{label}: Tandem vs PyTorch AMP max rel {worst:.2e}; PyTorch AMP run to run max abs {spread:.2e}; "
-              f"PyTorch AMP vs float32 max rel {drift:.2e}; scale {ours['scale']} (PyTorch {scale}); skipped by "
-              f"PyTorch {skipped} and {skipped_again}; last losses Tandem {losses[-1]:.4f}, PyTorch AMP "
-              f"{amp[-1]:.4f} and {again[-1]:.4f}, float32 {full[-1]:.4f}", file=sys.stderr)
+        print(f"{label}: Tandem vs PyTorch AMP max rel {worst:.2e}; PyTorch AMP vs the same with other kernels max "
+              f"abs {max(abs(e - e2) for e, e2 in zip(amp, again)):.2e}; PyTorch AMP vs float32 max rel {drift:.2e}; "
+              f"scale {ours['scale']} (PyTorch {scale}); skipped by PyTorch {skipped} and {skipped_again}",
+              file=sys.stderr)
         for name, run in (("Tandem", losses), ("PyTorch AMP", amp), ("PyTorch AMP, other kernels", again),
                           ("float32", full)):
-            print(f"  {name:27s} " + " ".join(f"{v:.5f}" for v in run[:8]), file=sys.stderr)
-        for i, (a, e, bound) in enumerate(zip(losses, amp, envelope)):
-            self.assertLessEqual(abs(a - e), max(5 * U_FP16 * abs(e), bound), f"{label} step {i}")
+            print(f"  {name:27s} " + " ".join(f"{v:.5f}" for v in run[:8]) + f" ... {run[-1]:.5f}", file=sys.stderr)
+        # Step by step while PyTorch's two AMP runs agree within 5u: a small CNN with batch norm is chaotic in
+        # float16 (on an H100 its two runs parted at step 3, 0.009 apart, and ended 0.55 apart), and past that
+        # point no run is a reference for another. Then: Tandem's last losses among PyTorch's runs.
+        window = next((i for i, (e, e2) in enumerate(zip(amp, again)) if abs(e - e2) > 5 * U_FP16 * abs(e)), STEPS)
+        spread = 0.0
+        for i in range(window):
+            spread = max(spread, abs(amp[i] - again[i]))
+            self.assertLessEqual(abs(losses[i] - amp[i]), max(5 * U_FP16 * abs(amp[i]), 2 * spread),
+                                 f"{label} step {i}")
+        self.assertGreaterEqual(window, 3, f"{label}: PyTorch's own runs part at step {window}: nothing to compare")
+        self.assertTrue(all(math.isfinite(v) for v in losses), losses)
+        tail = [sum(run[-10:]) / 10 for run in (amp, again, full)]
+        lo, hi = min(tail), max(tail)
+        ours_tail = sum(losses[-10:]) / 10
+        print(f"{label}: compared step by step over {window} steps; last 10 mean Tandem {ours_tail:.4f}, PyTorch "
+              f"{tail[0]:.4f} / {tail[1]:.4f} (other kernels) / {tail[2]:.4f} (float32)", file=sys.stderr)
+        self.assertGreaterEqual(ours_tail, lo - (hi - lo) / 2, label)
+        self.assertLessEqual(ours_tail, hi + (hi - lo) / 2, label)
         self.assertEqual(ours["scale"], scale, f"{label}: Tandem's final scale against PyTorch's")
 
     def test_cnn(self):

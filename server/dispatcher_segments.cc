@@ -16,52 +16,52 @@
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "device/device.h"
-#include "server/service.h"
+#include "server/device_dispatcher.h"
 
 namespace tandem::server {
 
-bool Service::RunsInSegments(const DeviceRuntime& dev, const Job& job, const Graph& graph, const Lane& l) const {
-  if (options_.preemption != "op" || l.outstanding > 0) return false;
-  if (static_cast<int>(graph.nodes.size()) <= options_.preemption_segment_nodes) return false;
-  if (dev.scheduler->policy() != "priority") return false;
+bool DeviceDispatcher::RunsInSegments(const Job& job, const Graph& graph, const Lane& l) const {
+  if (host_.Options().preemption != "op" || l.outstanding > 0) return false;
+  if (static_cast<int>(graph.nodes.size()) <= host_.Options().preemption_segment_nodes) return false;
+  if (dev_.scheduler->policy() != "priority") return false;
   // Jobs of the highest priority present never yield (and are the only
   // ones the scheduler stages behind a running iteration): they keep the
   // whole-iteration path, a captured graph's replay on CUDA.
-  for (const auto& [id, other] : jobs_) {
-    if (other->device == &dev && other->state != JobState::kClosing && other->hints.priority() > job.hints.priority()) {
-      return true;
-    }
-  }
-  return false;
+  bool higher = false;
+  host_.ForEachJob([&](Job& other) {
+    higher =
+        other.device == &dev_ && other.state != JobState::kClosing && other.hints.priority() > job.hints.priority();
+    return !higher;
+  });
+  return higher;
 }
 
-absl::Status Service::EnsureSegmentEvents(DeviceRuntime& dev, Lane& l) {
+absl::Status DeviceDispatcher::EnsureSegmentEvents(Lane& l) {
   if (!l.segment_events.empty()) return absl::OkStatus();
-  std::vector<SegmentEvents> events(options_.preemption_segments_in_flight + 1);
+  std::vector<SegmentEvents> events(host_.Options().preemption_segments_in_flight + 1);
   for (SegmentEvents& e : events) {
-    ASSIGN_OR_RETURN(e.start, dev.device->CreateEvent());
-    ASSIGN_OR_RETURN(e.end, dev.device->CreateEvent());
+    ASSIGN_OR_RETURN(e.start, dev_.device->CreateEvent());
+    ASSIGN_OR_RETURN(e.end, dev_.device->CreateEvent());
   }
   l.segment_events = std::move(events);
   return absl::OkStatus();
 }
 
-bool Service::HasSegmentedIteration(const Job& job) const {
-  if (job.device == nullptr || job.lane < 0 || job.lane >= static_cast<int>(job.device->lanes.size())) return false;
-  const SegmentedIteration* run = job.device->lanes[job.lane].segmented.get();
+bool DeviceDispatcher::HasSegmentedIteration(const Job& job) const {
+  if (job.device != &dev_ || job.lane < 0 || job.lane >= static_cast<int>(dev_.lanes.size())) return false;
+  const SegmentedIteration* run = dev_.lanes[job.lane].segmented.get();
   return run != nullptr && run->job == job.id;
 }
 
-void Service::AdvanceSegments(DeviceRuntime& dev, int lane) {
-  SegmentedIteration& run = *dev.lanes[lane].segmented;
+void DeviceDispatcher::AdvanceSegments(int lane) {
+  SegmentedIteration& run = *dev_.lanes[lane].segmented;
   while (run.status.ok() && !run.parked && run.next_node < run.num_nodes &&
-         run.in_flight < options_.preemption_segments_in_flight) {
-    if (dev.scheduler->ShouldYield(lane)) {
-      dev.scheduler->OnIterationYielded(lane);
+         run.in_flight < host_.Options().preemption_segments_in_flight) {
+    if (dev_.scheduler->ShouldYield(lane)) {
+      dev_.scheduler->OnIterationYielded(lane);
       run.parked = true;
-      dev.yields++;
-      auto j = jobs_.find(run.job);
-      if (j != jobs_.end()) j->second->yields++;
+      dev_.yields++;
+      if (Job* j = host_.JobById(run.job); j != nullptr) j->yields++;
       TLOG_DEBUG("iteration yields")
           .With("job", run.job)
           .With("lane", lane)
@@ -69,22 +69,22 @@ void Service::AdvanceSegments(DeviceRuntime& dev, int lane) {
           .With("nodes", run.num_nodes);
       return;
     }
-    EnqueueSegment(dev, lane, run);
+    EnqueueSegment(lane, run);
   }
 }
 
-void Service::MaybeResumeSegments(DeviceRuntime& dev, int lane) {
-  SegmentedIteration& run = *dev.lanes[lane].segmented;
-  if (!run.parked || !run.status.ok() || dev.scheduler->ShouldYield(lane)) return;
-  dev.scheduler->OnIterationResumed(lane);
+void DeviceDispatcher::MaybeResumeSegments(int lane) {
+  SegmentedIteration& run = *dev_.lanes[lane].segmented;
+  if (!run.parked || !run.status.ok() || dev_.scheduler->ShouldYield(lane)) return;
+  dev_.scheduler->OnIterationResumed(lane);
   run.parked = false;
   run.resumed = true;
   TLOG_DEBUG("iteration resumes").With("job", run.job).With("lane", lane).With("next_node", run.next_node);
-  AdvanceSegments(dev, lane);
+  AdvanceSegments(lane);
 }
 
-void Service::EnqueueSegment(DeviceRuntime& dev, int lane, SegmentedIteration& run) {
-  Lane& l = dev.lanes[lane];
+void DeviceDispatcher::EnqueueSegment(int lane, SegmentedIteration& run) {
+  Lane& l = dev_.lanes[lane];
   const int begin_node = run.next_node;
   const int end_node = std::min(run.num_nodes, begin_node + run.segment_nodes);
   const int segment = run.next_segment++;
@@ -92,7 +92,7 @@ void Service::EnqueueSegment(DeviceRuntime& dev, int lane, SegmentedIteration& r
   const bool last = end_node == run.num_nodes;
   run.next_node = end_node;
   run.in_flight++;
-  dev.segments++;
+  dev_.segments++;
   SegmentEvents& events = l.segment_events[segment % l.segment_events.size()];
   events.follows_pause = run.resumed;
   run.resumed = false;
@@ -102,16 +102,15 @@ void Service::EnqueueSegment(DeviceRuntime& dev, int lane, SegmentedIteration& r
   if (first) feeds = std::move(run.feeds);
   std::vector<StagedCopy> fetches;
   if (last) fetches = run.fetches;
-  device::Device* device = dev.device.get();
+  device::Device* device = dev_.device.get();
   device::Stream* stream = l.stream.get();
   // The job outlives its iteration: device_work keeps a closing job.
-  Program* program = jobs_.at(run.job)->View(run.it.variant).program;
+  Program* program = host_.JobById(run.job)->View(run.it.variant).program;
   device::Event* begin = whole.begin.get();
   device::Event* start = whole.start.get();
   device::Event* end = whole.end.get();
   device::Event* segment_start = events.start.get();
   device::Event* segment_end = events.end.get();
-  DeviceRuntime* devp = &dev;
   const uint64_t seq = run.probe.seq;
   l.executor->Post([=, this, table = run.table, feeds = std::move(feeds), fetches = std::move(fetches)]() {
     absl::Status status;
@@ -131,19 +130,18 @@ void Service::EnqueueSegment(DeviceRuntime& dev, int lane, SegmentedIteration& r
         if (status.ok()) status = device->CopyToHost(*stream, c.dst, c.src, c.bytes);
       }
     }
-    auto done = [this, devp, lane, seq, segment](absl::Status s) {
-      loop_.Post("Executor.OnSegmentDone",
-                 [this, devp, lane, seq, segment, s]() { OnSegmentDone(*devp, lane, seq, segment, s); });
+    auto done = [this, lane, seq, segment](absl::Status s) {
+      loop_.Post("Executor.OnSegmentDone", [this, lane, seq, segment, s]() { OnSegmentDone(lane, seq, segment, s); });
     };
     if (status.ok()) status = device->OnComplete(*stream, done);
     if (!status.ok()) done(status);
   });
 }
 
-void Service::OnSegmentDone(DeviceRuntime& dev, int lane, uint64_t seq, int segment, absl::Status status) {
+void DeviceDispatcher::OnSegmentDone(int lane, uint64_t seq, int segment, absl::Status status) {
   // Also while shutting down: the iteration was stopped (StopSegmentedIteration
   // enqueues nothing more) and ends, answered, with its last segment.
-  Lane& l = dev.lanes[lane];
+  Lane& l = dev_.lanes[lane];
   SegmentedIteration* run = l.segmented.get();
   if (run == nullptr || run->probe.seq != seq) {
     TLOG_ERROR("a segment completed for no segmented iteration").With("lane", lane).With("seq", seq);
@@ -152,50 +150,49 @@ void Service::OnSegmentDone(DeviceRuntime& dev, int lane, uint64_t seq, int segm
   run->in_flight--;
   if (status.ok()) {
     const SegmentEvents& events = l.segment_events[segment % l.segment_events.size()];
-    auto elapsed = dev.device->ElapsedSeconds(*events.start, *events.end);
+    auto elapsed = dev_.device->ElapsedSeconds(*events.start, *events.end);
     if (elapsed.ok()) run->run_seconds += *elapsed;
     // The device's idle time since the previous segment: the round trip
     // through the loop that segments in flight are meant to hide.
     if (segment > 0 && !events.follows_pause) {
       const SegmentEvents& previous = l.segment_events[(segment - 1) % l.segment_events.size()];
-      auto gap = dev.device->ElapsedSeconds(*previous.end, *events.start);
-      if (gap.ok() && *gap > 0) dev.segment_gap_seconds += *gap;
+      auto gap = dev_.device->ElapsedSeconds(*previous.end, *events.start);
+      if (gap.ok() && *gap > 0) dev_.segment_gap_seconds += *gap;
     }
   } else if (run->status.ok()) {
     run->status = status;
   }
   if (run->in_flight == 0 && (!run->status.ok() || run->next_node == run->num_nodes)) {
-    FinishSegmentedIteration(dev, lane);
+    FinishSegmentedIteration(lane);
     return;
   }
   const bool was_parked = run->parked;
-  AdvanceSegments(dev, lane);
+  AdvanceSegments(lane);
   // A pause is an event for the scheduler (the lane no longer counts as
   // running): offer the free lanes again.
-  if (!was_parked && run->parked) DispatchAll(dev);
+  if (!was_parked && run->parked) DispatchAll();
 }
 
-void Service::FinishSegmentedIteration(DeviceRuntime& dev, int lane) {
-  std::unique_ptr<SegmentedIteration> run = std::move(dev.lanes[lane].segmented);
+void DeviceDispatcher::FinishSegmentedIteration(int lane) {
+  std::unique_ptr<SegmentedIteration> run = std::move(dev_.lanes[lane].segmented);
   // A parked iteration that ends (its job closed) needs no resume: the
   // scheduler's done or abort report ends the pause too.
-  FinishIteration(dev, lane, run->slot, run->job, run->probe, std::move(run->it), run->status, run->run_seconds);
+  FinishIteration(lane, run->slot, run->job, run->probe, std::move(run->it), run->status, run->run_seconds);
 }
 
-void Service::StopSegmentedIteration(Job& job, const char* reason) {
+void DeviceDispatcher::StopSegmentedIteration(Job& job, const char* reason) {
   if (!HasSegmentedIteration(job)) return;
-  DeviceRuntime* dev = job.device;
   const int lane = job.lane;
-  SegmentedIteration& run = *dev->lanes[lane].segmented;
+  SegmentedIteration& run = *dev_.lanes[lane].segmented;
   if (run.status.ok()) run.status = absl::CancelledError(absl::StrCat("job ", job.id, " closed: ", reason));
   if (run.in_flight > 0) return;  // ends when its last segment in flight completes
   // Parked: nothing will complete. It ends on the next turn of the loop,
   // since the caller still uses `job`, which the end may erase.
   const uint64_t seq = run.probe.seq;
-  loop_.Post("Service.EndParkedIteration", [this, dev, lane, seq]() {
-    const SegmentedIteration* parked = dev->lanes[lane].segmented.get();
+  loop_.Post("Service.EndParkedIteration", [this, lane, seq]() {
+    const SegmentedIteration* parked = dev_.lanes[lane].segmented.get();
     if (parked == nullptr || parked->probe.seq != seq || parked->in_flight > 0) return;
-    FinishSegmentedIteration(*dev, lane);
+    FinishSegmentedIteration(lane);
   });
 }
 
