@@ -82,6 +82,21 @@ class BatchedScores(nn.Module):
         return torch.baddbmm(self.bias, q, x.transpose(1, 2), beta=0.5, alpha=0.25)
 
 
+class Counts(nn.Module):
+    """A linear map scaled by counts of positive inputs: sums, a cumulative sum and a product of a bool or int32
+    mask, which PyTorch computes in int64 (a segmentation loss counts the pixels it keeps so)."""
+
+    def __init__(self, features=8):
+        super().__init__()
+        self.lin = nn.Linear(features, features)
+
+    def forward(self, x):
+        keep = x > 0
+        count = (keep.sum(dim=1, keepdim=True) + keep.sum() + torch.cumsum(keep, dim=1)
+                 + keep.int().prod(dim=1, keepdim=True))
+        return self.lin(x) * count
+
+
 CASES = {
     "trigonometric": (lambda: Pointwise(lambda t: torch.sin(t) * torch.cos(t) + torch.tan(0.5 * t) + torch.atan(t)
                                         + torch.asin(0.5 * torch.tanh(t)) + torch.acos(0.4 * torch.tanh(t))),
@@ -104,6 +119,7 @@ CASES = {
     "masks": (lambda: Masks(), (4, 8)),
     "binary": (lambda: Binary(), (4, 5)),
     "baddbmm": (lambda: BatchedScores(), (2, 3, 4)),
+    "integer_counts": (lambda: Counts(), (4, 8)),
 }
 
 

@@ -70,6 +70,11 @@ _PROMOTING = {op: ("self", "other") for op in (
 _PROMOTING.update({"where.self": ("self", "other"), "pow.Tensor_Tensor": ("self", "exponent"),
                    "lerp.Tensor": ("self", "end", "weight"), "addcmul": ("self", "tensor1", "tensor2"),
                    "addcdiv": ("self", "tensor1", "tensor2")})
+# Reductions and scans that PyTorch computes in int64 for a bool or narrower integer input (a count of the
+# pixels a segmentation loss keeps: sum(bool)). The registry's kernels take int64 for integers: such an input
+# reaches them through an int64 _to_copy.
+_INT64_ACCUMULATING = {"sum", "sum.dim_IntList", "prod", "prod.dim_int", "cumsum", "cumprod"}
+_NARROW_INTEGERS = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32}
 # Ops whose CUDA kernels follow torch.backends.cudnn.allow_tf32 through an attribute.
 _CUDNN_CONVOLUTION_OPS = {"convolution", "convolution_backward"}
 # Ops of the `tandem` namespace (fused_rnn.py) -> registry op. Their arguments are all tensors.
@@ -357,6 +362,11 @@ class _Emitter:
         inputs, attrs = [], {}
         args = list(n.args)
         promoted_args, promote_to = self.promotion(n, name)
+        if name in _INT64_ACCUMULATING and isinstance(n.args[0], torch.fx.Node):
+            traced_in, traced_out = self.values.get(n.args[0]), self.values.get(n)
+            if (isinstance(traced_in, torch.Tensor) and traced_in.dtype in _NARROW_INTEGERS
+                    and isinstance(traced_out, torch.Tensor) and traced_out.dtype == torch.int64):
+                promoted_args, promote_to = {target._schema.arguments[0].name}, torch.int64
         for i, arg in enumerate(target._schema.arguments):
             if i < len(args):
                 v = args[i]
