@@ -69,6 +69,26 @@ class LoweringTest(unittest.TestCase):
         muls = [n for n in nodes if n["op"] == "mul.Tensor" and converted & set(n["inputs"])]
         self.assertTrue(muls, "the int64 mask reaches mul.Tensor through a float32 _to_copy")
 
+    def test_integer_sums_reach_the_daemon_in_int64(self):
+        # ATen sums a bool mask in int64 (torch 2's core decompositions leave sum(bool) in a trace; torch 1.13's
+        # convert it first): the IR converts the mask with an int64 _to_copy, as the registry's kernels take.
+        from torch.fx.experimental.proxy_tensor import make_fx
+        from tandem.torch.lower import Input, Output, lower
+
+        def f(x):
+            keep = torch.ops.aten.gt.Scalar(x, 0)
+            return torch.ops.aten.sum.dim_IntList(keep, [1]), torch.ops.aten.cumsum.default(keep, 1)
+
+        x = torch.randn(3, 4)
+        lowered = lower(make_fx(f)(x), [Input("feed", "x", x)], [Output("fetch", "count"), Output("fetch", "cum")],
+                        (x,), record_values=True)
+        nodes = lowered.graph["nodes"]
+        widened = {n["outputs"][0] for n in nodes if n["op"] == "_to_copy" and n["attrs"]["dtype"]["dtype"] == "INT64"}
+        for op in ("sum.dim_IntList", "cumsum"):
+            users = [n for n in nodes if n["op"] == op]
+            self.assertEqual(len(users), 1, op)
+            self.assertIn(users[0]["inputs"][0], widened, f"{op} reads the mask through an int64 _to_copy")
+
     def test_batch_norm_running_statistics_become_updates(self):
         model = nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 3))
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
