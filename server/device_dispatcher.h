@@ -76,8 +76,10 @@ class DeviceDispatcher {
   DeviceDispatcher(std::unique_ptr<DeviceRuntime> runtime, DispatcherHost& host, EventLoop& loop);
 
   // The device's state. Service reads it (stats, metrics, admission,
-  // checkpoints) and changes its memory and scheduler (admission, closing,
-  // priorities); lanes change only through the dispatcher.
+  // checkpoints), posts uploads and checkpoint copies to a lane's executor,
+  // and changes the memory and scheduler (admission, closing, priorities),
+  // lane_levels_stale and spare_snapshots; the lanes themselves change only
+  // through the dispatcher.
   DeviceRuntime& runtime() { return dev_; }
   const DeviceRuntime& runtime() const { return dev_; }
 

@@ -1,5 +1,7 @@
-// The daemon's service: sessions, jobs, admission, dispatch of iterations to
-// the devices, and the replies.
+// The daemon's service: sessions, jobs, admission, and the replies; the
+// dispatch of iterations on each device is that device's DeviceDispatcher's
+// (server/device_dispatcher.h), which Service owns and serves as its
+// DispatcherHost.
 //
 // Service lives on the control loop. Requests arrive through
 // HandleMessage (posted by the transport), device completions through work

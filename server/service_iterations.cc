@@ -1,9 +1,6 @@
 // The run and read requests: validation and queueing. Their dispatch onto
 // the device and completion: DeviceDispatcher (dispatcher_iterations.cc).
-#include <algorithm>
-
 #include "absl/strings/str_cat.h"
-#include "base/log.h"
 #include "ir/graph_builder.h"
 #include "server/service.h"
 

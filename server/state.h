@@ -1,7 +1,8 @@
 // The control loop's state: sessions, jobs, devices and lanes.
 //
-// Everything here is owned by Service and touched only on the control loop
-// thread, except where a field says otherwise.
+// Everything here is owned by Service (a device's DeviceRuntime by its
+// DeviceDispatcher, server/device_dispatcher.h) and touched only on the
+// control loop thread, except where a field says otherwise.
 #ifndef TANDEM_SERVER_STATE_H_
 #define TANDEM_SERVER_STATE_H_
 
@@ -121,7 +122,7 @@ struct Job {
   std::unique_ptr<Graph> graph;  // stable address: the program points into it
   IterationLayout layout;
   // Used by its lane's executor thread only; a job moves to another lane
-  // only with nothing of it in flight (Service::RebalanceLanes), whose
+  // only with nothing of it in flight (DeviceDispatcher::RebalanceLanes), whose
   // completions reached the loop after the old thread's last use.
   std::unique_ptr<Program> program;
   std::vector<GraphVariant> variants;
@@ -330,8 +331,9 @@ struct Lane {
   }
 };
 
+// One device's state, owned by its DeviceDispatcher (server/device_dispatcher.h).
 struct DeviceRuntime {
-  int index = 0;
+  int index = 0;  // its place among Service's dispatchers (Service::DispatcherOf, the measurements)
   std::unique_ptr<device::Device> device;
   std::unique_ptr<memory::DeviceMemory> memory;
   std::unique_ptr<sched::Scheduler> scheduler;
