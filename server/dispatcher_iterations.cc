@@ -11,6 +11,7 @@
 #include "device/device.h"
 #include "ir/graph_builder.h"
 #include "server/device_dispatcher.h"
+#include "server/lane_work.h"
 
 namespace tandem::server {
 namespace {
@@ -217,31 +218,26 @@ void DeviceDispatcher::StartIteration(int lane, Job& job, uint64_t ticket, Queue
     return;
   }
 
-  device::Device* device = dev_.device.get();
-  device::Stream* stream = l.stream.get();
-  Program* program = view.program;
   const IterationEvents& events = l.events[probe.seq % l.events.size()];
-  device::Event* begin = events.begin.get();
-  device::Event* start = events.start.get();
-  device::Event* end = events.end.get();
+  LaneWork work;
+  work.device = dev_.device.get();
+  work.stream = l.stream.get();
+  work.program = view.program;
+  work.table = std::make_shared<const std::vector<void*>>(std::move(table));
+  work.feeds = std::move(feeds_in);
+  work.fetches = std::move(fetches_out);
+  work.begin = events.begin.get();
+  work.start = events.start.get();
+  work.end = events.end.get();
   uint64_t job_id = job.id;
-  l.executor->Post([=, this, table = std::move(table), it = std::move(it)]() mutable {
-    absl::Status status = device->RecordEvent(*stream, *begin);
-    for (const StagedCopy& c : feeds_in) {
-      if (status.ok()) status = device->CopyToDevice(*stream, c.dst, c.src, c.bytes);
-    }
-    if (status.ok()) status = device->RecordEvent(*stream, *start);
-    if (status.ok()) status = program->Enqueue(*stream, table);
-    if (status.ok()) status = device->RecordEvent(*stream, *end);
-    for (const StagedCopy& c : fetches_out) {
-      if (status.ok()) status = device->CopyToHost(*stream, c.dst, c.src, c.bytes);
-    }
+  l.executor->Post([this, lane, slot_index, job_id, probe, work = std::move(work), it = std::move(it)]() mutable {
+    absl::Status status = EnqueueLaneWork(work);
     auto done = [this, lane, slot_index, job_id, probe, it = std::move(it)](absl::Status s) mutable {
       loop_.Post("Executor.OnIterationDone", [this, lane, slot_index, job_id, probe, it = std::move(it), s]() mutable {
         OnIterationDone(lane, slot_index, job_id, probe, std::move(it), s);
       });
     };
-    if (status.ok()) status = device->OnComplete(*stream, done);
+    if (status.ok()) status = work.device->OnComplete(*work.stream, done);
     if (!status.ok()) done(status);
   });
 }

@@ -17,6 +17,7 @@
 #include "base/status_macros.h"
 #include "device/device.h"
 #include "server/device_dispatcher.h"
+#include "server/lane_work.h"
 
 namespace tandem::server {
 
@@ -98,42 +99,31 @@ void DeviceDispatcher::EnqueueSegment(int lane, SegmentedIteration& run) {
   run.resumed = false;
   const IterationEvents& whole = l.events[run.probe.seq % l.events.size()];
 
-  std::vector<StagedCopy> feeds;
-  if (first) feeds = std::move(run.feeds);
-  std::vector<StagedCopy> fetches;
-  if (last) fetches = run.fetches;
-  device::Device* device = dev_.device.get();
-  device::Stream* stream = l.stream.get();
+  LaneWork work;
+  work.device = dev_.device.get();
+  work.stream = l.stream.get();
   // The job outlives its iteration: device_work keeps a closing job.
-  Program* program = host_.JobById(run.job)->View(run.it.variant).program;
-  device::Event* begin = whole.begin.get();
-  device::Event* start = whole.start.get();
-  device::Event* end = whole.end.get();
-  device::Event* segment_start = events.start.get();
-  device::Event* segment_end = events.end.get();
+  work.program = host_.JobById(run.job)->View(run.it.variant).program;
+  work.table = run.table;
+  work.whole = false;
+  work.begin_node = begin_node;
+  work.end_node = end_node;
+  work.first = first;
+  work.last = last;
+  if (first) work.feeds = std::move(run.feeds);
+  if (last) work.fetches = run.fetches;
+  work.begin = whole.begin.get();
+  work.start = whole.start.get();
+  work.end = whole.end.get();
+  work.segment_start = events.start.get();
+  work.segment_end = events.end.get();
   const uint64_t seq = run.probe.seq;
-  l.executor->Post([=, this, table = run.table, feeds = std::move(feeds), fetches = std::move(fetches)]() {
-    absl::Status status;
-    if (first) {
-      status = device->RecordEvent(*stream, *begin);
-      for (const StagedCopy& c : feeds) {
-        if (status.ok()) status = device->CopyToDevice(*stream, c.dst, c.src, c.bytes);
-      }
-      if (status.ok()) status = device->RecordEvent(*stream, *start);
-    }
-    if (status.ok()) status = device->RecordEvent(*stream, *segment_start);
-    if (status.ok()) status = program->EnqueueNodes(*stream, *table, begin_node, end_node);
-    if (status.ok()) status = device->RecordEvent(*stream, *segment_end);
-    if (last) {
-      if (status.ok()) status = device->RecordEvent(*stream, *end);
-      for (const StagedCopy& c : fetches) {
-        if (status.ok()) status = device->CopyToHost(*stream, c.dst, c.src, c.bytes);
-      }
-    }
+  l.executor->Post([this, lane, seq, segment, work = std::move(work)]() {
+    absl::Status status = EnqueueLaneWork(work);
     auto done = [this, lane, seq, segment](absl::Status s) {
       loop_.Post("Executor.OnSegmentDone", [this, lane, seq, segment, s]() { OnSegmentDone(lane, seq, segment, s); });
     };
-    if (status.ok()) status = device->OnComplete(*stream, done);
+    if (status.ok()) status = work.device->OnComplete(*work.stream, done);
     if (!status.ok()) done(status);
   });
 }
