@@ -218,31 +218,23 @@ TEST_F(BadInputTest, PersistentFramesAreChecked) {
                  "frames 1-3 have 88 bytes; float32[8, 3] needs 96");
   expect_refused(pieces, {w.substr(0, 40), w.substr(40, 40), w.substr(80), w},
                  "frame 4 of 4 after the request belongs to no persistent tensor");
-  {
-    v1::Response r = raw.Call(pieces, {w.substr(0, 40), w.substr(40, 40), w.substr(80)});
+  // A well-formed registration registers, and its weights are its frames'
+  // bytes, in order.
+  auto registers_with_w = [&](const v1::Request& request, const std::vector<std::string>& frames) {
+    v1::Response r = raw.Call(request, frames);
     ASSERT_EQ(r.status().code(), 0) << r.status().message();
     v1::Request read;
     read.mutable_read_tensor()->set_job_id(r.register_job().job_id());
     read.mutable_read_tensor()->set_name("w");
     v1::Response got = raw.Call(read, {});
     ASSERT_EQ(got.status().code(), 0) << got.status().message();
-    EXPECT_EQ(got.read_tensor().tensor().data(), w) << "the pieces, in order";
+    EXPECT_EQ(got.read_tensor().tensor().data(), w) << frames.size() << " frame(s)";
     v1::Request close;
     close.mutable_close_job()->set_job_id(r.register_job().job_id());
     EXPECT_EQ(raw.Call(close, {}).status().code(), 0);
-  }
-  // The well-formed one registers, and its weights are the frame's bytes.
-  v1::Response r = raw.Call(good, {w});
-  ASSERT_EQ(r.status().code(), 0) << r.status().message();
-  v1::Request read;
-  read.mutable_read_tensor()->set_job_id(r.register_job().job_id());
-  read.mutable_read_tensor()->set_name("w");
-  v1::Response got = raw.Call(read, {});
-  ASSERT_EQ(got.status().code(), 0) << got.status().message();
-  EXPECT_EQ(got.read_tensor().tensor().data(), w);
-  v1::Request close;
-  close.mutable_close_job()->set_job_id(r.register_job().job_id());
-  EXPECT_EQ(raw.Call(close, {}).status().code(), 0);
+  };
+  registers_with_w(pieces, {w.substr(0, 40), w.substr(40, 40), w.substr(80)});
+  registers_with_w(good, {w});
 }
 
 // Regressions of sizes that wrapped around: zeros of 2^62 floats planned as
