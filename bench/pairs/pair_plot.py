@@ -21,7 +21,7 @@ def _unit_ms(systems, models):
     if all(compiled):
         return "compiled", compiled
     for name in ("time_slicing", "mps"):
-        eager = [systems.get(name, {}).get("solo", {}).get(m, {}).get("ms_per_iter") for m in models]
+        eager = [pair_report.solo_ms(systems, name, m) for m in models]
         if all(eager):
             return "eager", eager
     return "own", None
@@ -31,16 +31,14 @@ def segments(result):
     """[(pair, units, {system: (job A's part, job B's part)})] in the order of config.pairs: each job's solo
     time in `units` ("compiled", "eager", or "own": its solo time in the same system) over its shared time."""
     systems = result["systems"]
-    order = [s for s in result["config"].get("systems", []) if s in systems]
-    order += [s for s in systems if s not in order]
     out = []
     for names in result["config"]["pairs"]:
         pair = "+".join(names)
         units, unit_ms = _unit_ms(systems, names)
         parts = {}
-        for s in order:
-            entry = next((p for p in systems[s].get("pairs", []) if p["pair"] == pair and "jobs" in p), None)
-            if entry is None:
+        for s in pair_report.system_order(result):
+            entry = pair_report.pair_entry(systems[s], pair)
+            if entry is None or "jobs" not in entry:
                 continue
             jobs = entry["jobs"]
             parts[s] = tuple(u / j["shared_ms"] for u, j in zip(unit_ms, jobs)) if unit_ms else tuple(

@@ -16,7 +16,8 @@ import math
 COMPILED_SOLO_SYSTEMS = ("time_slicing_compiled", "mps_compiled")
 
 
-def _solo_ms(systems, name, model):
+def solo_ms(systems, name, model):
+    """`model`'s solo ms per iteration in system `name`, or None."""
     solo = systems.get(name, {}).get("solo", {}).get(model, {})
     return solo.get("ms_per_iter")
 
@@ -24,7 +25,7 @@ def _solo_ms(systems, name, model):
 def compiled_solo_ms(systems, model):
     """(ms per iteration, system) of `model`'s compiled solo time, or (None, None) when none was measured."""
     for name in COMPILED_SOLO_SYSTEMS:
-        ms = _solo_ms(systems, name, model)
+        ms = solo_ms(systems, name, model)
         if ms:
             return ms, name
     return None, None
@@ -38,7 +39,7 @@ def derive(result):
     """Adds the derived figures to result (in place) and returns result["summary"]."""
     systems = result["systems"]
     for p in _measured_pairs(systems.get("tandem", {})):
-        native = [_solo_ms(systems, "time_slicing", j["model"]) for j in p["jobs"]]
+        native = [solo_ms(systems, "time_slicing", j["model"]) for j in p["jobs"]]
         if all(native):
             p["aggregate_vs_native_solo"] = round(sum(n / j["shared_ms"] for n, j in zip(native, p["jobs"])), 4)
     for system in systems.values():
@@ -58,7 +59,7 @@ def derive(result):
         pair = "+".join(names)
         row = {"pair": pair, "throughput_compiled_units": {}}
         for s, system in systems.items():
-            entry = _entry(system, pair)
+            entry = pair_entry(system, pair)
             if entry is not None and "throughput_compiled_units" in entry:
                 row["throughput_compiled_units"][s] = entry["throughput_compiled_units"]
         tandem, mps = (row["throughput_compiled_units"].get(s) for s in ("tandem", "mps_compiled"))
@@ -81,15 +82,23 @@ def geomean(values):
     return round(math.exp(sum(math.log(v) for v in values) / len(values)), 4) if values else None
 
 
-def _entry(system, pair):
+def pair_entry(system, pair):
+    """The system's result for `pair` ("a+b"), or None."""
     return next((p for p in system.get("pairs", []) if p["pair"] == pair), None)
+
+
+def system_order(result):
+    """The systems that ran, in the order config.systems gives them, then any others."""
+    systems = result["systems"]
+    order = result["config"].get("systems", [])
+    return [s for s in order if s in systems] + [s for s in systems if s not in order]
 
 
 def _cell(system, pair):
     """The cell "rate A + rate B = sum", or why the pair has none."""
     if "skipped" in system:
         return "skipped"
-    entry = _entry(system, pair)
+    entry = pair_entry(system, pair)
     if entry is None:
         return "-"
     if "jobs" not in entry:
@@ -107,8 +116,7 @@ def table(result, summary):
     and Tandem's absolute throughput over MPS-compiled's; then, where compiled solo times exist, each system's
     absolute throughput in compiled solo units."""
     systems = result["systems"]
-    order = result["config"].get("systems", [])
-    names = [s for s in order if s in systems] + [s for s in systems if s not in order]
+    names = system_order(result)
     lines = ["| pair | " + " | ".join(f"{s}: A + B = sum" for s in names) + " | Tandem / MPS-compiled |",
              "| --- |" + " --- |" * (len(names) + 1)]
     for row in summary["pairs"]:
