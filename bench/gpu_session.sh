@@ -13,6 +13,8 @@
 #   memory    planner quality and density (bench/memory/planner_quality.py;
 #             reuses the overhead stage's captures)                    -> memory.json
 #   gap       the switch gap between two jobs in one lane (bench/models/switch_gap.py) -> switch_gap.json
+#   zoo       the model zoo at full size (bench/models/zoo_gpu.py --set all, or ZOO_MODELS;
+#             ZOO_ARGS, default --no_compile; e.g. "--reverse" or "--skip_done FILE")  -> zoo.json
 #
 #   bench/gpu_session.sh tests profile overhead          # on the GPU machine
 #
@@ -20,7 +22,7 @@
 # or, when only BUNDLE_PACK (default .bundle-pack/bundle.tar.xz) exists, it is
 # unpacked there first (a packed bundle travels in a quarter of the room).
 # Everything a stage prints also goes to session.log. Per-stage limits in
-# seconds: TESTS_S, PROFILE_S, OVERHEAD_S, OPS_S, PAIRS_S, HOSTING_S, GAP_S.
+# seconds: TESTS_S, PROFILE_S, OVERHEAD_S, OPS_S, PAIRS_S, HOSTING_S, GAP_S, ZOO_S.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 export OUT=${OUT:-/tmp/out}
@@ -77,7 +79,11 @@ for name in "$@"; do
               --models "${MEMORY_MODELS:-fcn5,resnet50,vgg19,lstm,transformer}" --density_s 8 \
               --budget_s "$(( ${MEMORY_S:-150} - 30 ))" --out "$OUT/memory.json" ;;
     gap) stage gap "${GAP_S:-120}" "$python" "$root/bench/models/switch_gap.py" --out "$OUT/switch_gap.json" ;;
-    *) echo "unknown stage '$name' (tests, profile, overhead, ops, pairs, hosting, memory, gap)"; status=1 ;;
+    # shellcheck disable=SC2086  # ZOO_ARGS is words
+    zoo) stage zoo "${ZOO_S:-480}" "$python" "$root/bench/models/zoo_gpu.py" --budget "$(( ${ZOO_S:-480} - 40 ))" \
+           ${ZOO_MODELS:+--models "$ZOO_MODELS"} --set all ${ZOO_ARGS:---no_compile} --log_dir "$OUT/zoo-logs" \
+           --out "$OUT/zoo.json" ;;
+    *) echo "unknown stage '$name' (tests, profile, overhead, ops, pairs, hosting, memory, gap, zoo)"; status=1 ;;
   esac
 done
 exit $status

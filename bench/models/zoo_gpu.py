@@ -1,6 +1,7 @@
 """The model zoo on the GPU: one row per zoo model (zoo/catalog.py) at its full size.
 
     python3 bench/models/zoo_gpu.py [--models a,b | --set ci|all] [--budget 600] [--steps 20] [--out zoo.json]
+                                    [--reverse] [--skip_done earlier.json ...]
 
 Per model: whether it registers with a CUDA tandemd, capture and registration seconds, ms/iter for Tandem (2
 iterations in flight), PyTorch eager and torch.compile(mode="reduce-overhead") (the model compiled; loss, backward
@@ -9,7 +10,9 @@ planned ephemeral peak; PyTorch's peak allocated bytes per mode), and the larges
 between Tandem and eager over `--steps` steps from the same weights and batches. --daemon_flags passes flags to
 tandemd (e.g. --codegen=false for the interpreting kernels); --tandem_only skips the PyTorch baselines. Dropout
 and stochastic depth are off (p = 0), so that the losses can agree step for step. Models are taken in order until
---budget seconds are spent; the rest are listed as not reached. Writes JSON (--out) and prints a markdown table.
+--budget seconds are spent; the rest are listed as not reached. --reverse takes them from the end (a second call
+that starts from the end needs no word from the first); --skip_done leaves out the models that already have a
+measured row in the given result files. Writes JSON (--out) and prints a markdown table.
 """
 
 import argparse
@@ -128,6 +131,15 @@ def table(rows):
     return "\n".join(lines)
 
 
+def measured_models(paths):
+    """The models that have a row with a verdict (registered or refused, not 'not reached') in these files."""
+    done = set()
+    for path in paths:
+        with open(path) as f:
+            done.update(r["model"] for r in json.load(f)["rows"] if r.get("registers") is not None)
+    return done
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="", help="comma-separated zoo names")
@@ -143,11 +155,16 @@ def main():
     parser.add_argument("--daemon_flags", default="", help="extra tandemd flags, space-separated")
     parser.add_argument("--tandem_only", action="store_true", help="skip eager and torch.compile")
     parser.add_argument("--out", default="")
+    parser.add_argument("--reverse", action="store_true", help="take the models from the end of the list")
+    parser.add_argument("--skip_done", nargs="*", default=[], help="result files whose measured models to skip")
     args = parser.parse_args()
     names = [n for n in args.models.split(",") if n] or (
         list(catalog.CI_NAMES) if args.set == "ci" else [e.name for e in catalog.ENTRIES])
+    done = measured_models(args.skip_done)
+    names = [n for n in (reversed(names) if args.reverse else names) if n not in done]
     deadline = time.monotonic() + args.budget
     rows = []
+    meta = bc.metadata("cuda")
     flags = bc.daemon_flags_for_large_models() + bc.daemon_flags_beside_pytorch() + args.daemon_flags.split()
     with bc.Daemon(bc.find_tandemd(args.tandemd), "cuda", extra_flags=flags, log_dir=args.log_dir) as d:
         args.endpoint = d.endpoint
@@ -165,12 +182,13 @@ def main():
             row["wall_s"] = round(time.perf_counter() - t0, 1)
             rows.append(row)
             bc.log(json.dumps(row))
+            if args.out:  # after every row: a run cut short keeps what it measured
+                bc.write_json(args.out, {"meta": meta, "daemon_flags": flags, "rows": rows})
             if not d.alive():
                 bc.log("tandemd died: " + d.log_tail())
                 break
-    result = {"meta": bc.metadata("cuda"), "daemon_flags": flags, "rows": rows}
     if args.out:
-        bc.write_json(args.out, result)
+        bc.write_json(args.out, {"meta": meta, "daemon_flags": flags, "rows": rows})
     print(table(rows))
 
 
