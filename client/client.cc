@@ -357,6 +357,11 @@ absl::StatusOr<uint64_t> Client::SendWithFrames(v1::Request request, std::vector
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t id = next_id_++;
   request.set_request_id(id);
+  RETURN_IF_ERROR(SendLocked(request, frames));
+  return id;
+}
+
+absl::Status Client::SendLocked(const v1::Request& request, std::vector<zmq::message_t>& frames) {
   std::string bytes = request.SerializeAsString();
   size_t total = bytes.size();
   for (const zmq::message_t& f : frames) total += f.size();
@@ -369,8 +374,30 @@ absl::StatusOr<uint64_t> Client::SendWithFrames(v1::Request request, std::vector
   } catch (const zmq::error_t& e) {
     return absl::UnavailableError(absl::StrCat("sending to tandemd at ", endpoint_, " failed: ", e.what()));
   }
-  return id;
+  return absl::OkStatus();
 }
+
+namespace {
+
+// Appends `bytes` at `data` to `frames` in pieces of at most `piece` bytes
+// (one empty frame for no bytes) and names them in `t` (Tensor.frame,
+// frame_count).
+void AppendTensorFrames(const void* data, uint64_t bytes, uint64_t piece, v1::Tensor* t,
+                        std::vector<zmq::message_t>* frames) {
+  piece = std::max<uint64_t>(piece, 1);
+  const uint64_t count = std::max<uint64_t>(1, (bytes + piece - 1) / piece);
+  t->set_frame(static_cast<uint32_t>(frames->size() + 1));
+  if (count > 1) t->set_frame_count(static_cast<uint32_t>(count));
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t offset = i * piece;
+    const uint64_t size = std::min(piece, bytes - offset);
+    zmq::message_t frame(size);
+    if (size > 0) ParallelCopy(frame.data(), static_cast<const char*>(data) + offset, size);
+    frames->push_back(std::move(frame));
+  }
+}
+
+}  // namespace
 
 absl::StatusOr<uint64_t> MemoryQuotaFromEnvironment() {
   const char* text = std::getenv("TANDEM_MEMORY_QUOTA_MIB");
@@ -448,19 +475,8 @@ absl::StatusOr<v1::RegisterJobResponse> Client::RegisterJob(v1::RegisterJobReque
                                           : std::nullopt;
   std::vector<zmq::message_t> frames;
   if (!shared) {
-    const uint64_t piece = std::max<uint64_t>(options_.frame_bytes, 1);
     for (size_t k = 0; k < views.size(); ++k) {
-      const FeedView& v = views[k];
-      const uint64_t count = std::max<uint64_t>(1, (v.bytes + piece - 1) / piece);
-      framed[k]->set_frame(static_cast<uint32_t>(frames.size() + 1));
-      if (count > 1) framed[k]->set_frame_count(static_cast<uint32_t>(count));
-      for (uint64_t i = 0; i < count; ++i) {
-        const uint64_t offset = i * piece;
-        const uint64_t bytes = std::min(piece, v.bytes - offset);
-        zmq::message_t frame(bytes);
-        if (bytes > 0) ParallelCopy(frame.data(), static_cast<const char*>(v.data) + offset, bytes);
-        frames.push_back(std::move(frame));
-      }
+      AppendTensorFrames(views[k].data, views[k].bytes, options_.frame_bytes, framed[k], &frames);
     }
   }
   v1::Request r;
@@ -532,6 +548,7 @@ absl::StatusOr<uint64_t> Client::SubmitIteration(uint64_t job_id, const std::vec
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t id = next_id_++;
   r.set_request_id(id);
+  std::vector<zmq::message_t> frames;  // the large feeds that go neither inline nor through shared memory
   for (const FeedView& f : feeds) {
     v1::Tensor* t = run->add_feeds();
     v1::TensorSpec* spec = t->mutable_spec();
@@ -547,20 +564,15 @@ absl::StatusOr<uint64_t> Client::SubmitIteration(uint64_t job_id, const std::vec
       slice->set_region_id(region->id);
       slice->set_offset(*offset);
       slice->set_bytes(f.bytes);
+    } else if (f.bytes >= options_.frame_threshold) {
+      AppendTensorFrames(f.data, f.bytes, options_.frame_bytes, t, &frames);
     } else {
       t->set_data(f.data, f.bytes);
     }
   }
-  std::string bytes = r.SerializeAsString();
-  if (absl::Status s = CheckSize(bytes.size()); !s.ok()) {
+  if (absl::Status s = SendLocked(r, frames); !s.ok()) {
     ReleaseSharedLocked(id);
     return s;
-  }
-  try {
-    SendFrame(socket_, zmq::buffer(bytes), zmq::send_flags::none);
-  } catch (const zmq::error_t& e) {
-    ReleaseSharedLocked(id);
-    return absl::UnavailableError(absl::StrCat("sending to tandemd at ", endpoint_, " failed: ", e.what()));
   }
   return id;
 }

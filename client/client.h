@@ -71,6 +71,11 @@ struct ClientOptions {
   // sign of life for 3 s, so over a slow tcp link one large frame would cut
   // the registration short.
   uint64_t frame_bytes = uint64_t{4} << 20;
+  // Feeds of at least this many bytes that do not go through shared memory
+  // (a tcp endpoint, a full region) travel as ZeroMQ frames of at most
+  // `frame_bytes` after the request, not inline in it, for the same reason;
+  // smaller ones inline. UINT64_MAX: always inline.
+  uint64_t frame_threshold = uint64_t{64} << 10;
 };
 
 // A feed by reference: the bytes are read during SubmitIteration only.
@@ -176,6 +181,9 @@ class Client {
   void HeartbeatLoop();
   // RESOURCE_EXHAUSTED, saying what to do, for a message over the daemon's limit.
   absl::Status CheckSize(size_t bytes) const;
+  // Sends `request` (its id set) and `frames` after it, in one multipart
+  // message; mu_ held.
+  absl::Status SendLocked(const v1::Request& request, std::vector<zmq::message_t>& frames);
   // Passes `object`'s descriptor on the daemon's fd socket; the nonce that
   // names it.
   absl::StatusOr<uint64_t> PassDescriptor(const SealedMemfd& object);

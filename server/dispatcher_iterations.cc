@@ -12,6 +12,7 @@
 #include "ir/graph_builder.h"
 #include "server/device_dispatcher.h"
 #include "server/lane_work.h"
+#include "server/tensor_frames.h"
 
 namespace tandem::server {
 namespace {
@@ -26,7 +27,7 @@ size_t Align(size_t n) {
   return (n + device::kDeviceAlignment - 1) / device::kDeviceAlignment * device::kDeviceAlignment;
 }
 
-// Where one iteration's bytes sit in its staging slot: the inline feeds in
+// Where one iteration's bytes sit in its staging slot: the inline and framed feeds in
 // request order, then the requested fetches. Feeds in shared memory take no
 // room (they are copied from there directly).
 struct StagingLayout {
@@ -39,7 +40,7 @@ StagingLayout LayOutStaging(const Graph& g, const v1::RunIterationRequest& run) 
   StagingLayout layout;
   for (const auto& feed : run.feeds()) {
     layout.feed_offsets.push_back(layout.bytes);
-    layout.bytes += Align(feed.data().size());
+    if (!feed.has_shared()) layout.bytes += Align(g.values[g.Find(feed.spec().name())].type.bytes());
   }
   for (const auto& name : run.fetches()) {
     layout.fetch_offsets.push_back(layout.bytes);
@@ -194,8 +195,13 @@ void DeviceDispatcher::StartIteration(int lane, Job& job, uint64_t ticket, Queue
       continue;
     }
     char* at = staging + layout.feed_offsets[i];
-    std::memcpy(at, feed.data().data(), feed.data().size());
-    feeds_in.push_back({dst, at, feed.data().size()});
+    uint64_t bytes = feed.data().size();
+    if (FramesOf(feed).count > 0) {
+      bytes = CopyTensorFrames(feed, *it.frames, at);  // ValidateRun checked them
+    } else {
+      std::memcpy(at, feed.data().data(), bytes);
+    }
+    feeds_in.push_back({dst, at, bytes});
   }
   for (int i = 0; i < run.fetches_size(); ++i) {
     int v = g.Find(run.fetches(i));

@@ -265,11 +265,12 @@ void Service::HandleMessage(const std::string& peer, const PeerIdentity& identit
     return;
   }
   to.request_id = request->request_id();
-  if (frames != nullptr && request->body_case() != v1::Request::kRegisterJob) {
-    ReplyError(
-        to, absl::InvalidArgumentError(absl::StrCat("malformed request: ", frames->size(),
-                                                    " frame(s) followed the request, but only a job "
-                                                    "registration may carry frames (its persistent tensors' bytes)")));
+  if (frames != nullptr && request->body_case() != v1::Request::kRegisterJob &&
+      request->body_case() != v1::Request::kRunIteration) {
+    ReplyError(to, absl::InvalidArgumentError(absl::StrCat(
+                       "malformed request: ", frames->size(),
+                       " frame(s) followed the request, but only a job registration (its persistent tensors' "
+                       "bytes) or an iteration (its feeds' bytes) may carry frames")));
     return;
   }
 
@@ -315,7 +316,7 @@ void Service::HandleMessage(const std::string& peer, const PeerIdentity& identit
       OnRegisterJob(to, *session, request, std::move(frames));
       return;
     case v1::Request::kRunIteration:
-      OnRunIteration(to, *session, request);
+      OnRunIteration(to, *session, request, std::move(frames));
       return;
     case v1::Request::kReadTensor:
       OnReadTensor(to, *session, request->read_tensor());

@@ -51,8 +51,8 @@ class Service : private DispatcherHost {
 
   // Loop thread. A message from `peer` on a connection of `identity`, with
   // the frames that followed its first (null: none); only a job
-  // registration may have such frames (its persistent tensors' bytes,
-  // Tensor.frame), any other is malformed. A message whose identity is not
+  // registration (its persistent tensors' bytes, Tensor.frame) and an
+  // iteration (its feeds') may have such frames, any other is malformed. A message whose identity is not
   // that of the session its routing id names is refused (PERMISSION_DENIED)
   // and leaves the session alone.
   void HandleMessage(const std::string& peer, const PeerIdentity& identity, const std::string& payload,
@@ -241,7 +241,8 @@ class Service : private DispatcherHost {
   // service_iterations.cc: the run and read requests, checked and queued;
   // their device's dispatcher runs them (DeviceDispatcher::DispatchAll,
   // StartReads).
-  void OnRunIteration(const PendingReply& to, Session& session, std::shared_ptr<const v1::Request> request);
+  void OnRunIteration(const PendingReply& to, Session& session, std::shared_ptr<const v1::Request> request,
+                      std::shared_ptr<const RequestFrames> frames);
   void OnReadTensor(const PendingReply& to, Session& session, const v1::ReadTensorRequest& read);
 
   DaemonOptions options_;                     // the live keys change on reload (ApplyLiveOptions)

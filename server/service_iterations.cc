@@ -1,20 +1,24 @@
 // The run and read requests: validation and queueing. Their dispatch onto
 // the device and completion: DeviceDispatcher (dispatcher_iterations.cc).
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "ir/graph_builder.h"
 #include "server/service.h"
+#include "server/tensor_frames.h"
 
 namespace tandem::server {
 namespace {
 
 // Checks a run request against the job's graph it names (`variant`: its
 // index, Job::View): every feed present once, of the declared type and byte
-// size, inline or in a slice of one of the session's shared-memory regions;
-// fetches fetchable. Returns each feed's region (null for inline bytes).
+// size, inline, in the frames after the request (`frames`, null when none
+// came) or in a slice of one of the session's shared-memory regions; fetches
+// fetchable. Returns each feed's region (null for inline or framed bytes).
 absl::StatusOr<std::vector<std::shared_ptr<SharedRegion>>> ValidateRun(const Job& job, const Session& session,
                                                                        const v1::RunIterationRequest& run,
-                                                                       int* variant) {
+                                                                       const RequestFrames* frames, int* variant) {
   std::vector<std::shared_ptr<SharedRegion>> regions;
+  std::vector<FramedTensor> framed;
   *variant = job.FindVariant(run.variant());
   if (*variant < 0) {
     std::string names;
@@ -61,14 +65,19 @@ absl::StatusOr<std::vector<std::shared_ptr<SharedRegion>>> ValidateRun(const Job
             absl::StrCat("feed '", name, "': no shared-memory region ", slice.region_id(), " in this session"));
       }
       const SharedRegion& region = *r->second;
-      if (!feed.data().empty() || slice.bytes() != want.bytes() || slice.offset() > region.bytes() ||
+      if (!feed.data().empty() || feed.frame() != 0 || slice.bytes() != want.bytes() || slice.offset() > region.bytes() ||
           slice.bytes() > region.bytes() - slice.offset()) {
         return absl::InvalidArgumentError(absl::StrCat("feed '", name, "': shared slice [", slice.offset(), ", +",
                                                        slice.bytes(), ") of region ", region.id(), " (", region.bytes(),
                                                        " bytes) must hold exactly ", want.bytes(), " bytes (",
-                                                       want.ToString(), ") inside the region, with no inline data"));
+                                                       want.ToString(), ") inside the region, with no inline data or frames"));
       }
       regions.push_back(r->second);
+      continue;
+    }
+    if (FramesOf(feed).count > 0) {
+      framed.push_back({&feed, &want});  // checked with the others below
+      regions.push_back(nullptr);
       continue;
     }
     if (feed.data().size() != want.bytes()) {
@@ -77,6 +86,7 @@ absl::StatusOr<std::vector<std::shared_ptr<SharedRegion>>> ValidateRun(const Job
     }
     regions.push_back(nullptr);
   }
+  RETURN_IF_ERROR(CheckTensorFrames("feed", framed, frames));
   for (const std::string& name : run.fetches()) {
     int v = g.Find(name);
     bool ok = false;
@@ -91,7 +101,8 @@ absl::StatusOr<std::vector<std::shared_ptr<SharedRegion>>> ValidateRun(const Job
 
 }  // namespace
 
-void Service::OnRunIteration(const PendingReply& to, Session& session, std::shared_ptr<const v1::Request> request) {
+void Service::OnRunIteration(const PendingReply& to, Session& session, std::shared_ptr<const v1::Request> request,
+                             std::shared_ptr<const RequestFrames> frames) {
   const v1::RunIterationRequest& run = request->run_iteration();
   auto job_or = FindJob(session, run.job_id());
   if (!job_or.ok()) {
@@ -103,7 +114,7 @@ void Service::OnRunIteration(const PendingReply& to, Session& session, std::shar
   int variant = 0;
   {
     LoopSection timed(loop_, "RunIteration/validate");
-    regions = ValidateRun(job, session, run, &variant);
+    regions = ValidateRun(job, session, run, frames.get(), &variant);
   }
   if (!regions.ok()) {
     ReplyError(to, regions.status());
@@ -120,7 +131,8 @@ void Service::OnRunIteration(const PendingReply& to, Session& session, std::shar
     ReplyError(to, s);
     return;
   }
-  job.queued.emplace(ticket, QueuedIteration{to, std::move(request), *std::move(regions), Clock::now(), variant});
+  job.queued.emplace(ticket,
+                     QueuedIteration{to, std::move(request), *std::move(regions), std::move(frames), Clock::now(), variant});
   job.received++;
   LoopSection timed(loop_, "RunIteration/dispatch");
   DispatcherOf(dev).DispatchAll();

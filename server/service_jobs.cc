@@ -19,67 +19,21 @@
 #include "server/interference_key.h"
 #include "server/service.h"
 #include "server/shared_frames.h"
+#include "server/tensor_frames.h"
 
 namespace tandem::server {
 namespace {
 
-// The frames (0-based, [first, first + count)) that tensor `t` names:
-// count 0 when it names none.
-struct FrameRange {
-  size_t first = 0;
-  size_t count = 0;
-};
-FrameRange FramesOf(const v1::Tensor& t) {
-  if (t.frame() == 0) return {};
-  return {t.frame() - size_t{1}, std::max<size_t>(t.frame_count(), 1)};
-}
-
-// A registration's persistent tensors sent as frames (Tensor.frame and
-// frame_count): each names existing frames, no frame is named twice or left
-// over, no such tensor also has inline data, and its frames together hold
-// exactly its bytes (graph.persistents follows reg.persistent()'s order).
-// Inline tensors were checked by BuildGraph.
+// A registration's persistent tensors sent as frames (graph.persistents
+// follows reg.persistent()'s order). Inline tensors were checked by
+// BuildGraph.
 absl::Status CheckPersistentFrames(const v1::RegisterJobRequest& reg, const Graph& graph, const RequestFrames* frames) {
-  const size_t count = frames != nullptr ? frames->size() : 0;
-  std::vector<bool> used(count, false);
+  std::vector<FramedTensor> tensors;
+  tensors.reserve(reg.persistent_size());
   for (int i = 0; i < reg.persistent_size(); ++i) {
-    const v1::Tensor& t = reg.persistent(i);
-    const FrameRange range = FramesOf(t);
-    if (range.count == 0) continue;
-    const std::string& name = t.spec().name();
-    const std::string named = range.count == 1 ? absl::StrCat("frame ", t.frame())
-                                               : absl::StrCat("frames ", t.frame(), "-", range.first + range.count);
-    if (range.first + range.count > count) {
-      return absl::InvalidArgumentError(absl::StrCat("persistent tensor '", name, "' names ", named, " but ", count,
-                                                     " frame(s) followed the request"));
-    }
-    if (!t.data().empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("persistent tensor '", name, "' has both inline data and ", named));
-    }
-    uint64_t got = 0;
-    for (size_t f = range.first; f < range.first + range.count; ++f) {
-      if (used[f]) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("persistent tensor '", name, "' names frame ", f + 1, ", which another tensor named"));
-      }
-      used[f] = true;
-      got += frames->frame(f).size();
-    }
-    const uint64_t want = graph.values[graph.persistents[i]].type.bytes();
-    if (got != want) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("persistent tensor '", name, "': ", named, " ", range.count == 1 ? "has " : "have ", got,
-                       " bytes; ", graph.values[graph.persistents[i]].type.ToString(), " needs ", want));
-    }
+    tensors.push_back({&reg.persistent(i), &graph.values[graph.persistents[i]].type});
   }
-  for (size_t f = 0; f < count; ++f) {
-    if (!used[f]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("frame ", f + 1, " of ", count, " after the request belongs to no persistent tensor"));
-    }
-  }
-  return absl::OkStatus();
+  return CheckTensorFrames("persistent tensor", tensors, frames);
 }
 
 }  // namespace

@@ -70,6 +70,9 @@ struct QueuedIteration {
   // Per feed (in request order): its shared-memory region, or null when
   // the bytes are inline. Keeps the regions mapped until the copies ran.
   std::vector<std::shared_ptr<SharedRegion>> regions;
+  // The frames after the request, for the feeds that name them
+  // (Tensor.frame); null when none does.
+  std::shared_ptr<const RequestFrames> frames;
   Clock::time_point enqueued;
   int variant = 0;  // which of the job's graphs runs (Job::View)
 };

@@ -5,10 +5,12 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <functional>
 #include <cmath>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -208,7 +210,7 @@ TEST_F(BadInputTest, PersistentFramesAreChecked) {
   expect_refused(both, {w}, "has both inline data and frame 1");
   v1::Request stats;
   stats.mutable_stats();
-  expect_refused(stats, {w}, "only a job registration may carry frames");
+  expect_refused(stats, {w}, "only a job registration (its persistent tensors' bytes) or an iteration");
   // One tensor in pieces (frame_count): the pieces must exist, belong to it
   // alone and hold its bytes together.
   v1::Request pieces = good;
@@ -235,6 +237,65 @@ TEST_F(BadInputTest, PersistentFramesAreChecked) {
   };
   registers_with_w(pieces, {w.substr(0, 40), w.substr(40, 40), w.substr(80)});
   registers_with_w(good, {w});
+}
+
+// An iteration's feed in frames (Tensor.frame, frame_count), as the client
+// sends a large feed that does not go through shared memory: the frames are
+// checked as a registration's, and the feed's bytes are its frames in order.
+TEST_F(BadInputTest, FeedFramesAreChecked) {
+  RawSession raw(daemon_->endpoint());
+  v1::Request reg;
+  *reg.mutable_register_job() = TinyJob("mm", 8);
+  v1::Response registered = raw.Call(reg, {});
+  ASSERT_EQ(registered.status().code(), 0) << registered.status().message();
+  std::vector<float> values(32);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 7) - 2.5f;
+  const std::string x(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  auto run_with = [&](const std::function<void(v1::Tensor*)>& set) {
+    v1::Request run;
+    v1::RunIterationRequest* r = run.mutable_run_iteration();
+    r->set_job_id(registered.register_job().job_id());
+    r->add_fetches("out");
+    v1::Tensor* feed = r->add_feeds();
+    feed->mutable_spec()->set_name("x");
+    set(feed);
+    return run;
+  };
+  const v1::Request inline_x = run_with([&](v1::Tensor* t) { t->set_data(x); });
+  const v1::Request framed_x = run_with([](v1::Tensor* t) { t->set_frame(1); });
+  const v1::Request pieces_x = run_with([](v1::Tensor* t) {
+    t->set_frame(1);
+    t->set_frame_count(3);
+  });
+  auto expect_refused = [&](const v1::Request& request, const std::vector<std::string>& frames,
+                            const std::string& says) {
+    v1::Response r = raw.Call(request, frames);
+    EXPECT_EQ(r.status().code(), static_cast<int>(absl::StatusCode::kInvalidArgument)) << says;
+    EXPECT_THAT(r.status().message(), HasSubstr(says));
+  };
+  expect_refused(framed_x, {}, "feed 'x' names frame 1 but 0 frame(s) followed");
+  expect_refused(framed_x, {x.substr(4)}, "feed 'x': frame 1 has 124 bytes; float32[4, 8] needs 128");
+  expect_refused(framed_x, {x, x}, "frame 2 of 2 after the request belongs to no feed");
+  expect_refused(inline_x, {x}, "frame 1 of 1 after the request belongs to no feed");
+  expect_refused(run_with([&](v1::Tensor* t) {
+                   t->set_data(x);
+                   t->set_frame(1);
+                 }),
+                 {x}, "feed 'x' has both inline data and frame 1");
+  expect_refused(pieces_x, {x.substr(0, 50), x.substr(50)}, "names frames 1-3 but 2 frame(s) followed");
+  // Well formed: the same output as the same bytes inline (the session and
+  // the job survived the refusals above).
+  v1::Response want = raw.Call(inline_x, {});
+  ASSERT_EQ(want.status().code(), 0) << want.status().message();
+  ASSERT_EQ(want.run_iteration().fetches_size(), 1);
+  for (const auto& [request, frames] :
+       std::vector<std::pair<v1::Request, std::vector<std::string>>>{
+           {framed_x, {x}}, {pieces_x, {x.substr(0, 50), x.substr(50, 50), x.substr(100)}}}) {
+    v1::Response got = raw.Call(request, frames);
+    ASSERT_EQ(got.status().code(), 0) << got.status().message();
+    EXPECT_EQ(got.run_iteration().fetches(0).data(), want.run_iteration().fetches(0).data())
+        << frames.size() << " frame(s)";
+  }
 }
 
 // Regressions of sizes that wrapped around: zeros of 2^62 floats planned as
