@@ -1,3 +1,4 @@
+#include "base/random_token.h"
 #include "server/checkpoint_file.h"
 
 #include <fcntl.h>
@@ -95,15 +96,7 @@ std::string CheckpointPath(const std::string& state_dir, const std::string& owne
   return absl::StrCat(state_dir, "/", owner, "/", absl::BytesToHexString(name), ".ckpt");
 }
 
-std::string NewResumeToken() {
-  std::string token(16, '\0');
-  size_t got = 0;
-  while (got < token.size()) {
-    const ssize_t n = ::getrandom(token.data() + got, token.size() - got, 0);
-    if (n > 0) got += static_cast<size_t>(n);
-  }
-  return token;
-}
+std::string NewResumeToken() { return RandomToken(16); }
 
 absl::Status WriteCheckpoint(const std::string& path, v1::JobCheckpoint header, absl::string_view data) {
   const size_t slash = path.rfind('/');

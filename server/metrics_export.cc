@@ -15,8 +15,6 @@ namespace {
 
 using Labels = PrometheusWriter::Labels;
 
-double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
 }  // namespace
 
 std::string Service::RenderMetrics() {

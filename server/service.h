@@ -33,6 +33,7 @@
 #include "server/metrics.h"
 #include "server/options.h"
 #include "server/request_frames.h"
+#include "server/session_table.h"
 #include "server/state.h"
 #include "tandem.pb.h"
 
@@ -140,7 +141,6 @@ class Service : private DispatcherHost {
   // The descriptor passed under `nonce` for `session`, taken out of it;
   // NOT_FOUND saying what to do when there is none.
   absl::StatusOr<std::shared_ptr<UniqueFd>> TakeReceivedFd(Session& session, uint64_t nonce);
-  Session* FindSession(const std::string& peer);
   absl::StatusOr<Job*> FindJob(const Session& session, uint64_t job_id);
 
   // service_jobs.cc: registration, admission, closing.
@@ -257,15 +257,12 @@ class Service : private DispatcherHost {
   // The GPU architectures (and driver) of devices_, which registration
   // compiles a job's generated kernels for; empty with codegen off or no GPU.
   std::vector<codegen::CompileTarget> codegen_targets_;
-  absl::flat_hash_map<std::string, uint64_t> session_by_peer_;
-  absl::flat_hash_map<std::string, uint64_t> session_by_token_;
   std::string fd_socket_path_;
   QueuedBytesFn queued_reply_bytes_;
-  absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> sessions_;
+  SessionTable sessions_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Job>> jobs_;
   // Registrations that asked to wait for memory, in arrival order.
   std::list<std::unique_ptr<Job>> waiting_for_memory_;
-  uint64_t next_session_ = 1;
   uint64_t next_job_ = 1;
   uint64_t next_ticket_ = 1;
   uint64_t next_region_ = 1;

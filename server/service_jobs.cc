@@ -277,13 +277,13 @@ void Service::FinishRegistration(const PendingReply& to, uint64_t job_id, uint64
   auto fail = [&](const absl::Status& s) {
     ReplyError(to, absl::Status(s.code(), absl::StrCat("job '", name, "': ", s.message())));
   };
-  auto session_it = sessions_.find(session_id);
-  if (session_it != sessions_.end()) session_it->second->registering--;
+  Session* session = sessions_.Find(session_id);
+  if (session != nullptr) session->registering--;
   if (shutting_down_) {
     fail(absl::UnavailableError("tandemd is shutting down"));
     return;
   }
-  if (session_it == sessions_.end()) {
+  if (session == nullptr) {
     // The client closed its session, or went away, while the job was
     // being prepared: nothing of it was admitted.
     fail(absl::CancelledError("the session ended while the job was being registered"));
@@ -302,8 +302,8 @@ void Service::FinishRegistration(const PendingReply& to, uint64_t job_id, uint64
   job->name = name;  // a copy: `fail` still names the job
   job->hints = reg.hints();
   job->session = session_id;
-  job->owner = session_it->second->identity;
-  job->admin_owner = session_it->second->admin;
+  job->owner = session->identity;
+  job->admin_owner = session->admin;
   job->graph = std::move(prepared->graph);
   job->layout = std::move(prepared->layout);
   job->variants = std::move(prepared->variants);
@@ -459,13 +459,13 @@ void Service::AdmitWaitingJobs() {
 }
 
 void Service::StartJob(std::unique_ptr<Job> job) {
-  auto session_it = sessions_.find(job->session);
-  if (session_it == sessions_.end()) {  // the client left while its job waited
+  Session* found = sessions_.Find(job->session);
+  if (found == nullptr) {  // the client left while its job waited
     job->device->scheduler->RemoveJob(job->id);
     job->device->memory->Release(job->id);
     return;
   }
-  Session& session = *session_it->second;
+  Session& session = *found;
   DeviceRuntime* dev = job->device;
   PendingReply to = job->registration.reply;
   std::shared_ptr<const v1::Request> request = std::move(job->registration.request);
@@ -598,8 +598,7 @@ void Service::MaybeFinishClose(Job& job) {
   dispatcher.JournalArenaMoves(id);
   dispatcher.ReleaseIdleRetired();
   dev.lane_levels_stale = true;
-  auto s = sessions_.find(job.session);
-  if (s != sessions_.end()) s->second->jobs.erase(id);
+  if (Session* session = sessions_.Find(job.session)) session->jobs.erase(id);
   std::vector<PendingReply> replies = std::move(job.close_replies);
   TLOG_INFO("job closed").With("job", id).With("iterations", job.done);
   jobs_.erase(id);

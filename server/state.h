@@ -36,6 +36,8 @@ namespace tandem::server {
 
 using Clock = std::chrono::steady_clock;
 
+inline double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
 struct Session {
   uint64_t id = 0;
   std::string peer;  // ZeroMQ routing id
