@@ -1,8 +1,6 @@
-#include "base/random_token.h"
 #include "server/checkpoint_file.h"
 
 #include <fcntl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/checked_math.h"
+#include "base/random_token.h"
 #include "base/unique_fd.h"
 #include "ir/graph_builder.h"
 

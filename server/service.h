@@ -143,7 +143,19 @@ class Service : private DispatcherHost {
   absl::StatusOr<std::shared_ptr<UniqueFd>> TakeReceivedFd(Session& session, uint64_t nonce);
   absl::StatusOr<Job*> FindJob(const Session& session, uint64_t job_id);
 
-  // service_jobs.cc: registration, admission, closing.
+  // service_admission.cc: the device a job goes to, admission into its
+  // memory and scheduler, and the registrations waiting for memory.
+  DeviceRuntime* ChooseDevice(const v1::JobHints& hints, absl::Status* error);
+  // Admits a prepared job into memory and the scheduler (the policy picks
+  // the lane); FAILED_PRECONDITION when it could fit once others leave.
+  absl::Status Admit(Job& job);
+  sched::JobParams SchedParams(const Job& job) const;
+  // Admits the waiting jobs that fit now, in arrival order, and starts them.
+  void AdmitWaitingJobs();
+  // Jobs of the session waiting for memory.
+  size_t WaitingJobsOf(uint64_t session_id) const;
+
+  // service_jobs.cc: registration and closing.
   // A registration runs in two steps: what depends on its request alone
   // (the graph built, its transposes folded and elementwise chains fused,
   // shared frames mapped and checked, the iteration's memory layout, the
@@ -177,22 +189,14 @@ class Service : private DispatcherHost {
   // Loop thread: the second step (the session may have ended meanwhile).
   void FinishRegistration(const PendingReply& to, uint64_t job_id, uint64_t session_id, std::string name,
                           std::shared_ptr<const v1::Request> request, absl::StatusOr<PreparedJob> prepared);
-  // Admits a prepared job into memory and the scheduler (the policy picks
-  // the lane); FAILED_PRECONDITION when it could fit once others leave.
-  absl::Status Admit(Job& job);
-  sched::JobParams SchedParams(const Job& job) const;
   // Uploads the initial values of an admitted job and answers its
   // registration.
   void StartJob(std::unique_ptr<Job> job);
-  void AdmitWaitingJobs();
   void OnCloseJob(const PendingReply& to, Session& session, uint64_t job_id);
   void BeginCloseJob(Job& job, const char* reason);
   void MaybeFinishClose(Job& job) override;
   // job.state.MoveTo(next), logged as a bug when the machine refuses it.
   void MoveJob(Job& job, JobState next);
-  // Jobs of the session waiting for memory.
-  size_t WaitingJobsOf(uint64_t session_id) const;
-  DeviceRuntime* ChooseDevice(const v1::JobHints& hints, absl::Status* error);
 
   // Sends every session's peer a probe (HandleConnectionClosed).
   void ProbeSessions();

@@ -65,12 +65,12 @@ absl::StatusOr<std::vector<std::shared_ptr<SharedRegion>>> ValidateRun(const Job
             absl::StrCat("feed '", name, "': no shared-memory region ", slice.region_id(), " in this session"));
       }
       const SharedRegion& region = *r->second;
-      if (!feed.data().empty() || feed.frame() != 0 || slice.bytes() != want.bytes() || slice.offset() > region.bytes() ||
-          slice.bytes() > region.bytes() - slice.offset()) {
-        return absl::InvalidArgumentError(absl::StrCat("feed '", name, "': shared slice [", slice.offset(), ", +",
-                                                       slice.bytes(), ") of region ", region.id(), " (", region.bytes(),
-                                                       " bytes) must hold exactly ", want.bytes(), " bytes (",
-                                                       want.ToString(), ") inside the region, with no inline data or frames"));
+      if (!feed.data().empty() || feed.frame() != 0 || slice.bytes() != want.bytes() ||
+          slice.offset() > region.bytes() || slice.bytes() > region.bytes() - slice.offset()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("feed '", name, "': shared slice [", slice.offset(), ", +", slice.bytes(), ") of region ",
+                         region.id(), " (", region.bytes(), " bytes) must hold exactly ", want.bytes(), " bytes (",
+                         want.ToString(), ") inside the region, with no inline data or frames"));
       }
       regions.push_back(r->second);
       continue;
@@ -131,8 +131,8 @@ void Service::OnRunIteration(const PendingReply& to, Session& session, std::shar
     ReplyError(to, s);
     return;
   }
-  job.queued.emplace(ticket,
-                     QueuedIteration{to, std::move(request), *std::move(regions), std::move(frames), Clock::now(), variant});
+  job.queued.emplace(
+      ticket, QueuedIteration{to, std::move(request), *std::move(regions), std::move(frames), Clock::now(), variant});
   job.received++;
   LoopSection timed(loop_, "RunIteration/dispatch");
   DispatcherOf(dev).DispatchAll();

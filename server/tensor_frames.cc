@@ -29,8 +29,8 @@ absl::Status CheckTensorFrames(absl::string_view what, const std::vector<FramedT
           absl::StrCat(what, " '", name, "' names ", named, " but ", count, " frame(s) followed the request"));
     }
     if (!t.data().empty() || t.has_shared()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, " '", name, "' has both ",
-                                                     t.has_shared() ? "a shared slice" : "inline data", " and ", named));
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " '", name, "' has both ", t.has_shared() ? "a shared slice" : "inline data", " and ", named));
     }
     uint64_t got = 0;
     for (size_t f = range.first; f < range.first + range.count; ++f) {

@@ -14,8 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "ir/dtype.h"
-#include "tandem.pb.h"
 #include "server/request_frames.h"
+#include "tandem.pb.h"
 
 namespace tandem::server {
 

@@ -5,8 +5,8 @@
 #include <sys/wait.h>
 
 #include <chrono>
-#include <functional>
 #include <cmath>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -288,8 +288,7 @@ TEST_F(BadInputTest, FeedFramesAreChecked) {
   v1::Response want = raw.Call(inline_x, {});
   ASSERT_EQ(want.status().code(), 0) << want.status().message();
   ASSERT_EQ(want.run_iteration().fetches_size(), 1);
-  for (const auto& [request, frames] :
-       std::vector<std::pair<v1::Request, std::vector<std::string>>>{
+  for (const auto& [request, frames] : std::vector<std::pair<v1::Request, std::vector<std::string>>>{
            {framed_x, {x}}, {pieces_x, {x.substr(0, 50), x.substr(50, 50), x.substr(100)}}}) {
     v1::Response got = raw.Call(request, frames);
     ASSERT_EQ(got.status().code(), 0) << got.status().message();
