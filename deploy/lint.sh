@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's lint, as CI runs it (.ci/run): formatting of every C++ and
-# CUDA file (clang-format, .clang-format), Python style (ruff where it is
-# installed, else flake8; .flake8), and clang-tidy's checks (.clang-tidy) on
+# CUDA file (clang-format, .clang-format), Python style (ruff, its binary or
+# its WebAssembly build through Node.js; else flake8), and clang-tidy's checks (.clang-tidy) on
 # the C++ files the last commit touched, at most LINT_TIDY_MAX (12) of them
 # (LINT_TIDY_ALL=1: on every file;
 # it needs the build's compile_commands.json, ${BUILD_DIR:-build}).
@@ -21,13 +21,29 @@ else
   fi
 fi
 
+# Python: ruff's pycodestyle and pyflakes rules at 120 columns (E402:
+# scripts put the source tree on sys.path before importing from it). The
+# ruff binary where it is installed, else its WebAssembly build from npm
+# (pinned, installed into build-lint/ once; Debian 12 has no ruff package),
+# else flake8 (.flake8, the same rules).
 mapfile -t py < <(git ls-files '*.py')
+ruff_rules=(--line-length 120 --select E,F,W --ignore E402)
+ruff_wasm=build-lint/ruff-wasm
+ruff_wasm_version=0.17.4
+if [[ ! -d "$ruff_wasm/node_modules/@astral-sh/ruff-wasm-nodejs" ]] && ! command -v ruff >/dev/null 2>&1 &&
+  command -v npm >/dev/null 2>&1; then
+  mkdir -p "$ruff_wasm" &&
+    npm install --prefix "$ruff_wasm" --no-save --silent "@astral-sh/ruff-wasm-nodejs@$ruff_wasm_version" >/dev/null 2>&1 ||
+    echo "lint: could not install ruff's npm package; falling back to flake8"
+fi
 if command -v ruff >/dev/null 2>&1; then
-  ruff check --line-length 120 --ignore E402 "${py[@]}" || status=1
+  ruff check "${ruff_rules[@]}" "${py[@]}" || status=1
+elif [[ -d "$ruff_wasm/node_modules/@astral-sh/ruff-wasm-nodejs" ]] && command -v node >/dev/null 2>&1; then
+  node deploy/ruff.mjs "$ruff_wasm" "${ruff_rules[@]}" "${py[@]}" || status=1
 elif command -v flake8 >/dev/null 2>&1; then
   flake8 "${py[@]}" || status=1
 else
-  echo "lint: neither ruff nor flake8 is installed (deploy/install-deps.sh installs flake8)"
+  echo "lint: none of ruff, Node.js with npm, or flake8 is installed (deploy/install-deps.sh installs flake8)"
   status=1
 fi
 
