@@ -15,6 +15,10 @@
 #   gap       the switch gap between two jobs in one lane (bench/models/switch_gap.py) -> switch_gap.json
 #   zoo       the model zoo at full size (bench/models/zoo_gpu.py --set all, or ZOO_MODELS;
 #             ZOO_ARGS, default --no_compile; e.g. "--reverse" or "--skip_done FILE")  -> zoo.json
+#   capture   capture time of zoo models alone and two at once (bench/models/capture_bench.py,
+#             CAPTURE_MODELS, default the slowest to capture of the zoo)            -> capture.json
+#   sweep     ms/iter against the batch size, Tandem and eager (bench/models/batch_sweep.py,
+#             SWEEP_MODEL, default resnet18)                                         -> sweep.json
 #
 #   bench/gpu_session.sh tests profile overhead          # on the GPU machine
 #
@@ -22,7 +26,7 @@
 # or, when only BUNDLE_PACK (default .bundle-pack/bundle.tar.xz) exists, it is
 # unpacked there first (a packed bundle travels in a quarter of the room).
 # Everything a stage prints also goes to session.log. Per-stage limits in
-# seconds: TESTS_S, PROFILE_S, OVERHEAD_S, OPS_S, PAIRS_S, HOSTING_S, GAP_S, ZOO_S.
+# seconds: TESTS_S, PROFILE_S, OVERHEAD_S, OPS_S, PAIRS_S, HOSTING_S, GAP_S, ZOO_S, CAPTURE_S, SWEEP_S.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 export OUT=${OUT:-/tmp/out}
@@ -80,10 +84,17 @@ for name in "$@"; do
               --budget_s "$(( ${MEMORY_S:-150} - 30 ))" --out "$OUT/memory.json" ;;
     gap) stage gap "${GAP_S:-120}" "$python" "$root/bench/models/switch_gap.py" --out "$OUT/switch_gap.json" ;;
     # shellcheck disable=SC2086  # ZOO_ARGS is words
-    zoo) stage zoo "${ZOO_S:-480}" "$python" "$root/bench/models/zoo_gpu.py" --budget "$(( ${ZOO_S:-480} - 40 ))" \
+    zoo) mkdir -p "$OUT/zoo-logs"
+         stage zoo "${ZOO_S:-480}" "$python" "$root/bench/models/zoo_gpu.py" --budget "$(( ${ZOO_S:-480} - 40 ))" \
            ${ZOO_MODELS:+--models "$ZOO_MODELS"} --set all ${ZOO_ARGS:---no_compile} --log_dir "$OUT/zoo-logs" \
            --out "$OUT/zoo.json" ;;
-    *) echo "unknown stage '$name' (tests, profile, overhead, ops, pairs, hosting, memory, gap, zoo)"; status=1 ;;
+    capture) stage capture "${CAPTURE_S:-240}" "$python" "$root/bench/models/capture_bench.py" \
+               --models "${CAPTURE_MODELS:-bigru,swin_v2_s,densenet201,efficientnet_v2_l,resnet50}" \
+               --budget "$(( ${CAPTURE_S:-240} - 20 ))" --out "$OUT/capture.json" ;;
+    sweep) stage sweep "${SWEEP_S:-180}" "$python" "$root/bench/models/batch_sweep.py" \
+             --model "${SWEEP_MODEL:-resnet18}" --out "$OUT/sweep.json" ;;
+    *) echo "unknown stage '$name' (tests, profile, overhead, ops, pairs, hosting, memory, gap, zoo, capture, sweep)"
+       status=1 ;;
   esac
 done
 exit $status
