@@ -13,7 +13,6 @@
 #define TANDEM_SERVER_SERVICE_H_
 
 #include <functional>
-#include <list>
 #include <map>
 #include <memory>
 #include <string>
@@ -35,6 +34,7 @@
 #include "server/request_frames.h"
 #include "server/session_table.h"
 #include "server/state.h"
+#include "server/waiting_jobs.h"
 #include "tandem.pb.h"
 
 namespace tandem::server {
@@ -144,7 +144,8 @@ class Service : private DispatcherHost {
   absl::StatusOr<Job*> FindJob(const Session& session, uint64_t job_id);
 
   // service_admission.cc: the device a job goes to, admission into its
-  // memory and scheduler, and the registrations waiting for memory.
+  // memory and scheduler, and the registrations waiting for memory
+  // (waiting_for_memory_, a WaitingJobs).
   DeviceRuntime* ChooseDevice(const v1::JobHints& hints, absl::Status* error);
   // Admits a prepared job into memory and the scheduler (the policy picks
   // the lane); FAILED_PRECONDITION when it could fit once others leave.
@@ -152,8 +153,6 @@ class Service : private DispatcherHost {
   sched::JobParams SchedParams(const Job& job) const;
   // Admits the waiting jobs that fit now, in arrival order, and starts them.
   void AdmitWaitingJobs();
-  // Jobs of the session waiting for memory.
-  size_t WaitingJobsOf(uint64_t session_id) const;
 
   // service_jobs.cc: registration and closing.
   // A registration runs in two steps: what depends on its request alone
@@ -265,8 +264,7 @@ class Service : private DispatcherHost {
   QueuedBytesFn queued_reply_bytes_;
   SessionTable sessions_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Job>> jobs_;
-  // Registrations that asked to wait for memory, in arrival order.
-  std::list<std::unique_ptr<Job>> waiting_for_memory_;
+  WaitingJobs waiting_for_memory_;
   uint64_t next_job_ = 1;
   uint64_t next_ticket_ = 1;
   uint64_t next_region_ = 1;

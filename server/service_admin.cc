@@ -67,9 +67,7 @@ absl::Status Service::CheckMayManage(const Session& session, const Job& job) con
 void Service::OnSetPriority(const PendingReply& to, const Session& session, const v1::SetPriorityRequest& set) {
   Job* job = nullptr;
   if (auto it = jobs_.find(set.job_id()); it != jobs_.end()) job = it->second.get();
-  for (auto& waiting : waiting_for_memory_) {
-    if (waiting->id == set.job_id()) job = waiting.get();
-  }
+  if (Job* waiting = waiting_for_memory_.Find(set.job_id())) job = waiting;
   if (job == nullptr) {
     ReplyError(to, absl::NotFoundError(absl::StrCat("no job ", set.job_id(), " (tandemctl jobs lists them)")));
     return;
@@ -139,14 +137,12 @@ void Service::OnDrain(const PendingReply& to, const v1::DrainRequest& drain) {
 
 void Service::OnKillJob(const PendingReply& to, const Session& session, const v1::KillJobRequest& kill) {
   std::string reason = kill.reason().empty() ? kAdminKillReason : kill.reason();
-  for (auto it = waiting_for_memory_.begin(); it != waiting_for_memory_.end(); ++it) {
-    if ((*it)->id != kill.job_id()) continue;
-    if (absl::Status s = CheckMayManage(session, **it); !s.ok()) {
+  if (const Job* waiting = waiting_for_memory_.Find(kill.job_id())) {
+    if (absl::Status s = CheckMayManage(session, *waiting); !s.ok()) {
       ReplyError(to, s);
       return;
     }
-    std::unique_ptr<Job> job = std::move(*it);
-    waiting_for_memory_.erase(it);
+    std::unique_ptr<Job> job = waiting_for_memory_.Take(kill.job_id());
     TLOG_INFO("waiting job killed").With("job", job->id).With("name", job->name).With("reason", reason);
     ReplyError(job->registration.reply,
                absl::CancelledError(absl::StrCat("job '", job->name, "' was not admitted: ", reason)));

@@ -1,8 +1,11 @@
 // Admission: the device a job goes to, whether it fits there now (memory
 // and the policy's lane), and the registrations that wait for memory
 // (hints.queue_if_full), admitted in arrival order when memory frees.
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/log.h"
@@ -86,29 +89,23 @@ sched::JobParams Service::SchedParams(const Job& job) const {
 }
 
 void Service::AdmitWaitingJobs() {
-  for (auto it = waiting_for_memory_.begin(); it != waiting_for_memory_.end();) {
-    Job& job = **it;
+  // Admit reserves the memory, so each job is tried against what the ones
+  // before it left; they start (or hear why not) afterwards, in order.
+  absl::flat_hash_map<uint64_t, absl::Status> outcome;
+  std::vector<std::unique_ptr<Job>> taken = waiting_for_memory_.TakeIf([&](Job& job) {
     absl::Status s = Admit(job);
-    if (absl::IsFailedPrecondition(s)) {
-      ++it;
+    if (absl::IsFailedPrecondition(s)) return false;  // still does not fit: it keeps its place
+    outcome.emplace(job.id, std::move(s));
+    return true;
+  });
+  for (std::unique_ptr<Job>& job : taken) {
+    if (const absl::Status& s = outcome.at(job->id); !s.ok()) {
+      ReplyError(job->registration.reply, absl::Status(s.code(), absl::StrCat("job '", job->name, "': ", s.message())));
       continue;
     }
-    std::unique_ptr<Job> owned = std::move(*it);
-    it = waiting_for_memory_.erase(it);
-    if (!s.ok()) {
-      ReplyError(owned->registration.reply,
-                 absl::Status(s.code(), absl::StrCat("job '", owned->name, "': ", s.message())));
-      continue;
-    }
-    TLOG_INFO("waiting job admitted").With("job", owned->id).With("name", owned->name);
-    StartJob(std::move(owned));
+    TLOG_INFO("waiting job admitted").With("job", job->id).With("name", job->name);
+    StartJob(std::move(job));
   }
-}
-
-size_t Service::WaitingJobsOf(uint64_t session_id) const {
-  size_t n = 0;
-  for (const std::unique_ptr<Job>& job : waiting_for_memory_) n += job->session == session_id;
-  return n;
 }
 
 }  // namespace tandem::server

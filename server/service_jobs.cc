@@ -71,7 +71,7 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
     fail(s);
     return;
   }
-  if (const size_t held = session.jobs.size() + session.registering + WaitingJobsOf(session.id);
+  if (const size_t held = session.jobs.size() + session.registering + waiting_for_memory_.CountOf(session.id);
       held >= static_cast<size_t>(options_.max_jobs_per_session)) {
     fail(absl::ResourceExhaustedError(
         absl::StrCat("this session holds ", held,
@@ -350,7 +350,7 @@ void Service::FinishRegistration(const PendingReply& to, uint64_t job_id, uint64
   absl::Status admitted = Admit(*job);
   if (absl::IsFailedPrecondition(admitted) && reg.hints().queue_if_full()) {
     TLOG_INFO("job waits for memory").With("job", job->id).With("name", job->name).With("why", admitted.message());
-    waiting_for_memory_.push_back(std::move(job));
+    waiting_for_memory_.Push(std::move(job));
     return;
   }
   if (!admitted.ok()) {

@@ -71,7 +71,7 @@ void Service::EndSession(uint64_t session_id, const char* reason) {
     CheckpointJob(*j->second, /*final=*/true);  // its client may resume it (state_dir)
     BeginCloseJob(*j->second, reason);
   }
-  waiting_for_memory_.remove_if([&](const std::unique_ptr<Job>& job) { return job->session == session_id; });
+  waiting_for_memory_.DropSession(session_id);
   sessions_.Close(session_id);
 }
 
