@@ -192,16 +192,20 @@ v1::Request FramedTinyJob(std::string* w_bytes) {
   return request;
 }
 
+// `request` with `frames` after it is refused as INVALID_ARGUMENT, saying `says`.
+void ExpectInvalid(RawSession& raw, const v1::Request& request, const std::vector<std::string>& frames,
+                   const std::string& says) {
+  v1::Response r = raw.Call(request, frames);
+  EXPECT_EQ(r.status().code(), static_cast<int>(absl::StatusCode::kInvalidArgument)) << says;
+  EXPECT_THAT(r.status().message(), HasSubstr(says));
+}
+
 TEST_F(BadInputTest, PersistentFramesAreChecked) {
   RawSession raw(daemon_->endpoint());
   std::string w;
   const v1::Request good = FramedTinyJob(&w);
   auto expect_refused = [&](const v1::Request& request, const std::vector<std::string>& frames,
-                            const std::string& says) {
-    v1::Response r = raw.Call(request, frames);
-    EXPECT_EQ(r.status().code(), static_cast<int>(absl::StatusCode::kInvalidArgument)) << says;
-    EXPECT_THAT(r.status().message(), HasSubstr(says));
-  };
+                            const std::string& says) { ExpectInvalid(raw, request, frames, says); };
   expect_refused(good, {}, "names frame 1 but 0 frame(s) followed");
   expect_refused(good, {w.substr(4)}, "frame 1 has 92 bytes; float32[8, 3] needs 96");
   expect_refused(good, {w, w}, "frame 2 of 2 after the request belongs to no persistent tensor");
@@ -268,11 +272,7 @@ TEST_F(BadInputTest, FeedFramesAreChecked) {
     t->set_frame_count(3);
   });
   auto expect_refused = [&](const v1::Request& request, const std::vector<std::string>& frames,
-                            const std::string& says) {
-    v1::Response r = raw.Call(request, frames);
-    EXPECT_EQ(r.status().code(), static_cast<int>(absl::StatusCode::kInvalidArgument)) << says;
-    EXPECT_THAT(r.status().message(), HasSubstr(says));
-  };
+                            const std::string& says) { ExpectInvalid(raw, request, frames, says); };
   expect_refused(framed_x, {}, "feed 'x' names frame 1 but 0 frame(s) followed");
   expect_refused(framed_x, {x.substr(4)}, "feed 'x': frame 1 has 124 bytes; float32[4, 8] needs 128");
   expect_refused(framed_x, {x, x}, "frame 2 of 2 after the request belongs to no feed");
