@@ -40,7 +40,11 @@ StagingLayout LayOutStaging(const Graph& g, const v1::RunIterationRequest& run) 
   StagingLayout layout;
   for (const auto& feed : run.feeds()) {
     layout.feed_offsets.push_back(layout.bytes);
-    if (!feed.has_shared()) layout.bytes += Align(g.values[g.Find(feed.spec().name())].type.bytes());
+    // A framed feed's bytes are its type's (ValidateRun checked them).
+    const size_t bytes = feed.has_shared()           ? 0
+                         : FramesOf(feed).count == 0 ? feed.data().size()
+                                                     : g.values[g.Find(feed.spec().name())].type.bytes();
+    layout.bytes += Align(bytes);
   }
   for (const auto& name : run.fetches()) {
     layout.fetch_offsets.push_back(layout.bytes);

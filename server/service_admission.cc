@@ -3,9 +3,7 @@
 // (hints.queue_if_full), admitted in arrival order when memory frees.
 #include <memory>
 #include <string>
-#include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/log.h"
@@ -89,23 +87,21 @@ sched::JobParams Service::SchedParams(const Job& job) const {
 }
 
 void Service::AdmitWaitingJobs() {
-  // Admit reserves the memory, so each job is tried against what the ones
-  // before it left; they start (or hear why not) afterwards, in order.
-  absl::flat_hash_map<uint64_t, absl::Status> outcome;
-  std::vector<std::unique_ptr<Job>> taken = waiting_for_memory_.TakeIf([&](Job& job) {
-    absl::Status s = Admit(job);
-    if (absl::IsFailedPrecondition(s)) return false;  // still does not fit: it keeps its place
-    outcome.emplace(job.id, std::move(s));
-    return true;
-  });
-  for (std::unique_ptr<Job>& job : taken) {
-    if (const absl::Status& s = outcome.at(job->id); !s.ok()) {
-      ReplyError(job->registration.reply, absl::Status(s.code(), absl::StrCat("job '", job->name, "': ", s.message())));
-      continue;
-    }
-    TLOG_INFO("waiting job admitted").With("job", job->id).With("name", job->name);
-    StartJob(std::move(job));
-  }
+  absl::Status admitted;  // the job just asked about
+  waiting_for_memory_.TakeIf(
+      [&](Job& job) {
+        admitted = Admit(job);
+        return !absl::IsFailedPrecondition(admitted);  // still does not fit: it keeps its place
+      },
+      [&](std::unique_ptr<Job> job) {
+        if (!admitted.ok()) {
+          ReplyError(job->registration.reply,
+                     absl::Status(admitted.code(), absl::StrCat("job '", job->name, "': ", admitted.message())));
+          return;
+        }
+        TLOG_INFO("waiting job admitted").With("job", job->id).With("name", job->name);
+        StartJob(std::move(job));
+      });
 }
 
 }  // namespace tandem::server

@@ -23,17 +23,16 @@ std::unique_ptr<Job> WaitingJobs::Take(uint64_t job_id) {
   return nullptr;
 }
 
-std::vector<std::unique_ptr<Job>> WaitingJobs::TakeIf(absl::FunctionRef<bool(Job&)> admit) {
-  std::vector<std::unique_ptr<Job>> taken;
+void WaitingJobs::TakeIf(absl::FunctionRef<bool(Job&)> decide, absl::FunctionRef<void(std::unique_ptr<Job>)> take) {
   for (auto it = jobs_.begin(); it != jobs_.end();) {
-    if (!admit(**it)) {
+    if (!decide(**it)) {
       ++it;
       continue;
     }
-    taken.push_back(std::move(*it));
+    std::unique_ptr<Job> job = std::move(*it);
     it = jobs_.erase(it);
+    take(std::move(job));
   }
-  return taken;
 }
 
 size_t WaitingJobs::DropSession(uint64_t session_id) {

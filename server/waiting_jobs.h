@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <list>
 #include <memory>
-#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "server/state.h"
@@ -28,10 +27,10 @@ class WaitingJobs {
   Job* Find(uint64_t job_id) const;
   // Takes the job out of the line; null when it is not waiting.
   std::unique_ptr<Job> Take(uint64_t job_id);
-  // Asks `admit` about each job in arrival order and takes out the ones it
-  // says true to (admitted, or refused for good), in that order. `admit`
-  // must not change the line.
-  std::vector<std::unique_ptr<Job>> TakeIf(absl::FunctionRef<bool(Job&)> admit);
+  // Asks `decide` about each job in arrival order; a job it says true to
+  // (admitted, or refused for good) leaves the line and goes to `take` at
+  // once, before the next job is asked. Neither may change the line.
+  void TakeIf(absl::FunctionRef<bool(Job&)> decide, absl::FunctionRef<void(std::unique_ptr<Job>)> take);
   // Drops every job of the session (its client left); how many went.
   size_t DropSession(uint64_t session_id);
   // How many jobs of the session wait.

@@ -40,11 +40,17 @@ TEST(WaitingJobs, TakeIfAsksInArrivalOrderAndTakesOnlyThoseItAdmits) {
   WaitingJobs line;
   for (uint64_t id : {1, 2, 3, 4, 5}) line.Push(JobOf(id, 0));
   std::vector<uint64_t> asked;
-  std::vector<std::unique_ptr<Job>> taken = line.TakeIf([&](Job& job) {
-    asked.push_back(job.id);
-    return job.id % 2 == 0;
-  });
-  EXPECT_EQ(asked, (std::vector<uint64_t>{1, 2, 3, 4, 5}));
+  std::vector<std::unique_ptr<Job>> taken;
+  line.TakeIf(
+      [&](Job& job) {
+        asked.push_back(job.id);
+        return job.id % 2 == 0;
+      },
+      [&](std::unique_ptr<Job> job) {
+        asked.push_back(100 + job->id);  // handed over at once, before the next job is asked
+        taken.push_back(std::move(job));
+      });
+  EXPECT_EQ(asked, (std::vector<uint64_t>{1, 2, 102, 3, 4, 104, 5}));
   ASSERT_EQ(taken.size(), 2u);
   EXPECT_EQ(taken[0]->id, 2u);
   EXPECT_EQ(taken[1]->id, 4u);
