@@ -34,6 +34,8 @@ import tandem.torch  # noqa: E402
 sys.path.insert(0, bc.REPO_ROOT)
 from zoo import catalog  # noqa: E402
 
+import zoo_table  # noqa: E402  (bench/models, on sys.path above)
+
 
 def measure(entry, args):
     row = {"model": entry.name, "family": entry.family}
@@ -117,20 +119,6 @@ def measure(entry, args):
     return row
 
 
-def table(rows):
-    lines = ["| model | registers | capture s | Tandem ms | eager ms | compile ms | Tandem/eager | Tandem/compile | "
-             "max loss diff (20 steps) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        if not r.get("registers"):
-            lines.append(f"| {r['model']} | no: {r.get('error', r.get('skipped', ''))[:80]} | | | | | | | |")
-            continue
-        lines.append(f"| {r['model']} | yes | {r.get('capture_s', '')} | {r.get('tandem_ms', '')} | "
-                     f"{r.get('eager_ms', '')} | {r.get('compile_ms', r.get('compile_error', '')[:30])} | "
-                     f"{r.get('tandem_over_eager', '')} | {r.get('tandem_over_compile', '')} | "
-                     f"{r.get('max_rel_loss_diff', 0):.1e} |")
-    return "\n".join(lines)
-
-
 def measured_models(paths):
     """The models that have a row with a verdict (registered or refused, not 'not reached') in these files."""
     done = set()
@@ -189,7 +177,8 @@ def main():
                 break
     if args.out:
         bc.write_json(args.out, {"meta": meta, "daemon_flags": flags, "rows": rows})
-    print(table(rows))
+    measured = {r["model"]: r for r in rows if not r.get("skipped")}
+    print(zoo_table.table(measured, names))
 
 
 if __name__ == "__main__":
