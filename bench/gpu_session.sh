@@ -16,7 +16,8 @@
 #   zoo       the model zoo at full size (bench/models/zoo_gpu.py --set all, or ZOO_MODELS;
 #             ZOO_ARGS, default --no_compile; e.g. "--reverse" or "--skip_done FILE")  -> zoo.json
 #   capture   capture time of zoo models alone and two at once (bench/models/capture_bench.py,
-#             CAPTURE_MODELS, default the slowest to capture of the zoo)            -> capture.json
+#             CAPTURE_MODELS, default the slowest to capture of the zoo; CAPTURE_ARGS, e.g.
+#             "--profile $OUT/capture-profiles" for a cProfile report per model) -> capture.json
 #   sweep     ms/iter against the batch size, Tandem and eager (bench/models/batch_sweep.py,
 #             SWEEP_MODEL, default resnet18)                                         -> sweep.json
 #
@@ -88,9 +89,10 @@ for name in "$@"; do
          stage zoo "${ZOO_S:-480}" "$python" "$root/bench/models/zoo_gpu.py" --budget "$(( ${ZOO_S:-480} - 40 ))" \
            ${ZOO_MODELS:+--models "$ZOO_MODELS"} --set all ${ZOO_ARGS:---no_compile} --log_dir "$OUT/zoo-logs" \
            --out "$OUT/zoo.json" ;;
+    # shellcheck disable=SC2086  # CAPTURE_ARGS is words
     capture) stage capture "${CAPTURE_S:-240}" "$python" "$root/bench/models/capture_bench.py" \
                --models "${CAPTURE_MODELS:-bigru,swin_v2_s,densenet201,efficientnet_v2_l,resnet50}" \
-               --budget "$(( ${CAPTURE_S:-240} - 20 ))" --out "$OUT/capture.json" ;;
+               --budget "$(( ${CAPTURE_S:-240} - 20 ))" --out "$OUT/capture.json" ${CAPTURE_ARGS:-} ;;
     sweep) stage sweep "${SWEEP_S:-180}" "$python" "$root/bench/models/batch_sweep.py" \
              --model "${SWEEP_MODEL:-resnet18}" --out "$OUT/sweep.json" ;;
     *) echo "unknown stage '$name' (tests, profile, overhead, ops, pairs, hosting, memory, gap, zoo, capture, sweep)"

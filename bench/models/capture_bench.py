@@ -1,10 +1,13 @@
 """Capture time of zoo models: each alone, then two at once (two processes), per model.
 
     python3 bench/models/capture_bench.py [--models a,b | --set ci|all] [--size full|small] [--out capture.json]
+                                          [--profile DIR]
 
 The goal (docs/pytorch.md): every zoo model captured in under 5 s, and two captures at once no slower than one.
 Capture is tandem.torch.capture_training_job (trace and lowering, no daemon) with SGD and momentum; each
-measurement is a fresh process, so nothing is cached between them. Prints a table and writes JSON.
+measurement is a fresh process, so nothing is cached between them; each reports its trace and lowering seconds
+apart. Prints a table and writes JSON. --profile DIR runs one more capture of each model alone under cProfile
+and writes DIR/<model>.txt: the functions with the most own time and the most cumulative time.
 """
 
 import argparse
@@ -18,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 _CHILD = r"""
-import sys, time, json
+import cProfile, io, json, pstats, sys, time
 sys.path[:0] = [{root!r}, {root!r} + "/adaptor/pytorch", {root!r} + "/client/python"]
 import torch, tandem.torch
 from zoo import catalog
@@ -26,15 +29,38 @@ torch.manual_seed(0)
 model, loss_fn, make_batch = catalog.entry({name!r}).build({size!r})
 batch = make_batch(torch.Generator().manual_seed(1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+times = {{}}
+for function in ("capture_training_step", "lower"):  # the names capture_training_job calls
+    def timed(*args, _f=getattr(tandem.torch, function), _key=function, **kwargs):
+        begin = time.perf_counter()
+        try:
+            return _f(*args, **kwargs)
+        finally:
+            times[_key] = time.perf_counter() - begin
+    setattr(tandem.torch, function, timed)
+profile = cProfile.Profile() if {profile!r} else None
 start = time.perf_counter()
+if profile:
+    profile.enable()
 _, lowered = tandem.torch.capture_training_job(model, loss_fn, opt, batch)
-print(json.dumps({{"seconds": time.perf_counter() - start, "nodes": len(lowered.graph["nodes"])}}))
+seconds = time.perf_counter() - start
+if profile:
+    profile.disable()
+    text = io.StringIO()
+    stats = pstats.Stats(profile, stream=text)
+    stats.sort_stats("tottime").print_stats(40)
+    stats.sort_stats("cumulative").print_stats(60)
+    with open({profile!r}, "w") as f:
+        f.write(text.getvalue())
+print(json.dumps({{"seconds": seconds, "trace_seconds": times.get("capture_training_step"),
+                  "lower_seconds": times.get("lower"), "nodes": len(lowered.graph["nodes"])}}))
 """
 
 
-def capture(name, size, copies):
-    """Seconds of each of `copies` captures of `name` run at once, each in its own process."""
-    code = _CHILD.format(root=ROOT, name=name, size=size)
+def capture(name, size, copies, profile=""):
+    """Seconds of each of `copies` captures of `name` run at once, each in its own process (under cProfile,
+    writing its report to `profile`, where given)."""
+    code = _CHILD.format(root=ROOT, name=name, size=size, profile=profile)
     procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(copies)]
     results = []
@@ -43,7 +69,9 @@ def capture(name, size, copies):
         if p.returncode != 0:
             return {"error": err.strip().splitlines()[-1][:300] if err.strip() else f"exit {p.returncode}"}
         results.append(json.loads(out.strip().splitlines()[-1]))
-    return {"seconds": [round(r["seconds"], 2) for r in results], "nodes": results[0]["nodes"]}
+    return {"seconds": [round(r["seconds"], 2) for r in results], "nodes": results[0]["nodes"],
+            "trace_seconds": [round(r["trace_seconds"] or 0, 2) for r in results],
+            "lower_seconds": [round(r["lower_seconds"] or 0, 2) for r in results]}
 
 
 def main():
@@ -55,6 +83,7 @@ def main():
     parser.add_argument("--size", default="full", choices=("full", "small"))
     parser.add_argument("--budget", type=float, default=300)
     parser.add_argument("--out", default="")
+    parser.add_argument("--profile", default="", help="a folder for one cProfile report per model")
     args = parser.parse_args()
     names = [n for n in args.models.split(",") if n] or (
         list(catalog.CI_NAMES) if args.set == "ci" else [e.name for e in catalog.ENTRIES])
@@ -67,8 +96,11 @@ def main():
         alone = capture(name, args.size, 1)
         pair = capture(name, args.size, 2) if "error" not in alone else {}
         rows.append({"model": name, "alone": alone, "two_at_once": pair})
+        if args.profile and "error" not in alone:
+            os.makedirs(args.profile, exist_ok=True)
+            rows[-1]["profiled"] = capture(name, args.size, 1, os.path.join(args.profile, f"{name}.txt"))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    print("| model | nodes | capture s alone | two at once (each) | slowdown |")
+    print("| model | nodes | capture s alone (trace + lowering) | two at once (each) | slowdown |")
     print("| --- | --- | --- | --- | --- |")
     for r in rows:
         if "alone" not in r or "error" in r["alone"]:
@@ -77,7 +109,8 @@ def main():
         a = r["alone"]["seconds"][0]
         two = r["two_at_once"].get("seconds", [])
         slow = f"{max(two) / a:.2f}x" if two and a > 0 else ""
-        print(f"| {r['model']} | {r['alone']['nodes']} | {a} | {', '.join(map(str, two))} | {slow} |")
+        parts = f"{r['alone']['trace_seconds'][0]} + {r['alone']['lower_seconds'][0]}"
+        print(f"| {r['model']} | {r['alone']['nodes']} | {a} ({parts}) | {', '.join(map(str, two))} | {slow} |")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"size": args.size, "torch": __import__("torch").__version__, "rows": rows}, f, indent=1)

@@ -57,20 +57,20 @@ def assert_losses_close(test, losses, ref_losses, rtol):
 
 
 @contextlib.contextmanager
-def fused_lstm_setting(value):
-    """TANDEM_FUSED_LSTM set to `value` ("0": off; None: unset, i.e. on where available) inside, restored after."""
-    saved = os.environ.get("TANDEM_FUSED_LSTM")
+def fused_rnn_setting(value):
+    """TANDEM_FUSED_RNN set to `value` ("0": off; None: unset, i.e. on where available) inside, restored after."""
+    saved = os.environ.get("TANDEM_FUSED_RNN")
     if value is None:
-        os.environ.pop("TANDEM_FUSED_LSTM", None)
+        os.environ.pop("TANDEM_FUSED_RNN", None)
     else:
-        os.environ["TANDEM_FUSED_LSTM"] = value
+        os.environ["TANDEM_FUSED_RNN"] = value
     try:
         yield
     finally:
         if saved is None:
-            os.environ.pop("TANDEM_FUSED_LSTM", None)
+            os.environ.pop("TANDEM_FUSED_RNN", None)
         else:
-            os.environ["TANDEM_FUSED_LSTM"] = saved
+            os.environ["TANDEM_FUSED_RNN"] = saved
 
 
 class ModuleDaemon:

@@ -22,13 +22,13 @@ import copy
 import unittest
 
 import common  # noqa: F401  (paths)
-from common import (ModuleDaemon, assert_losses_close, eager_losses, fused_lstm_setting, models, relative_error, tandem,
+from common import (ModuleDaemon, assert_losses_close, eager_losses, fused_rnn_setting, models, relative_error, tandem,
                     torch)
 
 import torch.nn as nn
 
 from tandem import client as tandem_client
-from tandem.torch import dtypes, fused_rnn
+from tandem.torch import dtypes, fused_rnn, rnn_reference
 
 RTOL_BF16 = 5 * 2.0 ** -8
 FUSION_API = fused_rnn._API
@@ -60,7 +60,7 @@ class LanguageModelTrainingMixin:
 
     def capture(self):
         model, loss_fn, batch = _language_model()
-        with fused_lstm_setting(self.FUSION):
+        with fused_rnn_setting(self.FUSION):
             return tandem.torch.capture_training_job(model, loss_fn, _optimizer(model.parameters()), batch)
 
     def check_graph_is_bfloat16(self, lowered, expected_ops, absent_ops):
@@ -85,7 +85,7 @@ class LanguageModelTrainingMixin:
     def train_and_compare(self, name):
         model, loss_fn, batch = _language_model()
         reference = copy.deepcopy(model)
-        with fused_lstm_setting(self.FUSION):
+        with fused_rnn_setting(self.FUSION):
             job = tandem.torch.train(model, loss_fn, _optimizer(model.parameters()), batch,
                                      endpoint=_daemon.endpoint, name=name)
         with job:
@@ -197,9 +197,9 @@ class FusedOpThroughDaemonTest(unittest.TestCase):
 
     def check_against_float64_math(self, got, feeds, rtol):
         f64 = {n: t.double() for n, t in feeds.items()}
-        y, h_n, c_n, saved = fused_rnn.lstm_forward_reference(*[f64[n] for n in self.FORWARD_IN])
+        y, h_n, c_n, saved = rnn_reference.lstm_forward_reference(*[f64[n] for n in self.FORWARD_IN])
         expected = dict(zip(self.FORWARD_OUT, (y, h_n, c_n, saved)))
-        grads = fused_rnn.lstm_backward_reference(f64["grad_y"], f64["grad_h_n"], f64["grad_c_n"], f64["x"],
+        grads = rnn_reference.lstm_backward_reference(f64["grad_y"], f64["grad_h_n"], f64["grad_c_n"], f64["x"],
                                                   f64["h0"], f64["c0"], f64["w_ih"], f64["w_hh"], y, saved)
         expected.update(zip(self.BACKWARD_OUT, grads))
         for n, e in expected.items():

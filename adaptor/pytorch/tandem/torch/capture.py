@@ -18,7 +18,8 @@ decompositions (every op reaches the Core ATen opset; compat.decompositions). Mo
 every node with the module that produced it (forward nodes) or with
 "backward" / "gradient clipping" / "optimizer", so that the daemon can name the module behind an
 op it refuses. Where PyTorch allows it (fused_rnn.available()), every
-nn.LSTM layer traces to one tandem::lstm op and one tandem::lstm_backward.
+nn.LSTM and nn.GRU layer traces to one tandem::lstm or tandem::gru op per
+direction (and one backward op each).
 Tracing needs the step's control flow to depend on shapes only; anything
 else ends in a CaptureError that says so.
 """
@@ -121,9 +122,9 @@ def _rnn_weights_follow_attributes(module):
 
 
 def _fused_rnns(module):
-    """fused_rnn.fused_lstm(module) where the PyTorch version allows it: each nn.LSTM layer then traces to one
-    tandem::lstm op (and one tandem::lstm_backward) instead of its per-step ATen ops."""
-    return fused_rnn.fused_lstm(module) if fused_rnn.available() else contextlib.nullcontext()
+    """fused_rnn.fused_rnns(module) where the PyTorch version allows it: each nn.LSTM and nn.GRU layer then traces
+    to one fused op per direction (and one backward op each) instead of its per-step ATen ops."""
+    return fused_rnn.fused_rnns(module) if fused_rnn.available() else contextlib.nullcontext()
 
 
 def _check_no_captured_state(gm, module):

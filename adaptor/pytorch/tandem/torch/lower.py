@@ -21,7 +21,7 @@ A few rewrites make the functional graph complete and the IR explicit:
   kernel, which the trace runs, rounds them to the input's dtype; the
   registry keeps them in float32 as PyTorch's CUDA kernel does), and so are
   a 16-bit `native_batch_norm`'s save_mean and save_invstd (the same rule);
-- Tandem's own ops (tandem::lstm, tandem::lstm_backward from fused_rnn.py)
+- Tandem's own ops (tandem::lstm, tandem::gru and their backward ops, from fused_rnn.py)
   become the registry ops of the same name, all their arguments inputs in
   schema order, every output declared (used or not), with `allow_tf32` as
   convolutions (PyTorch's cuDNN LSTM follows that flag too);
@@ -78,7 +78,7 @@ _NARROW_INTEGERS = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int3
 # Ops whose CUDA kernels follow torch.backends.cudnn.allow_tf32 through an attribute.
 _CUDNN_CONVOLUTION_OPS = {"convolution", "convolution_backward"}
 # Ops of the `tandem` namespace (fused_rnn.py) -> registry op. Their arguments are all tensors.
-_TANDEM_OPS = {"tandem::lstm": "lstm", "tandem::lstm_backward": "lstm_backward"}
+_TANDEM_OPS = {f"tandem::{op}": op for op in ("lstm", "lstm_backward", "gru", "gru_backward")}
 # Functionalization's copying variants of ops the registry has under another name.
 _RENAMES = {"detach_copy": "clone", "alias_copy": "clone", "lift_fresh_copy": "clone",
             # zero_ functionalized: a tensor of self's shape and dtype, all zeros.
@@ -553,7 +553,7 @@ def lower(gm, inputs, outputs, example_inputs, record_values=False):
 
 def _lower_tandem_op(em, n):
     """A tandem:: op: the registry op of the same name, its tensor arguments as inputs in schema order, and
-    `allow_tf32`. Every output is named and declared, also those nothing reads (lstm_backward's grad_gates)."""
+    `allow_tf32`. Every output is named and declared, also those nothing reads (the backward ops' grad_gates)."""
     schema = n.target._schema
     arguments = list(n.args) + [n.kwargs[a.name] for a in schema.arguments[len(n.args):] if a.name in n.kwargs]
     if len(arguments) != len(schema.arguments) or not all(isinstance(a, torch.fx.Node) for a in arguments):

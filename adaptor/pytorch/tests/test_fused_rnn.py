@@ -1,23 +1,29 @@
-"""The fused LSTM layer (tandem/torch/fused_rnn.py): its math against nn.LSTM under any PyTorch, and under
-PyTorch >= 2.4 the capture of an LSTM model as one tandem::lstm / tandem::lstm_backward op per layer, the
-traced step against eager PyTorch, its lowering and (with a daemon that has the op) training through tandemd.
+"""The fused recurrent layers (tandem/torch/fused_rnn.py, rnn_reference.py): their math against nn.LSTM and
+nn.GRU under any PyTorch, and under PyTorch >= 2.4 the capture of LSTM and GRU models (uni- and bidirectional)
+as one fused op per layer and direction, the traced step against eager PyTorch, its lowering and (with a
+daemon that has the ops) training through tandemd.
 """
 
 import copy
+import sys
 import unittest
 
 import common  # noqa: F401  (paths)
-from common import EquivalenceMixin, RTOL, fused_lstm_setting, models, relative_error, tandem, torch
+from common import (EquivalenceMixin, RTOL, assert_losses_close, eager_losses, fused_rnn_setting, models,
+                    relative_error, tandem, torch)
 
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tandem.torch import compat, fused_rnn
+from tandem.torch import compat, fused_rnn, rnn_reference
+
+sys.path.insert(0, common.SOURCE_ROOT)
+from zoo import catalog  # noqa: E402
 
 FUSION_API = fused_rnn._API
 NEEDS_FUSION = ("needs torch.library.custom_op and register_autograd (PyTorch >= 2.4); this is PyTorch "
                 f"{torch.__version__}, where an nn.LSTM is captured as per-step ATen ops")
-FUSED_OPS = ("lstm", "lstm_backward")
+FUSED_OPS = ("lstm", "lstm_backward", "gru", "gru_backward")
 
 
 def _assert_close(test, actual, expected, what, rtol):
@@ -52,7 +58,7 @@ class ReferenceMathTest(unittest.TestCase):
         expected = torch.autograd.grad(loss, [x, h0, c0] + weights)
 
         w = [t.detach() for t in weights]
-        ry, rh, rc, saved = fused_rnn.lstm_forward_reference(x.detach(), h0.detach(), c0.detach(), *w)
+        ry, rh, rc, saved = rnn_reference.lstm_forward_reference(x.detach(), h0.detach(), c0.detach(), *w)
         tol = 1e-12
         _assert_close(self, ry, y.detach(), "y", tol)
         _assert_close(self, rh, h_n[0].detach(), "h_n", tol)
@@ -61,7 +67,7 @@ class ReferenceMathTest(unittest.TestCase):
         # saved's last H columns are the cell states: the last one is c_n.
         _assert_close(self, saved[-1, :, 4 * hidden:], c_n[0].detach(), "saved c_T", tol)
 
-        grads = fused_rnn.lstm_backward_reference(grad_y, grad_h_n, grad_c_n, x.detach(), h0.detach(),
+        grads = rnn_reference.lstm_backward_reference(grad_y, grad_h_n, grad_c_n, x.detach(), h0.detach(),
                                                   c0.detach(), w[0], w[1], ry, saved)
         grad_x, grad_h0, grad_c0, grad_w_ih, grad_w_hh, grad_b, grad_gates = grads
         names = ["grad_x", "grad_h0", "grad_c0", "grad_w_ih", "grad_w_hh", "grad_b (b_ih)", "grad_b (b_hh)"]
@@ -78,33 +84,80 @@ class ReferenceMathTest(unittest.TestCase):
             with self.subTest(T=steps, B=batch, I=inputs, H=hidden):
                 self.check_against_nn_lstm(steps, batch, inputs, hidden, seed=steps * 100 + hidden)
 
+    def check_against_nn_gru(self, steps, batch, inputs, hidden, seed):
+        g = torch.Generator().manual_seed(seed)
+        gru = nn.GRU(inputs, hidden, 1).double()
+        with torch.no_grad():
+            for p in gru.parameters():
+                p.copy_(torch.rand(p.shape, generator=g, dtype=torch.float64) * 2 - 1)
+        x = torch.randn(steps, batch, inputs, generator=g, dtype=torch.float64, requires_grad=True)
+        h0 = torch.randn(batch, hidden, generator=g, dtype=torch.float64, requires_grad=True)
+        grad_y = torch.randn(steps, batch, hidden, generator=g, dtype=torch.float64)
+        grad_h_n = torch.randn(batch, hidden, generator=g, dtype=torch.float64)
+
+        y, h_n = gru(x, h0.unsqueeze(0))
+        loss = (y * grad_y).sum() + (h_n[0] * grad_h_n).sum()
+        weights = [gru.weight_ih_l0, gru.weight_hh_l0, gru.bias_ih_l0, gru.bias_hh_l0]
+        expected = torch.autograd.grad(loss, [x, h0] + weights)
+
+        w = [t.detach() for t in weights]
+        ry, rh, saved = rnn_reference.gru_forward_reference(x.detach(), h0.detach(), *w)
+        tol = 1e-12
+        _assert_close(self, ry, y.detach(), "y", tol)
+        _assert_close(self, rh, h_n[0].detach(), "h_n", tol)
+        self.assertEqual(tuple(saved.shape), (steps, batch, 4 * hidden))
+        # saved's last H columns are hn = h_{t-1} W_hn^T + b_hn: the first step's from h0.
+        _assert_close(self, saved[0, :, 3 * hidden:], h0.detach() @ w[1][2 * hidden:].t() + w[3][2 * hidden:],
+                      "saved hn of step 0", tol)
+
+        grads = rnn_reference.gru_backward_reference(grad_y, grad_h_n, x.detach(), h0.detach(), w[0], w[1], ry,
+                                                     saved)
+        names = ["grad_x", "grad_h0", "grad_w_ih", "grad_w_hh", "grad_b_ih", "grad_b_hh"]
+        for name, actual, e in zip(names, grads[:6], expected):
+            _assert_close(self, actual, e, name, tol)
+        grad_gates_x, grad_gates_h = grads[6], grads[7]
+        for gates in (grad_gates_x, grad_gates_h):
+            self.assertEqual(tuple(gates.shape), (steps, batch, 3 * hidden))
+        # The two differ only in the new gate's part, by the factor r.
+        _assert_close(self, grad_gates_h[..., :2 * hidden], grad_gates_x[..., :2 * hidden], "r, z parts", tol)
+        _assert_close(self, grad_gates_x @ w[0], grads[0], "grad_gates_x @ w_ih", tol)
+
+    def test_gru_matches_nn_gru_and_its_gradients(self):
+        for steps, batch, inputs, hidden in ((6, 3, 5, 4), (1, 2, 3, 2), (4, 1, 2, 7)):
+            with self.subTest(T=steps, B=batch, I=inputs, H=hidden):
+                self.check_against_nn_gru(steps, batch, inputs, hidden, seed=steps * 100 + hidden + 1)
+
     def test_outputs_are_new_tensors(self):
         # Custom ops may not return an input or a view of one.
         x, h0, c0 = torch.randn(2, 1, 3), torch.randn(1, 2), torch.randn(1, 2)
         w = [torch.randn(8, 3), torch.randn(8, 2), torch.randn(8), torch.randn(8)]
-        outs = fused_rnn.lstm_forward_reference(x, h0, c0, *w)
-        grads = fused_rnn.lstm_backward_reference(torch.randn(2, 1, 2), torch.randn(1, 2), torch.randn(1, 2),
-                                                  x, h0, c0, w[0], w[1], outs[0], outs[3])
+        outs = rnn_reference.lstm_forward_reference(x, h0, c0, *w)
+        grads = rnn_reference.lstm_backward_reference(torch.randn(2, 1, 2), torch.randn(1, 2), torch.randn(1, 2),
+                                                      x, h0, c0, w[0], w[1], outs[0], outs[3])
+        w_gru = [torch.randn(6, 3), torch.randn(6, 2), torch.randn(6), torch.randn(6)]
+        gru_outs = rnn_reference.gru_forward_reference(x, h0, *w_gru)
+        gru_grads = rnn_reference.gru_backward_reference(torch.randn(2, 1, 2), torch.randn(1, 2), x, h0, w_gru[0],
+                                                         w_gru[1], gru_outs[0], gru_outs[2])
 
         def storage(t):
             return t.untyped_storage().data_ptr() if hasattr(t, "untyped_storage") else t.storage().data_ptr()
 
-        inputs = {storage(t) for t in [x, h0, c0] + w}
-        outputs = [storage(t) for t in list(outs) + list(grads)]
+        inputs = {storage(t) for t in [x, h0, c0] + w + w_gru}
+        outputs = [storage(t) for t in list(outs) + list(grads) + list(gru_outs) + list(gru_grads)]
         self.assertFalse(inputs & set(outputs))
         self.assertEqual(len(set(outputs)), len(outputs))  # nor does one output alias another
 
 
 class AvailabilityTest(unittest.TestCase):
     def test_environment_variable_turns_fusion_off(self):
-        with fused_lstm_setting("0"):
+        with fused_rnn_setting("0"):
             self.assertFalse(fused_rnn.available())
             lstm = nn.LSTM(3, 4)
-            with fused_rnn.fused_lstm(lstm):
+            with fused_rnn.fused_rnns(lstm):
                 self.assertNotIn("forward", lstm.__dict__)
 
     def test_available_exactly_with_the_custom_op_api(self):
-        with fused_lstm_setting(None):
+        with fused_rnn_setting(None):
             self.assertEqual(fused_rnn.available(), FUSION_API)
         if compat.TORCH_VERSION >= (2, 4):
             self.assertTrue(FUSION_API)
@@ -112,7 +165,7 @@ class AvailabilityTest(unittest.TestCase):
             self.assertFalse(FUSION_API)
 
     def test_without_fusion_the_lstm_is_traced_per_step(self):
-        with fused_lstm_setting("0"):
+        with fused_rnn_setting("0"):
             torch.manual_seed(0)
             model, loss_fn, make_batch = models.tiny("lstm")
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -124,24 +177,30 @@ class AvailabilityTest(unittest.TestCase):
 
 @unittest.skipUnless(FUSION_API, NEEDS_FUSION)
 class FusedForwardTest(unittest.TestCase):
-    """nn.LSTM inside fused_lstm() in eager mode: same outputs and gradients as its own forward."""
+    """nn.LSTM and nn.GRU inside fused_rnns() in eager mode: same outputs and gradients as their own forward."""
 
-    def compare(self, lstm, x, hx):
-        reference = copy.deepcopy(lstm)
-        with fused_lstm_setting(None), fused_rnn.fused_lstm(lstm):
-            self.assertIn("forward", lstm.__dict__)
-            out, (h_n, c_n) = lstm(x, hx)
-        self.assertNotIn("forward", lstm.__dict__)
-        ref_out, (ref_h, ref_c) = reference(x, hx)
-        for name, a, e in (("output", out, ref_out), ("h_n", h_n, ref_h), ("c_n", c_n, ref_c)):
+    def compare(self, rnn, x, hx):
+        reference = copy.deepcopy(rnn)
+        with fused_rnn_setting(None), fused_rnn.fused_rnns(rnn):
+            self.assertIn("forward", rnn.__dict__)
+            out, state = rnn(x, hx)
+        self.assertNotIn("forward", rnn.__dict__)
+        ref_out, ref_state = reference(x, hx)
+
+        def flat(out, state):
+            return [out] + (list(state) if isinstance(state, tuple) else [state])
+
+        results, expected = flat(out, state), flat(ref_out, ref_state)
+        self.assertEqual(len(results), len(expected))
+        for name, a, e in zip(("output", "h_n", "c_n"), results, expected):
             _assert_close(self, a, e, name, 1e-5)
         g = torch.Generator().manual_seed(3)
-        weights = [torch.randn(t.shape, generator=g) for t in (out, h_n, c_n)]
-        loss = sum((t * w).sum() for t, w in zip((out, h_n, c_n), weights))
-        ref_loss = sum((t * w).sum() for t, w in zip((ref_out, ref_h, ref_c), weights))
-        grads = torch.autograd.grad(loss, list(lstm.parameters()))
+        weights = [torch.randn(t.shape, generator=g) for t in results]
+        loss = sum((t * w).sum() for t, w in zip(results, weights))
+        ref_loss = sum((t * w).sum() for t, w in zip(expected, weights))
+        grads = torch.autograd.grad(loss, list(rnn.parameters()))
         ref_grads = torch.autograd.grad(ref_loss, list(reference.parameters()))
-        for (name, _), a, e in zip(lstm.named_parameters(), grads, ref_grads):
+        for (name, _), a, e in zip(rnn.named_parameters(), grads, ref_grads):
             _assert_close(self, a, e, f"gradient of {name}", 1e-5)
 
     def test_two_layers_time_major_with_initial_state(self):
@@ -155,16 +214,38 @@ class FusedForwardTest(unittest.TestCase):
         lstm = nn.LSTM(5, 6, 3, batch_first=True)
         self.compare(lstm, torch.randn(3, 4, 5), None)
 
+    def test_bidirectional_lstm_with_initial_state(self):
+        # States are [layers * 2, B, H], forward and reverse direction of each layer in turn; the second
+        # layer reads both directions' outputs (2H features).
+        torch.manual_seed(2)
+        lstm = nn.LSTM(5, 6, 2, bidirectional=True)
+        hx = (torch.randn(4, 3, 6), torch.randn(4, 3, 6))
+        self.compare(lstm, torch.randn(7, 3, 5), hx)
+
+    def test_bidirectional_lstm_batch_first_without_initial_state(self):
+        torch.manual_seed(3)
+        self.compare(nn.LSTM(4, 3, 1, batch_first=True, bidirectional=True), torch.randn(2, 5, 4), None)
+
+    def test_gru_time_major_with_initial_state(self):
+        torch.manual_seed(4)
+        self.compare(nn.GRU(5, 6, 2), torch.randn(4, 3, 5), torch.randn(2, 3, 6))
+
+    def test_bidirectional_gru_batch_first(self):
+        torch.manual_seed(5)
+        gru = nn.GRU(5, 6, 3, batch_first=True, bidirectional=True)
+        self.compare(gru, torch.randn(3, 4, 5), None)
+        self.compare(gru, torch.randn(3, 4, 5), torch.randn(6, 3, 6))
+
     def test_modules_it_cannot_fuse_keep_their_forward(self):
-        for lstm in (nn.LSTM(3, 4, bidirectional=True), nn.LSTM(3, 4, bias=False), nn.LSTM(3, 4, proj_size=2),
-                     nn.GRU(3, 4)):
-            with fused_lstm_setting(None), fused_rnn.fused_lstm(lstm):
-                self.assertNotIn("forward", lstm.__dict__, type(lstm).__name__)
+        for rnn in (nn.LSTM(3, 4, bias=False), nn.LSTM(3, 4, proj_size=2), nn.GRU(3, 4, bias=False),
+                    nn.GRU(3, 4, bidirectional=True, bias=False), nn.RNN(3, 4)):
+            with fused_rnn_setting(None), fused_rnn.fused_rnns(rnn):
+                self.assertNotIn("forward", rnn.__dict__, repr(rnn))
 
     def test_unbatched_input_takes_the_modules_own_forward(self):
         lstm = nn.LSTM(3, 4)
         x = torch.randn(5, 3)
-        with fused_lstm_setting(None), fused_rnn.fused_lstm(lstm):
+        with fused_rnn_setting(None), fused_rnn.fused_rnns(lstm):
             out, (h_n, _) = lstm(x)
         self.assertEqual(tuple(out.shape), (5, 4))
         self.assertEqual(tuple(h_n.shape), (1, 4))
@@ -186,6 +267,21 @@ class FusedForwardTest(unittest.TestCase):
         for name, a, e in zip(["x", "h0", "c0", "w_ih", "w_hh", "b_ih", "b_hh"], grads, ref_grads):
             _assert_close(self, a, e, f"gradient of {name}", 1e-5)
 
+    def test_gru_op_is_differentiable_through_register_autograd(self):
+        g = torch.Generator().manual_seed(6)
+        gru = nn.GRU(3, 4, 1)
+        x = torch.randn(5, 2, 3, generator=g, requires_grad=True)
+        h0 = torch.randn(2, 4, generator=g, requires_grad=True)
+        weights = list(gru.parameters())
+        y, h_n, saved = torch.ops.tandem.gru(x, h0, *weights)
+        self.assertEqual(tuple(saved.shape), (5, 2, 16))
+        loss = y.sum() + (h_n * 2).sum()
+        grads = torch.autograd.grad(loss, [x, h0] + weights)
+        ref_y, ref_h = gru(x, h0.unsqueeze(0))
+        ref_grads = torch.autograd.grad(ref_y.sum() + (ref_h * 2).sum(), [x, h0] + weights)
+        for name, a, e in zip(["x", "h0", "w_ih", "w_hh", "b_ih", "b_hh"], grads, ref_grads):
+            _assert_close(self, a, e, f"gradient of {name}", 1e-5)
+
 
 def _tiny_lstm_job(optimizer=lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9)):
     torch.manual_seed(0)
@@ -203,7 +299,7 @@ class FusedCaptureTest(unittest.TestCase):
         cls.model, loss_fn, optimizer, cls.batch = _tiny_lstm_job()
         cls.loss_fn = staticmethod(loss_fn)
         cls.reference = copy.deepcopy(cls.model)
-        with fused_lstm_setting(None):
+        with fused_rnn_setting(None):
             cls.capture, cls.lowered = tandem.torch.capture_training_job(cls.model, loss_fn, optimizer, cls.batch)
 
     def test_graph_has_one_fused_op_per_layer_and_no_per_step_math(self):
@@ -283,7 +379,7 @@ class FusedCaptureTest(unittest.TestCase):
         batch = (torch.randn(6, 2, 4), torch.randn(6, 2, 5))
 
         def random_ops(fusion):
-            with fused_lstm_setting(fusion):
+            with fused_rnn_setting(fusion):
                 opt = torch.optim.SGD(model.parameters(), lr=0.1)
                 _, lowered = tandem.torch.capture_training_job(model, loss_fn, opt, batch)
             ops = [n["op"] for n in lowered.graph["nodes"]]
@@ -296,7 +392,7 @@ class FusedCaptureTest(unittest.TestCase):
 
     def test_inference_capture_uses_the_forward_op_only(self):
         x = self.batch[0]
-        with fused_lstm_setting(None):
+        with fused_rnn_setting(None):
             capture = tandem.torch.capture_inference(self.reference, (x,))
         targets = _call_targets(capture.gm)
         self.assertEqual(targets.count(torch.ops.tandem.lstm.default), 2)
@@ -305,6 +401,60 @@ class FusedCaptureTest(unittest.TestCase):
         with torch.no_grad():
             expected = self.reference(x)
         _assert_close(self, out[0], expected, "inference output", RTOL)
+
+
+def _zoo_rnn_job(name):
+    """The small bidirectional GRU or LSTM classifier of the zoo (2 layers), SGD with momentum, one batch."""
+    torch.manual_seed(0)
+    model, loss_fn, make_batch = catalog.entry(name).build("small")
+    batch = make_batch(torch.Generator().manual_seed(1))
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), batch
+
+
+@unittest.skipUnless(FUSION_API, NEEDS_FUSION)
+class BidirectionalCaptureTest(unittest.TestCase):
+    """The captured step of the zoo's bidirectional 2-layer GRU and LSTM classifiers: one fused op per layer and
+    direction, the reverse directions over the sequence flipped in time."""
+
+    def check(self, name, forward_op, backward_op, inputs, outputs):
+        model, loss_fn, optimizer, batch = _zoo_rnn_job(name)
+        reference = copy.deepcopy(model)
+        with fused_rnn_setting(None):
+            capture, lowered = tandem.torch.capture_training_job(model, loss_fn, optimizer, batch)
+        targets = _call_targets(capture.gm)
+        self.assertEqual(targets.count(getattr(torch.ops.tandem, forward_op).default), 4)
+        self.assertEqual(targets.count(getattr(torch.ops.tandem, backward_op).default), 4)
+        for per_step in (torch.ops.aten.sigmoid.default, torch.ops.aten.tanh.default):
+            self.assertNotIn(per_step, targets)
+        self.assertIn(torch.ops.aten.flip.default, targets)
+
+        outputs_now = capture.gm(*[t.clone() for t in capture.flat_inputs])
+        ref_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+        ids, labels = batch
+        loss = loss_fn(reference(ids), labels)
+        loss.backward()
+        ref_optimizer.step()
+        self.assertLessEqual(abs(outputs_now[0].item() - loss.item()), RTOL * abs(loss.item()))
+        updated = dict(zip(capture.param_names, outputs_now[1:1 + len(capture.param_names)]))
+        for pname, p in reference.named_parameters():
+            _assert_close(self, updated[pname], p.detach(), f"{pname} after one step", RTOL)
+
+        nodes = lowered.graph["nodes"]
+        forward = [n for n in nodes if n["op"] == forward_op]
+        self.assertEqual(len(forward), 4)
+        for n in forward:
+            self.assertEqual(len(n["inputs"]), inputs)
+            self.assertEqual(len(n["outputs"]), outputs)
+        # Layer 0's reverse direction reads its own weights.
+        reverse_weights = {n["inputs"][inputs - 4] for n in forward}
+        self.assertIn("rnn.weight_ih_l0_reverse", reverse_weights)
+        self.assertIn("rnn.weight_ih_l1", reverse_weights)
+
+    def test_bidirectional_gru(self):
+        self.check("bigru", "gru", "gru_backward", inputs=6, outputs=3)
+
+    def test_bidirectional_lstm(self):
+        self.check("bilstm", "lstm", "lstm_backward", inputs=7, outputs=4)
 
 
 def _skip_unless_daemon_has_fused_ops(test, endpoint):
@@ -334,15 +484,32 @@ class FusedTrainingThroughDaemonTest(EquivalenceMixin, unittest.TestCase):
         cls.daemon.stop()
 
     def test_lstm_sgd_momentum(self):
-        with fused_lstm_setting(None):
+        with fused_rnn_setting(None):
             _skip_unless_daemon_has_fused_ops(self, self.daemon.endpoint)
             self.run_both(self.daemon.endpoint, "lstm", lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9),
                           steps=5)
 
     def test_lstm_adam(self):
-        with fused_lstm_setting(None):
+        with fused_rnn_setting(None):
             _skip_unless_daemon_has_fused_ops(self, self.daemon.endpoint)
             self.run_both(self.daemon.endpoint, "lstm", lambda params: torch.optim.Adam(params, lr=1e-2), steps=5)
+
+    def train_zoo_rnn(self, name):
+        model, loss_fn, optimizer, batch = _zoo_rnn_job(name)
+        reference = copy.deepcopy(model)
+        ref_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+        batches = [batch] * 5
+        with fused_rnn_setting(None):
+            job = tandem.torch.train(model, loss_fn, optimizer, batch, endpoint=self.daemon.endpoint, name=name)
+        with job:
+            losses = [job.step(*b) for b in batches]
+        assert_losses_close(self, losses, eager_losses(reference, loss_fn, ref_optimizer, batches), RTOL)
+
+    def test_bidirectional_gru_sgd_momentum(self):
+        self.train_zoo_rnn("bigru")
+
+    def test_bidirectional_lstm_sgd_momentum(self):
+        self.train_zoo_rnn("bilstm")
 
 
 if __name__ == "__main__":
