@@ -196,6 +196,31 @@ inline std::vector<double> NumericGradient(const std::function<std::vector<doubl
   return grad;
 }
 
+// sum_k a[k] * b[k]: a loss weighting `b` by `a`.
+inline double Dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0.0;
+  for (size_t k = 0; k < a.size(); ++k) s += a[k] * b[k];
+  return s;
+}
+
+// d/dv of loss(v) for every element of v, by central differences in
+// float64.
+inline std::vector<double> CentralDifferences(std::vector<double> v,
+                                              const std::function<double(const std::vector<double>&)>& loss) {
+  const double step = 1e-6;
+  std::vector<double> grad(v.size());
+  for (size_t k = 0; k < v.size(); ++k) {
+    const double keep = v[k];
+    v[k] = keep + step;
+    const double up = loss(v);
+    v[k] = keep - step;
+    const double down = loss(v);
+    v[k] = keep;
+    grad[k] = (up - down) / (2 * step);
+  }
+  return grad;
+}
+
 inline void ExpectGradient(const Tensor& analytic, const std::vector<double>& numeric, const std::string& what) {
   ExpectClose(analytic, numeric, what, 0.0, 1e-6);
 }

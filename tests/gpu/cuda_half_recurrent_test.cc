@@ -29,23 +29,11 @@
 
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/recurrent_layers.h"
 #include "tests/gpu/shared_graphs.h"
 
 namespace tandem::gpu_test {
 namespace {
-
-double UnitRoundoff(DType dtype) { return dtype == DType::kBFloat16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11); }
-
-int64_t Dim(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(Rng()); }
-
-struct Dims {
-  int64_t t, b, i, h;
-};
-
-std::string Describe(const Dims& d) {
-  return "T=" + std::to_string(d.t) + " B=" + std::to_string(d.b) + " I=" + std::to_string(d.i) +
-         " H=" + std::to_string(d.h);
-}
 
 class CudaHalfRecurrent : public ::testing::TestWithParam<DType> {
  protected:

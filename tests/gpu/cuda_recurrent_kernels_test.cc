@@ -16,28 +16,11 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_program_options.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/recurrent_layers.h"
 #include "tests/gpu/shared_graphs.h"
 
 namespace tandem::gpu_test {
 namespace {
-
-// Normwise relative error bounds (float32 products against the CPU's
-// double sums; the backward's errors go through T steps of the recurrence
-// and sums over T*B rows).
-constexpr double kForward32 = 2e-5;
-constexpr double kBackward32 = 1e-4;
-// TF32 rounds products' inputs to a 10-bit mantissa (2^-11 relative).
-constexpr double kForwardTf32 = 5e-3;
-constexpr double kBackwardTf32 = 2e-2;
-
-struct Dims {
-  int64_t t, b, i, h;
-};
-
-std::string Describe(const Dims& d) {
-  return "T=" + std::to_string(d.t) + " B=" + std::to_string(d.b) + " I=" + std::to_string(d.i) +
-         " H=" + std::to_string(d.h);
-}
 
 // Runs `maker`'s graph on the CPU and (op by op, then replayed) on the GPU,
 // and compares every node output.
