@@ -101,7 +101,7 @@ void RegisterComparisonOps(OpRegistry& registry);
 void RegisterNormalizationOps(OpRegistry& registry);
 void RegisterAttentionOps(OpRegistry& registry);
 void RegisterFusedOps(OpRegistry& registry);          // fused_elementwise (graph passes)
-void RegisterRecurrentOps(OpRegistry& registry);      // lstm, lstm_backward
+void RegisterRecurrentOps(OpRegistry& registry);      // lstm, gru and their backwards
 void RegisterMathOps(OpRegistry& registry);           // ir/ops/math_table.h
 void RegisterGroupNormOps(OpRegistry& registry);      // native_group_norm and its backward
 void RegisterSpatialOps(OpRegistry& registry);        // resampling, padding, 3-D pooling

@@ -3,8 +3,8 @@
 // half_row_kernels.cu (reductions, softmax, layer norm, embedding
 // backward), half_attention_kernels.cu (attention, _safe_softmax),
 // half_elementwise_kernels.cu (the optimizer step's math, comparisons, where)
-// and half_recurrent_kernels.cu (the LSTM's: the fused layer's steps, the
-// cell math's activations).
+// and half_recurrent_kernels.cu (the fused LSTM and GRU layers' steps, the
+// LSTM cell math's activations).
 //
 // Every kernel loads 16-bit values, computes in float32 and rounds once when
 // it stores (to nearest, ties to even), which is PyTorch's rule for these
@@ -190,9 +190,9 @@ cudaError_t LaunchHalfCompareScalar(CompareOp op, DType dtype, int64_t n, const 
 cudaError_t LaunchHalfWhere(DType dtype, int64_t n, const BinaryOperand& cond, const BinaryOperand& a,
                             const BinaryOperand& b, void* out, cudaStream_t stream);
 
-// ---- the LSTM: the fused layer's steps, the cell math's activations (half_recurrent_kernels.cu) ----
+// ---- the LSTM and GRU: the fused layers' steps, the cell math's activations (half_recurrent_kernels.cu) ----
 
-// recurrent_launch.h's forward and backward step over tensors of the 16-bit
+// recurrent_launch.h's LSTM forward and backward step over tensors of the 16-bit
 // `dtype` (every pointer of `step` points to elements of it): gates, cell
 // state and gradients computed in float32 from the widened elements, each
 // result rounded once when stored (saved's gates and cell state, y_t, h_n,
@@ -201,6 +201,13 @@ using HalfLstmForwardStep = LstmForwardStepOf<void>;
 using HalfLstmBackwardStep = LstmBackwardStepOf<void>;
 cudaError_t LaunchHalfLstmForwardStep(DType dtype, const HalfLstmForwardStep& step, cudaStream_t stream);
 cudaError_t LaunchHalfLstmBackwardStep(DType dtype, const HalfLstmBackwardStep& step, cudaStream_t stream);
+
+// recurrent_launch.h's GRU forward and backward step, the same way (saved's
+// gates and hn, y_t, h_n; grad_gates_x_t, grad_gates_h_t, dh_prev).
+using HalfGruForwardStep = GruForwardStepOf<void>;
+using HalfGruBackwardStep = GruBackwardStepOf<void>;
+cudaError_t LaunchHalfGruForwardStep(DType dtype, const HalfGruForwardStep& step, cudaStream_t stream);
+cudaError_t LaunchHalfGruBackwardStep(DType dtype, const HalfGruBackwardStep& step, cudaStream_t stream);
 
 enum class HalfActivationOp {
   kSigmoid,          // (a): 1 / (1 + exp(-a))

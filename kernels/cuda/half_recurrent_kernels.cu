@@ -1,12 +1,13 @@
-// Kernels of 16-bit float tensors for the LSTM (half_launch.h): the fused
-// layer's forward and backward steps (lstm_step_kernels.cuh, instantiated
-// for bfloat16 and float16) and the activations of its per-step cell math
-// (sigmoid, tanh and their backwards). Every value is widened to float32,
-// computed on, and rounded once when stored; each output element is written
-// by the thread that read its inputs, so an output may be an input.
+// Kernels of 16-bit float tensors for the LSTM and GRU (half_launch.h): the
+// fused layers' forward and backward steps (recurrent_step_kernels.cuh,
+// instantiated for bfloat16 and float16) and the activations of the LSTM's
+// per-step cell math (sigmoid, tanh and their backwards). Every value is
+// widened to float32, computed on, and rounded once when stored; each
+// output element is written by the thread that read its inputs, so an
+// output may be an input.
 #include "kernels/cuda/half_common.cuh"
 #include "kernels/cuda/half_launch.h"
-#include "kernels/cuda/lstm_step_kernels.cuh"
+#include "kernels/cuda/recurrent_step_kernels.cuh"
 
 namespace tandem::cuda {
 namespace {
@@ -49,24 +50,34 @@ cudaError_t RunActivation(DType dtype, int64_t n, const void* a, const void* b, 
   return launched ? LaunchError() : cudaErrorInvalidValue;
 }
 
-}  // namespace
-
-cudaError_t LaunchHalfLstmForwardStep(DType dtype, const HalfLstmForwardStep& step, cudaStream_t stream) {
+// A recurrent step struct over untyped pointers, launched on the 16-bit
+// `dtype`'s elements.
+template <template <typename> class Step>
+cudaError_t LaunchHalfStep(DType dtype, const Step<void>& step, cudaStream_t stream) {
   cudaError_t status = cudaErrorInvalidValue;
   DispatchHalf(dtype, [&](auto tag) {
     using H = decltype(tag);
-    status = lstm_steps::LaunchForwardStep(CastLstmStep<H>(step), stream);
+    status = recurrent_steps::LaunchStep(CastStep<H>(step), stream);
   });
   return status;
 }
 
+}  // namespace
+
+cudaError_t LaunchHalfLstmForwardStep(DType dtype, const HalfLstmForwardStep& step, cudaStream_t stream) {
+  return LaunchHalfStep(dtype, step, stream);
+}
+
 cudaError_t LaunchHalfLstmBackwardStep(DType dtype, const HalfLstmBackwardStep& step, cudaStream_t stream) {
-  cudaError_t status = cudaErrorInvalidValue;
-  DispatchHalf(dtype, [&](auto tag) {
-    using H = decltype(tag);
-    status = lstm_steps::LaunchBackwardStep(CastLstmStep<H>(step), stream);
-  });
-  return status;
+  return LaunchHalfStep(dtype, step, stream);
+}
+
+cudaError_t LaunchHalfGruForwardStep(DType dtype, const HalfGruForwardStep& step, cudaStream_t stream) {
+  return LaunchHalfStep(dtype, step, stream);
+}
+
+cudaError_t LaunchHalfGruBackwardStep(DType dtype, const HalfGruBackwardStep& step, cudaStream_t stream) {
+  return LaunchHalfStep(dtype, step, stream);
 }
 
 cudaError_t LaunchHalfActivation(HalfActivationOp op, DType dtype, int64_t n, const void* a, const void* b, void* out,

@@ -1,13 +1,14 @@
-// The pointwise kernels of the fused LSTM layer over float32 tensors
-// (recurrent_launch.h): the forward and backward step (the templates of
-// lstm_step_kernels.cuh, instantiated for float) and the column sums of the
+// The pointwise kernels of the fused LSTM and GRU layers over float32
+// tensors (recurrent_launch.h): the forward and backward steps (the
+// templates of recurrent_step_kernels.cuh, instantiated for float) and the
+// column sums of the
 // bias gradient (a block per 32 columns, 16 row lanes each summing every
 // 16th row, then the lanes in a fixed order). Float32 throughout, with the
 // accurate expf/tanhf (no fast-math intrinsics), as the CPU kernels compute
 // in double and the comparison allows float32 rounding only.
 #include "kernels/cuda/kernel_common.cuh"
-#include "kernels/cuda/lstm_step_kernels.cuh"
 #include "kernels/cuda/recurrent_launch.h"
+#include "kernels/cuda/recurrent_step_kernels.cuh"
 
 namespace tandem::cuda {
 namespace {
@@ -34,11 +35,19 @@ __global__ void ColumnSumsKernel(int64_t rows, int64_t cols, const float* in, fl
 }  // namespace
 
 cudaError_t LaunchLstmForwardStep(const LstmForwardStep& step, cudaStream_t stream) {
-  return lstm_steps::LaunchForwardStep(step, stream);
+  return recurrent_steps::LaunchStep(step, stream);
 }
 
 cudaError_t LaunchLstmBackwardStep(const LstmBackwardStep& step, cudaStream_t stream) {
-  return lstm_steps::LaunchBackwardStep(step, stream);
+  return recurrent_steps::LaunchStep(step, stream);
+}
+
+cudaError_t LaunchGruForwardStep(const GruForwardStep& step, cudaStream_t stream) {
+  return recurrent_steps::LaunchStep(step, stream);
+}
+
+cudaError_t LaunchGruBackwardStep(const GruBackwardStep& step, cudaStream_t stream) {
+  return recurrent_steps::LaunchStep(step, stream);
 }
 
 cudaError_t LaunchColumnSums(int64_t rows, int64_t cols, const float* in, float* out, cudaStream_t stream) {
