@@ -20,8 +20,6 @@
 // backends round the same quantities at the same points, so they differ
 // where a rounding lands one ulp apart, carried on through the recurrence):
 // 3u + 1e-3 forward, 6u + 1e-3 backward (u = 2^-8 bfloat16, 2^-11 float16).
-#include <cmath>
-#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -132,7 +130,7 @@ TEST_P(CudaGru, AllowTf32) {
     outputs[k] = fwd;
     outputs[k].insert(outputs[k].end(), bwd.begin(), bwd.end());
   }
-  std::map<std::pair<int, bool>, Bytes> gpu;  // (value, replay) -> the GPU's bytes
+  GpuBytes gpu;
   CompareWithCpu(g, [&](const OutputPair& o) {
     const bool forward = g.graph().nodes[o.node].op == "gru";
     const double bound = half() ? Tolerance(g.graph().nodes[o.node].op) : (forward ? kForwardTf32 : kBackwardTf32);
@@ -144,14 +142,7 @@ TEST_P(CudaGru, AllowTf32) {
   });
   if (!half()) return;
   ASSERT_EQ(outputs[0].size(), 11u);
-  for (bool replay : {false, true}) {
-    for (size_t k = 0; k < outputs[0].size(); ++k) {
-      const auto plain = gpu.find({outputs[0][k], replay});
-      const auto tf32 = gpu.find({outputs[1][k], replay});
-      ASSERT_TRUE(plain != gpu.end() && tf32 != gpu.end()) << "output " << k << " not compared";
-      EXPECT_TRUE(SameBytes(plain->second, tf32->second)) << "output " << k << (replay ? " (replayed)" : "");
-    }
-  }
+  ExpectSameOutputs(gpu, outputs[0], outputs[1]);
 }
 
 // The reference layer's forward in plain float32.

@@ -21,9 +21,7 @@
 // gate); the backward also reads the forward's saved gates and sums T*B
 // rows of products for the weight gradients: 3u + 1e-3 for the forward's
 // outputs, 6u + 1e-3 for the backward's.
-#include <cmath>
 #include <functional>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -149,20 +147,13 @@ TEST_P(CudaHalfRecurrent, AllowTf32ChangesNoBit) {
     outputs[k] = fwd;
     outputs[k].insert(outputs[k].end(), bwd.begin(), bwd.end());
   }
-  std::map<std::pair<int, bool>, Bytes> gpu;  // (value, replay) -> the GPU's bytes
+  GpuBytes gpu;
   CompareWithCpu(g, [&](const OutputPair& o) {
     EXPECT_TRUE(Matches(*o.gpu, *o.ref, o.type(), FusedTolerance(g.graph().nodes[o.node].op))) << o.Where();
     gpu[{o.value, o.replay}] = *o.gpu;
   });
   ASSERT_EQ(outputs[0].size(), 11u);
-  for (bool replay : {false, true}) {
-    for (size_t k = 0; k < outputs[0].size(); ++k) {
-      const auto plain = gpu.find({outputs[0][k], replay});
-      const auto tf32 = gpu.find({outputs[1][k], replay});
-      ASSERT_TRUE(plain != gpu.end() && tf32 != gpu.end()) << "output " << k << " not compared";
-      EXPECT_TRUE(SameBytes(plain->second, tf32->second)) << "output " << k << (replay ? " (replayed)" : "");
-    }
-  }
+  ExpectSameOutputs(gpu, outputs[0], outputs[1]);
 }
 
 // The cell math of one LSTM step as a PyTorch capture lowers it: the gate

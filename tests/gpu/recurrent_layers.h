@@ -1,14 +1,18 @@
 // What the GPU tests of the fused recurrent layers (cuda_recurrent_kernels_test,
 // cuda_half_recurrent_test, cuda_gru_test) share: a layer's dims and their
-// description, random dims, the 16-bit unit roundoff, and the float32 and
-// TF32 bounds of a layer against the CPU kernels. Header-only, test-only.
+// description, random dims, the 16-bit unit roundoff, the float32 and TF32
+// bounds of a layer against the CPU kernels, and the check that two sets of
+// outputs came out bit for bit the same. Header-only, test-only.
 #ifndef TANDEM_TESTS_GPU_RECURRENT_LAYERS_H_
 #define TANDEM_TESTS_GPU_RECURRENT_LAYERS_H_
 
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ir/dtype.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -40,6 +44,24 @@ struct Dims {
 inline std::string Describe(const Dims& d) {
   return "T=" + std::to_string(d.t) + " B=" + std::to_string(d.b) + " I=" + std::to_string(d.i) +
          " H=" + std::to_string(d.h);
+}
+
+// The GPU's bytes of every value a CompareWithCpu check saw, by (value,
+// replay).
+using GpuBytes = std::map<std::pair<int, bool>, Bytes>;
+
+// Output a[k] and output b[k] bit for bit the same, op by op and replayed
+// (allow_tf32 on a 16-bit layer against the same layer without it).
+inline void ExpectSameOutputs(const GpuBytes& gpu, const std::vector<int>& a, const std::vector<int>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (bool replay : {false, true}) {
+    for (size_t k = 0; k < a.size(); ++k) {
+      const auto first = gpu.find({a[k], replay});
+      const auto second = gpu.find({b[k], replay});
+      ASSERT_TRUE(first != gpu.end() && second != gpu.end()) << "output " << k << " not compared";
+      EXPECT_TRUE(SameBytes(first->second, second->second)) << "output " << k << (replay ? " (replayed)" : "");
+    }
+  }
 }
 
 }  // namespace tandem::gpu_test
