@@ -122,11 +122,12 @@ TEST_F(RecurrentKernelTest, BackwardMatchesFiniteDifferencesOfAScalarLoss) {
     const Params params = ParamsOf(in);
     for (const auto& [output, input] : checks) {
       Params start = params;
-      const std::vector<double> numeric = CentralDifferences(*Member(start, input), [&](const std::vector<double>& v) {
-        Params p = params;
-        *Member(p, input) = v;
-        return loss_of(ReferenceLstm(d, p));
-      });
+      const std::vector<double> numeric =
+          CentralDifferences(*Member(start, input), [&, input = input](const std::vector<double>& v) {
+            Params p = params;
+            *Member(p, input) = v;
+            return loss_of(ReferenceLstm(d, p));
+          });
       ExpectClose(grads[output], numeric, absl::StrCat("gradient of ", kNames[input]), 4e-6);
     }
     const std::vector<double> numeric_gates = CentralDifferences(
