@@ -4,6 +4,8 @@
 #
 #   tests     the GPU tests of the bundle (GPU_TESTS: "binary[:gtest filter]"
 #             words; default every cuda_*_test and daemon_gpu_test)
+#   pytests   PyTorch adaptor tests (PYTESTS: unittest names, default test_fused_rnn) under the GPU
+#             machine's torch, against CPU daemons of the bundle (what needs torch >= 2.4)
 #   profile   the kernel profile of one step (bench/models/profile_step.py,
 #             PROFILE_MODELS, default resnet50)                       -> profile.json
 #   overhead  bench/models/overhead.py for OVERHEAD_MODELS (fcn5,resnet50) -> overhead.json
@@ -70,6 +72,8 @@ run_tests() {
 for name in "$@"; do
   case $name in
     tests) stage tests "${TESTS_S:-240}" bash -c "$(declare -f run_tests); bundle=$bundle GPU_TESTS='${GPU_TESTS:-}' run_tests" ;;
+    pytests) stage pytests "${PYTESTS_S:-200}" bash -c "cd '$root/adaptor/pytorch/tests' && \
+               PYTHONPATH='$root:$root/client/python:$root/adaptor/pytorch' '$python' -m unittest ${PYTESTS:-test_fused_rnn}" ;;
     profile) stage profile "${PROFILE_S:-150}" "$python" "$root/bench/models/profile_step.py" \
                --models "${PROFILE_MODELS:-resnet50}" --out "$OUT/profile.json" ;;
     overhead) stage overhead "${OVERHEAD_S:-200}" "$python" "$root/bench/models/overhead.py" \
@@ -95,7 +99,7 @@ for name in "$@"; do
                --budget "$(( ${CAPTURE_S:-240} - 20 ))" --out "$OUT/capture.json" ${CAPTURE_ARGS:-} ;;
     sweep) stage sweep "${SWEEP_S:-180}" "$python" "$root/bench/models/batch_sweep.py" \
              --model "${SWEEP_MODEL:-resnet18}" --out "$OUT/sweep.json" ;;
-    *) echo "unknown stage '$name' (tests, profile, overhead, ops, pairs, hosting, memory, gap, zoo, capture, sweep)"
+    *) echo "unknown stage '$name' (tests, pytests, profile, overhead, ops, pairs, hosting, memory, gap, zoo, capture, sweep)"
        status=1 ;;
   esac
 done
