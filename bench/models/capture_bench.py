@@ -57,11 +57,12 @@ print(json.dumps({{"seconds": seconds, "trace_seconds": times.get("capture_train
 """
 
 
-def capture(name, size, copies, profile=""):
+def capture(name, size, copies, profile="", env=None):
     """Seconds of each of `copies` captures of `name` run at once, each in its own process (under cProfile,
-    writing its report to `profile`, where given)."""
+    writing its report to `profile`, where given; with `env` as the processes' environment)."""
     code = _CHILD.format(root=ROOT, name=name, size=size, profile=profile)
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env)
              for _ in range(copies)]
     results = []
     for p in procs:
@@ -84,7 +85,11 @@ def main():
     parser.add_argument("--budget", type=float, default=300)
     parser.add_argument("--out", default="")
     parser.add_argument("--profile", default="", help="a folder for one cProfile report per model")
+    parser.add_argument("--hide_gpus", action="store_true",
+                        help="capture with CUDA_VISIBLE_DEVICES empty (does PyTorch's CUDA state slow captures "
+                        "that run at once?)")
     args = parser.parse_args()
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="") if args.hide_gpus else None
     names = [n for n in args.models.split(",") if n] or (
         list(catalog.CI_NAMES) if args.set == "ci" else [e.name for e in catalog.ENTRIES])
     deadline = time.monotonic() + args.budget
@@ -93,12 +98,12 @@ def main():
         if time.monotonic() > deadline:
             rows.append({"model": name, "skipped": "not reached within the budget"})
             continue
-        alone = capture(name, args.size, 1)
-        pair = capture(name, args.size, 2) if "error" not in alone else {}
+        alone = capture(name, args.size, 1, env=env)
+        pair = capture(name, args.size, 2, env=env) if "error" not in alone else {}
         rows.append({"model": name, "alone": alone, "two_at_once": pair})
         if args.profile and "error" not in alone:
             os.makedirs(args.profile, exist_ok=True)
-            rows[-1]["profiled"] = capture(name, args.size, 1, os.path.join(args.profile, f"{name}.txt"))
+            rows[-1]["profiled"] = capture(name, args.size, 1, os.path.join(args.profile, f"{name}.txt"), env)
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print("| model | nodes | capture s alone (trace + lowering) | two at once (each) | slowdown |")
     print("| --- | --- | --- | --- | --- |")
@@ -113,7 +118,8 @@ def main():
         print(f"| {r['model']} | {r['alone']['nodes']} | {a} ({parts}) | {', '.join(map(str, two))} | {slow} |")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"size": args.size, "torch": __import__("torch").__version__, "rows": rows}, f, indent=1)
+            json.dump({"size": args.size, "torch": __import__("torch").__version__, "hide_gpus": args.hide_gpus,
+                       "commit": os.environ.get("TANDEM_GIT_COMMIT", ""), "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
