@@ -36,17 +36,24 @@ def _call_targets(gm):
     return [n.target for n in gm.graph.nodes if n.op == "call_function"]
 
 
+def _random_layer(cls, steps, batch, inputs, hidden, g):
+    """A one-layer float64 nn.LSTM or nn.GRU with weights uniform in [-1, 1), and a random input x [T, B, I] and
+    initial state h0 [B, H] that require gradients."""
+    layer = cls(inputs, hidden, 1).double()
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.copy_(torch.rand(p.shape, generator=g, dtype=torch.float64) * 2 - 1)
+    x = torch.randn(steps, batch, inputs, generator=g, dtype=torch.float64, requires_grad=True)
+    h0 = torch.randn(batch, hidden, generator=g, dtype=torch.float64, requires_grad=True)
+    return layer, x, h0
+
+
 class ReferenceMathTest(unittest.TestCase):
-    """lstm_forward_reference / lstm_backward_reference against nn.LSTM and its autograd, in float64."""
+    """rnn_reference's LSTM and GRU against nn.LSTM / nn.GRU and their autograd, in float64."""
 
     def check_against_nn_lstm(self, steps, batch, inputs, hidden, seed):
         g = torch.Generator().manual_seed(seed)
-        lstm = nn.LSTM(inputs, hidden, 1).double()
-        with torch.no_grad():
-            for p in lstm.parameters():
-                p.copy_(torch.rand(p.shape, generator=g, dtype=torch.float64) * 2 - 1)
-        x = torch.randn(steps, batch, inputs, generator=g, dtype=torch.float64, requires_grad=True)
-        h0 = torch.randn(batch, hidden, generator=g, dtype=torch.float64, requires_grad=True)
+        lstm, x, h0 = _random_layer(nn.LSTM, steps, batch, inputs, hidden, g)
         c0 = torch.randn(batch, hidden, generator=g, dtype=torch.float64, requires_grad=True)
         grad_y = torch.randn(steps, batch, hidden, generator=g, dtype=torch.float64)
         grad_h_n = torch.randn(batch, hidden, generator=g, dtype=torch.float64)
@@ -86,12 +93,7 @@ class ReferenceMathTest(unittest.TestCase):
 
     def check_against_nn_gru(self, steps, batch, inputs, hidden, seed):
         g = torch.Generator().manual_seed(seed)
-        gru = nn.GRU(inputs, hidden, 1).double()
-        with torch.no_grad():
-            for p in gru.parameters():
-                p.copy_(torch.rand(p.shape, generator=g, dtype=torch.float64) * 2 - 1)
-        x = torch.randn(steps, batch, inputs, generator=g, dtype=torch.float64, requires_grad=True)
-        h0 = torch.randn(batch, hidden, generator=g, dtype=torch.float64, requires_grad=True)
+        gru, x, h0 = _random_layer(nn.GRU, steps, batch, inputs, hidden, g)
         grad_y = torch.randn(steps, batch, hidden, generator=g, dtype=torch.float64)
         grad_h_n = torch.randn(batch, hidden, generator=g, dtype=torch.float64)
 
