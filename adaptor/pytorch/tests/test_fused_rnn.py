@@ -15,7 +15,7 @@ from common import (EquivalenceMixin, RTOL, assert_losses_close, eager_losses, f
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tandem.torch import compat, fused_rnn, rnn_reference
+from tandem.torch import compat, dtypes, fused_rnn, rnn_reference
 
 sys.path.insert(0, common.SOURCE_ROOT)
 from zoo import catalog  # noqa: E402
@@ -283,6 +283,76 @@ class FusedForwardTest(unittest.TestCase):
         ref_grads = torch.autograd.grad(ref_y.sum() + (ref_h * 2).sum(), [x, h0] + weights)
         for name, a, e in zip(["x", "h0", "w_ih", "w_hh", "b_ih", "b_hh"], grads, ref_grads):
             _assert_close(self, a, e, f"gradient of {name}", 1e-5)
+
+
+def _spec(name, tensor):
+    return {"name": name, "dtype": dtypes.name_of(tensor.dtype), "shape": [str(s) for s in tensor.shape]}
+
+
+class GruLayerThroughDaemonTest(unittest.TestCase):
+    """One float32 GRU layer as a hand-built gru + gru_backward graph through a CPU tandemd (any PyTorch
+    version): its outputs against rnn_reference's float64 math and nn.GRU's autograd on the same values."""
+
+    STEPS, BATCH, INPUTS, HIDDEN = 6, 3, 7, 5
+    FORWARD_IN = ["x", "h0", "w_ih", "w_hh", "b_ih", "b_hh"]
+    FORWARD_OUT = ["y", "h_n", "saved"]
+    BACKWARD_IN = ["grad_y", "grad_h_n", "x", "h0", "w_ih", "w_hh", "y", "saved"]
+    BACKWARD_OUT = ["grad_x", "grad_h0", "grad_w_ih", "grad_w_hh", "grad_b_ih", "grad_b_hh", "grad_gates_x",
+                    "grad_gates_h"]
+
+    @classmethod
+    def setUpClass(cls):
+        from daemon import Daemon
+        cls.daemon = Daemon().start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+
+    def setUp(self):
+        g = torch.Generator().manual_seed(11)
+        t, b, i, h = self.STEPS, self.BATCH, self.INPUTS, self.HIDDEN
+        self.gru, x, h0 = _random_layer(nn.GRU, t, b, i, h, g)
+        self.feeds = {"x": x.detach().float(), "h0": h0.detach().float(),
+                      "w_ih": self.gru.weight_ih_l0.detach().float(), "w_hh": self.gru.weight_hh_l0.detach().float(),
+                      "b_ih": self.gru.bias_ih_l0.detach().float(), "b_hh": self.gru.bias_hh_l0.detach().float(),
+                      "grad_y": torch.randn(t, b, h, generator=g), "grad_h_n": torch.randn(b, h, generator=g)}
+
+    def run_layer(self):
+        graph = {
+            "feeds": [_spec(n, t) for n, t in self.feeds.items()],
+            "nodes": [{"op": "gru", "inputs": self.FORWARD_IN, "outputs": self.FORWARD_OUT},
+                      {"op": "gru_backward", "inputs": self.BACKWARD_IN, "outputs": self.BACKWARD_OUT}],
+            "fetches": self.FORWARD_OUT + self.BACKWARD_OUT,
+            "updates": [],
+        }
+        with tandem.Client(endpoint=self.daemon.endpoint) as c:
+            job_id, _ = c.register_job({"name": "gru-layer", "graph": graph, "hints": {}})
+            ticket = c.submit(job_id, [dtypes.host_tensor(n, t) for n, t in self.feeds.items()], graph["fetches"])
+            result = c.wait(ticket).tensors
+            c.close_job(job_id)
+        return {n: dtypes.to_torch(result[n]) for n in graph["fetches"]}
+
+    def test_matches_the_float64_math_and_nn_gru(self):
+        got = self.run_layer()
+        f64 = {n: t.double() for n, t in self.feeds.items()}
+        y, h_n, saved = rnn_reference.gru_forward_reference(*[f64[n] for n in self.FORWARD_IN])
+        expected = dict(zip(self.FORWARD_OUT, (y, h_n, saved)))
+        grads = rnn_reference.gru_backward_reference(f64["grad_y"], f64["grad_h_n"], f64["x"], f64["h0"],
+                                                     f64["w_ih"], f64["w_hh"], y, saved)
+        expected.update(zip(self.BACKWARD_OUT, grads))
+        for name, e in expected.items():
+            _assert_close(self, got[name], e, name, 1e-5)
+        # nn.GRU's own float64 autograd on the same values: the reference is not checked against itself.
+        x = f64["x"].clone().requires_grad_()
+        h0 = f64["h0"].clone().requires_grad_()
+        ref_y, ref_h = self.gru(x, h0.unsqueeze(0))
+        loss = (ref_y * f64["grad_y"]).sum() + (ref_h[0] * f64["grad_h_n"]).sum()
+        ref_grads = torch.autograd.grad(loss, [x, h0] + list(self.gru.parameters()))
+        for name, e in zip(["y", "h_n"], [ref_y, ref_h[0]]):
+            _assert_close(self, got[name], e.detach(), f"{name} against nn.GRU", 1e-5)
+        for name, e in zip(self.BACKWARD_OUT[:6], ref_grads):
+            _assert_close(self, got[name], e, f"{name} against nn.GRU", 1e-5)
 
 
 def _tiny_lstm_job(optimizer=lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9)):
