@@ -13,7 +13,7 @@ rounding), Tandem rounds where each of its ops stores; both round every tensor t
 u = 2^-8), so a 5u relative bound per loss (as test_half_precision's) allows for the drift.
 
 Independently of the PyTorch version, a hand-built graph of one lstm and lstm_backward node runs through the
-daemon in bfloat16 and in float16 and is compared with the float64 math of fused_rnn's reference on the same
+daemon in bfloat16 and in float16 and is compared with the float64 math of rnn_reference.py on the same
 16-bit values, and in bfloat16 with nn.LSTM itself (eager, autograd). (A float16 model cannot be traced on the
 CPU under PyTorch 1.13, whose CPU addmm has no float16 kernel, nor run there in eager mode for a reference.)
 """
