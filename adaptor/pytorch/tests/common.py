@@ -56,6 +56,21 @@ def assert_losses_close(test, losses, ref_losses, rtol):
         test.assertLessEqual(abs(a - e), rtol * abs(e), f"step {i}: loss {a} through tandemd, {e} in PyTorch")
 
 
+def run_graph(endpoint, name, nodes, feeds, fetches):
+    """Registers a hand-built graph of `nodes` (IR dicts) over `feeds` ({name: tensor}, all fed), runs one
+    iteration and closes the job; returns {fetch name: tensor} and {fetch name: the result's dtype code}."""
+    from tandem.torch import dtypes
+
+    graph = {"feeds": [{"name": n, "dtype": dtypes.name_of(t.dtype), "shape": [str(s) for s in t.shape]}
+                       for n, t in feeds.items()],
+             "nodes": nodes, "fetches": list(fetches), "updates": []}
+    with tandem.Client(endpoint=endpoint) as c:
+        job_id, _ = c.register_job({"name": name, "graph": graph, "hints": {}})
+        ticket = c.submit(job_id, [dtypes.host_tensor(n, t) for n, t in feeds.items()], graph["fetches"])
+        result = c.wait(ticket).tensors
+        c.close_job(job_id)
+    return ({n: dtypes.to_torch(result[n]) for n in fetches}, {n: result[n].dtype for n in fetches})
+
 @contextlib.contextmanager
 def fused_rnn_setting(value):
     """TANDEM_FUSED_RNN set to `value` ("0": off; None: unset, i.e. on where available) inside, restored after."""

@@ -9,13 +9,13 @@ import sys
 import unittest
 
 import common  # noqa: F401  (paths)
-from common import (EquivalenceMixin, RTOL, assert_losses_close, eager_losses, fused_rnn_setting, models,
-                    relative_error, tandem, torch)
+from common import (EquivalenceMixin, ModuleDaemon, RTOL, assert_losses_close, eager_losses, fused_rnn_setting,
+                    models, relative_error, run_graph, tandem, torch)
 
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tandem.torch import compat, dtypes, fused_rnn, rnn_reference
+from tandem.torch import compat, fused_rnn, rnn_reference
 
 sys.path.insert(0, common.SOURCE_ROOT)
 from zoo import catalog  # noqa: E402
@@ -24,6 +24,9 @@ FUSION_API = fused_rnn._API
 NEEDS_FUSION = ("needs torch.library.custom_op and register_autograd (PyTorch >= 2.4); this is PyTorch "
                 f"{torch.__version__}, where an nn.LSTM is captured as per-step ATen ops")
 FUSED_OPS = ("lstm", "lstm_backward", "gru", "gru_backward")
+
+_daemon = ModuleDaemon()
+setUpModule, tearDownModule = _daemon.start, _daemon.stop
 
 
 def _assert_close(test, actual, expected, what, rtol):
@@ -285,10 +288,6 @@ class FusedForwardTest(unittest.TestCase):
             _assert_close(self, a, e, f"gradient of {name}", 1e-5)
 
 
-def _spec(name, tensor):
-    return {"name": name, "dtype": dtypes.name_of(tensor.dtype), "shape": [str(s) for s in tensor.shape]}
-
-
 class GruLayerThroughDaemonTest(unittest.TestCase):
     """One float32 GRU layer as a hand-built gru + gru_backward graph through a CPU tandemd (any PyTorch
     version): its outputs against rnn_reference's float64 math and nn.GRU's autograd on the same values."""
@@ -300,15 +299,6 @@ class GruLayerThroughDaemonTest(unittest.TestCase):
     BACKWARD_OUT = ["grad_x", "grad_h0", "grad_w_ih", "grad_w_hh", "grad_b_ih", "grad_b_hh", "grad_gates_x",
                     "grad_gates_h"]
 
-    @classmethod
-    def setUpClass(cls):
-        from daemon import Daemon
-        cls.daemon = Daemon().start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.daemon.stop()
-
     def setUp(self):
         g = torch.Generator().manual_seed(11)
         t, b, i, h = self.STEPS, self.BATCH, self.INPUTS, self.HIDDEN
@@ -319,19 +309,10 @@ class GruLayerThroughDaemonTest(unittest.TestCase):
                       "grad_y": torch.randn(t, b, h, generator=g), "grad_h_n": torch.randn(b, h, generator=g)}
 
     def run_layer(self):
-        graph = {
-            "feeds": [_spec(n, t) for n, t in self.feeds.items()],
-            "nodes": [{"op": "gru", "inputs": self.FORWARD_IN, "outputs": self.FORWARD_OUT},
-                      {"op": "gru_backward", "inputs": self.BACKWARD_IN, "outputs": self.BACKWARD_OUT}],
-            "fetches": self.FORWARD_OUT + self.BACKWARD_OUT,
-            "updates": [],
-        }
-        with tandem.Client(endpoint=self.daemon.endpoint) as c:
-            job_id, _ = c.register_job({"name": "gru-layer", "graph": graph, "hints": {}})
-            ticket = c.submit(job_id, [dtypes.host_tensor(n, t) for n, t in self.feeds.items()], graph["fetches"])
-            result = c.wait(ticket).tensors
-            c.close_job(job_id)
-        return {n: dtypes.to_torch(result[n]) for n in graph["fetches"]}
+        nodes = [{"op": "gru", "inputs": self.FORWARD_IN, "outputs": self.FORWARD_OUT},
+                 {"op": "gru_backward", "inputs": self.BACKWARD_IN, "outputs": self.BACKWARD_OUT}]
+        got, _ = run_graph(_daemon.endpoint, "gru-layer", nodes, self.feeds, self.FORWARD_OUT + self.BACKWARD_OUT)
+        return got
 
     def test_matches_the_float64_math_and_nn_gru(self):
         got = self.run_layer()
@@ -544,27 +525,19 @@ def _skip_unless_daemon_has_fused_ops(test, endpoint):
 
 @unittest.skipUnless(FUSION_API, NEEDS_FUSION)
 class FusedTrainingThroughDaemonTest(EquivalenceMixin, unittest.TestCase):
-    """5 steps of the tiny LSTM model through a CPU tandemd equal eager PyTorch."""
-
-    @classmethod
-    def setUpClass(cls):
-        from daemon import Daemon
-        cls.daemon = Daemon().start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.daemon.stop()
+    """5 steps of the tiny LSTM model and of the zoo's bidirectional GRU and LSTM through a CPU tandemd equal
+    eager PyTorch."""
 
     def test_lstm_sgd_momentum(self):
         with fused_rnn_setting(None):
-            _skip_unless_daemon_has_fused_ops(self, self.daemon.endpoint)
-            self.run_both(self.daemon.endpoint, "lstm", lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9),
+            _skip_unless_daemon_has_fused_ops(self, _daemon.endpoint)
+            self.run_both(_daemon.endpoint, "lstm", lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9),
                           steps=5)
 
     def test_lstm_adam(self):
         with fused_rnn_setting(None):
-            _skip_unless_daemon_has_fused_ops(self, self.daemon.endpoint)
-            self.run_both(self.daemon.endpoint, "lstm", lambda params: torch.optim.Adam(params, lr=1e-2), steps=5)
+            _skip_unless_daemon_has_fused_ops(self, _daemon.endpoint)
+            self.run_both(_daemon.endpoint, "lstm", lambda params: torch.optim.Adam(params, lr=1e-2), steps=5)
 
     def train_zoo_rnn(self, name):
         model, loss_fn, optimizer, batch = _zoo_rnn_job(name)
@@ -572,7 +545,7 @@ class FusedTrainingThroughDaemonTest(EquivalenceMixin, unittest.TestCase):
         ref_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
         batches = [batch] * 5
         with fused_rnn_setting(None):
-            job = tandem.torch.train(model, loss_fn, optimizer, batch, endpoint=self.daemon.endpoint, name=name)
+            job = tandem.torch.train(model, loss_fn, optimizer, batch, endpoint=_daemon.endpoint, name=name)
         with job:
             losses = [job.step(*b) for b in batches]
         assert_losses_close(self, losses, eager_losses(reference, loss_fn, ref_optimizer, batches), RTOL)

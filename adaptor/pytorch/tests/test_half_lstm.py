@@ -22,13 +22,13 @@ import copy
 import unittest
 
 import common  # noqa: F401  (paths)
-from common import (ModuleDaemon, assert_losses_close, eager_losses, fused_rnn_setting, models, relative_error, tandem,
-                    torch)
+from common import (ModuleDaemon, assert_losses_close, eager_losses, fused_rnn_setting, models, relative_error, run_graph,
+                    tandem, torch)
 
 import torch.nn as nn
 
 from tandem import client as tandem_client
-from tandem.torch import dtypes, fused_rnn, rnn_reference
+from tandem.torch import fused_rnn, rnn_reference
 
 RTOL_BF16 = 5 * 2.0 ** -8
 FUSION_API = fused_rnn._API
@@ -146,10 +146,6 @@ class FusedLayerTest(LanguageModelTrainingMixin, unittest.TestCase):
         self.train_and_compare("lstm-lm-bf16-fused")
 
 
-def _spec(name, tensor):
-    return {"name": name, "dtype": dtypes.name_of(tensor.dtype), "shape": [str(s) for s in tensor.shape]}
-
-
 class FusedOpThroughDaemonTest(unittest.TestCase):
     """One 16-bit LSTM layer as a hand-built lstm + lstm_backward graph (any PyTorch version)."""
 
@@ -173,25 +169,14 @@ class FusedOpThroughDaemonTest(unittest.TestCase):
 
     def run_layer(self, feeds, dtype_code):
         """The layer's forward and backward through the daemon: {output name: tensor}."""
-        graph = {
-            "feeds": [_spec(n, t) for n, t in feeds.items()],
-            "nodes": [
-                {"op": "lstm", "inputs": self.FORWARD_IN, "outputs": self.FORWARD_OUT},
-                {"op": "lstm_backward",
-                 "inputs": ["grad_y", "grad_h_n", "grad_c_n", "x", "h0", "c0", "w_ih", "w_hh", "y", "saved"],
-                 "outputs": self.BACKWARD_OUT},
-            ],
-            "fetches": self.FORWARD_OUT + self.BACKWARD_OUT,
-            "updates": [],
-        }
-        with tandem.Client(endpoint=_daemon.endpoint) as c:
-            job_id, _ = c.register_job({"name": "lstm-layer-16bit", "graph": graph, "hints": {}})
-            ticket = c.submit(job_id, [dtypes.host_tensor(n, t) for n, t in feeds.items()], graph["fetches"])
-            result = c.wait(ticket).tensors
-            c.close_job(job_id)
-        got = {n: dtypes.to_torch(result[n]) for n in graph["fetches"]}
+        nodes = [{"op": "lstm", "inputs": self.FORWARD_IN, "outputs": self.FORWARD_OUT},
+                 {"op": "lstm_backward",
+                  "inputs": ["grad_y", "grad_h_n", "grad_c_n", "x", "h0", "c0", "w_ih", "w_hh", "y", "saved"],
+                  "outputs": self.BACKWARD_OUT}]
+        got, codes = run_graph(_daemon.endpoint, "lstm-layer-16bit", nodes, feeds,
+                               self.FORWARD_OUT + self.BACKWARD_OUT)
         for n, t in got.items():
-            self.assertEqual(result[n].dtype, dtype_code, n)
+            self.assertEqual(codes[n], dtype_code, n)
             self.assertFalse(torch.isnan(t.float()).any().item(), n)
         return got
 
