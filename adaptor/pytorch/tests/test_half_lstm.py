@@ -22,8 +22,8 @@ import copy
 import unittest
 
 import common  # noqa: F401  (paths)
-from common import (ModuleDaemon, assert_losses_close, eager_losses, fused_rnn_setting, models, relative_error, run_graph,
-                    tandem, torch)
+from common import (ModuleDaemon, assert_losses_close, eager_losses, fused_rnn_setting, models, relative_error,
+                    run_graph, tandem, torch)
 
 import torch.nn as nn
 
