@@ -22,6 +22,8 @@
 #             "--profile $OUT/capture-profiles" for a cProfile report per model) -> capture.json
 #   sweep     ms/iter against the batch size, Tandem and eager (bench/models/batch_sweep.py,
 #             SWEEP_MODEL, default resnet18)                                         -> sweep.json
+#   faults    snapshot cost and recovery from a real device fault beside two training jobs
+#             (bench/models/fault_recovery.py, FAULTS_MODEL, default resnet50) -> fault_recovery.json
 #
 #   bench/gpu_session.sh tests profile overhead          # on the GPU machine
 #
@@ -29,7 +31,8 @@
 # or, when only BUNDLE_PACK (default .bundle-pack/bundle.tar.xz) exists, it is
 # unpacked there first (a packed bundle travels in a quarter of the room).
 # Everything a stage prints also goes to session.log. Per-stage limits in
-# seconds: TESTS_S, PROFILE_S, OVERHEAD_S, OPS_S, PAIRS_S, HOSTING_S, GAP_S, ZOO_S, CAPTURE_S, SWEEP_S.
+# seconds: TESTS_S, PROFILE_S, OVERHEAD_S, OPS_S, PAIRS_S, HOSTING_S, GAP_S, ZOO_S, CAPTURE_S, SWEEP_S,
+# FAULTS_S.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 export OUT=${OUT:-/tmp/out}
@@ -99,7 +102,9 @@ for name in "$@"; do
                --budget "$(( ${CAPTURE_S:-240} - 20 ))" --out "$OUT/capture.json" ${CAPTURE_ARGS:-} ;;
     sweep) stage sweep "${SWEEP_S:-180}" "$python" "$root/bench/models/batch_sweep.py" \
              --model "${SWEEP_MODEL:-resnet18}" --out "$OUT/sweep.json" ;;
-    *) echo "unknown stage '$name' (tests, pytests, profile, overhead, ops, pairs, hosting, memory, gap, zoo, capture, sweep)"
+    faults) stage faults "${FAULTS_S:-300}" "$python" "$root/bench/models/fault_recovery.py" \
+              --model "${FAULTS_MODEL:-resnet50}" --out "$OUT/fault_recovery.json" ;;
+    *) echo "unknown stage '$name' (tests, pytests, profile, overhead, ops, pairs, hosting, memory, gap, zoo, capture, sweep, faults)"
        status=1 ;;
   esac
 done

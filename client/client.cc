@@ -188,7 +188,13 @@ Client::~Client() {
   }
   stop_cv_.notify_all();
   if (heartbeat_.joinable()) heartbeat_.join();
-  if (hello_.session_id() != 0) {
+  bool gone = false;  // the daemon closed the connection: no session to close
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (monitor_) DrainMonitorLocked();
+    gone = peer_closed_;
+  }
+  if (hello_.session_id() != 0 && !gone) {
     // Best effort: the daemon also ends sessions that go quiet.
     v1::Request request;
     request.mutable_close_session();

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "device/injected_fault.h"
 
 namespace tandem::device {
 
@@ -76,10 +77,12 @@ class CpuStreamImpl final : public CpuStream {
       if (item.done) {
         absl::Status status = std::move(failure_);
         failure_ = absl::OkStatus();
+        if (status.ok()) status = InjectedDeviceFault();  // a context fault fails every completion
         item.done(status);
         continue;
       }
-      if (!failure_.ok() && !item.always) continue;  // skipped: an earlier item failed
+      if (!failure_.ok() && !item.always) continue;               // skipped: an earlier item failed
+      if (!item.always && !InjectedDeviceFault().ok()) continue;  // after a context fault nothing runs
       absl::Status status = item.work();
       if (!status.ok()) failure_ = status;
     }
@@ -117,6 +120,7 @@ class CpuDevice final : public Device {
   }
 
   const DeviceInfo& info() const override { return info_; }
+  absl::Status Fault() const override { return InjectedDeviceFault(); }
 
   absl::StatusOr<void*> Allocate(size_t bytes) override {
     size_t rounded = RoundUp(bytes == 0 ? 1 : bytes);

@@ -121,6 +121,13 @@ class Device {
 
   // Blocks until everything enqueued on `stream` has run.
   virtual absl::Status Synchronize(Stream& stream) = 0;
+
+  // OK while the device works. After a fault that leaves its context
+  // unusable (a kernel's illegal address, an uncorrectable ECC error: CUDA's
+  // "sticky" errors), that fault: every later call and completion fails
+  // too, and only a new process can use the device again (tandemd restarts;
+  // docs/deploy.md, Faults).
+  virtual absl::Status Fault() const { return absl::OkStatus(); }
 };
 
 }  // namespace tandem::device

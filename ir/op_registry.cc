@@ -33,6 +33,7 @@ const OpRegistry& OpRegistry::Global() {
     RegisterAdvancedIndexOps(*r);
     RegisterStridedOps(*r);
     RegisterRandomOps(*r);
+    RegisterTestOps(*r);
     return r;
   }();
   return *registry;

@@ -108,6 +108,7 @@ void RegisterSpatialOps(OpRegistry& registry);        // resampling, padding, 3-
 void RegisterAdvancedIndexOps(OpRegistry& registry);  // index.Tensor, scatter_add, scatter_reduce, masked_scatter
 void RegisterStridedOps(OpRegistry& registry);  // slice/select/as_strided scatters, as_strided, diagonal, flip, repeat
 void RegisterRandomOps(OpRegistry& registry);   // bernoulli.p, rand, randn, empty.memory_format, empty_strided
+void RegisterTestOps(OpRegistry& registry);     // test_fault (tandemd --test_faults only)
 
 }  // namespace tandem
 

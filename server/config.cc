@@ -214,6 +214,16 @@ const std::vector<ConfigKey>& BuildKeys() {
          return absl::OkStatus();
        },
        [](const DaemonOptions& o) { return o.metrics_address; }},
+      {"restart_on_fault", "true|false",
+       "after a device fault that leaves the GPU unusable to this process (a kernel's illegal address, an ECC "
+       "error), answer every request and start again (exec), so that clients re-attach their jobs from their "
+       "checkpoints; false: exit with status 75 and leave the restart to the service manager",
+       false, [](absl::string_view v, DaemonOptions* o) { return ParseBool(v, &o->restart_on_fault); },
+       [](const DaemonOptions& o) { return BoolText(o.restart_on_fault); }},
+      {"test_faults", "true|false",
+       "accept graphs with the op test_fault, which faults its device on demand (recovery tests only)", false,
+       [](absl::string_view v, DaemonOptions* o) { return ParseBool(v, &o->test_faults); },
+       [](const DaemonOptions& o) { return BoolText(o.test_faults); }},
       {"fuse_elementwise", "true|false", "run each chain of elementwise ops of a job's graph as one kernel", false,
        [](absl::string_view v, DaemonOptions* o) { return ParseBool(v, &o->fuse_elementwise); },
        [](const DaemonOptions& o) { return BoolText(o.fuse_elementwise); }},

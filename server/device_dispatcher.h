@@ -64,6 +64,10 @@ class DispatcherHost {
   // reply per request, errors counted by code.
   virtual void Reply(const PendingReply& to, v1::Response response) = 0;
   virtual void ReplyError(const PendingReply& to, const absl::Status& status) = 0;
+  // An iteration of `job` failed with `status` on a device whose context is
+  // lost (Device::Fault): the daemon restarts. The host answers `to` once
+  // it knows which job's iteration faulted (server/service_faults.cc).
+  virtual void OnDeviceFault(Job& job, const PendingReply& to, uint64_t iteration, const absl::Status& status) = 0;
   // The daemon's measurements (queue waits, lane gaps, GPU time shares),
   // keyed by DeviceRuntime::index.
   virtual ServiceMeasurements& Measurements() = 0;

@@ -59,6 +59,9 @@ class FakeHost : public DispatcherHost {
     errors[to.request_id] = status;
     MaybeStop();
   }
+  void OnDeviceFault(Job&, const PendingReply& to, uint64_t, const absl::Status& status) override {
+    ReplyError(to, status);
+  }
 
   // Stops the loop once `n` requests are answered.
   void StopAfter(size_t n) { stop_after_ = n; }

@@ -120,6 +120,16 @@ void DeviceDispatcher::DispatchAll() {
   // The scheduler's contract: after every event, offer every free lane.
   if (host_.ShuttingDown()) return;
   MatchLaneStreamLevels();
+  // After a fault several jobs could have caused, the device runs one
+  // iteration at a time while one of them has not completed an iteration
+  // since (Job::suspect): should it fault again, it is alone.
+  bool serialize = false;
+  host_.ForEachJob([&](Job& job) {
+    serialize = serialize || (job.device == &dev_ && job.suspect);
+    return !serialize;
+  });
+  int outstanding = 0;
+  for (const Lane& l : dev_.lanes) outstanding += l.outstanding;
   for (int lane = 0; lane < static_cast<int>(dev_.lanes.size()); ++lane) {
     Lane& l = dev_.lanes[lane];
     // A segmented iteration owns its lane until it ends: a parked one may
@@ -129,6 +139,7 @@ void DeviceDispatcher::DispatchAll() {
       continue;
     }
     while (l.outstanding < static_cast<int>(l.slots.size()) && l.segmented == nullptr) {
+      if (serialize && outstanding > 0) return;
       // Old arena ranges are released when the lane drains: stage nothing
       // more behind a running iteration until then.
       if (l.outstanding > 0 && dev_.memory->HasRetired(lane)) break;
@@ -143,7 +154,9 @@ void DeviceDispatcher::DispatchAll() {
       }
       QueuedIteration it = std::move(q->second);
       job->queued.erase(q);
+      const int before = l.outstanding;
       StartIteration(lane, *job, next->ticket, std::move(it));
+      outstanding += l.outstanding - before;
     }
   }
 }
@@ -306,6 +319,7 @@ void DeviceDispatcher::FinishIteration(int lane, int slot_index, uint64_t job_id
         t->set_data(static_cast<const char*>(slot.host) + layout.fetch_offsets[i], g.values[v].type.bytes());
       }
       job->done++;
+      job->suspect = false;
       {
         const Clock::time_point now = Clock::now();
         if (job->done > 1) {
@@ -327,9 +341,13 @@ void DeviceDispatcher::FinishIteration(int lane, int slot_index, uint64_t job_id
       host_.OnIterationReplied(*job);
     } else {
       job->failed++;
-      TLOG_WARNING("iteration failed").With("job", job_id).With("name", job->name).With("status", status.ToString());
-      host_.ReplyError(it.reply, absl::Status(status.code(), absl::StrCat("job '", job->name, "' iteration ",
-                                                                          run.iteration(), ": ", status.message())));
+      if (!dev_.device->Fault().ok()) {
+        host_.OnDeviceFault(*job, it.reply, run.iteration(), status);
+      } else {
+        TLOG_WARNING("iteration failed").With("job", job_id).With("name", job->name).With("status", status.ToString());
+        host_.ReplyError(it.reply, absl::Status(status.code(), absl::StrCat("job '", job->name, "' iteration ",
+                                                                            run.iteration(), ": ", status.message())));
+      }
     }
   }
   {

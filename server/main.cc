@@ -31,6 +31,7 @@
 #include "server/fd_socket.h"
 #include "server/metrics_http.h"
 #include "server/options.h"
+#include "server/self_restart.h"
 #include "server/service.h"
 #include "server/transport.h"
 
@@ -39,6 +40,7 @@ namespace {
 
 constexpr int kExitUsage = 2;  // bad flags or config: a restart would not help
 constexpr int kExitFailure = 1;
+constexpr int kExitDeviceFault = 75;  // EX_TEMPFAIL: a restart will help
 
 int Fail(int code, absl::string_view message) {
   std::fprintf(stderr, "tandemd: %s\n", std::string(message).c_str());
@@ -218,9 +220,10 @@ int Run(int argc, char** argv) {
     return Fail(kExitFailure, s.message());
   }
 
-  stop_signals.async_wait([&](const boost::system::error_code& error, int signal) {
-    if (error) return;
-    TLOG_INFO("shutting down").With("signal", signal == SIGINT ? "SIGINT" : "SIGTERM");
+  bool stopping = false;
+  auto stop = [&]() {
+    if (stopping) return;
+    stopping = true;
     notifier.Stopping();
     if (metrics) metrics->Stop();
     svc->Shutdown();
@@ -237,7 +240,14 @@ int Run(int argc, char** argv) {
         loop.Stop();
       });
     });
+  };
+  stop_signals.async_wait([&](const boost::system::error_code& error, int signal) {
+    if (error) return;
+    TLOG_INFO("shutting down").With("signal", signal == SIGINT ? "SIGINT" : "SIGTERM");
+    stop();
   });
+  // A device fault: the same stop, then a fresh start (below).
+  svc->SetOnDeviceFault([&]() { loop.Post("Daemon.StopAfterFault", stop); });
 
   ConfigReloader reloader(*command_line, *loaded, svc, &notifier);
   std::function<void()> arm_reload = [&]() {
@@ -277,6 +287,16 @@ int Run(int argc, char** argv) {
   };
   loop.Post("Service.SweepCheckpoints", [&]() { svc->SweepCheckpoints(); });
   arm_checkpoint_sweep();
+  boost::asio::steady_timer checkpoint_tick(loop.context());
+  std::function<void()> arm_checkpoint_tick = [&]() {
+    checkpoint_tick.expires_after(std::chrono::seconds(1));
+    checkpoint_tick.async_wait([&](const boost::system::error_code& error) {
+      if (error) return;
+      svc->CheckpointPausedJobs();
+      arm_checkpoint_tick();
+    });
+  };
+  arm_checkpoint_tick();
 
   // systemd: the watchdog is fed from the loop (a stuck loop stops feeding
   // it), and the status line refreshed.
@@ -301,11 +321,30 @@ int Run(int argc, char** argv) {
       .With("metrics", metrics ? absl::StrCat(options.metrics_address, ":", metrics->port()) : "off")
       .With("config", command_line->config_files.empty() ? "none" : absl::StrJoin(command_line->config_files, ","))
       .With("pid", ::getpid());
+  if (const int restarts = SelfRestarts(); restarts > 0) {
+    const std::vector<std::string> suspects = TakeFaultSuspects();
+    TLOG_WARNING("tandemd started again after a device fault")
+        .With("restarts", restarts)
+        .With("suspects", suspects.size());
+    svc->SetFaultSuspects(suspects);
+  }
   notifier.Ready(svc->StatusLine());
   loop.Run();
   metrics.reset();
   transport.reset();
   fd_socket.reset();
+  if (svc->DeviceFaulted()) {
+    // The faulted device cannot be used, nor its context destroyed cleanly,
+    // by this process: the service is left to the exec (or the exit).
+    (void)service->release();
+    if (options.restart_on_fault) {
+      TLOG_WARNING("tandemd starts again after a device fault");
+      const absl::Status s = ExecSelf(argv, svc->FaultSuspects());
+      TLOG_ERROR("tandemd could not start again").With("error", s.message());
+    }
+    TLOG_INFO("tandemd stopped after a device fault").With("exit_status", kExitDeviceFault);
+    return kExitDeviceFault;
+  }
   service->reset();
   TLOG_INFO("tandemd stopped");
   return 0;

@@ -72,6 +72,14 @@ struct DaemonOptions {
   // /tandem/kernels; "none": memory only).
   bool codegen = true;
   std::string kernel_cache_dir = "auto";
+  // Faults (docs/deploy.md): after a fault that leaves a device unusable,
+  // tandemd answers every request and starts itself again (exec), so that
+  // its clients re-attach their jobs from their checkpoints; false: it
+  // exits (status 75) and leaves the restart to its service manager.
+  bool restart_on_fault = true;
+  // Accept graphs that use the op test_fault (ir/ops/test_ops.cc), which
+  // faults its device on demand: for the recovery tests only.
+  bool test_faults = false;
 };
 
 }  // namespace tandem::server

@@ -182,7 +182,8 @@ void Service::Reply(const PendingReply& to, v1::Response response) {
   send_(to.peer, response.SerializeAsString());
 }
 
-void Service::ReplyError(const PendingReply& to, const absl::Status& status) {
+void Service::ReplyError(const PendingReply& to, const absl::Status& given) {
+  const absl::Status status = fault_.has_value() ? AfterFault(given) : given;
   ++errors_;
   measurements_.OnError(status.code());
   v1::Response response;
@@ -216,6 +217,9 @@ void Service::HandleMessage(const std::string& peer, const PeerIdentity& identit
   ++requests_;
   PendingReply to{peer, 0};
   if (shutting_down_) {
+    // Under the request's own id, so that a client connecting meanwhile (a
+    // re-attach racing the stop) hears it at once and tries again.
+    to.request_id = LeadingRequestId(payload);
     ReplyError(to, absl::UnavailableError("tandemd is shutting down"));
     return;
   }
@@ -270,7 +274,12 @@ void Service::HandleMessage(const std::string& peer, const PeerIdentity& identit
     return;
   }
   if (session == nullptr) {
-    ReplyError(to, absl::FailedPreconditionError("no session: send hello first"));
+    // UNAVAILABLE, as from a daemon that went away: most often this
+    // connection's session was in a tandemd that restarted since (after a
+    // device fault, a crash, an upgrade), and its client re-attaches.
+    ReplyError(to, absl::UnavailableError(
+                       "no session on this connection (tandemd restarted, or the session ended): connect again "
+                       "(hello first), then register the job again, with its resume token to continue it"));
     return;
   }
   session->last_seen = Clock::now();
@@ -420,6 +429,7 @@ void Service::Shutdown() {
 }
 
 void Service::FinishShutdown() {
+  AnswerFaultReports();
   persist_ = nullptr;  // every checkpoint taken is on disk now
   for (auto& [id, job] : jobs_) {
     job->device->memory->Release(id);

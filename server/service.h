@@ -15,12 +15,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <boost/asio/steady_timer.hpp>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "codegen/kernel_cache.h"
@@ -83,12 +85,30 @@ class Service : private DispatcherHost {
   // deletes the checkpoints nobody resumed within the ttl of their last
   // write, other than running jobs'.
   void SweepCheckpoints();
+  // Loop thread, every second: a snapshot, when one is due, of each job
+  // that has nothing in flight and finished iterations its last snapshot
+  // does not hold (they ended while that one was being taken), so that a
+  // job that pauses loses at most checkpoint_interval of work.
+  void CheckpointPausedJobs();
   // Loop thread. Ends every session (queued iterations get CANCELLED) and
   // waits for all device work; the completions that posts to the loop
   // answer the iterations that were running. Then, in a later work item
   // (after those completions), FinishShutdown frees every job.
   void Shutdown();
   void FinishShutdown();
+
+  // service_faults.cc: restarting after a device fault (docs/deploy.md,
+  // Faults). Before the loop runs: what starts the daemon's stop once a
+  // device faulted (main's shutdown, as for SIGTERM), called on the loop.
+  void SetOnDeviceFault(std::function<void()> fn) { on_device_fault_ = std::move(fn); }
+  // Whether a device faulted: the daemon is stopping to start again.
+  bool DeviceFaulted() const { return fault_.has_value(); }
+  // After a fault that no single job can be blamed for: the checkpoint
+  // paths of the jobs that had work on the device (for the next process).
+  // Before the loop runs, in that process: the same list, whose jobs run
+  // one iteration at a time when they come back (Job::suspect).
+  const std::vector<std::string>& FaultSuspects() const { return suspects_out_; }
+  void SetFaultSuspects(const std::vector<std::string>& paths) { fault_suspects_.insert(paths.begin(), paths.end()); }
 
   std::vector<std::string> DeviceNames() const;
 
@@ -201,6 +221,19 @@ class Service : private DispatcherHost {
   void ProbeSessions();
   void ArmReprobe();
 
+  // service_faults.cc. DispatcherHost: the first report of a device fault
+  // starts the stop (on_device_fault_); every report waits for
+  // AnswerFaultReports.
+  void OnDeviceFault(Job& job, const PendingReply& to, uint64_t iteration, const absl::Status& status) override;
+  // FinishShutdown, after a fault: blames the job whose iteration faulted
+  // when it was the only one on the device (its client gets the fault,
+  // INTERNAL), and answers the other reports as every other request during
+  // the stop (UNAVAILABLE: re-attach).
+  void AnswerFaultReports();
+  // ReplyError's status while the daemon stops after a fault: UNAVAILABLE,
+  // saying so, whatever the request's own error was.
+  absl::Status AfterFault(const absl::Status& status) const;
+
   // service_checkpoints.cc: jobs' checkpoints in state_dir (server/checkpoint_file.h).
   // Loop thread, after an iteration of `job` succeeded: a snapshot when the
   // interval has passed and none is in flight.
@@ -272,6 +305,29 @@ class Service : private DispatcherHost {
   uint64_t errors_ = 0;
   uint64_t iterations_ = 0;
   bool shutting_down_ = false;
+  // The device fault the daemon stops for (DeviceFaulted), and the failed
+  // iterations that reported it, in order, unanswered until
+  // AnswerFaultReports.
+  struct DeviceFault {
+    std::string device;
+    absl::Status status;
+  };
+  std::optional<DeviceFault> fault_;
+  struct FaultReport {
+    uint64_t job_id;
+    std::string job_name;
+    PendingReply to;
+    uint64_t iteration;
+    absl::Status status;
+  };
+  std::vector<FaultReport> fault_reports_;
+  // The fault's suspects when there are several: the jobs with work in
+  // flight on the device at the first report.
+  std::vector<uint64_t> suspects_;
+  std::vector<std::string> suspects_out_;
+  // Checkpoint paths of the previous process's suspects not back yet.
+  absl::flat_hash_set<std::string> fault_suspects_;
+  std::function<void()> on_device_fault_;
   bool draining_ = false;  // registrations refused (admin drain)
   uint64_t config_reloads_ = 0;
   ServiceMeasurements measurements_;

@@ -54,8 +54,18 @@ void Service::MaybeCheckpoint(Job& job) {
   if (!job.checkpoint_path.empty() && Clock::now() >= job.next_checkpoint) CheckpointJob(job, /*final=*/false);
 }
 
+void Service::CheckpointPausedJobs() {
+  for (auto& [id, job] : jobs_) {
+    // Iterations that finished while the job's previous snapshot was in
+    // flight, with none after them (the job paused or stopped sending).
+    if (job->resumed_iterations + job->done > job->snapshot_iterations && job->inflight == 0) MaybeCheckpoint(*job);
+  }
+}
+
 void Service::CheckpointJob(Job& job, bool final) {
   if (job.checkpoint_path.empty() || job.discard_checkpoint || job.device == nullptr) return;
+  // A faulted device's memory cannot be read: its last snapshot on disk stands.
+  if (!job.device->device->Fault().ok()) return;
   if (job.state != JobState::kRunning || DispatcherOf(*job.device).HasSegmentedIteration(job)) return;
   if (!final && job.checkpoint_in_flight) return;
   DeviceRuntime& dev = *job.device;
@@ -126,6 +136,7 @@ void Service::OnSnapshotCopied(uint64_t job_id, std::shared_ptr<std::string> own
     return;
   }
   v1::JobCheckpoint header = CheckpointHeader(job);
+  if (periodic) job.snapshot_iterations = header.iterations();
   const absl::string_view data =
       periodic ? absl::string_view(static_cast<const char*>(job.snapshot_host), job.persistent_bytes) : *owned;
   const std::string path = job.checkpoint_path;
@@ -157,6 +168,9 @@ void Service::OnSnapshotCopied(uint64_t job_id, std::shared_ptr<std::string> own
       if (periodic) {
         job.checkpoint_in_flight = false;
         job.next_checkpoint = NextCheckpointTime();
+        // Iterations that ended during the write, and none in flight to
+        // take the next snapshot after: take it now when it is due.
+        if (job.inflight == 0 && job.resumed_iterations + job.done > job.snapshot_iterations) MaybeCheckpoint(job);
       }
       OnDeviceWorkDone(job_id);
     });

@@ -67,6 +67,19 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
                                                  " is out of range [0, ", sched::kMaxExpectedIterations, "]")));
     return;
   }
+  if (!options_.test_faults) {
+    auto faults = [](const v1::Graph& graph) {
+      return std::any_of(graph.nodes().begin(), graph.nodes().end(),
+                         [](const v1::Node& node) { return node.op() == "test_fault"; });
+    };
+    bool uses = faults(reg.graph());
+    for (const v1::GraphVariant& variant : reg.variants()) uses = uses || faults(variant.graph());
+    if (uses) {
+      fail(absl::InvalidArgumentError(
+          "the op test_fault faults the device on purpose: only a tandemd started with --test_faults accepts it"));
+      return;
+    }
+  }
   if (absl::Status s = CheckHintCeilings(reg.hints(), session.admin, AccessOptionsNow()); !s.ok()) {
     fail(s);
     return;
@@ -307,6 +320,9 @@ void Service::FinishRegistration(const PendingReply& to, uint64_t job_id, uint64
   if (!job->checkpoint_path.empty()) {
     job->resume_token = reg.resume_token().empty() ? NewResumeToken() : reg.resume_token();
     job->resumed_iterations = prepared->resumed_iterations;
+    job->snapshot_iterations = job->resumed_iterations;
+    // A suspect of the fault that restarted tandemd, coming back.
+    if (!reg.resume_token().empty() && fault_suspects_.erase(job->checkpoint_path) > 0) job->suspect = true;
     job->next_checkpoint = NextCheckpointTime();
   }
 

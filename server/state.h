@@ -148,6 +148,11 @@ struct Job {
   double done_interval_seconds = 0;
   Clock::time_point last_done_at{};
   uint64_t failed = 0;
+  // Resumed after a device fault that it may have caused (it had work on
+  // the device then, beside other jobs): its device runs one iteration at a
+  // time until this job completes one, so that a second fault names it
+  // (server/service_faults.cc).
+  bool suspect = false;
   double device_seconds = 0;
   uint64_t yields = 0;                      // pauses of its iterations for a higher priority (op preemption)
   std::vector<PendingReply> close_replies;  // answered when the job is gone
@@ -159,6 +164,7 @@ struct Job {
   std::string checkpoint_owner;
   std::string resume_token;
   uint64_t resumed_iterations = 0;    // the checkpoint it started from had done these
+  uint64_t snapshot_iterations = 0;   // the iterations the last periodic snapshot holds
   bool checkpoint_in_flight = false;  // a periodic snapshot copying or writing
   bool discard_checkpoint = false;    // closed by its client: the file goes
   Clock::time_point next_checkpoint{};

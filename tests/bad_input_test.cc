@@ -347,7 +347,7 @@ TEST_F(BadInputTest, RequestBeforeHelloIsRefused) {
   v1::Response response;
   ASSERT_TRUE(response.ParseFromArray(reply.data(), static_cast<int>(reply.size())));
   EXPECT_EQ(response.request_id(), 77u);
-  EXPECT_EQ(response.status().code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(response.status().code(), static_cast<int>(absl::StatusCode::kUnavailable));
 }
 
 TEST_F(BadInputTest, ClientKilledMidIterationIsCleanedUp) {

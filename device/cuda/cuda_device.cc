@@ -59,6 +59,7 @@ class CudaDevice final : public Device {
   }
 
   const DeviceInfo& info() const override { return info_; }
+  absl::Status Fault() const override { return StickyCudaFault(); }
 
   absl::StatusOr<void*> Allocate(size_t bytes) override {
     RETURN_IF_ERROR(MakeCurrent());

@@ -25,6 +25,11 @@ absl::Status CudaStatus(cudaError_t error, absl::string_view call);
 // lost device): every later call on it fails too.
 bool IsStickyCudaError(cudaError_t error);
 
+// OK until a sticky error went through CudaStatus; then INTERNAL with the
+// first one's message. Process-wide: after it no CUDA context of the
+// process can be trusted (Device::Fault).
+absl::Status StickyCudaFault();
+
 }  // namespace tandem::device
 
 // Evaluates a CUDA runtime call and returns its error as a Status, naming

@@ -33,6 +33,7 @@ CpuKernelFn FindCpuKernel(absl::string_view op) {
     AddAdvancedIndexKernels(*t);
     AddStridedKernels(*t);
     AddRandomKernels(*t);
+    AddTestKernels(*t);
     return t;
   }();
   return table->Find(op);

@@ -49,6 +49,7 @@ void AddPooling3dKernels(CpuKernelTable& table);
 void AddAdvancedIndexKernels(CpuKernelTable& table);  // index.Tensor, index_put, scatter_add/_reduce, masked_scatter
 void AddStridedKernels(CpuKernelTable& table);        // as_strided, diagonal, flip, repeat, slice/select scatters
 void AddRandomKernels(CpuKernelTable& table);         // bernoulli.p, rand, randn, empty.memory_format, empty_strided
+void AddTestKernels(CpuKernelTable& table);           // test_fault
 
 inline absl::Status UnsupportedDType(const KernelArgs& args, DType dtype) {
   return absl::UnimplementedError(

@@ -30,6 +30,7 @@ CudaKernelFn FindCudaKernel(absl::string_view op) {
     AddAdvancedIndexKernels(*t);
     AddStridedKernels(*t);
     AddRandomKernels(*t);
+    AddTestKernels(*t);
     return t;
   }();
   return table->Find(op);

@@ -44,6 +44,7 @@ void AddSpatialKernels(CudaKernelTable& table);        // resampling, padding, 3
 void AddAdvancedIndexKernels(CudaKernelTable& table);  // index.Tensor, index_put, scatter_add/_reduce, masked_scatter
 void AddStridedKernels(CudaKernelTable& table);        // as_strided, diagonal, flip, repeat, slice/select scatters
 void AddRandomKernels(CudaKernelTable& table);         // bernoulli.p, rand, randn, empty.memory_format, empty_strided
+void AddTestKernels(CudaKernelTable& table);           // test_fault (test_fault.cu)
 
 inline absl::Status UnsupportedDType(const KernelArgs& args, DType dtype) {
   return absl::UnimplementedError(

@@ -50,6 +50,8 @@ def _error(lib, code, what):
     message = lib.tandem_last_error().decode("utf-8", "replace")
     text = f"{what}: {message}" if what else message
     if code == errors.UNAVAILABLE:
+        if "restart" in message:  # a daemon that restarts (after a device fault; a session of an earlier one)
+            return errors.DaemonUnavailableError(text, code)
         return errors.DaemonUnavailableError(
             text + ". Start the daemon (tandemd, or `tandemd --device=cpu` without a GPU) or point TANDEM_ENDPOINT "
             "(or endpoint=) at a running one.", code)

@@ -65,7 +65,8 @@ def capture_training_job(model, loss_fn, optimizer, example_batch, record_values
 
 def train(model, loss_fn, optimizer, example_batch, endpoint=None, name=None, priority=0, expected_iterations=0,
           device=None, outputs=None, *, clip_grad_norm=None, clip_norm_type=2.0, clip_grad_value=None,
-          accumulate=1, autocast=None, grad_scaler=None, other_shapes=(), evaluate=None, resume=None):
+          accumulate=1, autocast=None, grad_scaler=None, other_shapes=(), evaluate=None, resume=None,
+          reattach_timeout=None):
     """Captures one training step of `model` and registers it with tandemd. Returns a TrainingJob.
 
     The step computes loss_fn(model(*inputs, **kwargs), *targets) -> a scalar tensor, then the gradients and
@@ -118,6 +119,12 @@ def train(model, loss_fn, optimizer, example_batch, endpoint=None, name=None, pr
     daemon wrote before it or the job's client stopped, instead of the model's weights; job.resumed_iterations
     says how many steps it had done (skip as many batches; a learning-rate scheduler is the caller's to
     advance).
+
+    reattach_timeout: seconds a step waits for tandemd to come back when it goes away (a restart after a device
+    fault, a crash, an upgrade) before raising DaemonUnavailableError; default $TANDEM_REATTACH_TIMEOUT, else 60;
+    0: raise at once. A job re-attaches with its resume token (tandemd has a state_dir) and continues from its
+    last checkpoint: the steps in flight are sent again, those done after the checkpoint are lost
+    (job.recoveries).
     """
     kwargs = dict(outputs=outputs, clip_grad_norm=clip_grad_norm, clip_norm_type=clip_norm_type,
                   clip_grad_value=clip_grad_value, accumulate=accumulate, autocast=autocast, grad_scaler=grad_scaler)
@@ -131,16 +138,17 @@ def train(model, loss_fn, optimizer, example_batch, endpoint=None, name=None, pr
         eval_variant = _EvalVariant(*capture_serving(model, evaluate, capture.amp.dtype))
     name = name or f"{type(model).__name__}-train"
     return TrainingJob(capture, lowered, endpoint, name, _hints(priority, expected_iterations, device),
-                       shape_variants, eval_variant, resume)
+                       shape_variants, eval_variant, resume, reattach_timeout)
 
 
-def serve(model, example_input, endpoint=None, name=None, priority=0, device=None):
+def serve(model, example_input, endpoint=None, name=None, priority=0, device=None, reattach_timeout=None):
     """Captures model(*example_input) in eval mode and registers it with tandemd. Returns a ServedModel:
     calling it with inputs of the example's shapes runs the forward pass in the daemon and returns torch
-    tensors (structured like the model's output)."""
+    tensors (structured like the model's output). reattach_timeout: as for train(); a served model registers
+    again with its weights."""
     capture, lowered = capture_serving(model, example_input)
     name = name or f"{type(model).__name__}-serve"
-    return ServedModel(capture, lowered, endpoint, name, _hints(priority, 0, device))
+    return ServedModel(capture, lowered, endpoint, name, _hints(priority, 0, device), reattach=reattach_timeout)
 
 
 def capture_serving(model, example_input, autocast=None):
@@ -151,7 +159,8 @@ def capture_serving(model, example_input, autocast=None):
     return capture, lowered
 
 
-def serve_lowered(capture, lowered, model=None, endpoint=None, name=None, priority=0, device=None):
+def serve_lowered(capture, lowered, model=None, endpoint=None, name=None, priority=0, device=None,
+                  reattach_timeout=None):
     """Registers a forward pass from capture_serving() with tandemd as a new job, without capturing again.
     With `model` (of the captured architecture: parameters and buffers of the same names, shapes and dtypes;
     else CaptureError) the job holds that model's weights, so one capture serves any number of models of one
@@ -159,7 +168,8 @@ def serve_lowered(capture, lowered, model=None, endpoint=None, name=None, priori
     Returns a ServedModel, as serve()."""
     persistent = None if model is None else weights_for(capture, lowered, model)
     name = name or f"{type(model).__name__ if model is not None else 'model'}-serve"
-    return ServedModel(capture, lowered, endpoint, name, _hints(priority, 0, device), persistent=persistent)
+    return ServedModel(capture, lowered, endpoint, name, _hints(priority, 0, device), persistent=persistent,
+                       reattach=reattach_timeout)
 
 
 __all__ = [

@@ -10,6 +10,14 @@ read them in PyTorch's formats, load_into() copies them into a model and an
 optimizer. Closing the job (or leaving its `with` block) ends the session,
 which frees the job's memory in the daemon; it reads nothing back.
 
+Re-attaching: when tandemd goes away and comes back (it restarts by itself
+after a device fault; systemd restarts it after a crash or an upgrade), a job
+with a resume token (tandemd has a state_dir) re-registers with it within
+reattach_timeout seconds and continues from its last checkpoint: the steps
+in flight are sent again, and the steps done after the checkpoint are lost
+(job.recoveries says how many). A served model registers again with its
+weights.
+
 Thread-safety: step()/step_async() may be called from one thread at a time
 (they advance the optimizer's step count); handles may be waited on from any
 thread.
@@ -17,6 +25,11 @@ thread.
 
 import base64
 import collections
+import os
+import threading
+import time
+import warnings
+import weakref
 
 import torch
 from torch.utils._pytree import tree_unflatten
@@ -50,11 +63,19 @@ def _check_batch(what, tensors, expected, labels=None, declared=None):
                 "declare the other shapes with train(..., other_shapes=[example, ...]).")
 
 
+def reattach_timeout(value=None):
+    """Seconds a job waits for tandemd to come back before giving up: `value`, else $TANDEM_REATTACH_TIMEOUT,
+    else 60; 0: never re-attach."""
+    if value is None:
+        value = os.environ.get("TANDEM_REATTACH_TIMEOUT", "60")
+    return max(0.0, float(value))
+
+
 class _Session:
     """A client session and one job in it."""
 
-    def __init__(self, endpoint, name, request, persistent):
-        self.client = tclient.Client(endpoint=endpoint, name=name)
+    def __init__(self, endpoint, name, request, persistent, connect_timeout=30.0):
+        self.client = tclient.Client(endpoint=endpoint, name=name, connect_timeout=connect_timeout)
         try:
             self.job_id, self.response = self.client.register_job(request, persistent)
         except Exception:
@@ -75,6 +96,31 @@ class _Session:
                 pass  # the daemon may be gone; ending the session frees the job anyway
             self.client.close()
 
+    def abandon(self):
+        """Drops a session whose daemon went away (nothing to close there)."""
+        self.closed = True
+        self.client.close()
+
+
+def _register_again(endpoint, name, request, persistent, timeout):
+    """A new _Session of the job once tandemd answers again (it may be stopping still, or not started yet),
+    trying for `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return _Session(endpoint, name, request, persistent,
+                            connect_timeout=max(0.5, min(5.0, deadline - time.monotonic())))
+        except errors.DaemonUnavailableError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
+
+Recovery = collections.namedtuple("Recovery", ["resumed_iterations", "lost", "replayed", "pause_seconds"])
+Recovery.__doc__ = """One re-attach of a training job after tandemd went away and came back (TrainingJob.recoveries):
+the iterations its checkpoint had (the job continues from there), the steps done after it whose updates were
+lost, the steps that were in flight and were sent again, and the seconds from noticing to re-registered."""
+
 
 StepResult = collections.namedtuple("StepResult", ["loss", "outputs"])
 StepResult.__doc__ = """What step(..., fetch=...) returns: the loss (a float) and the named outputs asked for
@@ -85,40 +131,56 @@ class StepHandle:
     """One submitted iteration. result() waits for it and returns its loss as a float, or a StepResult when it
     was submitted with fetch=."""
 
-    def __init__(self, job, ticket, iteration, outputs=None, loss_name=None):
+    def __init__(self, job, flat, shape, fetch):
         self._job = job
-        self._loss_name = loss_name or job._loss_name
-        self._ticket = ticket
-        self.iteration = iteration
-        self._outputs = outputs  # None, or {name: (IR fetch names, pytree spec)} to fetch
+        # What the step was sent with, to send it again after a re-attach.
+        self._flat, self._shape, self._fetch = flat, shape, fetch
+        self._ticket = None
+        self.iteration = None
+        self._loss_name = None
+        self._outputs = None  # None, or {name: (IR fetch names, pytree spec)} to fetch
+        self._generation = None  # the job's session it was sent in
         self._result = None
+        self._error = None
         self.run_seconds = None
         self.queue_seconds = None
 
     def done(self):
-        return self._result is not None
+        return self._result is not None or self._error is not None
 
     def result(self):
-        if self._result is None:
+        while self._result is None:
+            if self._error is not None:
+                raise self._error
+            job = self._job
             try:
-                result = self._job._session.client.wait(self._ticket)
+                result = job._session.client.wait(self._ticket)
+            except errors.DaemonUnavailableError:
+                job._reattach(self._generation)  # sends this step again, or raises
+                continue
             except errors.IterationError:
                 # The daemon applied none of its updates: the optimizer's step count goes back too, unless
                 # later steps were sent on top of it (they already count it).
-                if self._job._iteration == self.iteration:
-                    self._job._undo_step()
+                if job._iteration == self.iteration:
+                    job._undo_step()
+                job._unresolved.discard(self)
                 raise
-            loss = float(dtypes.to_torch(result.tensors[self._loss_name]))
-            if self._outputs is None:
-                self._result = loss
-            else:
-                outputs = {}
-                for name, (fetches, spec) in self._outputs.items():
-                    outputs[name] = tree_unflatten([dtypes.to_torch(result.tensors[f]) for f in fetches], spec)
-                self._result = StepResult(loss, outputs)
-            self.run_seconds = result.run_seconds
-            self.queue_seconds = result.queue_seconds
+            self._take(result)
         return self._result
+
+    def _take(self, result):
+        """Keeps the result of the iteration (a tclient.Result)."""
+        loss = float(dtypes.to_torch(result.tensors[self._loss_name]))
+        if self._outputs is None:
+            self._result = loss
+        else:
+            outputs = {}
+            for name, (fetches, spec) in self._outputs.items():
+                outputs[name] = tree_unflatten([dtypes.to_torch(result.tensors[f]) for f in fetches], spec)
+            self._result = StepResult(loss, outputs)
+        self.run_seconds = result.run_seconds
+        self.queue_seconds = result.queue_seconds
+        self._job._unresolved.discard(self)
 
 
 class _Seeds:
@@ -175,7 +237,8 @@ def _same_persistent(lowered, other, what):
 class TrainingJob:
     """A model's training step, registered with tandemd. Build it with tandem.torch.train()."""
 
-    def __init__(self, capture, lowered, endpoint, name, hints, shape_variants=(), eval_variant=None, resume=None):
+    def __init__(self, capture, lowered, endpoint, name, hints, shape_variants=(), eval_variant=None, resume=None,
+                 reattach=None):
         self._capture = capture
         self._plan = capture.plan
         self._lowered = lowered
@@ -200,11 +263,18 @@ class TrainingJob:
         request = {"name": name, "graph": lowered.graph, "hints": hints}
         if variants:
             request["variants"] = [{"name": n, "graph": other.graph} for n, other, _ in variants]
+        # Kept to register again after tandemd went away (_reattach).
+        self._endpoint, self._request = endpoint, dict(request)
+        self._reattach_timeout = reattach_timeout(reattach)
         if resume is not None:
             token = bytes.fromhex(resume) if isinstance(resume, str) else bytes(resume)
             request["resume_token"] = base64.b64encode(token).decode()
-        persistent = [dtypes.host_tensor(n, t) for n, t in lowered.persistent]
-        self._session = _Session(endpoint, name, request, persistent)
+        self._persistent = [dtypes.host_tensor(n, t) for n, t in lowered.persistent]
+        self._session = _Session(endpoint, name, request, self._persistent)
+        self._generation = 0  # sessions since the first (one per re-attach)
+        self._unresolved = weakref.WeakSet()  # handles sent and not answered
+        self._reattach_lock = threading.Lock()
+        self.recoveries = []  # a Recovery per re-attach
         self._iteration = 0
         self.name = name
         # Resumed from the daemon's checkpoint: the optimizer's step counts, and the seeds of the steps to
@@ -276,15 +346,23 @@ class TrainingJob:
         step()."""
         self._session.check_open()
         flat = self._layout.flatten_step("step()", batch)
-        variant, batch_specs, loss_name = "", self._batch_specs, self._loss_name
         shape = next((v for v in self._shape_variants if v.matches(flat)), None)
+        if shape is None and self._shape_variants:
+            _check_batch("step()", flat, self._batch_specs, self._layout.labels, self._declared_shapes())
+        elif shape is None:
+            _check_batch("step()", flat, self._batch_specs, self._layout.labels)
+        handle = StepHandle(self, flat, shape, fetch)
+        self._send(handle)
+        return handle
+
+    def _send(self, handle):
+        """Sends the handle's step as the job's next iteration (its scalars and seed are the next
+        iteration's)."""
+        flat, shape = handle._flat, handle._shape
+        variant, batch_specs, loss_name = "", self._batch_specs, self._loss_name
         if shape is not None:
             variant, batch_specs, loss_name = shape.name, shape.batch_specs, shape.loss_name
-        elif self._shape_variants:
-            _check_batch("step()", flat, self._batch_specs, self._layout.labels, self._declared_shapes())
-        else:
-            _check_batch("step()", flat, self._batch_specs, self._layout.labels)
-        outputs = self._fetched_outputs(fetch, shape)
+        outputs = self._fetched_outputs(handle._fetch, shape)
         fetches = [loss_name]
         for names, _ in (outputs or {}).values():
             fetches += [n for n in names if n not in fetches]
@@ -300,7 +378,81 @@ class TrainingJob:
         optimizer = self._plan.optimizer
         if hasattr(optimizer, "_step_count"):
             optimizer._step_count += 1
-        return StepHandle(self, ticket, self._iteration, outputs, loss_name)
+        handle._ticket, handle.iteration, handle._generation = ticket, self._iteration, self._generation
+        handle._loss_name, handle._outputs = loss_name, outputs
+        self._unresolved.add(handle)
+
+    def _reattach(self, generation):
+        """tandemd went away while the session `generation` waited on it: registers the job again with its
+        resume token once tandemd answers (within the re-attach timeout), rolls the optimizer's step count and
+        the seeds back to the checkpoint's iteration and sends the steps in flight again. Another thread may
+        have done it already (then nothing happens). Raises DaemonUnavailableError when the job cannot
+        re-attach (no checkpoints, re-attach off, or tandemd not back in time)."""
+        with self._reattach_lock:
+            if generation != self._generation:
+                return
+            started = time.monotonic()
+            token = self.resume_token
+            if token is None or self._reattach_timeout <= 0:
+                why = ("re-attaching is off (reattach_timeout 0)" if token is not None else
+                       "the job has no checkpoint to continue from (start tandemd with a state_dir, and give the "
+                       "job a name no other job of yours uses)")
+                raise errors.DaemonUnavailableError(f"tandemd went away and job '{self.name}' cannot re-attach: "
+                                                    f"{why}", errors.UNAVAILABLE)
+            old = self._session
+            # Replies that reached this process before tandemd went away still count.
+            waiting = []
+            for handle in sorted(self._unresolved, key=lambda h: h.iteration):
+                if handle._generation != generation or handle.done():
+                    continue
+                try:
+                    handle._take(old.client.wait(handle._ticket))
+                except errors.DaemonUnavailableError:
+                    waiting.append(handle)
+                except errors.IterationError as e:
+                    handle._error = e
+            old.abandon()
+            request = dict(self._request, resume_token=base64.b64encode(token).decode())
+            deadline = started + self._reattach_timeout
+            try:
+                self._session = _register_again(self._endpoint, self.name, request, self._persistent,
+                                                self._reattach_timeout)
+            except errors.RegistrationError as e:
+                if e.code != errors.NOT_FOUND:
+                    raise
+                # No checkpoint written yet: the job starts again from its first weights.
+                self._session = _register_again(self._endpoint, self.name, self._request, self._persistent,
+                                                max(0.0, deadline - time.monotonic()))
+            resumed = self.resumed_iterations
+            first_waiting = waiting[0].iteration if waiting else self._iteration + 1
+            lost = max(0, first_waiting - 1 - resumed)
+            for _ in range(self._iteration - resumed):
+                self._undo_step()
+            self._iteration = resumed
+            self._generation += 1
+            replayed = 0
+            for handle in waiting:
+                if handle.iteration <= resumed:  # in the checkpoint, its loss gone with the daemon
+                    handle._error = errors.IterationError(
+                        f"step {handle.iteration}: its loss was lost when tandemd went away, but its update is in "
+                        "the checkpoint the job continued from", errors.UNAVAILABLE)
+                    continue
+                self._send(handle)
+                replayed += 1
+            recovery = Recovery(resumed, lost, replayed, time.monotonic() - started)
+            self.recoveries.append(recovery)
+            warnings.warn(f"tandemd went away; job '{self.name}' re-attached after {recovery.pause_seconds:.2f} s "
+                          f"and continues from its checkpoint of step {resumed}: {lost} step(s) after it lost, "
+                          f"{replayed} sent again", RuntimeWarning, stacklevel=3)
+
+    def _call(self, fn):
+        """fn(client), re-attaching once when tandemd went away."""
+        generation = self._generation
+        try:
+            return fn(self._session.client)
+        except errors.DaemonUnavailableError:
+            self._reattach(generation)
+            return fn(self._session.client)
 
     def _undo_step(self):
         """The host-side counts of a step that failed in the daemon, taken back (Adam's bias corrections,
@@ -333,8 +485,8 @@ class TrainingJob:
         _check_batch("evaluate()", inputs, self._eval.input_specs)
         feeds = [dtypes.host_tensor(spec[0], t) for spec, t in zip(self._eval.input_specs, inputs)]
         feeds += self._eval.seeds.feeds(self._iteration)
-        ticket = self._session.client.submit(self.job_id, feeds, self._eval.fetches, self._iteration, "eval")
-        result = self._session.client.wait(ticket)
+        result = self._call(lambda client: client.wait(
+            client.submit(self.job_id, feeds, self._eval.fetches, self._iteration, "eval")))
         leaves = [dtypes.to_torch(result.tensors[f]) for f in self._eval.fetches]
         return tree_unflatten(leaves, self._eval.capture.out_spec)
 
@@ -342,7 +494,7 @@ class TrainingJob:
         """A persistent tensor of the job (a parameter, buffer, or optimizer state such as
         "optim/fc.weight/exp_avg") as a torch tensor, after every iteration sent so far."""
         self._session.check_open()
-        return dtypes.to_torch(self._session.client.read_tensor(self.job_id, name))
+        return dtypes.to_torch(self._call(lambda client: client.read_tensor(self.job_id, name)))
 
     def state_dict(self):
         """The model's state_dict() as trained in the daemon: its keys, in its order, the parameters and
@@ -450,7 +602,7 @@ class ServedModel:
     `persistent` ([(name, tensor)], default lowered.persistent) are the job's initial persistent tensors; the
     capture and the lowered graph are only read, so any number of ServedModels may share them."""
 
-    def __init__(self, capture, lowered, endpoint, name, hints, persistent=None):
+    def __init__(self, capture, lowered, endpoint, name, hints, persistent=None, reattach=None):
         from torch.utils._pytree import tree_unflatten
         self._unflatten = tree_unflatten
         self._capture = capture
@@ -463,6 +615,10 @@ class ServedModel:
         chosen = lowered.persistent if persistent is None else persistent
         persistent = [dtypes.host_tensor(n, t) for n, t in chosen]
         self._session = _Session(endpoint, name, request, persistent)
+        # Kept to register again, with the same weights, after tandemd went away.
+        self._register_args = (endpoint, name, request, persistent)
+        self._reattach_timeout = reattach_timeout(reattach)
+        self._reattach_lock = threading.Lock()
         self._iteration = 0
         self.name = name
         # The daemon's account of the last call: seconds waiting for its turn and on the device.
@@ -479,12 +635,29 @@ class ServedModel:
         feeds = [dtypes.host_tensor(spec[0], t) for spec, t in zip(self._input_specs, inputs)]
         feeds += self._seeds.feeds(self._iteration)
         self._iteration += 1
-        ticket = self._session.client.submit(self.job_id, feeds, self._fetches, self._iteration)
-        result = self._session.client.wait(ticket)
+        session = self._session
+        try:
+            result = session.client.wait(session.client.submit(self.job_id, feeds, self._fetches, self._iteration))
+        except errors.DaemonUnavailableError:
+            self._register_again(session)
+            result = self._session.client.wait(
+                self._session.client.submit(self.job_id, feeds, self._fetches, self._iteration))
         self.queue_seconds = result.queue_seconds
         self.run_seconds = result.run_seconds
         leaves = [dtypes.to_torch(result.tensors[f]) for f in self._fetches]
         return self._unflatten(leaves, self._capture.out_spec)
+
+    def _register_again(self, session):
+        """tandemd went away under `session`: registers the model again (its weights do not change) once
+        tandemd answers, within the re-attach timeout; another thread may have done it already."""
+        with self._reattach_lock:
+            if session is not self._session:
+                return
+            if self._reattach_timeout <= 0:
+                raise errors.DaemonUnavailableError(
+                    f"tandemd went away and re-attaching is off for served model '{self.name}'", errors.UNAVAILABLE)
+            session.abandon()
+            self._session = _register_again(*self._register_args, self._reattach_timeout)
 
     def close(self):
         self._session.close()

@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""What a device fault and the snapshots that recover from it cost (docs/deploy.md, Device faults).
+
+1. Snapshot cost: one training job of each model alone on tandemd, ms/iter without checkpoints, with
+   checkpoints every CHECKPOINT_S seconds, and after every iteration (checkpoint_interval 0, the worst case:
+   a device-to-host copy of every weight and optimizer state, and a file write, per iteration while none is in
+   flight). Same daemon binary, one daemon per setting, in the same run.
+2. Recovery: two training jobs of the model run side by side on a tandemd with --test_faults and a state_dir;
+   a third job faults the device (tandem.torch.fault_injection; an illegal address on a GPU). tandemd restarts
+   in place; the two jobs re-attach by themselves. Per job: the pause its client saw (the longest gap between
+   two of its steps' completions around the fault, against its median step), the re-attach's own seconds
+   (Recovery.pause_seconds: from noticing to registered again), the checkpoint step and the steps lost.
+
+    python3 bench/models/fault_recovery.py --out /tmp/out/fault_recovery.json              # on the GPU machine
+    python3 bench/models/fault_recovery.py --device cpu --small --out /tmp/fault.json      # plumbing only
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_common as bc  # noqa: E402
+
+import tandem.torch  # noqa: E402
+from tandem.torch.fault_injection import FaultyJob, fault_until_blamed  # noqa: E402
+
+CHECKPOINT_S = 10
+
+
+def train(endpoint, name, model_name, small, seed):
+    model, loss_fn, make_batch = bc.build_model(model_name, small)
+    batches = bc.make_batches(make_batch, 4, seed=seed)
+    job = tandem.torch.train(model, loss_fn, bc.sgd(model.parameters()), batches[0], endpoint=endpoint, name=name,
+                             reattach_timeout=120)
+    return job, batches
+
+
+def snapshot_cost(binary, device, model_name, small, steps):
+    """ms/iter of one job per checkpoint setting (None: no state_dir)."""
+    rows = []
+    for interval in (None, CHECKPOINT_S, 0):
+        state_dir = tempfile.mkdtemp(prefix="tandem-state-")
+        flags = [] if interval is None else [f"--state_dir={state_dir}", f"--checkpoint_interval={interval}"]
+        with bc.Daemon(binary, device, extra_flags=flags, name=f"snapshots-{interval}") as daemon:
+            job, batches = train(daemon.endpoint, "snapshots", model_name, small, 1)
+            with job:
+                for i in range(5):
+                    job.step(*batches[i % len(batches)])
+                times = []
+                for i in range(steps):
+                    start = time.perf_counter()
+                    job.step(*batches[i % len(batches)])
+                    times.append(time.perf_counter() - start)
+                persistent = int(job.registration.get("persistent_bytes", 0))
+        row = {"checkpoint_interval_s": interval, "median_ms": bc.ms(statistics.median(times)),
+               "mean_ms": bc.ms(statistics.mean(times)), "snapshot_bytes": persistent}
+        rows.append(row)
+        bc.log(f"{model_name}: checkpoint_interval {interval}: {row['median_ms']} ms/iter median, "
+               f"{row['mean_ms']} mean ({persistent / 2**20:.1f} MiB per snapshot)")
+    base = rows[0]["mean_ms"]
+    for row in rows:
+        row["mean_vs_none"] = round(row["mean_ms"] / base, 4)
+    return rows
+
+
+def recovery(binary, device, model_name, small, interval, before, after):
+    """Two jobs beside a faulting one; each job's pause and loss."""
+    state_dir = tempfile.mkdtemp(prefix="tandem-state-")
+    flags = [f"--state_dir={state_dir}", f"--checkpoint_interval={interval}", "--test_faults=true"]
+    with bc.Daemon(binary, device, extra_flags=flags, name="recovery") as daemon:
+        jobs = {n: train(daemon.endpoint, n, model_name, small, seed) for seed, n in enumerate(("left", "right"))}
+        faulty = FaultyJob(daemon.endpoint)
+        faulty.run(0)
+        time.sleep(0.5)  # its checkpoint written
+        ready = threading.Barrier(3)
+        done_at = {n: [] for n in jobs}
+        errors = []
+
+        def loop(name):
+            job, batches = jobs[name]
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    for i in range(before + after):
+                        if i == before:
+                            ready.wait(timeout=300)
+                        job.step(*batches[i % len(batches)])
+                        done_at[name].append(time.monotonic())
+            except Exception as e:
+                errors.append(f"{name}: {type(e).__name__}: {e}")
+                ready.abort()
+
+        threads = [threading.Thread(target=loop, args=(n,)) for n in jobs]
+        for t in threads:
+            t.start()
+        ready.wait(timeout=300)
+        time.sleep(0.2)  # both jobs stepping again
+        fault_at = time.monotonic()
+        faults = fault_until_blamed(daemon.endpoint, faulty)
+        for t in threads:
+            t.join()
+        if errors:
+            raise RuntimeError("; ".join(errors))
+        result = {"model": model_name, "checkpoint_interval_s": interval, "faults_until_blamed": faults, "jobs": {}}
+        for name, (job, _) in jobs.items():
+            times = done_at[name]
+            gaps = [b - a for a, b in zip(times, times[1:])]
+            steady = statistics.median(gaps[:before - 1]) if before > 2 else None
+            around = [b - a for a, b in zip(times, times[1:]) if b > fault_at]
+            row = {"median_step_ms": bc.ms(steady), "longest_gap_ms": bc.ms(max(around) if around else None),
+                   "recoveries": [r._asdict() for r in job.recoveries]}
+            result["jobs"][name] = row
+            bc.log(f"{name}: median step {row['median_step_ms']} ms, longest gap after the fault "
+                   f"{row['longest_gap_ms']} ms, re-attaches {row['recoveries']}")
+            job.close()
+        return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet50", choices=bc.MODEL_NAMES)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--small", action="store_true", help="tiny models (CPU plumbing runs)")
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per checkpoint setting")
+    parser.add_argument("--interval", type=float, default=0, help="checkpoint_interval of the recovery run")
+    parser.add_argument("--tandemd")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    bc.raise_on_signals()
+    device = bc.torch_device(args.device)
+    binary = bc.find_tandemd(args.tandemd)
+    result = {"meta": bc.metadata(device)}
+    try:
+        result["snapshot_cost"] = snapshot_cost(binary, device, args.model, args.small, args.steps)
+        bc.write_json(args.out, result)
+        result["recovery"] = recovery(binary, device, args.model, args.small, args.interval, 8, 12)
+    except BaseException as e:  # noqa: BLE001  (recorded, then the status says it)
+        bc.write_json(args.out, result)
+        return bc.stopped_early("fault_recovery", result, e)
+    bc.write_json(args.out, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
