@@ -80,12 +80,13 @@ void Service::AnswerFaultReports() {
     ++errors_;
     measurements_.OnError(absl::StatusCode::kInternal);
     v1::Response response;
-    StatusToProto(absl::InternalError(absl::StrCat(
-                      "job '", r.job_name, "' iteration ", r.iteration, ": the device faulted in this job's iteration (",
-                      r.status.message(), "), with no other job on the device. tandemd restarts; this job is not ",
-                      "resumed by itself: fix the fault, then register it again (with its resume token it ",
-                      "continues from its last checkpoint)")),
-                  response.mutable_status());
+    StatusToProto(
+        absl::InternalError(absl::StrCat(
+            "job '", r.job_name, "' iteration ", r.iteration, ": the device faulted in this job's iteration (",
+            r.status.message(), "), with no other job on the device. tandemd restarts; this job is not ",
+            "resumed by itself: fix the fault, then register it again (with its resume token it ",
+            "continues from its last checkpoint)")),
+        response.mutable_status());
     Reply(r.to, std::move(response));
   }
   fault_reports_.clear();

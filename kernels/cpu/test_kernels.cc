@@ -15,7 +15,7 @@ absl::Status TestFaultKernel(const KernelArgs& args) {
   if (out.data != x.data && out.type.bytes() > 0) std::memcpy(out.data, x.data, out.type.bytes());
   if (*args.inputs[1].as<const int64_t>() == 0) return absl::OkStatus();
   device::InjectDeviceFault(absl::StrCat("test_fault triggered", args.node->label.empty() ? "" : " in '",
-                                        args.node->label, args.node->label.empty() ? "" : "'"));
+                                         args.node->label, args.node->label.empty() ? "" : "'"));
   return device::InjectedDeviceFault();
 }
 
