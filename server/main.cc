@@ -12,6 +12,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
@@ -342,8 +343,10 @@ int Run(int argc, char** argv) {
       const absl::Status s = ExecSelf(argv, svc->FaultSuspects());
       TLOG_ERROR("tandemd could not start again").With("error", s.message());
     }
-    TLOG_INFO("tandemd stopped after a device fault").With("exit_status", kExitDeviceFault);
-    return kExitDeviceFault;
+    TLOG_WARNING("tandemd stopped after a device fault").With("exit_status", kExitDeviceFault);
+    // The service's threads still run: no static destructors under them.
+    std::fflush(nullptr);
+    std::_Exit(kExitDeviceFault);
   }
   service->reset();
   TLOG_INFO("tandemd stopped");

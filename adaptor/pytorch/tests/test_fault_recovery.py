@@ -203,6 +203,17 @@ class FaultRecoveryTest(unittest.TestCase):
         self.assertIn(len(neighbour.recoveries), (1, 2))
         neighbour.close()
 
+    def test_without_restart_on_fault_it_exits_75(self):
+        """restart_on_fault = false: the faulting job gets its error, and tandemd exits with status 75 (a
+        temporary failure: systemd's Restart=on-failure starts it again)."""
+        with Daemon("--test_faults=true", "--restart_on_fault=false", *_device_flags()) as daemon:
+            faulty = FaultyJob(daemon.endpoint)
+            with self.assertRaises(tandem.IterationError):
+                faulty.run(1)
+            faulty.close()
+            self.assertEqual(daemon.process.wait(timeout=30), 75)
+            self.assertIn("stopped after a device fault", daemon.log())
+
     def test_idle_job_re_attaches_at_its_next_step(self):
         """A job with nothing in flight when the device faults is no suspect: the faulting job, alone on the
         device, is blamed at once. The idle job finds out at its next step, which re-attaches and is sent

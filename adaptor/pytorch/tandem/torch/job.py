@@ -155,8 +155,8 @@ class StepHandle:
             job = self._job
             try:
                 result = job._session.client.wait(self._ticket)
-            except errors.DaemonUnavailableError:
-                job._reattach(self._generation)  # sends this step again, or raises
+            except errors.DaemonUnavailableError as e:
+                job._reattach(self._generation, e)  # sends this step again, or raises
                 continue
             except errors.IterationError:
                 # The daemon applied none of its updates: the optimizer's step count goes back too, unless
@@ -382,12 +382,13 @@ class TrainingJob:
         handle._loss_name, handle._outputs = loss_name, outputs
         self._unresolved.add(handle)
 
-    def _reattach(self, generation):
+    def _reattach(self, generation, gone):
         """tandemd went away while the session `generation` waited on it: registers the job again with its
         resume token once tandemd answers (within the re-attach timeout), rolls the optimizer's step count and
         the seeds back to the checkpoint's iteration and sends the steps in flight again. Another thread may
         have done it already (then nothing happens). Raises DaemonUnavailableError when the job cannot
-        re-attach (no checkpoints, re-attach off, or tandemd not back in time)."""
+        re-attach (no checkpoints, re-attach off, or tandemd not back in time); `gone` is the error that said
+        tandemd went away."""
         with self._reattach_lock:
             if generation != self._generation:
                 return
@@ -397,8 +398,8 @@ class TrainingJob:
                 why = ("re-attaching is off (reattach_timeout 0)" if token is not None else
                        "the job has no checkpoint to continue from (start tandemd with a state_dir, and give the "
                        "job a name no other job of yours uses)")
-                raise errors.DaemonUnavailableError(f"tandemd went away and job '{self.name}' cannot re-attach: "
-                                                    f"{why}", errors.UNAVAILABLE)
+                raise errors.DaemonUnavailableError(f"{gone} (job '{self.name}' cannot re-attach: {why})",
+                                                    errors.UNAVAILABLE) from gone
             old = self._session
             # Replies that reached this process before tandemd went away still count.
             waiting = []
@@ -450,8 +451,8 @@ class TrainingJob:
         generation = self._generation
         try:
             return fn(self._session.client)
-        except errors.DaemonUnavailableError:
-            self._reattach(generation)
+        except errors.DaemonUnavailableError as e:
+            self._reattach(generation, e)
             return fn(self._session.client)
 
     def _undo_step(self):
