@@ -216,9 +216,10 @@ void Service::HandleMessage(const std::string& peer, const PeerIdentity& identit
                             std::shared_ptr<const RequestFrames> frames) {
   ++requests_;
   PendingReply to{peer, 0};
-  if (shutting_down_) {
+  if (shutting_down_ || fault_.has_value()) {
     // Under the request's own id, so that a client connecting meanwhile (a
-    // re-attach racing the stop) hears it at once and tries again.
+    // re-attach racing the stop after a fault) hears it at once and tries
+    // again; nothing more runs on a faulted device.
     to.request_id = LeadingRequestId(payload);
     ReplyError(to, absl::UnavailableError("tandemd is shutting down"));
     return;

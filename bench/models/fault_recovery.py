@@ -9,13 +9,15 @@
    a third job faults the device (tandem.torch.fault_injection; an illegal address on a GPU). tandemd restarts
    in place; the two jobs re-attach by themselves. Per job: the pause its client saw (the longest gap between
    two of its steps' completions around the fault, against its median step), the re-attach's own seconds
-   (Recovery.pause_seconds: from noticing to registered again), the checkpoint step and the steps lost.
+   (Recovery.pause_seconds: from noticing to registered again), the checkpoint step and the steps lost, and
+   from tandemd's log the seconds from the fault to listening again.
 
     python3 bench/models/fault_recovery.py --out /tmp/out/fault_recovery.json              # on the GPU machine
     python3 bench/models/fault_recovery.py --device cpu --small --out /tmp/fault.json      # plumbing only
 """
 
 import argparse
+import datetime
 import os
 import statistics
 import sys
@@ -70,16 +72,27 @@ def snapshot_cost(binary, device, model_name, small, steps):
     return rows
 
 
-def recovery(binary, device, model_name, small, interval, settle_s=2.0):
+def restart_seconds(log_text):
+    """From tandemd's log: seconds from its first "device fault" line to its "started again" line (listening)."""
+    def stamp(line):
+        return datetime.datetime.fromisoformat(line.split(" ", 1)[0].replace("Z", "+00:00")).timestamp()
+
+    lines = log_text.splitlines()
+    fault = next((i for i, line in enumerate(lines) if " device fault: " in line), None)
+    if fault is None:
+        return None
+    back = next((line for line in lines[fault:] if " started again after a device fault" in line), None)
+    return None if back is None else round(stamp(back) - stamp(lines[fault]), 3)
+
+
+def recovery(binary, device, model_name, small, interval, steady=15):
     """Two jobs beside a faulting one; each job's pause and loss."""
     state_dir = tempfile.mkdtemp(prefix="tandem-state-")
     flags = [f"--state_dir={state_dir}", f"--checkpoint_interval={interval}", "--test_faults=true"]
     with bc.Daemon(binary, device, extra_flags=flags, name="recovery") as daemon:
         jobs = {n: train(daemon.endpoint, n, model_name, small, seed) for seed, n in enumerate(("left", "right"))}
         faulty = FaultyJob(daemon.endpoint)
-        for _ in range(8):  # past PACK's solo probes of a new job, which would run it alone
-            faulty.run(0)
-            time.sleep(0.05)
+        faulty.run(0)
         stop = threading.Event()
         done_at = {n: [] for n in jobs}
         errors = []
@@ -97,19 +110,29 @@ def recovery(binary, device, model_name, small, interval, settle_s=2.0):
             except Exception as e:
                 errors.append(f"{name}: {type(e).__name__}: {e}")
 
+        def strides(after=None):
+            """Until each job has done `steady` steps (after `after`, a monotonic time), at most 300 s."""
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and not errors:
+                if all(sum(1 for t in done_at[n] if after is None or t > after) >= steady for n in jobs):
+                    return
+                time.sleep(0.05)
+
         threads = [threading.Thread(target=loop, args=(n,)) for n in jobs]
         for t in threads:
             t.start()
-        time.sleep(settle_s)  # both jobs in their stride
+        strides()
         fault_at = time.monotonic()
         faults = fault_until_blamed(daemon.endpoint, faulty)
-        time.sleep(settle_s)  # both jobs in their stride again
+        strides(after=fault_at)
         stop.set()
         for t in threads:
             t.join()
         if errors:
             raise RuntimeError("; ".join(errors))
-        result = {"model": model_name, "checkpoint_interval_s": interval, "faults_until_blamed": faults, "jobs": {}}
+        result = {"model": model_name, "checkpoint_interval_s": interval, "faults_until_blamed": faults,
+                  "restart_s": restart_seconds(daemon.log_tail(200000)), "jobs": {}}
+        bc.log(f"tandemd: from the fault to listening again {result['restart_s']} s")
         for name, (job, _) in jobs.items():
             times = done_at[name]
             before = [b - a for a, b in zip(times, times[1:]) if b < fault_at]

@@ -63,11 +63,12 @@ class CudaGru : public ::testing::TestWithParam<DType> {
 
   // gru_backward of the layer whose forward read `in` and gave `out`, with
   // a nonzero grad_h_n; `grad_y` is fed when negative. Returns its outputs.
+  // grad_y and grad_h_n: new feeds where not given (-1).
   std::vector<int> Backward(GraphMaker& g, const Dims& d, const std::vector<int>& in, const std::vector<int>& out,
-                            int grad_y = -1, const Attrs& attrs = {}) {
+                            int grad_y = -1, const Attrs& attrs = {}, int grad_h_n = -1) {
     const DType t = dtype();
     if (grad_y < 0) grad_y = g.Feed({t, {d.t, d.b, d.h}});
-    const int grad_h_n = g.Feed({t, {d.b, d.h}}, Fill::kNonZero);
+    if (grad_h_n < 0) grad_h_n = g.Feed({t, {d.b, d.h}}, Fill::kNonZero);
     return g.Add("gru_backward", {grad_y, grad_h_n, in[0], in[1], in[2], in[3], out[0], out[2]}, attrs);
   }
 
@@ -122,11 +123,12 @@ TEST_P(CudaGru, AllowTf32) {
   GraphMaker g;
   const std::vector<int> in = ForwardInputs(g, d, Fill::kSmall);
   const int grad_y = g.Feed({dtype(), {d.t, d.b, d.h}});
-  std::vector<int> outputs[2];  // each node's outputs: without, with allow_tf32
+  const int grad_h_n = g.Feed({dtype(), {d.b, d.h}}, Fill::kNonZero);  // one for both backward nodes
+  std::vector<int> outputs[2];                                         // each node's outputs: without, with allow_tf32
   for (int k = half() ? 0 : 1; k < 2; ++k) {
     const Attrs attrs = MakeAttrs({{"allow_tf32", k == 1}});
     const std::vector<int> fwd = g.Add("gru", in, attrs);
-    const std::vector<int> bwd = Backward(g, d, in, fwd, grad_y, attrs);
+    const std::vector<int> bwd = Backward(g, d, in, fwd, grad_y, attrs, grad_h_n);
     outputs[k] = fwd;
     outputs[k].insert(outputs[k].end(), bwd.begin(), bwd.end());
   }
