@@ -10,7 +10,8 @@
    in place; the two jobs re-attach by themselves. Per job: the pause its client saw (the longest gap between
    two of its steps' completions around the fault, against its median step), the re-attach's own seconds
    (Recovery.pause_seconds: from noticing to registered again), the checkpoint step and the steps lost, and
-   from tandemd's log the seconds from the fault to listening again.
+   from tandemd's log the seconds from the fault to the end of the stop, to the devices ready and to
+   listening again.
 
     python3 bench/models/fault_recovery.py --out /tmp/out/fault_recovery.json              # on the GPU machine
     python3 bench/models/fault_recovery.py --device cpu --small --out /tmp/fault.json      # plumbing only
@@ -72,8 +73,10 @@ def snapshot_cost(binary, device, model_name, small, steps):
     return rows
 
 
-def restart_seconds(log_text):
-    """From tandemd's log: seconds from its first "device fault" line to its "started again" line (listening)."""
+def restart_phases(log_text):
+    """From tandemd's log (info level): seconds from its first "device fault" line to the old process's last
+    line before the exec ("starts again": the stop), to the new process's "device ready" (the start up to its
+    devices) and to its "started again" line (listening)."""
     def stamp(line):
         return datetime.datetime.fromisoformat(line.split(" ", 1)[0].replace("Z", "+00:00")).timestamp()
 
@@ -81,14 +84,19 @@ def restart_seconds(log_text):
     fault = next((i for i, line in enumerate(lines) if " device fault: " in line), None)
     if fault is None:
         return None
-    back = next((line for line in lines[fault:] if " started again after a device fault" in line), None)
-    return None if back is None else round(stamp(back) - stamp(lines[fault]), 3)
+    phases = {}
+    marks = (("stopped_s", " tandemd starts again after a device fault"), ("devices_ready_s", " device ready "),
+             ("listening_s", " started again after a device fault"))
+    for key, text in marks:
+        line = next((line for line in lines[fault:] if text in line), None)
+        phases[key] = None if line is None else round(stamp(line) - stamp(lines[fault]), 3)
+    return phases
 
 
 def recovery(binary, device, model_name, small, interval, steady=15):
     """Two jobs beside a faulting one; each job's pause and loss."""
     state_dir = tempfile.mkdtemp(prefix="tandem-state-")
-    flags = [f"--state_dir={state_dir}", f"--checkpoint_interval={interval}", "--test_faults=true"]
+    flags = [f"--state_dir={state_dir}", f"--checkpoint_interval={interval}", "--test_faults=true", "--log_level=info"]
     with bc.Daemon(binary, device, extra_flags=flags, name="recovery") as daemon:
         jobs = {n: train(daemon.endpoint, n, model_name, small, seed) for seed, n in enumerate(("left", "right"))}
         faulty = FaultyJob(daemon.endpoint)
@@ -131,8 +139,8 @@ def recovery(binary, device, model_name, small, interval, steady=15):
         if errors:
             raise RuntimeError("; ".join(errors))
         result = {"model": model_name, "checkpoint_interval_s": interval, "faults_until_blamed": faults,
-                  "restart_s": restart_seconds(daemon.log_tail(200000)), "jobs": {}}
-        bc.log(f"tandemd: from the fault to listening again {result['restart_s']} s")
+                  "restart": restart_phases(daemon.log_tail(10 ** 7)), "jobs": {}}
+        bc.log(f"tandemd after the fault, seconds: {result['restart']}")
         for name, (job, _) in jobs.items():
             times = done_at[name]
             before = [b - a for a, b in zip(times, times[1:]) if b < fault_at]
