@@ -94,12 +94,12 @@ class _Session:
                 self.client.close_job(self.job_id)
             except errors.TandemError:
                 pass  # the daemon may be gone; ending the session frees the job anyway
-            self.client.close()
+        self.client.close()  # an abandoned session's too
 
     def abandon(self):
-        """Drops a session whose daemon went away (nothing to close there)."""
+        """Marks a session whose daemon went away as done with. Its client stays open (close() closes it), so
+        that another thread still waiting on it gets its answer, not a closed client."""
         self.closed = True
-        self.client.close()
 
 
 def _register_again(endpoint, name, request, persistent, timeout):
@@ -153,12 +153,16 @@ class StepHandle:
             if self._error is not None:
                 raise self._error
             job = self._job
+            with job._reattach_lock:  # the session and ticket of one generation (a re-attach changes both)
+                client, ticket, generation = job._session.client, self._ticket, self._generation
             try:
-                result = job._session.client.wait(self._ticket)
+                result = client.wait(ticket)
             except errors.DaemonUnavailableError as e:
-                job._reattach(self._generation, e)  # sends this step again, or raises
+                job._reattach(generation, e)  # sends this step again, or raises
                 continue
             except errors.IterationError:
+                if self._generation != generation:
+                    continue  # sent again by a re-attach meanwhile
                 # The daemon applied none of its updates: the optimizer's step count goes back too, unless
                 # later steps were sent on top of it (they already count it).
                 if job._iteration == self.iteration:
@@ -273,7 +277,9 @@ class TrainingJob:
         self._session = _Session(endpoint, name, request, self._persistent)
         self._generation = 0  # sessions since the first (one per re-attach)
         self._unresolved = weakref.WeakSet()  # handles sent and not answered
-        self._reattach_lock = threading.Lock()
+        # Held by a re-attach and by whatever reads or sends with the session (re-entered by a re-attach's sends).
+        self._reattach_lock = threading.RLock()
+        self._abandoned = []  # sessions of daemons that went away, closed with the job
         self.recoveries = []  # a Recovery per re-attach
         self._iteration = 0
         self.name = name
@@ -352,7 +358,8 @@ class TrainingJob:
         elif shape is None:
             _check_batch("step()", flat, self._batch_specs, self._layout.labels)
         handle = StepHandle(self, flat, shape, fetch)
-        self._send(handle)
+        with self._reattach_lock:
+            self._send(handle)
         return handle
 
     def _send(self, handle):
@@ -413,6 +420,7 @@ class TrainingJob:
                 except errors.IterationError as e:
                     handle._error = e
             old.abandon()
+            self._abandoned.append(old)
             request = dict(self._request, resume_token=base64.b64encode(token).decode())
             deadline = started + self._reattach_timeout
             try:
@@ -559,6 +567,8 @@ class TrainingJob:
 
     def close(self):
         """Closes the job and the session (frees its memory in the daemon). Safe to call twice."""
+        for old in self._abandoned:
+            old.close()
         self._session.close()
 
     def __enter__(self):
@@ -620,6 +630,7 @@ class ServedModel:
         self._register_args = (endpoint, name, request, persistent)
         self._reattach_timeout = reattach_timeout(reattach)
         self._reattach_lock = threading.Lock()
+        self._abandoned = []
         self._iteration = 0
         self.name = name
         # The daemon's account of the last call: seconds waiting for its turn and on the device.
@@ -658,9 +669,12 @@ class ServedModel:
                 raise errors.DaemonUnavailableError(
                     f"tandemd went away and re-attaching is off for served model '{self.name}'", errors.UNAVAILABLE)
             session.abandon()
+            self._abandoned.append(session)
             self._session = _register_again(*self._register_args, self._reattach_timeout)
 
     def close(self):
+        for old in self._abandoned:
+            old.close()
         self._session.close()
 
     def __enter__(self):
