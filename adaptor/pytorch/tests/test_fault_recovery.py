@@ -200,8 +200,17 @@ class FaultRecoveryTest(unittest.TestCase):
                 faulty.run(1)
             self.assertEqual(raised.exception.code, INTERNAL)
             faulty.close()
-            for h in handles:
-                self.assertTrue(h.result() == h.result())
+            # The handles are waited on from threads of their own: one re-attaches, the others wait on the new
+            # session.
+            results = {}
+            waiters = [threading.Thread(target=lambda k=k, h=h: results.__setitem__(k, h.result()))
+                       for k, h in enumerate(handles)]
+            for t in waiters:
+                t.start()
+            for t in waiters:
+                t.join(timeout=120)
+            self.assertEqual(sorted(results), list(range(len(handles))))
+            self.assertTrue(all(loss == loss for loss in results.values()))
             neighbour.step(*batch)
         log = self.daemon.log()
         self.assertIn("jobs_on_device=2", log)
