@@ -219,6 +219,21 @@ class FaultRecoveryTest(unittest.TestCase):
         self.assertIn(len(neighbour.recoveries), (1, 2))
         neighbour.close()
 
+    def test_served_model_registers_again(self):
+        """A served model has no checkpoint to resume: after the restart it registers again with its weights and
+        answers as before."""
+        torch.manual_seed(7)
+        model = nn.Sequential(nn.Linear(12, 16), nn.Tanh(), nn.Linear(16, 4)).eval()
+        x = torch.randn(3, 12)
+        with tandem.torch.serve(model, (x,), endpoint=self.daemon.endpoint, reattach_timeout=60) as served:
+            want = served(x)
+            faulty = FaultyJob(self.daemon.endpoint)
+            with self.assertRaises(tandem.IterationError):
+                faulty.run(1)
+            faulty.close()
+            self.assertTrue(torch.equal(served(x), want))
+            self.assertEqual(len(served._abandoned), 1, "registered again once")
+
     def test_without_restart_on_fault_it_exits_75(self):
         """restart_on_fault = false: the faulting job gets its error, and tandemd exits with status 75 (a
         temporary failure: systemd's Restart=on-failure starts it again)."""

@@ -273,8 +273,7 @@ class TrainingJob:
         if resume is not None:
             token = bytes.fromhex(resume) if isinstance(resume, str) else bytes(resume)
             request["resume_token"] = base64.b64encode(token).decode()
-        self._persistent = [dtypes.host_tensor(n, t) for n, t in lowered.persistent]
-        self._session = _Session(endpoint, name, request, self._persistent)
+        self._session = _Session(endpoint, name, request, self._host_persistent())
         self._generation = 0  # sessions since the first (one per re-attach)
         self._unresolved = weakref.WeakSet()  # handles sent and not answered
         # Held by a re-attach and by whatever reads or sends with the session (re-entered by a re-attach's sends).
@@ -288,6 +287,11 @@ class TrainingJob:
         for _ in range(self.resumed_iterations):
             self._plan.scalar_values(advance=True)
         self._iteration = self.resumed_iterations
+
+    def _host_persistent(self):
+        """The job's first persistent values as HostTensors, made when needed: the model's tensors (the job
+        trains the daemon's copies, so they keep their first values), on the host."""
+        return [dtypes.host_tensor(n, t) for n, t in self._lowered.persistent]
 
     @property
     def resume_token(self):
@@ -424,13 +428,13 @@ class TrainingJob:
             request = dict(self._request, resume_token=base64.b64encode(token).decode())
             deadline = started + self._reattach_timeout
             try:
-                self._session = _register_again(self._endpoint, self.name, request, self._persistent,
+                self._session = _register_again(self._endpoint, self.name, request, self._host_persistent(),
                                                 self._reattach_timeout)
             except errors.RegistrationError as e:
                 if e.code != errors.NOT_FOUND:
                     raise
                 # No checkpoint written yet: the job starts again from its first weights.
-                self._session = _register_again(self._endpoint, self.name, self._request, self._persistent,
+                self._session = _register_again(self._endpoint, self.name, self._request, self._host_persistent(),
                                                 max(0.0, deadline - time.monotonic()))
             resumed = self.resumed_iterations
             first_waiting = waiting[0].iteration if waiting else self._iteration + 1
@@ -624,10 +628,9 @@ class ServedModel:
         self._fetches = [lowered.fetch_names[o.name] for o in capture.outputs]
         request = {"name": name, "graph": lowered.graph, "hints": hints}
         chosen = lowered.persistent if persistent is None else persistent
-        persistent = [dtypes.host_tensor(n, t) for n, t in chosen]
-        self._session = _Session(endpoint, name, request, persistent)
+        self._session = _Session(endpoint, name, request, [dtypes.host_tensor(n, t) for n, t in chosen])
         # Kept to register again, with the same weights, after tandemd went away.
-        self._register_args = (endpoint, name, request, persistent)
+        self._register_args = (endpoint, name, request, chosen)
         self._reattach_timeout = reattach_timeout(reattach)
         self._reattach_lock = threading.Lock()
         self._abandoned = []
@@ -670,7 +673,9 @@ class ServedModel:
                     f"tandemd went away and re-attaching is off for served model '{self.name}'", errors.UNAVAILABLE)
             session.abandon()
             self._abandoned.append(session)
-            self._session = _register_again(*self._register_args, self._reattach_timeout)
+            endpoint, name, request, chosen = self._register_args
+            self._session = _register_again(endpoint, name, request, [dtypes.host_tensor(n, t) for n, t in chosen],
+                                            self._reattach_timeout)
 
     def close(self):
         for old in self._abandoned:
