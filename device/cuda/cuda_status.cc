@@ -1,32 +1,18 @@
 #include "device/cuda/cuda_status.h"
 
-#include <atomic>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "device/first_fault.h"
 
 namespace tandem::device {
 namespace {
 
 // The first sticky error the process saw (StickyCudaFault).
-std::atomic<bool> sticky_seen{false};
-
-absl::Mutex& StickyMutex() {
-  static auto* mu = new absl::Mutex;  // never destroyed: device threads may report at exit
-  return *mu;
-}
-
-std::string& StickyText() {
-  static auto* text = new std::string;
-  return *text;
-}
-
-void RecordSticky(const std::string& message) {
-  absl::MutexLock lock(&StickyMutex());
-  if (sticky_seen.load()) return;
-  StickyText() = message;
-  sticky_seen.store(true);
+FirstFault& Sticky() {
+  static auto* fault = new FirstFault;
+  return *fault;
 }
 
 }  // namespace
@@ -38,7 +24,7 @@ absl::Status CudaStatus(cudaError_t error, absl::string_view call) {
   // (sticky errors cannot be cleared, and every later call reports them).
   if (!IsStickyCudaError(error)) cudaGetLastError();
   std::string message = absl::StrCat(call, ": ", cudaGetErrorString(error), " (", cudaGetErrorName(error), ")");
-  if (IsStickyCudaError(error)) RecordSticky(message);
+  if (IsStickyCudaError(error)) Sticky().Record(message);
   switch (error) {
     case cudaErrorMemoryAllocation:
       return absl::ResourceExhaustedError(message);
@@ -55,9 +41,9 @@ absl::Status CudaStatus(cudaError_t error, absl::string_view call) {
 }
 
 absl::Status StickyCudaFault() {
-  if (!sticky_seen.load(std::memory_order_acquire)) return absl::OkStatus();
-  absl::MutexLock lock(&StickyMutex());
-  return absl::InternalError(absl::StrCat(StickyText(), "; the CUDA context is unusable"));
+  const std::optional<std::string> message = Sticky().Message();
+  if (!message.has_value()) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(*message, "; the CUDA context is unusable"));
 }
 
 bool IsStickyCudaError(cudaError_t error) {

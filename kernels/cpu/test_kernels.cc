@@ -14,8 +14,9 @@ absl::Status TestFaultKernel(const KernelArgs& args) {
   const TensorArg& out = args.outputs[0];
   if (out.data != x.data && out.type.bytes() > 0) std::memcpy(out.data, x.data, out.type.bytes());
   if (*args.inputs[1].as<const int64_t>() == 0) return absl::OkStatus();
-  device::InjectDeviceFault(absl::StrCat("test_fault triggered", args.node->label.empty() ? "" : " in '",
-                                         args.node->label, args.node->label.empty() ? "" : "'"));
+  const std::string& label = args.node->label;
+  device::InjectDeviceFault(label.empty() ? "test_fault triggered"
+                                          : absl::StrCat("test_fault triggered in '", label, "'"));
   return device::InjectedDeviceFault();
 }
 
