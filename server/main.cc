@@ -171,6 +171,11 @@ int Run(int argc, char** argv) {
   auto service = Service::Create(options, loop, [&transport](std::string peer, std::string payload) {
     transport->Send(std::move(peer), std::move(payload));
   });
+  // The devices are open (or failed to open): the GPUs' files the process
+  // before a restart held for this one have done their work.
+  if (const int held = ReleaseHeldDeviceFiles(); held > 0) {
+    TLOG_INFO("GPU device files held across the restart released").With("files", held);
+  }
   if (!service.ok()) return Fail(kExitFailure, service.status().message());
   Service* svc = service->get();
   // The metrics endpoint before the transport: once the socket exists (what

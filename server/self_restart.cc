@@ -6,21 +6,53 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace tandem::server {
 namespace {
 
 constexpr char kRestartsVariable[] = "TANDEM_FAULT_RESTARTS";
 constexpr char kSuspectsVariable[] = "TANDEM_FAULT_SUSPECTS";  // checkpoint paths, one per line
+constexpr char kHeldFilesVariable[] = "TANDEM_HELD_DEVICE_FILES";  // descriptors, comma-separated
+
+// The NVIDIA driver's control file and one file per GPU.
+bool IsGpuDeviceFile(absl::string_view name) {
+  if (name == "nvidiactl") return true;
+  if (!absl::ConsumePrefix(&name, "nvidia") || name.empty()) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// Opens every GPU device file under /dev, inheritable, and names the
+// descriptors in $TANDEM_HELD_DEVICE_FILES. On a machine without GPUs there
+// are none. Opening a device file creates no CUDA context: the faulted
+// context still goes with the old image's own descriptors.
+void HoldDeviceFiles() {
+  std::vector<int> fds;
+  if (DIR* dir = ::opendir("/dev"); dir != nullptr) {
+    while (const dirent* entry = ::readdir(dir)) {
+      if (!IsGpuDeviceFile(entry->d_name)) continue;
+      const int fd = ::open(absl::StrCat("/dev/", entry->d_name).c_str(), O_RDWR | O_NOCTTY);
+      if (fd >= 0) fds.push_back(fd);
+    }
+    ::closedir(dir);
+  }
+  if (fds.empty()) {
+    ::unsetenv(kHeldFilesVariable);
+  } else {
+    ::setenv(kHeldFilesVariable, absl::StrJoin(fds, ",").c_str(), 1);
+  }
+}
 
 // close_range(CLOSE_RANGE_CLOEXEC) needs Linux 5.11; older kernels get the
 // descriptors of /proc/self/fd marked one by one.
@@ -54,8 +86,29 @@ std::vector<std::string> TakeFaultSuspects() {
   return paths;
 }
 
+int ReleaseHeldDeviceFiles() {
+  const char* value = std::getenv(kHeldFilesVariable);
+  int closed = 0;
+  if (value != nullptr) {
+    for (absl::string_view word : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+      int fd = 0;
+      if (!absl::SimpleAtoi(word, &fd) || fd <= 2) continue;
+      // Only a descriptor that still names a GPU device file: the variable
+      // may have come from somewhere else.
+      char target[64] = {};
+      const ssize_t n = ::readlink(absl::StrCat("/proc/self/fd/", fd).c_str(), target, sizeof(target) - 1);
+      absl::string_view path(target, n > 0 ? static_cast<size_t>(n) : 0);
+      if (!absl::ConsumePrefix(&path, "/dev/") || !IsGpuDeviceFile(path)) continue;
+      closed += ::close(fd) == 0 ? 1 : 0;
+    }
+  }
+  ::unsetenv(kHeldFilesVariable);
+  return closed;
+}
+
 absl::Status ExecSelf(char** argv, const std::vector<std::string>& suspects) {
   MarkDescriptorsCloseOnExec();
+  HoldDeviceFiles();
   ::setenv(kRestartsVariable, absl::StrCat(SelfRestarts() + 1).c_str(), 1);
   if (suspects.empty()) {
     ::unsetenv(kSuspectsVariable);

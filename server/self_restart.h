@@ -15,8 +15,17 @@ namespace tandem::server {
 // files go with the process image, and with them its GPU contexts; the old
 // socket lock goes too), counts the restart in $TANDEM_FAULT_RESTARTS,
 // hands `suspects` (Service::FaultSuspects) on in $TANDEM_FAULT_SUSPECTS,
-// and execs /proc/self/exe with `argv`. Returns only on failure.
+// opens the GPUs' device files for the next process to hold until its
+// devices are open (ReleaseHeldDeviceFiles), and execs /proc/self/exe with `argv`. Returns only on failure.
 absl::Status ExecSelf(char** argv, const std::vector<std::string>& suspects);
+
+// Closes the GPUs' device files that the process before the restart held
+// open across the exec (ExecSelf keeps /dev/nvidiactl and /dev/nvidia<N>
+// open, so that a driver without persistence mode keeps each GPU set up
+// between the two processes instead of tearing it down and setting it up
+// again in the next cuInit). Called once the devices are open; returns how
+// many it closed.
+int ReleaseHeldDeviceFiles();
 
 // How many times this process restarted itself ($TANDEM_FAULT_RESTARTS).
 int SelfRestarts();
