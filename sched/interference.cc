@@ -39,7 +39,15 @@ void InterferenceEstimates::Forget(int key) {
 
 void InterferenceEstimates::AddSample(int key, const OverlapMeter::Sample& overlap, double iteration_seconds) {
   if (key < 0 || key >= static_cast<int>(names_.size())) return;
-  if (overlap.was_paused || !(iteration_seconds > 0) || !std::isfinite(iteration_seconds)) return;
+  if (!(iteration_seconds > 0) || !std::isfinite(iteration_seconds)) return;
+  if (overlap.was_paused) {
+    // A paused iteration (a segmented solo probe, a yielded best-effort
+    // one) measures its key's solo time when it ran alone throughout: its
+    // device time is its segments'. Beside partners, its wall time (pauses
+    // included) no longer tells their share.
+    if (overlap.partner_seconds.empty()) solo_[key].Add(iteration_seconds);
+    return;
+  }
   double overlapped = 0;
   for (const auto& [partner, seconds] : overlap.partner_seconds) overlapped += seconds;
   const double wall = overlap.wall_seconds;

@@ -52,8 +52,9 @@ class InterferenceEstimates {
   // job leaves). The id is not reused.
   void Forget(int key);
 
-  // Feeds one finished, unpaused iteration of `key` that took
-  // `iteration_seconds` (measured device time).
+  // Feeds one finished iteration of `key` that took `iteration_seconds`
+  // (measured device time). One that was paused counts only as a solo
+  // sample, and only when it ran beside nobody.
   void AddSample(int key, const OverlapMeter::Sample& overlap, double iteration_seconds);
 
   // Trusted estimates (at least min_samples samples); nullopt otherwise.

@@ -79,13 +79,29 @@ TEST(InterferenceEstimatesTest, PausedAndBarelyOverlappedSamplesDoNotMislead) {
   InterferenceEstimates estimates(1);
   const int a = estimates.Intern("a");
   const int b = estimates.Intern("b");
-  OverlapMeter::Sample paused = Sample(0.050, {});
+  // Paused beside b for part of its run: its wall time (0.050 s, pauses
+  // included) tells neither a's solo time nor r(a, b).
+  OverlapMeter::Sample paused = Sample(0.050, {{b, 0.004}});
   paused.was_paused = true;
-  estimates.AddSample(a, paused, 0.050);
+  estimates.AddSample(a, paused, 0.012);
   EXPECT_FALSE(estimates.Solo(a).has_value());
+  EXPECT_EQ(estimates.PairSamples(a, b), 0u);
   estimates.AddSample(a, Sample(0.010, {}), 0.010);
   estimates.AddSample(a, Sample(0.012, {{b, 0.002}}), 0.012);  // 17% overlap: too little
   EXPECT_EQ(estimates.PairSamples(a, b), 0u);
+  EXPECT_NEAR(*estimates.Solo(a), 0.010, 1e-12);
+}
+
+// A segmented solo probe pauses while the jobs it held up run, and runs
+// alone otherwise: its device time (its segments') is a solo sample.
+TEST(InterferenceEstimatesTest, APausedIterationThatRanAloneIsASoloSample) {
+  InterferenceEstimates estimates(1);
+  const int a = estimates.Intern("a");
+  OverlapMeter::Sample probe = Sample(0.080, {});
+  probe.was_paused = true;
+  estimates.AddSample(a, probe, 0.028);
+  ASSERT_TRUE(estimates.Solo(a).has_value());
+  EXPECT_NEAR(*estimates.Solo(a), 0.028, 1e-12);
 }
 
 // Three co-runner keys at once (four lanes busy): the estimator recovers

@@ -121,11 +121,59 @@ const JobState* SoloProbes::Target(const SchedState& state) {
   return target;
 }
 
+const JobState* SoloProbes::RunningProbe(const SchedState& state) const {
+  if (running_probe_ == 0) return nullptr;
+  const JobState* job = state.Job(running_probe_);
+  // The probe iteration itself, not a later ordinary one of the job (while
+  // a probe runs nothing is staged behind it, so its start stays the last).
+  return job != nullptr && job->running && job->last_start_seq == probe_start_seq_ ? job : nullptr;
+}
+
+SoloProbes::HeldUp SoloProbes::HeldUpJobs(const SchedState& state, int probe_lane, absl::FunctionRef<bool(int)> runs) {
+  HeldUp held;
+  for (int lane = 0; lane < state.LaneCount(); ++lane) {
+    if (lane == probe_lane) continue;
+    if (state.lanes[lane].busy) held.busy = true;
+    if (state.lanes[lane].busy || !runs(lane)) continue;
+    for (const JobState* job : state.lanes[lane].jobs) {
+      const std::optional<double> estimate = job->has_queued() ? state.IterationEstimate(*job) : std::nullopt;
+      if (!estimate) continue;
+      held.waiting = true;
+      held.shortest = std::min(held.shortest, *estimate);
+      held.longest = std::max(held.longest, *estimate);
+    }
+  }
+  return held;
+}
+
+bool SoloProbes::Segmented(JobId job) const { return job == running_probe_ && probe_segmented_; }
+
+bool SoloProbes::ShouldYield(const SchedState& state, int lane, absl::FunctionRef<bool(int)> runs) const {
+  const JobState* probe = RunningProbe(state);
+  if (probe == nullptr || probe->lane() != lane || !probe_segmented_) return false;
+  const LaneState& l = state.lanes[lane];
+  const HeldUp held = HeldUpJobs(state, lane, runs);
+  if (!l.paused) {
+    // Pause once the probe has run for as long as the quickest of the jobs
+    // it holds up takes for an iteration; the pause then lasts until the
+    // slowest of them has had time for one.
+    const bool yield = held.busy || (held.waiting && state.now - l.run_since >= held.shortest);
+    if (yield) pause_window_ = held.longest;
+    return yield;
+  }
+  return held.busy || (held.waiting && state.now - l.paused_since < pause_window_);
+}
+
 bool SoloProbes::Decide(const SchedState& state, int lane, std::optional<JobId>* pick) {
-  // While a probe runs, every other lane waits for it.
+  // While a probe runs, every other lane waits for it; while it is paused
+  // (ShouldYield), the other lanes start iterations as usual until its pause
+  // window has passed.
   if (running_probe_ != 0) {
-    const JobState* running = state.Job(running_probe_);
-    if (running != nullptr && running->running) {
+    if (const JobState* running = RunningProbe(state); running != nullptr) {
+      const LaneState& probe_lane = state.lanes[running->lane()];
+      if (running->lane() != lane && probe_lane.paused && state.now - probe_lane.paused_since < pause_window_) {
+        return false;
+      }
       *pick = std::nullopt;
       return true;
     }
@@ -148,6 +196,14 @@ bool SoloProbes::Decide(const SchedState& state, int lane, std::optional<JobId>*
     ++started_[probe->key];
     next_probe_ = state.now + state.options.probe_spacing_seconds;
     running_probe_ = probe->id;
+    probe_start_seq_ = state.next_start_seq;  // what Next gives the iteration it starts now
+    // Segmented beside jobs that have run: they are the ones it holds up.
+    probe_segmented_ = false;
+    for (const LaneState& l : state.lanes) {
+      for (const JobState* other : l.jobs) {
+        probe_segmented_ |= segmented_ && other != probe && other->iterations_done > 0;
+      }
+    }
     *pick = probe->id;
   }
   return true;

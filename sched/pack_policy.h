@@ -45,7 +45,8 @@
 //     28 ms one a fifth of its solo rate. A job whose solo time is unknown
 //     gets a probe: the other lanes drain and its iteration runs alone
 //     (min_interference_samples times per interference key), because r is
-//     measured against the solo time.
+//     measured against the solo time; beside jobs that have run, in
+//     segments that take turns with them (SoloProbes).
 //
 // No starvation: side by side must also leave each job its fair share.
 // Two jobs that take turns each get half the device (2x their solo time),
@@ -73,11 +74,13 @@
 #ifndef TANDEM_SCHED_PACK_POLICY_H_
 #define TANDEM_SCHED_PACK_POLICY_H_
 
+#include <limits>
 #include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
 #include "sched/estimate.h"
 #include "sched/policy.h"
@@ -129,17 +132,53 @@ int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes,
 // graph (SchedulerOptions::first_iteration_captures), which is not
 // measured; and one probe per probe_spacing_seconds at most, so that a
 // running job is held up by one of the newcomer's iterations now and then,
-// not by a run of them. Owned by one policy; not thread-safe.
+// not by a run of them.
+//
+// Beside jobs that have run, a probe runs in segments (Dispatch::segmented)
+// and pauses at a segment boundary once a job it holds up has waited one of
+// its own iterations (its estimate) since its lane went free; each such
+// lane then runs one iteration while the probe waits, and the probe goes on
+// alone once they are done. The probe's device time is the sum of its
+// segments, each of them alone. So a newcomer whose iterations are much
+// longer than a running job's holds that job up for about one of its own
+// iterations at a time, not for one of the newcomer's (a 28 ms newcomer
+// beside a 6.4 ms job made its slowest iteration 4.4x its median).
+// Owned by one policy; not thread-safe.
 class SoloProbes {
  public:
-  explicit SoloProbes(int max_probes_per_key) : max_probes_per_key_(max_probes_per_key) {}
+  // segmented: probes beside jobs that have run go in segments (PACK; not
+  // SRTF_PACK, whose shortest-first order the pauses disturbed in the
+  // simulator: a short newcomer then finished after a longer job).
+  SoloProbes(int max_probes_per_key, bool segmented) : max_probes_per_key_(max_probes_per_key), segmented_(segmented) {}
 
   // True when a probe is due; then *pick is the decision for `lane`: the
   // probe's job (counted as a probe started), or nullopt while the lane must
   // wait for it. False (and *pick untouched) when no probe is due.
   bool Decide(const SchedState& state, int lane, std::optional<JobId>* pick);
+  // Whether the probe just picked for `lane` (Decide) runs in segments: it
+  // does when another job of the device has completed an iteration.
+  bool Segmented(JobId job) const;
+  // True when `lane` runs a segmented probe that should pause, or stay
+  // paused. It takes turns with the jobs it holds up (those of other lanes
+  // with a queued iteration and an iteration estimate): it runs for the
+  // quickest one's iteration time, then pauses for the slowest one's (the
+  // pause window: other lanes start iterations as usual), then waits for
+  // the iterations in progress to end, and goes on. `runs(lane)` tells
+  // whether the policy would start an iteration in a free lane now, so that
+  // a probe never waits for a lane the policy keeps idle.
+  bool ShouldYield(const SchedState& state, int lane, absl::FunctionRef<bool(int)> runs) const;
 
  private:
+  struct HeldUp {
+    bool busy = false;     // another lane runs an iteration
+    bool waiting = false;  // a job of a free lane that `runs` has a queued iteration and an estimate
+    double shortest = std::numeric_limits<double>::infinity();  // the least of the waiting jobs' estimates
+    double longest = 0;                                         // the greatest
+  };
+  static HeldUp HeldUpJobs(const SchedState& state, int probe_lane, absl::FunctionRef<bool(int)> runs);
+  // The running probe's job while its iteration runs, else null.
+  const JobState* RunningProbe(const SchedState& state) const;
+
   // The oldest job with a queued iteration whose key still needs a probe.
   const JobState* Target(const SchedState& state);
   // True when key needs no (more) probes: its solo time is known, or its
@@ -147,9 +186,15 @@ class SoloProbes {
   bool Settled(const SchedState& state, int key) const;
 
   const int max_probes_per_key_;
+  const bool segmented_;
   absl::flat_hash_map<int, int> started_;  // per key: probe iterations started
   double next_probe_ = 0;                  // no probe starts before this
   JobId running_probe_ = 0;                // the probe iteration's job while it may still run (0: none)
+  uint64_t probe_start_seq_ = 0;           // the probe iteration's JobState::last_start_seq
+  bool probe_segmented_ = false;           // the running probe runs in segments
+  // How long the paused probe leaves the other lanes to start iterations
+  // (ShouldYield sets it when it asks for the pause).
+  mutable double pause_window_ = 0;
   // The state's jobs_version at which every job's key was found settled:
   // until a job comes or goes, no probe can be due, and Target answers
   // without walking the jobs (it is asked at every dispatch).
@@ -203,10 +248,16 @@ class LaneLoads {
 class PackPolicy : public Policy {
  public:
   explicit PackPolicy(const SchedulerOptions& options)
-      : margin_(options.pack_margin), max_lanes_(options.max_lanes), probes_(4 * options.min_interference_samples) {}
+      : margin_(options.pack_margin),
+        max_lanes_(options.max_lanes),
+        probes_(4 * options.min_interference_samples, /*segmented=*/true) {}
 
   absl::string_view name() const override { return "pack"; }
   std::optional<JobId> Pick(const SchedState& state, int lane) override;
+  bool ShouldYield(const SchedState& state, int lane) const override {
+    return probes_.ShouldYield(state, lane, [&](int l) { return FirstQueued(state, l) != nullptr; });
+  }
+  bool Segmented(const SchedState& state, JobId job, int lane) const override { return probes_.Segmented(job); }
   int ChooseLane(const SchedState& state, const JobParams& params, int num_lanes) const override;
   std::vector<LaneChange> Rebalance(const SchedState& state, int num_lanes) const override;
   void OnIterationDone(const SchedState& state, const JobState& job, double device_seconds) override;

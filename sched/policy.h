@@ -31,6 +31,9 @@ class Policy {
   virtual int ChooseLane(const SchedState& state, const JobParams& params, int num_lanes) const = 0;
   virtual std::vector<LaneChange> Rebalance(const SchedState& state, int num_lanes) const { return {}; }
   virtual bool ShouldYield(const SchedState& state, int lane) const { return false; }
+  // Whether the iteration of `job` that Pick just chose for the free `lane`
+  // runs in segments (Dispatch::segmented).
+  virtual bool Segmented(const SchedState& state, JobId job, int lane) const { return false; }
 
   // Called after the state reflects the change.
   virtual void OnJobAdded(const SchedState& state, const JobState& job) {}

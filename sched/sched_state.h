@@ -60,7 +60,9 @@ struct LaneState {
   JobId running_job = 0;
   int running_priority = 0;  // the running job's priority when it started
   bool has_last_job = false;
-  JobId last_job = 0;  // the job whose iteration ran last here
+  JobId last_job = 0;       // the job whose iteration ran last here
+  double run_since = 0;     // the clock's seconds when its running iteration started or last resumed
+  double paused_since = 0;  // when its running iteration yielded (while paused)
 };
 
 struct SchedState {

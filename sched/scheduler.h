@@ -36,7 +36,8 @@
 //     each op boundary of the running iteration; when it pauses it calls
 //     OnIterationYielded(lane), keeps polling after each event, and calls
 //     OnIterationResumed(lane) when it goes on. A yielded iteration keeps its
-//     lane (its ephemeral tensors stay in the lane's arena).
+//     lane (its ephemeral tensors stay in the lane's arena). The same holds
+//     for an iteration whose Dispatch says `segmented`, under any policy.
 //
 // Interference. The scheduler knows which lanes are busy at every moment, so
 // each finished iteration comes with how long it ran alone and beside whom.
@@ -82,6 +83,11 @@ struct JobParams {
 struct Dispatch {
   JobId job = 0;
   Ticket ticket = 0;
+  // Run it in segments (Program::EnqueueNodes) and poll ShouldYield(lane)
+  // at each segment boundary, whatever the preemption option: PACK's solo
+  // probe of a newcomer beside running jobs (SoloProbes), which pauses so
+  // that a job it holds up runs an iteration in between.
+  bool segmented = false;
 };
 
 struct JobSchedStats {
@@ -187,8 +193,10 @@ class Scheduler {
 
   // --- Preemption ------------------------------------------------------------
   // True when the iteration running in `lane` should pause at its next op
-  // boundary (a higher-priority iteration is waiting to run beside it).
-  // Always false unless the policy is PRIORITY with op granularity.
+  // boundary: a higher-priority iteration is waiting to run beside it
+  // (PRIORITY with op granularity), or a segmented solo probe has held
+  // another lane's job up for one of its iterations (PACK).
+  // False for every other iteration.
   virtual bool ShouldYield(int lane) const = 0;
   virtual void OnIterationYielded(int lane) = 0;
   virtual void OnIterationResumed(int lane) = 0;

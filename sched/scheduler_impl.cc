@@ -134,6 +134,7 @@ std::optional<Dispatch> SchedulerImpl::Next(int lane) {
   LaneState& l = state_.lanes[lane];
   if (l.busy && !MayStage(*job)) return std::nullopt;
   Dispatch dispatch{job->id, job->queue.front()};
+  dispatch.segmented = !l.busy && policy_->Segmented(state_, job->id, lane);
   job->queue.pop_front();
   job->last_start_seq = state_.next_start_seq++;
   l.has_last_job = true;
@@ -159,6 +160,7 @@ void SchedulerImpl::StartRunning(int lane, const Dispatch& dispatch, const JobSt
   if (JobState* j = FindJob(dispatch.job)) j->running = true;
   l.busy = true;
   l.paused = false;
+  l.run_since = state_.now;
   l.running_job = dispatch.job;
   l.running_priority = job != nullptr ? job->params.priority : 0;
   state_.overlap.Start(lane, key, state_.now);
@@ -301,6 +303,7 @@ void SchedulerImpl::OnIterationYielded(int lane) {
   if (lane < 0 || lane >= state_.LaneCount() || !state_.lanes[lane].busy) return;
   Tick();
   state_.lanes[lane].paused = true;
+  state_.lanes[lane].paused_since = state_.now;
   state_.overlap.Pause(lane, state_.now);
 }
 
@@ -308,6 +311,7 @@ void SchedulerImpl::OnIterationResumed(int lane) {
   if (lane < 0 || lane >= state_.LaneCount() || !state_.lanes[lane].busy) return;
   Tick();
   state_.lanes[lane].paused = false;
+  state_.lanes[lane].run_since = state_.now;
   state_.overlap.Resume(lane, state_.now);
 }
 

@@ -42,7 +42,9 @@ namespace tandem::sched {
 class SrtfPackPolicy : public Policy {
  public:
   explicit SrtfPackPolicy(const SchedulerOptions& options)
-      : margin_(options.pack_margin), max_lanes_(options.max_lanes), probes_(4 * options.min_interference_samples) {}
+      : margin_(options.pack_margin),
+        max_lanes_(options.max_lanes),
+        probes_(4 * options.min_interference_samples, /*segmented=*/false) {}
 
   absl::string_view name() const override { return "srtf_pack"; }
   std::optional<JobId> Pick(const SchedState& state, int lane) override;

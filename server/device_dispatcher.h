@@ -165,23 +165,25 @@ class DeviceDispatcher {
   // The policy's lane moves (between two iterations of a job), at most
   // every few milliseconds.
   void RebalanceLanes();
-  void StartIteration(int lane, Job& job, uint64_t ticket, QueuedIteration it);
+  void StartIteration(int lane, Job& job, const sched::Dispatch& dispatch, QueuedIteration it);
   void OnIterationDone(int lane, int slot, uint64_t job_id, const LaneGapProbe& probe, QueuedIteration it,
                        absl::Status status);
   // The end of any iteration, whole or segmented, that ran `run_seconds` on
-  // the device: the reply, the measurements, the scheduler's report, and
-  // the slot and lane freed.
+  // the device: the reply, the measurements, the scheduler's report (with
+  // no time when not `measured`), and the slot and lane freed.
   void FinishIteration(int lane, int slot, uint64_t job_id, const LaneGapProbe& probe, QueuedIteration it,
-                       absl::Status status, double run_seconds);
+                       absl::Status status, double run_seconds, bool measured = true);
   std::vector<void*> AddressTable(const Job& job, int variant) const;
 
   // dispatcher_segments.cc: op-granularity preemption. An iteration that may
   // have to yield runs in segments (state.h, SegmentedIteration); before
   // each one the loop asks the scheduler whether to pause.
   // Whether an iteration of `job` starting now on lane `l` runs in segments:
-  // preemption=op under PRIORITY, a job of higher priority on the device,
-  // more nodes than a segment, and nothing else on the lane's stream.
-  bool RunsInSegments(const Job& job, const Graph& graph, const Lane& l) const;
+  // more nodes than a segment, nothing else on the lane's stream, and either
+  // the scheduler `asked` (Dispatch::segmented: PACK's solo probe beside
+  // running jobs) or preemption=op under PRIORITY with a job of higher
+  // priority on the device.
+  bool RunsInSegments(const Job& job, const Graph& graph, const Lane& l, bool asked) const;
   absl::Status EnsureSegmentEvents(Lane& l);
   // Enqueues segments of the lane's segmented iteration until enough are in
   // flight, it is done, or the scheduler says yield (then it parks).

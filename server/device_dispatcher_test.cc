@@ -3,7 +3,8 @@
 // scheduler is dispatched, runs on a lane's executor and is answered
 // through the host (reply, OnIterationReplied, OnDeviceWorkDone); a read
 // gets a persistent tensor's bytes; under PRIORITY with preemption=op a
-// lower-priority job's iteration runs in segments; nothing is dispatched
+// lower-priority job's iteration runs in segments, and so does PACK's solo
+// probe of a newcomer beside a job that has run; nothing is dispatched
 // while the host shuts down.
 #include "server/device_dispatcher.h"
 
@@ -180,6 +181,7 @@ class DeviceDispatcherTest : public ::testing::Test {
   // Runs the loop until `n` requests are answered.
   void RunUntilAnswered(size_t n) {
     host_.StopAfter(n);
+    loop_.context().restart();  // after an earlier run's Stop
     loop_.Run();
   }
 
@@ -256,6 +258,28 @@ TEST_F(DeviceDispatcherTest, ALowerPriorityIterationRunsInSegments) {
   EXPECT_GT(dispatcher_->runtime().segments, 1u);
   EXPECT_FALSE(dispatcher_->HasSegmentedIteration(low));
   EXPECT_EQ(low.device_work, 0);
+}
+
+// PACK measures a newcomer's solo time with probes that run alone; beside
+// a job that has run, the probe goes in segments, so that it can pause and
+// let that job run in between (sched::SoloProbes).
+TEST_F(DeviceDispatcherTest, APackSoloProbeBesideAJobThatRanRunsInSegments) {
+  Open("pack", "iteration");
+  Job& first = AddJob(1, 0);
+  Queue(first, 1);
+  dispatcher_->DispatchAll();
+  RunUntilAnswered(1);
+  ASSERT_TRUE(host_.responses.contains(1));
+  EXPECT_EQ(dispatcher_->runtime().segments, 0u) << "the first job's probes have nobody to let through";
+  Job& newcomer = AddJob(2, 0);
+  Queue(newcomer, 2);
+  dispatcher_->DispatchAll();
+  RunUntilAnswered(2);
+  ASSERT_TRUE(host_.responses.contains(2)) << (host_.errors.empty() ? "" : host_.errors.begin()->second.ToString());
+  EXPECT_EQ(host_.responses[2].run_iteration().fetches_size(), 1);
+  EXPECT_GT(dispatcher_->runtime().segments, 1u);
+  EXPECT_FALSE(dispatcher_->HasSegmentedIteration(newcomer));
+  EXPECT_EQ(newcomer.device_work, 0);
 }
 
 TEST_F(DeviceDispatcherTest, DispatchesNothingWhileShuttingDown) {

@@ -155,13 +155,13 @@ void DeviceDispatcher::DispatchAll() {
       QueuedIteration it = std::move(q->second);
       job->queued.erase(q);
       const int before = l.outstanding;
-      StartIteration(lane, *job, next->ticket, std::move(it));
+      StartIteration(lane, *job, *next, std::move(it));
       outstanding += l.outstanding - before;
     }
   }
 }
 
-void DeviceDispatcher::StartIteration(int lane, Job& job, uint64_t ticket, QueuedIteration it) {
+void DeviceDispatcher::StartIteration(int lane, Job& job, const sched::Dispatch& dispatch, QueuedIteration it) {
   Lane& l = dev_.lanes[lane];
   int slot_index = 0;
   while (l.slots[slot_index].busy) ++slot_index;
@@ -181,7 +181,7 @@ void DeviceDispatcher::StartIteration(int lane, Job& job, uint64_t ticket, Queue
       return;
     }
   }
-  bool segmented = RunsInSegments(job, g, l);
+  bool segmented = RunsInSegments(job, g, l, dispatch.segmented);
   if (segmented) {
     if (absl::Status s = EnsureSegmentEvents(l); !s.ok()) {
       // Still correct as a whole iteration, only not preemptible.
@@ -236,6 +236,7 @@ void DeviceDispatcher::StartIteration(int lane, Job& job, uint64_t ticket, Queue
     segments->fetches = std::move(fetches_out);
     segments->num_nodes = static_cast<int>(g.nodes.size());
     segments->segment_nodes = host_.Options().preemption_segment_nodes;
+    segments->op_by_op_before = view.program->Counters().op_by_op_runs;
     l.segmented = std::move(segments);
     AdvanceSegments(lane);
     return;
@@ -279,7 +280,7 @@ void DeviceDispatcher::OnIterationDone(int lane, int slot_index, uint64_t job_id
 }
 
 void DeviceDispatcher::FinishIteration(int lane, int slot_index, uint64_t job_id, const LaneGapProbe& probe,
-                                       QueuedIteration it, absl::Status status, double seconds) {
+                                       QueuedIteration it, absl::Status status, double seconds, bool measured) {
   Lane& l = dev_.lanes[lane];
   StagingSlot& slot = l.slots[slot_index];
   if (status.ok()) {
@@ -353,7 +354,8 @@ void DeviceDispatcher::FinishIteration(int lane, int slot_index, uint64_t job_id
   {
     LoopSection timed(loop_, "IterationEnd/scheduler");
     if (status.ok()) {
-      dev_.scheduler->OnIterationDone(job_id, lane, seconds);
+      // Not measured: the scheduler takes a time of 0 as no measurement.
+      dev_.scheduler->OnIterationDone(job_id, lane, measured ? seconds : 0.0);
     } else {
       dev_.scheduler->OnIterationAborted(job_id, lane);
     }

@@ -21,10 +21,12 @@
 
 namespace tandem::server {
 
-bool DeviceDispatcher::RunsInSegments(const Job& job, const Graph& graph, const Lane& l) const {
-  if (host_.Options().preemption != "op" || l.outstanding > 0) return false;
+bool DeviceDispatcher::RunsInSegments(const Job& job, const Graph& graph, const Lane& l, bool asked) const {
+  if (l.outstanding > 0) return false;
   if (static_cast<int>(graph.nodes.size()) <= host_.Options().preemption_segment_nodes) return false;
-  if (dev_.scheduler->policy() != "priority") return false;
+  // The scheduler asked (PACK's solo probe beside running jobs).
+  if (asked) return true;
+  if (host_.Options().preemption != "op" || dev_.scheduler->policy() != "priority") return false;
   // Jobs of the highest priority present never yield (and are the only
   // ones the scheduler stages behind a running iteration): they keep the
   // whole-iteration path, a captured graph's replay on CUDA.
@@ -167,7 +169,11 @@ void DeviceDispatcher::FinishSegmentedIteration(int lane) {
   std::unique_ptr<SegmentedIteration> run = std::move(dev_.lanes[lane].segmented);
   // A parked iteration that ends (its job closed) needs no resume: the
   // scheduler's done or abort report ends the pause too.
-  FinishIteration(lane, run->slot, run->job, run->probe, std::move(run->it), run->status, run->run_seconds);
+  bool measured = true;
+  if (const Job* job = host_.JobById(run->job); job != nullptr) {
+    measured = job->View(run->it.variant).program->Counters().op_by_op_runs == run->op_by_op_before;
+  }
+  FinishIteration(lane, run->slot, run->job, run->probe, std::move(run->it), run->status, run->run_seconds, measured);
 }
 
 void DeviceDispatcher::StopSegmentedIteration(Job& job, const char* reason) {

@@ -23,7 +23,7 @@ namespace tandem::server {
 namespace {
 
 constexpr char kRestartsVariable[] = "TANDEM_FAULT_RESTARTS";
-constexpr char kSuspectsVariable[] = "TANDEM_FAULT_SUSPECTS";  // checkpoint paths, one per line
+constexpr char kSuspectsVariable[] = "TANDEM_FAULT_SUSPECTS";      // checkpoint paths, one per line
 constexpr char kHeldFilesVariable[] = "TANDEM_HELD_DEVICE_FILES";  // descriptors, comma-separated
 
 // The NVIDIA driver's control file and one file per GPU.

@@ -276,6 +276,10 @@ struct SegmentedIteration {
   bool parked = false;     // yielded: no segment is enqueued until ShouldYield turns false
   bool resumed = false;    // the next segment follows a pause (its gap is not idle time)
   double run_seconds = 0;  // the completed segments' device time
+  // The program's op-by-op runs when it started (ProgramCounters): a
+  // segmented iteration whose node ranges ran op by op (their first run on
+  // the lane, before their graphs are captured) is not a measurement.
+  int64_t op_by_op_before = 0;
   // The first failure (a segment's, or the job closing); no segment is
   // enqueued after it, and the iteration ends once none is in flight.
   absl::Status status;

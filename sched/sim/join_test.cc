@@ -5,9 +5,10 @@
 // makes cuDNN's choices: hundreds of milliseconds (a running ResNet-18's
 // slowest iteration took 840 ms while a second job registered). Under PACK,
 // that first iteration was a solo probe: every other lane drained for it.
-// Now it runs beside the others and is not measured; later probes (each
-// holding the others up for one of the newcomer's ordinary iterations)
-// start at most every probe_spacing_seconds.
+// Now it runs beside the others and is not measured; later probes start at
+// most every probe_spacing_seconds, and each goes in segments that take
+// turns with the running job (SoloProbes): the running job waits about one
+// of its own iterations at a time, not one of the newcomer's.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -28,6 +29,8 @@ struct Gaps {
   double median = 0;
   double p99 = 0;
   double max = 0;
+  int newcomer_yields = 0;        // pauses of the newcomer's segmented probes
+  uint64_t newcomer_samples = 0;  // the newcomer's iterations measured beside the running job
 };
 
 // The running job's completion gaps from 1 s before the join to the end.
@@ -53,7 +56,11 @@ Gaps RunningJobGaps(const std::string& newcomer, bool daemon_options) {
   std::vector<double> gaps = result->Job(1)->window_gaps;
   EXPECT_GT(gaps.size(), 1000u);
   std::sort(gaps.begin(), gaps.end());
-  return {gaps[gaps.size() / 2], gaps[gaps.size() * 99 / 100], gaps.back()};
+  Gaps out{gaps[gaps.size() / 2], gaps[gaps.size() * 99 / 100], gaps.back(), result->Job(2)->yields, 0};
+  for (const PairInterference& pair : result->interference) {
+    if (pair.a == newcomer && pair.b == "res18") out.newcomer_samples = pair.samples;
+  }
+  return out;
 }
 
 TEST(JoinTest, ANewcomersFirstIterationDoesNotDrainTheRunningJob) {
@@ -69,13 +76,18 @@ TEST(JoinTest, ANewcomersFirstIterationDoesNotDrainTheRunningJob) {
       EXPECT_GE(before.median, 1.5 * now.median);
       EXPECT_LE(now.max, 3 * now.median);
     } else {
-      // A new kind of job is probed: before, its 840 ms first iteration was
-      // the first probe and every lane drained for it. Now the running job
-      // waits at most for one ordinary iteration of the newcomer alone (28
-      // ms) beside its own: 4.4x its median here, the cost of measuring a
-      // newcomer whose iterations are much longer than the running job's.
-      EXPECT_GT(before.max, 0.5);
-      EXPECT_LE(now.max, now.median + 0.028 * 1.05);
+      // A new kind of job is probed, 28 ms alone against the running job's
+      // 6.4: whole, each probe held the running job up for 28 ms (4.4x its
+      // median). In segments that take turns with it, the probes still
+      // measure the newcomer (its solo time, then r beside the running job)
+      // and the running job's slowest iteration stays within 3x its median.
+      EXPECT_LE(now.max, 3 * now.median);
+      EXPECT_GT(now.newcomer_yields, 0);
+      EXPECT_GT(now.newcomer_samples, 0u);
+      // Without the daemon's options the 840 ms first iteration is the
+      // first probe; in segments, it no longer stalls the running job for
+      // its whole length either.
+      EXPECT_LE(before.max, 3 * before.median);
     }
   }
 }

@@ -47,6 +47,9 @@ struct SimLane {
   bool busy = false;
   bool paused = false;
   bool pause_requested = false;
+  // Dispatch::segmented: ShouldYield is asked at every op boundary (the
+  // daemon asks at every segment's end).
+  bool segmented = false;
   int job = -1;
   double work_total = 0;  // solo seconds of work of the running iteration
   double work_done = 0;
@@ -193,10 +196,12 @@ void SimRun::RecomputeRates() {
     ++lane.version;
     const double remaining = std::max(0.0, lane.work_total - lane.work_done);
     Push(now_ + remaining * slowdown, EventKind::kIterationEnd, l, lane.version);
-    if (lane.pause_requested) {
+    if (lane.pause_requested || lane.segmented) {
       const ModelSpec& model = *jobs_[lane.job].model;
       const double op = model.solo_seconds / std::max(1, model.ops_per_iteration);
-      const double boundary = (std::floor(lane.work_done / op) + 1) * op;
+      // The next boundary strictly ahead: work_done may sit a rounding
+      // error short of the one just reached.
+      const double boundary = (std::floor(lane.work_done / op + 1e-6) + 1) * op;
       if (boundary < lane.work_total) {
         Push(now_ + (boundary - lane.work_done) * slowdown, EventKind::kOpBoundary, l, lane.version);
       }
@@ -221,6 +226,7 @@ void SimRun::Start(int lane_index, const Dispatch& dispatch) {
   lane.busy = true;
   lane.paused = false;
   lane.pause_requested = false;
+  lane.segmented = dispatch.segmented;
   lane.job = it->second;
   const double factor =
       (job.moved ? options_.move_capture_factor : 1.0) * (job.first ? options_.first_iteration_factor : 1.0);
@@ -393,7 +399,10 @@ void SimRun::EndIteration(int lane_index) {
 void SimRun::OpBoundary(int lane_index) {
   SimLane& lane = lanes_[lane_index];
   lane.pause_requested = false;
-  if (!scheduler_->ShouldYield(lane_index)) return;
+  if (!scheduler_->ShouldYield(lane_index)) {
+    if (lane.segmented) rates_dirty_ = true;  // schedules the next boundary
+    return;
+  }
   lane.paused = true;
   lane.paused_since = now_;
   scheduler_->OnIterationYielded(lane_index);

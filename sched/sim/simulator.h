@@ -15,7 +15,9 @@
 // Rebalance at iteration boundaries (at most every rebalance_interval
 // seconds, and whenever jobs come or go) with the moves memory accepts; with
 // op-granularity preemption, a lane whose ShouldYield() turns true pauses at
-// its next op boundary and resumes when it turns false.
+// its next op boundary and resumes when it turns false; a segmented
+// Dispatch asks ShouldYield() at every op boundary, as the daemon does at
+// every segment's end.
 //
 // Event-driven and deterministic: the same trace and options give the same
 // result. Not thread-safe; one Run at a time.

@@ -207,7 +207,9 @@ TEST(SimulatorTest, PackPacksASweepOfAlikeJobs) {
 // placed by count so that every ResNet-50 stream shares lane 0: PACK levels
 // the lanes' loads, and although each move costs the moved job an
 // iteration 30 times its solo time (op by op and a new capture on the
-// GPU), the moves stop once the lanes are level: no churn.
+// GPU), the moves stop once the lanes are level: no churn. (How many moves
+// levelling takes depends on the first seconds: 12 before PACK's solo
+// probes went in segments, 20 since, all within the first 40 s.)
 TEST(SimulatorTest, PackLevelsRequestStreamsDespiteTheCostOfAMove) {
   std::vector<TraceJob> trace;
   for (int i = 0; i < 24; ++i) {
@@ -235,7 +237,11 @@ TEST(SimulatorTest, PackLevelsRequestStreamsDespiteTheCostOfAMove) {
   // the others 6 x 3.0 / 103 = 17%.
   EXPECT_LT(hi - lo, 0.15) << "lanes busy " << lo << " to " << hi;
   EXPECT_GE(result.moves, 3);
-  EXPECT_LE(result.moves, 12) << "levelling churned";
+  EXPECT_LE(result.moves, trace.size()) << "levelling churned";
+  // Once level, the lanes stay put: twice as long a run makes no more moves.
+  options.end_seconds = 80;
+  options.window_end_seconds = 80;
+  EXPECT_EQ(RunOrDie(options, trace).moves, result.moves) << "levelling churned";
 }
 
 TEST(SimulatorTest, ThousandJobTraceRunsUnderEveryPolicy) {
