@@ -24,6 +24,8 @@
 #             SWEEP_MODEL, default resnet18)                                         -> sweep.json
 #   faults    snapshot cost and recovery from a real device fault beside two training jobs
 #             (bench/models/fault_recovery.py, FAULTS_MODEL, default resnet50) -> fault_recovery.json
+#   join      a running job's step gaps while another job registers and starts beside it
+#             (bench/models/join_bench.py, JOIN_PAIRS, default its own)      -> join.json
 #
 #   bench/gpu_session.sh tests profile overhead          # on the GPU machine
 #
@@ -32,7 +34,7 @@
 # unpacked there first (a packed bundle travels in a quarter of the room).
 # Everything a stage prints also goes to session.log. Per-stage limits in
 # seconds: TESTS_S, PROFILE_S, OVERHEAD_S, OPS_S, PAIRS_S, HOSTING_S, GAP_S, ZOO_S, CAPTURE_S, SWEEP_S,
-# FAULTS_S.
+# FAULTS_S, JOIN_S.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 export OUT=${OUT:-/tmp/out}
@@ -104,7 +106,9 @@ for name in "$@"; do
              --model "${SWEEP_MODEL:-resnet18}" --out "$OUT/sweep.json" ;;
     faults) stage faults "${FAULTS_S:-300}" "$python" "$root/bench/models/fault_recovery.py" \
               --model "${FAULTS_MODEL:-resnet50}" --out "$OUT/fault_recovery.json" ;;
-    *) echo "unknown stage '$name' (tests, pytests, profile, overhead, ops, pairs, hosting, memory, gap, zoo, capture, sweep, faults)"
+    join) stage join "${JOIN_S:-240}" "$python" "$root/bench/models/join_bench.py" \
+            ${JOIN_PAIRS:+--pairs "$JOIN_PAIRS"} --out "$OUT/join.json" ;;
+    *) echo "unknown stage '$name' (tests, pytests, profile, overhead, ops, pairs, hosting, memory, gap, zoo, capture, sweep, faults, join)"
        status=1 ;;
   esac
 done

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""A job joining does not hold the running ones up (docs/scheduling.md, Joining).
+
+Per pair RUNNING+NEWCOMER: a training job of RUNNING trains on tandemd (the daemon's defaults: PACK); once it has
+run STEADY steps, a job of NEWCOMER is captured, registers and trains for NEWCOMER_STEPS steps beside it (its
+first iteration captures its graph, then PACK's solo probes measure it). The running job's step-completion gaps:
+its median over the STEADY steps before the join, and over the join window (from the newcomer's registration to
+its last step) the p99 and the longest, as multiples of that median. Goals (the sharing issue): p99 <= 1.2x,
+longest <= 3x. The newcomer's own step times are recorded too.
+
+    python3 bench/models/join_bench.py --out /tmp/out/join.json                        # on the GPU machine
+    python3 bench/models/join_bench.py --device cpu --small --pairs fcn5+lstm --out /tmp/join.json   # plumbing
+"""
+
+import argparse
+import multiprocessing
+import os
+import statistics
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "pairs"))
+
+import bench_common as bc  # noqa: E402
+import pair_models  # noqa: E402
+
+import tandem.torch  # noqa: E402
+
+DEFAULT_PAIRS = "resnet18+densenet121,resnet18+resnet50,densenet121+resnet18"
+STEADY = 40
+NEWCOMER_STEPS = 30
+
+
+def newcomer_main(endpoint, model_name, small, conn):
+    """The newcomer, in a process of its own as a user's would be (its capture holds no lock of the running
+    job's process): captures, registers, trains, and sends its times (time.monotonic, which processes share)."""
+    import tandem.torch as tt
+    from tandem.torch.job import TrainingJob
+    try:
+        model, loss_fn, make_batch = pair_models.build(model_name, small)
+        batches = bc.make_batches(make_batch, 4, seed=2)
+        capture_start = time.monotonic()
+        capture, lowered = tt.capture_training_job(model, loss_fn, bc.sgd(model.parameters()), batches[0])
+        registering = time.monotonic()
+        job = TrainingJob(capture, lowered, endpoint, "newcomer", tt._hints(0, 0, None), [], None, None, None)
+        registered = time.monotonic()
+        steps = []
+        with job:
+            for i in range(NEWCOMER_STEPS):
+                t = time.monotonic()
+                job.step(*batches[i % len(batches)])
+                steps.append(time.monotonic() - t)
+        conn.send({"capture_start": capture_start, "registering": registering, "registered": registered,
+                   "steps": steps, "end": time.monotonic()})
+    except BaseException as e:  # noqa: BLE001  (sent to the parent)
+        conn.send({"error": f"{type(e).__name__}: {e}"})
+
+
+def start_job(endpoint, name, model_name, small, seed):
+    model, loss_fn, make_batch = pair_models.build(model_name, small)
+    batches = bc.make_batches(make_batch, 4, seed=seed)
+    job = tandem.torch.train(model, loss_fn, bc.sgd(model.parameters()), batches[0], endpoint=endpoint, name=name)
+    return job, batches
+
+
+def percentile(values, q):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def join(binary, device, running_name, newcomer_name, small):
+    with bc.Daemon(binary, device, name=f"join-{running_name}-{newcomer_name}") as daemon:
+        running, batches = start_job(daemon.endpoint, "running", running_name, small, 1)
+        done_at = []
+        stop = threading.Event()
+        errors = []
+
+        def loop():
+            try:
+                i = 0
+                while not stop.is_set():
+                    running.step(*batches[i % len(batches)])
+                    done_at.append(time.monotonic())
+                    i += 1
+            except Exception as e:  # noqa: BLE001  (reported below)
+                errors.append(f"{type(e).__name__}: {e}")
+
+        thread = threading.Thread(target=loop)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 300
+            while len(done_at) < STEADY + 5 and not errors and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if errors:
+                raise RuntimeError("; ".join(errors))
+            steady_from = len(done_at) - STEADY
+            context = multiprocessing.get_context("spawn")
+            receive, send = context.Pipe(duplex=False)
+            child = context.Process(target=newcomer_main, args=(daemon.endpoint, newcomer_name, small, send))
+            child.start()
+            times = receive.recv() if receive.poll(600) else {"error": "the newcomer sent nothing in 600 s"}
+            child.join(60)
+            if "error" in times:
+                raise RuntimeError(f"newcomer {newcomer_name}: {times['error']}")
+        finally:
+            stop.set()
+            thread.join()
+            running.close()
+        if errors:
+            raise RuntimeError("; ".join(errors))
+        joined_at, window_end = times["registering"], times["end"]
+        before = [b - a for a, b in zip(done_at[steady_from:], done_at[steady_from + 1:]) if b <= times["capture_start"]]
+        window = [b - a for a, b in zip(done_at, done_at[1:]) if joined_at < b <= window_end]
+        newcomer_steps = times["steps"]
+        median = statistics.median(before)
+        row = {
+            "running": running_name, "newcomer": newcomer_name,
+            "running_median_ms": bc.ms(median),
+            "window_steps": len(window),
+            "window_p99_ms": bc.ms(percentile(window, 0.99)) if window else None,
+            "window_max_ms": bc.ms(max(window)) if window else None,
+            "p99_over_median": round(percentile(window, 0.99) / median, 3) if window else None,
+            "max_over_median": round(max(window) / median, 3) if window else None,
+            "newcomer_capture_s": round(times["registering"] - times["capture_start"], 3),
+            "newcomer_registration_s": round(times["registered"] - times["registering"], 3),
+            "newcomer_first_step_ms": bc.ms(newcomer_steps[0]),
+            "newcomer_median_step_ms": bc.ms(statistics.median(newcomer_steps[1:])),
+            "longest_gaps_ms": [bc.ms(g) for g in sorted(window, reverse=True)[:5]],
+        }
+        bc.log(f"{running_name} joined by {newcomer_name}: median {row['running_median_ms']} ms before; "
+               f"in the window ({row['window_steps']} steps) p99 {row['p99_over_median']}x, "
+               f"longest {row['max_over_median']}x (goals 1.2x, 3x); newcomer registered in "
+               f"{row['newcomer_registration_s']} s, first step {row['newcomer_first_step_ms']} ms")
+        return row
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", default=DEFAULT_PAIRS, help="RUNNING+NEWCOMER, comma-separated")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--small", action="store_true", help="tiny models (CPU plumbing runs)")
+    parser.add_argument("--tandemd")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    bc.raise_on_signals()
+    device = bc.torch_device(args.device)
+    binary = bc.find_tandemd(args.tandemd)
+    result = {"meta": bc.metadata(device), "steady_steps": STEADY, "newcomer_steps": NEWCOMER_STEPS, "pairs": []}
+    try:
+        for running_name, newcomer_name in pair_models.parse_pairs(args.pairs):
+            result["pairs"].append(join(binary, device, running_name, newcomer_name, args.small))
+            bc.write_json(args.out, result)
+    except BaseException as e:  # noqa: BLE001  (recorded, then the status says it)
+        bc.write_json(args.out, result)
+        return bc.stopped_early("join_bench", result, e)
+    bc.write_json(args.out, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
