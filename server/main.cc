@@ -153,6 +153,9 @@ int Run(int argc, char** argv) {
   LogLevel level;
   ParseLogLevel(loaded->log_level, &level);  // validated by the config
   SetMinLogLevel(level);
+  // Where a start's time goes (the restart after a device fault counts
+  // it): from here to "device ready" and "tandemd listening".
+  TLOG_INFO("tandemd starting").With("pid", ::getpid()).With("restarts", SelfRestarts());
 
   DaemonOptions options = *loaded;
   if (options.endpoint.empty()) {

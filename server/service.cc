@@ -102,8 +102,11 @@ absl::StatusOr<std::unique_ptr<Service>> Service::Create(const DaemonOptions& op
     }
     service->admin_gid_ = g->gr_gid;
   }
+  const auto opening = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(auto devices, OpenDevices(options));
+  const double open_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - opening).count();
   for (auto& dev : devices) {
+    const auto preparing = std::chrono::steady_clock::now();
     auto rt = std::make_unique<DeviceRuntime>();
     rt->index = static_cast<int>(service->devices_.size());
     const device::DeviceInfo& info = dev->info();
@@ -143,6 +146,8 @@ absl::StatusOr<std::unique_ptr<Service>> Service::Create(const DaemonOptions& op
         .With("description", info.description)
         .With("capacity_mib", info.capacity_bytes / kMiB)
         .With("reserve_mib", mem.reserve_bytes / kMiB)
+        .With("open_seconds", open_seconds)  // every device's; then this one's memory pools and scheduler
+        .With("setup_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - preparing).count())
         .With("policy", options.policy)
         .With("preemption", options.preemption);
     if (options.codegen && info.backend == device::Backend::kCuda) {
@@ -183,7 +188,8 @@ void Service::Reply(const PendingReply& to, v1::Response response) {
 }
 
 void Service::ReplyError(const PendingReply& to, const absl::Status& given) {
-  const absl::Status status = fault_.has_value() ? AfterFault(given) : given;
+  const std::optional<DeviceFault> fault = CurrentFault();
+  const absl::Status status = fault.has_value() ? AfterFault(*fault, given) : given;
   ++errors_;
   measurements_.OnError(status.code());
   v1::Response response;

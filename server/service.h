@@ -126,6 +126,11 @@ class Service : private DispatcherHost {
   const DaemonOptions& options() const { return options_; }
 
  private:
+  // A device's context that has faulted: its name, and the fault.
+  struct DeviceFault {
+    std::string device;
+    absl::Status status;
+  };
   Service(const DaemonOptions& options, EventLoop& loop, SendFn send);
 
   // service_admin.cc: the admin requests, which act on other sessions' jobs
@@ -230,9 +235,14 @@ class Service : private DispatcherHost {
   // INTERNAL), and answers the other reports as every other request during
   // the stop (UNAVAILABLE: re-attach).
   void AnswerFaultReports();
-  // ReplyError's status while the daemon stops after a fault: UNAVAILABLE,
-  // saying so, whatever the request's own error was.
-  absl::Status AfterFault(const absl::Status& status) const;
+  // The fault the daemon stops for, else the first device whose context
+  // has faulted although no iteration has reported it yet (work that met
+  // the fault first, such as a registration's upload); nullopt: none.
+  std::optional<DeviceFault> CurrentFault() const;
+  // ReplyError's status once a device has faulted: UNAVAILABLE, saying so,
+  // whatever the request's own error was (the request failed for the fault,
+  // and the client re-attaches once tandemd is back).
+  static absl::Status AfterFault(const DeviceFault& fault, const absl::Status& status);
 
   // service_checkpoints.cc: jobs' checkpoints in state_dir (server/checkpoint_file.h).
   // Loop thread, after an iteration of `job` succeeded: a snapshot when the
@@ -308,10 +318,6 @@ class Service : private DispatcherHost {
   // The device fault the daemon stops for (DeviceFaulted), and the failed
   // iterations that reported it, in order, unanswered until
   // AnswerFaultReports.
-  struct DeviceFault {
-    std::string device;
-    absl::Status status;
-  };
   std::optional<DeviceFault> fault_;
   struct FaultReport {
     uint64_t job_id;

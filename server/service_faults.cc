@@ -60,9 +60,18 @@ void Service::OnDeviceFault(Job& job, const PendingReply& to, uint64_t iteration
   if (on_device_fault_) on_device_fault_();
 }
 
-absl::Status Service::AfterFault(const absl::Status& status) const {
+std::optional<Service::DeviceFault> Service::CurrentFault() const {
+  if (fault_.has_value()) return fault_;
+  for (const auto& d : devices_) {
+    const device::Device& dev = *d->runtime().device;
+    if (absl::Status s = dev.Fault(); !s.ok()) return DeviceFault{.device = dev.info().name, .status = s};
+  }
+  return std::nullopt;
+}
+
+absl::Status Service::AfterFault(const DeviceFault& fault, const absl::Status& status) {
   return absl::UnavailableError(absl::StrCat(
-      "tandemd is restarting after a fault of its device ", fault_->device, " (", fault_->status.message(),
+      "tandemd is restarting after a fault of its device ", fault.device, " (", fault.status.message(),
       "); this request was not done (", status.message(),
       "). Connect again and register the job with its resume token: it continues from its last checkpoint"));
 }
