@@ -27,6 +27,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "pairs"))
 
 import bench_common as bc  # noqa: E402
+import daemon_stats  # noqa: E402
 import pair_models  # noqa: E402
 
 import tandem.torch  # noqa: E402
@@ -78,7 +79,7 @@ def percentile(values, q):
 def join(binary, device, running_name, newcomer_name, small):
     with bc.Daemon(binary, device, name=f"join-{running_name}-{newcomer_name}") as daemon:
         running, batches = start_job(daemon.endpoint, "running", running_name, small, 1)
-        done_at = []
+        done_at, done_wall = [], []  # monotonic (for gaps), wall clock (the daemon's journal's)
         stop = threading.Event()
         errors = []
 
@@ -88,6 +89,7 @@ def join(binary, device, running_name, newcomer_name, small):
                 while not stop.is_set():
                     running.step(*batches[i % len(batches)])
                     done_at.append(time.monotonic())
+                    done_wall.append(time.time())
                     i += 1
             except Exception as e:  # noqa: BLE001  (reported below)
                 errors.append(f"{type(e).__name__}: {e}")
@@ -101,12 +103,16 @@ def join(binary, device, running_name, newcomer_name, small):
             if errors:
                 raise RuntimeError("; ".join(errors))
             steady_from = len(done_at) - STEADY
+            stats_client = tandem.Client(endpoint=daemon.endpoint)
+            stats_before = daemon_stats.snapshot(stats_client)
             context = multiprocessing.get_context("spawn")
             receive, send = context.Pipe(duplex=False)
             child = context.Process(target=newcomer_main, args=(daemon.endpoint, newcomer_name, small, send))
             child.start()
             times = receive.recv() if receive.poll(600) else {"error": "the newcomer sent nothing in 600 s"}
             child.join(60)
+            stats_after = daemon_stats.snapshot(stats_client)
+            stats_client.close()
             if "error" in times:
                 raise RuntimeError(f"newcomer {newcomer_name}: {times['error']}")
         finally:
@@ -139,7 +145,14 @@ def join(binary, device, running_name, newcomer_name, small):
             "newcomer_first_step_ms": bc.ms(newcomer_steps[0]),
             "newcomer_median_step_ms": bc.ms(statistics.median(newcomer_steps[1:])),
             "longest_gaps_ms": [bc.ms(g) for g in sorted(window, reverse=True)[:5]],
+            "daemon": daemon_stats.delta(stats_before, stats_after),
         }
+        # What the daemon's journal says happened during the three longest gaps of the joining window.
+        events = stats_after.get("events", []) if daemon_stats.usable(stats_after) else []
+        indexed = [(b - a, k) for k, (a, b) in enumerate(gaps) if joined_at < b <= warm_at]
+        row["longest_gap_events"] = [
+            {"gap_ms": bc.ms(g), "events": daemon_stats.summarize(daemon_stats.near(events, done_wall[k], done_wall[k + 1]))}
+            for g, k in sorted(indexed, reverse=True)[:3]]
         bc.log(f"{running_name} joined by {newcomer_name}: median {row['running_median_ms']} ms before, "
                f"{row['shared_median_ms']} ms shared after; while joining ({row['window_steps']} steps) p99 "
                f"{row['p99_over_median']}x / {row['p99_over_shared_median']}x, longest {row['max_over_median']}x / "
