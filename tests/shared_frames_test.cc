@@ -65,7 +65,8 @@ TEST(SharedFrames, LargeModelsRegisterThroughSharedMemoryAndMatchFrames) {
   framed_options.shared_frames_threshold = UINT64_MAX;
   framed_options.frame_bytes = 100000;  // w (1 MiB) in 11 frames, the last one short
   auto framed = Client::Connect(framed_options);
-  ASSERT_TRUE(shared.ok() && framed.ok());
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  ASSERT_TRUE(framed.ok()) << framed.status();
   const Values v;
   auto a = (*shared)->RegisterJob(Affine(), v.Views());
   ASSERT_TRUE(a.ok()) << a.status();
