@@ -131,6 +131,47 @@ TEST_F(PackPolicyTest, AnUnmeasuredJobProbesAloneFirst) {
   EXPECT_EQ(d->job, 1u);
 }
 
+// Beside a job that has run, a probe goes in segments and takes turns with
+// it: it pauses once it has run one of that job's iterations (2 ms), the job
+// then runs one, and the probe goes on.
+TEST_F(PackPolicyTest, ASegmentedProbeTakesTurnsWithTheJobItHoldsUp) {
+  Add(1, "a", 0);
+  for (int i = 0; i < 4; ++i) RunAlone(1, 0, 0.002);
+  Add(2, "b", 1);
+  ASSERT_TRUE(scheduler_->Enqueue(2, 20).ok());
+  ASSERT_TRUE(scheduler_->Enqueue(1, 10).ok());
+  EXPECT_FALSE(scheduler_->Next(0).has_value()) << "job 2's probe is due: lane 0 waits";
+  auto d = scheduler_->Next(1);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->job, 2u);
+  EXPECT_TRUE(d->segmented);
+  EXPECT_FALSE(scheduler_->ShouldYield(1));
+  for (int turn = 0; turn < 3; ++turn) {
+    clock_->Advance(0.001);
+    EXPECT_FALSE(scheduler_->ShouldYield(1)) << turn << ": not yet one of job 1's iterations";
+    EXPECT_FALSE(scheduler_->Next(0).has_value()) << turn;
+    clock_->Advance(0.0015);
+    ASSERT_TRUE(scheduler_->ShouldYield(1)) << turn;
+    scheduler_->OnIterationYielded(1);
+    d = scheduler_->Next(0);
+    ASSERT_TRUE(d.has_value()) << turn << ": job 1 runs while the probe is paused";
+    EXPECT_EQ(d->job, 1u);
+    EXPECT_FALSE(d->segmented);
+    EXPECT_TRUE(scheduler_->ShouldYield(1)) << turn << ": job 1's iteration is running";
+    clock_->Advance(0.002);
+    scheduler_->OnIterationDone(1, 0, 0.002);
+    ASSERT_TRUE(scheduler_->Enqueue(1, 11 + turn).ok());
+    EXPECT_FALSE(scheduler_->ShouldYield(1)) << turn << ": the pause window has passed";
+    scheduler_->OnIterationResumed(1);
+    EXPECT_FALSE(scheduler_->Next(0).has_value()) << turn << ": the probe runs alone again";
+  }
+  clock_->Advance(0.001);
+  scheduler_->OnIterationDone(2, 1, 0.0115);
+  d = scheduler_->Next(0);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->job, 1u);
+}
+
 TEST_F(PackPolicyTest, AJobArrivingAfterEveryKeyIsMeasuredStillProbesAlone) {
   Add(1, "a", 0);
   Add(2, "b", 1);

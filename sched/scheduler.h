@@ -197,7 +197,7 @@ class Scheduler {
   // (PRIORITY with op granularity), or a segmented solo probe has held
   // another lane's job up for one of its iterations (PACK).
   // False for every other iteration.
-  virtual bool ShouldYield(int lane) const = 0;
+  virtual bool ShouldYield(int lane) = 0;
   virtual void OnIterationYielded(int lane) = 0;
   virtual void OnIterationResumed(int lane) = 0;
   // The lane's oldest started iteration did not run to completion (it failed

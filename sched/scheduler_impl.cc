@@ -297,7 +297,10 @@ std::vector<LaneChange> SchedulerImpl::Rebalance(int num_lanes) const {
   return policy_->Rebalance(state_, std::max(num_lanes, 0));
 }
 
-bool SchedulerImpl::ShouldYield(int lane) const { return policy_->ShouldYield(state_, lane); }
+bool SchedulerImpl::ShouldYield(int lane) {
+  Tick();  // asked between events (at each segment's end): the policies read the time
+  return policy_->ShouldYield(state_, lane);
+}
 
 void SchedulerImpl::OnIterationYielded(int lane) {
   if (lane < 0 || lane >= state_.LaneCount() || !state_.lanes[lane].busy) return;

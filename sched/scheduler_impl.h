@@ -40,7 +40,7 @@ class SchedulerImpl : public Scheduler {
   absl::Status MoveJob(JobId job, int lane) override;
   std::vector<LaneChange> Rebalance(int num_lanes) const override;
 
-  bool ShouldYield(int lane) const override;
+  bool ShouldYield(int lane) override;
   void OnIterationYielded(int lane) override;
   void OnIterationResumed(int lane) override;
   void OnIterationAborted(JobId job, int lane) override;

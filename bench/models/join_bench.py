@@ -77,7 +77,9 @@ def percentile(values, q):
 
 
 def join(binary, device, running_name, newcomer_name, small):
-    with bc.Daemon(binary, device, name=f"join-{running_name}-{newcomer_name}") as daemon:
+    flags = os.environ.get("JOIN_TANDEMD_FLAGS", "").split()  # e.g. --log_level=debug
+    with bc.Daemon(binary, device, extra_flags=flags, log_dir=os.environ.get("JOIN_LOG_DIR"),
+                   name=f"join-{running_name}-{newcomer_name}") as daemon:
         running, batches = start_job(daemon.endpoint, "running", running_name, small, 1)
         done_at, done_wall = [], []  # monotonic (for gaps), wall clock (the daemon's journal's)
         stop = threading.Event()
