@@ -153,7 +153,8 @@ def join(binary, device, running_name, newcomer_name, small):
         events = stats_after.get("events", []) if daemon_stats.usable(stats_after) else []
         indexed = [(b - a, k) for k, (a, b) in enumerate(gaps) if joined_at < b <= warm_at]
         row["longest_gap_events"] = [
-            {"gap_ms": bc.ms(g), "events": daemon_stats.summarize(daemon_stats.near(events, done_wall[k], done_wall[k + 1]))}
+            {"gap_ms": bc.ms(g),
+             "events": daemon_stats.summarize(daemon_stats.near(events, done_wall[k], done_wall[k + 1]))}
             for g, k in sorted(indexed, reverse=True)[:3]]
         bc.log(f"{running_name} joined by {newcomer_name}: median {row['running_median_ms']} ms before, "
                f"{row['shared_median_ms']} ms shared after; while joining ({row['window_steps']} steps) p99 "
