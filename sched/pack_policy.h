@@ -135,11 +135,11 @@ int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes,
 // not by a run of them.
 //
 // Beside jobs that have run, a probe runs in segments (Dispatch::segmented)
-// and pauses at a segment boundary once a job it holds up has waited one of
-// its own iterations (its estimate) since its lane went free; each such
-// lane then runs one iteration while the probe waits, and the probe goes on
-// alone once they are done. The probe's device time is the sum of its
-// segments, each of them alone. So a newcomer whose iterations are much
+// and takes turns with the jobs it holds up (ShouldYield): it pauses at a
+// segment boundary once it has run for the quickest one's iteration
+// estimate, the other lanes start iterations as usual for the slowest
+// one's, and the probe goes on alone once those end. The probe's device
+// time is the sum of its segments, each of them alone. So a newcomer whose iterations are much
 // longer than a running job's holds that job up for about one of its own
 // iterations at a time, not for one of the newcomer's (a 28 ms newcomer
 // beside a 6.4 ms job made its slowest iteration 4.4x its median).
