@@ -1,5 +1,6 @@
 #include "tests/daemon_process.h"
 
+#include "base/socket_probe.h"
 #include "client/client.h"
 
 #include <fcntl.h>
@@ -62,8 +63,10 @@ DaemonProcess::DaemonProcess(std::vector<std::string> extra_flags) {
   pid_ = Spawn(argv, dir_ + "/tandemd.log");
   std::string sock = dir_ + "/tandemd.sock";
   for (int i = 0; i < 3000; ++i) {  // a CUDA daemon takes a while to start
-    struct stat st;
-    if (::stat(sock.c_str(), &st) == 0) return;
+    // Listening, not only there: between bind and listen a client's connect
+    // is refused, and it takes that for a daemon that stopped (preemption_test
+    // failed so once in CI).
+    if (ProbeUnixSocket(sock) == 0) return;
     if (!Alive()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
