@@ -47,6 +47,11 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& log_path) {
   return pid;
 }
 
+std::string MakeTempDir(const std::string& prefix) {
+  std::string pattern = "/tmp/" + prefix + "XXXXXX";
+  return ::mkdtemp(pattern.data()) != nullptr ? pattern : std::string();
+}
+
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
@@ -55,8 +60,7 @@ std::string ReadFile(const std::string& path) {
 }
 
 DaemonProcess::DaemonProcess(std::vector<std::string> extra_flags) {
-  char tmpl[] = "/tmp/tandem-test-XXXXXX";
-  dir_ = ::mkdtemp(tmpl);
+  dir_ = MakeTempDir("tandem-test-");
   endpoint_ = "ipc://" + dir_ + "/tandemd.sock";
   std::vector<std::string> argv{TandemdPath(), "--endpoint=" + endpoint_, "--device=cpu"};
   for (auto& f : extra_flags) argv.push_back(std::move(f));
@@ -75,8 +79,7 @@ DaemonProcess::DaemonProcess(std::vector<std::string> extra_flags) {
 }
 
 DaemonProcess::DaemonProcess(std::string endpoint, std::vector<std::string> extra_flags) {
-  char tmpl[] = "/tmp/tandem-test-XXXXXX";
-  dir_ = ::mkdtemp(tmpl);
+  dir_ = MakeTempDir("tandem-test-");
   endpoint_ = std::move(endpoint);
   std::vector<std::string> argv{TandemdPath(), "--endpoint=" + endpoint_, "--device=cpu"};
   for (auto& f : extra_flags) argv.push_back(std::move(f));

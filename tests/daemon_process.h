@@ -43,6 +43,9 @@ class DaemonProcess {
 std::string TandemdPath();
 std::string MlpTrainPath();
 
+// A new folder /tmp/<prefix>XXXXXX; empty when it cannot be made.
+std::string MakeTempDir(const std::string& prefix);
+
 // Runs `argv` as a child process with its output to `log_path`; returns its pid.
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& log_path);
 std::string ReadFile(const std::string& path);

@@ -73,6 +73,7 @@ class Trainer {
   }
 
   uint64_t Submit(int i) {
+    if (!ready()) return 0;  // the constructor reported why
     const Batch& b = batches_[i];
     client::NamedTensors feeds{{"x", client::HostTensor::Floats({options_.batch, options_.shape.inputs}, b.x)},
                                {"y", client::HostTensor::Int64s({options_.batch}, b.y)},
@@ -82,6 +83,7 @@ class Trainer {
     return ticket.ok() ? *ticket : 0;
   }
   absl::StatusOr<float> Wait(uint64_t ticket) {
+    if (!ready()) return absl::FailedPreconditionError("the trainer has no job");
     auto r = client_->WaitIteration(ticket);
     if (!r.ok()) return r.status();
     run_seconds_ += r->run_seconds;
@@ -102,6 +104,8 @@ class Trainer {
 
   client::Client& client() { return *client_; }
   uint64_t job() const { return job_; }
+  // Connected and registered (else the constructor reported why).
+  bool ready() const { return client_ != nullptr && job_ != 0; }
   std::unique_ptr<client::Client> TakeClient() { return std::move(client_); }
 
  private:
@@ -199,6 +203,7 @@ TEST_P(Preemption, HighPriorityBurstAgainstARunningBestEffortIteration) {
   PriorityDaemon daemon(GetParam());
   Trainer be(daemon.endpoint(), BestEffortJob(), kBestEffortPriority, 2);
   Trainer high(daemon.endpoint(), HighPriorityJob(), kHighPriority, kBurst);
+  ASSERT_TRUE(be.ready() && high.ready()) << daemon.process().Log();
 
   // The best-effort job's two iterations, submitted at once; the time its
   // first one completes.
@@ -341,6 +346,7 @@ struct ParkedScene {
 void Park(PriorityDaemon& daemon, ParkedScene* scene) {
   scene->be = std::make_unique<Trainer>(daemon.endpoint(), BestEffortJob(), kBestEffortPriority, 1);
   scene->high = std::make_unique<Trainer>(daemon.endpoint(), HighPriorityJob(), kHighPriority, kBurst);
+  ASSERT_TRUE(scene->be->ready() && scene->high->ready()) << daemon.process().Log();
   scene->be_ticket = scene->be->Submit(0);
   ASSERT_NO_FATAL_FAILURE(WaitForRunningIteration(scene->high->client()));
   for (int i = 0; i < kBurst; ++i) scene->burst.push_back(scene->high->Submit(i));

@@ -89,9 +89,8 @@ absl::Status FaultTheDevice(const std::string& endpoint) {
 class ResumableJobTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/tandem-state-XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    state_dir_ = pattern;
+    state_dir_ = MakeTempDir("tandem-state-");
+    ASSERT_FALSE(state_dir_.empty());
   }
   void TearDown() override { std::filesystem::remove_all(state_dir_); }
 
