@@ -18,9 +18,13 @@ absl::StatusOr<std::unique_ptr<ResumableJob>> ResumableJob::Register(const Clien
 
 absl::Status ResumableJob::Attach(absl::Time deadline) {
   for (;;) {
+    // The first registration waits as long as a Client does; a re-attach
+    // tries again within its deadline.
     ClientOptions options = options_;
-    options.connect_timeout = std::clamp(deadline - absl::Now(), absl::Milliseconds(500),
-                                         std::max(options_.connect_timeout, absl::Milliseconds(500)));
+    const absl::Duration left = deadline - absl::Now();
+    if (left > absl::ZeroDuration()) {
+      options.connect_timeout = std::max(absl::Milliseconds(500), std::min(left, options_.connect_timeout));
+    }
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
     absl::Status s = client.status();
     if (s.ok()) {
