@@ -17,6 +17,7 @@
 #   gap       the switch gap between two jobs in one lane (bench/models/switch_gap.py) -> switch_gap.json
 #   zoo       the model zoo at full size (bench/models/zoo_gpu.py --set all, or ZOO_MODELS;
 #             ZOO_ARGS, default --no_compile; e.g. "--reverse" or "--skip_done FILE")  -> zoo.json
+#             (or ZOO_OUT)
 #   capture   capture time of zoo models alone and two at once (bench/models/capture_bench.py,
 #             CAPTURE_MODELS, default the slowest to capture of the zoo; CAPTURE_ARGS, e.g.
 #             "--profile $OUT/capture-profiles" for a cProfile report per model) -> capture.json
@@ -97,7 +98,7 @@ for name in "$@"; do
     zoo) mkdir -p "$OUT/zoo-logs"
          stage zoo "${ZOO_S:-480}" "$python" "$root/bench/models/zoo_gpu.py" --budget "$(( ${ZOO_S:-480} - 40 ))" \
            ${ZOO_MODELS:+--models "$ZOO_MODELS"} --set all ${ZOO_ARGS:---no_compile} --log_dir "$OUT/zoo-logs" \
-           --out "$OUT/zoo.json" ;;
+           --out "$OUT/${ZOO_OUT:-zoo.json}" ;;
     # shellcheck disable=SC2086  # CAPTURE_ARGS is words
     capture) stage capture "${CAPTURE_S:-240}" "$python" "$root/bench/models/capture_bench.py" \
                --models "${CAPTURE_MODELS:-bigru,swin_v2_s,densenet201,efficientnet_v2_l,resnet50}" \

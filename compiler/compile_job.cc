@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "base/status_macros.h"
+#include "compiler/channels_last.h"
 #include "compiler/fold_activations.h"
 #include "compiler/fold_transposes.h"
 #include "compiler/fuse_elementwise.h"
@@ -20,6 +21,9 @@ absl::StatusOr<CompiledJob> CompileGraph(const v1::Graph& graph,
   ASSIGN_OR_RETURN(job.graph, BuildGraph(graph, persistent, options.limits));
   if (options.fold_transposes) {
     ASSIGN_OR_RETURN(job.graph, FoldTransposes(job.graph));
+  }
+  if (options.channels_last) {
+    ASSIGN_OR_RETURN(job.graph, ChannelsLast(job.graph));
   }
   if (options.fold_activations) {
     ASSIGN_OR_RETURN(job.graph, FoldActivations(job.graph));

@@ -4,7 +4,8 @@
 // graph passes over the IR, and plans one iteration's memory exactly.
 //
 // The passes, in order: transposes folded into the products that read them
-// (compiler/fold_transposes.h), ReLUs folded into the batch norms before
+// (compiler/fold_transposes.h), a convolution network's activations stored
+// channels-last for jobs on a GPU (compiler/channels_last.h), ReLUs folded into the batch norms before
 // them and their gradients into the batch-norm backward ops after them
 // (compiler/fold_activations.h), then chains of elementwise nodes fused into
 // one node each (compiler/fuse_elementwise.h). Each rewrites the graph
@@ -26,6 +27,7 @@ namespace tandem {
 struct CompileOptions {
   GraphLimits limits;
   bool fold_transposes = true;
+  bool channels_last = false;  // the daemon sets it for jobs on CUDA devices
   bool fold_activations = true;
   bool fuse_elementwise = true;
 };

@@ -59,6 +59,17 @@ absl::Status GraphRewriter::Add(const std::string& op, const std::vector<int>& i
   return absl::OkStatus();
 }
 
+std::vector<int> GraphRewriter::AddNew(const std::string& op, std::vector<int> new_inputs, Attrs attrs,
+                                       const std::vector<std::string>& names, std::string label) {
+  if (!status_.ok()) return {};
+  auto outputs = builder_.AddNode(op, std::move(new_inputs), std::move(attrs), names, std::move(label));
+  if (!outputs.ok()) {
+    status_ = Internal(outputs.status());
+    return {};
+  }
+  return *std::move(outputs);
+}
+
 absl::StatusOr<Graph> GraphRewriter::Finish() && {
   RETURN_IF_ERROR(status_);
   for (int v : source_.fetchable) {

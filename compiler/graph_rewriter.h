@@ -33,6 +33,17 @@ class GraphRewriter {
   // output that replaces nothing).
   absl::Status Add(const std::string& op, const std::vector<int>& inputs, Attrs attrs,
                    const std::vector<std::string>& names, const std::vector<int>& replaces, std::string label);
+  // A node of `op` reading values of the new graph (`new_inputs`: ids that
+  // Map or an earlier AddNew returned), whose outputs stand for no source
+  // value (SetMap may tie them to one). Returns their new ids; an empty
+  // list once the rewriter has failed (the status says why).
+  std::vector<int> AddNew(const std::string& op, std::vector<int> new_inputs, Attrs attrs,
+                          const std::vector<std::string>& names, std::string label);
+  // Source value `v` is new value `id` from now on.
+  void SetMap(int v, int id) { map_[v] = id; }
+  // A new value's type.
+  const TensorType& NewType(int id) const { return builder_.graph().values[id].type; }
+  const absl::Status& status() const { return status_; }
   // The rewritten graph: the source's fetches and updates, mapped.
   absl::StatusOr<Graph> Finish() &&;
 

@@ -227,6 +227,14 @@ const std::vector<ConfigKey>& BuildKeys() {
       {"fuse_elementwise", "true|false", "run each chain of elementwise ops of a job's graph as one kernel", false,
        [](absl::string_view v, DaemonOptions* o) { return ParseBool(v, &o->fuse_elementwise); },
        [](const DaemonOptions& o) { return BoolText(o.fuse_elementwise); }},
+      {"channels_last", "auto|true|false",
+       "store a convolution network's activations channels-last (NHWC), as cuDNN's fastest kernels take them: "
+       "auto on GPUs only, true on every device (the CPU runs it through copies: for tests)",
+       false,
+       [](absl::string_view v, DaemonOptions* o) {
+         return OneOf(v, {"auto", "true", "false"}, &o->channels_last);
+       },
+       [](const DaemonOptions& o) { return o.channels_last; }},
       {"preemption", "iteration|op",
        "how policy=priority preempts a lower-priority iteration when a higher-priority one arrives: iteration "
        "(never mid-iteration) or op (it pauses at the next segment boundary)",

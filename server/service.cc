@@ -150,6 +150,7 @@ absl::StatusOr<std::unique_ptr<Service>> Service::Create(const DaemonOptions& op
         .With("setup_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - preparing).count())
         .With("policy", options.policy)
         .With("preemption", options.preemption);
+    service->has_cuda_ = service->has_cuda_ || info.backend == device::Backend::kCuda;
     if (options.codegen && info.backend == device::Backend::kCuda) {
       const codegen::CompileTarget target{info.compute_capability, info.driver_version};
       bool known = false;

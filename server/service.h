@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "codegen/kernel_cache.h"
+#include "compiler/compile_job.h"
 #include "server/access_control.h"
 #include "server/device_dispatcher.h"
 #include "server/event_loop.h"
@@ -200,13 +201,16 @@ class Service : private DispatcherHost {
   // Preparation thread: no Service state is touched.
   static absl::StatusOr<PreparedJob> PrepareJob(const v1::RegisterJobRequest& reg,
                                                 std::shared_ptr<const RequestFrames> frames,
-                                                std::shared_ptr<UniqueFd> frames_fd, bool fuse_elementwise,
+                                                std::shared_ptr<UniqueFd> frames_fd, const CompileOptions& compile,
                                                 uint64_t max_message_bytes, uint64_t session_id,
                                                 const std::vector<codegen::CompileTarget>& codegen_targets);
   // Preparation thread: the registration's graph variants, compiled and
   // checked against the job's graph `main`.
   static absl::StatusOr<std::vector<GraphVariant>> CompileVariants(const v1::RegisterJobRequest& reg, const Graph& main,
-                                                                   bool fuse_elementwise);
+                                                                   const CompileOptions& compile);
+  // The graph passes a job registering now gets (the options, and the
+  // channels-last layout where a device is a GPU).
+  CompileOptions CompileOptionsFor() const;
   // Preparation thread: sleeps $TANDEM_TEST_PREPARE_DELAY_MS first (tests
   // only; read once), before a registration's or a map's work.
   static void TestPrepareDelay();
@@ -303,6 +307,7 @@ class Service : private DispatcherHost {
   // The GPU architectures (and driver) of devices_, which registration
   // compiles a job's generated kernels for; empty with codegen off or no GPU.
   std::vector<codegen::CompileTarget> codegen_targets_;
+  bool has_cuda_ = false;  // a device is a GPU
   std::string fd_socket_path_;
   QueuedBytesFn queued_reply_bytes_;
   SessionTable sessions_;

@@ -125,10 +125,10 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
   }
   const uint64_t session_id = session.id;
   session.registering++;
-  const bool fuse = options_.fuse_elementwise;
+  const CompileOptions compile = CompileOptionsFor();
   const uint64_t max_bytes = options_.max_message_bytes;
   prep_->Post([this, to, job_id, session_id, name = std::move(name), request = std::move(request),
-               frames = std::move(frames), frames_fd = std::move(frames_fd), fuse, max_bytes,
+               frames = std::move(frames), frames_fd = std::move(frames_fd), compile, max_bytes,
                resume_path = std::move(resume_path), targets = codegen_targets_]() mutable {
     uint64_t resumed_iterations = 0;
     absl::Status resume_status;
@@ -146,10 +146,10 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
         resume_status = resumed.status();
       }
     }
-    absl::StatusOr<PreparedJob> prepared = resume_status.ok()
-                                               ? PrepareJob(request->register_job(), std::move(frames),
-                                                            std::move(frames_fd), fuse, max_bytes, session_id, targets)
-                                               : absl::StatusOr<PreparedJob>(resume_status);
+    absl::StatusOr<PreparedJob> prepared =
+        resume_status.ok() ? PrepareJob(request->register_job(), std::move(frames), std::move(frames_fd), compile,
+                                        max_bytes, session_id, targets)
+                           : absl::StatusOr<PreparedJob>(resume_status);
     if (prepared.ok()) prepared->resumed_iterations = resumed_iterations;
     // shared_ptr: the loop's work items are copyable std::functions.
     auto result = std::make_shared<absl::StatusOr<PreparedJob>>(std::move(prepared));
@@ -160,20 +160,39 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
   });
 }
 
+CompileOptions Service::CompileOptionsFor() const {
+  return {.channels_last = options_.channels_last == "true" || (options_.channels_last == "auto" && has_cuda_),
+          .fold_activations = options_.fuse_elementwise,
+          .fuse_elementwise = options_.fuse_elementwise};
+}
+
 absl::StatusOr<Service::PreparedJob> Service::PrepareJob(const v1::RegisterJobRequest& reg,
                                                          std::shared_ptr<const RequestFrames> frames,
-                                                         std::shared_ptr<UniqueFd> frames_fd, bool fuse_elementwise,
-                                                         uint64_t max_message_bytes, uint64_t session_id,
+                                                         std::shared_ptr<UniqueFd> frames_fd,
+                                                         const CompileOptions& compile, uint64_t max_message_bytes,
+                                                         uint64_t session_id,
                                                          const std::vector<codegen::CompileTarget>& codegen_targets) {
   const auto start = Clock::now();
   TestPrepareDelay();
   PreparedJob out;
   // Validation, the graph passes and the memory plan (compiler/compile_job.h).
-  ASSIGN_OR_RETURN(CompiledJob compiled,
-                   CompileJob(reg, {.fold_activations = fuse_elementwise, .fuse_elementwise = fuse_elementwise}));
+  ASSIGN_OR_RETURN(CompiledJob compiled, CompileJob(reg, compile));
+  if (compile.channels_last) {
+    int channels_last = 0, relayouts = 0;
+    for (const Node& n : compiled.graph.nodes) {
+      channels_last += n.attrs.GetBool("channels_last", false).value_or(false);
+      relayouts += n.op == "permute" && (n.label == "to channels-last" || n.label == "to channels-first");
+    }
+    if (channels_last > 0) {
+      TLOG_INFO("channels-last layout")
+          .With("session", session_id)
+          .With("nodes", channels_last)
+          .With("permutes", relayouts);
+    }
+  }
   out.graph = std::make_unique<Graph>(std::move(compiled.graph));
   out.layout = std::move(compiled.layout);
-  ASSIGN_OR_RETURN(out.variants, CompileVariants(reg, *out.graph, fuse_elementwise));
+  ASSIGN_OR_RETURN(out.variants, CompileVariants(reg, *out.graph, compile));
   // The job's generated kernels, compiled now so that its first iteration
   // finds them (a node whose kernel fails runs the interpreter instead).
   if (!codegen_targets.empty()) {
@@ -224,7 +243,7 @@ absl::StatusOr<Service::PreparedJob> Service::PrepareJob(const v1::RegisterJobRe
 }
 
 absl::StatusOr<std::vector<GraphVariant>> Service::CompileVariants(const v1::RegisterJobRequest& reg, const Graph& main,
-                                                                   bool fuse_elementwise) {
+                                                                   const CompileOptions& compile) {
   constexpr int kMaxVariants = 16;
   if (reg.variants_size() > kMaxVariants) {
     return absl::InvalidArgumentError(
@@ -237,8 +256,7 @@ absl::StatusOr<std::vector<GraphVariant>> Service::CompileVariants(const v1::Reg
     for (const GraphVariant& v : variants) {
       if (v.name == wire.name()) return absl::InvalidArgumentError(absl::StrCat(where, " is named twice"));
     }
-    absl::StatusOr<CompiledJob> compiled = CompileGraph(
-        wire.graph(), reg.persistent(), {.fold_activations = fuse_elementwise, .fuse_elementwise = fuse_elementwise});
+    absl::StatusOr<CompiledJob> compiled = CompileGraph(wire.graph(), reg.persistent(), compile);
     if (!compiled.ok()) {
       return absl::Status(compiled.status().code(), absl::StrCat(where, ": ", compiled.status().message()));
     }

@@ -8,6 +8,10 @@
 // grad_out's type, and reads grad_out where that input is > t and 0
 // elsewhere (threshold_backward's rule).
 //
+// Channels-last (attribute channels_last = true, set by the layout pass
+// compiler/channels_last.h): the channel dim of input, out, grad_out and
+// grad_input is the last one, [*, C], not dim 1.
+//
 // Optional tensors: weight and bias must be present (affine batch norm).
 // Running statistics may be absent only where the input count says so
 // unambiguously: native_batch_norm with 3 inputs (input, weight, bias) in
@@ -34,13 +38,21 @@ using ops::TypeList;
 
 bool IsHalf(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::kFloat16; }
 
-// input [N, C, *] of a float or 16-bit float dtype; returns C.
-absl::StatusOr<int64_t> CheckInput(const TensorType& input) {
+// The input's channel count, and whether the channel dim is the last.
+struct Channels {
+  int64_t c = 0;
+  bool last = false;
+};
+
+// input [N, C, *] (channels-last [*, C]) of a float or 16-bit float dtype.
+absl::StatusOr<Channels> CheckInput(const TensorType& input, const Attrs& attrs) {
   RETURN_IF_ERROR(ops::RequireDType("input", input, ops::kFloatAndHalfTypes));
+  ASSIGN_OR_RETURN(bool last, attrs.GetBool("channels_last", false));
   if (input.rank() < 2) {
-    return absl::InvalidArgumentError(absl::StrCat("input is ", input.ToString(), "; expected [N, C, ...]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("input is ", input.ToString(), "; expected ", last ? "[N, ..., C]" : "[N, C, ...]"));
   }
-  return input.shape[1];
+  return Channels{input.shape[ChannelDim(input.shape, last)], last};
 }
 
 // The dtype of save_mean and save_invstd: float32 for a 16-bit input, else
@@ -49,20 +61,18 @@ DType StatsDType(DType input) { return IsHalf(input) ? DType::kFloat32 : input; 
 
 // The dtype of the per-channel parameters, from the weight's: the input's,
 // or float32 for a 16-bit input.
-absl::StatusOr<DType> ParamDType(const TensorType& weight, const TensorType& input) {
+absl::StatusOr<DType> ParamDType(const TensorType& weight, const TensorType& input, int64_t c) {
   if (weight.dtype == input.dtype) return input.dtype;
   if (IsHalf(input.dtype) && weight.dtype == DType::kFloat32) return DType::kFloat32;
-  return absl::InvalidArgumentError(
-      absl::StrCat("weight is ", weight.ToString(), " but input is ", input.ToString(), "; expected ",
-                   DTypeName(input.dtype), ShapeString({input.shape[1]}),
-                   IsHalf(input.dtype) ? absl::StrCat(" or float32", ShapeString({input.shape[1]})) : ""));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "weight is ", weight.ToString(), " but input is ", input.ToString(), "; expected ", DTypeName(input.dtype),
+      ShapeString({c}), IsHalf(input.dtype) ? absl::StrCat(" or float32", ShapeString({c})) : ""));
 }
 
 // A per-channel tensor: `dtype` and [C] (or, with `may_be_empty`, [0]).
 // `note` ends the message (why `dtype` is expected).
-absl::Status CheckPerChannel(absl::string_view name, const TensorType& t, const TensorType& input, DType dtype,
-                             bool may_be_empty = false, absl::string_view note = "") {
-  const int64_t c = input.shape[1];
+absl::Status CheckPerChannel(absl::string_view name, const TensorType& t, const TensorType& input, int64_t c,
+                             DType dtype, bool may_be_empty = false, absl::string_view note = "") {
   if (t.dtype == dtype && (t.shape == Shape{c} || (may_be_empty && t.shape == Shape{0}))) {
     return absl::OkStatus();
   }
@@ -78,14 +88,14 @@ absl::string_view ParamNote(DType param, const TensorType& input) {
 
 // weight, bias and (where given) the running statistics of a forward, all
 // of one parameter dtype; returns it.
-absl::StatusOr<DType> CheckParams(absl::Span<const TensorType> in) {
-  ASSIGN_OR_RETURN(DType param, ParamDType(in[1], in[0]));
+absl::StatusOr<DType> CheckParams(absl::Span<const TensorType> in, int64_t c) {
+  ASSIGN_OR_RETURN(DType param, ParamDType(in[1], in[0], c));
   const absl::string_view note = ParamNote(param, in[0]);
-  RETURN_IF_ERROR(CheckPerChannel("weight", in[1], in[0], param));
-  RETURN_IF_ERROR(CheckPerChannel("bias", in[2], in[0], param, /*may_be_empty=*/false, note));
+  RETURN_IF_ERROR(CheckPerChannel("weight", in[1], in[0], c, param));
+  RETURN_IF_ERROR(CheckPerChannel("bias", in[2], in[0], c, param, /*may_be_empty=*/false, note));
   if (in.size() == 5) {
-    RETURN_IF_ERROR(CheckPerChannel("running_mean", in[3], in[0], param, /*may_be_empty=*/false, note));
-    RETURN_IF_ERROR(CheckPerChannel("running_var", in[4], in[0], param, /*may_be_empty=*/false, note));
+    RETURN_IF_ERROR(CheckPerChannel("running_mean", in[3], in[0], c, param, /*may_be_empty=*/false, note));
+    RETURN_IF_ERROR(CheckPerChannel("running_var", in[4], in[0], c, param, /*may_be_empty=*/false, note));
   }
   return param;
 }
@@ -106,8 +116,8 @@ absl::StatusOr<ForwardAttrs> CheckForwardAttrs(const Attrs& attrs) {
 
 // out, save_mean, save_invstd; the saved statistics are [0] in eval mode,
 // as in ATen.
-TypeList ForwardOutputs(const TensorType& input, bool training) {
-  const Shape saved = training ? Shape{input.shape[1]} : Shape{0};
+TypeList ForwardOutputs(const TensorType& input, int64_t c, bool training) {
+  const Shape saved = training ? Shape{c} : Shape{0};
   const DType stats = StatsDType(input.dtype);
   return TypeList{input, TensorType{stats, saved}, TensorType{stats, saved}};
 }
@@ -120,23 +130,23 @@ absl::StatusOr<TypeList> NativeBatchNormInfer(const Attrs& attrs, absl::Span<con
                      " inputs; expected input, weight, bias[, running_mean, running_var] (absent weight or "
                      "bias is not supported)"));
   }
-  RETURN_IF_ERROR(CheckInput(in[0]).status());
+  ASSIGN_OR_RETURN(Channels ch, CheckInput(in[0], attrs));
   ASSIGN_OR_RETURN(ForwardAttrs a, CheckForwardAttrs(attrs));
-  RETURN_IF_ERROR(CheckParams(in).status());
+  RETURN_IF_ERROR(CheckParams(in, ch.c).status());
   if (in.size() != 5 && !a.training) {
     return absl::InvalidArgumentError("eval mode (training=false) needs running_mean and running_var");
   }
-  return ForwardOutputs(in[0], a.training);
+  return ForwardOutputs(in[0], ch.c, a.training);
 }
 
 // Inputs: input, weight, bias, running_mean, running_var. Outputs: out,
 // save_mean, save_rstd, running_mean, running_var (updated in training,
 // copied in eval mode).
 absl::StatusOr<TypeList> LegitFunctionalInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
-  RETURN_IF_ERROR(CheckInput(in[0]).status());
+  ASSIGN_OR_RETURN(Channels ch, CheckInput(in[0], attrs));
   ASSIGN_OR_RETURN(ForwardAttrs a, CheckForwardAttrs(attrs));
-  RETURN_IF_ERROR(CheckParams(in).status());
-  TypeList out = ForwardOutputs(in[0], a.training);
+  RETURN_IF_ERROR(CheckParams(in, ch.c).status());
+  TypeList out = ForwardOutputs(in[0], ch.c, a.training);
   out.push_back(in[3]);
   out.push_back(in[4]);
   return out;
@@ -168,7 +178,8 @@ absl::StatusOr<TypeList> BatchNormBackwardInfer(const Attrs& attrs, absl::Span<c
   }
   const TensorType& grad = in[0];
   const TensorType& input = in[1];
-  ASSIGN_OR_RETURN(int64_t c, CheckInput(input));
+  ASSIGN_OR_RETURN(Channels ch, CheckInput(input, attrs));
+  const int64_t c = ch.c;
   if (!(grad == input)) {
     return absl::InvalidArgumentError(absl::StrCat("grad_out is ", grad.ToString(), " but input is ", input.ToString(),
                                                    "; they must have the same type"));
@@ -176,20 +187,20 @@ absl::StatusOr<TypeList> BatchNormBackwardInfer(const Attrs& attrs, absl::Span<c
   ASSIGN_OR_RETURN(bool train, attrs.GetBool("train"));
   ASSIGN_OR_RETURN(double eps, attrs.GetFloat("eps"));
   if (!(eps >= 0.0)) return absl::InvalidArgumentError(absl::StrCat("attribute 'eps' is ", eps, "; must be >= 0"));
-  ASSIGN_OR_RETURN(DType param, ParamDType(in[2], input));
-  RETURN_IF_ERROR(CheckPerChannel("weight", in[2], input, param));
+  ASSIGN_OR_RETURN(DType param, ParamDType(in[2], input, c));
+  RETURN_IF_ERROR(CheckPerChannel("weight", in[2], input, c, param));
   const bool has_running = in.size() == 7;
   if (has_running) {
     const absl::string_view note = ParamNote(param, input);
-    RETURN_IF_ERROR(CheckPerChannel("running_mean", in[3], input, param, /*may_be_empty=*/false, note));
-    RETURN_IF_ERROR(CheckPerChannel("running_var", in[4], input, param, /*may_be_empty=*/false, note));
+    RETURN_IF_ERROR(CheckPerChannel("running_mean", in[3], input, c, param, /*may_be_empty=*/false, note));
+    RETURN_IF_ERROR(CheckPerChannel("running_var", in[4], input, c, param, /*may_be_empty=*/false, note));
   } else if (!train) {
     return absl::InvalidArgumentError("eval mode (train=false) needs running_mean and running_var");
   }
   const size_t saved = has_running ? 5 : 3;
   const DType stats = StatsDType(input.dtype);
-  RETURN_IF_ERROR(CheckPerChannel("save_mean", in[saved], input, stats, /*may_be_empty=*/!train));
-  RETURN_IF_ERROR(CheckPerChannel("save_invstd", in[saved + 1], input, stats, /*may_be_empty=*/!train));
+  RETURN_IF_ERROR(CheckPerChannel("save_mean", in[saved], input, c, stats, /*may_be_empty=*/!train));
+  RETURN_IF_ERROR(CheckPerChannel("save_invstd", in[saved + 1], input, c, stats, /*may_be_empty=*/!train));
   ASSIGN_OR_RETURN(auto mask, ParseOutputMask(attrs));
   return TypeList{TensorType{input.dtype, mask[0] ? input.shape : Shape{0}},
                   TensorType{param, mask[1] ? Shape{c} : Shape{0}}, TensorType{param, mask[2] ? Shape{c} : Shape{0}}};

@@ -71,22 +71,52 @@ absl::StatusOr<std::vector<int64_t>> GetSpatialInts(const Attrs& attrs, absl::st
                                                  "]; expected one or ", count, " ints (", count, "-D)"));
 }
 
-Shape ConvGeometry::input_shape() const {
+Shape ConvGeometry::input_dims() const {
   Shape s = {n, c};
   s.insert(s.end(), in, in + spatial);
   return s;
 }
 
-Shape ConvGeometry::weight_shape() const {
+Shape ConvGeometry::weight_dims() const {
   Shape s = {o, c / params.groups};
   s.insert(s.end(), k, k + spatial);
   return s;
 }
 
-Shape ConvGeometry::output_shape() const {
+Shape ConvGeometry::output_dims() const {
   Shape s = {n, o};
   s.insert(s.end(), out, out + spatial);
   return s;
+}
+
+namespace {
+Shape Stored(const Shape& dims, bool channels_last) {
+  return channels_last ? Permuted(dims, ToChannelsLast(dims.size())) : dims;
+}
+}  // namespace
+
+Shape ConvGeometry::input_shape() const { return Stored(input_dims(), params.channels_last); }
+Shape ConvGeometry::weight_shape() const { return Stored(weight_dims(), params.channels_last); }
+Shape ConvGeometry::output_shape() const { return Stored(output_dims(), params.channels_last); }
+
+std::vector<int64_t> ToChannelsLast(size_t rank) {
+  std::vector<int64_t> perm = {0};
+  for (size_t d = 2; d < rank; ++d) perm.push_back(static_cast<int64_t>(d));
+  if (rank > 1) perm.push_back(1);
+  return perm;
+}
+
+std::vector<int64_t> ToChannelsFirst(size_t rank) {
+  std::vector<int64_t> perm = {0};
+  if (rank > 1) perm.push_back(static_cast<int64_t>(rank) - 1);
+  for (size_t d = 1; d + 1 < rank; ++d) perm.push_back(static_cast<int64_t>(d));
+  return perm;
+}
+
+Shape Permuted(const Shape& shape, const std::vector<int64_t>& perm) {
+  Shape out(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) out[i] = shape[static_cast<size_t>(perm[i])];
+  return out;
 }
 
 int64_t ConvGeometry::in_plane() const { return in[0] * in[1] * in[2]; }
@@ -117,6 +147,10 @@ absl::StatusOr<ConvParams> ParseConvParams(const Attrs& attrs, int spatial) {
   if (transposed) {
     return absl::InvalidArgumentError("transposed convolutions are not supported (attribute 'transposed' is true)");
   }
+  ASSIGN_OR_RETURN(p.channels_last, attrs.GetBool("channels_last", false));
+  if (p.channels_last && spatial != 2) {
+    return absl::InvalidArgumentError("attribute 'channels_last' is for 2-D convolutions only");
+  }
   ASSIGN_OR_RETURN(std::vector<int64_t> output_padding, attrs.GetInts("output_padding", std::vector<int64_t>{}));
   for (int64_t v : output_padding) {
     if (v < 0) {
@@ -132,19 +166,26 @@ absl::StatusOr<ConvParams> ParseConvParams(const Attrs& attrs, int spatial) {
   return p;
 }
 
-absl::StatusOr<ConvGeometry> ConvGeometryOf(const ConvParams& params, const Shape& input, const Shape& weight) {
+absl::StatusOr<ConvGeometry> ConvGeometryOf(const ConvParams& params, const Shape& stored_input,
+                                            const Shape& stored_weight) {
   const int spatial = params.spatial;
   const size_t rank = static_cast<size_t>(spatial) + 2;
   const char* const dims = spatial == 3 ? "D, H, W" : "H, W";
-  if (input.size() != rank) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("input is ", ShapeString(input), "; expected [N, C, ", dims, "] (", spatial, "-D convolution)"));
+  if (stored_input.size() != rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input is ", ShapeString(stored_input), "; expected ",
+        params.channels_last ? "[N, H, W, C]" : absl::StrCat("[N, C, ", dims, "]"), " (", spatial, "-D convolution)"));
   }
-  if (weight.size() != rank) {
-    return absl::InvalidArgumentError(absl::StrCat("weight is ", ShapeString(weight),
-                                                   "; expected [out_channels, in_channels / groups, ",
-                                                   spatial == 3 ? "kD, kH, kW" : "kH, kW", "]"));
+  if (stored_weight.size() != rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight is ", ShapeString(stored_weight), "; expected ",
+        params.channels_last
+            ? "[out_channels, kH, kW, in_channels / groups]"
+            : absl::StrCat("[out_channels, in_channels / groups, ", spatial == 3 ? "kD, kH, kW" : "kH, kW", "]")));
   }
+  // From here on, channels-first dims.
+  const Shape input = params.channels_last ? Permuted(stored_input, ToChannelsFirst(rank)) : stored_input;
+  const Shape weight = params.channels_last ? Permuted(stored_weight, ToChannelsFirst(rank)) : stored_weight;
   ConvGeometry g;
   g.spatial = spatial;
   g.params = params;
@@ -272,9 +313,14 @@ absl::StatusOr<std::array<int64_t, 2>> ParseAdaptiveOutputSize(const Attrs& attr
   return size;
 }
 
-ChannelSplit SplitChannels(const Shape& shape) {
+ChannelSplit SplitChannels(const Shape& shape, bool channels_last) {
   ChannelSplit s;
   if (shape.size() < 2) return s;
+  if (channels_last) {
+    for (size_t d = 0; d + 1 < shape.size(); ++d) s.outer *= shape[d];
+    s.channels = shape.back();
+    return s;
+  }
   s.outer = shape[0];
   s.channels = shape[1];
   for (size_t d = 2; d < shape.size(); ++d) s.inner *= shape[d];

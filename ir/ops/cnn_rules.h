@@ -1,8 +1,14 @@
 // Geometry of the CNN ops, shared by the op registry and every backend's
 // kernels: attribute parsing and output sizes of 2-D and 3-D convolution
-// (NCHW, NCDHW) and of 2-D pooling over NCHW tensors, adaptive pooling
-// windows, the [N, C, *] channel split of batch norm, and the output_mask of
-// the backward ops.
+// (NCHW, NCDHW, or channels-last NHWC) and of 2-D pooling over NCHW tensors,
+// adaptive pooling windows, the [N, C, *] (or channels-last [*, C]) channel
+// split of batch norm, and the output_mask of the backward ops.
+//
+// Channels-last (attribute channels_last = true, which the layout pass
+// compiler/channels_last.h sets): a 2-D convolution's input, output and
+// weight, and their gradients, are stored with the channel dim last: input
+// [N, H, W, C], weight [O, kH, kW, C / groups], output [N, oH, oW, O]; the
+// tensors' shapes say so. A batch norm's channel dim is the last one.
 //
 // The rules follow ATen's: a list attribute of one int stands for every
 // spatial dim; a pooling `stride` that is absent or empty is the kernel
@@ -31,6 +37,7 @@ inline constexpr int kMaxConvSpatial = 3;
 
 struct ConvParams {
   int spatial = 2;
+  bool channels_last = false;  // 2-D only: [N, H, W, C] tensors
   int64_t stride[kMaxConvSpatial] = {1, 1, 1};
   int64_t padding[kMaxConvSpatial] = {0, 0, 0};
   int64_t dilation[kMaxConvSpatial] = {1, 1, 1};
@@ -47,9 +54,15 @@ struct ConvGeometry {
   int64_t out[kMaxConvSpatial] = {1, 1, 1};
   ConvParams params;
 
+  // The tensors' shapes, in their storage order (channels-last or not).
   Shape input_shape() const;
   Shape weight_shape() const;
   Shape output_shape() const;
+  // The same dims in channels-first order ([N, C, H, W] ...), whatever the
+  // storage: what cuDNN's descriptors take along with the strides.
+  Shape input_dims() const;
+  Shape weight_dims() const;
+  Shape output_dims() const;
   // Elements of one channel of the input and of the output, and taps of one
   // filter channel.
   int64_t in_plane() const;
@@ -61,8 +74,8 @@ struct ConvGeometry {
 // [N, C, D, H, W]; an error naming the input otherwise.
 absl::StatusOr<int> ConvSpatialRank(const Shape& input);
 
-// stride, padding, dilation (each one int or `spatial` ints), groups;
-// transposed must be false (transposed convolutions are not supported);
+// stride, padding, dilation (each one int or `spatial` ints), groups,
+// channels_last (2-D only; default false); transposed must be false (transposed convolutions are not supported);
 // output_padding, which only a transposed convolution uses, must be a list of
 // non-negative ints when present.
 absl::StatusOr<ConvParams> ParseConvParams(const Attrs& attrs, int spatial);
@@ -127,12 +140,23 @@ inline int64_t AdaptiveStart(int64_t o, int64_t in, int64_t out) { return (o * i
 inline int64_t AdaptiveEnd(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
 
 // A batch-norm input [N, C, *] as [outer = N, channels = C, inner = prod(*)]
-// (rank >= 2).
+// (rank >= 2); channels-last [*, C] as [outer = prod(*), channels = C,
+// inner = 1]. Both visit a channel's elements in the same order (N, then
+// the spatial dims), so sums over them agree bit for bit.
 struct ChannelSplit {
   int64_t outer = 1, channels = 1, inner = 1;
   int64_t per_channel() const { return outer * inner; }
 };
-ChannelSplit SplitChannels(const Shape& shape);
+ChannelSplit SplitChannels(const Shape& shape, bool channels_last = false);
+// The channel dim of a batch-norm input: 1, or the last with channels_last.
+inline size_t ChannelDim(const Shape& shape, bool channels_last) { return channels_last ? shape.size() - 1 : 1; }
+
+// The permutations between channels-first and channels-last storage of a
+// rank-`rank` tensor: [0, 2, ..., rank - 1, 1] and its inverse.
+std::vector<int64_t> ToChannelsLast(size_t rank);
+std::vector<int64_t> ToChannelsFirst(size_t rank);
+// `shape` permuted by `perm` (shape[perm[i]] at i).
+Shape Permuted(const Shape& shape, const std::vector<int64_t>& perm);
 
 // A backward op's output_mask: three 0/1 ints (or bools), all true when
 // absent. An output whose entry is false has the shape [0] and is not

@@ -122,7 +122,8 @@ void BatchNormForward(const ChannelSplit& s, const BatchNormAttrs& a, const Forw
 absl::Status BatchNormForwardKernel(const KernelArgs& args) {
   ASSIGN_OR_RETURN(BatchNormAttrs a, GetForwardAttrs(args));
   const TensorArg& input = args.inputs[0];
-  const ChannelSplit s = SplitChannels(input.type.shape);
+  ASSIGN_OR_RETURN(bool channels_last, args.node->attrs.GetBool("channels_last", false));
+  const ChannelSplit s = SplitChannels(input.type.shape, channels_last);
   return DispatchFloat(args, input.type.dtype, [&](auto tag) {
     using T = decltype(tag);
     ForwardOperands<T> op;
@@ -157,7 +158,8 @@ absl::Status BatchNormBackwardKernel(const KernelArgs& args) {
   const TensorArg* running_var = has_running ? &args.inputs[4] : nullptr;
   const TensorArg& save_mean = args.inputs[has_running ? 5 : 3];
   const TensorArg& save_invstd = args.inputs[has_running ? 6 : 4];
-  const ChannelSplit s = SplitChannels(input.type.shape);
+  ASSIGN_OR_RETURN(bool channels_last, args.node->attrs.GetBool("channels_last", false));
+  const ChannelSplit s = SplitChannels(input.type.shape, channels_last);
   return DispatchFloat(args, input.type.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* dy = grad.as<const T>();

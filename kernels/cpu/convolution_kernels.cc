@@ -18,6 +18,7 @@
 
 #include "base/status_macros.h"
 #include "ir/ops/cnn_rules.h"
+#include "kernels/cpu/channels_first.h"
 #include "kernels/cpu/half_kernels.h"
 #include "kernels/cpu/kernel_util.h"
 
@@ -254,8 +255,8 @@ absl::Status ConvolutionBackwardKernel(const KernelArgs& args) {
 }  // namespace
 
 void AddConvolutionKernels(CpuKernelTable& table) {
-  table["convolution"] = WithHalf<ConvolutionKernel>;
-  table["convolution_backward"] = WithHalf<ConvolutionBackwardKernel>;
+  table["convolution"] = WithChannelsFirst<WithHalf<ConvolutionKernel>>;
+  table["convolution_backward"] = WithChannelsFirst<WithHalf<ConvolutionBackwardKernel>>;
 }
 
 }  // namespace tandem::cpu

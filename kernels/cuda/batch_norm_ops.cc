@@ -75,8 +75,10 @@ absl::StatusOr<void*> ScratchFor(const CudaKernelContext& context, const KernelA
       .Get(args, BatchNormScratchBytes(p), context.stream->ordinal(), context.native);
 }
 
-BatchNormLaunchParams SplitOf(const Shape& input) {
-  const ChannelSplit s = SplitChannels(input);
+// [outer, channels, inner]; channels-last input is [rows, C, 1].
+absl::StatusOr<BatchNormLaunchParams> SplitOf(const KernelArgs& args, const Shape& input) {
+  ASSIGN_OR_RETURN(bool channels_last, args.node->attrs.GetBool("channels_last", false));
+  const ChannelSplit s = SplitChannels(input, channels_last);
   BatchNormLaunchParams p;
   p.outer = s.outer;
   p.channels = s.channels;
@@ -90,7 +92,7 @@ absl::Status BatchNormForwardKernel(const CudaKernelContext& context, const Kern
   const TensorArg& input = args.inputs[0];
   const DType dtype = input.type.dtype;
   if (!IsFloat(dtype) && !IsHalf(dtype)) return UnsupportedDType(args, dtype);
-  BatchNormLaunchParams p = SplitOf(input.type.shape);
+  ASSIGN_OR_RETURN(BatchNormLaunchParams p, SplitOf(args, input.type.shape));
   ASSIGN_OR_RETURN(p.training, args.node->attrs.GetBool("training"));
   ASSIGN_OR_RETURN(p.momentum, args.node->attrs.GetFloat("momentum"));
   ASSIGN_OR_RETURN(p.eps, args.node->attrs.GetFloat("eps"));
@@ -127,7 +129,7 @@ absl::Status BatchNormBackwardKernel(const CudaKernelContext& context, const Ker
   const TensorArg& input = args.inputs[1];
   const DType dtype = input.type.dtype;
   if (!IsFloat(dtype) && !IsHalf(dtype)) return UnsupportedDType(args, dtype);
-  BatchNormLaunchParams p = SplitOf(input.type.shape);
+  ASSIGN_OR_RETURN(BatchNormLaunchParams p, SplitOf(args, input.type.shape));
   ASSIGN_OR_RETURN(p.training, args.node->attrs.GetBool("train"));
   ASSIGN_OR_RETURN(p.eps, args.node->attrs.GetFloat("eps"));
   // A folded threshold_backward (compiler/fold_activations.h): the mask is

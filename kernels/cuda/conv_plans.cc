@@ -27,7 +27,7 @@ namespace {
 constexpr size_t kMinSearchWorkspaceBytes = size_t{64} << 20;
 
 // Every entry of the geometry (unused spatial entries are 1, 0, 1 alike in
-// every key), the dtype and the math mode.
+// every key), the layout, the dtype and the math mode.
 PlanKey KeyOf(DType dtype, const ConvGeometry& g, const MathMode& mode) {
   const ConvParams& p = g.params;
   return {static_cast<int64_t>(dtype),
@@ -53,7 +53,7 @@ PlanKey KeyOf(DType dtype, const ConvGeometry& g, const MathMode& mode) {
           p.groups,
           mode.allow_tf32 ? 1 : 0,
           mode.deterministic ? 1 : 0,
-          0};
+          p.channels_last ? 1 : 0};
 }
 
 absl::Status RequireInt(const Shape& shape, absl::string_view what) {
@@ -164,16 +164,19 @@ absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const ConvGeom
   CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&plan->bias));
   CUDNN_RETURN_IF_ERROR(cudnnCreateFilterDescriptor(&plan->w));
   CUDNN_RETURN_IF_ERROR(cudnnCreateConvolutionDescriptor(&plan->conv));
-  const Shape x_dims = g.input_shape(), w_dims = g.weight_shape(), y_dims = g.output_shape();
+  // Channels-first dims; a channels-last plan's descriptors say NHWC
+  // (cuDNN takes the dims in NCHW order with the storage's format).
+  const Shape x_dims = g.input_dims(), w_dims = g.weight_dims(), y_dims = g.output_dims();
   const int rank = g.spatial + 2;
   if (g.spatial == 2) {
+    const cudnnTensorFormat_t format = p.channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     CUDNN_RETURN_IF_ERROR(
-        cudnnSetTensor4dDescriptor(plan->x, CUDNN_TENSOR_NCHW, plan->type, i(g.n), i(g.c), i(g.in[0]), i(g.in[1])));
+        cudnnSetTensor4dDescriptor(plan->x, format, plan->type, i(g.n), i(g.c), i(g.in[0]), i(g.in[1])));
     CUDNN_RETURN_IF_ERROR(
-        cudnnSetTensor4dDescriptor(plan->y, CUDNN_TENSOR_NCHW, plan->type, i(g.n), i(g.o), i(g.out[0]), i(g.out[1])));
-    CUDNN_RETURN_IF_ERROR(cudnnSetTensor4dDescriptor(plan->bias, CUDNN_TENSOR_NCHW, plan->type, 1, i(g.o), 1, 1));
-    CUDNN_RETURN_IF_ERROR(cudnnSetFilter4dDescriptor(plan->w, plan->type, CUDNN_TENSOR_NCHW, i(g.o), i(g.c / p.groups),
-                                                     i(g.k[0]), i(g.k[1])));
+        cudnnSetTensor4dDescriptor(plan->y, format, plan->type, i(g.n), i(g.o), i(g.out[0]), i(g.out[1])));
+    CUDNN_RETURN_IF_ERROR(cudnnSetTensor4dDescriptor(plan->bias, format, plan->type, 1, i(g.o), 1, 1));
+    CUDNN_RETURN_IF_ERROR(
+        cudnnSetFilter4dDescriptor(plan->w, plan->type, format, i(g.o), i(g.c / p.groups), i(g.k[0]), i(g.k[1])));
   } else {
     // NCDHW: cuDNN's Nd descriptors with packed strides.
     const auto set_tensor = [&](cudnnTensorDescriptor_t desc, const Shape& dims) {
@@ -223,6 +226,7 @@ absl::StatusOr<ConvPlan*> PlanFor(CudnnState& state, DType dtype, const ConvGeom
   shape.data = plan->type;
   shape.compute = ComputeType(plan->type);
   shape.spatial = g.spatial;
+  shape.channels_last = p.channels_last;
   std::copy(x_dims.begin(), x_dims.end(), shape.x);
   std::copy(w_dims.begin(), w_dims.end(), shape.w);
   std::copy(y_dims.begin(), y_dims.end(), shape.y);

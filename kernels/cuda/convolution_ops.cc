@@ -72,11 +72,14 @@ absl::StatusOr<Setup> SetUp(const CudaKernelContext& context, const KernelArgs& 
 
 // out[n, o, :] += bias[o] for a 16-bit convolution's output: each element
 // widened, summed in float32 and rounded once (as the 16-bit add.Tensor).
+// Channels-last output is n * oH * oW rows of O: planes of one element.
 absl::Status AddHalfBias(const CudaKernelContext& context, const KernelArgs& args, const ConvGeometry& g,
                          const TensorArg& bias, const TensorArg& out) {
   const DType dtype = out.type.dtype;
-  return Launched(
-      args, LaunchHalfChannelBias(dtype, g.n * g.o, g.o, g.out_plane(), bias.data, out.data, context.native), dtype);
+  const bool last = g.params.channels_last;
+  const int64_t planes = last ? g.n * g.out_plane() * g.o : g.n * g.o;
+  const int64_t plane = last ? 1 : g.out_plane();
+  return Launched(args, LaunchHalfChannelBias(dtype, planes, g.o, plane, bias.data, out.data, context.native), dtype);
 }
 
 // Inputs: input, weight[, bias].
@@ -122,12 +125,19 @@ absl::Status ConvolutionBackwardKernel(const CudaKernelContext& context, const K
     StridedOperand kept, reduced;
     kept.rank = 1;
     kept.sizes[0] = g.o;
-    kept.strides[0] = g.out_plane();
-    reduced.rank = 2;
-    reduced.sizes[0] = g.n;
-    reduced.strides[0] = g.o * g.out_plane();
-    reduced.sizes[1] = g.out_plane();
-    reduced.strides[1] = 1;
+    if (g.params.channels_last) {  // [n * oH * oW, O]
+      kept.strides[0] = 1;
+      reduced.rank = 1;
+      reduced.sizes[0] = g.n * g.out_plane();
+      reduced.strides[0] = g.o;
+    } else {  // [n, O, oH * oW]
+      kept.strides[0] = g.out_plane();
+      reduced.rank = 2;
+      reduced.sizes[0] = g.n;
+      reduced.strides[0] = g.o * g.out_plane();
+      reduced.sizes[1] = g.out_plane();
+      reduced.strides[1] = 1;
+    }
     const TensorArg& grad_bias = args.outputs[2];
     if (IsHalfData(plan.type)) {
       return Launched(args,

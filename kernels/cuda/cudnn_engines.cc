@@ -56,13 +56,24 @@ absl::Status Failed(cudnnStatus_t status, absl::string_view what) {
 // Unique ids of the three tensors in every direction's graph and variant pack.
 constexpr int64_t kX = 'x', kW = 'w', kY = 'y';
 
-// A packed (contiguous row-major) tensor of `rank` dims (4 or 5).
-Descriptor Tensor(int64_t uid, cudnnDataType_t type, const int64_t* dims, int rank) {
+// A packed tensor of `rank` dims (4 or 5) in NC(D)HW order: row-major, or
+// with `channels_last` stored N(D)HWC (the channel dim 1 innermost).
+Descriptor Tensor(int64_t uid, cudnnDataType_t type, const int64_t* dims, int rank, bool channels_last) {
   int64_t strides[5];
   int64_t stride = 1;
-  for (int d = rank - 1; d >= 0; --d) {
-    strides[d] = stride;
-    stride *= dims[d];
+  if (channels_last) {
+    strides[1] = stride;
+    stride *= dims[1];
+    for (int d = rank - 1; d >= 2; --d) {
+      strides[d] = stride;
+      stride *= dims[d];
+    }
+    strides[0] = stride;
+  } else {
+    for (int d = rank - 1; d >= 0; --d) {
+      strides[d] = stride;
+      stride *= dims[d];
+    }
   }
   const int64_t alignment = 16;
   Descriptor t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
@@ -194,9 +205,9 @@ absl::StatusOr<std::vector<std::unique_ptr<EnginePlan>>> ConvEnginePlans(cudnnHa
                                                                          const EngineFilter& filter,
                                                                          EngineSearchStats* stats) {
   const int rank = shape.spatial + 2;
-  Descriptor x = Tensor(kX, shape.data, shape.x, rank);
-  Descriptor w = Tensor(kW, shape.data, shape.w, rank);
-  Descriptor y = Tensor(kY, shape.data, shape.y, rank);
+  Descriptor x = Tensor(kX, shape.data, shape.x, rank, shape.channels_last);
+  Descriptor w = Tensor(kW, shape.data, shape.w, rank, shape.channels_last);
+  Descriptor y = Tensor(kY, shape.data, shape.y, rank, shape.channels_last);
   for (const Descriptor* t : {&x, &w, &y}) {
     if (t->status() != CUDNN_STATUS_SUCCESS) return Failed(t->status(), "tensor descriptor");
   }

@@ -39,6 +39,7 @@ struct ConvShape {
   cudnnDataType_t data = CUDNN_DATA_FLOAT;
   cudnnDataType_t compute = CUDNN_DATA_FLOAT;
   int spatial = 2;
+  bool channels_last = false;  // 2-D: x, w and y stored NHWC (strides), dims still NCHW
   int64_t x[5] = {}, w[5] = {}, y[5] = {};
   int64_t padding[3] = {}, stride[3] = {}, dilation[3] = {};
 };

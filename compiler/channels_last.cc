@@ -1,0 +1,324 @@
+#include "compiler/channels_last.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "compiler/graph_rewriter.h"
+#include "ir/ops/cnn_rules.h"
+
+namespace tandem {
+namespace {
+
+constexpr char kSuffix[] = ".channels_last";
+
+// Where channels-first dim d (0..3) sits in channels-last storage.
+constexpr int64_t kLastPosition[4] = {0, 3, 1, 2};
+
+// Ops that compute each output element from the operands' elements at the
+// same position (after broadcasting), with no dim in their attributes.
+// Random ops are not here: their draws follow the storage order.
+bool IsElementwise(const std::string& op) {
+  static const auto* const kOps = new absl::flat_hash_set<std::string>{"abs",
+                                                                       "acos",
+                                                                       "acosh",
+                                                                       "add.Scalar",
+                                                                       "add.Tensor",
+                                                                       "addcdiv",
+                                                                       "addcmul",
+                                                                       "asin",
+                                                                       "asinh",
+                                                                       "atan",
+                                                                       "atanh",
+                                                                       "ceil",
+                                                                       "clamp",
+                                                                       "clone",
+                                                                       "cos",
+                                                                       "cosh",
+                                                                       "div.Scalar",
+                                                                       "div.Tensor",
+                                                                       "elu",
+                                                                       "elu_backward",
+                                                                       "erf",
+                                                                       "exp",
+                                                                       "expm1",
+                                                                       "floor",
+                                                                       "gelu",
+                                                                       "gelu_backward",
+                                                                       "hardsigmoid",
+                                                                       "hardsigmoid_backward",
+                                                                       "hardswish",
+                                                                       "hardswish_backward",
+                                                                       "hardtanh",
+                                                                       "hardtanh_backward",
+                                                                       "leaky_relu",
+                                                                       "leaky_relu_backward",
+                                                                       "lerp.Scalar",
+                                                                       "lerp.Tensor",
+                                                                       "log",
+                                                                       "log1p",
+                                                                       "maximum",
+                                                                       "minimum",
+                                                                       "mul.Scalar",
+                                                                       "mul.Tensor",
+                                                                       "neg",
+                                                                       "pow.Scalar",
+                                                                       "pow.Tensor_Scalar",
+                                                                       "reciprocal",
+                                                                       "relu",
+                                                                       "rsqrt",
+                                                                       "sigmoid",
+                                                                       "sigmoid_backward",
+                                                                       "silu",
+                                                                       "silu_backward",
+                                                                       "sqrt",
+                                                                       "sub.Scalar",
+                                                                       "sub.Tensor",
+                                                                       "tanh",
+                                                                       "tanh_backward",
+                                                                       "threshold_backward",
+                                                                       "where.self"};
+  return kOps->contains(op);
+}
+
+bool IsDimReduction(const std::string& op) {
+  return op == "sum.dim_IntList" || op == "mean.dim" || op == "amax" || op == "amin";
+}
+
+// Ops with one dim attribute `dim` over rank-4 operands and outputs.
+bool IsOneDimOp(const std::string& op) { return op == "cat" || op == "slice.Tensor" || op == "slice_copy.Tensor"; }
+
+bool IsBatchNormForward(const std::string& op) {
+  return op == "native_batch_norm" || op == "_native_batch_norm_legit_functional";
+}
+
+bool IsLayoutDType(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kBFloat16 || dtype == DType::kFloat16;
+}
+
+// A dim attribute value (negative counts from the end) as 0..3; -1 if out
+// of range.
+int64_t Dim4(int64_t d) {
+  if (d < 0) d += 4;
+  return d >= 0 && d < 4 ? d : -1;
+}
+
+// Whether storing `shape` (rank 4) channels-last moves no bytes: the dims
+// other than 1 keep their order.
+bool RelayoutIsFree(const Shape& shape) { return shape[1] == 1 || shape[2] * shape[3] == 1; }
+
+class Pass {
+ public:
+  explicit Pass(const Graph& g) : g_(g), out_(g), last_(g.values.size(), -1) {}
+
+  absl::StatusOr<Graph> Run() {
+    for (const Node& n : g_.nodes) RETURN_IF_ERROR(Emit(n));
+    for (int v : g_.fetchable) First(v);
+    for (const auto& [target, value] : g_.updates) First(value);
+    RETURN_IF_ERROR(out_.status());
+    return std::move(out_).Finish();
+  }
+
+ private:
+  const Shape& ShapeOf(int v) const { return g_.values[v].type.shape; }
+  bool Rank4(int v) const { return ShapeOf(v).size() == 4; }
+  // Whether `v` is (or can be for free) channels-last.
+  bool Ready(int v) const { return Rank4(v) && (last_[v] >= 0 || RelayoutIsFree(ShapeOf(v))); }
+
+  // A new value: `id`, a value of channels-first shape `shape` stored
+  // channels-first (`to_last`) or channels-last, in the other layout, named
+  // `name`.
+  int Relayout(int id, const Shape& shape, bool to_last, const std::string& name) {
+    const Shape target = to_last ? Permuted(shape, ToChannelsLast(4)) : shape;
+    const bool free = RelayoutIsFree(shape);
+    Attrs attrs;
+    std::string op = "permute";
+    if (free) {
+      op = "view";
+      attrs.Set("size", std::vector<int64_t>(target.begin(), target.end()));
+    } else {
+      attrs.Set("dims", to_last ? ToChannelsLast(4) : ToChannelsFirst(4));
+    }
+    std::vector<int> ids =
+        out_.AddNew(op, {id}, std::move(attrs), {name}, to_last ? "to channels-last" : "to channels-first");
+    return ids.empty() ? -1 : ids[0];
+  }
+
+  // The new id of `v` channels-first / channels-last, made on first use.
+  int First(int v) {
+    if (out_.Map(v) >= 0 || last_[v] < 0) return out_.Map(v);
+    const int id = Relayout(last_[v], ShapeOf(v), /*to_last=*/false, g_.values[v].name);
+    if (id >= 0) out_.SetMap(v, id);
+    return id;
+  }
+  int Last(int v) {
+    if (last_[v] >= 0) return last_[v];
+    const int first = First(v);
+    if (first < 0) return -1;
+    last_[v] = Relayout(first, ShapeOf(v), /*to_last=*/true, g_.values[v].name + kSuffix);
+    return last_[v];
+  }
+
+  // `n` with the inputs marked in `last_inputs` read channels-last and the
+  // outputs marked in `last_outputs` made channels-last, `attrs` its
+  // attributes.
+  absl::Status EmitLast(const Node& n, const std::vector<bool>& last_inputs, const std::vector<bool>& last_outputs,
+                        Attrs attrs) {
+    std::vector<int> inputs;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      inputs.push_back(last_inputs[i] ? Last(n.inputs[i]) : First(n.inputs[i]));
+      if (inputs.back() < 0) return out_.status();
+    }
+    std::vector<std::string> names;
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      names.push_back(last_outputs[o] ? g_.values[n.outputs[o]].name + kSuffix : g_.values[n.outputs[o]].name);
+    }
+    std::vector<int> ids = out_.AddNew(n.op, std::move(inputs), std::move(attrs), names, n.label);
+    if (ids.size() != n.outputs.size()) return out_.status();
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      if (last_outputs[o]) {
+        last_[n.outputs[o]] = ids[o];
+      } else {
+        out_.SetMap(n.outputs[o], ids[o]);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status EmitFirst(const Node& n) {
+    for (int v : n.inputs) {
+      if (First(v) < 0)
+        return out_.status().ok() ? absl::InternalError("channels_last: an input has no value") : out_.status();
+    }
+    return out_.Copy(n);
+  }
+
+  // Marks: rank-4 values of `ids`.
+  std::vector<bool> Rank4Marks(const std::vector<int>& ids) const {
+    std::vector<bool> marks;
+    for (int v : ids) marks.push_back(Rank4(v));
+    return marks;
+  }
+
+  absl::Status Emit(const Node& n) {
+    const std::string& op = n.op;
+    Attrs attrs = n.attrs;
+    if (attrs.Has("channels_last")) return EmitFirst(n);
+    const bool float_layout = !n.outputs.empty() && IsLayoutDType(g_.values[n.outputs[0]].type.dtype);
+    if (op == "convolution" && float_layout && Rank4(n.inputs[0])) {
+      attrs.Set("channels_last", true);
+      std::vector<bool> in = {true, true, false};
+      in.resize(n.inputs.size());
+      return EmitLast(n, in, {true}, std::move(attrs));
+    }
+    if (op == "convolution_backward" && float_layout && Rank4(n.inputs[1])) {
+      attrs.Set("channels_last", true);
+      return EmitLast(n, {true, true, true}, Rank4Marks(n.outputs), std::move(attrs));
+    }
+    if (IsBatchNormForward(op) && Ready(n.inputs[0]) && last_[n.inputs[0]] >= 0) {
+      attrs.Set("channels_last", true);
+      std::vector<bool> in(n.inputs.size(), false);
+      in[0] = true;
+      std::vector<bool> outs(n.outputs.size(), false);
+      outs[0] = true;
+      return EmitLast(n, in, outs, std::move(attrs));
+    }
+    if (op == "native_batch_norm_backward" && n.inputs.size() >= 2 && Rank4(n.inputs[1]) &&
+        (last_[n.inputs[0]] >= 0 || last_[n.inputs[1]] >= 0)) {
+      attrs.Set("channels_last", true);
+      std::vector<bool> in(n.inputs.size(), false);
+      in[0] = in[1] = true;
+      if (attrs.Has("mask_threshold")) in.back() = true;
+      std::vector<bool> outs(n.outputs.size(), false);
+      outs[0] = Rank4(n.outputs[0]);
+      return EmitLast(n, in, outs, std::move(attrs));
+    }
+    if (IsElementwise(op) && n.outputs.size() == 1 && Rank4(n.outputs[0])) {
+      bool any = false, all = true;
+      for (int v : n.inputs) {
+        if (Rank4(v)) {
+          any = any || last_[v] >= 0;
+        } else if (g_.values[v].type.numel() != 1) {
+          all = false;  // a lower-rank broadcast operand aligns with the trailing dims
+        }
+      }
+      if (any && all) return EmitLast(n, Rank4Marks(n.inputs), {true}, std::move(attrs));
+      return EmitFirst(n);
+    }
+    if (IsDimReduction(op) && Rank4(n.inputs[0]) && last_[n.inputs[0]] >= 0) {
+      ASSIGN_OR_RETURN(std::vector<int64_t> dims, attrs.GetInts("dim", std::vector<int64_t>{}));
+      ASSIGN_OR_RETURN(bool keepdim, attrs.GetBool("keepdim", false));
+      bool reduced[4] = {dims.empty(), dims.empty(), dims.empty(), dims.empty()};
+      std::vector<int64_t> mapped;
+      bool ok = true;
+      for (int64_t d : dims) {
+        const int64_t d4 = Dim4(d);
+        ok = ok && d4 >= 0;
+        if (d4 < 0) break;
+        reduced[d4] = true;
+        mapped.push_back(kLastPosition[d4]);
+      }
+      // Without keepdim the kept dims must come out in the same order.
+      int64_t previous = -1;
+      for (int d = 0; ok && !keepdim && d < 4; ++d) {
+        if (reduced[d]) continue;
+        ok = kLastPosition[d] > previous;
+        previous = kLastPosition[d];
+      }
+      if (ok) {
+        if (!dims.empty()) attrs.Set("dim", mapped);
+        return EmitLast(n, {true}, {keepdim || dims.empty() ? keepdim : false}, std::move(attrs));
+      }
+      return EmitFirst(n);
+    }
+    if ((op == "expand" || op == "expand_copy") && Ready(n.inputs[0]) && Rank4(n.outputs[0])) {
+      ASSIGN_OR_RETURN(std::vector<int64_t> size, attrs.GetInts("size"));
+      if (size.size() == 4) {
+        attrs.Set("size", std::vector<int64_t>{size[0], size[2], size[3], size[1]});
+        return EmitLast(n, {true}, {true}, std::move(attrs));
+      }
+      return EmitFirst(n);
+    }
+    if (IsOneDimOp(op) && Rank4(n.outputs[0])) {
+      bool any = false, all = true;
+      for (int v : n.inputs) {
+        all = all && Rank4(v);
+        any = any || (Rank4(v) && last_[v] >= 0);
+      }
+      ASSIGN_OR_RETURN(int64_t dim, attrs.GetInt("dim", 0));
+      const int64_t d4 = Dim4(dim);
+      if (any && all && d4 >= 0) {
+        attrs.Set("dim", kLastPosition[d4]);
+        return EmitLast(n, std::vector<bool>(n.inputs.size(), true), {true}, std::move(attrs));
+      }
+      return EmitFirst(n);
+    }
+    return EmitFirst(n);
+  }
+
+  const Graph& g_;
+  GraphRewriter out_;
+  std::vector<int> last_;  // source value -> its channels-last twin's new id, -1: none
+};
+
+bool HasConvolution2d(const Graph& g) {
+  for (const Node& n : g.nodes) {
+    if (n.op == "convolution" && !n.inputs.empty() && g.values[n.inputs[0]].type.shape.size() == 4 &&
+        IsLayoutDType(g.values[n.inputs[0]].type.dtype)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<Graph> ChannelsLast(const Graph& graph) {
+  if (!HasConvolution2d(graph)) return graph;
+  return Pass(graph).Run();
+}
+
+}  // namespace tandem

@@ -1,0 +1,51 @@
+// A graph pass that stores a convolution network's activations
+// channels-last ([N, H, W, C]) instead of PyTorch's [N, C, H, W], so that
+// cuDNN runs its NHWC tensor-core kernels directly instead of transposing
+// around each convolution (2.2 ms of ResNet-50's 8.4 ms of convolution time
+// at batch 32 on an H100 were cuDNN's own transposes; docs/codegen.md).
+//
+// The pass changes shapes, not the meaning of the graph: a channels-last
+// value is a new value of the permuted shape, and every node that reads it
+// is one that computes the same thing on that layout:
+//
+//   - 2-D convolution and convolution_backward (float32 and 16-bit) always
+//     run channels-last (attribute channels_last = true): input, output and
+//     their gradients [N, H, W, C]; the weight is read as [O, kH, kW, C / g]
+//     (one permute of each weight per iteration, shared by the forward and
+//     the backward) and its gradient permuted back for the optimizer.
+//   - batch norm forward and backward (channels_last = true: the channel
+//     dim is the last), elementwise ops whose operands are rank-4 or single
+//     elements, reductions over listed dims (sum.dim_IntList, mean.dim,
+//     amax, amin) whose kept dims stay in order, expand, cat and slice
+//     (their dims remapped) run channels-last when one of their rank-4
+//     operands is already channels-last (or relayouts for free, below).
+//   - Every other node reads channels-first values: a permute back is
+//     inserted before its first such reader (once per value), and so for a
+//     fetched or updated value, which keeps its name and layout.
+//
+// A relayout between the two is a `permute` node, or a `view` when it moves
+// no bytes (C == 1 or H * W == 1, e.g. a pooled [N, C, 1, 1] or a 1x1
+// convolution's weight). Channels-first values keep their names; a value's
+// channels-last twin is named `<name>.channels_last`.
+//
+// Run before fold_activations (whose folded batch norms keep the
+// attribute) and fuse_elementwise (elementwise ops do not care about the
+// layout). The CPU kernels of the channels-last nodes are the
+// channels-first kernels on permuted copies (kernels/cpu/channels_first.h),
+// so a channels-last graph computes what the source graph computes; the
+// daemon runs the pass for CUDA devices only. A graph without a 2-D
+// convolution is returned as it is. Deterministic; a plain function.
+#ifndef TANDEM_COMPILER_CHANNELS_LAST_H_
+#define TANDEM_COMPILER_CHANNELS_LAST_H_
+
+#include "absl/status/statusor.h"
+#include "ir/graph.h"
+
+namespace tandem {
+
+// The rewritten graph (compiler/graph_rewriter.h).
+absl::StatusOr<Graph> ChannelsLast(const Graph& graph);
+
+}  // namespace tandem
+
+#endif  // TANDEM_COMPILER_CHANNELS_LAST_H_

@@ -1,0 +1,247 @@
+#include "compiler/channels_last.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compiler/compile_job.h"
+#include "compiler/wire_graph_test_util.h"
+#include "ir/graph_builder.h"
+
+namespace tandem {
+namespace {
+
+using testing::AddNode;
+using testing::AddSpec;
+using testing::Contents;
+using testing::Persistent;
+
+void SetInts(v1::Node* n, const std::string& name, const std::vector<int64_t>& v) {
+  for (int64_t x : v) (*n->mutable_attrs())[name].mutable_ints()->add_values(x);
+}
+
+v1::Node* Conv(v1::Graph& g, const std::string& x, const std::string& w, const std::string& out, int64_t pad) {
+  v1::Node* n = AddNode(g, "convolution", {x, w}, out);
+  SetInts(n, "stride", {1, 1});
+  SetInts(n, "padding", {pad, pad});
+  SetInts(n, "dilation", {1, 1});
+  (*n->mutable_attrs())["groups"].set_i(1);
+  return n;
+}
+
+// A small residual network's step, forward and backward, with a reader of
+// every kind the pass knows: 3x3 and 1x1 convolutions, a batch norm and its
+// ReLU, a residual add, a pooling (which stays channels-first), a mean over
+// H and W and a flatten, a channel cat and slice, an expand of the pooled
+// gradient, and both backward ops. x is [2, 3, 6, 5] of `dtype`.
+v1::Graph Step(v1::DType dtype) {
+  v1::Graph g;
+  AddSpec(g.add_feeds(), "x", dtype, {2, 3, 6, 5});
+  AddSpec(g.add_feeds(), "w1", dtype, {8, 3, 3, 3});
+  AddSpec(g.add_feeds(), "w2", dtype, {8, 8, 1, 1});
+  for (const char* name : {"bw", "bb", "rm", "rv"}) AddSpec(g.add_feeds(), name, dtype, {8});
+  AddSpec(g.add_feeds(), "gy", dtype, {2, 8, 6, 5});
+  AddSpec(g.add_feeds(), "gp", dtype, {2, 8});
+  Conv(g, "x", "w1", "c1", 1);
+  v1::Node* bn = g.add_nodes();
+  bn->set_op("_native_batch_norm_legit_functional");
+  for (const char* in : {"c1", "bw", "bb", "rm", "rv"}) bn->add_inputs(in);
+  for (const char* out : {"y", "mean", "invstd", "rm2", "rv2"}) bn->add_outputs(out);
+  (*bn->mutable_attrs())["training"].set_b(true);
+  (*bn->mutable_attrs())["momentum"].set_f(0.1);
+  (*bn->mutable_attrs())["eps"].set_f(1e-5);
+  AddNode(g, "relu", {"y"}, "r");
+  Conv(g, "r", "w2", "c2", 0);
+  AddNode(g, "add.Tensor", {"c2", "r"}, "res");
+  v1::Node* mean = AddNode(g, "mean.dim", {"res"}, "pooled");
+  SetInts(mean, "dim", {-1, -2});
+  (*mean->mutable_attrs())["keepdim"].set_b(true);
+  SetInts(AddNode(g, "view", {"pooled"}, "flat"), "size", {2, 8});
+  v1::Node* mp = g.add_nodes();
+  mp->set_op("max_pool2d_with_indices");
+  mp->add_inputs("res");
+  mp->add_outputs("mp");
+  mp->add_outputs("mp_indices");
+  SetInts(mp, "kernel_size", {2, 2});
+  (*AddNode(g, "cat", {"c1", "c2"}, "both")->mutable_attrs())["dim"].set_i(1);
+  v1::Node* slice = AddNode(g, "slice_copy.Tensor", {"both"}, "part");
+  (*slice->mutable_attrs())["dim"].set_i(1);
+  (*slice->mutable_attrs())["start"].set_i(4);
+  (*slice->mutable_attrs())["end"].set_i(12);
+  // Backward: the pooled gradient expanded over H and W, through the
+  // residual, the ReLU, the batch norm and the first convolution.
+  SetInts(AddNode(g, "view", {"gp"}, "gp4"), "size", {2, 8, 1, 1});
+  SetInts(AddNode(g, "expand_copy", {"gp4"}, "gpe"), "size", {2, 8, 6, 5});
+  AddNode(g, "add.Tensor", {"gpe", "gy"}, "gsum");
+  v1::Node* c2b = g.add_nodes();
+  c2b->set_op("convolution_backward");
+  for (const char* in : {"gsum", "r", "w2"}) c2b->add_inputs(in);
+  for (const char* out : {"gr2", "gw2", "gb2"}) c2b->add_outputs(out);
+  SetInts(c2b, "stride", {1, 1});
+  SetInts(c2b, "padding", {0, 0});
+  SetInts(c2b, "dilation", {1, 1});
+  SetInts(c2b, "output_mask", {1, 1, 0});
+  (*c2b->mutable_attrs())["groups"].set_i(1);
+  AddNode(g, "add.Tensor", {"gr2", "gsum"}, "gr");
+  (*AddNode(g, "threshold_backward", {"gr", "r"}, "gm")->mutable_attrs())["threshold"].set_f(0.0);
+  v1::Node* back = g.add_nodes();
+  back->set_op("native_batch_norm_backward");
+  for (const char* in : {"gm", "c1", "bw", "rm", "rv", "mean", "invstd"}) back->add_inputs(in);
+  for (const char* out : {"gc1", "gbw", "gbb"}) back->add_outputs(out);
+  (*back->mutable_attrs())["train"].set_b(true);
+  (*back->mutable_attrs())["eps"].set_f(1e-5);
+  v1::Node* c1b = g.add_nodes();
+  c1b->set_op("convolution_backward");
+  for (const char* in : {"gc1", "x", "w1"}) c1b->add_inputs(in);
+  for (const char* out : {"gx", "gw1", "gb1"}) c1b->add_outputs(out);
+  SetInts(c1b, "stride", {1, 1});
+  SetInts(c1b, "padding", {1, 1});
+  SetInts(c1b, "dilation", {1, 1});
+  (*c1b->mutable_attrs())["groups"].set_i(1);
+  for (const char* f :
+       {"c1", "flat", "mp", "mp_indices", "part", "gw2", "gx", "gw1", "gb1", "gbw", "gbb", "rm2", "rv2"}) {
+    g.add_fetches(f);
+  }
+  return g;
+}
+
+Contents RandomFeeds(const v1::Graph& g, std::mt19937_64& rng) {
+  Contents feeds;
+  for (const v1::TensorSpec& f : g.feeds()) {
+    int64_t n = 1;
+    for (int64_t d : f.shape()) n *= d;
+    const bool variance = f.name() == "rv";
+    std::uniform_real_distribution<float> u(variance ? 0.5f : -1.0f, variance ? 2.0f : 1.0f);
+    std::string bytes(n * sizeof(float), '\0');
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = u(rng);
+      std::memcpy(bytes.data() + i * sizeof(float), &v, sizeof(float));
+    }
+    feeds[f.name()] = bytes;
+  }
+  return feeds;
+}
+
+int Count(const v1::Graph& g, const std::string& op) {
+  int n = 0;
+  for (const v1::Node& node : g.nodes()) n += node.op() == op;
+  return n;
+}
+
+bool ChannelsLastAttr(const v1::Node& n) {
+  auto it = n.attrs().find("channels_last");
+  return it != n.attrs().end() && it->second.b();
+}
+
+// The declared shape of each output of `g`'s nodes, by name.
+std::map<std::string, std::string> DeclaredShapes(const v1::Graph& g) {
+  std::map<std::string, std::string> shapes;
+  for (const v1::Node& n : g.nodes()) {
+    for (int o = 0; o < n.outputs_size() && o < n.declared_outputs_size(); ++o) {
+      shapes[n.outputs(o)] = n.declared_outputs(o).DebugString();
+    }
+  }
+  return shapes;
+}
+
+// The rewritten step computes what the step computes: on the CPU every
+// channels-last node runs its channels-first kernel on permuted copies, and
+// a channels-last batch norm sums each channel in the same order, so every
+// fetch agrees bit for bit.
+TEST(ChannelsLastTest, AResidualStepComputesTheSameBitForBit) {
+  const v1::Graph g = Step(v1::FLOAT32);
+  auto last = testing::ApplyPass(g, Persistent(), ChannelsLast);
+  ASSERT_TRUE(last.ok()) << last.status();
+  // Fetched values keep their types (bytes alone would not tell a view of
+  // the wrong shape).
+  auto normalized = testing::Normalized(g, Persistent());
+  ASSERT_TRUE(normalized.ok()) << normalized.status();
+  const auto want_shapes = DeclaredShapes(*normalized), got_shapes = DeclaredShapes(*last);
+  for (const std::string& fetch : g.fetches()) {
+    if (want_shapes.count(fetch) == 0) continue;  // a feed
+    EXPECT_EQ(got_shapes.count(fetch) ? got_shapes.at(fetch) : "", want_shapes.at(fetch)) << fetch;
+  }
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 2; ++trial) {
+    const Contents feeds = RandomFeeds(g, rng);
+    auto want = testing::RunWireGraphOnCpu(g, Persistent(), feeds);
+    auto got = testing::RunWireGraphOnCpu(*last, Persistent(), feeds);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_TRUE(got.ok()) << got.status() << "\n" << last->DebugString();
+    for (const std::string& fetch : g.fetches()) {
+      ASSERT_EQ(got->count(fetch), 1u) << fetch;
+      EXPECT_TRUE(got->at(fetch) == want->at(fetch)) << fetch << " differs channels-last";
+    }
+  }
+}
+
+// What runs channels-last, and how few relayouts it takes: permutes of the
+// feeds x and gy into channels-last, of the 3x3 weight once (read by its
+// forward and backward), and back for the pooling's input and the four
+// fetched rank-4 values (c1, part, gx and the 3x3 weight's gradient); the
+// 1x1 weight, its gradient, the pooled mean and the pooled gradient
+// relayout as views (besides the step's own two views).
+TEST(ChannelsLastTest, TheConvolutionsAndTheirNeighboursRunChannelsLast) {
+  auto last = testing::ApplyPass(Step(v1::FLOAT32), Persistent(), ChannelsLast);
+  ASSERT_TRUE(last.ok()) << last.status();
+  for (const v1::Node& n : last->nodes()) {
+    const bool layout_op = n.op() == "convolution" || n.op() == "convolution_backward" ||
+                           n.op() == "_native_batch_norm_legit_functional" || n.op() == "native_batch_norm_backward";
+    if (layout_op) {
+      EXPECT_TRUE(ChannelsLastAttr(n)) << n.DebugString();
+    }
+    if (n.op() == "max_pool2d_with_indices") {
+      EXPECT_EQ(n.inputs(0), "res") << "the pooling reads channels-first";
+    }
+    if (n.op() == "cat" || n.op() == "slice_copy.Tensor") {
+      EXPECT_EQ(n.attrs().at("dim").i(), 3) << n.DebugString();
+    }
+  }
+  EXPECT_EQ(Count(*last, "permute"), 2 + 1 + 1 + 4) << last->DebugString();
+  EXPECT_EQ(Count(*last, "view"), 4 + 2);
+}
+
+TEST(ChannelsLastTest, AGraphWithoutConvolutionsOrInFloat64IsUnchanged) {
+  v1::Graph mlp;
+  AddSpec(mlp.add_feeds(), "x", v1::FLOAT32, {2, 3, 4, 5});
+  AddNode(mlp, "relu", {"x"}, "y");
+  mlp.add_fetches("y");
+  auto normalized = testing::Normalized(mlp, Persistent());
+  auto passed = testing::ApplyPass(mlp, Persistent(), ChannelsLast);
+  ASSERT_TRUE(normalized.ok() && passed.ok());
+  EXPECT_EQ(passed->DebugString(), normalized->DebugString());
+
+  const v1::Graph doubles = Step(v1::FLOAT64);
+  auto normalized64 = testing::Normalized(doubles, Persistent());
+  auto passed64 = testing::ApplyPass(doubles, Persistent(), ChannelsLast);
+  ASSERT_TRUE(normalized64.ok() && passed64.ok()) << passed64.status();
+  EXPECT_EQ(Count(*passed64, "permute"), 0);
+}
+
+// CompileJob runs the pass when asked (the daemon asks for jobs on GPUs),
+// before the activation folding, which keeps the attribute.
+TEST(ChannelsLastTest, CompileJobRunsItBeforeTheFolds) {
+  v1::RegisterJobRequest reg;
+  *reg.mutable_graph() = Step(v1::FLOAT32);
+  auto plain = CompileJob(reg);
+  auto last = CompileJob(reg, {.channels_last = true});
+  ASSERT_TRUE(plain.ok() && last.ok()) << last.status();
+  int folded = 0, folded_last = 0;
+  for (const Node& n : last->graph.nodes) {
+    if (n.op == "_native_batch_norm_legit_functional" && n.attrs.GetBool("relu", false).value_or(false)) {
+      ++folded;
+      folded_last += n.attrs.GetBool("channels_last", false).value_or(false);
+    }
+  }
+  EXPECT_EQ(folded, 1);
+  EXPECT_EQ(folded_last, 1);
+  for (const Node& n : plain->graph.nodes) EXPECT_FALSE(n.attrs.Has("channels_last")) << n.op;
+}
+
+}  // namespace
+}  // namespace tandem
