@@ -236,6 +236,15 @@ class Pass {
       outs[0] = Rank4(n.outputs[0]);
       return EmitLast(n, in, outs, std::move(attrs));
     }
+    if ((op == "max_pool2d_with_indices" || op == "avg_pool2d") && Rank4(n.inputs[0]) && last_[n.inputs[0]] >= 0) {
+      attrs.Set("channels_last", true);
+      return EmitLast(n, {true}, Rank4Marks(n.outputs), std::move(attrs));
+    }
+    if ((op == "max_pool2d_with_indices_backward" || op == "avg_pool2d_backward") && Rank4(n.inputs[1]) &&
+        (last_[n.inputs[0]] >= 0 || last_[n.inputs[1]] >= 0)) {
+      attrs.Set("channels_last", true);
+      return EmitLast(n, Rank4Marks(n.inputs), {true}, std::move(attrs));
+    }
     if (IsElementwise(op) && n.outputs.size() == 1 && Rank4(n.outputs[0])) {
       bool any = false, all = true;
       for (int v : n.inputs) {

@@ -14,7 +14,8 @@
 //     (one permute of each weight per iteration, shared by the forward and
 //     the backward) and its gradient permuted back for the optimizer.
 //   - batch norm forward and backward (channels_last = true: the channel
-//     dim is the last), elementwise ops whose operands are rank-4 or single
+//     dim is the last), max and average pooling and their backward
+//     (channels_last = true; indices stored alike), elementwise ops whose operands are rank-4 or single
 //     elements, reductions over listed dims (sum.dim_IntList, mean.dim,
 //     amax, amin) whose kept dims stay in order, expand, cat and slice
 //     (their dims remapped) run channels-last when one of their rank-4

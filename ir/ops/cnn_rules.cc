@@ -263,6 +263,7 @@ absl::StatusOr<Pool2dParams> ParsePool2dParams(const Attrs& attrs, PoolKind kind
     }
   }
   ASSIGN_OR_RETURN(p.ceil_mode, attrs.GetBool("ceil_mode", false));
+  ASSIGN_OR_RETURN(p.channels_last, attrs.GetBool("channels_last", false));
   for (int d = 0; d < 2; ++d) {
     if (padding[d] > kernel[d] / 2) {
       return absl::InvalidArgumentError(absl::StrCat("attribute 'padding' is [", padding[0], ", ", padding[1],
@@ -278,6 +279,9 @@ absl::StatusOr<Pool2dParams> ParsePool2dParams(const Attrs& attrs, PoolKind kind
 }
 
 absl::StatusOr<Pool2dGeometry> Pool2dShape(const Pool2dParams& params, const Shape& input) {
+  if (params.channels_last && input.size() != 4) {
+    return absl::InvalidArgumentError(absl::StrCat("self is ", ShapeString(input), "; expected [N, H, W, C]"));
+  }
   if (input.size() != 3 && input.size() != 4) {
     return absl::InvalidArgumentError(
         absl::StrCat("self is ", ShapeString(input), "; expected [N, C, H, W] or [C, H, W]"));
@@ -285,10 +289,11 @@ absl::StatusOr<Pool2dGeometry> Pool2dShape(const Pool2dParams& params, const Sha
   Pool2dGeometry g;
   g.params = params;
   const size_t r = input.size();
-  g.h = input[r - 2];
-  g.w = input[r - 1];
-  g.planes = 1;
-  for (size_t d = 0; d + 2 < r; ++d) g.planes *= input[d];
+  const size_t first = params.channels_last ? 1 : r - 2;  // H's dim
+  g.h = input[first];
+  g.w = input[first + 1];
+  g.planes = params.channels_last ? input[0] * input[3] : 1;
+  for (size_t d = 0; !params.channels_last && d + 2 < r; ++d) g.planes *= input[d];
   g.oh =
       PoolOutputSize(g.h, params.kernel[0], params.stride[0], params.padding[0], params.dilation[0], params.ceil_mode);
   g.ow =
@@ -298,6 +303,11 @@ absl::StatusOr<Pool2dGeometry> Pool2dShape(const Pool2dParams& params, const Sha
                                                    g.oh, " x ", g.ow, "; it must not be empty"));
   }
   return g;
+}
+
+Shape Pool2dGeometry::output_shape(const Shape& input) const {
+  if (params.channels_last) return {input[0], oh, ow, input[3]};
+  return PooledShape(input, oh, ow);
 }
 
 Shape PooledShape(const Shape& input, int64_t oh, int64_t ow) {

@@ -104,18 +104,22 @@ struct Pool2dParams {
   bool ceil_mode = false;
   bool count_include_pad = true;  // average pooling only
   int64_t divisor_override = 0;   // average pooling only; 0: none
+  bool channels_last = false;     // [N, H, W, C] input and output (rank 4 only)
 };
 
-// kernel_size, stride, padding, ceil_mode, and dilation (max) or
-// count_include_pad and divisor_override (average).
+// kernel_size, stride, padding, ceil_mode, channels_last, and dilation (max)
+// or count_include_pad and divisor_override (average).
 absl::StatusOr<Pool2dParams> ParsePool2dParams(const Attrs& attrs, PoolKind kind);
 
 // A pooling input viewed as `planes` planes of h x w (planes = N * C for
-// [N, C, H, W], C for [C, H, W]); the output planes are oh x ow.
+// [N, C, H, W], C for [C, H, W]); the output planes are oh x ow. A
+// channels-last input [N, H, W, C] interleaves its C planes of each image.
 struct Pool2dGeometry {
   int64_t planes = 0, h = 0, w = 0;
   int64_t oh = 0, ow = 0;
   Pool2dParams params;
+  // The output's shape, in the input's storage order.
+  Shape output_shape(const Shape& input) const;
 };
 
 // Checks the input (rank 3 or 4) against the params.

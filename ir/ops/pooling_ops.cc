@@ -1,4 +1,6 @@
-// Registry entries of 2-D pooling over [N, C, H, W] or [C, H, W]:
+// Registry entries of 2-D pooling over [N, C, H, W] or [C, H, W] (max and
+// average pooling also over [N, H, W, C] with channels_last = true, the
+// layout pass's; their indices and gradients are stored alike):
 // max_pool2d_with_indices and its backward, avg_pool2d and its backward,
 // _adaptive_avg_pool2d (also as adaptive_avg_pool2d) and its backward.
 // float32, float64, bfloat16 and float16 (16-bit pooling computes in
@@ -31,14 +33,14 @@ absl::Status CheckGradOutput(const TensorType& grad, const TensorType& self, con
 // self -> (out, indices int64): indices are flat h * W + w within a plane.
 absl::StatusOr<TypeList> MaxPoolInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
   ASSIGN_OR_RETURN(Pool2dGeometry g, CheckPool(attrs, in[0], PoolKind::kMax));
-  const Shape out = PooledShape(in[0].shape, g.oh, g.ow);
+  const Shape out = g.output_shape(in[0].shape);
   return TypeList{TensorType{in[0].dtype, out}, TensorType{DType::kInt64, out}};
 }
 
 // grad_output, self, indices -> grad_input.
 absl::StatusOr<TypeList> MaxPoolBackwardInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
   ASSIGN_OR_RETURN(Pool2dGeometry g, CheckPool(attrs, in[1], PoolKind::kMax));
-  const Shape out = PooledShape(in[1].shape, g.oh, g.ow);
+  const Shape out = g.output_shape(in[1].shape);
   RETURN_IF_ERROR(CheckGradOutput(in[0], in[1], out));
   if (in[2].dtype != DType::kInt64 || in[2].shape != out) {
     return absl::InvalidArgumentError(
@@ -49,13 +51,13 @@ absl::StatusOr<TypeList> MaxPoolBackwardInfer(const Attrs& attrs, absl::Span<con
 
 absl::StatusOr<TypeList> AvgPoolInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
   ASSIGN_OR_RETURN(Pool2dGeometry g, CheckPool(attrs, in[0], PoolKind::kAvg));
-  return TypeList{TensorType{in[0].dtype, PooledShape(in[0].shape, g.oh, g.ow)}};
+  return TypeList{TensorType{in[0].dtype, g.output_shape(in[0].shape)}};
 }
 
 // grad_output, self -> grad_input.
 absl::StatusOr<TypeList> AvgPoolBackwardInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
   ASSIGN_OR_RETURN(Pool2dGeometry g, CheckPool(attrs, in[1], PoolKind::kAvg));
-  RETURN_IF_ERROR(CheckGradOutput(in[0], in[1], PooledShape(in[1].shape, g.oh, g.ow)));
+  RETURN_IF_ERROR(CheckGradOutput(in[0], in[1], g.output_shape(in[1].shape)));
   return TypeList{in[1]};
 }
 

@@ -21,6 +21,7 @@
 
 #include "base/status_macros.h"
 #include "ir/ops/cnn_rules.h"
+#include "kernels/cpu/channels_first.h"
 #include "kernels/cpu/half_kernels.h"
 #include "kernels/cpu/kernel_util.h"
 
@@ -272,10 +273,10 @@ absl::Status AdaptiveAvgPoolBackwardKernel(const KernelArgs& args) {
 }  // namespace
 
 void AddPoolingKernels(CpuKernelTable& table) {
-  table["max_pool2d_with_indices"] = WithHalf<MaxPoolKernel>;
-  table["max_pool2d_with_indices_backward"] = WithHalf<MaxPoolBackwardKernel>;
-  table["avg_pool2d"] = WithHalf<AvgPoolKernel>;
-  table["avg_pool2d_backward"] = WithHalf<AvgPoolBackwardKernel>;
+  table["max_pool2d_with_indices"] = WithChannelsFirst<WithHalf<MaxPoolKernel>>;
+  table["max_pool2d_with_indices_backward"] = WithChannelsFirst<WithHalf<MaxPoolBackwardKernel>>;
+  table["avg_pool2d"] = WithChannelsFirst<WithHalf<AvgPoolKernel>>;
+  table["avg_pool2d_backward"] = WithChannelsFirst<WithHalf<AvgPoolBackwardKernel>>;
   table["_adaptive_avg_pool2d"] = WithHalf<AdaptiveAvgPoolKernel>;
   table["_adaptive_avg_pool2d_backward"] = WithHalf<AdaptiveAvgPoolBackwardKernel>;
 }

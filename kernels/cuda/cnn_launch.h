@@ -35,6 +35,7 @@ struct PoolLaunchParams {
   int64_t dilation[2] = {1, 1};
   bool count_include_pad = true;
   int64_t divisor_override = 0;  // 0: none
+  int64_t channels = 0;          // max and average pooling: C of a channels-last [N, H, W, C]; 0: channels-first
 };
 
 // A thread per output: the window's maximum (a NaN wins, ties keep the

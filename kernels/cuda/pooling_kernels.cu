@@ -15,7 +15,10 @@
 // instead of 64-bit divisions, and the backward visits only the windows
 // that can hold its element (at most ceil(((kernel - 1) * dilation + 1) /
 // stride) per dim, 2 x 2 for 3x3 s2) instead of every kernel tap. The
-// general 64-bit kernels remain for the rest.
+// general 64-bit kernels remain for the rest, and take channels-last tensors
+// too ([N, H, W, C]: p.channels = C, the planes of an image interleaved;
+// consecutive threads take consecutive channels of one position, so a
+// warp's reads and writes are contiguous).
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -46,6 +49,26 @@ __device__ __forceinline__ PlaneIndex Split(int64_t i, int64_t rows, int64_t col
   r.row = t % rows;
   r.plane = t / rows;
   return r;
+}
+
+// The same for element i in storage order of a tensor of `p`'s layout:
+// channels-first [planes, rows, cols], or channels-last [N, rows, cols, C]
+// (plane n * C + c).
+__device__ __forceinline__ PlaneIndex SplitStored(const PoolLaunchParams& p, int64_t i, int64_t rows, int64_t cols) {
+  if (p.channels == 0) return Split(i, rows, cols);
+  const int64_t c = i % p.channels;
+  PlaneIndex r = Split(i / p.channels, rows, cols);  // plane = n
+  r.plane = r.plane * p.channels + c;
+  return r;
+}
+
+// Where element (row, col) of `plane` sits in a tensor of `p`'s layout with
+// rows x cols planes.
+__device__ __forceinline__ int64_t Stored(const PoolLaunchParams& p, int64_t plane, int64_t row, int64_t col,
+                                          int64_t rows, int64_t cols) {
+  if (p.channels == 0) return (plane * rows + row) * cols + col;
+  const int64_t n = plane / p.channels;
+  return ((n * rows + row) * cols + col) * p.channels + (plane - n * p.channels);
 }
 
 // Unsigned division by a divisor fixed at launch, as a multiply-high, an
@@ -213,19 +236,18 @@ __global__ void MaxPoolKernel(PoolLaunchParams p, const T* x, T* y, int64_t* ind
   using V = CompareType<T>;
   const int64_t total = p.planes * p.oh * p.ow;
   for (int64_t i = GlobalThread(); i < total; i += GlobalStride()) {
-    const PlaneIndex o = Split(i, p.oh, p.ow);
+    const PlaneIndex o = SplitStored(p, i, p.oh, p.ow);
     int64_t h0 = o.row * p.stride[0] - p.padding[0];
     const int64_t h1 = min(h0 + (p.kernel[0] - 1) * p.dilation[0] + 1, p.h);
     while (h0 < 0) h0 += p.dilation[0];
     int64_t w0 = o.col * p.stride[1] - p.padding[1];
     const int64_t w1 = min(w0 + (p.kernel[1] - 1) * p.dilation[1] + 1, p.w);
     while (w0 < 0) w0 += p.dilation[1];
-    const T* plane = x + o.plane * p.h * p.w;
     V best = -std::numeric_limits<V>::infinity();
     int64_t best_index = h0 * p.w + w0;
     for (int64_t ih = h0; ih < h1; ih += p.dilation[0]) {
       for (int64_t iw = w0; iw < w1; iw += p.dilation[1]) {
-        const V v = WidenTo<V>(plane[ih * p.w + iw]);
+        const V v = WidenTo<V>(x[Stored(p, o.plane, ih, iw, p.h, p.w)]);
         if (v > best || isnan(v)) {
           best = v;
           best_index = ih * p.w + iw;
@@ -251,9 +273,8 @@ template <typename T>
 __global__ void MaxPoolBackwardKernel(PoolLaunchParams p, const T* dy, const int64_t* indices, T* dx) {
   const int64_t total = p.planes * p.h * p.w;
   for (int64_t i = GlobalThread(); i < total; i += GlobalStride()) {
-    const PlaneIndex in = Split(i, p.h, p.w);
+    const PlaneIndex in = SplitStored(p, i, p.h, p.w);
     const int64_t self_index = in.row * p.w + in.col;
-    const int64_t out_base = in.plane * p.oh * p.ow;
     SumType<T> sum = 0;
     for (int64_t kh = 0; kh < p.kernel[0]; ++kh) {
       const int64_t oy = WindowWithTap(in.row, kh, p.stride[0], p.padding[0], p.dilation[0], p.oh);
@@ -261,7 +282,7 @@ __global__ void MaxPoolBackwardKernel(PoolLaunchParams p, const T* dy, const int
       for (int64_t kw = 0; kw < p.kernel[1]; ++kw) {
         const int64_t ox = WindowWithTap(in.col, kw, p.stride[1], p.padding[1], p.dilation[1], p.ow);
         if (ox < 0) continue;
-        const int64_t at = out_base + oy * p.ow + ox;
+        const int64_t at = Stored(p, in.plane, oy, ox, p.oh, p.ow);
         if (indices[at] == self_index) sum += WidenTo<SumType<T>>(dy[at]);
       }
     }
@@ -300,12 +321,11 @@ __global__ void AvgPoolKernel(PoolLaunchParams p, const T* x, T* y) {
   using S = SumType<T>;
   const int64_t total = p.planes * p.oh * p.ow;
   for (int64_t i = GlobalThread(); i < total; i += GlobalStride()) {
-    const PlaneIndex o = Split(i, p.oh, p.ow);
+    const PlaneIndex o = SplitStored(p, i, p.oh, p.ow);
     const AvgWindow win = AvgWindowAt(p, o.row, o.col);
-    const T* plane = x + o.plane * p.h * p.w;
     S sum = 0;
     for (int64_t ih = win.h0; ih < win.h1; ++ih) {
-      for (int64_t iw = win.w0; iw < win.w1; ++iw) sum += WidenTo<S>(plane[ih * p.w + iw]);
+      for (int64_t iw = win.w0; iw < win.w1; ++iw) sum += WidenTo<S>(x[Stored(p, o.plane, ih, iw, p.h, p.w)]);
     }
     const bool empty = win.h0 >= win.h1 || win.w0 >= win.w1;
     y[i] = RoundTo<T>(empty ? S(0) : sum / static_cast<S>(win.divisor));
@@ -317,8 +337,7 @@ __global__ void AvgPoolBackwardKernel(PoolLaunchParams p, const T* dy, T* dx) {
   using S = SumType<T>;
   const int64_t total = p.planes * p.h * p.w;
   for (int64_t i = GlobalThread(); i < total; i += GlobalStride()) {
-    const PlaneIndex in = Split(i, p.h, p.w);
-    const T* dy_plane = dy + in.plane * p.oh * p.ow;
+    const PlaneIndex in = SplitStored(p, i, p.h, p.w);
     S sum = 0;
     for (int64_t kh = 0; kh < p.kernel[0]; ++kh) {
       const int64_t oy = WindowWithTap(in.row, kh, p.stride[0], p.padding[0], 1, p.oh);
@@ -328,7 +347,7 @@ __global__ void AvgPoolBackwardKernel(PoolLaunchParams p, const T* dy, T* dx) {
         if (ox < 0) continue;
         const AvgWindow win = AvgWindowAt(p, oy, ox);
         if (in.row < win.h1 && in.col < win.w1) {
-          sum += WidenTo<S>(dy_plane[oy * p.ow + ox]) / static_cast<S>(win.divisor);
+          sum += WidenTo<S>(dy[Stored(p, in.plane, oy, ox, p.oh, p.ow)]) / static_cast<S>(win.divisor);
         }
       }
     }
@@ -387,7 +406,7 @@ cudaError_t LaunchMaxPool2d(DType dtype, const PoolLaunchParams& p, const void* 
                             cudaStream_t stream) {
   const int64_t total = p.planes * p.oh * p.ow;
   if (total == 0) return cudaSuccess;
-  const bool fits32 = Fits32(p);
+  const bool fits32 = p.channels == 0 && Fits32(p);
   const bool ok = DispatchFloatOrHalf(dtype, [&](auto tag) {
     using T = decltype(tag);
     if (fits32) {
@@ -405,7 +424,7 @@ cudaError_t LaunchMaxPool2dBackward(DType dtype, const PoolLaunchParams& p, cons
                                     const int64_t* indices, void* grad_input, cudaStream_t stream) {
   const int64_t total = p.planes * p.h * p.w;
   if (total == 0) return cudaSuccess;
-  const bool fits32 = Fits32(p);
+  const bool fits32 = p.channels == 0 && Fits32(p);
   const bool ok = DispatchFloatOrHalf(dtype, [&](auto tag) {
     using T = decltype(tag);
     if (fits32) {

@@ -32,6 +32,7 @@ absl::StatusOr<PoolLaunchParams> ParamsOf(const KernelArgs& args, const Shape& s
   }
   p.count_include_pad = params.count_include_pad;
   p.divisor_override = params.divisor_override;
+  p.channels = params.channels_last ? self[3] : 0;
   return p;
 }
 

@@ -124,6 +124,51 @@ TEST(CudaChannelsLast, BatchNormsMatchTheCpu) {
   }
 }
 
+// Max pooling (with indices, dilation, ceil mode) and average pooling
+// (padding counted or not, a divisor override) over [N, H, W, C], forward
+// and backward.
+TEST(CudaChannelsLast, PoolingMatchesTheCpu) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  struct PoolSpec {
+    std::string op;
+    Shape x;  // [N, H, W, C]
+    Attrs attrs;
+  };
+  const auto ints = [](int64_t a, int64_t b) { return std::vector<int64_t>{a, b}; };
+  const std::vector<PoolSpec> specs = {
+      {"max_pool2d_with_indices",
+       {2, 28, 28, 64},
+       MakeAttrs({{"kernel_size", ints(3, 3)}, {"stride", ints(2, 2)}, {"padding", ints(1, 1)}})},
+      {"max_pool2d_with_indices",
+       {3, 13, 11, 5},
+       MakeAttrs({{"kernel_size", ints(3, 2)}, {"stride", ints(2, 1)}, {"dilation", ints(2, 1)}, {"ceil_mode", true}})},
+      {"avg_pool2d", {2, 16, 16, 96}, MakeAttrs({{"kernel_size", ints(2, 2)}, {"stride", ints(2, 2)}})},
+      {"avg_pool2d",
+       {2, 9, 7, 6},
+       MakeAttrs({{"kernel_size", ints(3, 3)},
+                  {"stride", ints(2, 2)},
+                  {"padding", ints(1, 1)},
+                  {"count_include_pad", false}})},
+      {"avg_pool2d", {1, 8, 8, 3}, MakeAttrs({{"kernel_size", ints(2, 2)}, {"divisor_override", int64_t{3}}})}};
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (const PoolSpec& spec : specs) {
+      SCOPED_TRACE(spec.op + " " + ShapeString(spec.x) + " " + DTypeName(dtype));
+      Attrs attrs = spec.attrs;
+      attrs.Set("channels_last", true);
+      GraphMaker g;
+      const int x = g.Feed({dtype, spec.x});
+      const std::vector<int> y = g.Add(spec.op, {x}, attrs);
+      const int grad = g.Feed(g.type(y[0]));
+      if (spec.op == "avg_pool2d") {
+        g.Add1("avg_pool2d_backward", {grad, x}, attrs);
+      } else {
+        g.Add1("max_pool2d_with_indices_backward", {grad, x, y[1]}, attrs);
+      }
+      CompareWithCpuWithin(g, dtype == DType::kFloat32 ? kOther32 : 2 * UnitRoundoff(dtype) + 1e-3, kAny64);
+    }
+  }
+}
+
 // A ResNet stem and basic block, forward and backward, as the layout pass
 // writes it: the image and the 3x3 weights permuted in, the 1x1 weight
 // viewed, channels-last convolutions and batch norms, the pooling between
