@@ -1,4 +1,11 @@
-// Batch normalization on CUDA. Each channel's elements (outer rows of
+// Batch normalization on CUDA: the launchers, and the chunked kernels for
+// [outer, channels, inner] with inner > 1 (NCHW). A tensor with inner == 1
+// (BatchNorm1d's [M, C], channels-last [N*H*W, C]) would have a channel
+// read with a stride of C here; the launchers give it to the column
+// kernels (batch_norm_column_kernels.cu) instead, which share this file's
+// finalize kernels, sequence and contracts (batch_norm_common.cuh).
+//
+// Each channel's elements (outer rows of
 // `inner` contiguous elements) are cut into chunks of kChunkElements, and
 // each chunk is one block's work in the streaming kernels, so even a layer
 // with few channels fills the GPU (64 channels of [32, 64, 112, 112] are
@@ -36,9 +43,8 @@
 // takes relu's rule on each stored value; the backward's gradient sums and
 // grad_input read dy through a mask (MaskedGrad) when one is given.
 #include <cmath>
-#include <initializer_list>
-#include <type_traits>
 
+#include "kernels/cuda/batch_norm_common.cuh"
 #include "kernels/cuda/cnn_launch.h"
 #include "kernels/cuda/half_cnn_common.cuh"
 #include "kernels/cuda/kernel_common.cuh"
@@ -46,18 +52,18 @@
 namespace tandem::cuda {
 namespace {
 
-constexpr int kBatchNormThreads = 256;
+using batch_norm::BatchNormBackwardFinalizeKernel;
+using batch_norm::BatchNormForwardFinalizeKernel;
+using batch_norm::ChunkSplit;
+using batch_norm::FinalizeGrid;
+using batch_norm::kBatchNormThreads;
+using batch_norm::kMaxGrid;
+using batch_norm::MaskedGrad;
+using batch_norm::Pack;
+using batch_norm::WidthFor;
+
 constexpr int kElementsPerThread = 16;
 constexpr int64_t kChunkElements = int64_t{kBatchNormThreads} * kElementsPerThread;  // 4096
-constexpr int kWarpsPerBlock = kBatchNormThreads / 32;
-constexpr int64_t kMaxGrid = int64_t{1} << 30;
-
-// `kWidth` consecutive elements, loaded and stored as one access (16 bytes
-// when kWidth is Vec16<T>::kCount).
-template <typename T, int kWidth>
-struct alignas(sizeof(T) * kWidth) Pack {
-  T v[kWidth];
-};
 
 // How the streaming kernels walk the tensor, in units of kWidth elements
 // (computed on the host for the launch's width). Block b handles chunk
@@ -92,12 +98,6 @@ ChunkGeometry GeometryFor(const BatchNormLaunchParams& p, int width) {
   g.step_rows = kBatchNormThreads / g.row_units;
   g.step_col = kBatchNormThreads % g.row_units;
   return g;
-}
-
-// Elements in chunk `j` of a channel of `count` elements.
-__host__ __device__ __forceinline__ int64_t ChunkCount(int64_t count, int64_t j) {
-  const int64_t rest = count - j * kChunkElements;
-  return rest < kChunkElements ? rest : kChunkElements;
 }
 
 // A thread's position in the tensor: `offset` units from its start, at unit
@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(kBatchNormThreads)
 #pragma unroll
       for (int e = 0; e < kWidth; ++e) sum += WidenTo<double>(v[k].v[e]);  // absent units hold 0
     }
-    const double n = static_cast<double>(ChunkCount(g.count, chunk));
+    const double n = static_cast<double>(batch_norm::ChunkCount(g.count, kChunkElements, chunk));
     const double mean = BlockSum(sum, shared) / n;
     double m2 = 0.0;
 #pragma unroll
@@ -193,64 +193,6 @@ __global__ void __launch_bounds__(kBatchNormThreads)
     if (threadIdx.x == 0) {
       partials[2 * b] = mean;
       partials[2 * b + 1] = m2;
-    }
-  }
-}
-
-// A warp per channel: the channel's statistics (training: merged from the
-// chunks' partials; eval: the running ones), the saved and running
-// statistics, and coeffs[2c], coeffs[2c + 1] = scale, shift.
-template <typename P, typename S>
-__global__ void __launch_bounds__(kBatchNormThreads)
-    BatchNormForwardFinalizeKernel(BatchNormLaunchParams p, int64_t chunks, BatchNormForwardOperands op,
-                                   const double* partials, double* coeffs) {
-  const P* weight = static_cast<const P*>(op.weight);
-  const P* bias = static_cast<const P*>(op.bias);
-  const P* running_mean = static_cast<const P*>(op.running_mean);
-  const P* running_var = static_cast<const P*>(op.running_var);
-  P* new_running_mean = static_cast<P*>(op.new_running_mean);
-  P* new_running_var = static_cast<P*>(op.new_running_var);
-  const int lane = threadIdx.x % 32;
-  const int64_t count_elements = p.outer * p.inner;
-  const double count = static_cast<double>(count_elements);
-  for (int64_t c = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; c < p.channels;
-       c += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
-    double mean, invstd;
-    if (p.training) {
-      const double* part = partials + 2 * c * chunks;
-      double sum = 0.0;
-      for (int64_t j = lane; j < chunks; j += 32) {
-        sum += static_cast<double>(ChunkCount(count_elements, j)) * part[2 * j];
-      }
-      mean = WarpSum(sum) / count;
-      double m2 = 0.0;
-      for (int64_t j = lane; j < chunks; j += 32) {
-        const double d = part[2 * j] - mean;
-        m2 += part[2 * j + 1] + static_cast<double>(ChunkCount(count_elements, j)) * d * d;
-      }
-      m2 = WarpSum(m2);
-      invstd = 1.0 / sqrt(m2 / count + p.eps);
-      if (lane == 0) {
-        static_cast<S*>(op.save_mean)[c] = RoundTo<S>(mean);
-        static_cast<S*>(op.save_invstd)[c] = RoundTo<S>(invstd);
-        if (new_running_mean != nullptr) {
-          new_running_mean[c] = RoundTo<P>((1.0 - p.momentum) * WidenTo<double>(running_mean[c]) + p.momentum * mean);
-          new_running_var[c] =
-              RoundTo<P>((1.0 - p.momentum) * WidenTo<double>(running_var[c]) + p.momentum * m2 / (count - 1.0));
-        }
-      }
-    } else {
-      mean = WidenTo<double>(running_mean[c]);
-      invstd = 1.0 / sqrt(WidenTo<double>(running_var[c]) + p.eps);
-      if (lane == 0 && new_running_mean != nullptr) {
-        new_running_mean[c] = running_mean[c];
-        new_running_var[c] = running_var[c];
-      }
-    }
-    if (lane == 0) {
-      const double scale = invstd * WidenTo<double>(weight[c]);
-      coeffs[2 * c] = scale;
-      coeffs[2 * c + 1] = WidenTo<double>(bias[c]) - mean * scale;
     }
   }
 }
@@ -294,21 +236,6 @@ __global__ void __launch_bounds__(kBatchNormThreads)
       cursor.Advance(g);
     }
   }
-}
-
-// A gradient element as the kernels read it: dy, or with a mask (a folded
-// threshold_backward) dy where mask > threshold and 0 elsewhere, compared
-// as threshold_backward compares (float32, or float64 for double tensors).
-template <typename T>
-__device__ __forceinline__ double MaskedGrad(T dy, const T* mask_pack_element, double threshold) {
-  if (mask_pack_element == nullptr) return WidenTo<double>(dy);
-  bool above;
-  if constexpr (std::is_same_v<T, double>) {
-    above = *mask_pack_element > threshold;
-  } else {
-    above = static_cast<float>(WidenTo<double>(*mask_pack_element)) > static_cast<float>(threshold);
-  }
-  return above ? WidenTo<double>(dy) : 0.0;
 }
 
 // Per chunk: sum(dy) and sum(dy * (x - mean)) with the channel's given
@@ -357,49 +284,6 @@ __global__ void __launch_bounds__(kBatchNormThreads)
     if (threadIdx.x == 0) {
       partials[2 * b] = sum_dy;
       partials[2 * b + 1] = sum_dy_xmu;
-    }
-  }
-}
-
-// A warp per channel: sum_dy and sum_dy_xmu over the chunks (zero when
-// `partials` is null: no gradient output needs them), grad_weight and
-// grad_bias, and, when grad_input is wanted, its coefficients
-// coeffs[4c .. 4c + 3] = mean, sum_dy / n, sum_dy_xmu / n * invstd^2,
-// invstd * weight. The mean and invstd inputs are of type M.
-template <typename P, typename M>
-__global__ void __launch_bounds__(kBatchNormThreads)
-    BatchNormBackwardFinalizeKernel(BatchNormLaunchParams p, int64_t chunks, BatchNormBackwardOperands op,
-                                    const double* partials, double* coeffs) {
-  const M* mean_in = static_cast<const M*>(op.mean);
-  const M* invstd_in = static_cast<const M*>(op.invstd);
-  P* grad_weight = static_cast<P*>(op.grad_weight);
-  P* grad_bias = static_cast<P*>(op.grad_bias);
-  const int lane = threadIdx.x % 32;
-  const double count = static_cast<double>(p.outer * p.inner);
-  for (int64_t c = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; c < p.channels;
-       c += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
-    const double mean = WidenTo<double>(mean_in[c]);
-    const double invstd =
-        p.training ? WidenTo<double>(invstd_in[c]) : 1.0 / sqrt(WidenTo<double>(invstd_in[c]) + p.eps);
-    double sum_dy = 0.0, sum_dy_xmu = 0.0;
-    if (partials != nullptr) {
-      const double* part = partials + 2 * c * chunks;
-      for (int64_t j = lane; j < chunks; j += 32) {
-        sum_dy += part[2 * j];
-        sum_dy_xmu += part[2 * j + 1];
-      }
-      sum_dy = WarpSum(sum_dy);
-      sum_dy_xmu = WarpSum(sum_dy_xmu);
-    }
-    if (lane == 0) {
-      if (grad_weight != nullptr) grad_weight[c] = RoundTo<P>(sum_dy_xmu * invstd);
-      if (grad_bias != nullptr) grad_bias[c] = RoundTo<P>(sum_dy);
-      if (op.grad_input != nullptr) {
-        coeffs[4 * c] = mean;
-        coeffs[4 * c + 1] = sum_dy / count;
-        coeffs[4 * c + 2] = sum_dy_xmu / count * invstd * invstd;
-        coeffs[4 * c + 3] = invstd * WidenTo<double>(static_cast<const P*>(op.weight)[c]);
-      }
     }
   }
 }
@@ -460,25 +344,8 @@ __global__ void __launch_bounds__(kBatchNormThreads)
   }
 }
 
-// The vector width (elements per 16 bytes) when `inner` is a multiple of it
-// and every pointer is 16-byte aligned (null ones are ignored), else 1.
-template <typename T>
-int WidthFor(int64_t inner, std::initializer_list<const void*> pointers) {
-  constexpr int kVector = Vec16<T>::kCount;
-  if (inner % kVector != 0) return 1;
-  for (const void* ptr : pointers) {
-    if (ptr != nullptr && !Aligned16(ptr)) return 1;
-  }
-  return kVector;
-}
-
 unsigned ChunkGrid(const ChunkGeometry& g) {
   const int64_t blocks = g.channels * g.chunks;
-  return static_cast<unsigned>(blocks < kMaxGrid ? blocks : kMaxGrid);
-}
-
-unsigned FinalizeGrid(int64_t channels) {
-  const int64_t blocks = (channels + kWarpsPerBlock - 1) / kWarpsPerBlock;
   return static_cast<unsigned>(blocks < kMaxGrid ? blocks : kMaxGrid);
 }
 
@@ -492,6 +359,7 @@ double* CoeffsOf(void* scratch, const BatchNormLaunchParams& p) {
 template <typename T, typename P, typename S>
 cudaError_t Forward(const BatchNormLaunchParams& p, const BatchNormForwardOperands& op, void* scratch,
                     cudaStream_t stream) {
+  if (batch_norm::UsesColumnKernels(p)) return batch_norm::ColumnForward<T, P, S>(p, op, scratch, stream);
   constexpr int kVector = Vec16<T>::kCount;
   const int64_t chunks = ChunksPerChannel(p);
   double* partials = PartialsOf(scratch);
@@ -507,8 +375,8 @@ cudaError_t Forward(const BatchNormLaunchParams& p, const BatchNormForwardOperan
     }
     if (const cudaError_t error = LaunchError(); error != cudaSuccess) return error;
   }
-  BatchNormForwardFinalizeKernel<P, S>
-      <<<FinalizeGrid(p.channels), kBatchNormThreads, 0, stream>>>(p, chunks, op, partials, coeffs);
+  BatchNormForwardFinalizeKernel<P, S><<<FinalizeGrid(p.channels), kBatchNormThreads, 0, stream>>>(
+      p, ChunkSplit{chunks, kChunkElements}, op, partials, coeffs);
   if (const cudaError_t error = LaunchError(); error != cudaSuccess) return error;
   if (chunks == 0) return cudaSuccess;
   const int width = WidthFor<T>(p.inner, {op.x, op.out});
@@ -539,6 +407,7 @@ void LaunchGradInput(const ChunkGeometry& g, int width, const double* coeffs, co
 template <typename T, typename P, typename M>
 cudaError_t Backward(const BatchNormLaunchParams& p, const BatchNormBackwardOperands& op, void* scratch,
                      cudaStream_t stream) {
+  if (batch_norm::UsesColumnKernels(p)) return batch_norm::ColumnBackward<T, P, M>(p, op, scratch, stream);
   constexpr int kVector = Vec16<T>::kCount;
   const int64_t chunks = ChunksPerChannel(p);
   double* coeffs = CoeffsOf(scratch, p);
@@ -564,8 +433,8 @@ cudaError_t Backward(const BatchNormLaunchParams& p, const BatchNormBackwardOper
       if (const cudaError_t error = LaunchError(); error != cudaSuccess) return error;
     }
   }
-  BatchNormBackwardFinalizeKernel<P, M>
-      <<<FinalizeGrid(p.channels), kBatchNormThreads, 0, stream>>>(p, chunks, op, partials, coeffs);
+  BatchNormBackwardFinalizeKernel<P, M><<<FinalizeGrid(p.channels), kBatchNormThreads, 0, stream>>>(
+      p, ChunkSplit{chunks, kChunkElements}, op, partials, coeffs);
   if (const cudaError_t error = LaunchError(); error != cudaSuccess) return error;
   if (op.grad_input == nullptr || chunks == 0) return cudaSuccess;
   const int width = p.training ? WidthFor<T>(p.inner, {op.grad_output, op.x, op.grad_input, op.mask})
@@ -583,6 +452,7 @@ cudaError_t Backward(const BatchNormLaunchParams& p, const BatchNormBackwardOper
 }  // namespace
 
 size_t BatchNormScratchBytes(const BatchNormLaunchParams& p) {
+  if (batch_norm::UsesColumnKernels(p)) return batch_norm::ColumnScratchBytes(p);
   return static_cast<size_t>(2 * p.channels * ChunksPerChannel(p) + 4 * p.channels) * sizeof(double);
 }
 

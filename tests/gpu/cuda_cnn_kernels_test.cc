@@ -260,9 +260,14 @@ TEST(CudaCnnKernels, PoolingForwardAndBackward) {
   }
 }
 
+// NCHW shapes run the chunked kernels; [M, C] shapes (inner 1: BatchNorm1d,
+// and the channels-last layout's [N*H*W, C]) the column kernels, with 16-byte
+// units (C a multiple of 4, or of 2 for float64) and single elements (C = 3),
+// one tile or many per row, one chunk or many.
 TEST(CudaCnnKernels, BatchNormTrainingEvalAndBackward) {
   TANDEM_SKIP_WITHOUT_GPU();
-  const std::vector<Shape> shapes = {{4, 64, 28, 28}, {8, 2048, 7, 7}, {16, 96}, {3, 5, 1000}};
+  const std::vector<Shape> shapes = {{4, 64, 28, 28}, {8, 2048, 7, 7}, {16, 96},   {3, 5, 1000}, {2048, 64},
+                                     {3136, 256},     {100, 2048},     {5000, 24}, {7, 3}};
   for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
     for (const Shape& shape : shapes) {
       for (bool training : {true, false}) {
@@ -280,6 +285,9 @@ TEST(CudaCnnKernels, BatchNormTrainingEvalAndBackward) {
         const int grad = g.Feed({dtype, shape});
         g.Add("native_batch_norm_backward", {grad, x, w, rm, rv, f[1], f[2]},
               MakeAttrs({{"train", training}, {"eps", 1e-5}}));
+        // grad_input alone: in eval mode no gradient sums at all.
+        g.Add("native_batch_norm_backward", {grad, x, w, rm, rv, f[1], f[2]},
+              MakeAttrs({{"train", training}, {"eps", 1e-5}, {"output_mask", std::vector<int64_t>{1, 0, 0}}}));
         if (training) {
           g.Add("native_batch_norm_backward", {grad, x, w, f[1], f[2]},
                 MakeAttrs({{"train", true}, {"eps", 1e-5}, {"output_mask", std::vector<int64_t>{0, 1, 1}}}));
@@ -377,6 +385,38 @@ TEST(CudaCnnKernels, TimingsOfResNet50LayersAtBatch32) {
     g.Add1("max_pool2d_with_indices_backward", {g.Feed(g.type(out[0])), x, out[1]}, pool);
     const double t = SecondsPerIteration(g, 20);
     std::printf("max pool 3x3 s2 [32, 64, 112, 112] fwd+bwd: %.3f ms\n", t * 1e3);
+    EXPECT_GT(t, 0.0);
+  }
+}
+
+// Batch norm's training forward and backward on one activation in two
+// layouts: channels-last, as the column kernels see it ([N*H*W, C]), and
+// NCHW (the chunked kernels). Printed, not asserted: the time per replayed
+// iteration and the effective bandwidth (the forward reads x twice and
+// writes out, the backward reads dy and x twice and writes grad_input).
+TEST(CudaCnnKernels, TimingsOfBatchNormChannelsLastAndNchw) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  const DType f = DType::kFloat32;
+  struct Layout {
+    const char* name;
+    Shape shape;
+  };
+  for (const Layout& layout : {Layout{"[32*56*56, 64] (channels-last)", {32 * 56 * 56, 64}},
+                               Layout{"[32, 64, 56, 56] (NCHW)", {32, 64, 56, 56}}}) {
+    GraphMaker g;
+    const Shape c = {64};
+    const int x = g.Feed({f, layout.shape});
+    const int w = g.Feed({f, c});
+    const int b = g.Feed({f, c});
+    const int rm = g.Feed({f, c});
+    const int rv = g.Feed({f, c}, Fill::kPositive);
+    const std::vector<int> out = g.Add("_native_batch_norm_legit_functional", {x, w, b, rm, rv},
+                                       MakeAttrs({{"training", true}, {"momentum", 0.1}, {"eps", 1e-5}}));
+    g.Add("native_batch_norm_backward", {g.Feed({f, layout.shape}), x, w, rm, rv, out[1], out[2]},
+          MakeAttrs({{"train", true}, {"eps", 1e-5}}));
+    const double t = SecondsPerIteration(g, 20);
+    const double bytes = 4.0 * NumElements(layout.shape) * (3 + 5);
+    std::printf("batch norm %s fwd+bwd: %.3f ms (%.0f GB/s effective)\n", layout.name, t * 1e3, bytes / t / 1e9);
     EXPECT_GT(t, 0.0);
   }
 }

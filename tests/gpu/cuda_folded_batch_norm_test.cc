@@ -3,7 +3,9 @@
 // random inputs, op by op and replayed, and against the unfolded ops
 // (batch norm, relu, threshold_backward, batch-norm backward) on the GPU,
 // bit for bit. float32, float64, bfloat16 and float16; shapes whose rows
-// are and are not whole 16-byte vectors.
+// are and are not whole 16-byte vectors, NCHW (the chunked kernels) and
+// [M, C] (the column kernels: C a multiple of every vector width, of some,
+// of none).
 #include <cmath>
 #include <map>
 #include <string>
@@ -29,7 +31,8 @@ double Tolerance(DType dtype) {
 TEST(CudaFoldedBatchNorm, MatchesCpuAndTheUnfoldedOpsExactly) {
   TANDEM_SKIP_WITHOUT_GPU();
   for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kFloat16}) {
-    for (const Shape& shape : std::vector<Shape>{{8, 16, 14, 14}, {4, 64, 7, 7}, {3, 5, 9, 11}}) {
+    for (const Shape& shape :
+         std::vector<Shape>{{8, 16, 14, 14}, {4, 64, 7, 7}, {3, 5, 9, 11}, {1568, 64}, {301, 24}, {45, 3}}) {
       SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " " << ShapeString(shape));
       const DType param = dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
       const Shape c = {shape[1]};

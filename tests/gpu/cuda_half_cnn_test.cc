@@ -206,9 +206,12 @@ TEST_P(CudaHalfCnn, AverageAndAdaptivePooling) {
 TEST_P(CudaHalfCnn, BatchNormTrainingEvalAndBackward) {
   TANDEM_SKIP_WITHOUT_GPU();
   // Conv outputs (inner a multiple of 8: 16-byte vector accesses; and not),
-  // a linear layer's, a sequence's.
-  const std::vector<Shape> shapes = {
-      {Dim(1, 4), 64, 28, 28}, {Dim(1, 8), 256, 7, 7}, {Dim(2, 64), 96}, {3, 5, Dim(1, 1000)}};
+  // a linear layer's, a sequence's; then [M, C] with M = N*H*W (the
+  // channels-last layout, the column kernels): C a multiple of 8 (16-byte
+  // units; one tile of a row or many) and not.
+  const std::vector<Shape> shapes = {{Dim(1, 4), 64, 28, 28}, {Dim(1, 8), 256, 7, 7}, {Dim(2, 64), 96},
+                                     {3, 5, Dim(1, 1000)},    {Dim(1000, 6000), 64},  {Dim(50, 300), 2048},
+                                     {Dim(100, 3000), 24},    {Dim(1, 200), 3}};
   for (DType param : {dtype(), DType::kFloat32}) {
     for (const Shape& shape : shapes) {
       for (bool training : {true, false}) {
