@@ -7,7 +7,7 @@
 #   pytests   PyTorch adaptor tests (PYTESTS: unittest names, default test_fused_rnn) under the GPU
 #             machine's torch, against CPU daemons of the bundle (what needs torch >= 2.4)
 #   profile   the kernel profile of one step (bench/models/profile_step.py,
-#             PROFILE_MODELS, default resnet50)                       -> profile.json
+#             PROFILE_MODELS, default resnet50; PROFILE_ARGS, PROFILE_OUT)                       -> profile.json
 #   overhead  bench/models/overhead.py for OVERHEAD_MODELS (fcn5,resnet50) -> overhead.json
 #   ops       the op-level benchmark (bench/ops/run_op_bench.sh)       -> *-ops.json, *-ops.png
 #   pairs     bench/pairs/pair_matrix.py for PAIRS                     -> pairs.json
@@ -81,7 +81,7 @@ for name in "$@"; do
     pytests) stage pytests "${PYTESTS_S:-200}" bash -c "cd '$root/adaptor/pytorch/tests' && \
                PYTHONPATH='$root:$root/client/python:$root/adaptor/pytorch' '$python' -m unittest ${PYTESTS:-test_fused_rnn}" ;;
     profile) stage profile "${PROFILE_S:-150}" "$python" "$root/bench/models/profile_step.py" \
-               --models "${PROFILE_MODELS:-resnet50}" --out "$OUT/profile.json" ;;
+               --models "${PROFILE_MODELS:-resnet50}" ${PROFILE_ARGS:-} --out "$OUT/${PROFILE_OUT:-profile.json}" ;;
     overhead) stage overhead "${OVERHEAD_S:-200}" "$python" "$root/bench/models/overhead.py" \
                 --models "${OVERHEAD_MODELS:-fcn5,resnet50}" --iters 30 --warmup 10 --agree_steps 5 \
                 --out "$OUT/overhead.json" ;;

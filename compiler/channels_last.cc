@@ -112,7 +112,7 @@ bool RelayoutIsFree(const Shape& shape) { return shape[1] == 1 || shape[2] * sha
 
 class Pass {
  public:
-  explicit Pass(const Graph& g) : g_(g), out_(g), last_(g.values.size(), -1) {}
+  explicit Pass(const Graph& g) : g_(g), out_(g), last_(g.values.size(), -1), computed_last_(g.values.size(), false) {}
 
   absl::StatusOr<Graph> Run() {
     for (const Node& n : g_.nodes) RETURN_IF_ERROR(Emit(n));
@@ -125,8 +125,13 @@ class Pass {
  private:
   const Shape& ShapeOf(int v) const { return g_.values[v].type.shape; }
   bool Rank4(int v) const { return ShapeOf(v).size() == 4; }
-  // Whether `v` is (or can be for free) channels-last.
-  bool Ready(int v) const { return Rank4(v) && (last_[v] >= 0 || RelayoutIsFree(ShapeOf(v))); }
+  // A 1x1 kernel's weight, which channels-last convolutions read as it is.
+  bool Is1x1(int w) const { return Rank4(w) && ShapeOf(w)[2] == 1 && ShapeOf(w)[3] == 1; }
+  // Whether `v` was computed channels-last (not merely relaid out: a
+  // weight's twin does not draw its optimizer update into the layout).
+  bool Native(int v) const { return computed_last_[v]; }
+  // Whether `v` is computed channels-last or can be relaid out for free.
+  bool Ready(int v) const { return Rank4(v) && (Native(v) || RelayoutIsFree(ShapeOf(v))); }
 
   // A new value: `id`, a value of channels-first shape `shape` stored
   // channels-first (`to_last`) or channels-last, in the other layout, named
@@ -181,6 +186,7 @@ class Pass {
     for (size_t o = 0; o < n.outputs.size(); ++o) {
       if (last_outputs[o]) {
         last_[n.outputs[o]] = ids[o];
+        computed_last_[n.outputs[o]] = true;
       } else {
         out_.SetMap(n.outputs[o], ids[o]);
       }
@@ -208,17 +214,28 @@ class Pass {
     Attrs attrs = n.attrs;
     if (attrs.Has("channels_last")) return EmitFirst(n);
     const bool float_layout = !n.outputs.empty() && IsLayoutDType(g_.values[n.outputs[0]].type.dtype);
-    if (op == "convolution" && float_layout && Rank4(n.inputs[0])) {
+    if (op == "convolution" && float_layout && Rank4(n.inputs[0]) && Rank4(n.inputs[1])) {
       attrs.Set("channels_last", true);
-      std::vector<bool> in = {true, true, false};
+      std::vector<bool> in = {true, !Is1x1(n.inputs[1]), false};
       in.resize(n.inputs.size());
       return EmitLast(n, in, {true}, std::move(attrs));
     }
-    if (op == "convolution_backward" && float_layout && Rank4(n.inputs[1])) {
+    if (op == "convolution_backward" && float_layout && Rank4(n.inputs[1]) && Rank4(n.inputs[2])) {
       attrs.Set("channels_last", true);
-      return EmitLast(n, {true, true, true}, Rank4Marks(n.outputs), std::move(attrs));
+      const bool permuted_weight = !Is1x1(n.inputs[2]);
+      const int grad_weight = n.outputs[1];
+      RETURN_IF_ERROR(EmitLast(n, {true, true, permuted_weight},
+                               {Rank4(n.outputs[0]), permuted_weight && Rank4(grad_weight), false}, std::move(attrs)));
+      // The weight's gradient goes to the optimizer: back to channels-first
+      // at once, so that the update's elementwise chain stays channels-first
+      // (and fused) and reads no channels-last twin.
+      if (last_[grad_weight] >= 0 && First(grad_weight) >= 0) {
+        last_[grad_weight] = -1;
+        computed_last_[grad_weight] = false;
+      }
+      return out_.status();
     }
-    if (IsBatchNormForward(op) && Ready(n.inputs[0]) && last_[n.inputs[0]] >= 0) {
+    if (IsBatchNormForward(op) && Rank4(n.inputs[0]) && Native(n.inputs[0])) {
       attrs.Set("channels_last", true);
       std::vector<bool> in(n.inputs.size(), false);
       in[0] = true;
@@ -227,7 +244,7 @@ class Pass {
       return EmitLast(n, in, outs, std::move(attrs));
     }
     if (op == "native_batch_norm_backward" && n.inputs.size() >= 2 && Rank4(n.inputs[1]) &&
-        (last_[n.inputs[0]] >= 0 || last_[n.inputs[1]] >= 0)) {
+        (Native(n.inputs[0]) || Native(n.inputs[1]))) {
       attrs.Set("channels_last", true);
       std::vector<bool> in(n.inputs.size(), false);
       in[0] = in[1] = true;
@@ -236,12 +253,12 @@ class Pass {
       outs[0] = Rank4(n.outputs[0]);
       return EmitLast(n, in, outs, std::move(attrs));
     }
-    if ((op == "max_pool2d_with_indices" || op == "avg_pool2d") && Rank4(n.inputs[0]) && last_[n.inputs[0]] >= 0) {
+    if ((op == "max_pool2d_with_indices" || op == "avg_pool2d") && Rank4(n.inputs[0]) && Native(n.inputs[0])) {
       attrs.Set("channels_last", true);
       return EmitLast(n, {true}, Rank4Marks(n.outputs), std::move(attrs));
     }
     if ((op == "max_pool2d_with_indices_backward" || op == "avg_pool2d_backward") && Rank4(n.inputs[1]) &&
-        (last_[n.inputs[0]] >= 0 || last_[n.inputs[1]] >= 0)) {
+        (Native(n.inputs[0]) || Native(n.inputs[1]))) {
       attrs.Set("channels_last", true);
       return EmitLast(n, Rank4Marks(n.inputs), {true}, std::move(attrs));
     }
@@ -249,7 +266,7 @@ class Pass {
       bool any = false, all = true;
       for (int v : n.inputs) {
         if (Rank4(v)) {
-          any = any || last_[v] >= 0;
+          any = any || Native(v);
         } else if (g_.values[v].type.numel() != 1) {
           all = false;  // a lower-rank broadcast operand aligns with the trailing dims
         }
@@ -257,7 +274,7 @@ class Pass {
       if (any && all) return EmitLast(n, Rank4Marks(n.inputs), {true}, std::move(attrs));
       return EmitFirst(n);
     }
-    if (IsDimReduction(op) && Rank4(n.inputs[0]) && last_[n.inputs[0]] >= 0) {
+    if (IsDimReduction(op) && Rank4(n.inputs[0]) && Native(n.inputs[0])) {
       ASSIGN_OR_RETURN(std::vector<int64_t> dims, attrs.GetInts("dim", std::vector<int64_t>{}));
       ASSIGN_OR_RETURN(bool keepdim, attrs.GetBool("keepdim", false));
       bool reduced[4] = {dims.empty(), dims.empty(), dims.empty(), dims.empty()};
@@ -295,7 +312,7 @@ class Pass {
       bool any = false, all = true;
       for (int v : n.inputs) {
         all = all && Rank4(v);
-        any = any || (Rank4(v) && last_[v] >= 0);
+        any = any || (Rank4(v) && Native(v));
       }
       ASSIGN_OR_RETURN(int64_t dim, attrs.GetInt("dim", 0));
       const int64_t d4 = Dim4(dim);
@@ -310,7 +327,8 @@ class Pass {
 
   const Graph& g_;
   GraphRewriter out_;
-  std::vector<int> last_;  // source value -> its channels-last twin's new id, -1: none
+  std::vector<int> last_;            // source value -> its channels-last twin's new id, -1: none
+  std::vector<bool> computed_last_;  // source value -> computed channels-last (its twin is no relayout)
 };
 
 bool HasConvolution2d(const Graph& g) {

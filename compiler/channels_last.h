@@ -12,14 +12,19 @@
 //     run channels-last (attribute channels_last = true): input, output and
 //     their gradients [N, H, W, C]; the weight is read as [O, kH, kW, C / g]
 //     (one permute of each weight per iteration, shared by the forward and
-//     the backward) and its gradient permuted back for the optimizer.
+//     the backward) and its gradient permuted back for the optimizer right
+//     after the backward (so the update's elementwise chain stays
+//     channels-first and fused); a 1x1 kernel's weight, the same bytes in
+//     either order, is read as it is and needs neither.
 //   - batch norm forward and backward (channels_last = true: the channel
 //     dim is the last), max and average pooling and their backward
 //     (channels_last = true; indices stored alike), elementwise ops whose operands are rank-4 or single
 //     elements, reductions over listed dims (sum.dim_IntList, mean.dim,
 //     amax, amin) whose kept dims stay in order, expand, cat and slice
 //     (their dims remapped) run channels-last when one of their rank-4
-//     operands is already channels-last (or relayouts for free, below).
+//     operands was computed channels-last (expand: or relayouts for free,
+//     below). A value merely relaid out does not count: a weight's
+//     channels-last copy leaves its optimizer update channels-first.
 //   - Every other node reads channels-first values: a permute back is
 //     inserted before its first such reader (once per value), and so for a
 //     fetched or updated value, which keeps its name and layout.

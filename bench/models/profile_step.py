@@ -105,6 +105,7 @@ def main():
     p.add_argument("--steps", type=int, default=6, help="training steps per model (the first is not timed)")
     p.add_argument("--tandemd", default=None, help="tandemd binary (default: $TANDEMD, PATH, build tree)")
     p.add_argument("--log_dir", default=None, help="where tandemd's log goes (default: a temporary folder)")
+    p.add_argument("--daemon_flags", default="", help="extra tandemd flags, space-separated")
     p.add_argument("--out", required=True, help="JSON file to write")
     args = p.parse_args()
     if args.steps < 2:
@@ -114,11 +115,12 @@ def main():
     device = bc.torch_device(args.device)
     bc.like_for_like_numerics()
     result = {"meta": bc.metadata(device), "config": {"models": names, "small": args.small, "steps": args.steps,
-                                                      **bc.numerics()},
+                                                      "daemon_flags": args.daemon_flags, **bc.numerics()},
               "models": {}}
     os.environ["TANDEM_PROFILE_KERNELS"] = "1"
     daemon = bc.Daemon(bc.find_tandemd(args.tandemd), device,
-                       extra_flags=[*bc.daemon_flags_for_large_models(), "--log_level=info"], log_dir=args.log_dir,
+                       extra_flags=[*bc.daemon_flags_for_large_models(), "--log_level=info", *args.daemon_flags.split()],
+                       log_dir=args.log_dir,
                        name="tandemd-profile")
     try:
         daemon.start()

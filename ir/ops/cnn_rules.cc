@@ -95,6 +95,11 @@ Shape Stored(const Shape& dims, bool channels_last) {
 }
 }  // namespace
 
+bool IsChannelsFirst1x1(const Shape& weight, const Shape& input, int64_t groups) {
+  return weight.size() == 4 && input.size() == 4 && weight[2] == 1 && weight[3] == 1 && groups > 0 &&
+         weight[1] * groups == input[3];
+}
+
 Shape ConvGeometry::input_shape() const { return Stored(input_dims(), params.channels_last); }
 Shape ConvGeometry::weight_shape() const { return Stored(weight_dims(), params.channels_last); }
 Shape ConvGeometry::output_shape() const { return Stored(output_dims(), params.channels_last); }
@@ -185,7 +190,10 @@ absl::StatusOr<ConvGeometry> ConvGeometryOf(const ConvParams& params, const Shap
   }
   // From here on, channels-first dims.
   const Shape input = params.channels_last ? Permuted(stored_input, ToChannelsFirst(rank)) : stored_input;
-  const Shape weight = params.channels_last ? Permuted(stored_weight, ToChannelsFirst(rank)) : stored_weight;
+  // A 1x1 kernel's weight is the same bytes in either order: channels-last
+  // convolutions take it as [O, C / groups, 1, 1] too.
+  const bool weight_first = !params.channels_last || IsChannelsFirst1x1(stored_weight, stored_input, params.groups);
+  const Shape weight = weight_first ? stored_weight : Permuted(stored_weight, ToChannelsFirst(rank));
   ConvGeometry g;
   g.spatial = spatial;
   g.params = params;

@@ -8,7 +8,9 @@
 // compiler/channels_last.h sets): a 2-D convolution's input, output and
 // weight, and their gradients, are stored with the channel dim last: input
 // [N, H, W, C], weight [O, kH, kW, C / groups], output [N, oH, oW, O]; the
-// tensors' shapes say so. A batch norm's channel dim is the last one.
+// tensors' shapes say so. A 1x1 kernel's weight may also be given as
+// [O, C / groups, 1, 1], the same bytes (and its gradient then comes out
+// so). A batch norm's channel dim is the last one.
 //
 // The rules follow ATen's: a list attribute of one int stands for every
 // spatial dim; a pooling `stride` that is absent or empty is the kernel
@@ -154,6 +156,10 @@ struct ChannelSplit {
 ChannelSplit SplitChannels(const Shape& shape, bool channels_last = false);
 // The channel dim of a batch-norm input: 1, or the last with channels_last.
 inline size_t ChannelDim(const Shape& shape, bool channels_last) { return channels_last ? shape.size() - 1 : 1; }
+
+// Whether a channels-last convolution's `weight` is a 1x1 kernel's given
+// channels-first ([O, C / groups, 1, 1] for `input` [N, H, W, C]).
+bool IsChannelsFirst1x1(const Shape& weight, const Shape& input, int64_t groups);
 
 // The permutations between channels-first and channels-last storage of a
 // rank-`rank` tensor: [0, 2, ..., rank - 1, 1] and its inverse.

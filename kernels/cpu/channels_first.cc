@@ -36,7 +36,8 @@ void PermuteBytes(const char* src, const Shape& src_shape, const std::vector<int
 
 }  // namespace
 
-absl::Status RunChannelsFirst(const KernelArgs& args, CpuKernelFn kernel) {
+absl::Status RunChannelsFirst(const KernelArgs& args, CpuKernelFn kernel, const std::vector<bool>& keep_inputs,
+                              const std::vector<bool>& keep_outputs) {
   ASSIGN_OR_RETURN(bool channels_last, args.node->attrs.GetBool("channels_last", false));
   if (!channels_last) return kernel(args);
   Node node = *args.node;
@@ -46,21 +47,21 @@ absl::Status RunChannelsFirst(const KernelArgs& args, CpuKernelFn kernel) {
   const std::vector<int64_t> to_first = ToChannelsFirst(4);
   std::vector<std::vector<char>> buffers;
   buffers.reserve(args.inputs.size() + args.outputs.size());
-  const auto rebind = [&](TensorArg& t) {
-    if (t.type.rank() != 4) return false;
+  const auto rebind = [&](TensorArg& t, const std::vector<bool>& keep, size_t i) {
+    if (t.type.rank() != 4 || (i < keep.size() && keep[i])) return false;
     buffers.emplace_back(t.type.bytes());
     t.type.shape = Permuted(t.type.shape, to_first);
     t.data = buffers.back().data();
     return true;
   };
   for (size_t i = 0; i < first.inputs.size(); ++i) {
-    if (rebind(first.inputs[i])) {
+    if (rebind(first.inputs[i], keep_inputs, i)) {
       PermuteBytes(static_cast<const char*>(args.inputs[i].data), args.inputs[i].type.shape, to_first,
                    DTypeSize(args.inputs[i].type.dtype), static_cast<char*>(first.inputs[i].data));
     }
   }
   std::vector<bool> permuted(first.outputs.size());
-  for (size_t o = 0; o < first.outputs.size(); ++o) permuted[o] = rebind(first.outputs[o]);
+  for (size_t o = 0; o < first.outputs.size(); ++o) permuted[o] = rebind(first.outputs[o], keep_outputs, o);
   RETURN_IF_ERROR(kernel(first));
   const std::vector<int64_t> to_last = ToChannelsLast(4);
   for (size_t o = 0; o < first.outputs.size(); ++o) {

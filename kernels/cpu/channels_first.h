@@ -13,12 +13,17 @@
 #ifndef TANDEM_KERNELS_CPU_CHANNELS_FIRST_H_
 #define TANDEM_KERNELS_CPU_CHANNELS_FIRST_H_
 
+#include <vector>
+
 #include "absl/status/status.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace tandem::cpu {
 
-absl::Status RunChannelsFirst(const KernelArgs& args, CpuKernelFn kernel);
+// `keep_inputs` / `keep_outputs` (when not empty) mark rank-4 tensors that
+// are channels-first already (a convolution's 1x1 weight, cnn_rules.h).
+absl::Status RunChannelsFirst(const KernelArgs& args, CpuKernelFn kernel, const std::vector<bool>& keep_inputs = {},
+                              const std::vector<bool>& keep_outputs = {});
 
 template <CpuKernelFn kKernel>
 absl::Status WithChannelsFirst(const KernelArgs& args) {

@@ -252,11 +252,26 @@ absl::Status ConvolutionBackwardKernel(const KernelArgs& args) {
   });
 }
 
+// A channels-last node through channels-first copies, except a 1x1
+// weight given channels-first (input `w` of activation input `x`), which is
+// read as it is, as is then the gradient of it (output 1 of the backward).
+template <CpuKernelFn kKernel, size_t x, size_t w>
+absl::Status AnyLayout(const KernelArgs& args) {
+  ASSIGN_OR_RETURN(bool channels_last, args.node->attrs.GetBool("channels_last", false));
+  ASSIGN_OR_RETURN(int64_t groups, args.node->attrs.GetInt("groups", 1));
+  std::vector<bool> keep_inputs(args.inputs.size()), keep_outputs(args.outputs.size());
+  if (channels_last && IsChannelsFirst1x1(args.inputs[w].type.shape, args.inputs[x].type.shape, groups)) {
+    keep_inputs[w] = true;
+    if (w == 2) keep_outputs[1] = true;
+  }
+  return RunChannelsFirst(args, WithHalf<kKernel>, keep_inputs, keep_outputs);
+}
+
 }  // namespace
 
 void AddConvolutionKernels(CpuKernelTable& table) {
-  table["convolution"] = WithChannelsFirst<WithHalf<ConvolutionKernel>>;
-  table["convolution_backward"] = WithChannelsFirst<WithHalf<ConvolutionBackwardKernel>>;
+  table["convolution"] = AnyLayout<ConvolutionKernel, 0, 1>;
+  table["convolution_backward"] = AnyLayout<ConvolutionBackwardKernel, 1, 2>;
 }
 
 }  // namespace tandem::cpu

@@ -15,10 +15,10 @@
 // instead of 64-bit divisions, and the backward visits only the windows
 // that can hold its element (at most ceil(((kernel - 1) * dilation + 1) /
 // stride) per dim, 2 x 2 for 3x3 s2) instead of every kernel tap. The
-// general 64-bit kernels remain for the rest, and take channels-last tensors
-// too ([N, H, W, C]: p.channels = C, the planes of an image interleaved;
-// consecutive threads take consecutive channels of one position, so a
-// warp's reads and writes are contiguous).
+// general 64-bit kernels remain for the rest. Both take channels-last
+// tensors too ([N, H, W, C]: p.channels = C, the planes of an image
+// interleaved; consecutive threads take consecutive channels of one
+// position, so a warp's reads and writes are contiguous).
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -95,10 +95,44 @@ class Divider32 {
 // use (built by Geometry32 only when everything fits).
 struct PoolGeometry32 {
   int32_t h, w, oh, ow;
+  int32_t channels;  // channels-last: C (planes n * C + c interleaved); 0: channels-first
   int32_t kernel[2], stride[2], padding[2], dilation[2];
   int32_t in_total, out_total;  // planes * h * w, planes * oh * ow
-  Divider32 div_w, div_h, div_ow, div_oh, div_stride[2], div_dilation[2];
+  Divider32 div_w, div_h, div_ow, div_oh, div_c, div_stride[2], div_dilation[2];
 };
+
+// Element i (storage order) of a tensor of rows x cols planes in `g`'s
+// layout: its row and column, and where its plane's element 0 is and how far
+// apart its elements are (1, or C channels-last), so that element (r, q) of
+// the same plane of another tensor of r_rows x r_cols planes sits at
+// Base(r_rows, r_cols) + (r * r_cols + q) * step.
+struct Position32 {
+  int32_t row, col;
+  uint32_t image;  // channels-first: the plane; channels-last: n
+  int32_t channel;
+  int32_t step;
+  __device__ __forceinline__ int64_t Base(int32_t rows, int32_t cols) const {
+    return step == 1 ? static_cast<int64_t>(image) * rows * cols
+                     : static_cast<int64_t>(image) * rows * cols * step + channel;
+  }
+};
+__device__ __forceinline__ Position32 Locate32(const PoolGeometry32& g, uint32_t i, const Divider32& div_cols,
+                                               const Divider32& div_rows) {
+  Position32 p;
+  p.channel = 0;
+  p.step = 1;
+  if (g.channels > 0) {
+    const uint32_t q = g.div_c.Div(i);
+    p.channel = static_cast<int32_t>(i - q * static_cast<uint32_t>(g.channels));
+    p.step = g.channels;
+    i = q;
+  }
+  const uint32_t t = div_cols.Div(i);
+  p.col = static_cast<int32_t>(i - t * div_cols.divisor());
+  p.image = div_rows.Div(t);
+  p.row = static_cast<int32_t>(t - p.image * div_rows.divisor());
+  return p;
+}
 
 // Whether the 32-bit kernels may run `p`: element counts below 2^31, and
 // every size and parameter (and the window span (kernel - 1) * dilation + 1
@@ -138,6 +172,8 @@ PoolGeometry32 Geometry32(const PoolLaunchParams& p) {
   g.div_h = Divider32(static_cast<uint32_t>(p.h));
   g.div_ow = Divider32(static_cast<uint32_t>(p.ow));
   g.div_oh = Divider32(static_cast<uint32_t>(p.oh));
+  g.channels = static_cast<int32_t>(p.channels);
+  g.div_c = Divider32(static_cast<uint32_t>(p.channels > 0 ? p.channels : 1));
   return g;
 }
 
@@ -150,23 +186,21 @@ __global__ void MaxPool32Kernel(PoolGeometry32 g, const T* x, T* y, int64_t* ind
   using V = CompareType<T>;
   const int32_t dh = g.dilation[0], dw = g.dilation[1];
   for (int64_t i = GlobalThread(); i < g.out_total; i += GlobalStride()) {
-    const uint32_t t = g.div_ow.Div(static_cast<uint32_t>(i));
-    const int32_t ox = static_cast<int32_t>(i) - static_cast<int32_t>(t) * g.ow;
-    const uint32_t plane = g.div_oh.Div(t);
-    const int32_t oy = static_cast<int32_t>(t) - static_cast<int32_t>(plane) * g.oh;
+    const Position32 o = Locate32(g, static_cast<uint32_t>(i), g.div_ow, g.div_oh);
+    const int32_t ox = o.col, oy = o.row;
     int32_t h0 = oy * g.stride[0] - g.padding[0];
     const int32_t h1 = min(h0 + (g.kernel[0] - 1) * dh + 1, g.h);
     while (h0 < 0) h0 += dh;
     int32_t w0 = ox * g.stride[1] - g.padding[1];
     const int32_t w1 = min(w0 + (g.kernel[1] - 1) * dw + 1, g.w);
     while (w0 < 0) w0 += dw;
-    const T* in = x + static_cast<int64_t>(plane) * g.h * g.w;
+    const T* in = x + o.Base(g.h, g.w);
     V best = -std::numeric_limits<V>::infinity();
     int64_t best_index = static_cast<int64_t>(h0) * g.w + w0;
     for (int32_t ih = h0; ih < h1; ih += dh) {
-      const T* row = in + ih * g.w;
+      const T* row = in + static_cast<int64_t>(ih) * g.w * o.step;
       for (int32_t iw = w0; iw < w1; iw += dw) {
-        const V v = WidenTo<V>(row[iw]);
+        const V v = WidenTo<V>(row[static_cast<int64_t>(iw) * o.step]);
         if (v > best || isnan(v)) {
           best = v;
           best_index = static_cast<int64_t>(ih) * g.w + iw;
@@ -209,21 +243,20 @@ __device__ __forceinline__ bool Tap32(int32_t pos, int32_t o, int32_t stride, in
 template <typename T>
 __global__ void MaxPool32BackwardKernel(PoolGeometry32 g, const T* dy, const int64_t* indices, T* dx) {
   for (int64_t i = GlobalThread(); i < g.in_total; i += GlobalStride()) {
-    const uint32_t t = g.div_w.Div(static_cast<uint32_t>(i));
-    const int32_t iw = static_cast<int32_t>(i) - static_cast<int32_t>(t) * g.w;
-    const uint32_t plane = g.div_h.Div(t);
-    const int32_t ih = static_cast<int32_t>(t) - static_cast<int32_t>(plane) * g.h;
+    const Position32 in = Locate32(g, static_cast<uint32_t>(i), g.div_w, g.div_h);
+    const int32_t iw = in.col, ih = in.row;
     const int64_t self_index = static_cast<int64_t>(ih) * g.w + iw;
     const WindowRange rows = WindowsWithTap32(ih, g.kernel[0], g.padding[0], g.dilation[0], g.div_stride[0], g.oh);
     const WindowRange cols = WindowsWithTap32(iw, g.kernel[1], g.padding[1], g.dilation[1], g.div_stride[1], g.ow);
-    const int32_t out_base = static_cast<int32_t>(plane) * g.oh * g.ow;
+    const int64_t out_base = in.Base(g.oh, g.ow);
     SumType<T> sum = 0;
     for (int32_t oy = rows.last; oy >= rows.first; --oy) {
       if (!Tap32(ih, oy, g.stride[0], g.padding[0], g.dilation[0], g.div_dilation[0])) continue;
-      const int32_t row = out_base + oy * g.ow;
+      const int64_t row = out_base + static_cast<int64_t>(oy) * g.ow * in.step;
       for (int32_t ox = cols.last; ox >= cols.first; --ox) {
         if (!Tap32(iw, ox, g.stride[1], g.padding[1], g.dilation[1], g.div_dilation[1])) continue;
-        if (indices[row + ox] == self_index) sum += WidenTo<SumType<T>>(dy[row + ox]);
+        const int64_t at = row + static_cast<int64_t>(ox) * in.step;
+        if (indices[at] == self_index) sum += WidenTo<SumType<T>>(dy[at]);
       }
     }
     dx[i] = RoundTo<T>(sum);
@@ -406,7 +439,7 @@ cudaError_t LaunchMaxPool2d(DType dtype, const PoolLaunchParams& p, const void* 
                             cudaStream_t stream) {
   const int64_t total = p.planes * p.oh * p.ow;
   if (total == 0) return cudaSuccess;
-  const bool fits32 = p.channels == 0 && Fits32(p);
+  const bool fits32 = Fits32(p);
   const bool ok = DispatchFloatOrHalf(dtype, [&](auto tag) {
     using T = decltype(tag);
     if (fits32) {
@@ -424,7 +457,7 @@ cudaError_t LaunchMaxPool2dBackward(DType dtype, const PoolLaunchParams& p, cons
                                     const int64_t* indices, void* grad_input, cudaStream_t stream) {
   const int64_t total = p.planes * p.h * p.w;
   if (total == 0) return cudaSuccess;
-  const bool fits32 = p.channels == 0 && Fits32(p);
+  const bool fits32 = Fits32(p);
   const bool ok = DispatchFloatOrHalf(dtype, [&](auto tag) {
     using T = decltype(tag);
     if (fits32) {
