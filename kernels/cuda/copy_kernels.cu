@@ -111,6 +111,31 @@ __global__ void PublishErrorWordKernel(int64_t* error, int64_t* host) {
   error[1] = 0;
 }
 
+// Rows of `units` units of U from src (rows src_pitch units apart) to dst
+// (dst_pitch apart): a thread per unit, 32-bit index arithmetic, so a warp
+// moves consecutive units of consecutive rows.
+template <typename U>
+__global__ void CopyRowsKernel(uint32_t rows, uint32_t units, const U* src, uint32_t src_pitch, U* dst,
+                               uint32_t dst_pitch) {
+  const uint32_t total = rows * units;
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    const uint32_t row = i / units;
+    const uint32_t col = i - row * units;
+    dst[static_cast<uint64_t>(row) * dst_pitch + col] = src[static_cast<uint64_t>(row) * src_pitch + col];
+  }
+}
+
+template <typename U>
+void CopyRowsAs(const void* src, size_t src_pitch, void* dst, size_t dst_pitch, size_t width, int64_t rows,
+                cudaStream_t stream) {
+  const uint32_t units = static_cast<uint32_t>(width / sizeof(U));
+  const int64_t total = rows * units;
+  const int blocks = static_cast<int>(std::min<int64_t>((total + kThreads - 1) / kThreads, int64_t{1} << 16));
+  CopyRowsKernel<U><<<blocks, kThreads, 0, stream>>>(static_cast<uint32_t>(rows), units, static_cast<const U*>(src),
+                                                     static_cast<uint32_t>(src_pitch / sizeof(U)), static_cast<U*>(dst),
+                                                     static_cast<uint32_t>(dst_pitch / sizeof(U)));
+}
+
 }  // namespace
 
 cudaError_t LaunchCopyUnlessError(const int64_t* error, const void* src, void* dst, size_t bytes, cudaStream_t stream) {
@@ -155,6 +180,29 @@ cudaError_t LaunchGather(int element_bytes, int64_t n, const void* in, const Str
     GatherKernel<E><<<Blocks(n), kThreads, 0, stream>>>(n, static_cast<const E*>(in), in_layout, static_cast<E*>(out));
   });
   return launched ? LaunchError() : cudaErrorInvalidValue;
+}
+
+bool LaunchCopyRows(const void* src, size_t src_pitch, void* dst, size_t dst_pitch, size_t width, int64_t rows,
+                    cudaStream_t stream) {
+  if (rows * static_cast<int64_t>(width) >= (int64_t{1} << 31) || src_pitch >= (size_t{1} << 31) ||
+      dst_pitch >= (size_t{1} << 31)) {
+    return false;
+  }
+  const auto aligned = [&](size_t a) {
+    return (reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) | src_pitch | dst_pitch | width) %
+               a ==
+           0;
+  };
+  if (aligned(16)) {
+    CopyRowsAs<uint4>(src, src_pitch, dst, dst_pitch, width, rows, stream);
+  } else if (aligned(8)) {
+    CopyRowsAs<uint2>(src, src_pitch, dst, dst_pitch, width, rows, stream);
+  } else if (aligned(4)) {
+    CopyRowsAs<uint32_t>(src, src_pitch, dst, dst_pitch, width, rows, stream);
+  } else {
+    CopyRowsAs<uint8_t>(src, src_pitch, dst, dst_pitch, width, rows, stream);
+  }
+  return true;
 }
 
 cudaError_t LaunchTranspose(int element_bytes, int64_t batch, int64_t rows, int64_t cols, const void* in, void* out,

@@ -108,6 +108,15 @@ cudaError_t LaunchConvertCopy(DType out_dtype, DType in_dtype, int64_t n, const 
 cudaError_t LaunchGather(int element_bytes, int64_t n, const void* in, const StridedOperand& in_layout, void* out,
                          cudaStream_t stream);
 
+// `rows` rows of `width` bytes from src (rows `src_pitch` bytes apart) to
+// dst (`dst_pitch` apart), a thread per 16-, 8-, 4- or 1-byte unit (the
+// widest the pointers, pitches and width allow): for many narrow rows, such
+// as a channels-last cat or slice along channels, where cudaMemcpy2DAsync
+// is slow. False (nothing launched) when rows * width or a pitch reaches
+// 2^31; the launch error is the caller's to read.
+bool LaunchCopyRows(const void* src, size_t src_pitch, void* dst, size_t dst_pitch, size_t width, int64_t rows,
+                    cudaStream_t stream);
+
 // out[b][j][i] = in[b][i][j] for `batch` matrices of rows x cols: a tiled
 // transpose with coalesced reads and writes.
 cudaError_t LaunchTranspose(int element_bytes, int64_t batch, int64_t rows, int64_t cols, const void* in, void* out,

@@ -18,6 +18,9 @@ namespace {
 
 uint8_t* Bytes(void* p) { return static_cast<uint8_t*>(p); }
 
+constexpr size_t kNarrowRowBytes = 1024;
+constexpr int64_t kManyRows = 256;
+
 // `rows` rows of `width` bytes from src (rows `src_pitch` apart) to dst
 // (rows `dst_pitch` apart). At least one side is contiguous (pitch ==
 // width) for the kernel fallback.
@@ -26,6 +29,13 @@ absl::Status Copy2D(const CudaKernelContext& context, const KernelArgs& args, DT
   if (width == 0 || rows == 0) return absl::OkStatus();
   if (rows == 1 || (dst_pitch == width && src_pitch == width)) {
     return CopyBytes(context, dst, src, width * static_cast<size_t>(rows));
+  }
+  // Many narrow rows (a channels-last cat or slice along channels: each
+  // pixel's run of channels) copy far faster as one kernel over all their
+  // units than through cudaMemcpy2DAsync.
+  if (width <= kNarrowRowBytes && rows >= kManyRows &&
+      LaunchCopyRows(src, src_pitch, dst, dst_pitch, width, rows, context.native)) {
+    return Launched(args, cudaGetLastError(), dtype);
   }
   if (dst_pitch <= static_cast<size_t>(INT_MAX) && src_pitch <= static_cast<size_t>(INT_MAX)) {
     CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, static_cast<size_t>(rows),

@@ -7,6 +7,7 @@
 // emits it. The CPU runs each channels-last node as its channels-first
 // kernel on permuted copies, so the oracle is the same as for NCHW.
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -173,6 +174,26 @@ TEST(CudaChannelsLast, PoolingMatchesTheCpu) {
       }
       CompareWithCpuWithin(g, dtype == DType::kFloat32 ? kOther32 : 2 * UnitRoundoff(dtype) + 1e-3, kAny64);
     }
+  }
+}
+
+// A dense block's cat along channels and its backward's slices, as the pass
+// remaps them to the last dim: many narrow rows (each pixel's channels),
+// which take the row-copy kernel; aligned and unaligned widths and starts,
+// float32 and float16, must equal the CPU's bytes.
+TEST(CudaChannelsLast, CatAndSliceAlongChannelsMatchTheCpu) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    GraphMaker g;
+    const int a = g.Feed({dtype, {4, 14, 14, 64}});
+    const int b = g.Feed({dtype, {4, 14, 14, 32}});
+    const int c = g.Feed({dtype, {4, 14, 14, 3}});
+    const int all = g.Add1("cat", {a, b, c}, MakeAttrs({{"dim", int64_t{3}}}));
+    for (const auto& [start, end] : std::vector<std::pair<int64_t, int64_t>>{{0, 64}, {64, 96}, {96, 99}, {3, 35}}) {
+      g.Add1("slice.Tensor", {all}, MakeAttrs({{"dim", int64_t{3}}, {"start", start}, {"end", end}}));
+    }
+    CompareWithCpuWithin(g, 0.0, 0.0);
   }
 }
 
