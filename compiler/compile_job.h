@@ -27,7 +27,7 @@ namespace tandem {
 struct CompileOptions {
   GraphLimits limits;
   bool fold_transposes = true;
-  bool channels_last = false;  // the daemon sets it for jobs on CUDA devices
+  bool channels_last = false;  // the daemon's option channels_last (auto: jobs on CUDA devices)
   bool fold_activations = true;
   bool fuse_elementwise = true;
 };
