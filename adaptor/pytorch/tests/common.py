@@ -13,6 +13,7 @@ for path in (os.path.dirname(HERE), os.path.join(SOURCE_ROOT, "client", "python"
         sys.path.insert(0, path)
 
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 import models  # noqa: E402  (examples/pytorch/models.py)
 import tandem  # noqa: E402
@@ -56,6 +57,29 @@ def assert_losses_close(test, losses, ref_losses, rtol):
         test.assertLessEqual(abs(a - e), rtol * abs(e), f"step {i}: loss {a} through tandemd, {e} in PyTorch")
 
 
+def assert_trains_like_eager(test, build, make_optimizer, x, y, endpoint, name, steps, rtol):
+    """Trains build() `steps` SGD steps on the batch (x, y) through tandemd at `endpoint` and a second build() in
+    PyTorch eager from the same seed (cross entropy): every loss and every trained tensor (the batch-norm step
+    counters aside) within `rtol`. Returns Tandem's losses."""
+    torch.manual_seed(0)
+    model = build()
+    job = tandem.torch.train(model, F.cross_entropy, make_optimizer(model.parameters()), (x, y),
+                             endpoint=endpoint, name=name)
+    with job:
+        losses = [float(job.step(x, y)) for _ in range(steps)]
+        trained = job.state_dict()
+    torch.manual_seed(0)
+    ref = build()
+    ref_losses = eager_losses(ref, F.cross_entropy, make_optimizer(ref.parameters()), [(x, y)] * steps)
+    assert_losses_close(test, losses, ref_losses, rtol)
+    for key, value in ref.state_dict().items():
+        if key.endswith("num_batches_tracked"):
+            continue
+        diff = (trained[key].double() - value.double()).norm().item()
+        test.assertLessEqual(diff, rtol * value.double().norm().item() + 1e-6, key)
+    return losses
+
+
 def run_graph(endpoint, name, nodes, feeds, fetches):
     """Registers a hand-built graph of `nodes` (IR dicts) over `feeds` ({name: tensor}, all fed), runs one
     iteration and closes the job; returns {fetch name: tensor} and {fetch name: the result's dtype code}."""
@@ -70,6 +94,7 @@ def run_graph(endpoint, name, nodes, feeds, fetches):
         result = c.wait(ticket).tensors
         c.close_job(job_id)
     return ({n: dtypes.to_torch(result[n]) for n in fetches}, {n: result[n].dtype for n in fetches})
+
 
 @contextlib.contextmanager
 def fused_rnn_setting(value):

@@ -14,7 +14,7 @@ import re
 import unittest
 
 import common  # noqa: F401  (paths)
-from common import assert_losses_close, eager_losses, tandem, torch
+from common import assert_trains_like_eager, torch
 
 import torch.nn as nn
 import torch.nn.functional as F
@@ -67,23 +67,8 @@ class ChannelsLastTest(unittest.TestCase):
 
     def _check(self, build, x, name):
         y = torch.randint(0, 5, (x.shape[0],), generator=torch.Generator().manual_seed(2))
-        make_optimizer = lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9)  # noqa: E731
-        torch.manual_seed(0)
-        model = build()
-        job = tandem.torch.train(model, F.cross_entropy, make_optimizer(model.parameters()), (x, y),
-                                 endpoint=self.daemon.endpoint, name=name)
-        with job:
-            losses = [float(job.step(x, y)) for _ in range(STEPS)]
-            trained = job.state_dict()
-        torch.manual_seed(0)
-        ref = build()
-        ref_losses = eager_losses(ref, F.cross_entropy, make_optimizer(ref.parameters()), [(x, y)] * STEPS)
-        assert_losses_close(self, losses, ref_losses, RTOL)
-        for key, value in ref.state_dict().items():
-            if key.endswith("num_batches_tracked"):
-                continue
-            diff = (trained[key].double() - value.double()).norm().item()
-            self.assertLessEqual(diff, RTOL * value.double().norm().item() + 1e-6, key)
+        assert_trains_like_eager(self, build, lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9), x, y,
+                                 self.daemon.endpoint, name, STEPS, RTOL)
         with open(self.daemon.log_path, encoding="utf-8", errors="replace") as f:
             log = f.read()
         nodes = [int(n) for n in re.findall(r"channels-last layout .*?nodes=(\d+)", log)]
