@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "compiler/graph_rewriter.h"
 #include "ir/ops/cnn_rules.h"
@@ -22,65 +23,16 @@ constexpr int64_t kLastPosition[4] = {0, 3, 1, 2};
 // same position (after broadcasting), with no dim in their attributes.
 // Random ops are not here: their draws follow the storage order.
 bool IsElementwise(const std::string& op) {
-  static const auto* const kOps = new absl::flat_hash_set<std::string>{"abs",
-                                                                       "acos",
-                                                                       "acosh",
-                                                                       "add.Scalar",
-                                                                       "add.Tensor",
-                                                                       "addcdiv",
-                                                                       "addcmul",
-                                                                       "asin",
-                                                                       "asinh",
-                                                                       "atan",
-                                                                       "atanh",
-                                                                       "ceil",
-                                                                       "clamp",
-                                                                       "clone",
-                                                                       "cos",
-                                                                       "cosh",
-                                                                       "div.Scalar",
-                                                                       "div.Tensor",
-                                                                       "elu",
-                                                                       "elu_backward",
-                                                                       "erf",
-                                                                       "exp",
-                                                                       "expm1",
-                                                                       "floor",
-                                                                       "gelu",
-                                                                       "gelu_backward",
-                                                                       "hardsigmoid",
-                                                                       "hardsigmoid_backward",
-                                                                       "hardswish",
-                                                                       "hardswish_backward",
-                                                                       "hardtanh",
-                                                                       "hardtanh_backward",
-                                                                       "leaky_relu",
-                                                                       "leaky_relu_backward",
-                                                                       "lerp.Scalar",
-                                                                       "lerp.Tensor",
-                                                                       "log",
-                                                                       "log1p",
-                                                                       "maximum",
-                                                                       "minimum",
-                                                                       "mul.Scalar",
-                                                                       "mul.Tensor",
-                                                                       "neg",
-                                                                       "pow.Scalar",
-                                                                       "pow.Tensor_Scalar",
-                                                                       "reciprocal",
-                                                                       "relu",
-                                                                       "rsqrt",
-                                                                       "sigmoid",
-                                                                       "sigmoid_backward",
-                                                                       "silu",
-                                                                       "silu_backward",
-                                                                       "sqrt",
-                                                                       "sub.Scalar",
-                                                                       "sub.Tensor",
-                                                                       "tanh",
-                                                                       "tanh_backward",
-                                                                       "threshold_backward",
-                                                                       "where.self"};
+  static const auto* const kOps = [] {
+    constexpr char kNames[] =
+        "abs acos acosh add.Scalar add.Tensor addcdiv addcmul asin asinh atan atanh ceil clamp clone cos cosh "
+        "div.Scalar div.Tensor elu elu_backward erf exp expm1 floor gelu gelu_backward hardsigmoid "
+        "hardsigmoid_backward hardswish hardswish_backward hardtanh hardtanh_backward leaky_relu "
+        "leaky_relu_backward lerp.Scalar lerp.Tensor log log1p maximum minimum mul.Scalar mul.Tensor neg "
+        "pow.Scalar pow.Tensor_Scalar reciprocal relu rsqrt sigmoid sigmoid_backward silu silu_backward sqrt "
+        "sub.Scalar sub.Tensor tanh tanh_backward threshold_backward where.self";
+    return new absl::flat_hash_set<std::string>(absl::StrSplit(kNames, ' '));
+  }();
   return kOps->contains(op);
 }
 
@@ -296,7 +248,7 @@ class Pass {
       }
       if (ok) {
         if (!dims.empty()) attrs.Set("dim", mapped);
-        return EmitLast(n, {true}, {keepdim || dims.empty() ? keepdim : false}, std::move(attrs));
+        return EmitLast(n, {true}, {keepdim}, std::move(attrs));  // without keepdim: channels-first order
       }
       return EmitFirst(n);
     }

@@ -118,9 +118,8 @@ def main():
                                                       "daemon_flags": args.daemon_flags, **bc.numerics()},
               "models": {}}
     os.environ["TANDEM_PROFILE_KERNELS"] = "1"
-    daemon = bc.Daemon(bc.find_tandemd(args.tandemd), device,
-                       extra_flags=[*bc.daemon_flags_for_large_models(), "--log_level=info", *args.daemon_flags.split()],
-                       log_dir=args.log_dir,
+    flags = [*bc.daemon_flags_for_large_models(), "--log_level=info", *args.daemon_flags.split()]
+    daemon = bc.Daemon(bc.find_tandemd(args.tandemd), device, extra_flags=flags, log_dir=args.log_dir,
                        name="tandemd-profile")
     try:
         daemon.start()

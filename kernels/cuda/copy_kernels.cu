@@ -189,8 +189,7 @@ bool LaunchCopyRows(const void* src, size_t src_pitch, void* dst, size_t dst_pit
     return false;
   }
   const auto aligned = [&](size_t a) {
-    return (reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) | src_pitch | dst_pitch | width) %
-               a ==
+    return (reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) | src_pitch | dst_pitch | width) % a ==
            0;
   };
   if (aligned(16)) {
