@@ -3,7 +3,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <map>
 #include <random>
 #include <string>
@@ -110,23 +109,6 @@ v1::Graph Step(v1::DType dtype) {
   return g;
 }
 
-Contents RandomFeeds(const v1::Graph& g, std::mt19937_64& rng) {
-  Contents feeds;
-  for (const v1::TensorSpec& f : g.feeds()) {
-    int64_t n = 1;
-    for (int64_t d : f.shape()) n *= d;
-    const bool variance = f.name() == "rv";
-    std::uniform_real_distribution<float> u(variance ? 0.5f : -1.0f, variance ? 2.0f : 1.0f);
-    std::string bytes(n * sizeof(float), '\0');
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = u(rng);
-      std::memcpy(bytes.data() + i * sizeof(float), &v, sizeof(float));
-    }
-    feeds[f.name()] = bytes;
-  }
-  return feeds;
-}
-
 int Count(const v1::Graph& g, const std::string& op) {
   int n = 0;
   for (const v1::Node& node : g.nodes()) n += node.op() == op;
@@ -168,7 +150,7 @@ TEST(ChannelsLastTest, AResidualStepComputesTheSameBitForBit) {
   }
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 2; ++trial) {
-    const Contents feeds = RandomFeeds(g, rng);
+    const Contents feeds = testing::RandomFeeds(g, rng, {"rv"});
     auto want = testing::RunWireGraphOnCpu(g, Persistent(), feeds);
     auto got = testing::RunWireGraphOnCpu(*last, Persistent(), feeds);
     ASSERT_TRUE(want.ok()) << want.status();

@@ -3,7 +3,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -11,7 +10,6 @@
 #include "compiler/compile_job.h"
 #include "compiler/wire_graph_test_util.h"
 #include "ir/graph_builder.h"
-#include "kernels/half.h"
 
 namespace tandem {
 namespace {
@@ -34,39 +32,6 @@ const v1::Node* NodeOf(const v1::Graph& g, const std::string& op) {
     if (n.op() == op) return &n;
   }
   return nullptr;
-}
-
-size_t ElementSize(v1::DType dtype) {
-  switch (dtype) {
-    case v1::FLOAT64:
-      return 8;
-    case v1::BFLOAT16:
-    case v1::FLOAT16:
-      return 2;
-    default:
-      return 4;
-  }
-}
-
-// n values of `dtype` drawn from [lo, hi) (16-bit ones rounded).
-std::string RandomBytes(v1::DType dtype, int64_t n, std::mt19937_64& rng, double lo, double hi) {
-  std::uniform_real_distribution<double> u(lo, hi);
-  std::string bytes(n * ElementSize(dtype), '\0');
-  for (int64_t i = 0; i < n; ++i) {
-    const double v = u(rng);
-    char* at = bytes.data() + i * ElementSize(dtype);
-    if (dtype == v1::FLOAT64) {
-      std::memcpy(at, &v, 8);
-    } else if (dtype == v1::FLOAT32) {
-      const float f = static_cast<float>(v);
-      std::memcpy(at, &f, 4);
-    } else {
-      const uint16_t h =
-          dtype == v1::BFLOAT16 ? BFloat16(static_cast<float>(v)).bits : Float16(static_cast<float>(v)).bits;
-      std::memcpy(at, &h, 2);
-    }
-  }
-  return bytes;
 }
 
 struct Options {
@@ -111,17 +76,6 @@ v1::Graph Layer(const Options& o) {
   return g;
 }
 
-Contents Feeds(const v1::Graph& g, std::mt19937_64& rng) {
-  Contents feeds;
-  for (const v1::TensorSpec& f : g.feeds()) {
-    int64_t n = 1;
-    for (int64_t d : f.shape()) n *= d;
-    const bool variance = f.name() == "rv";
-    feeds[f.name()] = RandomBytes(f.dtype(), n, rng, variance ? 0.5 : -1.0, variance ? 2.0 : 1.0);
-  }
-  return feeds;
-}
-
 // Runs `g` folded and unfolded on the CPU: every fetch must agree bit for
 // bit. Returns the folded graph.
 v1::Graph FoldAndCompare(const v1::Graph& g, std::mt19937_64& rng) {
@@ -129,7 +83,7 @@ v1::Graph FoldAndCompare(const v1::Graph& g, std::mt19937_64& rng) {
   EXPECT_TRUE(folded.ok()) << folded.status();
   if (!folded.ok()) return g;
   for (int trial = 0; trial < 3; ++trial) {
-    const Contents feeds = Feeds(g, rng);
+    const Contents feeds = testing::RandomFeeds(g, rng, {"rv"});
     auto want = testing::RunWireGraphOnCpu(g, Persistent(), feeds);
     auto got = testing::RunWireGraphOnCpu(*folded, Persistent(), feeds);
     EXPECT_TRUE(want.ok()) << want.status();

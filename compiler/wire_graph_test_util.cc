@@ -1,13 +1,63 @@
 #include "compiler/wire_graph_test_util.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
 #include "base/status_macros.h"
 #include "ir/graph_builder.h"
 #include "kernels/cpu/cpu_program.h"
+#include "kernels/half.h"
 
 namespace tandem::testing {
+
+namespace {
+
+size_t ElementSize(v1::DType dtype) {
+  switch (dtype) {
+    case v1::FLOAT64:
+      return 8;
+    case v1::BFLOAT16:
+    case v1::FLOAT16:
+      return 2;
+    default:
+      return 4;
+  }
+}
+
+// n values of `dtype` drawn from [lo, hi) (16-bit ones rounded).
+std::string RandomBytes(v1::DType dtype, int64_t n, std::mt19937_64& rng, double lo, double hi) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::string bytes(n * ElementSize(dtype), '\0');
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = u(rng);
+    char* at = bytes.data() + i * ElementSize(dtype);
+    if (dtype == v1::FLOAT64) {
+      std::memcpy(at, &v, 8);
+    } else if (dtype == v1::FLOAT32) {
+      const float f = static_cast<float>(v);
+      std::memcpy(at, &f, 4);
+    } else {
+      const uint16_t h =
+          dtype == v1::BFLOAT16 ? BFloat16(static_cast<float>(v)).bits : Float16(static_cast<float>(v)).bits;
+      std::memcpy(at, &h, 2);
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
+Contents RandomFeeds(const v1::Graph& wire, std::mt19937_64& rng, const std::vector<std::string>& positive) {
+  Contents feeds;
+  for (const v1::TensorSpec& f : wire.feeds()) {
+    int64_t n = 1;
+    for (int64_t d : f.shape()) n *= d;
+    const bool up = std::find(positive.begin(), positive.end(), f.name()) != positive.end();
+    feeds[f.name()] = RandomBytes(f.dtype(), n, rng, up ? 0.5 : -1.0, up ? 2.0 : 1.0);
+  }
+  return feeds;
+}
 
 void AddSpec(v1::TensorSpec* spec, const std::string& name, v1::DType dtype, const Shape& shape) {
   spec->set_name(name);

@@ -6,6 +6,7 @@
 #define TANDEM_COMPILER_WIRE_GRAPH_TEST_UTIL_H_
 
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,11 @@ v1::Node* AddNode(v1::Graph& g, const std::string& op, const std::vector<std::st
 // on the CPU with `feeds`; returns the bytes of every fetchable tensor and
 // of every persistent tensor after the run (updates applied).
 absl::StatusOr<Contents> RunWireGraphOnCpu(const v1::Graph& wire, const Persistent& persistent, const Contents& feeds);
+
+// Random contents for every feed of `wire` in its dtype (16-bit values
+// rounded): uniform in [-1, 1), or in [0.5, 2) for the feeds named in
+// `positive` (variances).
+Contents RandomFeeds(const v1::Graph& wire, std::mt19937_64& rng, const std::vector<std::string>& positive = {});
 
 // A graph pass of the compiler (FoldTransposes, FuseElementwise).
 using IrPass = absl::StatusOr<Graph> (*)(const Graph&);
