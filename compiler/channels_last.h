@@ -39,8 +39,8 @@
 // layout). The CPU kernels of the channels-last nodes are the
 // channels-first kernels on permuted copies (kernels/cpu/channels_first.h),
 // so a channels-last graph computes what the source graph computes; the
-// daemon runs the pass when its option channels_last says so (auto: for
-// GPUs; off by default until it is measured faster, docs/codegen.md). A
+// daemon runs the pass when its option channels_last says so (auto, the
+// default: for GPUs; docs/codegen.md). A
 // graph without a 2-D convolution is returned as it is. Deterministic; a
 // plain function.
 #ifndef TANDEM_COMPILER_CHANNELS_LAST_H_

@@ -43,7 +43,7 @@ struct DaemonOptions {
   int metrics_port = 0;  // Prometheus endpoint; 0: off
   std::string metrics_address = "127.0.0.1";
   bool fuse_elementwise = true;         // fuse chains of elementwise nodes at registration
-  std::string channels_last = "false";  // convolution networks' activations NHWC: auto (GPUs), true, false
+  std::string channels_last = "auto";  // convolution networks' activations NHWC: auto (GPUs), true, false
   // How PRIORITY preempts a lower-priority iteration: "iteration" (never
   // mid-iteration) or "op" (it runs in segments and pauses between two while
   // a higher-priority iteration runs; docs/scheduling.md). The defaults are
