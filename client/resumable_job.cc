@@ -48,31 +48,83 @@ absl::Status ResumableJob::Attach(absl::Time deadline) {
   }
 }
 
-absl::StatusOr<IterationResult> ResumableJob::Run(const NamedTensors& feeds, const std::vector<std::string>& fetches) {
-  absl::StatusOr<IterationResult> result = client_->RunIteration(job_id(), feeds, fetches, iterations_ + 1);
-  if (result.ok()) {
-    ++iterations_;
-    return result;
-  }
-  if (result.status().code() != absl::StatusCode::kUnavailable || response_.resume_token().empty() ||
-      reattach_timeout_ <= absl::ZeroDuration()) {
-    return result.status();
-  }
+bool ResumableJob::Resumable(const absl::Status& s) const {
+  return s.code() == absl::StatusCode::kUnavailable && !response_.resume_token().empty() &&
+         reattach_timeout_ > absl::ZeroDuration();
+}
+
+absl::Status ResumableJob::Recover(const absl::Status& cause, bool* resend_failed) {
   const absl::Time started = absl::Now();
   client_.reset();  // its session went with the daemon
   if (absl::Status s = Attach(started + reattach_timeout_); !s.ok()) {
-    return absl::Status(
-        s.code(), absl::StrCat(result.status().message(), " (job '", request_.name(), "' could not re-attach within ",
-                               absl::FormatDuration(reattach_timeout_), ": ", s.message(), ")"));
+    return absl::Status(s.code(),
+                        absl::StrCat(cause.message(), " (job '", request_.name(), "' could not re-attach within ",
+                                     absl::FormatDuration(reattach_timeout_), ": ", s.message(), ")"));
   }
   const uint64_t resumed = response_.resumed_iterations();
   recoveries_.push_back(Recovery{.resumed_iterations = resumed,
                                  .lost = iterations_ > resumed ? iterations_ - resumed : 0,
                                  .pause_seconds = absl::ToDoubleSeconds(absl::Now() - started)});
   iterations_ = resumed;
-  result = client_->RunIteration(job_id(), feeds, fetches, iterations_ + 1);
-  if (result.ok()) ++iterations_;
-  return result;
+  for (Pending& p : pending_) p.sent = false;  // their tickets were the old session's
+  uint64_t number = iterations_;
+  for (Pending& p : pending_) {
+    absl::StatusOr<uint64_t> ticket = client_->SubmitIteration(job_id(), p.feeds, p.fetches, ++number);
+    if (!ticket.ok()) {
+      *resend_failed = true;
+      return ticket.status();
+    }
+    p.ticket = *ticket;
+    p.sent = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ResumableJob::Submit(NamedTensors feeds, std::vector<std::string> fetches) {
+  Pending p{.feeds = std::move(feeds), .fetches = std::move(fetches)};
+  absl::StatusOr<uint64_t> ticket =
+      client_->SubmitIteration(job_id(), p.feeds, p.fetches, iterations_ + pending_.size() + 1);
+  if (ticket.ok()) {
+    p.ticket = *ticket;
+    p.sent = true;
+  } else if (!Resumable(ticket.status())) {
+    return ticket.status();
+  }
+  pending_.push_back(std::move(p));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<IterationResult> ResumableJob::Wait() {
+  if (pending_.empty()) return absl::FailedPreconditionError("no iteration in flight");
+  // A daemon that goes away again while the iterations are sent again (a
+  // second fault, a restart loop) gets a few more tries, each within the
+  // re-attach timeout.
+  constexpr int kMaxRecoveries = 3;
+  for (int recoveries = 0;; ++recoveries) {
+    absl::StatusOr<IterationResult> result =
+        pending_.front().sent ? client_->WaitIteration(pending_.front().ticket)
+                              : absl::StatusOr<IterationResult>(absl::UnavailableError("tandemd went away"));
+    if (result.ok()) {
+      ++iterations_;
+      pending_.pop_front();
+      return result;
+    }
+    if (!Resumable(result.status()) || recoveries == kMaxRecoveries) {
+      pending_.pop_front();
+      return result.status();
+    }
+    bool resend_failed = false;
+    if (absl::Status s = Recover(result.status(), &resend_failed); !s.ok() && !(resend_failed && Resumable(s))) {
+      pending_.pop_front();
+      return s;
+    }
+  }
+}
+
+absl::StatusOr<IterationResult> ResumableJob::Run(const NamedTensors& feeds, const std::vector<std::string>& fetches) {
+  if (!pending_.empty()) return absl::FailedPreconditionError("Run with iterations in flight: Wait for them first");
+  if (absl::Status s = Submit(feeds, fetches); !s.ok()) return s;
+  return Wait();
 }
 
 }  // namespace tandem::client

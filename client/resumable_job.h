@@ -13,11 +13,14 @@
 // (no state_dir, an unnamed job, a job that updates nothing), or with a
 // timeout of 0, the UNAVAILABLE error is returned as it came.
 //
-// Synchronous: one iteration at a time. Not thread-safe.
+// Synchronous (Run) or pipelined (Submit, then Wait for each, oldest
+// first): after a re-attach every iteration still in flight is sent again,
+// in order. Not thread-safe.
 #ifndef TANDEM_CLIENT_RESUMABLE_JOB_H_
 #define TANDEM_CLIENT_RESUMABLE_JOB_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,8 +49,18 @@ class ResumableJob {
 
   // Runs one iteration and returns its fetches; re-attaches first when
   // tandemd went away (then the iteration runs on the job as its
-  // checkpoint left it).
+  // checkpoint left it). No iteration may be in flight (a Submit without
+  // its Wait).
   absl::StatusOr<IterationResult> Run(const NamedTensors& feeds, const std::vector<std::string>& fetches);
+
+  // Sends one iteration and returns at once; Wait collects it. The feeds are
+  // kept until then, to be sent again after a re-attach. An iteration that
+  // cannot be sent because tandemd went away is sent after the re-attach.
+  absl::Status Submit(NamedTensors feeds, std::vector<std::string> fetches);
+  // The result of the oldest submitted iteration, re-attaching first when
+  // tandemd went away. Another error drops that iteration and is returned.
+  absl::StatusOr<IterationResult> Wait();
+  size_t in_flight() const { return pending_.size(); }
 
   // The iterations the job's weights hold: those done since registration,
   // from the checkpoint's count after a re-attach.
@@ -63,6 +76,19 @@ class ResumableJob {
   // Connects and registers (with the resume token once there is one),
   // retrying UNAVAILABLE until `deadline`.
   absl::Status Attach(absl::Time deadline);
+  // Whether `s` is tandemd going away and this job can come back from it.
+  bool Resumable(const absl::Status& s) const;
+  // Re-attaches after `cause` and sends every pending iteration again;
+  // `resend_failed` when the re-attach worked and a send did not.
+  absl::Status Recover(const absl::Status& cause, bool* resend_failed);
+
+  // An iteration in flight: its request, and its ticket once sent.
+  struct Pending {
+    NamedTensors feeds;
+    std::vector<std::string> fetches;
+    uint64_t ticket = 0;
+    bool sent = false;
+  };
 
   ClientOptions options_;
   v1::RegisterJobRequest request_;  // as registered first, without a token
@@ -71,6 +97,7 @@ class ResumableJob {
   v1::RegisterJobResponse response_;
   uint64_t iterations_ = 0;
   std::vector<Recovery> recoveries_;
+  std::deque<Pending> pending_;  // oldest first
 };
 
 }  // namespace tandem::client

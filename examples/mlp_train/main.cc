@@ -4,14 +4,15 @@
 //   mlp_train --iterations=200 --batch=256 --hidden=128 --seed=1
 //
 // Several iterations stay in flight (--inflight) so the device never waits
-// for a round trip. The final accuracy is computed here, on a held-out set,
+// for a round trip. When tandemd restarts (a device fault, an upgrade) and
+// has a state_dir, the job re-attaches by itself and trains on from its last
+// checkpoint (client/resumable_job.h; --reattach_timeout_s). The final accuracy is computed here, on a held-out set,
 // from the weights read back from the daemon.
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <deque>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,7 +21,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "client/client.h"
+#include "client/resumable_job.h"
 #include "examples/mlp_train/mlp_graph.h"
 
 ABSL_FLAG(std::string, endpoint, "", "tandemd endpoint (default: $TANDEM_ENDPOINT, else the local socket)");
@@ -38,6 +39,8 @@ ABSL_FLAG(int, print_every, 10, "print the loss every N iterations (1: every one
 ABSL_FLAG(std::string, name, "", "job name (default: mlp-<pid>)");
 ABSL_FLAG(int, pause_ms, 0, "host time between a step's result and the next submission (a slow data loader)");
 ABSL_FLAG(int, priority, 0, "job priority (higher first under the priority policy)");
+ABSL_FLAG(double, reattach_timeout_s, 60,
+          "when tandemd goes away, how long to try to re-attach to the job's checkpoint (0: fail at once)");
 ABSL_FLAG(int, eval_samples, 2000,
           "held-out samples of the final accuracy, computed on the host (0: skip it; wide MLPs take long)");
 
@@ -96,42 +99,48 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  auto client = tandem::client::Client::Connect({.endpoint = absl::GetFlag(FLAGS_endpoint), .name = job_options.name});
-  if (!client.ok()) return Fail("connect", client.status());
   tandem::v1::RegisterJobRequest request = ex::BuildMlpTrainingJob(job_options);
   request.mutable_hints()->set_priority(absl::GetFlag(FLAGS_priority));
   request.mutable_hints()->set_expected_iterations(iterations);
-  auto job = (*client)->RegisterJob(std::move(request));
-  if (!job.ok()) return Fail("register", job.status());
+  auto registered = tandem::client::ResumableJob::Register(
+      {.endpoint = absl::GetFlag(FLAGS_endpoint), .name = job_options.name}, std::move(request),
+      absl::Seconds(absl::GetFlag(FLAGS_reattach_timeout_s)));
+  if (!registered.ok()) return Fail("register", registered.status());
+  tandem::client::ResumableJob& job = **registered;
+  const tandem::v1::RegisterJobResponse& info = job.registration();
   std::printf("job %s (id %lu) on %s lane %u: %.1f KiB persistent, %.1f KiB per iteration\n", job_options.name.c_str(),
-              static_cast<unsigned long>(job->job_id()), job->device().c_str(), job->lane(),
-              job->persistent_bytes() / 1024.0, job->ephemeral_peak_bytes() / 1024.0);
+              static_cast<unsigned long>(info.job_id()), info.device().c_str(), info.lane(),
+              info.persistent_bytes() / 1024.0, info.ephemeral_peak_bytes() / 1024.0);
   std::fflush(stdout);
 
   ex::BlobDataset data(job_options.shape, job_options.seed);
   const float lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
-  std::deque<uint64_t> tickets;
   std::vector<float> x;
   std::vector<int64_t> y;
   auto start = std::chrono::steady_clock::now();
   double device_seconds = 0;
   int submitted = 0, finished = 0;
+  size_t recoveries = 0;
   while (finished < iterations) {
-    while (submitted < iterations && static_cast<int>(tickets.size()) < inflight) {
+    while (submitted < iterations && static_cast<int>(job.in_flight()) < inflight) {
       data.NextBatch(job_options.batch, &x, &y);
       tandem::client::NamedTensors feeds{
           {"x", HostTensor::Floats({job_options.batch, job_options.shape.inputs}, x)},
           {"y", HostTensor::Int64s({job_options.batch}, y)},
           {"lr", HostTensor::Floats({}, std::vector<float>{lr})},
       };
-      auto ticket = (*client)->SubmitIteration(job->job_id(), feeds, {"loss"}, submitted);
-      if (!ticket.ok()) return Fail("submit", ticket.status());
-      tickets.push_back(*ticket);
+      if (absl::Status s = job.Submit(std::move(feeds), {"loss"}); !s.ok()) return Fail("submit", s);
       ++submitted;
     }
-    auto result = (*client)->WaitIteration(tickets.front());
-    tickets.pop_front();
+    auto result = job.Wait();
     if (!result.ok()) return Fail(absl::StrCat("iteration ", finished), result.status());
+    for (; recoveries < job.recoveries().size(); ++recoveries) {
+      const tandem::client::Recovery& r = job.recoveries()[recoveries];
+      std::printf(
+          "re-attached after %.2f s: tandemd restarted; the job resumed from its checkpoint at iteration %lu, "
+          "%lu iterations lost\n",
+          r.pause_seconds, static_cast<unsigned long>(r.resumed_iterations), static_cast<unsigned long>(r.lost));
+    }
     device_seconds += result->run_seconds;
     float loss = result->fetches.at("loss").values<float>()[0];
     if (finished % print_every == 0 || finished + 1 == iterations) {
@@ -151,7 +160,7 @@ int main(int argc, char** argv) {
   if (eval_samples > 0) {
     std::vector<std::vector<float>> params;
     for (const std::string& name : ex::MlpParameterNames(job_options.shape)) {
-      auto t = (*client)->ReadTensor(job->job_id(), name);
+      auto t = job.client().ReadTensor(job.job_id(), name);
       if (!t.ok()) return Fail(absl::StrCat("read ", name), t.status());
       params.push_back(t->values<float>());
     }
@@ -159,7 +168,7 @@ int main(int argc, char** argv) {
     test.NextBatch(eval_samples, &x, &y);
     accuracy = Accuracy(job_options.shape, params, x, y);
   }
-  if (absl::Status s = (*client)->CloseJob(job->job_id()); !s.ok()) return Fail("close", s);
+  if (absl::Status s = job.client().CloseJob(job.job_id()); !s.ok()) return Fail("close", s);
   std::printf("done: %d iterations in %.2f s (%.2f ms/iter wall, %.2f ms/iter on the device)\n", iterations, wall,
               iterations ? 1e3 * wall / iterations : 0.0, iterations ? 1e3 * device_seconds / iterations : 0.0);
   if (eval_samples > 0) std::printf("final accuracy %.4f on %d held-out samples\n", accuracy, eval_samples);

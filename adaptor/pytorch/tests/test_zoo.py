@@ -5,7 +5,8 @@ per channel, Tandem must be as close to the float64 losses as PyTorch's float32 
 
 One test per model. TANDEM_ZOO_SET=ci runs catalog.CI_NAMES (what CI trains; the default is the whole zoo);
 TANDEM_ZOO_SHARD=k/n runs the k-th of n shares of the selection (ctest runs the shares side by side);
-TANDEM_ZOO_ONLY=a,b runs only those models. A model whose ops are not all in Tandem's registry fails
+TANDEM_ZOO_ONLY=a,b runs only those models. TANDEM_ZOO_DAEMON_FLAGS adds flags to the daemon's command line (e.g.
+--channels_last=true, which runs the GPU's layout pass on the CPU through copies). A model whose ops are not all in Tandem's registry fails
 with a "MISSING OP" message naming the op and the module it came from.
 """
 
@@ -24,7 +25,7 @@ from zoo import catalog  # noqa: E402
 STEPS = 3
 RTOL = 1e-4
 
-_daemon = ModuleDaemon("--cpu_memory_mib=12288")
+_daemon = ModuleDaemon("--cpu_memory_mib=12288", *os.environ.get("TANDEM_ZOO_DAEMON_FLAGS", "").split())
 setUpModule, tearDownModule = _daemon.start, _daemon.stop
 
 
