@@ -130,9 +130,13 @@ void AddConvRows(const ConvLayer& c, bool allow_tf32, std::vector<OpRow>& rows, 
 
 // ---- batch norm and pooling ----
 
-void AddBatchNormRows(const std::string& name, const Shape& shape, std::vector<OpRow>& rows) {
+// `shape` is [N, C, H, W]; with `channels_last` the tensors are [N, H, W, C]
+// and the ops say so (the column kernels, as the layout pass leaves them).
+void AddBatchNormRows(const std::string& name, Shape shape, std::vector<OpRow>& rows, bool channels_last = false) {
   const Shape channels = {shape[1]};
-  const Attrs forward_attrs = MakeAttrs({{"training", true}, {"momentum", 0.1}, {"eps", 1e-5}});
+  if (channels_last) shape = {shape[0], shape[2], shape[3], shape[1]};
+  const Attrs forward_attrs =
+      MakeAttrs({{"training", true}, {"momentum", 0.1}, {"eps", 1e-5}, {"channels_last", channels_last}});
 
   OpRow fwd = NewRow(name + ".fwd", "native_batch_norm", RowKind::kMemory);
   const int x = Feed(fwd, {kF32, shape});
@@ -149,9 +153,11 @@ void AddBatchNormRows(const std::string& name, const Shape& shape, std::vector<O
   const int bw = Feed(bwd, {kF32, channels}, Fill::kPositive);
   const int mean = Feed(bwd, {kF32, channels});
   const int invstd = Feed(bwd, {kF32, channels}, Fill::kPositive);
-  const std::vector<int> grads =
-      bwd.graph.Add("native_batch_norm_backward", {grad, bx, bw, mean, invstd},
-                    MakeAttrs({{"train", true}, {"eps", 1e-5}, {"output_mask", std::vector<int64_t>{1, 1, 1}}}));
+  const std::vector<int> grads = bwd.graph.Add("native_batch_norm_backward", {grad, bx, bw, mean, invstd},
+                                               MakeAttrs({{"train", true},
+                                                          {"eps", 1e-5},
+                                                          {"output_mask", std::vector<int64_t>{1, 1, 1}},
+                                                          {"channels_last", channels_last}}));
   const int sx = SetupFeed(bwd, {kF32, shape});
   const int sw = SetupFeed(bwd, {kF32, channels}, Fill::kPositive);
   const int sb = SetupFeed(bwd, {kF32, channels});
@@ -407,6 +413,9 @@ std::vector<OpRow> BuildOpRows(const OpBenchDims& d, bool allow_tf32) {
   // Memory-bound ops.
   AddBatchNormRows("r50.bn1", {n, 64, s2, s2}, rows);
   AddBatchNormRows("r50.layer1.bn3", {n, 256, s4, s4}, rows);
+  AddBatchNormRows("r50.bn1.nhwc", {n, 64, s2, s2}, rows, /*channels_last=*/true);
+  AddBatchNormRows("r50.layer1.bn3.nhwc", {n, 256, s4, s4}, rows, /*channels_last=*/true);
+  AddBatchNormRows("r50.layer4.bn3.nhwc", {n, 2048, s32, s32}, rows, /*channels_last=*/true);
   AddMaxPoolRows("r50.maxpool", {n, 64, s2, s2}, 3, 2, 1, rows);
   AddMaxPoolRows("vgg.pool1", {n, 64, img, img}, 2, 2, 0, rows);
   const Shape act = {n, 256, s4, s4};

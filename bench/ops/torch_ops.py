@@ -199,24 +199,28 @@ def cudnn_batch_norm_alt(x, w, b, grad=None):
             lambda: aten.cudnn_batch_norm_backward(x, grad, w, rm, rv, save_mean, save_var, 1e-5, reserve))
 
 
-def batch_norm_rows(name, shape):
+def batch_norm_rows(name, shape, channels_last=False):
+    """shape is [N, C, H, W]; channels_last: x and grad in torch.channels_last (the rows' shapes then read
+    [N, H, W, C], as Tandem's)."""
     c = shape[1]
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    shown = [shape[0], shape[2], shape[3], shape[1]] if channels_last else shape
 
     def build_fwd(mk):
-        x, w, b = mk.uniform(*shape), mk.positive(c), mk.uniform(c)
+        x, w, b = mk.uniform(*shape).contiguous(memory_format=layout), mk.positive(c), mk.uniform(c)
         return Case(lambda: aten.native_batch_norm(x, w, b, None, None, True, 0.1, 1e-5), reads=[x, w, b],
                     alt=cudnn_batch_norm_alt(x, w, b))
 
     def build_bwd(mk):
-        x, w, b = mk.uniform(*shape), mk.positive(c), mk.uniform(c)
+        x, w, b = mk.uniform(*shape).contiguous(memory_format=layout), mk.positive(c), mk.uniform(c)
         _, mean, invstd = aten.native_batch_norm(x, w, b, None, None, True, 0.1, 1e-5)
-        grad = mk.uniform(*shape)
+        grad = mk.uniform(*shape).contiguous(memory_format=layout)
         return Case(lambda: aten.native_batch_norm_backward(grad, x, w, None, None, mean, invstd, True, 1e-5,
                                                             [True, True, True]),
                     reads=[grad, x, w, mean, invstd], alt=cudnn_batch_norm_alt(x, w, b, grad))
 
-    return [Row(name + ".fwd", "native_batch_norm", "memory", f"x{dims(shape)} training", 0.0, build_fwd),
-            Row(name + ".bwd", "native_batch_norm_backward", "memory", f"dy{dims(shape)} x{dims(shape)} training",
+    return [Row(name + ".fwd", "native_batch_norm", "memory", f"x{dims(shown)} training", 0.0, build_fwd),
+            Row(name + ".bwd", "native_batch_norm_backward", "memory", f"dy{dims(shown)} x{dims(shown)} training",
                 0.0, build_bwd)]
 
 
@@ -369,6 +373,9 @@ def all_rows(d):
 
     rows += batch_norm_rows("r50.bn1", [n, 64, s2, s2])
     rows += batch_norm_rows("r50.layer1.bn3", [n, 256, s4, s4])
+    rows += batch_norm_rows("r50.bn1.nhwc", [n, 64, s2, s2], channels_last=True)
+    rows += batch_norm_rows("r50.layer1.bn3.nhwc", [n, 256, s4, s4], channels_last=True)
+    rows += batch_norm_rows("r50.layer4.bn3.nhwc", [n, 2048, s32, s32], channels_last=True)
     rows += max_pool_rows("r50.maxpool", [n, 64, s2, s2], 3, 2, 1)
     rows += max_pool_rows("vgg.pool1", [n, 64, img, img], 2, 2, 0)
     act = [n, 256, s4, s4]
