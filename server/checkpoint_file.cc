@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <system_error>
 #include <utility>
 
@@ -166,6 +167,18 @@ absl::StatusOr<LoadedCheckpoint> ReadCheckpoint(const std::string& path, uint64_
   all.erase(0, data_start);
   loaded.frames = std::make_shared<CheckpointFrames>(std::move(all), std::move(ranges));
   return loaded;
+}
+
+uint64_t CheckpointReadLimit(const google::protobuf::RepeatedPtrField<v1::Tensor>& persistent, uint64_t floor,
+                             uint64_t slack) {
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max() / 2;
+  uint64_t bytes = slack;
+  for (const v1::Tensor& t : persistent) {
+    absl::StatusOr<TensorType> type = TensorTypeFromProto(t.spec(), GraphLimits{});
+    if (!type.ok()) continue;
+    bytes = std::min(kMax, bytes + std::min<uint64_t>(kMax, type->bytes()));
+  }
+  return std::max(floor, bytes);
 }
 
 absl::Status CheckCheckpointMatches(const v1::JobCheckpoint& header,

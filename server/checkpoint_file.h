@@ -51,6 +51,15 @@ struct LoadedCheckpoint {
 // consistent checkpoint; larger than `max_bytes`: RESOURCE_EXHAUSTED.
 absl::StatusOr<LoadedCheckpoint> ReadCheckpoint(const std::string& path, uint64_t max_bytes);
 
+// The largest checkpoint file a registration declaring `persistent` may
+// resume from: its persistent tensors' bytes (which the checkpoint must
+// hold, CheckCheckpointMatches) plus `slack` for the header, and at least
+// `floor`. Its tensors may have come through shared memory, far beyond the
+// largest message. A spec that is no valid tensor type counts as nothing
+// (the match check refuses it).
+uint64_t CheckpointReadLimit(const google::protobuf::RepeatedPtrField<v1::Tensor>& persistent, uint64_t floor,
+                             uint64_t slack);
+
 // OK when the checkpoint's tensors are, in order, the registration's
 // persistent tensors (names, dtypes, shapes); FAILED_PRECONDITION naming the
 // first difference otherwise.

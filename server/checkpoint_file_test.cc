@@ -173,5 +173,34 @@ TEST(CheckpointOwnerTest, OnlyPrincipalsOwnCheckpoints) {
   EXPECT_FALSE(TokensEqual("abc", "ab"));
 }
 
+// A job whose tensors came through shared memory may be far larger than
+// the largest message: the read limit follows what the registration
+// declares (a regression: a 1 GiB checkpoint was refused on resume).
+TEST_F(CheckpointFileTest, TheReadLimitFollowsTheDeclaredTensors) {
+  const v1::JobCheckpoint header = Header();
+  google::protobuf::RepeatedPtrField<v1::Tensor> persistent;
+  for (const v1::TensorSpec& spec : header.persistent()) *persistent.Add()->mutable_spec() = spec;
+  EXPECT_EQ(CheckpointReadLimit(persistent, /*floor=*/0, /*slack=*/100), 100u + 24 + 16);
+  EXPECT_EQ(CheckpointReadLimit(persistent, /*floor=*/1000, /*slack=*/100), 1000u);
+  v1::TensorSpec* big = persistent.Add()->mutable_spec();
+  big->set_dtype(v1::FLOAT32);
+  big->add_shape(8192);
+  big->add_shape(8192);
+  big->add_shape(4);
+  EXPECT_EQ(CheckpointReadLimit(persistent, 1000, 100), 100u + 24 + 16 + (uint64_t{1} << 30));
+  // Dims whose product overflows are no tensor: they add nothing.
+  v1::TensorSpec* bad = persistent.Add()->mutable_spec();
+  bad->set_dtype(v1::FLOAT32);
+  bad->add_shape(int64_t{1} << 40);
+  bad->add_shape(int64_t{1} << 40);
+  EXPECT_EQ(CheckpointReadLimit(persistent, 1000, 100), 100u + 24 + 16 + (uint64_t{1} << 30));
+  // A checkpoint read with the limit of its own declared tensors.
+  const std::string path = Write();
+  google::protobuf::RepeatedPtrField<v1::Tensor> own;
+  for (const v1::TensorSpec& spec : header.persistent()) *own.Add()->mutable_spec() = spec;
+  EXPECT_TRUE(ReadCheckpoint(path, CheckpointReadLimit(own, 0, 4096)).ok());
+  EXPECT_EQ(ReadCheckpoint(path, 16).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
 }  // namespace
 }  // namespace tandem::server

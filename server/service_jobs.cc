@@ -134,9 +134,13 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
     absl::Status resume_status;
     if (!resume_path.empty()) {
       // The checkpoint's tensors in place of those the client sent (which
-      // are checked against it); it may be as large as a request, plus the
-      // graph.
-      absl::StatusOr<Resumed> resumed = LoadResume(*request, resume_path, max_bytes + (uint64_t{64} << 20));
+      // are checked against it); it may be as large as a request or as the
+      // tensors the request declares (sent through shared memory), plus
+      // its header.
+      constexpr uint64_t kHeaderSlack = uint64_t{64} << 20;
+      const uint64_t limit =
+          CheckpointReadLimit(request->register_job().persistent(), max_bytes + kHeaderSlack, kHeaderSlack);
+      absl::StatusOr<Resumed> resumed = LoadResume(*request, resume_path, limit);
       if (resumed.ok()) {
         request = std::move(resumed->request);
         frames = std::move(resumed->frames);

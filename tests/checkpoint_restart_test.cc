@@ -238,6 +238,51 @@ TEST_F(CheckpointRestartTest, AClientThatGoesAwayResumesWhereItStopped) {
   EXPECT_TRUE(registered.ok()) << registered.status() << daemon.Log();
 }
 
+// A job whose weights came through shared memory, larger than the largest
+// message plus the header's room, resumes too (its checkpoint, 136 MiB with
+// momentum, used to be refused as over the limit of a message).
+TEST_F(CheckpointRestartTest, AJobLargerThanAMessageResumes) {
+  examples::MlpJobOptions options = GoodJob();
+  options.shape.hidden = 4096;
+  options.shape.layers = 2;
+  options.batch = 4;
+  std::vector<std::string> flags = Flags();
+  flags.push_back("--max_message_bytes=1048576");
+  client::NamedTensors feeds;
+  {
+    std::vector<float> x;
+    std::vector<int64_t> y;
+    examples::BlobDataset(options.shape, options.seed).NextBatch(options.batch, &x, &y);
+    feeds = {{"x", client::HostTensor::Floats({options.batch, options.shape.inputs}, x)},
+             {"y", client::HostTensor::Int64s({options.batch}, y)},
+             {"lr", client::HostTensor::Floats({}, std::vector<float>{0.05f})}};
+  }
+  std::string token;
+  {
+    DaemonProcess daemon(flags);
+    auto c = client::Client::Connect({.endpoint = daemon.endpoint(), .name = "large"});
+    ASSERT_TRUE(c.ok()) << c.status();
+    auto job = (*c)->RegisterJob(examples::BuildMlpTrainingJob(options));
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_GT(job->persistent_bytes(), uint64_t{128} << 20);
+    token = job->resume_token();
+    for (int k = 0; k < 2; ++k) ASSERT_TRUE((*c)->RunIteration(job->job_id(), feeds, {"loss"}).ok());
+    const int status = daemon.Stop();
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << daemon.Log();
+  }
+  ASSERT_EQ(Checkpoints().size(), 1u);
+  EXPECT_GT(std::filesystem::file_size(Checkpoints()[0]), (uint64_t{64} << 20) + 1048576);
+  DaemonProcess restarted(flags);
+  auto c = client::Client::Connect({.endpoint = restarted.endpoint(), .name = "large"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  v1::RegisterJobRequest request = examples::BuildMlpTrainingJob(options);
+  request.set_resume_token(token);
+  auto job = (*c)->RegisterJob(std::move(request));
+  ASSERT_TRUE(job.ok()) << job.status() << restarted.Log();
+  EXPECT_EQ(job->resumed_iterations(), 2u);
+  EXPECT_TRUE((*c)->RunIteration(job->job_id(), feeds, {"loss"}).ok());
+}
+
 TEST_F(CheckpointRestartTest, ResumesThatMustNotWorkAreRefused) {
   DaemonProcess daemon(Flags());
   std::string token;

@@ -263,11 +263,13 @@ TEST(CudaCnnKernels, PoolingForwardAndBackward) {
 // NCHW shapes run the chunked kernels; [M, C] shapes (inner 1: BatchNorm1d,
 // and the channels-last layout's [N*H*W, C]) the column kernels, with 16-byte
 // units (C a multiple of 4, or of 2 for float64) and single elements (C = 3),
-// one tile or many per row, one chunk or many.
+// one tile or many per row, one chunk or many, one row per thread or many.
 TEST(CudaCnnKernels, BatchNormTrainingEvalAndBackward) {
   TANDEM_SKIP_WITHOUT_GPU();
-  const std::vector<Shape> shapes = {{4, 64, 28, 28}, {8, 2048, 7, 7}, {16, 96},   {3, 5, 1000}, {2048, 64},
-                                     {3136, 256},     {100, 2048},     {5000, 24}, {7, 3}};
+  // {131072, 64} and {400000, 3}: several rows per thread in the column
+  // kernels' statistics and gradient sums.
+  const std::vector<Shape> shapes = {{4, 64, 28, 28}, {8, 2048, 7, 7}, {16, 96}, {3, 5, 1000}, {2048, 64}, {3136, 256},
+                                     {100, 2048},     {5000, 24},      {7, 3},   {131072, 64}, {400000, 3}};
   for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
     for (const Shape& shape : shapes) {
       for (bool training : {true, false}) {
