@@ -295,6 +295,26 @@ bool HasConvolution2d(const Graph& g) {
 
 }  // namespace
 
+double ChannelsLastRelayoutShare(const Graph& graph) {
+  std::vector<bool> weight(graph.values.size(), false);
+  for (int v : graph.persistents) weight[v] = true;
+  double convolved = 0, relaid = 0;
+  for (const Node& n : graph.nodes) {
+    if (n.op == "convolution_backward" && n.outputs.size() > 1 && n.outputs[1] >= 0) weight[n.outputs[1]] = true;
+    if (n.op == "convolution" && !n.inputs.empty() && !n.outputs.empty()) {
+      convolved +=
+          static_cast<double>(graph.values[n.inputs[0]].type.bytes() + graph.values[n.outputs[0]].type.bytes());
+    }
+  }
+  for (const Node& n : graph.nodes) {
+    const bool relayout = n.label == "to channels-last" || n.label == "to channels-first";
+    if (n.op == "permute" && relayout && !n.inputs.empty() && !weight[n.inputs[0]]) {
+      relaid += static_cast<double>(graph.values[n.inputs[0]].type.bytes());
+    }
+  }
+  return convolved > 0 ? relaid / convolved : 0.0;
+}
+
 absl::StatusOr<Graph> ChannelsLast(const Graph& graph) {
   if (!HasConvolution2d(graph)) return graph;
   return Pass(graph).Run();

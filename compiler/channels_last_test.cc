@@ -225,5 +225,59 @@ TEST(ChannelsLastTest, CompileJobRunsItBeforeTheFolds) {
   for (const Node& n : plain->graph.nodes) EXPECT_FALSE(n.attrs.Has("channels_last")) << n.op;
 }
 
+// Two 3x3 convolutions, an image [4, 3, 12, 12] to 16 channels and 16 to
+// 16, their weights persistent, and the mean of the result fetched; with
+// `own_permutes` the network moves its channels itself between them
+// (ConvNeXt's permute to [N, H, W, C] for its LayerNorm and back), which
+// the pass reads channels-first: a relayout of the activation each way.
+v1::RegisterJobRequest TwoConvolutions(bool own_permutes) {
+  v1::RegisterJobRequest reg;
+  v1::Graph& g = *reg.mutable_graph();
+  AddSpec(g.add_feeds(), "x", v1::FLOAT32, {4, 3, 12, 12});
+  for (const auto& [name, shape] : {std::pair<const char*, Shape>{"w1", {16, 3, 3, 3}}, {"w2", {16, 16, 3, 3}}}) {
+    v1::Tensor* w = reg.add_persistent();
+    AddSpec(w->mutable_spec(), name, v1::FLOAT32, shape);
+    w->set_data(std::string(4 * shape[0] * shape[1] * shape[2] * shape[3], '\0'));
+  }
+  Conv(g, "x", "w1", "c1", 1);
+  AddNode(g, "relu", {"c1"}, "r");
+  std::string between = "r";
+  if (own_permutes) {
+    SetInts(AddNode(g, "permute", {"r"}, "nhwc"), "dims", {0, 2, 3, 1});
+    AddNode(g, "neg", {"nhwc"}, "n");
+    SetInts(AddNode(g, "permute", {"n"}, "nchw"), "dims", {0, 3, 1, 2});
+    between = "nchw";
+  }
+  Conv(g, between, "w2", "c2", 1);
+  SetInts(AddNode(g, "mean.dim", {"c2"}, "m"), "dim", {1, 2, 3});
+  g.add_fetches("m");
+  return reg;
+}
+
+// What the layout costs against what it is for: a chain of convolutions
+// relays out only its image, one that permutes its own channels also an
+// activation each way; auto (a limit) keeps such a graph channels-first,
+// true (no limit) rewrites it anyway.
+TEST(ChannelsLastTest, AutoKeepsAGraphThatMovesItsOwnChannelsChannelsFirst) {
+  for (bool own : {false, true}) {
+    SCOPED_TRACE(own ? "own permutes" : "a plain chain");
+    const v1::RegisterJobRequest reg = TwoConvolutions(own);
+    auto unlimited = CompileJob(reg, {.channels_last = true});
+    auto limited = CompileJob(reg, {.channels_last = true, .channels_last_max_relayout_share = 0.1});
+    ASSERT_TRUE(unlimited.ok() && limited.ok()) << unlimited.status() << limited.status();
+    // Activations of 16 channels are A; the convolutions read and write
+    // 3/16 A + A and A + A; the pass relays out the image (3/16 A), and
+    // with own permutes the ReLU's output back and the permuted one forth.
+    EXPECT_NEAR(ChannelsLastRelayoutShare(unlimited->graph), (own ? 2.1875 : 0.1875) / 3.1875, 1e-9);
+    auto channels_last = [](const CompiledJob& job) {
+      int n = 0;
+      for (const Node& node : job.graph.nodes) n += node.attrs.GetBool("channels_last", false).value_or(false);
+      return n;
+    };
+    EXPECT_EQ(channels_last(*unlimited), 2);
+    EXPECT_EQ(channels_last(*limited), own ? 0 : 2);
+  }
+}
+
 }  // namespace
 }  // namespace tandem

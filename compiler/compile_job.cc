@@ -23,7 +23,9 @@ absl::StatusOr<CompiledJob> CompileGraph(const v1::Graph& graph,
     ASSIGN_OR_RETURN(job.graph, FoldTransposes(job.graph));
   }
   if (options.channels_last) {
-    ASSIGN_OR_RETURN(job.graph, ChannelsLast(job.graph));
+    ASSIGN_OR_RETURN(Graph last, ChannelsLast(job.graph));
+    const double limit = options.channels_last_max_relayout_share;
+    if (limit <= 0 || ChannelsLastRelayoutShare(last) <= limit) job.graph = std::move(last);
   }
   if (options.fold_activations) {
     ASSIGN_OR_RETURN(job.graph, FoldActivations(job.graph));

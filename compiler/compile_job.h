@@ -28,6 +28,9 @@ struct CompileOptions {
   GraphLimits limits;
   bool fold_transposes = true;
   bool channels_last = false;  // the daemon's option channels_last (auto: jobs on CUDA devices)
+  // With channels_last: keep the source graph where the rewrite's
+  // ChannelsLastRelayoutShare is above this (auto); 0: no limit (true).
+  double channels_last_max_relayout_share = 0;
   bool fold_activations = true;
   bool fuse_elementwise = true;
 };

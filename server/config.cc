@@ -229,8 +229,9 @@ const std::vector<ConfigKey>& BuildKeys() {
        [](const DaemonOptions& o) { return BoolText(o.fuse_elementwise); }},
       {"channels_last", "auto|true|false",
        "store a convolution network's activations channels-last (NHWC), as cuDNN's fastest kernels take them: "
-       "auto on GPUs only, true on every device (the CPU runs it through copies: for tests), false never "
-       "(docs/codegen.md)",
+       "auto on GPUs, for networks whose own channel moves cost the layout less than a tenth of their "
+       "convolutions' traffic; true on every device and network (the CPU runs it through copies: for tests); "
+       "false never (docs/codegen.md)",
        false,
        [](absl::string_view v, DaemonOptions* o) {
          return OneOf(v, {"auto", "true", "false"}, &o->channels_last);

@@ -165,7 +165,11 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
 }
 
 CompileOptions Service::CompileOptionsFor() const {
+  // auto: only where the layout's own permutes stay small next to the
+  // convolutions' traffic (compiler/channels_last.h; docs/codegen.md).
+  constexpr double kAutoMaxRelayoutShare = 0.1;
   return {.channels_last = options_.channels_last == "true" || (options_.channels_last == "auto" && has_cuda_),
+          .channels_last_max_relayout_share = options_.channels_last == "auto" ? kAutoMaxRelayoutShare : 0.0,
           .fold_activations = options_.fuse_elementwise,
           .fuse_elementwise = options_.fuse_elementwise};
 }
@@ -192,6 +196,11 @@ absl::StatusOr<Service::PreparedJob> Service::PrepareJob(const v1::RegisterJobRe
           .With("session", session_id)
           .With("nodes", channels_last)
           .With("permutes", relayouts);
+    } else if (std::any_of(compiled.graph.nodes.begin(), compiled.graph.nodes.end(),
+                           [](const Node& n) { return n.op == "convolution"; })) {
+      TLOG_INFO("channels-last layout declined: it would relay out too many activations")
+          .With("session", session_id)
+          .With("max_relayout_share", compile.channels_last_max_relayout_share);
     }
   }
   out.graph = std::make_unique<Graph>(std::move(compiled.graph));
