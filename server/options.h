@@ -42,7 +42,7 @@ struct DaemonOptions {
   double max_user_weight = 1.0;
   int metrics_port = 0;  // Prometheus endpoint; 0: off
   std::string metrics_address = "127.0.0.1";
-  bool fuse_elementwise = true;         // fuse chains of elementwise nodes at registration
+  bool fuse_elementwise = true;        // fuse chains of elementwise nodes at registration
   std::string channels_last = "auto";  // convolution networks' activations NHWC: auto (GPUs), true, false
   // How PRIORITY preempts a lower-priority iteration: "iteration" (never
   // mid-iteration) or "op" (it runs in segments and pauses between two while
