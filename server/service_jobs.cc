@@ -198,7 +198,7 @@ absl::StatusOr<Service::PreparedJob> Service::PrepareJob(const v1::RegisterJobRe
           .With("permutes", relayouts);
     } else if (std::any_of(compiled.graph.nodes.begin(), compiled.graph.nodes.end(),
                            [](const Node& n) { return n.op == "convolution"; })) {
-      TLOG_INFO("channels-last layout declined: it would relay out too many activations")
+      TLOG_INFO("channels-last layout not used: no 2-D float32 or 16-bit convolution, or too many relayouts")
           .With("session", session_id)
           .With("max_relayout_share", compile.channels_last_max_relayout_share);
     }

@@ -5,9 +5,10 @@
 //
 // Several iterations stay in flight (--inflight) so the device never waits
 // for a round trip. When tandemd restarts (a device fault, an upgrade) and
-// has a state_dir, the job re-attaches by itself and trains on from its last
-// checkpoint (client/resumable_job.h; --reattach_timeout_s). The final accuracy is computed here, on a held-out set,
-// from the weights read back from the daemon.
+// has a state_dir, the job re-attaches by itself and trains on from its
+// last checkpoint (client/resumable_job.h; --reattach_timeout_s). The final
+// accuracy is computed here, on a held-out set, from the weights read back
+// from the daemon.
 #include <unistd.h>
 
 #include <algorithm>
