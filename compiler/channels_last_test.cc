@@ -269,6 +269,7 @@ TEST(ChannelsLastTest, AutoKeepsAGraphThatMovesItsOwnChannelsChannelsFirst) {
     // 3/16 A + A and A + A; the pass relays out the image (3/16 A), and
     // with own permutes the ReLU's output back and the permuted one forth.
     EXPECT_NEAR(ChannelsLastRelayoutShare(unlimited->graph), (own ? 2.1875 : 0.1875) / 3.1875, 1e-9);
+    EXPECT_DOUBLE_EQ(limited->channels_last_relayout_share, ChannelsLastRelayoutShare(unlimited->graph));
     auto channels_last = [](const CompiledJob& job) {
       int n = 0;
       for (const Node& node : job.graph.nodes) n += node.attrs.GetBool("channels_last", false).value_or(false);

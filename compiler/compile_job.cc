@@ -25,7 +25,8 @@ absl::StatusOr<CompiledJob> CompileGraph(const v1::Graph& graph,
   if (options.channels_last) {
     ASSIGN_OR_RETURN(Graph last, ChannelsLast(job.graph));
     const double limit = options.channels_last_max_relayout_share;
-    if (limit <= 0 || ChannelsLastRelayoutShare(last) <= limit) job.graph = std::move(last);
+    job.channels_last_relayout_share = ChannelsLastRelayoutShare(last);
+    if (limit <= 0 || job.channels_last_relayout_share <= limit) job.graph = std::move(last);
   }
   if (options.fold_activations) {
     ASSIGN_OR_RETURN(job.graph, FoldActivations(job.graph));

@@ -38,6 +38,9 @@ struct CompileOptions {
 struct CompiledJob {
   Graph graph;             // after every pass
   IterationLayout layout;  // where each ephemeral value lives in its lane's arena
+  // With channels_last: the rewrite's ChannelsLastRelayoutShare, kept or
+  // not (0 when the pass changed nothing).
+  double channels_last_relayout_share = 0;
 };
 
 // INVALID_ARGUMENT for a graph a client may not register (unknown op, shape

@@ -195,11 +195,13 @@ absl::StatusOr<Service::PreparedJob> Service::PrepareJob(const v1::RegisterJobRe
       TLOG_INFO("channels-last layout")
           .With("session", session_id)
           .With("nodes", channels_last)
-          .With("permutes", relayouts);
+          .With("permutes", relayouts)
+          .With("relayout_share", compiled.channels_last_relayout_share);
     } else if (std::any_of(compiled.graph.nodes.begin(), compiled.graph.nodes.end(),
                            [](const Node& n) { return n.op == "convolution"; })) {
       TLOG_INFO("channels-last layout not used: no 2-D float32 or 16-bit convolution, or too many relayouts")
           .With("session", session_id)
+          .With("relayout_share", compiled.channels_last_relayout_share)
           .With("max_relayout_share", compile.channels_last_max_relayout_share);
     }
   }
