@@ -29,7 +29,9 @@ sys.path.insert(0, bc.REPO_ROOT)
 from zoo import catalog  # noqa: E402
 
 AUTO_LIMIT = 0.1  # kAutoMaxRelayoutShare in server/service_jobs.cc
-SHARE = re.compile(r"channels-last layout.*?relayout_share=([0-9.eE+-]+)")
+# "channels-last layout ... relayout_share=S" when the pass ran; "channels-last layout not used ..." when the
+# graph has no 2-D float convolution (with --channels_last=true there is no limit to decline by).
+SHARE = re.compile(r"channels-last layout( not used)?.*?relayout_share=([0-9.eE+-]+)")
 
 
 def _log_since(path, offset):
@@ -52,10 +54,11 @@ def measure(entry, args, daemon, offset):
         row["error"] = f"{type(e).__name__}: {e}"[:300]
         return row, offset
     text, offset = _log_since(daemon.log_path, offset)
-    shares = [float(m) for m in SHARE.findall(text)]
-    if shares:
-        row["relayout_share"] = round(shares[-1], 4)
-        row["auto_keeps_channels_first"] = shares[-1] > AUTO_LIMIT
+    found = SHARE.findall(text)
+    if found and not found[-1][0]:
+        share = float(found[-1][1])
+        row["relayout_share"] = round(share, 4)
+        row["auto_keeps_channels_first"] = share > AUTO_LIMIT
     else:
         row["relayout_share"] = None  # no 2-D float convolution: the pass changes nothing
     return row, offset
