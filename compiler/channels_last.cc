@@ -10,6 +10,7 @@
 #include "base/status_macros.h"
 #include "compiler/graph_rewriter.h"
 #include "ir/ops/cnn_rules.h"
+#include "ir/ops/math_table.h"
 
 namespace tandem {
 namespace {
@@ -20,7 +21,8 @@ constexpr char kSuffix[] = ".channels_last";
 constexpr int64_t kLastPosition[4] = {0, 3, 1, 2};
 
 // Ops that compute each output element from the operands' elements at the
-// same position (after broadcasting), with no dim in their attributes.
+// same position (after broadcasting), with no dim in their attributes: the
+// list below, the comparisons, and the math family (ir/ops/math_table.h).
 // Random ops are not here: their draws follow the storage order.
 bool IsElementwise(const std::string& op) {
   static const auto* const kOps = [] {
@@ -30,8 +32,15 @@ bool IsElementwise(const std::string& op) {
         "hardsigmoid_backward hardswish hardswish_backward hardtanh hardtanh_backward leaky_relu "
         "leaky_relu_backward lerp.Scalar lerp.Tensor log log1p maximum minimum mul.Scalar mul.Tensor neg "
         "pow.Scalar pow.Tensor_Scalar reciprocal relu rsqrt sigmoid sigmoid_backward silu silu_backward sqrt "
-        "sub.Scalar sub.Tensor tanh tanh_backward threshold_backward where.self";
-    return new absl::flat_hash_set<std::string>(absl::StrSplit(kNames, ' '));
+        "sub.Scalar sub.Tensor tanh tanh_backward threshold_backward where.self _to_copy masked_fill.Scalar "
+        "masked_fill.Tensor logical_not";
+    auto* ops = new absl::flat_hash_set<std::string>(absl::StrSplit(kNames, ' '));
+    for (const char* compare : {"eq", "ne", "lt", "le", "gt", "ge"}) {
+      ops->insert(absl::StrCat(compare, ".Tensor"));
+      ops->insert(absl::StrCat(compare, ".Scalar"));
+    }
+    for (const MathOpInfo& info : kMathOps) ops->insert(info.name);
+    return ops;
   }();
   return kOps->contains(op);
 }
@@ -45,6 +54,20 @@ bool IsOneDimOp(const std::string& op) { return op == "cat" || op == "slice.Tens
 
 bool IsBatchNormForward(const std::string& op) {
   return op == "native_batch_norm" || op == "_native_batch_norm_legit_functional";
+}
+
+// Ops whose output is one value everywhere and reads no operand's data (a
+// `*_like` op or fill.Scalar reads only its operand's type): layout-free,
+// made directly in whichever layout a reader wants.
+bool IsConstantFill(const std::string& op) {
+  return op == "zeros" || op == "zeros_like" || op == "ones" || op == "ones_like" || op == "full" ||
+         op == "full_like" || op == "fill.Scalar";
+}
+
+absl::StatusOr<double> FillValue(const Node& n) {
+  if (n.op == "zeros" || n.op == "zeros_like") return 0.0;
+  if (n.op == "ones" || n.op == "ones_like") return 1.0;
+  return n.attrs.GetFloat(n.op == "fill.Scalar" ? "value" : "fill_value");
 }
 
 bool IsLayoutDType(DType dtype) {
@@ -64,7 +87,13 @@ bool RelayoutIsFree(const Shape& shape) { return shape[1] == 1 || shape[2] * sha
 
 class Pass {
  public:
-  explicit Pass(const Graph& g) : g_(g), out_(g), last_(g.values.size(), -1), computed_last_(g.values.size(), false) {}
+  explicit Pass(const Graph& g)
+      : g_(g),
+        out_(g),
+        last_(g.values.size(), -1),
+        computed_last_(g.values.size(), false),
+        constant_(g.values.size(), nullptr),
+        fill_value_(g.values.size(), 0.0) {}
 
   absl::StatusOr<Graph> Run() {
     for (const Node& n : g_.nodes) RETURN_IF_ERROR(Emit(n));
@@ -104,15 +133,39 @@ class Pass {
     return ids.empty() ? -1 : ids[0];
   }
 
+  // The constant fill value `v` as a `full` node in either layout (it reads
+  // nothing, so neither layout costs a relayout).
+  int Constant(int v, bool to_last) {
+    const Shape& shape = ShapeOf(v);
+    const Shape size = to_last ? Permuted(shape, ToChannelsLast(4)) : shape;
+    Attrs attrs;
+    attrs.Set("size", std::vector<int64_t>(size.begin(), size.end()));
+    attrs.Set("fill_value", fill_value_[v]);
+    attrs.Set("dtype", g_.values[v].type.dtype);
+    std::vector<int> ids = out_.AddNew(
+        "full", {}, std::move(attrs), {to_last ? g_.values[v].name + kSuffix : g_.values[v].name}, constant_[v]->label);
+    return ids.empty() ? -1 : ids[0];
+  }
+
   // The new id of `v` channels-first / channels-last, made on first use.
   int First(int v) {
-    if (out_.Map(v) >= 0 || last_[v] < 0) return out_.Map(v);
+    if (out_.Map(v) >= 0) return out_.Map(v);
+    if (constant_[v] != nullptr) {
+      const int id = Constant(v, /*to_last=*/false);
+      if (id >= 0) out_.SetMap(v, id);
+      return id;
+    }
+    if (last_[v] < 0) return -1;
     const int id = Relayout(last_[v], ShapeOf(v), /*to_last=*/false, g_.values[v].name);
     if (id >= 0) out_.SetMap(v, id);
     return id;
   }
   int Last(int v) {
     if (last_[v] >= 0) return last_[v];
+    if (constant_[v] != nullptr) {
+      last_[v] = Constant(v, /*to_last=*/true);
+      return last_[v];
+    }
     const int first = First(v);
     if (first < 0) return -1;
     last_[v] = Relayout(first, ShapeOf(v), /*to_last=*/true, g_.values[v].name + kSuffix);
@@ -165,6 +218,12 @@ class Pass {
     const std::string& op = n.op;
     Attrs attrs = n.attrs;
     if (attrs.Has("channels_last")) return EmitFirst(n);
+    if (IsConstantFill(op) && n.outputs.size() == 1 && Rank4(n.outputs[0]) &&
+        IsLayoutDType(g_.values[n.outputs[0]].type.dtype)) {
+      ASSIGN_OR_RETURN(fill_value_[n.outputs[0]], FillValue(n));
+      constant_[n.outputs[0]] = &n;  // made where it is first read, in the layout its reader wants
+      return absl::OkStatus();
+    }
     const bool float_layout = !n.outputs.empty() && IsLayoutDType(g_.values[n.outputs[0]].type.dtype);
     if (op == "convolution" && float_layout && Rank4(n.inputs[0]) && Rank4(n.inputs[1])) {
       attrs.Set("channels_last", true);
@@ -279,8 +338,10 @@ class Pass {
 
   const Graph& g_;
   GraphRewriter out_;
-  std::vector<int> last_;            // source value -> its channels-last twin's new id, -1: none
-  std::vector<bool> computed_last_;  // source value -> computed channels-last (its twin is no relayout)
+  std::vector<int> last_;              // source value -> its channels-last twin's new id, -1: none
+  std::vector<bool> computed_last_;    // source value -> computed channels-last (its twin is no relayout)
+  std::vector<const Node*> constant_;  // source value -> its constant fill node, emitted per layout on first use
+  std::vector<double> fill_value_;     // source value -> that node's value
 };
 
 bool HasConvolution2d(const Graph& g) {

@@ -25,6 +25,13 @@
 //     operands was computed channels-last (expand: or relayouts for free,
 //     below). A value merely relaid out does not count: a weight's
 //     channels-last copy leaves its optimizer update channels-first.
+//     Elementwise covers the comparisons, where, masked_fill, _to_copy and
+//     the math family, so that an activation's decomposed backward
+//     (Hardswish's masks) stays in the layout.
+//   - A constant (zeros, ones, full, their *_like forms, fill.Scalar) reads
+//     no data: it becomes a `full` of the layout of its first reader of
+//     each kind, made where that reader is (SiLU's backward `1 -
+//     sigmoid(x)` costs no relayout).
 //   - Every other node reads channels-first values: a permute back is
 //     inserted before its first such reader (once per value), and so for a
 //     fetched or updated value, which keeps its name and layout.

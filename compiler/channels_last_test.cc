@@ -188,6 +188,53 @@ TEST(ChannelsLastTest, TheConvolutionsAndTheirNeighboursRunChannelsLast) {
   EXPECT_EQ(Count(*last, "view"), 2 + 2);
 }
 
+// A constant (fill.Scalar, *_like, full) reads no data, so it is made in
+// the layout its reader wants instead of being made channels-first and
+// permuted: SiLU's backward `1 - sigmoid(c)` (a fill shaped like c) beside
+// a channels-last c costs no relayout, and a fetched constant stays
+// channels-first. A comparison and a where (Hardswish's backward) follow
+// the layout like any elementwise op. Here: permutes of x and the 3x3
+// weight in, and of d and h back for their fetches; a channels-last full
+// for the sub and the where, a channels-first one for the fetch of f and
+// for the view.
+TEST(ChannelsLastTest, AConstantIsMadeInTheLayoutItsReaderWants) {
+  v1::Graph g;
+  AddSpec(g.add_feeds(), "x", v1::FLOAT32, {2, 3, 6, 5});
+  AddSpec(g.add_feeds(), "w", v1::FLOAT32, {8, 3, 3, 3});
+  Conv(g, "x", "w", "c", 1);
+  AddNode(g, "sigmoid", {"c"}, "s");
+  (*AddNode(g, "fill.Scalar", {"s"}, "f")->mutable_attrs())["value"].set_f(1.0);
+  AddNode(g, "sub.Tensor", {"f", "s"}, "d");
+  (*AddNode(g, "lt.Scalar", {"c"}, "m")->mutable_attrs())["other"].set_f(-0.5);
+  AddNode(g, "where.self", {"m", "f", "s"}, "h");
+  AddNode(g, "zeros_like", {"c"}, "z");
+  SetInts(AddNode(g, "view", {"z"}, "zv"), "size", {2, 240});
+  for (const char* f : {"d", "f", "zv", "h"}) g.add_fetches(f);
+  auto last = testing::ApplyPass(g, Persistent(), ChannelsLast);
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(Count(*last, "permute"), 4) << last->DebugString();
+  EXPECT_EQ(Count(*last, "fill.Scalar") + Count(*last, "zeros_like"), 0);
+  std::vector<std::vector<int64_t>> full_sizes;
+  for (const v1::Node& n : last->nodes()) {
+    if (n.op() != "full") continue;
+    const auto& size = n.attrs().at("size").ints().values();
+    full_sizes.emplace_back(size.begin(), size.end());
+  }
+  EXPECT_THAT(full_sizes,
+              ::testing::UnorderedElementsAre(std::vector<int64_t>{2, 6, 5, 8}, std::vector<int64_t>{2, 8, 6, 5},
+                                              std::vector<int64_t>{2, 8, 6, 5}))
+      << last->DebugString();
+  std::mt19937_64 rng(11);
+  const Contents feeds = testing::RandomFeeds(g, rng, {});
+  auto want = testing::RunWireGraphOnCpu(g, Persistent(), feeds);
+  auto got = testing::RunWireGraphOnCpu(*last, Persistent(), feeds);
+  ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
+  for (const std::string& fetch : g.fetches()) {
+    ASSERT_EQ(got->count(fetch), 1u) << fetch;
+    EXPECT_TRUE(got->at(fetch) == want->at(fetch)) << fetch << " differs channels-last";
+  }
+}
+
 TEST(ChannelsLastTest, AGraphWithoutConvolutionsOrInFloat64IsUnchanged) {
   v1::Graph mlp;
   AddSpec(mlp.add_feeds(), "x", v1::FLOAT32, {2, 3, 4, 5});
