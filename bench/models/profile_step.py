@@ -21,8 +21,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_common as bc  # noqa: E402
 
+import torch  # noqa: E402
+
 import tandem  # noqa: E402
 import tandem.torch  # noqa: E402,F401
+
+sys.path.insert(0, bc.REPO_ROOT)
+from zoo import catalog  # noqa: E402
 
 _FIELD = re.compile(r'(\w+)=(?:"((?:[^"\\]|\\.)*)"|(\S+))')
 _MESSAGES = ("kernel profile: op", "kernel profile: node", "kernel profile")
@@ -64,8 +69,19 @@ def read_profile(log_path, start_offset):
     return profile
 
 
+def build(name, small):
+    """A reference model (bench_common) or a zoo model (zoo/catalog.py), at the small or the full size."""
+    if name in bc.MODEL_NAMES:
+        return bc.build_model(name, small)
+    entry = catalog.entry(name)
+    torch.manual_seed(0)
+    model, loss_fn, make_batch = entry.builder("small" if small else "full")
+    catalog._without_randomness(model)
+    return model, loss_fn, make_batch
+
+
 def profile_model(name, args, device, daemon):
-    model, loss_fn, make_batch = bc.build_model(name, args.small)
+    model, loss_fn, make_batch = build(name, args.small)
     batches = bc.make_batches(make_batch, 2)
     offset = os.path.getsize(daemon.log_path)
     job = tandem.torch.train(model, loss_fn, bc.sgd(model.parameters()), batches[0], endpoint=daemon.endpoint,
@@ -99,7 +115,7 @@ def profile_model(name, args, device, daemon):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default="resnet50", help="comma-separated subset of the five reference models")
+    p.add_argument("--models", default="resnet50", help="comma-separated reference or zoo models (zoo/catalog.py)")
     p.add_argument("--small", action="store_true", help="the tiny versions of the models (CPU smoke test)")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     p.add_argument("--steps", type=int, default=6, help="training steps per model (the first is not timed)")
@@ -111,7 +127,10 @@ def main():
     if args.steps < 2:
         p.error("--steps must be at least 2 (the first iteration is not timed)")
     bc.raise_on_signals()
-    names = bc.parse_models(args.models)
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    for n in names:
+        if n not in bc.MODEL_NAMES and n not in {e.name for e in catalog.ENTRIES}:
+            p.error(f"unknown model {n!r}: a reference model ({', '.join(bc.MODEL_NAMES)}) or a zoo model")
     device = bc.torch_device(args.device)
     bc.like_for_like_numerics()
     result = {"meta": bc.metadata(device), "config": {"models": names, "small": args.small, "steps": args.steps,
