@@ -250,6 +250,7 @@ class Pass {
       attrs.Set("channels_last", true);
       std::vector<bool> in(n.inputs.size(), false);
       in[0] = true;
+      if (attrs.GetBool("residual", false).value_or(false)) in.back() = true;
       std::vector<bool> outs(n.outputs.size(), false);
       outs[0] = true;
       return EmitLast(n, in, outs, std::move(attrs));

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/compile_job.h"
 #include "compiler/wire_graph_test_util.h"
 #include "ir/graph_builder.h"
@@ -127,6 +128,102 @@ TEST(FoldActivationsTest, AValueSomethingElseReadsStays) {
   const v1::Graph folded = FoldAndCompare(Layer({.masked_grad_read_twice = true}), rng);
   EXPECT_THAT(Ops(folded), Contains("threshold_backward"));
   EXPECT_THAT(Ops(folded), Not(Contains("relu")));
+}
+
+struct ResidualOptions {
+  v1::DType dtype = v1::FLOAT32;
+  bool downsample = false;  // the residual is a second batch norm's output, computed after the first
+  bool relu = true;         // a ReLU after the add
+  double alpha = 1.0;       // the add's alpha
+  bool broadcast = false;   // the residual is [4, 3, 1, 1], broadcast by the add
+};
+
+// A residual block's end, as torchvision's Bottleneck has it: bn(x) +
+// identity, then a ReLU, and the backward of the ReLU into the batch norm.
+// The identity is a feed, or (downsample) the output of a second batch norm
+// of a feed z that the step computes after the first.
+v1::Graph Residual(const ResidualOptions& o) {
+  v1::Graph g;
+  const Shape x_shape = {4, 3, 5, 6};
+  const v1::DType param = o.dtype == v1::FLOAT64 ? v1::FLOAT64 : v1::FLOAT32;
+  AddSpec(g.add_feeds(), "x", o.dtype, x_shape);
+  AddSpec(g.add_feeds(), "g", o.dtype, x_shape);
+  AddSpec(g.add_feeds(), o.downsample ? "z" : "id", o.dtype, o.broadcast ? Shape{4, 3, 1, 1} : x_shape);
+  for (const char* name : {"w", "b", "rm", "rv"}) AddSpec(g.add_feeds(), name, param, {3});
+  auto batch_norm = [&](const std::string& in, const std::string& suffix) {
+    v1::Node* bn = g.add_nodes();
+    bn->set_op("_native_batch_norm_legit_functional");
+    bn->add_inputs(in);
+    for (const char* p : {"w", "b", "rm", "rv"}) bn->add_inputs(p);
+    for (const char* out : {"y", "mean", "invstd", "rm2", "rv2"}) bn->add_outputs(out + suffix);
+    (*bn->mutable_attrs())["training"].set_b(true);
+    (*bn->mutable_attrs())["momentum"].set_f(0.1);
+    (*bn->mutable_attrs())["eps"].set_f(1e-5);
+  };
+  batch_norm("x", "");
+  if (o.downsample) batch_norm("z", "_z");
+  v1::Node* add = AddNode(g, "add.Tensor", {"y", o.downsample ? "y_z" : "id"}, "s");
+  if (o.alpha != 1.0) (*add->mutable_attrs())["alpha"].set_f(o.alpha);
+  const std::string out = o.relu ? "r" : "s";
+  if (o.relu) {
+    AddNode(g, "relu", {"s"}, "r");
+    (*AddNode(g, "threshold_backward", {"g", "r"}, "gm")->mutable_attrs())["threshold"].set_f(0.0);
+  }
+  v1::Node* back = g.add_nodes();
+  back->set_op("native_batch_norm_backward");
+  for (const char* in : {o.relu ? "gm" : "g", "x", "w", "rm", "rv", "mean", "invstd"}) back->add_inputs(in);
+  for (const char* o : {"gx", "gw", "gb"}) back->add_outputs(o);
+  (*back->mutable_attrs())["train"].set_b(true);
+  (*back->mutable_attrs())["eps"].set_f(1e-5);
+  for (const std::string& f : {out, std::string("gx"), std::string("gw"), std::string("rm2")}) g.add_fetches(f);
+  return g;
+}
+
+// bn(x) + identity (then a ReLU) is one batch norm with a residual input:
+// it stores the add's (the ReLU's) value, bit for bit in every dtype. With a
+// downsample, the residual folds into the second batch norm (the first one's
+// output is defined before it; the second one's is not before the first).
+TEST(FoldActivationsTest, AResidualAddAndItsReluFoldIntoTheBatchNormExactly) {
+  std::mt19937_64 rng(57);
+  for (v1::DType dtype : {v1::FLOAT32, v1::FLOAT64, v1::BFLOAT16, v1::FLOAT16}) {
+    for (bool downsample : {false, true}) {
+      for (bool relu : {true, false}) {
+        SCOPED_TRACE(absl::StrCat(v1::DType_Name(dtype), downsample ? " downsample" : "", relu ? " relu" : ""));
+        const v1::Graph folded =
+            FoldAndCompare(Residual({.dtype = dtype, .downsample = downsample, .relu = relu}), rng);
+        EXPECT_THAT(Ops(folded), Not(Contains("add.Tensor")));
+        EXPECT_THAT(Ops(folded), Not(Contains("relu")));
+        int with_residual = 0;
+        for (const v1::Node& n : folded.nodes()) {
+          if (n.op() != "_native_batch_norm_legit_functional" || !n.attrs().contains("residual")) continue;
+          ++with_residual;
+          EXPECT_EQ(n.inputs(0), downsample ? "z" : "x");
+          EXPECT_EQ(n.inputs(n.inputs_size() - 1), downsample ? "y" : "id");
+          EXPECT_EQ(n.outputs(0), relu ? "r" : "s");
+          EXPECT_EQ(n.attrs().contains("relu"), relu);
+        }
+        EXPECT_EQ(with_residual, 1);
+      }
+    }
+  }
+}
+
+TEST(FoldActivationsTest, AnAddThatIsNotAPlainResidualStays) {
+  std::mt19937_64 rng(59);
+  for (const ResidualOptions& o : {ResidualOptions{.alpha = 2.0}, ResidualOptions{.broadcast = true}}) {
+    const v1::Graph folded = FoldAndCompare(Residual(o), rng);
+    EXPECT_THAT(Ops(folded), Contains("add.Tensor"));
+  }
+  // A residual of another type than the input is refused by the registry.
+  auto folded = testing::ApplyPass(Residual({}), Persistent(), FoldActivations);
+  ASSERT_TRUE(folded.ok()) << folded.status();
+  v1::Graph wrong = *folded;
+  for (v1::Node& n : *wrong.mutable_nodes()) {
+    if (n.attrs().contains("residual")) n.set_inputs(n.inputs_size() - 1, "w");
+  }
+  auto built = BuildGraph(wrong, Persistent());
+  ASSERT_FALSE(built.ok());
+  EXPECT_THAT(built.status().message(), ::testing::HasSubstr("residual is float32[3]"));
 }
 
 // The registry checks what a client could send itself: a mask of another

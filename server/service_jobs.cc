@@ -205,6 +205,19 @@ absl::StatusOr<Service::PreparedJob> Service::PrepareJob(const v1::RegisterJobRe
           .With("max_relayout_share", compile.channels_last_max_relayout_share);
     }
   }
+  int relu = 0, residual = 0, masked = 0;  // what fold_activations folded
+  for (const Node& n : compiled.graph.nodes) {
+    relu += n.attrs.GetBool("relu", false).value_or(false);
+    residual += n.attrs.GetBool("residual", false).value_or(false);
+    masked += n.attrs.Has("mask_threshold");
+  }
+  if (relu + residual + masked > 0) {
+    TLOG_INFO("batch norms folded")
+        .With("session", session_id)
+        .With("relu", relu)
+        .With("residual", residual)
+        .With("masked_backward", masked);
+  }
   out.graph = std::make_unique<Graph>(std::move(compiled.graph));
   out.layout = std::move(compiled.layout);
   ASSIGN_OR_RETURN(out.variants, CompileVariants(reg, *out.graph, compile));

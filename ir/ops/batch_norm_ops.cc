@@ -3,7 +3,10 @@
 // running statistics) and native_batch_norm_backward.
 //
 // Folded activations (compiler/fold_activations.h): a forward with
-// attribute relu = true applies a ReLU to its stored output; a backward
+// attribute residual = true takes one more input, last, of the input's
+// type, and stores round(out + residual) (add.Tensor's value: in float32
+// for float32 and 16-bit tensors) in place of out; a forward with
+// attribute relu = true then applies a ReLU to its stored output; a backward
 // with attribute mask_threshold = t takes one more input, last, of
 // grad_out's type, and reads grad_out where that input is > t and 0
 // elsewhere (threshold_backward's rule).
@@ -108,6 +111,7 @@ absl::StatusOr<ForwardAttrs> CheckForwardAttrs(const Attrs& attrs) {
   ForwardAttrs a;
   ASSIGN_OR_RETURN(a.training, attrs.GetBool("training"));
   RETURN_IF_ERROR(attrs.GetBool("relu", false).status());
+  RETURN_IF_ERROR(attrs.GetBool("residual", false).status());
   RETURN_IF_ERROR(attrs.GetFloat("momentum").status());
   ASSIGN_OR_RETURN(double eps, attrs.GetFloat("eps"));
   if (!(eps >= 0.0)) return absl::InvalidArgumentError(absl::StrCat("attribute 'eps' is ", eps, "; must be >= 0"));
@@ -122,8 +126,22 @@ TypeList ForwardOutputs(const TensorType& input, int64_t c, bool training) {
   return TypeList{input, TensorType{stats, saved}, TensorType{stats, saved}};
 }
 
-// Inputs: input, weight, bias[, running_mean, running_var].
-absl::StatusOr<TypeList> NativeBatchNormInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
+// A forward's inputs without its residual (attribute residual = true: the
+// last input, of the input's type).
+absl::StatusOr<absl::Span<const TensorType>> WithoutResidual(const Attrs& attrs, absl::Span<const TensorType> all) {
+  ASSIGN_OR_RETURN(bool residual, attrs.GetBool("residual", false));
+  if (!residual) return all;
+  if (all.size() < 2) return absl::InvalidArgumentError("with residual, expected the residual as the last input");
+  if (!(all.back() == all[0])) {
+    return absl::InvalidArgumentError(absl::StrCat("residual is ", all.back().ToString(), " but input is ",
+                                                   all[0].ToString(), "; they must have the same type"));
+  }
+  return all.subspan(0, all.size() - 1);
+}
+
+// Inputs: input, weight, bias[, running_mean, running_var][, residual].
+absl::StatusOr<TypeList> NativeBatchNormInfer(const Attrs& attrs, absl::Span<const TensorType> all) {
+  ASSIGN_OR_RETURN(absl::Span<const TensorType> in, WithoutResidual(attrs, all));
   if (in.size() != 3 && in.size() != 5) {
     return absl::InvalidArgumentError(
         absl::StrCat("got ", in.size(),
@@ -139,10 +157,15 @@ absl::StatusOr<TypeList> NativeBatchNormInfer(const Attrs& attrs, absl::Span<con
   return ForwardOutputs(in[0], ch.c, a.training);
 }
 
-// Inputs: input, weight, bias, running_mean, running_var. Outputs: out,
-// save_mean, save_rstd, running_mean, running_var (updated in training,
-// copied in eval mode).
-absl::StatusOr<TypeList> LegitFunctionalInfer(const Attrs& attrs, absl::Span<const TensorType> in) {
+// Inputs: input, weight, bias, running_mean, running_var[, residual].
+// Outputs: out, save_mean, save_rstd, running_mean, running_var (updated in
+// training, copied in eval mode).
+absl::StatusOr<TypeList> LegitFunctionalInfer(const Attrs& attrs, absl::Span<const TensorType> all) {
+  ASSIGN_OR_RETURN(absl::Span<const TensorType> in, WithoutResidual(attrs, all));
+  if (in.size() != 5) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("got ", in.size(), " inputs; expected input, weight, bias, running_mean, running_var"));
+  }
   ASSIGN_OR_RETURN(Channels ch, CheckInput(in[0], attrs));
   ASSIGN_OR_RETURN(ForwardAttrs a, CheckForwardAttrs(attrs));
   RETURN_IF_ERROR(CheckParams(in, ch.c).status());
@@ -209,8 +232,8 @@ absl::StatusOr<TypeList> BatchNormBackwardInfer(const Attrs& attrs, absl::Span<c
 }  // namespace
 
 void RegisterBatchNormOps(OpRegistry& registry) {
-  ops::RegisterOp(registry, "native_batch_norm", 3, 5, 3, AliasKind::kNone, NativeBatchNormInfer);
-  ops::RegisterOp(registry, "_native_batch_norm_legit_functional", 5, 5, 5, AliasKind::kNone, LegitFunctionalInfer);
+  ops::RegisterOp(registry, "native_batch_norm", 3, 6, 3, AliasKind::kNone, NativeBatchNormInfer);
+  ops::RegisterOp(registry, "_native_batch_norm_legit_functional", 5, 6, 5, AliasKind::kNone, LegitFunctionalInfer);
   ops::RegisterOp(registry, "native_batch_norm_backward", 5, 8, 3, AliasKind::kNone, BatchNormBackwardInfer);
 }
 

@@ -18,8 +18,9 @@
 // norm, pass as they are), save_mean and save_invstd are float32 (the
 // registry's rule), and every 16-bit result is rounded once at the end.
 // Folded activations (compiler/fold_activations.h) run as the unfused ops
-// would, in the tensors' own dtype: a forward with relu = true applies
-// relu's rule (x < 0 ? 0 : x) to its stored output; a backward with
+// would, in the tensors' own dtype: a forward with residual = true adds its
+// last input to the stored output as add.Tensor would (AddResidual), then
+// with relu = true applies relu's rule (x < 0 ? 0 : x) to it; a backward with
 // mask_threshold = t runs on a copy of grad_out masked by threshold_backward's
 // rule (mask > t ? grad : 0, compared in float32 for 16-bit tensors).
 #include <cmath>
@@ -30,6 +31,7 @@
 #include "ir/ops/cnn_rules.h"
 #include "kernels/cpu/half_kernels.h"
 #include "kernels/cpu/kernel_util.h"
+#include "kernels/half.h"
 
 namespace tandem::cpu {
 namespace {
@@ -225,8 +227,38 @@ bool Above(DType dtype, double value, double threshold) {
   return static_cast<float>(value) > static_cast<float>(threshold);
 }
 
+// out = round(out + residual), as add.Tensor computes it: in double for
+// float64, else in float32, rounded to out's dtype.
+void AddResidual(const TensorArg& out, const TensorArg& residual) {
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    switch (out.type.dtype) {
+      case DType::kFloat64:
+        out.as<double>()[i] += residual.as<const double>()[i];
+        break;
+      case DType::kBFloat16:
+        out.as<uint16_t>()[i] = FloatToBFloat16Bits(static_cast<float>(FloatElement(out, i)) +
+                                                    static_cast<float>(FloatElement(residual, i)));
+        break;
+      case DType::kFloat16:
+        out.as<uint16_t>()[i] = FloatToFloat16Bits(static_cast<float>(FloatElement(out, i)) +
+                                                   static_cast<float>(FloatElement(residual, i)));
+        break;
+      default:
+        out.as<float>()[i] += residual.as<const float>()[i];
+    }
+  }
+}
+
 absl::Status ForwardKernel(const KernelArgs& args) {
-  RETURN_IF_ERROR(WithHalf<BatchNormForwardKernel>(args));
+  ASSIGN_OR_RETURN(bool residual, args.node->attrs.GetBool("residual", false));
+  if (residual) {
+    KernelArgs plain = args;
+    plain.inputs.pop_back();
+    RETURN_IF_ERROR(WithHalf<BatchNormForwardKernel>(plain));
+    AddResidual(args.outputs[0], args.inputs.back());
+  } else {
+    RETURN_IF_ERROR(WithHalf<BatchNormForwardKernel>(args));
+  }
   ASSIGN_OR_RETURN(bool relu, args.node->attrs.GetBool("relu", false));
   if (!relu) return absl::OkStatus();
   const TensorArg& out = args.outputs[0];

@@ -209,13 +209,15 @@ __global__ void __launch_bounds__(kBatchNormThreads) ColumnStatsKernel(ColumnGeo
   }
 }
 
-// out = x * scale + shift (then relu's x < 0 ? 0 : x on the stored value,
-// with `relu`). Each thread loads a group of rows before storing it, and
-// stores only what it loaded, so `out` may be `x`.
+// out = x * scale + shift (then + residual, where it is not null, and
+// relu's x < 0 ? 0 : x, with `relu`, each on the stored value). Each thread
+// loads a group of rows before storing it, and stores only what it loaded,
+// so `out` may be `x` or `residual`.
 template <typename T, int kWidth>
 __global__ void __launch_bounds__(kBatchNormThreads)
-    ColumnApplyKernel(ColumnGeometry g, const double* coeffs, const T* x, T* out, bool relu) {
+    ColumnApplyKernel(ColumnGeometry g, const double* coeffs, const T* x, const T* residual, T* out, bool relu) {
   const Pack<T, kWidth>* in = reinterpret_cast<const Pack<T, kWidth>*>(x);
+  const Pack<T, kWidth>* res = reinterpret_cast<const Pack<T, kWidth>*>(residual);
   Pack<T, kWidth>* y = reinterpret_cast<Pack<T, kWidth>*>(out);
   const int64_t blocks = g.tiles * g.chunks;
   for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
@@ -232,10 +234,13 @@ __global__ void __launch_bounds__(kBatchNormThreads)
     int64_t offset = place.row * g.row_units + place.unit;
     for (int64_t row = place.row; row < place.end;
          row += kApplyGroupRows * g.row_threads, offset += kApplyGroupRows * step) {
-      Pack<T, kWidth> v[kApplyGroupRows];
+      Pack<T, kWidth> v[kApplyGroupRows], r[kApplyGroupRows];
 #pragma unroll
       for (int k = 0; k < kApplyGroupRows; ++k) {
-        if (row + k * g.row_threads < place.end) v[k] = in[offset + k * step];
+        if (row + k * g.row_threads < place.end) {
+          v[k] = in[offset + k * step];
+          if (res != nullptr) r[k] = res[offset + k * step];
+        }
       }
 #pragma unroll
       for (int k = 0; k < kApplyGroupRows; ++k) {
@@ -244,6 +249,7 @@ __global__ void __launch_bounds__(kBatchNormThreads)
 #pragma unroll
           for (int e = 0; e < kWidth; ++e) {
             o.v[e] = RoundTo<T>(WidenTo<double>(v[k].v[e]) * scale[e] + shift[e]);
+            if (res != nullptr) o.v[e] = AddResidual(o.v[e], r[k].v[e]);
             if (relu && WidenTo<double>(o.v[e]) < 0.0) o.v[e] = RoundTo<T>(0.0);  // relu's rule: keeps NaN and -0
           }
           y[offset + k * step] = o;
@@ -428,11 +434,13 @@ cudaError_t ColumnForward(const BatchNormLaunchParams& p, const BatchNormForward
       <<<FinalizeGrid(p.channels), kBatchNormThreads, 0, stream>>>(p, split, op, partials, coeffs);
   if (const cudaError_t error = LaunchError(); error != cudaSuccess) return error;
   if (p.outer == 0) return cudaSuccess;
-  const int width = WidthFor<T>(p.channels, {op.x, op.out});
+  const int width = WidthFor<T>(p.channels, {op.x, op.out, op.residual});
   const ColumnGeometry g = GeometryFor(p, sizeof(T), width, kApplyRows);
   T* out = static_cast<T*>(op.out);
+  const T* residual = static_cast<const T*>(op.residual);
   WithWidth<T>(width, [&](auto w) {
-    ColumnApplyKernel<T, decltype(w)::value><<<GridOf(g), kBatchNormThreads, 0, stream>>>(g, coeffs, x, out, p.relu);
+    ColumnApplyKernel<T, decltype(w)::value>
+        <<<GridOf(g), kBatchNormThreads, 0, stream>>>(g, coeffs, x, residual, out, p.relu);
   });
   return LaunchError();
 }

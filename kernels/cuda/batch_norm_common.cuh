@@ -78,6 +78,15 @@ int WidthFor(int64_t contiguous, std::initializer_list<const void*> pointers) {
   return kVector;
 }
 
+// out + residual as add.Tensor computes it (in float32 for float32 and
+// 16-bit tensors, in double for float64), rounded to T: a residual folded
+// into the batch norm (fold_activations.h) stores what the add would have.
+template <typename T>
+__device__ __forceinline__ T AddResidual(T out, T residual) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  return RoundTo<T>(WidenTo<A>(out) + WidenTo<A>(residual));
+}
+
 inline unsigned FinalizeGrid(int64_t channels) {
   const int64_t blocks = (channels + kWarpsPerBlock - 1) / kWarpsPerBlock;
   return static_cast<unsigned>(blocks < kMaxGrid ? blocks : kMaxGrid);

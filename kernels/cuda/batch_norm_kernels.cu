@@ -52,6 +52,7 @@
 namespace tandem::cuda {
 namespace {
 
+using batch_norm::AddResidual;
 using batch_norm::BatchNormBackwardFinalizeKernel;
 using batch_norm::BatchNormForwardFinalizeKernel;
 using batch_norm::ChunkSplit;
@@ -197,14 +198,16 @@ __global__ void __launch_bounds__(kBatchNormThreads)
   }
 }
 
-// out = x * scale + shift (then relu's x < 0 ? 0 : x on the stored value,
-// with `relu`), a chunk per block. Each thread loads all its units before
-// storing any, so `out` may be `x`.
+// out = x * scale + shift (then + residual, where it is not null, and
+// relu's x < 0 ? 0 : x, with `relu`, each on the stored value), a chunk per
+// block. Each thread loads all its units before storing any, so `out` may
+// be `x` or `residual`.
 template <typename T, int kWidth>
 __global__ void __launch_bounds__(kBatchNormThreads)
-    BatchNormApplyKernel(ChunkGeometry g, const double* coeffs, const T* x, T* out, bool relu) {
+    BatchNormApplyKernel(ChunkGeometry g, const double* coeffs, const T* x, const T* residual, T* out, bool relu) {
   constexpr int kUnits = kElementsPerThread / kWidth;
   const Pack<T, kWidth>* in = reinterpret_cast<const Pack<T, kWidth>*>(x);
+  const Pack<T, kWidth>* res = reinterpret_cast<const Pack<T, kWidth>*>(residual);
   Pack<T, kWidth>* y = reinterpret_cast<Pack<T, kWidth>*>(out);
   const int64_t blocks = g.channels * g.chunks;
   for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
@@ -215,10 +218,13 @@ __global__ void __launch_bounds__(kBatchNormThreads)
     UnitCursor start;
     const int valid = StartCursor<kUnits>(g, c, chunk, &start);
     UnitCursor cursor = start;
-    Pack<T, kWidth> v[kUnits];
+    Pack<T, kWidth> v[kUnits], r[kUnits];
 #pragma unroll
     for (int k = 0; k < kUnits; ++k) {
-      if (k < valid) v[k] = in[cursor.offset];
+      if (k < valid) {
+        v[k] = in[cursor.offset];
+        if (res != nullptr) r[k] = res[cursor.offset];
+      }
       cursor.Advance(g);
     }
     cursor = start;
@@ -229,6 +235,7 @@ __global__ void __launch_bounds__(kBatchNormThreads)
 #pragma unroll
         for (int e = 0; e < kWidth; ++e) {
           o.v[e] = RoundTo<T>(WidenTo<double>(v[k].v[e]) * scale + shift);
+          if (res != nullptr) o.v[e] = AddResidual(o.v[e], r[k].v[e]);
           if (relu && WidenTo<double>(o.v[e]) < 0.0) o.v[e] = RoundTo<T>(0.0);  // relu's rule: keeps NaN and -0
         }
         y[cursor.offset] = o;
@@ -379,13 +386,15 @@ cudaError_t Forward(const BatchNormLaunchParams& p, const BatchNormForwardOperan
       p, ChunkSplit{chunks, kChunkElements}, op, partials, coeffs);
   if (const cudaError_t error = LaunchError(); error != cudaSuccess) return error;
   if (chunks == 0) return cudaSuccess;
-  const int width = WidthFor<T>(p.inner, {op.x, op.out});
+  const int width = WidthFor<T>(p.inner, {op.x, op.out, op.residual});
   const ChunkGeometry g = GeometryFor(p, width);
   T* out = static_cast<T*>(op.out);
+  const T* residual = static_cast<const T*>(op.residual);
   if (width == kVector) {
-    BatchNormApplyKernel<T, kVector><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, coeffs, x, out, p.relu);
+    BatchNormApplyKernel<T, kVector>
+        <<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, coeffs, x, residual, out, p.relu);
   } else {
-    BatchNormApplyKernel<T, 1><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, coeffs, x, out, p.relu);
+    BatchNormApplyKernel<T, 1><<<ChunkGrid(g), kBatchNormThreads, 0, stream>>>(g, coeffs, x, residual, out, p.relu);
   }
   return LaunchError();
 }

@@ -86,8 +86,8 @@ absl::StatusOr<BatchNormLaunchParams> SplitOf(const KernelArgs& args, const Shap
   return p;
 }
 
-// Inputs: input, weight, bias[, running_mean, running_var]. Outputs: out,
-// save_mean, save_invstd[, new_running_mean, new_running_var].
+// Inputs: input, weight, bias[, running_mean, running_var][, residual].
+// Outputs: out, save_mean, save_invstd[, new_running_mean, new_running_var].
 absl::Status BatchNormForwardKernel(const CudaKernelContext& context, const KernelArgs& args) {
   const TensorArg& input = args.inputs[0];
   const DType dtype = input.type.dtype;
@@ -97,11 +97,13 @@ absl::Status BatchNormForwardKernel(const CudaKernelContext& context, const Kern
   ASSIGN_OR_RETURN(p.momentum, args.node->attrs.GetFloat("momentum"));
   ASSIGN_OR_RETURN(p.eps, args.node->attrs.GetFloat("eps"));
   ASSIGN_OR_RETURN(p.relu, args.node->attrs.GetBool("relu", false));
+  ASSIGN_OR_RETURN(bool residual, args.node->attrs.GetBool("residual", false));
   BatchNormForwardOperands op;
   op.x = input.data;
   op.weight = args.inputs[1].data;
   op.bias = args.inputs[2].data;
-  if (args.inputs.size() == 5) {
+  if (residual) op.residual = args.inputs.back().data;
+  if (args.inputs.size() - (residual ? 1 : 0) == 5) {
     op.running_mean = args.inputs[3].data;
     op.running_var = args.inputs[4].data;
   }

@@ -77,6 +77,7 @@ struct BatchNormForwardOperands {
   const void* bias = nullptr;
   const void* running_mean = nullptr;  // eval mode: required
   const void* running_var = nullptr;
+  const void* residual = nullptr;  // of x's type, or null: out = round(out + residual), then the relu
   void* out = nullptr;
   void* save_mean = nullptr;         // training only
   void* save_invstd = nullptr;       // training only

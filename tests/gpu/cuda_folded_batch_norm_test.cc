@@ -1,8 +1,8 @@
-// Batch norm with a folded ReLU and a folded ReLU gradient
-// (compiler/fold_activations.h) on the GPU: against the CPU oracle on fresh
-// random inputs, op by op and replayed, and against the unfolded ops
-// (batch norm, relu, threshold_backward, batch-norm backward) on the GPU,
-// bit for bit. float32, float64, bfloat16 and float16; shapes whose rows
+// Batch norm with a folded ReLU, a folded residual add and a folded ReLU
+// gradient (compiler/fold_activations.h) on the GPU: against the CPU oracle
+// on fresh random inputs, op by op and replayed, and against the unfolded
+// ops (batch norm, add, relu, threshold_backward, batch-norm backward) on
+// the GPU, bit for bit. float32, float64, bfloat16 and float16; shapes whose rows
 // are and are not whole 16-byte vectors, NCHW (the chunked kernels) and
 // [M, C] (the column kernels: C a multiple of every vector width, of some,
 // of none).
@@ -51,6 +51,16 @@ TEST(CudaFoldedBatchNorm, MatchesCpuAndTheUnfoldedOpsExactly) {
       fwd_relu.Set("relu", true);
       const std::vector<int> folded = g.Add("_native_batch_norm_legit_functional", {x, w, b, rm, rv}, fwd_relu);
       ASSERT_EQ(folded.size(), 5u);
+      // relu(bn(x) + identity) and bn(x) + identity, folded and not.
+      const int identity = g.Feed({dtype, shape});
+      const int sum = g.Add1("add.Tensor", {plain[0], identity});
+      const int sum_relu = g.Add1("relu", {sum});
+      Attrs fwd_residual = fwd;
+      fwd_residual.Set("residual", true);
+      const int folded_sum = g.Add("_native_batch_norm_legit_functional", {x, w, b, rm, rv, identity}, fwd_residual)[0];
+      fwd_residual.Set("relu", true);
+      const int folded_sum_relu =
+          g.Add("_native_batch_norm_legit_functional", {x, w, b, rm, rv, identity}, fwd_residual)[0];
       const int gm = g.Add1("threshold_backward", {gy, r}, MakeAttrs({{"threshold", 0.0}}));
       const Attrs back = MakeAttrs({{"train", true}, {"eps", 1e-5}});
       const std::vector<int> plain_back =
@@ -69,6 +79,8 @@ TEST(CudaFoldedBatchNorm, MatchesCpuAndTheUnfoldedOpsExactly) {
       });
       for (bool replay : {false, true}) {
         EXPECT_TRUE(SameBytes(gpu[{folded[0], replay}], gpu[{r, replay}])) << "the folded ReLU";
+        EXPECT_TRUE(SameBytes(gpu[{folded_sum, replay}], gpu[{sum, replay}])) << "the folded residual";
+        EXPECT_TRUE(SameBytes(gpu[{folded_sum_relu, replay}], gpu[{sum_relu, replay}])) << "residual and ReLU";
         for (int k = 0; k < 3; ++k) {
           EXPECT_TRUE(SameBytes(gpu[{folded_back[k], replay}], gpu[{plain_back[k], replay}]))
               << "backward output " << k << (replay ? " (replay)" : "");

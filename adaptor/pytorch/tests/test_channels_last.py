@@ -7,7 +7,8 @@ relayout it inserts, the dims it remaps (cat and slice along channels in a dense
 expanded pooled gradient), the batch norms' channel dim, grouped and depthwise convolutions, and the weights'
 gradients permuted back for the optimizer. A wrong permutation or dim mixes channels with pixels and moves the
 losses by far more than float32 rounding (1e-4 relative). The daemon's log must also say that the job's graph ran
-channels-last, so that the test cannot pass with the pass skipped.
+channels-last, so that the test cannot pass with the pass skipped, and (ResNet-18) that every residual add folded
+into a batch norm.
 """
 
 import re
@@ -77,6 +78,14 @@ class ChannelsLastTest(unittest.TestCase):
     def test_resnet18(self):
         x = torch.randn(4, 3, 64, 64, generator=torch.Generator().manual_seed(1))
         self._check(_resnet18, x, "resnet18")
+        # Every block's last batch norm takes its residual add and the ReLU after it (compiler/fold_activations.h;
+        # a downsampling block's into the shortcut's batch norm), the other batch norms their ReLU: 8 residual
+        # folds, 17 with a ReLU, on channels-last values; the 9 ReLUs whose gradient only their batch norm reads
+        # fold into its backward.
+        with open(self.daemon.log_path, encoding="utf-8", errors="replace") as f:
+            folds = re.findall(r"batch norms folded .*?relu=(\d+) residual=(\d+) masked_backward=(\d+)", f.read())
+        self.assertTrue(folds, "the daemon did not log its batch-norm folds")
+        self.assertEqual(folds[-1], ("17", "8", "9"))
 
     def test_dense_block_with_grouped_and_depthwise_convolutions(self):
         x = torch.randn(3, 3, 8, 10, generator=torch.Generator().manual_seed(1))
