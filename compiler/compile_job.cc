@@ -29,7 +29,7 @@ absl::StatusOr<CompiledJob> CompileGraph(const v1::Graph& graph,
     if (limit <= 0 || job.channels_last_relayout_share <= limit) job.graph = std::move(last);
   }
   if (options.fold_activations) {
-    ASSIGN_OR_RETURN(job.graph, FoldActivations(job.graph));
+    ASSIGN_OR_RETURN(job.graph, FoldActivations(job.graph, options.fold_residuals));
   }
   if (options.fuse_elementwise) {
     ASSIGN_OR_RETURN(job.graph, FuseElementwise(job.graph));

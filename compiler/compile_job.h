@@ -32,6 +32,7 @@ struct CompileOptions {
   // ChannelsLastRelayoutShare is above this (auto); 0: no limit (true).
   double channels_last_max_relayout_share = 0;
   bool fold_activations = true;
+  bool fold_residuals = true;  // with fold_activations: residual adds too (TANDEM_FOLD_RESIDUAL=0: not, to measure)
   bool fuse_elementwise = true;
 };
 

@@ -18,7 +18,7 @@ bool IsBatchNormForward(const std::string& op) {
 
 class Folder {
  public:
-  explicit Folder(const Graph& g) : g_(g), uses_(g) {}
+  Folder(const Graph& g, bool fold_residuals) : g_(g), uses_(g), fold_residuals_(fold_residuals) {}
 
   absl::StatusOr<Graph> Run() {
     const int num_nodes = static_cast<int>(g_.nodes.size());
@@ -40,7 +40,7 @@ class Folder {
           relu_of[p] = i;
           dropped[i] = true;
         }
-      } else if (n.op == "add.Tensor" && n.inputs.size() == 2 && n.outputs.size() == 1 &&
+      } else if (fold_residuals_ && n.op == "add.Tensor" && n.inputs.size() == 2 && n.outputs.size() == 1 &&
                  n.attrs.GetFloat("alpha", 1.0).value_or(0.0) == 1.0) {
         for (int k = 0; k < 2; ++k) {
           const int v = n.inputs[k];
@@ -126,10 +126,13 @@ class Folder {
 
   const Graph& g_;
   const ValueUses uses_;
+  const bool fold_residuals_;
 };
 
 }  // namespace
 
-absl::StatusOr<Graph> FoldActivations(const Graph& graph) { return Folder(graph).Run(); }
+absl::StatusOr<Graph> FoldActivations(const Graph& graph, bool fold_residuals) {
+  return Folder(graph, fold_residuals).Run();
+}
 
 }  // namespace tandem

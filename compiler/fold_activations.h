@@ -42,8 +42,9 @@
 
 namespace tandem {
 
-// The folded graph (compiler/graph_rewriter.h).
-absl::StatusOr<Graph> FoldActivations(const Graph& graph);
+// The folded graph (compiler/graph_rewriter.h); residual adds only with
+// `fold_residuals`.
+absl::StatusOr<Graph> FoldActivations(const Graph& graph, bool fold_residuals = true);
 
 }  // namespace tandem
 

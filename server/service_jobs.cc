@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -164,6 +165,17 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
   });
 }
 
+namespace {
+
+// Residual adds fold into batch norms unless TANDEM_FOLD_RESIDUAL=0 (a switch
+// to measure the fold with, as TANDEM_PW_BATCH is for batched launches).
+bool FoldResiduals() {
+  const char* env = std::getenv("TANDEM_FOLD_RESIDUAL");
+  return env == nullptr || std::string(env) != "0";
+}
+
+}  // namespace
+
 CompileOptions Service::CompileOptionsFor() const {
   // auto: only where the layout's own permutes stay small next to the
   // convolutions' traffic (compiler/channels_last.h; docs/codegen.md).
@@ -171,6 +183,7 @@ CompileOptions Service::CompileOptionsFor() const {
   return {.channels_last = options_.channels_last == "true" || (options_.channels_last == "auto" && has_cuda_),
           .channels_last_max_relayout_share = options_.channels_last == "auto" ? kAutoMaxRelayoutShare : 0.0,
           .fold_activations = options_.fuse_elementwise,
+          .fold_residuals = FoldResiduals(),
           .fuse_elementwise = options_.fuse_elementwise};
 }
 
