@@ -44,7 +44,8 @@ namespace tandem {
 
 // The folded graph (compiler/graph_rewriter.h); residual adds only with
 // `fold_residuals`.
-absl::StatusOr<Graph> FoldActivations(const Graph& graph, bool fold_residuals = true);
+absl::StatusOr<Graph> FoldActivations(const Graph& graph, bool fold_residuals);
+inline absl::StatusOr<Graph> FoldActivations(const Graph& graph) { return FoldActivations(graph, true); }
 
 }  // namespace tandem
 
