@@ -1,5 +1,6 @@
 #include "compiler/channels_last.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -106,6 +107,13 @@ class Pass {
  private:
   const Shape& ShapeOf(int v) const { return g_.values[v].type.shape; }
   bool Rank4(int v) const { return ShapeOf(v).size() == 4; }
+  // A value of rank <= 4 with 1s prepended to rank 4, as broadcasting
+  // aligns it.
+  Shape Padded(int v) const {
+    Shape padded(4 - std::min<size_t>(ShapeOf(v).size(), 4), 1);
+    padded.insert(padded.end(), ShapeOf(v).begin(), ShapeOf(v).end());
+    return padded;
+  }
   // A 1x1 kernel's weight, which channels-last convolutions read as it is.
   bool Is1x1(int w) const { return Rank4(w) && ShapeOf(w)[2] == 1 && ShapeOf(w)[3] == 1; }
   // Whether `v` was computed channels-last (not merely relaid out: a
@@ -131,6 +139,12 @@ class Pass {
     std::vector<int> ids =
         out_.AddNew(op, {id}, std::move(attrs), {name}, to_last ? "to channels-last" : "to channels-first");
     return ids.empty() ? -1 : ids[0];
+  }
+
+  static Attrs ViewAttrs(const Shape& shape) {
+    Attrs attrs;
+    attrs.Set("size", std::vector<int64_t>(shape.begin(), shape.end()));
+    return attrs;
   }
 
   // The constant fill value `v` as a `full` node in either layout (it reads
@@ -168,6 +182,12 @@ class Pass {
     }
     const int first = First(v);
     if (first < 0) return -1;
+    if (!Rank4(v)) {  // a broadcast operand: its rank-4 form channels-last, the same bytes
+      std::vector<int> ids = out_.AddNew("view", {first}, ViewAttrs(Permuted(Padded(v), ToChannelsLast(4))),
+                                         {g_.values[v].name + kSuffix}, "to channels-last");
+      last_[v] = ids.empty() ? -1 : ids[0];
+      return last_[v];
+    }
     last_[v] = Relayout(first, ShapeOf(v), /*to_last=*/true, g_.values[v].name + kSuffix);
     return last_[v];
   }
@@ -274,16 +294,51 @@ class Pass {
       attrs.Set("channels_last", true);
       return EmitLast(n, Rank4Marks(n.inputs), {true}, std::move(attrs));
     }
+    if ((op == "permute" || op == "permute_copy") && Rank4(n.inputs[0]) && n.outputs.size() == 1 &&
+        IsLayoutDType(g_.values[n.outputs[0]].type.dtype)) {
+      ASSIGN_OR_RETURN(std::vector<int64_t> dims, attrs.GetInts("dims"));
+      for (int64_t& d : dims) d = Dim4(d);
+      const int in = n.inputs[0], result = n.outputs[0];
+      // The network's own move to [N, H, W, C] (ConvNeXt's and Swin's
+      // permute before a LayerNorm) of a value computed channels-last: the
+      // twin's bytes already are the result, so a view names them.
+      if (dims == ToChannelsLast(4) && Native(in)) {
+        const int twin = Last(in);
+        if (twin < 0) return out_.status();
+        std::vector<int> ids = out_.AddNew("view", {twin}, ViewAttrs(ShapeOf(result)), {g_.values[result].name},
+                                           n.label.empty() ? "a permute of a channels-last value" : n.label);
+        if (ids.empty()) return out_.status();
+        out_.SetMap(result, ids[0]);
+        return absl::OkStatus();
+      }
+      // And back to [N, C, H, W]: the input's bytes are the result's
+      // channels-last twin, computed channels-last for its readers (a
+      // channels-first reader gets the permute back as any twin's would).
+      if (dims == ToChannelsFirst(4)) {
+        const int source = First(in);
+        if (source < 0) return out_.status();
+        std::vector<int> ids =
+            out_.AddNew("view", {source}, ViewAttrs(ShapeOf(in)), {g_.values[result].name + kSuffix}, n.label);
+        if (ids.empty()) return out_.status();
+        last_[result] = ids[0];
+        computed_last_[result] = true;
+        return absl::OkStatus();
+      }
+      return EmitFirst(n);
+    }
     if (IsElementwise(op) && n.outputs.size() == 1 && Rank4(n.outputs[0])) {
       bool any = false, all = true;
+      std::vector<bool> marks;
       for (int v : n.inputs) {
-        if (Rank4(v)) {
-          any = any || Native(v);
-        } else if (g_.values[v].type.numel() != 1) {
-          all = false;  // a lower-rank broadcast operand aligns with the trailing dims
-        }
+        const bool broadcast = !Rank4(v) && g_.values[v].type.numel() != 1;
+        if (Rank4(v)) any = any || Native(v);
+        // A lower-rank broadcast operand aligns with the trailing dims: it
+        // follows as a view where its rank-4 form relays out for free
+        // (ConvNeXt's layer scale [C, 1, 1]).
+        if (broadcast) all = all && ShapeOf(v).size() < 4 && RelayoutIsFree(Padded(v));
+        marks.push_back(Rank4(v) || broadcast);
       }
-      if (any && all) return EmitLast(n, Rank4Marks(n.inputs), {true}, std::move(attrs));
+      if (any && all) return EmitLast(n, marks, {true}, std::move(attrs));
       return EmitFirst(n);
     }
     if (IsDimReduction(op) && Rank4(n.inputs[0]) && Native(n.inputs[0])) {

@@ -28,6 +28,14 @@
 //     Elementwise covers the comparisons, where, masked_fill, _to_copy and
 //     the math family, so that an activation's decomposed backward
 //     (Hardswish's masks) stays in the layout.
+//     A lower-rank broadcast operand of such an op follows as a view of its
+//     rank-4 form where that relays out for free (a layer scale [C, 1, 1],
+//     a row [W]).
+//   - The network's own permutes between [N, C, H, W] and [N, H, W, C]
+//     (ConvNeXt's and Swin's around a LayerNorm): to [N, H, W, C], of a
+//     value computed channels-last, is a view of its twin; back to
+//     [N, C, H, W] makes the result's twin a view of the input, computed
+//     channels-last for its readers.
 //   - A constant (zeros, ones, full, their *_like forms, fill.Scalar) reads
 //     no data: it becomes a `full` of the layout of its first reader of
 //     each kind, made where that reader is (SiLU's backward `1 -

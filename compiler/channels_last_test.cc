@@ -274,10 +274,11 @@ TEST(ChannelsLastTest, CompileJobRunsItBeforeTheFolds) {
 
 // Two 3x3 convolutions, an image [4, 3, 12, 12] to 16 channels and 16 to
 // 16, their weights persistent, and the mean of the result fetched; with
-// `own_permutes` the network moves its channels itself between them
-// (ConvNeXt's permute to [N, H, W, C] for its LayerNorm and back), which
-// the pass reads channels-first: a relayout of the activation each way.
-v1::RegisterJobRequest TwoConvolutions(bool own_permutes) {
+// `shuffle` the network moves its channels itself between them
+// (ShuffleNet's channel shuffle: a view to [N, 2, 8, H, W], a transpose of
+// the groups, a view back), which the pass reads channels-first: a
+// relayout of the activation each way.
+v1::RegisterJobRequest TwoConvolutions(bool shuffle) {
   v1::RegisterJobRequest reg;
   v1::Graph& g = *reg.mutable_graph();
   AddSpec(g.add_feeds(), "x", v1::FLOAT32, {4, 3, 12, 12});
@@ -289,11 +290,13 @@ v1::RegisterJobRequest TwoConvolutions(bool own_permutes) {
   Conv(g, "x", "w1", "c1", 1);
   AddNode(g, "relu", {"c1"}, "r");
   std::string between = "r";
-  if (own_permutes) {
-    SetInts(AddNode(g, "permute", {"r"}, "nhwc"), "dims", {0, 2, 3, 1});
-    AddNode(g, "neg", {"nhwc"}, "n");
-    SetInts(AddNode(g, "permute", {"n"}, "nchw"), "dims", {0, 3, 1, 2});
-    between = "nchw";
+  if (shuffle) {
+    SetInts(AddNode(g, "view", {"r"}, "groups"), "size", {4, 2, 8, 12, 12});
+    v1::Node* t = AddNode(g, "transpose_copy.int", {"groups"}, "swapped");
+    (*t->mutable_attrs())["dim0"].set_i(1);
+    (*t->mutable_attrs())["dim1"].set_i(2);
+    SetInts(AddNode(g, "view", {"swapped"}, "shuffled"), "size", {4, 16, 12, 12});
+    between = "shuffled";
   }
   Conv(g, between, "w2", "c2", 1);
   SetInts(AddNode(g, "mean.dim", {"c2"}, "m"), "dim", {1, 2, 3});
@@ -301,20 +304,60 @@ v1::RegisterJobRequest TwoConvolutions(bool own_permutes) {
   return reg;
 }
 
+// ConvNeXt's and Swin's own permutes, to [N, H, W, C] before a LayerNorm
+// and back after it, cost nothing channels-last: the first of a value
+// computed channels-last is a view of its twin, and the second's input is
+// the result's twin. Here conv -> relu -> permute -> neg -> permute back ->
+// a layer scale and a row bias -> conv: the only permutes are the image's,
+// the two 3x3 weights' and the fetched results' way back (the network's own
+// two are views), and every fetch is bit-identical.
+TEST(ChannelsLastTest, ANetworksOwnMoveToChannelsLastIsAView) {
+  v1::Graph g;
+  AddSpec(g.add_feeds(), "x", v1::FLOAT32, {2, 3, 6, 5});
+  AddSpec(g.add_feeds(), "w1", v1::FLOAT32, {8, 3, 3, 3});
+  AddSpec(g.add_feeds(), "w2", v1::FLOAT32, {8, 8, 3, 3});
+  AddSpec(g.add_feeds(), "scale", v1::FLOAT32, {8, 1, 1});
+  AddSpec(g.add_feeds(), "row", v1::FLOAT32, {5});
+  Conv(g, "x", "w1", "c1", 1);
+  AddNode(g, "relu", {"c1"}, "r");
+  SetInts(AddNode(g, "permute", {"r"}, "nhwc"), "dims", {0, 2, 3, 1});
+  AddNode(g, "neg", {"nhwc"}, "n");
+  SetInts(AddNode(g, "permute", {"n"}, "nchw"), "dims", {0, 3, 1, 2});
+  // Lower-rank broadcast operands follow as views: a layer scale [C, 1, 1]
+  // and a [W] row.
+  AddNode(g, "mul.Tensor", {"nchw", "scale"}, "scaled");
+  AddNode(g, "add.Tensor", {"scaled", "row"}, "shifted");
+  Conv(g, "shifted", "w2", "c2", 1);
+  for (const char* f : {"c2", "nhwc", "nchw"}) g.add_fetches(f);
+  auto last = testing::ApplyPass(g, Persistent(), ChannelsLast);
+  ASSERT_TRUE(last.ok()) << last.status();
+  // x, w1, w2 in; c2 and nchw back for their fetches (nhwc is a view).
+  EXPECT_EQ(Count(*last, "permute"), 5) << last->DebugString();
+  std::mt19937_64 rng(13);
+  const Contents feeds = testing::RandomFeeds(g, rng, {});
+  auto want = testing::RunWireGraphOnCpu(g, Persistent(), feeds);
+  auto got = testing::RunWireGraphOnCpu(*last, Persistent(), feeds);
+  ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
+  for (const std::string& fetch : g.fetches()) {
+    ASSERT_EQ(got->count(fetch), 1u) << fetch;
+    EXPECT_TRUE(got->at(fetch) == want->at(fetch)) << fetch << " differs channels-last";
+  }
+}
+
 // What the layout costs against what it is for: a chain of convolutions
-// relays out only its image, one that permutes its own channels also an
+// relays out only its image, one that shuffles its own channels also an
 // activation each way; auto (a limit) keeps such a graph channels-first,
 // true (no limit) rewrites it anyway.
 TEST(ChannelsLastTest, AutoKeepsAGraphThatMovesItsOwnChannelsChannelsFirst) {
   for (bool own : {false, true}) {
-    SCOPED_TRACE(own ? "own permutes" : "a plain chain");
+    SCOPED_TRACE(own ? "a channel shuffle" : "a plain chain");
     const v1::RegisterJobRequest reg = TwoConvolutions(own);
     auto unlimited = CompileJob(reg, {.channels_last = true});
     auto limited = CompileJob(reg, {.channels_last = true, .channels_last_max_relayout_share = 0.1});
     ASSERT_TRUE(unlimited.ok() && limited.ok()) << unlimited.status() << limited.status();
     // Activations of 16 channels are A; the convolutions read and write
     // 3/16 A + A and A + A; the pass relays out the image (3/16 A), and
-    // with own permutes the ReLU's output back and the permuted one forth.
+    // with the shuffle the ReLU's output back and the shuffled one forth.
     EXPECT_NEAR(ChannelsLastRelayoutShare(unlimited->graph), (own ? 2.1875 : 0.1875) / 3.1875, 1e-9);
     EXPECT_DOUBLE_EQ(limited->channels_last_relayout_share, ChannelsLastRelayoutShare(unlimited->graph));
     auto channels_last = [](const CompiledJob& job) {
