@@ -131,6 +131,20 @@ std::map<std::string, std::string> DeclaredShapes(const v1::Graph& g) {
   return shapes;
 }
 
+// Every fetch of `last` (`g` rewritten) equals `g`'s, bit for bit, on the
+// CPU with random feeds drawn from `seed`.
+void ExpectSameFetches(const v1::Graph& g, const v1::Graph& last, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const Contents feeds = testing::RandomFeeds(g, rng, {});
+  auto want = testing::RunWireGraphOnCpu(g, Persistent(), feeds);
+  auto got = testing::RunWireGraphOnCpu(last, Persistent(), feeds);
+  ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
+  for (const std::string& fetch : g.fetches()) {
+    ASSERT_EQ(got->count(fetch), 1u) << fetch;
+    EXPECT_TRUE(got->at(fetch) == want->at(fetch)) << fetch << " differs channels-last";
+  }
+}
+
 // The rewritten step computes what the step computes: on the CPU every
 // channels-last node runs its channels-first kernel on permuted copies, and
 // a channels-last batch norm sums each channel in the same order, so every
@@ -224,15 +238,7 @@ TEST(ChannelsLastTest, AConstantIsMadeInTheLayoutItsReaderWants) {
               ::testing::UnorderedElementsAre(std::vector<int64_t>{2, 6, 5, 8}, std::vector<int64_t>{2, 8, 6, 5},
                                               std::vector<int64_t>{2, 8, 6, 5}))
       << last->DebugString();
-  std::mt19937_64 rng(11);
-  const Contents feeds = testing::RandomFeeds(g, rng, {});
-  auto want = testing::RunWireGraphOnCpu(g, Persistent(), feeds);
-  auto got = testing::RunWireGraphOnCpu(*last, Persistent(), feeds);
-  ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
-  for (const std::string& fetch : g.fetches()) {
-    ASSERT_EQ(got->count(fetch), 1u) << fetch;
-    EXPECT_TRUE(got->at(fetch) == want->at(fetch)) << fetch << " differs channels-last";
-  }
+  ExpectSameFetches(g, *last, 11);
 }
 
 TEST(ChannelsLastTest, AGraphWithoutConvolutionsOrInFloat64IsUnchanged) {
@@ -333,15 +339,7 @@ TEST(ChannelsLastTest, ANetworksOwnMoveToChannelsLastIsAView) {
   ASSERT_TRUE(last.ok()) << last.status();
   // x, w1, w2 in; c2 and nchw back for their fetches (nhwc is a view).
   EXPECT_EQ(Count(*last, "permute"), 5) << last->DebugString();
-  std::mt19937_64 rng(13);
-  const Contents feeds = testing::RandomFeeds(g, rng, {});
-  auto want = testing::RunWireGraphOnCpu(g, Persistent(), feeds);
-  auto got = testing::RunWireGraphOnCpu(*last, Persistent(), feeds);
-  ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
-  for (const std::string& fetch : g.fetches()) {
-    ASSERT_EQ(got->count(fetch), 1u) << fetch;
-    EXPECT_TRUE(got->at(fetch) == want->at(fetch)) << fetch << " differs channels-last";
-  }
+  ExpectSameFetches(g, *last, 13);
 }
 
 // What the layout costs against what it is for: a chain of convolutions
