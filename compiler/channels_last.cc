@@ -114,6 +114,16 @@ class Pass {
     padded.insert(padded.end(), ShapeOf(v).begin(), ShapeOf(v).end());
     return padded;
   }
+  // A depthwise convolution (or its backward) of input `x` and weight `w`
+  // with a window larger than 5x5 stays channels-first: cuDNN's NHWC
+  // kernels for it are slow (ConvNeXt-T's 7x7 depthwise backward took 23.6
+  // ms channels-last against 14.8 ms channels-first per step on an H100,
+  // float32; the 3x3 and 5x5 ones of EfficientNet-B0 and MobileNetV3 gain
+  // with the layout). docs/codegen.md.
+  bool SlowChannelsLast(const Node& n, int x, int w) const {
+    const int64_t groups = n.attrs.GetInt("groups", 1).value_or(1);
+    return groups > 1 && groups == ShapeOf(x)[1] && ShapeOf(w)[2] * ShapeOf(w)[3] > 25;
+  }
   // A 1x1 kernel's weight, which channels-last convolutions read as it is.
   bool Is1x1(int w) const { return Rank4(w) && ShapeOf(w)[2] == 1 && ShapeOf(w)[3] == 1; }
   // Whether `v` was computed channels-last (not merely relaid out: a
@@ -245,13 +255,15 @@ class Pass {
       return absl::OkStatus();
     }
     const bool float_layout = !n.outputs.empty() && IsLayoutDType(g_.values[n.outputs[0]].type.dtype);
-    if (op == "convolution" && float_layout && Rank4(n.inputs[0]) && Rank4(n.inputs[1])) {
+    if (op == "convolution" && float_layout && Rank4(n.inputs[0]) && Rank4(n.inputs[1]) &&
+        !SlowChannelsLast(n, n.inputs[0], n.inputs[1])) {
       attrs.Set("channels_last", true);
       std::vector<bool> in = {true, !Is1x1(n.inputs[1]), false};
       in.resize(n.inputs.size());
       return EmitLast(n, in, {true}, std::move(attrs));
     }
-    if (op == "convolution_backward" && float_layout && Rank4(n.inputs[1]) && Rank4(n.inputs[2])) {
+    if (op == "convolution_backward" && float_layout && Rank4(n.inputs[1]) && Rank4(n.inputs[2]) &&
+        !SlowChannelsLast(n, n.inputs[1], n.inputs[2])) {
       attrs.Set("channels_last", true);
       const bool permuted_weight = !Is1x1(n.inputs[2]);
       const int grad_weight = n.outputs[1];

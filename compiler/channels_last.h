@@ -8,8 +8,9 @@
 // value is a new value of the permuted shape, and every node that reads it
 // is one that computes the same thing on that layout:
 //
-//   - 2-D convolution and convolution_backward (float32 and 16-bit) always
-//     run channels-last (attribute channels_last = true): input, output and
+//   - 2-D convolution and convolution_backward (float32 and 16-bit) run
+//     channels-last, except depthwise ones with a window over 5x5 (cuDNN's
+//     NHWC kernels for those are slow: ConvNeXt's 7x7) (attribute channels_last = true): input, output and
 //     their gradients [N, H, W, C]; the weight is read as [O, kH, kW, C / g]
 //     (one permute of each weight per iteration, shared by the forward and
 //     the backward) and its gradient permuted back for the optimizer right

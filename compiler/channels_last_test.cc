@@ -310,6 +310,36 @@ v1::RegisterJobRequest TwoConvolutions(bool shuffle) {
   return reg;
 }
 
+// A depthwise convolution with a window over 5x5 (ConvNeXt's 7x7) stays
+// channels-first, its backward too: cuDNN's NHWC kernels for it measured
+// slower; a 3x3 depthwise one runs channels-last.
+TEST(ChannelsLastTest, ALargeDepthwiseWindowStaysChannelsFirst) {
+  for (int64_t k : {7, 3}) {
+    SCOPED_TRACE(k);
+    v1::Graph g;
+    AddSpec(g.add_feeds(), "x", v1::FLOAT32, {2, 8, 9, 9});
+    AddSpec(g.add_feeds(), "w", v1::FLOAT32, {8, 1, k, k});
+    AddSpec(g.add_feeds(), "gy", v1::FLOAT32, {2, 8, 9, 9});
+    (*Conv(g, "x", "w", "y", k / 2)->mutable_attrs())["groups"].set_i(8);
+    v1::Node* back = g.add_nodes();
+    back->set_op("convolution_backward");
+    for (const char* in : {"gy", "x", "w"}) back->add_inputs(in);
+    for (const char* out : {"gx", "gw", "gb"}) back->add_outputs(out);
+    SetInts(back, "stride", {1, 1});
+    SetInts(back, "padding", {k / 2, k / 2});
+    SetInts(back, "dilation", {1, 1});
+    SetInts(back, "output_mask", {1, 1, 0});
+    (*back->mutable_attrs())["groups"].set_i(8);
+    for (const char* f : {"y", "gx", "gw"}) g.add_fetches(f);
+    auto last = testing::ApplyPass(g, Persistent(), ChannelsLast);
+    ASSERT_TRUE(last.ok()) << last.status();
+    int channels_last = 0;
+    for (const v1::Node& n : last->nodes()) channels_last += ChannelsLastAttr(n);
+    EXPECT_EQ(channels_last, k == 7 ? 0 : 2) << last->DebugString();
+    ExpectSameFetches(g, *last, 17);
+  }
+}
+
 // ConvNeXt's and Swin's own permutes, to [N, H, W, C] before a LayerNorm
 // and back after it, cost nothing channels-last: the first of a value
 // computed channels-last is a view of its twin, and the second's input is
