@@ -4,6 +4,7 @@
 
 #include "base/status_macros.h"
 #include "compiler/channels_last.h"
+#include "compiler/elide_copies.h"
 #include "compiler/fold_activations.h"
 #include "compiler/fold_transposes.h"
 #include "compiler/fuse_elementwise.h"
@@ -19,6 +20,9 @@ absl::StatusOr<CompiledJob> CompileGraph(const v1::Graph& graph,
                                          const CompileOptions& options) {
   CompiledJob job;
   ASSIGN_OR_RETURN(job.graph, BuildGraph(graph, persistent, options.limits));
+  if (options.elide_copies) {
+    ASSIGN_OR_RETURN(job.graph, ElideCopies(job.graph));
+  }
   if (options.fold_transposes) {
     ASSIGN_OR_RETURN(job.graph, FoldTransposes(job.graph));
   }

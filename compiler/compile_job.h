@@ -3,10 +3,12 @@
 // every error a job can fail with names the client's own node), runs the
 // graph passes over the IR, and plans one iteration's memory exactly.
 //
-// The passes, in order: transposes folded into the products that read them
+// The passes, in order: needless copies removed (compiler/elide_copies.h),
+// transposes folded into the products that read them
 // (compiler/fold_transposes.h), a convolution network's activations stored
-// channels-last for jobs on a GPU (compiler/channels_last.h), ReLUs folded into the batch norms before
-// them and their gradients into the batch-norm backward ops after them
+// channels-last for jobs on a GPU (compiler/channels_last.h), ReLUs and
+// residual adds folded into the batch norms before them and the ReLUs'
+// gradients into the batch-norm backward ops after them
 // (compiler/fold_activations.h), then chains of elementwise nodes fused into
 // one node each (compiler/fuse_elementwise.h). Each rewrites the graph
 // through an IrBuilder, so every graph a pass produces is validated again.
@@ -26,6 +28,7 @@ namespace tandem {
 
 struct CompileOptions {
   GraphLimits limits;
+  bool elide_copies = true;
   bool fold_transposes = true;
   bool channels_last = false;  // the daemon's option channels_last (auto: jobs on CUDA devices)
   // With channels_last: keep the source graph where the rewrite's
