@@ -167,10 +167,11 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
 
 namespace {
 
-// Residual adds fold into batch norms unless TANDEM_FOLD_RESIDUAL=0 (a switch
-// to measure the fold with, as TANDEM_PW_BATCH is for batched launches).
-bool FoldResiduals() {
-  const char* env = std::getenv("TANDEM_FOLD_RESIDUAL");
+// Whether the environment leaves a compiler pass on: unless `name` is "0".
+// Switches to measure a pass with (TANDEM_FOLD_RESIDUAL, TANDEM_ELIDE_COPIES;
+// TANDEM_PW_BATCH is batched launches').
+bool PassOn(const char* name) {
+  const char* env = std::getenv(name);
   return env == nullptr || std::string(env) != "0";
 }
 
@@ -180,10 +181,11 @@ CompileOptions Service::CompileOptionsFor() const {
   // auto: only where the layout's own permutes stay small next to the
   // convolutions' traffic (compiler/channels_last.h; docs/codegen.md).
   constexpr double kAutoMaxRelayoutShare = 0.1;
-  return {.channels_last = options_.channels_last == "true" || (options_.channels_last == "auto" && has_cuda_),
+  return {.elide_copies = PassOn("TANDEM_ELIDE_COPIES"),
+          .channels_last = options_.channels_last == "true" || (options_.channels_last == "auto" && has_cuda_),
           .channels_last_max_relayout_share = options_.channels_last == "auto" ? kAutoMaxRelayoutShare : 0.0,
           .fold_activations = options_.fuse_elementwise,
-          .fold_residuals = FoldResiduals(),
+          .fold_residuals = PassOn("TANDEM_FOLD_RESIDUAL"),
           .fuse_elementwise = options_.fuse_elementwise};
 }
 
