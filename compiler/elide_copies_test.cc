@@ -16,13 +16,8 @@ namespace {
 using testing::AddNode;
 using testing::AddSpec;
 using testing::Contents;
+using testing::Ops;
 using testing::Persistent;
-
-std::vector<std::string> Ops(const v1::Graph& g) {
-  std::vector<std::string> ops;
-  for (const v1::Node& n : g.nodes()) ops.push_back(n.op());
-  return ops;
-}
 
 void SetSize(v1::Node* n, const std::vector<int64_t>& size) {
   for (int64_t d : size) (*n->mutable_attrs())["size"].mutable_ints()->add_values(d);

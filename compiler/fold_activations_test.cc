@@ -20,13 +20,8 @@ using testing::AddSpec;
 using ::testing::Contains;
 using testing::Contents;
 using ::testing::Not;
+using testing::Ops;
 using testing::Persistent;
-
-std::vector<std::string> Ops(const v1::Graph& g) {
-  std::vector<std::string> ops;
-  for (const v1::Node& n : g.nodes()) ops.push_back(n.op());
-  return ops;
-}
 
 const v1::Node* NodeOf(const v1::Graph& g, const std::string& op) {
   for (const v1::Node& n : g.nodes()) {

@@ -114,4 +114,10 @@ absl::StatusOr<v1::Graph> Normalized(const v1::Graph& wire, const Persistent& pe
   return ToWire(graph);
 }
 
+std::vector<std::string> Ops(const v1::Graph& g) {
+  std::vector<std::string> ops;
+  for (const v1::Node& n : g.nodes()) ops.push_back(n.op());
+  return ops;
+}
+
 }  // namespace tandem::testing

@@ -26,6 +26,9 @@ void AddSpec(v1::TensorSpec* spec, const std::string& name, v1::DType dtype, con
 v1::Node* AddNode(v1::Graph& g, const std::string& op, const std::vector<std::string>& inputs,
                   const std::string& output);
 
+// The ops of `g`'s nodes, in order.
+std::vector<std::string> Ops(const v1::Graph& g);
+
 // Builds `wire` with `persistent` (names, types and data) and runs it once
 // on the CPU with `feeds`; returns the bytes of every fetchable tensor and
 // of every persistent tensor after the run (updates applied).
