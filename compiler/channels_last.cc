@@ -142,7 +142,7 @@ class Pass {
     std::string op = "permute";
     if (free) {
       op = "view";
-      attrs.Set("size", std::vector<int64_t>(target.begin(), target.end()));
+      attrs = SizeAttrs(target);
     } else {
       attrs.Set("dims", to_last ? ToChannelsLast(4) : ToChannelsFirst(4));
     }
@@ -151,7 +151,8 @@ class Pass {
     return ids.empty() ? -1 : ids[0];
   }
 
-  static Attrs ViewAttrs(const Shape& shape) {
+  // Attributes {size: shape} (a view's, a full's).
+  static Attrs SizeAttrs(const Shape& shape) {
     Attrs attrs;
     attrs.Set("size", std::vector<int64_t>(shape.begin(), shape.end()));
     return attrs;
@@ -161,9 +162,7 @@ class Pass {
   // nothing, so neither layout costs a relayout).
   int Constant(int v, bool to_last) {
     const Shape& shape = ShapeOf(v);
-    const Shape size = to_last ? Permuted(shape, ToChannelsLast(4)) : shape;
-    Attrs attrs;
-    attrs.Set("size", std::vector<int64_t>(size.begin(), size.end()));
+    Attrs attrs = SizeAttrs(to_last ? Permuted(shape, ToChannelsLast(4)) : shape);
     attrs.Set("fill_value", fill_value_[v]);
     attrs.Set("dtype", g_.values[v].type.dtype);
     std::vector<int> ids = out_.AddNew(
@@ -193,7 +192,7 @@ class Pass {
     const int first = First(v);
     if (first < 0) return -1;
     if (!Rank4(v)) {  // a broadcast operand: its rank-4 form channels-last, the same bytes
-      std::vector<int> ids = out_.AddNew("view", {first}, ViewAttrs(Permuted(Padded(v), ToChannelsLast(4))),
+      std::vector<int> ids = out_.AddNew("view", {first}, SizeAttrs(Permuted(Padded(v), ToChannelsLast(4))),
                                          {g_.values[v].name + kSuffix}, "to channels-last");
       last_[v] = ids.empty() ? -1 : ids[0];
       return last_[v];
@@ -317,7 +316,7 @@ class Pass {
       if (dims == ToChannelsLast(4) && Native(in)) {
         const int twin = Last(in);
         if (twin < 0) return out_.status();
-        std::vector<int> ids = out_.AddNew("view", {twin}, ViewAttrs(ShapeOf(result)), {g_.values[result].name},
+        std::vector<int> ids = out_.AddNew("view", {twin}, SizeAttrs(ShapeOf(result)), {g_.values[result].name},
                                            n.label.empty() ? "a permute of a channels-last value" : n.label);
         if (ids.empty()) return out_.status();
         out_.SetMap(result, ids[0]);
@@ -330,7 +329,7 @@ class Pass {
         const int source = First(in);
         if (source < 0) return out_.status();
         std::vector<int> ids =
-            out_.AddNew("view", {source}, ViewAttrs(ShapeOf(in)), {g_.values[result].name + kSuffix}, n.label);
+            out_.AddNew("view", {source}, SizeAttrs(ShapeOf(in)), {g_.values[result].name + kSuffix}, n.label);
         if (ids.empty()) return out_.status();
         last_[result] = ids[0];
         computed_last_[result] = true;

@@ -37,34 +37,54 @@ struct Options {
   bool masked_grad_read_twice = false;  // the threshold_backward's output has another reader
 };
 
+// The feeds of one batch-norm layer: x and g (the incoming gradient) [4, 3,
+// 5, 6] of `dtype`, and w, b, rm, rv [3] (float64 for float64, else
+// float32).
+void AddLayerFeeds(v1::Graph& g, v1::DType dtype) {
+  const Shape x_shape = {4, 3, 5, 6};
+  AddSpec(g.add_feeds(), "x", dtype, x_shape);
+  AddSpec(g.add_feeds(), "g", dtype, x_shape);
+  const v1::DType param = dtype == v1::FLOAT64 ? v1::FLOAT64 : v1::FLOAT32;
+  for (const char* name : {"w", "b", "rm", "rv"}) AddSpec(g.add_feeds(), name, param, {3});
+}
+
+// A training batch norm of `in` with w, b, rm, rv; outputs y, mean, invstd,
+// rm2, rv2, each name followed by `suffix`.
+void AddBatchNorm(v1::Graph& g, const std::string& in, const std::string& suffix = "") {
+  v1::Node* bn = g.add_nodes();
+  bn->set_op("_native_batch_norm_legit_functional");
+  bn->add_inputs(in);
+  for (const char* p : {"w", "b", "rm", "rv"}) bn->add_inputs(p);
+  for (const char* out : {"y", "mean", "invstd", "rm2", "rv2"}) bn->add_outputs(out + suffix);
+  (*bn->mutable_attrs())["training"].set_b(true);
+  (*bn->mutable_attrs())["momentum"].set_f(0.1);
+  (*bn->mutable_attrs())["eps"].set_f(1e-5);
+}
+
+// The backward of AddBatchNorm(g, "x") for the gradient `grad`: gx, gw, gb.
+void AddBatchNormBackward(v1::Graph& g, const std::string& grad) {
+  v1::Node* back = g.add_nodes();
+  back->set_op("native_batch_norm_backward");
+  back->add_inputs(grad);
+  for (const char* in : {"x", "w", "rm", "rv", "mean", "invstd"}) back->add_inputs(in);
+  for (const char* out : {"gx", "gw", "gb"}) back->add_outputs(out);
+  (*back->mutable_attrs())["train"].set_b(true);
+  (*back->mutable_attrs())["eps"].set_f(1e-5);
+}
+
 // One batch-norm layer's forward (training, running statistics updated),
 // its ReLU, and the backward through both, as a captured ResNet step has
 // them: x [4, 3, 5, 6], the ReLU's incoming gradient a feed.
 v1::Graph Layer(const Options& o) {
   v1::Graph g;
-  const Shape x_shape = {4, 3, 5, 6};
-  const v1::DType param = o.dtype == v1::FLOAT64 ? v1::FLOAT64 : v1::FLOAT32;
-  AddSpec(g.add_feeds(), "x", o.dtype, x_shape);
-  AddSpec(g.add_feeds(), "g", o.dtype, x_shape);
-  for (const char* name : {"w", "b", "rm", "rv"}) AddSpec(g.add_feeds(), name, param, {3});
-  v1::Node* bn = g.add_nodes();
-  bn->set_op("_native_batch_norm_legit_functional");
-  for (const char* in : {"x", "w", "b", "rm", "rv"}) bn->add_inputs(in);
-  for (const char* out : {"y", "mean", "invstd", "rm2", "rv2"}) bn->add_outputs(out);
-  (*bn->mutable_attrs())["training"].set_b(true);
-  (*bn->mutable_attrs())["momentum"].set_f(0.1);
-  (*bn->mutable_attrs())["eps"].set_f(1e-5);
+  AddLayerFeeds(g, o.dtype);
+  AddBatchNorm(g, "x");
   AddNode(g, "relu", {"y"}, "r");
   if (o.bn_out_read_twice) AddNode(g, "neg", {"y"}, "ny");
   v1::Node* tb = AddNode(g, "threshold_backward", {"g", "r"}, "gm");
   (*tb->mutable_attrs())["threshold"].set_f(0.0);
   if (o.masked_grad_read_twice) AddNode(g, "neg", {"gm"}, "ngm");
-  v1::Node* back = g.add_nodes();
-  back->set_op("native_batch_norm_backward");
-  for (const char* in : {"gm", "x", "w", "rm", "rv", "mean", "invstd"}) back->add_inputs(in);
-  for (const char* out : {"gx", "gw", "gb"}) back->add_outputs(out);
-  (*back->mutable_attrs())["train"].set_b(true);
-  (*back->mutable_attrs())["eps"].set_f(1e-5);
+  AddBatchNormBackward(g, "gm");
   for (const char* f : {"r", "gx", "gw", "gb", "rm2", "rv2"}) g.add_fetches(f);
   if (o.fetch_bn_out) g.add_fetches("y");
   if (o.bn_out_read_twice) g.add_fetches("ny");
@@ -139,24 +159,10 @@ struct ResidualOptions {
 // of a feed z that the step computes after the first.
 v1::Graph Residual(const ResidualOptions& o) {
   v1::Graph g;
-  const Shape x_shape = {4, 3, 5, 6};
-  const v1::DType param = o.dtype == v1::FLOAT64 ? v1::FLOAT64 : v1::FLOAT32;
-  AddSpec(g.add_feeds(), "x", o.dtype, x_shape);
-  AddSpec(g.add_feeds(), "g", o.dtype, x_shape);
-  AddSpec(g.add_feeds(), o.downsample ? "z" : "id", o.dtype, o.broadcast ? Shape{4, 3, 1, 1} : x_shape);
-  for (const char* name : {"w", "b", "rm", "rv"}) AddSpec(g.add_feeds(), name, param, {3});
-  auto batch_norm = [&](const std::string& in, const std::string& suffix) {
-    v1::Node* bn = g.add_nodes();
-    bn->set_op("_native_batch_norm_legit_functional");
-    bn->add_inputs(in);
-    for (const char* p : {"w", "b", "rm", "rv"}) bn->add_inputs(p);
-    for (const char* out : {"y", "mean", "invstd", "rm2", "rv2"}) bn->add_outputs(out + suffix);
-    (*bn->mutable_attrs())["training"].set_b(true);
-    (*bn->mutable_attrs())["momentum"].set_f(0.1);
-    (*bn->mutable_attrs())["eps"].set_f(1e-5);
-  };
-  batch_norm("x", "");
-  if (o.downsample) batch_norm("z", "_z");
+  AddLayerFeeds(g, o.dtype);
+  AddSpec(g.add_feeds(), o.downsample ? "z" : "id", o.dtype, o.broadcast ? Shape{4, 3, 1, 1} : Shape{4, 3, 5, 6});
+  AddBatchNorm(g, "x");
+  if (o.downsample) AddBatchNorm(g, "z", "_z");
   v1::Node* add = AddNode(g, "add.Tensor", {"y", o.downsample ? "y_z" : "id"}, "s");
   if (o.alpha != 1.0) (*add->mutable_attrs())["alpha"].set_f(o.alpha);
   const std::string out = o.relu ? "r" : "s";
@@ -164,12 +170,7 @@ v1::Graph Residual(const ResidualOptions& o) {
     AddNode(g, "relu", {"s"}, "r");
     (*AddNode(g, "threshold_backward", {"g", "r"}, "gm")->mutable_attrs())["threshold"].set_f(0.0);
   }
-  v1::Node* back = g.add_nodes();
-  back->set_op("native_batch_norm_backward");
-  for (const char* in : {o.relu ? "gm" : "g", "x", "w", "rm", "rv", "mean", "invstd"}) back->add_inputs(in);
-  for (const char* o : {"gx", "gw", "gb"}) back->add_outputs(o);
-  (*back->mutable_attrs())["train"].set_b(true);
-  (*back->mutable_attrs())["eps"].set_f(1e-5);
+  AddBatchNormBackward(g, o.relu ? "gm" : "g");
   for (const std::string& f : {out, std::string("gx"), std::string("gw"), std::string("rm2")}) g.add_fetches(f);
   return g;
 }
