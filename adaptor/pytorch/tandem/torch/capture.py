@@ -34,7 +34,7 @@ import torch.fx
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from tandem.errors import BatchError, CaptureError
-from tandem.torch import compat, fused_rnn
+from tandem.torch import compat, fused_rnn, stamp
 from tandem.torch.amp import Amp, autocast_region
 from tandem.torch.batch import BatchLayout, as_batch
 from tandem.torch.lower import Input, Output
@@ -339,8 +339,27 @@ def capture_training_step(model, loss_fn, plan, example_batch, outputs=None, cli
     P, B, T, S = len(param_names), len(buffer_names), len(trainable), len(scalars)
     K, G, A = len(state_names), len(steps), len(amp_state)
     output_specs = {}  # name -> (number of leaves, pytree spec) of its value, filled while tracing
+    own_outputs = [0]  # how many outputs the step has before the stamper's (stamp.UpdateStamper)
+    optimizer_phase = f"optimizer ({type(plan.optimizer).__name__})"
+    stamper = None
+
+    def update_one(key, p, grad, states, scalars, extras):
+        """One parameter's update (key: its group's index and scalar names); with loss scaling (extras: the
+        found-inf flag) none at all after an inf or NaN gradient, as GradScaler.step skips the step."""
+        group, names = key
+        _set_phase(optimizer_phase)
+        new_p, new_states = plan.update_one(plan.groups[group], p, grad, states, dict(zip(names, scalars)))
+        if extras:
+            _set_phase("loss scaling")
+            found_inf = extras[0]
+            new_p = torch.where(found_inf, p, new_p)
+            new_states = [torch.where(found_inf, old, new) for old, new in zip(states, new_states)]
+            _set_phase(optimizer_phase)
+        return new_p, new_states
 
     def step(*flat):
+        if stamper:
+            stamper.deferred.clear()  # a trace that runs the step twice (_trace_through_autograd) keeps the last
         params = list(flat[:P])
         buffers = list(flat[P:P + B])
         states_flat = flat[P + B:P + B + T * K]
@@ -403,15 +422,19 @@ def capture_training_step(model, loss_fn, plan, example_batch, outputs=None, cli
         if clipping:
             _set_phase("gradient clipping")
             grads = clipping.apply(grads)
-        _set_phase(f"optimizer ({type(plan.optimizer).__name__})")
-        new_params, new_states, new_steps = plan.update(trained, grads, states, feed_scalars, group_steps)
+        _set_phase(optimizer_phase)
+        extras = [found_inf] if scaling else []
+        if stamper is None:
+            def one(g, i, p, grad, state, s):
+                return update_one((g.index, tuple(s)), p, grad, state, list(s.values()), extras)
+        else:
+            def one(g, i, p, grad, state, s):
+                return stamper.defer((g.index, tuple(s)), p, grad, state, list(s.values()), extras,
+                                     (1 + i, [1 + T + i * K + k for k in range(K)]))
+        new_params, new_states, new_steps = plan.update(trained, grads, states, feed_scalars, group_steps, one)
         new_amp = []
         if scaling:
-            # GradScaler.step: no update at all after an inf or NaN gradient.
             _set_phase("loss scaling")
-            new_params = [torch.where(found_inf, old, new) for old, new in zip(trained, new_params)]
-            new_states = [[torch.where(found_inf, old, new) for old, new in zip(before, after)]
-                          for before, after in zip(states, new_states)]
             new_steps = [torch.where(found_inf, old, new) for old, new in zip(group_steps, new_steps)]
             new_amp = list(scaling.update(scale, tracker, found_inf))
         _set_phase("")
@@ -427,7 +450,9 @@ def capture_training_step(model, loss_fn, plan, example_batch, outputs=None, cli
                 output_specs[name] = (len(flat_value), spec)
                 leaves += flat_value
             _set_phase("")
-        return (loss, *new_params, *flat_states, *new_steps, *new_amp, *buffers, *leaves)
+        own = (loss, *new_params, *flat_states, *new_steps, *new_amp, *buffers, *leaves)
+        own_outputs[0] = len(own)
+        return own + tuple(stamper.extra_outputs() if stamper else ())
 
     flat_inputs = [p.detach().cpu().clone() for _, p in cpu_named_params]
     flat_inputs += [b.detach().cpu().clone() for _, b in named_buffers]
@@ -441,7 +466,12 @@ def capture_training_step(model, loss_fn, plan, example_batch, outputs=None, cli
     flat_inputs += batch
 
     with _labelled(cpu_model), _rnn_weights_follow_attributes(cpu_model), _fused_rnns(cpu_model):
+        stamper = stamp.UpdateStamper(update_one) if stamp.enabled() else None
         gm = _trace(step, [t.clone() for t in flat_inputs], "the training step")
+        if stamper and not stamper.apply(gm, lambda fn, inputs: _trace(fn, inputs, "the optimizer's update"),
+                                         own_outputs[0]):
+            stamper = None  # an update that depends on the parameter's shape: trace every one
+            gm = _trace(step, [t.clone() for t in flat_inputs], "the training step")
     _check_no_captured_state(gm, cpu_model)
 
     inputs = [Input("persistent", n, t) for n, t in zip(param_names, flat_inputs[:P])]

@@ -295,13 +295,15 @@ read_step(group index)'s). Before the first iteration, and for
 
     # ---- the traced update ----
 
-    def update(self, params, grads, states, scalars, steps=()):
+    def update(self, params, grads, states, scalars, steps=(), update_one=None):
         """New parameters, states and (with device_steps) step counts: lists aligned with the inputs; states[i]
-        in state_names order, steps in group order. Runs under tracing."""
+        in state_names order, steps in group order. Runs under tracing. update_one(group, trainable index,
+        parameter, gradient, [states], {scalar name: rank-0 tensor}) -> (new parameter, [new states]) updates
+        one parameter (default: self.update_one; the capture's adds loss scaling's skip, or defers the update to
+        stamp.UpdateStamper)."""
         new_params = list(params)
         new_states = [list(s) for s in states]
         new_steps = []
-        update = getattr(self, _UPDATES[self.kind])
         k = 0
         for g in self.groups:
             if self.device_steps:
@@ -315,10 +317,16 @@ read_step(group index)'s). Before the first iteration, and for
                 s = dict(zip(names, scalars[k:k + len(names)]))
                 k += len(names)
             for i in g.params:
-                state = dict(zip(self.state_names, states[i]))
-                new_params[i], new_state = update(g, params[i], grads[i], state, s)
-                new_states[i] = [new_state[name] for name in self.state_names]
+                if update_one is None:
+                    new_params[i], new_states[i] = self.update_one(g, params[i], grads[i], states[i], s)
+                else:
+                    new_params[i], new_states[i] = update_one(g, i, params[i], grads[i], states[i], s)
         return new_params, new_states, new_steps
+
+    def update_one(self, g, p, grad, states, s):
+        """The update of one parameter of group `g`: (new parameter, [new states in state_names order])."""
+        new_p, new_state = getattr(self, _UPDATES[self.kind])(g, p, grad, dict(zip(self.state_names, states)), s)
+        return new_p, [new_state[name] for name in self.state_names]
 
     # Each update method: (group, parameter, gradient, {state name: tensor}, {scalar name: rank-0 tensor})
     # -> (new parameter, {state name: new tensor}), following torch/optim/<name>.py's _single_tensor_<name>.
