@@ -34,6 +34,7 @@
 #include "server/options.h"
 #include "server/self_restart.h"
 #include "server/service.h"
+#include "server/standby.h"
 #include "server/transport.h"
 
 namespace tandem::server {
@@ -153,6 +154,9 @@ int Run(int argc, char** argv) {
   LogLevel level;
   ParseLogLevel(loaded->log_level, &level);  // validated by the config
   SetMinLogLevel(level);
+  // Before any thread or device: the keeper and its standby fork here, and
+  // only a worker returns (server/standby.h).
+  if (loaded->restart_on_fault && loaded->standby && SelfRestarts() == 0) RunUnderKeeper();
   // Where a start's time goes (the restart after a device fault counts
   // it): from here to "device ready" and "tandemd listening".
   TLOG_INFO("tandemd starting").With("pid", ::getpid()).With("restarts", SelfRestarts());
@@ -346,8 +350,14 @@ int Run(int argc, char** argv) {
     // The faulted device cannot be used, nor its context destroyed cleanly,
     // by this process: the service is left to the exec (or the exit).
     (void)service->release();
+    if (options.restart_on_fault && UnderKeeper()) {
+      TLOG_WARNING("tandemd starts again after a device fault").With("by", "standby");
+      HandOverToSpare(svc->FaultSuspects());
+      std::fflush(nullptr);
+      std::_Exit(kExitDeviceFault);
+    }
     if (options.restart_on_fault) {
-      TLOG_WARNING("tandemd starts again after a device fault");
+      TLOG_WARNING("tandemd starts again after a device fault").With("by", "exec");
       const absl::Status s = ExecSelf(argv, svc->FaultSuspects());
       TLOG_ERROR("tandemd could not start again").With("error", s.message());
     }

@@ -78,6 +78,9 @@ struct DaemonOptions {
   // its clients re-attach their jobs from their checkpoints; false: it
   // exits (status 75) and leaves the restart to its service manager.
   bool restart_on_fault = true;
+  // With restart_on_fault: a keeper process that forks the daemon and a
+  // standby fork ready to take over after a device fault (server/standby.h).
+  bool standby = true;
   // Accept graphs that use the op test_fault (ir/ops/test_ops.cc), which
   // faults its device on demand: for the recovery tests only.
   bool test_faults = false;

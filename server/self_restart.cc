@@ -33,27 +33,6 @@ bool IsGpuDeviceFile(absl::string_view name) {
   return std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-// Opens every GPU device file under /dev, inheritable, and names the
-// descriptors in $TANDEM_HELD_DEVICE_FILES. On a machine without GPUs there
-// are none. Opening a device file creates no CUDA context: the faulted
-// context still goes with the old image's own descriptors.
-void HoldDeviceFiles() {
-  std::vector<int> fds;
-  if (DIR* dir = ::opendir("/dev"); dir != nullptr) {
-    while (const dirent* entry = ::readdir(dir)) {
-      if (!IsGpuDeviceFile(entry->d_name)) continue;
-      const int fd = ::open(absl::StrCat("/dev/", entry->d_name).c_str(), O_RDWR | O_NOCTTY);
-      if (fd >= 0) fds.push_back(fd);
-    }
-    ::closedir(dir);
-  }
-  if (fds.empty()) {
-    ::unsetenv(kHeldFilesVariable);
-  } else {
-    ::setenv(kHeldFilesVariable, absl::StrJoin(fds, ",").c_str(), 1);
-  }
-}
-
 // close_range(CLOSE_RANGE_CLOEXEC) needs Linux 5.11; older kernels get the
 // descriptors of /proc/self/fd marked one by one.
 void MarkDescriptorsCloseOnExec() {
@@ -71,6 +50,23 @@ void MarkDescriptorsCloseOnExec() {
 }
 
 }  // namespace
+
+void HoldDeviceFiles() {
+  std::vector<int> fds;
+  if (DIR* dir = ::opendir("/dev"); dir != nullptr) {
+    while (const dirent* entry = ::readdir(dir)) {
+      if (!IsGpuDeviceFile(entry->d_name)) continue;
+      const int fd = ::open(absl::StrCat("/dev/", entry->d_name).c_str(), O_RDWR | O_NOCTTY);
+      if (fd >= 0) fds.push_back(fd);
+    }
+    ::closedir(dir);
+  }
+  if (fds.empty()) {
+    ::unsetenv(kHeldFilesVariable);
+  } else {
+    ::setenv(kHeldFilesVariable, absl::StrJoin(fds, ",").c_str(), 1);
+  }
+}
 
 int SelfRestarts() {
   int n = 0;
@@ -106,15 +102,19 @@ int ReleaseHeldDeviceFiles() {
   return closed;
 }
 
-absl::Status ExecSelf(char** argv, const std::vector<std::string>& suspects) {
-  MarkDescriptorsCloseOnExec();
-  HoldDeviceFiles();
-  ::setenv(kRestartsVariable, absl::StrCat(SelfRestarts() + 1).c_str(), 1);
+void SetRestartEnvironment(int restarts, const std::vector<std::string>& suspects) {
+  ::setenv(kRestartsVariable, absl::StrCat(restarts).c_str(), 1);
   if (suspects.empty()) {
     ::unsetenv(kSuspectsVariable);
   } else {
     ::setenv(kSuspectsVariable, absl::StrJoin(suspects, "\n").c_str(), 1);
   }
+}
+
+absl::Status ExecSelf(char** argv, const std::vector<std::string>& suspects) {
+  MarkDescriptorsCloseOnExec();
+  HoldDeviceFiles();
+  SetRestartEnvironment(SelfRestarts() + 1, suspects);
   ::execv("/proc/self/exe", argv);
   return absl::InternalError(absl::StrCat("exec /proc/self/exe: ", std::strerror(errno)));
 }

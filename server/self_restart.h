@@ -27,6 +27,17 @@ absl::Status ExecSelf(char** argv, const std::vector<std::string>& suspects);
 // many it closed.
 int ReleaseHeldDeviceFiles();
 
+// Opens every GPU device file under /dev (the driver's control file and one
+// per GPU), inheritable, and names the descriptors in
+// $TANDEM_HELD_DEVICE_FILES for ReleaseHeldDeviceFiles. On a machine
+// without GPUs there are none. Opening a device file creates no CUDA
+// context: a faulted context still goes with its process's own descriptors.
+void HoldDeviceFiles();
+
+// The environment a restarted process reads: $TANDEM_FAULT_RESTARTS and the
+// suspects (for SelfRestarts and TakeFaultSuspects).
+void SetRestartEnvironment(int restarts, const std::vector<std::string>& suspects);
+
 // How many times this process restarted itself ($TANDEM_FAULT_RESTARTS).
 int SelfRestarts();
 

@@ -19,6 +19,7 @@
 #include "device/cuda_device.h"
 #include "memory/byte_format.h"
 #include "proto/status_convert.h"
+#include "server/standby.h"
 
 namespace tandem::server {
 namespace {
@@ -413,7 +414,8 @@ void Service::OnStats(const PendingReply& to) {
     dispatcher->FillDeviceDetails(d);
   }
   stats->set_draining(draining_);
-  stats->set_pid(static_cast<uint32_t>(::getpid()));
+  stats->set_pid(static_cast<uint32_t>(DaemonPid()));
+  stats->set_worker_pid(static_cast<uint32_t>(::getpid()));
   stats->set_config_reloads(config_reloads_);
   for (const auto& [name, h] : loop_.Stats()) {
     v1::LoopHandlerStats* l = stats->add_loop_handlers();

@@ -21,8 +21,12 @@ TEST(DaemonExit, CallsFailAtOnceWhenTheDaemonDies) {
   DaemonProcess daemon({"--session_timeout=30"});
   GoodTrainer trainer(daemon.endpoint());
   trainer.Step(2);
-  ASSERT_TRUE(trainer.client().Stats().ok());
+  auto before = trainer.client().Stats();
+  ASSERT_TRUE(before.ok());
+  // The keeper's children die with it (server/standby.h): the daemon is
+  // gone once the process that served is.
   ASSERT_EQ(::kill(daemon.pid(), SIGKILL), 0);
+  ASSERT_TRUE(WaitUntilGone(static_cast<pid_t>(before->worker_pid())));
   const auto start = std::chrono::steady_clock::now();
   auto stats = trainer.client().Stats();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

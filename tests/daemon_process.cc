@@ -127,4 +127,15 @@ int DaemonProcess::Stop() {
   return status;
 }
 
+bool WaitUntilGone(pid_t pid) {
+  for (int i = 0; i < 500; ++i) {
+    if (::kill(pid, 0) != 0) return true;
+    const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos || stat.compare(paren + 2, 1, "Z") == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
 }  // namespace tandem::testing

@@ -43,6 +43,11 @@ class DaemonProcess {
 std::string TandemdPath();
 std::string MlpTrainPath();
 
+// Waits up to 5 s until process `pid` is gone: no such process, or a zombie
+// nobody has reaped (a container's first process may never reap orphans,
+// such as a daemon's worker after its keeper was killed).
+bool WaitUntilGone(pid_t pid);
+
 // A new folder /tmp/<prefix>XXXXXX; empty when it cannot be made.
 std::string MakeTempDir(const std::string& prefix);
 

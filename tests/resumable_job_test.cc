@@ -23,6 +23,7 @@
 #include "examples/mlp_train/mlp_graph.h"
 #include "gtest/gtest.h"
 #include "tests/daemon_process.h"
+#include "tests/fault_device.h"
 #include "tests/mlp_reference.h"
 #include "tests/mlp_trainer.h"
 
@@ -68,26 +69,6 @@ struct Training {
     return absl::OkStatus();
   }
 };
-
-// Faults the daemon's device from a job of its own (w <- test_fault(w, 1) + x).
-absl::Status FaultTheDevice(const std::string& endpoint) {
-  auto c = client::Client::Connect({.endpoint = endpoint, .name = "faulty"});
-  if (!c.ok()) return c.status();
-  client::GraphBuilder g("faulty");
-  const std::string x = g.Feed("x", v1::FLOAT32, {4});
-  const std::string trigger = g.Feed("trigger", v1::INT64, {});
-  const std::string w = g.Persistent("w", client::HostTensor::Floats({4}, std::vector<float>(4, 0.0f)));
-  const std::string y = g.Op("test_fault", {w, trigger});
-  g.Update(w, g.Op("add.Tensor", {y, x}));
-  g.Fetch(y);
-  auto job = (*c)->RegisterJob(std::move(g).Build());
-  if (!job.ok()) return job.status();
-  auto r = (*c)->RunIteration(job->job_id(),
-                              {{"x", client::HostTensor::Floats({4}, std::vector<float>(4, 1.0f))},
-                               {"trigger", client::HostTensor::Int64s({}, std::vector<int64_t>{1})}},
-                              {y});
-  return r.ok() ? absl::InternalError("test_fault did not fault the device") : absl::OkStatus();
-}
 
 class ResumableJobTest : public ::testing::Test {
  protected:

@@ -46,7 +46,8 @@ def run_probe(n, pool, args, stats_client, device):
 
     # The CPU over the timed window: is the machine (clients and daemon on the same cores) the limit?
     worker_pids = pool.ready_pids()
-    daemon_pid = before.get("pid") if before and "error" not in before else None
+    # The process that serves (under a keeper, server/standby.h, the keeper's child).
+    daemon_pid = (before.get("worker_pid") or before.get("pid")) if before and "error" not in before else None
     pids = worker_pids + ([daemon_pid] if daemon_pid else [])
     cpu = {}
 

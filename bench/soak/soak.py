@@ -54,7 +54,8 @@ def daemon_stats(tandemctl, endpoint):
         out = subprocess.run([tandemctl, f"--endpoint={endpoint}", "--json", "status"], capture_output=True,
                              text=True, timeout=10)
         data = json.loads(out.stdout)
-        return {"sessions": int(data.get("sessions", 0)), "jobs": int(data.get("jobs", 0))}
+        return {"sessions": int(data.get("sessions", 0)), "jobs": int(data.get("jobs", 0)),
+                "worker_pid": int(data.get("worker_pid", 0))}
     except (subprocess.TimeoutExpired, ValueError, OSError):
         return {}
 
@@ -89,6 +90,8 @@ def main():
             if os.path.exists(endpoint[len("ipc://"):]):
                 break
             time.sleep(0.05)
+    # Under a keeper (server/standby.h) the process that serves is the keeper's child: measure that one.
+    pid = daemon_stats(tandemctl, endpoint).get("worker_pid") or pid
 
     deadline = time.monotonic() + args.minutes * 60
     running = {}  # client index -> (Popen, kill_at or None)

@@ -75,7 +75,10 @@ std::vector<const v1::JobInfo*> AllJobs(const v1::ListSessionsResponse& list,
 }
 
 std::string DaemonSummary(const v1::StatsResponse& stats, const std::string& endpoint) {
-  return absl::StrCat("tandemd ", stats.daemon_version(), " at ", endpoint, "  pid ", stats.pid(), "  up ",
+  const std::string worker = stats.worker_pid() != 0 && stats.worker_pid() != stats.pid()
+                                 ? absl::StrCat(" (serving: ", stats.worker_pid(), ")")
+                                 : "";
+  return absl::StrCat("tandemd ", stats.daemon_version(), " at ", endpoint, "  pid ", stats.pid(), worker, "  up ",
                       HumanDuration(stats.uptime_seconds()), "\npolicy ", stats.policy(), "  sessions ",
                       stats.sessions(), "  jobs ", stats.jobs(), "  iterations ", stats.iterations(), "  requests ",
                       stats.requests(), "  errors ", stats.errors(), "  config reloads ", stats.config_reloads(),
