@@ -11,10 +11,15 @@
 namespace tandem {
 namespace {
 
-// A node that transposes one tensor into one tensor (`t`, `t_copy`: rank
-// <= 2, which inference checked).
+// A node that transposes one tensor into one tensor: `t` (`t_copy`: rank
+// <= 2, which inference checked), or a `permute` (`permute_copy`) with dims
+// [1, 0], which is what torch >= 2.1's core decompositions make of `t`.
 bool IsTranspose(const Node& node) {
-  return node.def->name == "t" && node.inputs.size() == 1 && node.outputs.size() == 1;
+  if (node.inputs.size() != 1 || node.outputs.size() != 1) return false;
+  if (node.def->name == "t") return true;
+  if (node.def->name != "permute") return false;
+  const absl::StatusOr<std::vector<int64_t>> dims = node.attrs.GetInts("dims");
+  return dims.ok() && *dims == std::vector<int64_t>{1, 0};
 }
 
 // The matrix operands of a product node: (input index, transpose attribute).

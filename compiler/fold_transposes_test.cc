@@ -304,6 +304,52 @@ TEST(FoldTransposesTest, AnEvenChainFeedingAnyOpIsReadAtItsSource) {
   EXPECT_TRUE(*expected == *actual);
 }
 
+v1::Node* AddPermute(v1::Graph& g, const std::string& input, const std::string& output,
+                     const std::vector<int64_t>& dims) {
+  v1::Node* node = AddNode(g, "permute", {input}, output);
+  for (int64_t d : dims) (*node->mutable_attrs())["dims"].mutable_ints()->add_values(d);
+  return node;
+}
+
+// A linear layer's step as torch >= 2.1 traces it, where the core
+// decompositions write every `t` as permute(dims = [1, 0]): the forward's
+// weight, the backward's input gradient through the weight's double
+// transpose, and the weight gradient permute(mm(permute(g), x)). Every one
+// folds; a permute of other dims stays.
+TEST(FoldTransposesTest, APermuteOfTwoDimsIsATranspose) {
+  v1::Graph g = WithFeeds();  // x [3, 4], w [3, 5]
+  AddSpec(g.add_feeds(), "W", v1::FLOAT64, {5, 4});
+  AddSpec(g.add_feeds(), "b", v1::FLOAT64, {5});
+  AddSpec(g.add_feeds(), "cube", v1::FLOAT64, {2, 3, 4});
+  AddPermute(g, "W", "Wt", {1, 0});
+  AddNode(g, "addmm", {"b", "x", "Wt"}, "h");  // [3, 5]
+  AddPermute(g, "Wt", "Wtt", {1, 0});
+  AddNode(g, "mm", {"w", "Wtt"}, "gx");  // the input gradient through the weight: [3, 4]
+  AddPermute(g, "w", "wt", {1, 0});
+  AddNode(g, "mm", {"wt", "x"}, "gw_t");  // [5, 4]
+  AddPermute(g, "gw_t", "gw", {1, 0});    // the weight gradient, [4, 5]
+  AddPermute(g, "cube", "moved", {0, 2, 1});
+  for (const char* name : {"h", "gx", "gw", "moved"}) g.add_fetches(name);
+  const v1::Graph original = g;
+  g = Folded(g);
+  int permutes = 0;
+  for (const v1::Node& node : g.nodes()) permutes += node.op() == "permute";
+  EXPECT_EQ(permutes, 1) << g.DebugString();  // the cube's
+  EXPECT_EQ(InputsOf(Producer(g, "h")), (std::vector<std::string>{"b", "x", "W"}));
+  EXPECT_EQ(Flag(Producer(g, "h"), "transpose_b"), "true");
+  EXPECT_EQ(InputsOf(Producer(g, "gx")), (std::vector<std::string>{"w", "W"}));
+  EXPECT_EQ(Flag(Producer(g, "gx"), "transpose_b"), "absent");
+  EXPECT_EQ(InputsOf(Producer(g, "gw")), (std::vector<std::string>{"x", "w"}));
+  EXPECT_EQ(Flag(Producer(g, "gw"), "transpose_a"), "true");
+  std::mt19937_64 rng(9);
+  const Contents feeds = testing::RandomFeeds(original, rng);
+  auto expected = testing::RunWireGraphOnCpu(original, {}, feeds);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  auto actual = testing::RunWireGraphOnCpu(g, {}, feeds);
+  ASSERT_TRUE(actual.ok()) << actual.status();
+  EXPECT_TRUE(*expected == *actual);
+}
+
 // A linear layer's weight gradient as torch 2.x traces it: t(mm(t(x), g)).
 // The outer transpose becomes the product (mm(g, x, transpose_a)); a product
 // read by anything besides the transpose stays as it is.

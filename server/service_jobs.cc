@@ -168,8 +168,8 @@ void Service::OnRegisterJob(const PendingReply& to, Session& session, std::share
 namespace {
 
 // Whether the environment leaves a compiler pass on: unless `name` is "0".
-// Switches to measure a pass with (TANDEM_FOLD_RESIDUAL, TANDEM_ELIDE_COPIES;
-// TANDEM_PW_BATCH is batched launches').
+// Switches to measure a pass with (TANDEM_FOLD_RESIDUAL, TANDEM_ELIDE_COPIES,
+// TANDEM_FOLD_TRANSPOSES; TANDEM_PW_BATCH is batched launches').
 bool PassOn(const char* name) {
   const char* env = std::getenv(name);
   return env == nullptr || std::string(env) != "0";
@@ -182,6 +182,7 @@ CompileOptions Service::CompileOptionsFor() const {
   // convolutions' traffic (compiler/channels_last.h; docs/codegen.md).
   constexpr double kAutoMaxRelayoutShare = 0.1;
   return {.elide_copies = PassOn("TANDEM_ELIDE_COPIES"),
+          .fold_transposes = PassOn("TANDEM_FOLD_TRANSPOSES"),
           .channels_last = options_.channels_last == "true" || (options_.channels_last == "auto" && has_cuda_),
           .channels_last_max_relayout_share = options_.channels_last == "auto" ? kAutoMaxRelayoutShare : 0.0,
           .fold_activations = options_.fuse_elementwise,

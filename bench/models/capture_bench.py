@@ -88,8 +88,15 @@ def main():
     parser.add_argument("--hide_gpus", action="store_true",
                         help="capture with CUDA_VISIBLE_DEVICES empty (does PyTorch's CUDA state slow captures "
                         "that run at once?)")
+    parser.add_argument("--ab", default="", metavar="NAME=VALUE",
+                        help="instead of two at once, each model alone again with this environment variable set "
+                        "(e.g. TANDEM_STAMP_UPDATES=0), one after the other")
     args = parser.parse_args()
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="") if args.hide_gpus else None
+    ab_env = None
+    if args.ab:
+        key, _, value = args.ab.partition("=")
+        ab_env = dict(env or os.environ, **{key: value})
     names = [n for n in args.models.split(",") if n] or (
         list(catalog.CI_NAMES) if args.set == "ci" else [e.name for e in catalog.ENTRIES])
     deadline = time.monotonic() + args.budget
@@ -99,12 +106,17 @@ def main():
             rows.append({"model": name, "skipped": "not reached within the budget"})
             continue
         alone = capture(name, args.size, 1, env=env)
-        pair = capture(name, args.size, 2, env=env) if "error" not in alone else {}
-        rows.append({"model": name, "alone": alone, "two_at_once": pair})
+        if ab_env is not None:
+            rows.append({"model": name, "alone": alone, "two_at_once": {},
+                         "ab": {"env": args.ab, "alone": capture(name, args.size, 1, env=ab_env)}})
+        else:
+            pair = capture(name, args.size, 2, env=env) if "error" not in alone else {}
+            rows.append({"model": name, "alone": alone, "two_at_once": pair})
         if args.profile and "error" not in alone:
             os.makedirs(args.profile, exist_ok=True)
             rows[-1]["profiled"] = capture(name, args.size, 1, os.path.join(args.profile, f"{name}.txt"), env)
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+        write(args, rows)  # what is measured so far, should a limit stop the run
     print("| model | nodes | capture s alone (trace + lowering) | two at once (each) | slowdown |")
     print("| --- | --- | --- | --- | --- |")
     for r in rows:
@@ -116,10 +128,14 @@ def main():
         slow = f"{max(two) / a:.2f}x" if two and a > 0 else ""
         parts = f"{r['alone']['trace_seconds'][0]} + {r['alone']['lower_seconds'][0]}"
         print(f"| {r['model']} | {r['alone']['nodes']} | {a} ({parts}) | {', '.join(map(str, two))} | {slow} |")
+    write(args, rows)
+
+
+def write(args, rows):
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"size": args.size, "torch": __import__("torch").__version__, "hide_gpus": args.hide_gpus,
-                       "commit": os.environ.get("TANDEM_GIT_COMMIT", ""), "rows": rows}, f, indent=1)
+                       "ab": args.ab, "commit": os.environ.get("TANDEM_GIT_COMMIT", ""), "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
