@@ -235,8 +235,8 @@ void RunUnderKeeper() {
         continue;
       }
       if (pid != worker->pid) continue;
-      while (ReadAvailable(worker->report, &worker->reported)) {
-      }
+      // It has exited: everything it reported is in the pipe.
+      (void)ReadAvailable(worker->report, &worker->reported);
       const bool hand_over =
           WIFEXITED(status) && WEXITSTATUS(status) == kExitDeviceFault && worker->reported.rfind(kHandOver, 0) == 0;
       if (!hand_over || !spare) {
