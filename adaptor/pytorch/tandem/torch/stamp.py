@@ -1,9 +1,10 @@
 """The optimizer's update traced once per parameter group, not once per parameter.
 
 The capture's tracer costs about a millisecond per traced op (docs/zoo.md), and
-the optimizer's update is 4 to 8 ops per parameter (SGD with momentum: 4; Adam:
-8; under loss scaling 1 + states more for GradScaler's skip): 10-22% of the
-trace of a model with hundreds of parameters. The update of one parameter is
+the optimizer's update is 4 to 13 traced ops per parameter (SGD with momentum:
+4; AdamW: 13; under loss scaling one more per tensor for GradScaler's skip):
+10-22% of the trace of a model with hundreds of parameters under SGD, more
+than half of its nodes under AdamW. The update of one parameter is
 elementwise: the same ops for every parameter of a group, whatever its shape.
 So inside the trace UpdateStamper.defer records each parameter's update and
 returns its inputs unchanged (nothing is traced for it), and after the trace
