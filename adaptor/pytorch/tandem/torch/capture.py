@@ -10,7 +10,8 @@ grad (once per micro-batch when it accumulates gradients: the batch is
 split along dim 0 and the gradients of loss_i / k are summed, as a PyTorch
 accumulation loop sums them in .grad), clips the gradients where asked
 (clipping.GradientClipping) and applies the optimizer's functional update
-(optim.OptimizerPlan); then traces it with make_fx over functionalize on
+(optim.OptimizerPlan; traced once per parameter group and copied for every
+parameter, stamp.UpdateStamper); then traces it with make_fx over functionalize on
 the CPU, under fake tensors from torch 2.0 on (shapes and dtypes only: nothing of the model
 runs, so capture time and memory do not grow with its FLOPs or its batch;
 torch 1.13 runs the step once, compat.tracing_mode) and with PyTorch's core
