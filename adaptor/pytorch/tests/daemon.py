@@ -25,6 +25,15 @@ for _path in (PACKAGE_ROOT, os.path.join(SOURCE_ROOT, "client", "python")):
 import tandem  # noqa: E402
 
 
+def _alive(pid):
+    """Whether process `pid` runs (a zombie nobody reaped does not: a container's first process may never reap)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def tandemd_path():
     path = os.environ.get("TANDEMD")
     if path:
@@ -70,10 +79,22 @@ class Daemon:
             return ""
 
     def kill(self):
-        """Ends the daemon abruptly (SIGKILL), as a crash would."""
+        """Ends the daemon abruptly (SIGKILL), as a crash would: the process started, and the worker that serves
+        under it (server/standby.h: it dies with its keeper, a moment later), which this waits for."""
         if self.process is not None and self.process.poll() is None:
+            worker = self._worker_pid()
             self.process.send_signal(signal.SIGKILL)
             self.process.wait()
+            deadline = time.monotonic() + 5
+            while worker and _alive(worker) and time.monotonic() < deadline:
+                time.sleep(0.01)
+
+    def _worker_pid(self):
+        try:
+            with tandem.Client(endpoint=self.endpoint, connect_timeout=0.5) as client:
+                return int(client.stats().get("worker_pid", 0))
+        except (tandem.TandemError, ValueError, OSError):
+            return 0
 
     def stop(self):
         if self.process is not None and self.process.poll() is None:
