@@ -172,6 +172,7 @@ int Run(int argc, char** argv) {
   // Signals first: a SIGHUP during a slow device start must not kill the daemon.
   boost::asio::signal_set stop_signals(loop.context(), SIGINT, SIGTERM);
   boost::asio::signal_set reload_signal(loop.context(), SIGHUP);
+  AcceptSignals();  // under a keeper they were held until now
   SystemdNotifier notifier;
 
   std::unique_ptr<ZmqTransport> transport;

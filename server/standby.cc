@@ -122,7 +122,12 @@ std::optional<Child> Fork(bool spare, bool* failed) {
     g_report_fd = report[1];
     g_keeper = keeper;
     if (spare) WaitToTakeOver(go[0]);
-    ::sigprocmask(SIG_SETMASK, &g_worker_mask, nullptr);
+    // SIGTERM, SIGINT and SIGHUP stay blocked (pending) until the worker has
+    // its handlers (AcceptSignals): one forwarded during its start must not
+    // kill it by default action.
+    sigset_t mask = g_worker_mask;
+    for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, s);
+    ::sigprocmask(SIG_SETMASK, &mask, nullptr);
     return std::nullopt;
   }
   ::close(report[1]);
@@ -166,6 +171,16 @@ void Release(Child* child) {
 }  // namespace
 
 bool UnderKeeper() { return g_report_fd >= 0; }
+
+void AcceptSignals() {
+  if (!UnderKeeper()) return;
+  sigset_t stop;
+  sigemptyset(&stop);
+  for (int s : {SIGTERM, SIGINT, SIGHUP}) {
+    if (!sigismember(&g_worker_mask, s)) sigaddset(&stop, s);
+  }
+  ::sigprocmask(SIG_UNBLOCK, &stop, nullptr);
+}
 
 pid_t DaemonPid() { return UnderKeeper() ? g_keeper : ::getpid(); }
 

@@ -35,6 +35,11 @@ void RunUnderKeeper();
 // True in a worker that RunUnderKeeper started.
 bool UnderKeeper();
 
+// In a worker, once its handlers for SIGTERM, SIGINT and SIGHUP are
+// installed: lets those signals in (a worker starts with them blocked, so
+// that one its keeper forwards during the start waits for the handler).
+void AcceptSignals();
+
 // The daemon's pid as the world knows it: the keeper's under a keeper (the
 // process that was started, which a service manager watches and signals),
 // else this process's.

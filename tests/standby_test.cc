@@ -107,6 +107,39 @@ TEST(StandbyTest, SighupReachesTheWorker) {
   EXPECT_TRUE(Serves(daemon.endpoint()));
 }
 
+// SIGHUP reloads; by default action it would end a process. The keeper
+// forwards every SIGHUP to its worker, which holds them until its handler
+// is installed: a burst from the moment the keeper runs kills nothing.
+TEST(StandbyTest, SignalsDuringTheWorkersStartWaitForItsHandler) {
+  const std::string dir = MakeTempDir("tandem-standby-");
+  ASSERT_FALSE(dir.empty());
+  const std::string endpoint = "ipc://" + dir + "/tandemd.sock";
+  const pid_t keeper = Spawn({TandemdPath(), "--endpoint=" + endpoint, "--device=cpu"}, dir + "/tandemd.log");
+  bool keeper_started = false;
+  for (int i = 0; i < 20000 && !keeper_started; ++i) {
+    keeper_started = ReadFile(dir + "/tandemd.log").find("tandemd keeper started") != std::string::npos;
+    if (!keeper_started) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  ASSERT_TRUE(keeper_started) << ReadFile(dir + "/tandemd.log");
+  for (int i = 0; i < 200; ++i) {
+    ::kill(keeper, SIGHUP);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  bool serves = false;
+  for (int i = 0; i < 200 && !serves; ++i) {
+    serves = Serves(endpoint);
+    if (!serves) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  int status = 0;
+  EXPECT_EQ(::waitpid(keeper, &status, WNOHANG), 0) << "tandemd ended: " << status << "\n"
+                                                    << ReadFile(dir + "/tandemd.log");
+  EXPECT_TRUE(serves);
+  ::kill(keeper, SIGTERM);
+  ::waitpid(keeper, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  (void)!std::system(("rm -rf '" + dir + "'").c_str());
+}
+
 TEST(StandbyTest, TheChildrenDieWithTheKeeper) {
   DaemonProcess daemon;
   ASSERT_TRUE(WaitForLines(daemon, "tandemd listening", 1));
