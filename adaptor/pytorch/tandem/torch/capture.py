@@ -360,7 +360,7 @@ def capture_training_step(model, loss_fn, plan, example_batch, outputs=None, cli
 
     def step(*flat):
         if stamper:
-            stamper.deferred.clear()  # a trace that runs the step twice (_trace_through_autograd) keeps the last
+            stamper.reset()  # _trace_through_autograd runs the step twice
         params = list(flat[:P])
         buffers = list(flat[P:P + B])
         states_flat = flat[P + B:P + B + T * K]

@@ -200,7 +200,7 @@ def _traced_values(gm, example_inputs):
     return values
 
 
-def _record_values(gm, example_inputs):
+def run_recording(gm, example_inputs):
     """Runs the graph once on copies of the inputs; returns node -> value (tensor, tuple or None)."""
     values = {}
 
@@ -476,7 +476,7 @@ def lower(gm, inputs, outputs, example_inputs, record_values=False):
     live = _live_nodes(gm, roots)
     # A real-mode trace (torch 1.13) records no values: the graph runs once for them.
     traced = all("val" in n.meta or n.target is operator.getitem for n in gm.graph.nodes if n.op == "call_function")
-    values = _traced_values(gm, example_inputs) if traced and not record_values else _record_values(gm, example_inputs)
+    values = _traced_values(gm, example_inputs) if traced and not record_values else run_recording(gm, example_inputs)
 
     lowered = Lowered()
     em = _Emitter(gm, inputs, values, lowered)

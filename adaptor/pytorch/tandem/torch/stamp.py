@@ -25,6 +25,8 @@ import os
 import torch
 import torch.fx
 
+from tandem.torch.lower import run_recording
+
 _SHAPE_A = (2, 3)
 _SHAPE_B = (5,)
 # What the tracer records of a node's value (the stand-in's shapes; the copies get their own "val").
@@ -44,19 +46,6 @@ def _fake_mode(gm):
     return None
 
 
-def _values(gm, inputs):
-    """node -> the value of every node of `gm` run on `inputs`."""
-    values = {}
-
-    class Recorder(torch.fx.Interpreter):
-        def run_node(self, n):
-            values[n] = super().run_node(n)
-            return values[n]
-
-    Recorder(gm).run(*inputs)
-    return values
-
-
 class _Template:
     """One traced update: its graph, and per node its value's dtype and fixed shape (None: the parameter's)."""
 
@@ -74,7 +63,7 @@ def _trace_template(trace, fn, inputs_of):
     nodes_a, nodes_b = list(a.graph.nodes), list(b.graph.nodes)
     if len(nodes_a) != len(nodes_b):
         return None
-    values_a, values_b = _values(a, inputs_a), _values(b, inputs_b)
+    values_a, values_b = run_recording(a, inputs_a), run_recording(b, inputs_b)
     index_a = {n: i for i, n in enumerate(nodes_a)}
     index_b = {n: i for i, n in enumerate(nodes_b)}
     shapes, dtypes = {}, {}
@@ -124,6 +113,10 @@ class UpdateStamper:
     def __init__(self, update):
         self.update = update
         self.deferred = []
+
+    def reset(self):
+        """Forgets what an earlier run of the step recorded (a trace that runs the step twice keeps the last)."""
+        self.deferred.clear()
 
     def defer(self, key, p, grad, states, scalars, extras, outputs_at):
         """Inside the trace: records the update of one parameter and returns (p, states) unchanged; a rank-0
