@@ -12,6 +12,8 @@ const char* JournalKindName(JournalKind kind) {
       return "capture";
     case JournalKind::kSlowWait:
       return "slow_wait";
+    case JournalKind::kSegmented:
+      return "segmented";
     case JournalKind::kArena:
       return "arena";
   }

@@ -17,12 +17,15 @@
 namespace tandem::server {
 
 enum class JournalKind {
-  kMove,      // the policy moved `job` from `from_lane` to `lane`
-  kCapture,   // an iteration of `job` on `lane` captured a graph; seconds: the host time of its
-              // kernel-by-kernel run and capture (ProgramCounters::recapture_seconds)
-  kSlowWait,  // an iteration of `job` on `lane` waited `seconds` in the daemon before it ran
-  kArena,     // `lane`'s arena moved to other addresses (each of its jobs captures its graphs again);
-              // `job`: the job whose admission, move or departure moved it
+  kMove,       // the policy moved `job` from `from_lane` to `lane`
+  kCapture,    // an iteration of `job` on `lane` captured a graph; seconds: the host time of its
+               // kernel-by-kernel run and capture (ProgramCounters::recapture_seconds)
+  kSlowWait,   // an iteration of `job` on `lane` waited `seconds` in the daemon before it ran
+  kSegmented,  // an iteration of `job` on `lane` that ran in segments ended (a solo probe, a
+               // best-effort iteration under op preemption); seconds: from its first segment to its end,
+               // run_seconds: its device time, pauses: the times it yielded
+  kArena,      // `lane`'s arena moved to other addresses (each of its jobs captures its graphs again);
+               // `job`: the job whose admission, move or departure moved it
 };
 
 const char* JournalKindName(JournalKind kind);
@@ -38,6 +41,7 @@ struct JournalEntry {
   // (ProgramCounters::recapture_run_seconds, recapture_graph_seconds).
   double run_seconds = 0;
   double graph_seconds = 0;
+  int pauses = 0;  // kSegmented only
 };
 
 class DeviceJournal {

@@ -43,6 +43,7 @@ TEST(DeviceJournalTest, NamesEveryKindAndReadsTheSystemClock) {
   EXPECT_EQ(std::string(JournalKindName(JournalKind::kMove)), "move");
   EXPECT_EQ(std::string(JournalKindName(JournalKind::kCapture)), "capture");
   EXPECT_EQ(std::string(JournalKindName(JournalKind::kSlowWait)), "slow_wait");
+  EXPECT_EQ(std::string(JournalKindName(JournalKind::kSegmented)), "segmented");
   // After 2020-01-01 and before 2100: seconds since the epoch, not a steady clock's.
   EXPECT_GT(DeviceJournal::UnixNow(), 1.577e9);
   EXPECT_LT(DeviceJournal::UnixNow(), 4.1e9);

@@ -237,6 +237,7 @@ void DeviceDispatcher::StartIteration(int lane, Job& job, const sched::Dispatch&
     segments->num_nodes = static_cast<int>(g.nodes.size());
     segments->segment_nodes = host_.Options().preemption_segment_nodes;
     segments->op_by_op_before = view.program->Counters().op_by_op_runs;
+    segments->started = Clock::now();
     l.segmented = std::move(segments);
     AdvanceSegments(lane);
     return;

@@ -63,6 +63,7 @@ void DeviceDispatcher::AdvanceSegments(int lane) {
     if (dev_.scheduler->ShouldYield(lane)) {
       dev_.scheduler->OnIterationYielded(lane);
       run.parked = true;
+      run.pauses++;
       dev_.yields++;
       if (Job* j = host_.JobById(run.job); j != nullptr) j->yields++;
       TLOG_DEBUG("iteration yields")
@@ -173,6 +174,13 @@ void DeviceDispatcher::FinishSegmentedIteration(int lane) {
   if (const Job* job = host_.JobById(run->job); job != nullptr) {
     measured = job->View(run->it.variant).program->Counters().op_by_op_runs == run->op_by_op_before;
   }
+  dev_.journal.Add({.unix_seconds = DeviceJournal::UnixNow(),
+                    .kind = JournalKind::kSegmented,
+                    .job = run->job,
+                    .lane = lane,
+                    .seconds = std::chrono::duration<double>(Clock::now() - run->started).count(),
+                    .run_seconds = run->run_seconds,
+                    .pauses = run->pauses});
   FinishIteration(lane, run->slot, run->job, run->probe, std::move(run->it), run->status, run->run_seconds, measured);
 }
 

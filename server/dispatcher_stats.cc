@@ -59,6 +59,7 @@ void DeviceDispatcher::FillDeviceDetails(v1::DeviceStats* stats) const {
     event->set_seconds(e.seconds);
     event->set_run_seconds(e.run_seconds);
     event->set_graph_seconds(e.graph_seconds);
+    event->set_pauses(e.pauses);
   }
   stats->set_events_dropped(dev_.journal.dropped());
   stats->set_staging_allocations(dev_.staging_allocations);

@@ -219,9 +219,10 @@ int Run(int argc, char** argv) {
       {.endpoint = options.endpoint, .max_message_bytes = options.max_message_bytes},
       [&loop, svc](std::string peer, PeerIdentity identity, std::string payload,
                    std::shared_ptr<const RequestFrames> frames) {
-        loop.Post("Transport.OnMessage",
-                  [svc, peer = std::move(peer), identity = std::move(identity), payload = std::move(payload),
-                   frames = std::move(frames)]() { svc->HandleMessage(peer, identity, payload, frames); });
+        loop.Post("Transport.OnMessage", [svc, peer = std::move(peer), identity = std::move(identity),
+                                          payload = std::move(payload), frames = std::move(frames)]() mutable {
+          svc->HandleMessage(peer, identity, std::move(payload), std::move(frames));
+        });
       },
       [&loop, svc](std::string peer) {
         loop.Post("Transport.OnPeerGone", [svc, peer = std::move(peer)]() { svc->HandlePeerGone(peer); });

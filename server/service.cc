@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -220,9 +221,7 @@ AccessOptions Service::AccessOptionsNow() const {
                        .max_job_bytes = options_.max_job_bytes};
 }
 
-void Service::HandleMessage(const std::string& peer, const PeerIdentity& identity, const std::string& payload,
-                            std::shared_ptr<const RequestFrames> frames) {
-  ++requests_;
+bool Service::RefusedUnparsed(const std::string& peer, const std::string& payload, const RequestFrames* frames) {
   PendingReply to{peer, 0};
   if (shutting_down_ || fault_.has_value()) {
     // Under the request's own id, so that a client connecting meanwhile (a
@@ -230,7 +229,7 @@ void Service::HandleMessage(const std::string& peer, const PeerIdentity& identit
     // again; nothing more runs on a faulted device.
     to.request_id = LeadingRequestId(payload);
     ReplyError(to, absl::UnavailableError("tandemd is shutting down"));
-    return;
+    return true;
   }
   const uint64_t message_bytes = payload.size() + (frames != nullptr ? frames->total_bytes() : 0);
   if (message_bytes > options_.max_message_bytes) {
@@ -240,19 +239,100 @@ void Service::HandleMessage(const std::string& peer, const PeerIdentity& identit
     ReplyError(to, absl::ResourceExhaustedError(absl::StrCat(
                        "message of ", message_bytes, " bytes exceeds the limit of ", options_.max_message_bytes,
                        " bytes (--max-message-bytes); send large feeds in smaller pieces")));
+    return true;
+  }
+  return false;
+}
+
+void Service::HandleMessage(const std::string& peer, const PeerIdentity& identity, std::string payload,
+                            std::shared_ptr<const RequestFrames> frames) {
+  ++requests_;
+  if (RefusedUnparsed(peer, payload, frames.get())) return;
+  auto queued = unparsed_.find(peer);
+  if (payload.size() < kParseOnLoopBytes && queued == unparsed_.end()) {
+    auto request = std::make_shared<v1::Request>();
+    bool parsed;
+    {
+      LoopSection timed(loop_, "Message/parse");
+      parsed = ParseRequest(payload, *request);
+    }
+    HandleParsed(peer, identity, payload.size(), std::move(frames), std::move(request), parsed);
     return;
   }
-  auto request = std::make_shared<v1::Request>();
-  bool parsed;
-  {
-    LoopSection timed(loop_, "Message/parse");
-    parsed = request->ParseFromString(payload);
+  std::deque<Unparsed>& queue = unparsed_[peer];
+  queue.push_back({identity, std::make_shared<const std::string>(std::move(payload)), std::move(frames)});
+  if (queue.size() == 1) ParseOffLoop(peer);
+}
+
+bool Service::ParseRequest(const std::string& payload, v1::Request& request) {
+  static const int delay_ms = [] {
+    const char* v = std::getenv("TANDEM_TEST_PARSE_DELAY_MS");
+    return v != nullptr ? std::atoi(v) : 0;
+  }();
+  // Wherever it is parsed: on the loop, a test's other sessions would wait.
+  if (delay_ms > 0 && payload.size() >= (256 << 10)) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+  return request.ParseFromString(payload);
+}
+
+void Service::ParseOffLoop(const std::string& peer) {
+  std::shared_ptr<const std::string> payload = unparsed_.at(peer).front().payload;
+  parse_->Post([this, peer, payload = std::move(payload)]() {
+    auto request = std::make_shared<v1::Request>();
+    const bool parsed = ParseRequest(*payload, *request);
+    loop_.Post("Service.OnParsed", [this, peer, request, parsed]() { OnParsed(peer, request, parsed); });
+  });
+}
+
+void Service::OnParsed(const std::string& peer, std::shared_ptr<v1::Request> request, bool parsed) {
+  auto queued = unparsed_.find(peer);
+  if (queued == unparsed_.end() || queued->second.empty()) return;  // cannot happen: only OnParsed pops
+  Unparsed done = std::move(queued->second.front());
+  queued->second.pop_front();
+  HandleParsed(peer, done.identity, done.payload->size(), std::move(done.frames), std::move(request), parsed);
+  // Then the peer's messages that came meanwhile, in order: the small ones
+  // here, up to the next large one.
+  while (true) {
+    queued = unparsed_.find(peer);
+    if (queued == unparsed_.end()) return;
+    if (queued->second.empty()) {
+      unparsed_.erase(queued);
+      return;
+    }
+    Unparsed& next = queued->second.front();
+    if (next.payload->size() >= kParseOnLoopBytes) {
+      ParseOffLoop(peer);
+      return;
+    }
+    if (RefusedUnparsed(peer, *next.payload, next.frames.get())) {
+      queued->second.pop_front();
+      continue;
+    }
+    Unparsed small = std::move(next);
+    queued->second.pop_front();
+    auto parsed_small = std::make_shared<v1::Request>();
+    bool ok;
+    {
+      LoopSection timed(loop_, "Message/parse");
+      ok = ParseRequest(*small.payload, *parsed_small);
+    }
+    HandleParsed(peer, small.identity, small.payload->size(), std::move(small.frames), std::move(parsed_small), ok);
   }
+}
+
+void Service::HandleParsed(const std::string& peer, const PeerIdentity& identity, size_t payload_bytes,
+                           std::shared_ptr<const RequestFrames> frames, std::shared_ptr<v1::Request> request,
+                           bool parsed) {
+  PendingReply to{peer, 0};
   if (!parsed) {
     ReplyError(to, absl::InvalidArgumentError(absl::StrCat(
-                       "malformed request (", payload.size(),
+                       "malformed request (", payload_bytes,
                        " bytes): not a tandem.v1.Request in its first ZeroMQ frame; is the client speaking "
                        "protocol v1?")));
+    return;
+  }
+  if (shutting_down_ || fault_.has_value()) {  // began while it was parsed off the loop
+    to.request_id = request->request_id();
+    ReplyError(to, absl::UnavailableError("tandemd is shutting down"));
     return;
   }
   to.request_id = request->request_id();

@@ -12,6 +12,7 @@
 #ifndef TANDEM_SERVER_SERVICE_H_
 #define TANDEM_SERVER_SERVICE_H_
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -58,9 +59,13 @@ class Service : private DispatcherHost {
   // registration (its persistent tensors' bytes, Tensor.frame) and an
   // iteration (its feeds') may have such frames, any other is malformed. A message whose identity is not
   // that of the session its routing id names is refused (PERMISSION_DENIED)
-  // and leaves the session alone.
-  void HandleMessage(const std::string& peer, const PeerIdentity& identity, const std::string& payload,
+  // and leaves the session alone. A message of kParseOnLoopBytes or more is
+  // parsed on a thread of its own (a DenseNet-121 registration's 16 ms held
+  // every job's iterations up on the loop), and its peer's later messages
+  // wait for it: each client's requests are handled in the order sent.
+  void HandleMessage(const std::string& peer, const PeerIdentity& identity, std::string payload,
                      std::shared_ptr<const RequestFrames> frames = nullptr);
+  static constexpr size_t kParseOnLoopBytes = 256 << 10;
   // Loop thread. A descriptor from the side socket: kept for the session
   // whose token it carries if the sender is that session's user, else
   // closed.
@@ -161,6 +166,20 @@ class Service : private DispatcherHost {
   void OnHello(const PendingReply& to, const PeerIdentity& identity, const v1::HelloRequest& hello);
   // Administrators see every session; others see their own principal's.
   void OnListSessions(const PendingReply& to, const Session& session);
+  // HandleMessage's parts: a message refused before it is parsed (the
+  // daemon stops, or it is too large); the front of `peer`'s queue parsed
+  // on parse_; a queued message that parse_ has parsed, then the next ones
+  // of the queue (those below kParseOnLoopBytes at once); and a parsed
+  // message (`parsed` false: malformed).
+  bool RefusedUnparsed(const std::string& peer, const std::string& payload, const RequestFrames* frames);
+  void ParseOffLoop(const std::string& peer);
+  void OnParsed(const std::string& peer, std::shared_ptr<v1::Request> request, bool parsed);
+  void HandleParsed(const std::string& peer, const PeerIdentity& identity, size_t payload_bytes,
+                    std::shared_ptr<const RequestFrames> frames, std::shared_ptr<v1::Request> request, bool parsed);
+  // Parses `payload` into `request`; false when it is not a Request. For
+  // tests, a payload of 256 KiB or more first sleeps
+  // $TANDEM_TEST_PARSE_DELAY_MS (read once).
+  static bool ParseRequest(const std::string& payload, v1::Request& request);
   void OnStats(const PendingReply& to);
   void OnMapSharedMemory(const PendingReply& to, Session& session, const v1::MapSharedMemoryRequest& map);
   void EndSession(uint64_t session_id, const char* reason);
@@ -173,6 +192,12 @@ class Service : private DispatcherHost {
   // memory and scheduler, and the registrations waiting for memory
   // (waiting_for_memory_, a WaitingJobs).
   DeviceRuntime* ChooseDevice(const v1::JobHints& hints, absl::Status* error);
+  // The device ChooseDevice will give a job of `hints` whatever memory then
+  // holds (the daemon's only device, or the one the hints name), else null.
+  device::Device* KnownDevice(const v1::JobHints& hints);
+  // The device a job asking for `want` (a device's name, or "cuda": the
+  // first GPU) gets, else null.
+  DeviceRuntime* NamedDevice(const std::string& want);
   // Admits a prepared job into memory and the scheduler (the policy picks
   // the lane); FAILED_PRECONDITION when it could fit once others leave.
   absl::Status Admit(Job& job);
@@ -194,7 +219,11 @@ class Service : private DispatcherHost {
     std::string interference_key;
     std::shared_ptr<const RequestFrames> frames;  // the request's, or its mapped shared frames
     double seconds = 0;                           // the preparation's wall time
-    uint64_t resumed_iterations = 0;              // resumed from a checkpoint that had done these
+    // Made for program_device (KnownDevice) when the registration knew it:
+    // the graph's program, and each variant's in `variants`.
+    const device::Device* program_device = nullptr;
+    std::unique_ptr<Program> program;
+    uint64_t resumed_iterations = 0;  // resumed from a checkpoint that had done these
   };
   void OnRegisterJob(const PendingReply& to, Session& session, std::shared_ptr<const v1::Request> request,
                      std::shared_ptr<const RequestFrames> frames);
@@ -203,7 +232,8 @@ class Service : private DispatcherHost {
                                                 std::shared_ptr<const RequestFrames> frames,
                                                 std::shared_ptr<UniqueFd> frames_fd, const CompileOptions& compile,
                                                 uint64_t max_message_bytes, uint64_t session_id,
-                                                const std::vector<codegen::CompileTarget>& codegen_targets);
+                                                const std::vector<codegen::CompileTarget>& codegen_targets,
+                                                device::Device* program_device);
   // Preparation thread: the registration's graph variants, compiled and
   // checked against the job's graph `main`.
   static absl::StatusOr<std::vector<GraphVariant>> CompileVariants(const v1::RegisterJobRequest& reg, const Graph& main,
@@ -349,8 +379,18 @@ class Service : private DispatcherHost {
   std::map<uint64_t, absl::StatusOr<std::shared_ptr<SharedRegion>>> mapped_regions_ ABSL_GUARDED_BY(mapped_mu_);
   // Writes checkpoints to disk, in the order they were taken.
   std::unique_ptr<Executor> persist_ = std::make_unique<Executor>("persist");
-  // Last: destroyed first, so its thread (which posts back to the loop) has
-  // ended before any other member goes.
+  // Messages of a peer while one of them is parsed off the loop, in arrival
+  // order (HandleMessage).
+  struct Unparsed {
+    PeerIdentity identity;
+    std::shared_ptr<const std::string> payload;
+    std::shared_ptr<const RequestFrames> frames;
+  };
+  absl::flat_hash_map<std::string, std::deque<Unparsed>> unparsed_;
+  // Last: destroyed first, so their threads (which post back to the loop)
+  // have ended before any other member goes. parse_ parses large messages,
+  // prep_ prepares registrations and maps shared memory.
+  std::unique_ptr<Executor> parse_ = std::make_unique<Executor>("parse");
   std::unique_ptr<Executor> prep_ = std::make_unique<Executor>("prep");
 };
 

@@ -11,6 +11,25 @@
 
 namespace tandem::server {
 
+DeviceRuntime* Service::NamedDevice(const std::string& want) {
+  for (auto& d : devices_) {
+    DeviceRuntime* dev = &d->runtime();
+    const std::string& name = dev->device->info().name;
+    if (name == want || (want == "cuda" && dev->device->info().backend == device::Backend::kCuda)) return dev;
+  }
+  return nullptr;
+}
+
+device::Device* Service::KnownDevice(const v1::JobHints& hints) {
+  DeviceRuntime* dev = nullptr;
+  if (!hints.device().empty()) {
+    dev = NamedDevice(hints.device());
+  } else if (devices_.size() == 1) {
+    dev = &devices_[0]->runtime();
+  }
+  return dev != nullptr ? dev->device.get() : nullptr;
+}
+
 DeviceRuntime* Service::ChooseDevice(const v1::JobHints& hints, absl::Status* error) {
   const std::string& want = hints.device();
   if (want.empty()) {
@@ -26,11 +45,7 @@ DeviceRuntime* Service::ChooseDevice(const v1::JobHints& hints, absl::Status* er
     }
     return best;
   }
-  for (auto& d : devices_) {
-    DeviceRuntime* dev = &d->runtime();
-    const std::string& name = dev->device->info().name;
-    if (name == want || (want == "cuda" && dev->device->info().backend == device::Backend::kCuda)) return dev;
-  }
+  if (DeviceRuntime* dev = NamedDevice(want); dev != nullptr) return dev;
   *error = absl::InvalidArgumentError(absl::StrCat(
       "device '", want, "' is not served by this daemon; it serves: ", absl::StrJoin(DeviceNames(), ", ")));
   return nullptr;

@@ -270,12 +270,14 @@ struct SegmentedIteration {
   std::vector<StagedCopy> fetches;  // made by the last segment
   int num_nodes = 0;
   int segment_nodes = 1;
-  int next_node = 0;       // the first node not enqueued yet
-  int next_segment = 0;    // index of the next segment to enqueue
-  int in_flight = 0;       // segments enqueued whose completion was not seen
-  bool parked = false;     // yielded: no segment is enqueued until ShouldYield turns false
-  bool resumed = false;    // the next segment follows a pause (its gap is not idle time)
-  double run_seconds = 0;  // the completed segments' device time
+  int next_node = 0;          // the first node not enqueued yet
+  int next_segment = 0;       // index of the next segment to enqueue
+  int in_flight = 0;          // segments enqueued whose completion was not seen
+  bool parked = false;        // yielded: no segment is enqueued until ShouldYield turns false
+  bool resumed = false;       // the next segment follows a pause (its gap is not idle time)
+  int pauses = 0;             // times it yielded
+  Clock::time_point started;  // when its first segment was enqueued (the journal's "segmented" entry)
+  double run_seconds = 0;     // the completed segments' device time
   // The program's op-by-op runs when it started (ProgramCounters): a
   // segmented iteration whose node ranges ran op by op (their first run on
   // the lane, before their graphs are captured) is not a measurement.

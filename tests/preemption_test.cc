@@ -252,6 +252,21 @@ TEST_P(Preemption, HighPriorityBurstAgainstARunningBestEffortIteration) {
                                          "\",name=\"high\",device=\"cpu\"}")),
               0);
     EXPECT_GT(daemon.Metric("tandem_device_segments_total{device=\"cpu\"}"), 0);
+    // The device's journal has the segmented iteration, with its pauses,
+    // its device time, and a span that holds its pauses too.
+    auto stats = high.client().Stats();
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    int segmented = 0, paused = 0;
+    for (const v1::DeviceEvent& e : stats->devices(0).events()) {
+      if (e.kind() != "segmented") continue;
+      EXPECT_EQ(e.job(), be.job());
+      EXPECT_GT(e.run_seconds(), 0);
+      EXPECT_GE(e.seconds(), e.run_seconds());
+      ++segmented;
+      paused += e.pauses();
+    }
+    EXPECT_GE(segmented, 1);
+    EXPECT_GE(paused, 1);
   } else {
     // It ran through beside the burst.
     EXPECT_LT(be_ms, burst_ms) << "the burst overtook the best-effort iteration without op preemption";

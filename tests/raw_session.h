@@ -52,6 +52,8 @@ class RawSession {
     }
     return sent_;
   }
+  // Sends `bytes` as they are, in one frame (a malformed request).
+  void SendBytes(const std::string& bytes) { socket_.send(zmq::buffer(bytes), zmq::send_flags::none); }
   // The next response (within 5 s), past the daemon's liveness probes
   // (request_id 0).
   v1::Response Receive() {

@@ -2,8 +2,10 @@
 // a client's shared-memory region, are prepared on their own thread, so the
 // daemon keeps serving other sessions while a large model registers, and a
 // session that ends meanwhile leaves nothing behind. The daemon is slowed
-// on purpose: each preparation first sleeps TANDEM_TEST_PREPARE_DELAY_MS
-// (read by tandemd for tests only).
+// on purpose: each preparation first sleeps TANDEM_TEST_PREPARE_DELAY_MS,
+// and each parse of a large message (Service::kParseOnLoopBytes or more,
+// parsed off the loop too) TANDEM_TEST_PARSE_DELAY_MS (read by tandemd for
+// tests only).
 #include <stdlib.h>
 
 #include <atomic>
@@ -36,6 +38,14 @@ std::unique_ptr<DaemonProcess> SlowRegistrations() {
   ::setenv("TANDEM_TEST_PREPARE_DELAY_MS", std::to_string(kDelayMs).c_str(), 1);
   auto daemon = std::make_unique<DaemonProcess>(std::vector<std::string>{"--policy=fair"});
   ::unsetenv("TANDEM_TEST_PREPARE_DELAY_MS");
+  return daemon;
+}
+
+// A daemon whose every large message takes at least kDelayMs to parse.
+std::unique_ptr<DaemonProcess> SlowParses() {
+  ::setenv("TANDEM_TEST_PARSE_DELAY_MS", std::to_string(kDelayMs).c_str(), 1);
+  auto daemon = std::make_unique<DaemonProcess>(std::vector<std::string>{"--policy=fair"});
+  ::unsetenv("TANDEM_TEST_PARSE_DELAY_MS");
   return daemon;
 }
 
@@ -131,6 +141,76 @@ TEST(Registration, ASessionThatEndsWhileItsMemoryIsMappedGetsCancelled) {
   const v1::Response second = SendThenClose(raw, map);
   EXPECT_EQ(second.status().code(), static_cast<int>(absl::StatusCode::kCancelled)) << second.DebugString();
   EXPECT_THAT(second.status().message(), HasSubstr("session ended while its shared memory was being mapped"));
+  ASSERT_TRUE(daemon->Alive()) << daemon->Log();
+  GoodTrainer good(daemon->endpoint());
+  good.Step(3);
+}
+
+// A registration with 2 MB of weights inline: parsed off the loop.
+v1::RegisterJobRequest LargeJob() {
+  examples::MlpJobOptions o = GoodJob();
+  o.name = "large";
+  o.shape.inputs = 512;
+  o.shape.hidden = 512;
+  return examples::BuildMlpTrainingJob(o);
+}
+
+TEST(Registration, AnotherSessionTrainsWhileALargeRegistrationIsParsed) {
+  std::unique_ptr<DaemonProcess> daemon = SlowParses();
+  GoodTrainer good(daemon->endpoint());  // small: parsed on the loop, at once
+  good.Step(2);
+
+  RawSession raw(daemon->endpoint());
+  v1::Request reg;
+  *reg.mutable_register_job() = LargeJob();
+  ASSERT_GE(reg.ByteSizeLong(), 1u << 20);
+  v1::Request stats;
+  stats.mutable_stats();
+  const auto sent = std::chrono::steady_clock::now();
+  const uint64_t reg_id = raw.Send(reg);
+  const uint64_t stats_id = raw.Send(stats);  // small, but behind the large one of its session
+  // The loop goes on meanwhile: the other session trains.
+  int steps = 0;
+  while (Seconds(std::chrono::steady_clock::now() - sent).count() < kDelayMs / 2e3 && steps < 150) {
+    good.Step(1);
+    ++steps;
+  }
+  EXPECT_GE(steps, 5) << "iterations of the other session while a registration was parsed";
+
+  // Both answered; the stats only after the registration's parse (its
+  // session's requests are taken in the order sent), whose preparation
+  // then runs on its own thread: either answer may come first.
+  double stats_after = 0;
+  bool registered = false;
+  for (int i = 0; i < 2; ++i) {
+    const v1::Response r = raw.Receive();
+    if (r.request_id() == stats_id) {
+      ASSERT_TRUE(r.has_stats()) << r.DebugString();
+      stats_after = Seconds(std::chrono::steady_clock::now() - sent).count();
+    } else {
+      ASSERT_EQ(r.request_id(), reg_id) << r.DebugString();
+      ASSERT_TRUE(r.has_register_job()) << r.DebugString() << daemon->Log();
+      registered = true;
+    }
+  }
+  EXPECT_TRUE(registered);
+  EXPECT_GE(stats_after, kDelayMs / 1e3) << "the stats request overtook the registration sent ahead of it";
+  good.Step(2);
+}
+
+TEST(Registration, ALargeMalformedMessageIsRefusedOffTheLoop) {
+  std::unique_ptr<DaemonProcess> daemon = SlowParses();
+  RawSession raw(daemon->endpoint());
+  // A valid Request's first bytes, then a field of wire type 7 (none such):
+  // not a Request, found only once parsed.
+  v1::Request reg;
+  *reg.mutable_register_job() = LargeJob();
+  std::string bytes = reg.SerializeAsString();
+  bytes.push_back(static_cast<char>(0xff));
+  raw.SendBytes(bytes);
+  const v1::Response answer = raw.Receive();
+  EXPECT_EQ(answer.status().code(), static_cast<int>(absl::StatusCode::kInvalidArgument)) << answer.DebugString();
+  EXPECT_THAT(answer.status().message(), HasSubstr("malformed request"));
   ASSERT_TRUE(daemon->Alive()) << daemon->Log();
   GoodTrainer good(daemon->endpoint());
   good.Step(3);

@@ -56,7 +56,7 @@ def snapshot(client):
     out["events"] = [{"t": float(e.get("unix_seconds", 0.0)), "kind": e.get("kind", ""), "job": int(e.get("job", 0)),
                       "lane": int(e.get("lane", 0)), "from_lane": int(e.get("from_lane", 0)),
                       "seconds": float(e.get("seconds", 0.0)), "run_seconds": float(e.get("run_seconds", 0.0)),
-                      "graph_seconds": float(e.get("graph_seconds", 0.0))}
+                      "graph_seconds": float(e.get("graph_seconds", 0.0)), "pauses": int(e.get("pauses", 0))}
                      for e in dev.get("events", [])]
     out["events_dropped"] = int(dev.get("events_dropped", 0))
     return out
@@ -69,17 +69,20 @@ def near(events, t0, t1):
 
 def summarize(events):
     """Per kind, how many, on which lanes, their summed seconds in ms and the longest, max_ms (a capture's: the host
-    time it held its lane's thread, with its parts run_ms and graph_ms; a slow wait's: the wait):
+    time it held its lane's thread, with its parts run_ms and graph_ms; a slow wait's: the wait; a segmented
+    iteration's: from its first segment to its end, with its device time run_ms and its pauses):
     {"capture": {"n": 2, "lanes": [1, 4], "ms": 6.1, "max_ms": 5.0, "run_ms": 0.9, "graph_ms": 4.8}, ...}."""
     out = {}
     for e in events:
-        k = out.setdefault(e["kind"], {"n": 0, "lanes": set(), "s": 0.0, "max": 0.0, "run": 0.0, "graph": 0.0})
+        k = out.setdefault(e["kind"], {"n": 0, "lanes": set(), "s": 0.0, "max": 0.0, "run": 0.0, "graph": 0.0,
+                                       "pauses": 0})
         k["n"] += 1
         k["lanes"].add(e["lane"])
         k["s"] += e.get("seconds", 0.0)
         k["max"] = max(k["max"], e.get("seconds", 0.0))
         k["run"] += e.get("run_seconds", 0.0)
         k["graph"] += e.get("graph_seconds", 0.0)
+        k["pauses"] += e.get("pauses", 0)
     summary = {}
     for kind, v in sorted(out.items()):
         summary[kind] = {"n": v["n"], "lanes": sorted(v["lanes"]), "ms": round(v["s"] * 1e3, 3)}
@@ -87,6 +90,8 @@ def summarize(events):
             summary[kind]["max_ms"] = round(v["max"] * 1e3, 3)
         if kind == "capture":
             summary[kind].update(run_ms=round(v["run"] * 1e3, 3), graph_ms=round(v["graph"] * 1e3, 3))
+        if kind == "segmented":
+            summary[kind].update(run_ms=round(v["run"] * 1e3, 3), pauses=v["pauses"])
     return summary
 
 

@@ -82,6 +82,9 @@ def join(binary, device, running_name, newcomer_name, small):
                    name=f"join-{running_name}-{newcomer_name}") as daemon:
         running, batches = start_job(daemon.endpoint, "running", running_name, small, 1)
         done_at, done_wall = [], []  # monotonic (for gaps), wall clock (the daemon's journal's)
+        # Per step, the daemon's account (seconds waiting for its turn, on the device): the rest of a gap is
+        # the client's and the transport's.
+        waits = []
         stop = threading.Event()
         errors = []
 
@@ -89,8 +92,10 @@ def join(binary, device, running_name, newcomer_name, small):
             try:
                 i = 0
                 while not stop.is_set():
-                    running.step(*batches[i % len(batches)])
+                    handle = running.step_async(*batches[i % len(batches)])
+                    handle.result()
                     done_at.append(time.monotonic())
+                    waits.append((handle.queue_seconds, handle.run_seconds))
                     done_wall.append(time.time())
                     i += 1
             except Exception as e:  # noqa: BLE001  (reported below)
@@ -149,13 +154,15 @@ def join(binary, device, running_name, newcomer_name, small):
             "longest_gaps_ms": [bc.ms(g) for g in sorted(window, reverse=True)[:5]],
             "daemon": daemon_stats.delta(stats_before, stats_after),
         }
-        # What the daemon's journal says happened during the three longest gaps of the joining window.
+        # The five longest gaps of the joining window: the step's wait for its turn and its device time in the
+        # daemon, the rest (client, transport, the control loop), and what the daemon's journal says happened.
         events = stats_after.get("events", []) if daemon_stats.usable(stats_after) else []
         indexed = [(b - a, k) for k, (a, b) in enumerate(gaps) if joined_at < b <= warm_at]
         row["longest_gap_events"] = [
-            {"gap_ms": bc.ms(g),
+            {"gap_ms": bc.ms(g), "queue_ms": bc.ms(waits[k + 1][0]), "run_ms": bc.ms(waits[k + 1][1]),
+             "rest_ms": bc.ms(g - waits[k + 1][0] - waits[k + 1][1]),
              "events": daemon_stats.summarize(daemon_stats.near(events, done_wall[k], done_wall[k + 1]))}
-            for g, k in sorted(indexed, reverse=True)[:3]]
+            for g, k in sorted(indexed, reverse=True)[:5]]
         bc.log(f"{running_name} joined by {newcomer_name}: median {row['running_median_ms']} ms before, "
                f"{row['shared_median_ms']} ms shared after; while joining ({row['window_steps']} steps) p99 "
                f"{row['p99_over_median']}x / {row['p99_over_shared_median']}x, longest {row['max_over_median']}x / "
