@@ -94,23 +94,27 @@ class DaemonStatsTest(unittest.TestCase):
         capture = {"unix_seconds": 100.25, "kind": "capture", "job": "7", "lane": 3, "seconds": 0.004,
                    "run_seconds": 0.001, "graph_seconds": 0.0025}
         wait = {"unix_seconds": 100.3, "kind": "slow_wait", "job": "9", "seconds": 0.012}
+        segmented = {"unix_seconds": 100.35, "kind": "segmented", "job": "9", "lane": 1, "seconds": 0.03,
+                     "run_seconds": 0.02, "pauses": 3}
         late = {"unix_seconds": 101.5, "kind": "slow_wait", "job": "9", "lane": 1, "seconds": 0.02}
-        client = Client([with_events([early], 3), with_events([early, move, capture, wait, late], 5)])
+        client = Client([with_events([early], 3), with_events([early, move, capture, wait, segmented, late], 5)])
         before, after = daemon_stats.snapshot(client), daemon_stats.snapshot(client)
         self.assertEqual(after["events"][3], {"t": 100.3, "kind": "slow_wait", "job": 9, "lane": 0, "from_lane": 0,
-                                              "seconds": 0.012, "run_seconds": 0.0, "graph_seconds": 0.0})
+                                              "seconds": 0.012, "run_seconds": 0.0, "graph_seconds": 0.0,
+                                              "pauses": 0})
         before["at"], after["at"] = 100.0, 101.0
         d = daemon_stats.delta(before, after)
         # Only the events between the two snapshots, and how many the journal dropped meanwhile.
-        self.assertEqual([e["kind"] for e in d["events"]], ["move", "capture", "slow_wait"])
-        self.assertEqual(d["event_counts"], {"capture": 1, "move": 1, "slow_wait": 1})
+        self.assertEqual([e["kind"] for e in d["events"]], ["move", "capture", "slow_wait", "segmented"])
+        self.assertEqual(d["event_counts"], {"capture": 1, "move": 1, "segmented": 1, "slow_wait": 1})
         self.assertEqual(d["events_dropped"], 2)
         self.assertEqual(d["events"][0]["from_lane"], 1)
         # Near a moment: what happened, per kind, on which lanes.
         self.assertEqual(daemon_stats.summarize(daemon_stats.near(d["events"], 100.22, 100.4)),
                          {"capture": {"n": 1, "lanes": [3], "ms": 4.0, "max_ms": 4.0, "run_ms": 1.0, "graph_ms": 2.5},
+                          "segmented": {"n": 1, "lanes": [1], "ms": 30.0, "max_ms": 30.0, "run_ms": 20.0, "pauses": 3},
                           "slow_wait": {"n": 1, "lanes": [0], "ms": 12.0, "max_ms": 12.0}})
-        self.assertEqual(daemon_stats.near(d["events"], 100.31, 100.4), [])
+        self.assertEqual(daemon_stats.near(d["events"], 100.36, 100.4), [])
 
 
 if __name__ == "__main__":
