@@ -154,10 +154,11 @@ bool SoloProbes::ShouldYield(const SchedState& state, int lane, absl::FunctionRe
   const LaneState& l = state.lanes[lane];
   const HeldUp held = HeldUpJobs(state, lane, runs);
   if (!l.paused) {
-    // Pause once the probe has run for as long as the quickest of the jobs
-    // it holds up takes for an iteration; the pause then lasts until the
-    // slowest of them has had time for one.
-    const bool yield = held.busy || (held.waiting && state.now - l.run_since >= held.shortest);
+    // Pause once the probe has run for its turn (a fraction of the held-up
+    // jobs' iterations); the pause then lasts until the slowest of them has
+    // had time for one.
+    const double turn = std::min(held.shortest, held.longest * state.options.probe_turn_fraction);
+    const bool yield = held.busy || (held.waiting && state.now - l.run_since >= turn);
     if (yield) pause_window_ = held.longest;
     return yield;
   }

@@ -136,13 +136,15 @@ int PackLaneFor(const SchedState& state, const JobParams& params, int num_lanes,
 //
 // Beside jobs that have run, a probe runs in segments (Dispatch::segmented)
 // and takes turns with the jobs it holds up (ShouldYield): it pauses at a
-// segment boundary once it has run for the quickest one's iteration
-// estimate, the other lanes start iterations as usual for the slowest
-// one's, and the probe goes on alone once those end. The probe's device
-// time is the sum of its segments, each of them alone. So a newcomer whose iterations are much
-// longer than a running job's holds that job up for about one of its own
-// iterations at a time, not for one of the newcomer's (a 28 ms newcomer
-// beside a 6.4 ms job made its slowest iteration 4.4x its median).
+// segment boundary once it has run for its turn (probe_turn_fraction of the
+// slowest one's iteration estimate, at most the quickest one's), the other
+// lanes start iterations as usual for the slowest one's, and the probe goes
+// on alone once those end. The probe's device time is the sum of its
+// segments, each of them alone. So a newcomer whose iterations are much
+// longer than a running job's holds that job's iterations up by a fraction
+// of one of them at a time, not for one of the newcomer's (a 28 ms newcomer
+// beside a 6.4 ms job made its slowest iteration 4.4x its median; with turns
+// of a whole iteration of it, 1.78x; now 1.04x, in the simulator).
 // Owned by one policy; not thread-safe.
 class SoloProbes {
  public:
@@ -160,8 +162,8 @@ class SoloProbes {
   bool Segmented(JobId job) const;
   // True when `lane` runs a segmented probe that should pause, or stay
   // paused. It takes turns with the jobs it holds up (those of other lanes
-  // with a queued iteration and an iteration estimate): it runs for the
-  // quickest one's iteration time, then pauses for the slowest one's (the
+  // with a queued iteration and an iteration estimate): it runs for its
+  // turn (above), then pauses for the slowest one's iteration time (the
   // pause window: other lanes start iterations as usual), then waits for
   // the iterations in progress to end, and goes on. `runs(lane)` tells
   // whether the policy would start an iteration in a free lane now, so that

@@ -132,8 +132,8 @@ TEST_F(PackPolicyTest, AnUnmeasuredJobProbesAloneFirst) {
 }
 
 // Beside a job that has run, a probe goes in segments and takes turns with
-// it: it pauses once it has run one of that job's iterations (2 ms), the job
-// then runs one, and the probe goes on.
+// it: it pauses once it has run probe_turn_fraction of that job's iteration
+// (2 ms), the job then runs one, and the probe goes on.
 TEST_F(PackPolicyTest, ASegmentedProbeTakesTurnsWithTheJobItHoldsUp) {
   Add(1, "a", 0);
   for (int i = 0; i < 4; ++i) RunAlone(1, 0, 0.002);
@@ -146,11 +146,13 @@ TEST_F(PackPolicyTest, ASegmentedProbeTakesTurnsWithTheJobItHoldsUp) {
   EXPECT_EQ(d->job, 2u);
   EXPECT_TRUE(d->segmented);
   EXPECT_FALSE(scheduler_->ShouldYield(1));
+  const double probe_turn = 0.002 * SchedulerOptions{}.probe_turn_fraction;
+  ASSERT_LT(probe_turn, 0.002);
   for (int turn = 0; turn < 3; ++turn) {
-    clock_->Advance(0.001);
-    EXPECT_FALSE(scheduler_->ShouldYield(1)) << turn << ": not yet one of job 1's iterations";
+    clock_->Advance(0.5 * probe_turn);
+    EXPECT_FALSE(scheduler_->ShouldYield(1)) << turn << ": its turn is not over";
     EXPECT_FALSE(scheduler_->Next(0).has_value()) << turn;
-    clock_->Advance(0.0015);
+    clock_->Advance(0.7 * probe_turn);
     ASSERT_TRUE(scheduler_->ShouldYield(1)) << turn;
     scheduler_->OnIterationYielded(1);
     d = scheduler_->Next(0);

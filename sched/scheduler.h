@@ -153,6 +153,13 @@ struct SchedulerOptions {
   // newcomer's iterations) start at most once per this many seconds, so a
   // running job is held up by one probe now and then, not by a run of them.
   double probe_spacing_seconds = 0;
+  // A segmented solo probe runs for this fraction of the slowest held-up
+  // job's iteration (at most the quickest one's) before it pauses for them:
+  // alike held-up jobs' iterations then wait at most about this much
+  // longer (the sharing issue's goal: p99 within 1.2x while a job joins),
+  // and the probe still gets a share of the device beside very different
+  // ones (its turn is not a fraction of a 3 ms job's beside a 28 ms one's).
+  double probe_turn_fraction = 0.15;
 };
 
 class Scheduler {

@@ -7,8 +7,9 @@
 // that first iteration was a solo probe: every other lane drained for it.
 // Now it runs beside the others and is not measured; later probes start at
 // most every probe_spacing_seconds, and each goes in segments that take
-// turns with the running job (SoloProbes): the running job waits about one
-// of its own iterations at a time, not one of the newcomer's.
+// turns with the running job (SoloProbes): each turn of the probe lasts a
+// fraction of the running job's iteration (probe_turn_fraction), so that
+// job waits at most that much longer for any of its iterations.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -33,8 +34,9 @@ struct Gaps {
   uint64_t newcomer_samples = 0;  // the newcomer's iterations measured beside the running job
 };
 
-// The running job's completion gaps from 1 s before the join to the end.
-Gaps RunningJobGaps(const std::string& newcomer, bool daemon_options) {
+// The running job's completion gaps from `from` (default: 1 s before the
+// join) to `to` (default: the end).
+Gaps RunningJobGaps(const std::string& newcomer, bool daemon_options, double from = kJoinAt - 1, double to = kEnd) {
   SimOptions options;
   options.scheduler.policy = "pack";
   if (daemon_options) {
@@ -43,8 +45,8 @@ Gaps RunningJobGaps(const std::string& newcomer, bool daemon_options) {
   }
   options.first_iteration_factor = 30;  // 840 ms for the 28 ms job, 192 ms for the 6.4 ms one
   options.record_completion_gaps = true;
-  options.window_start_seconds = kJoinAt - 1;
-  options.window_end_seconds = kEnd;
+  options.window_start_seconds = from;
+  options.window_end_seconds = to;
   options.end_seconds = kEnd;
   InterferenceTable table(1.3);
   table.SetAll(1.3);  // side by side pays: after its probes, the newcomer runs beside the running job
@@ -54,7 +56,7 @@ Gaps RunningJobGaps(const std::string& newcomer, bool daemon_options) {
   EXPECT_TRUE(result.ok()) << result.status();
   if (!result.ok()) return {};
   std::vector<double> gaps = result->Job(1)->window_gaps;
-  EXPECT_GT(gaps.size(), 1000u);
+  EXPECT_GT(gaps.size(), 200u);
   std::sort(gaps.begin(), gaps.end());
   Gaps out{gaps[gaps.size() / 2], gaps[gaps.size() * 99 / 100], gaps.back(), result->Job(2)->yields, 0};
   for (const PairInterference& pair : result->interference) {
@@ -88,6 +90,16 @@ TEST(JoinTest, ANewcomersFirstIterationDoesNotDrainTheRunningJob) {
       // first probe; in segments, it no longer stalls the running job for
       // its whole length either.
       EXPECT_LE(before.max, 3 * before.median);
+
+      // Over the 2 s after the join, where the probes run (the GPU bench's
+      // window is as short: registration to the newcomer's 6th step), the
+      // p99 too: each probe turn lasts probe_turn_fraction of the running
+      // job's iteration (with whole turns of it, p99 and longest were 1.75x
+      // and 1.78x the median here).
+      const Gaps probing = RunningJobGaps(newcomer, /*daemon_options=*/true, kJoinAt, kJoinAt + 2);
+      EXPECT_LE(probing.p99, 1.2 * probing.median);
+      EXPECT_LE(probing.max, 1.2 * probing.median);
+      EXPECT_GT(probing.newcomer_yields, 0);
     }
   }
 }
