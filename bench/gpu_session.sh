@@ -26,7 +26,7 @@
 #   faults    snapshot cost and recovery from a real device fault beside two training jobs
 #             (bench/models/fault_recovery.py, FAULTS_MODEL, default resnet50) -> fault_recovery.json
 #   join      a running job's step gaps while another job registers and starts beside it
-#             (bench/models/join_bench.py, JOIN_PAIRS, default its own)      -> join.json
+#             (bench/models/join_bench.py, JOIN_PAIRS, default its own)      -> join.json (or JOIN_OUT)
 #
 #   bench/gpu_session.sh tests profile overhead          # on the GPU machine
 #
@@ -108,7 +108,7 @@ for name in "$@"; do
     faults) stage faults "${FAULTS_S:-300}" "$python" "$root/bench/models/fault_recovery.py" \
               --model "${FAULTS_MODEL:-resnet50}" --out "$OUT/fault_recovery.json" ;;
     join) stage join "${JOIN_S:-240}" "$python" "$root/bench/models/join_bench.py" \
-            ${JOIN_PAIRS:+--pairs "$JOIN_PAIRS"} --out "$OUT/join.json" ;;
+            ${JOIN_PAIRS:+--pairs "$JOIN_PAIRS"} --out "$OUT/${JOIN_OUT:-join.json}" ;;
     *) echo "unknown stage '$name' (tests, pytests, profile, overhead, ops, pairs, hosting, memory, gap, zoo, capture, sweep, faults, join)"
        status=1 ;;
   esac

@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/log.h"
@@ -24,6 +25,15 @@
 
 namespace tandem::server {
 namespace {
+
+// PACK's probe turn (sched::SchedulerOptions::probe_turn_fraction); for
+// measuring it, TANDEM_PROBE_TURN_FRACTION sets another.
+double ProbeTurnFraction() {
+  const char* v = std::getenv("TANDEM_PROBE_TURN_FRACTION");
+  double fraction = 0;
+  if (v != nullptr && absl::SimpleAtod(v, &fraction) && fraction > 0) return fraction;
+  return sched::SchedulerOptions{}.probe_turn_fraction;
+}
 
 // Generated kernels on or off for the process (the CUDA backend reads it),
 // and the folder compiled ones are kept in (options.h: kernel_cache_dir).
@@ -141,7 +151,8 @@ absl::StatusOr<std::unique_ptr<Service>> Service::Create(const DaemonOptions& op
                                                             .max_lanes = options.max_lanes,
                                                             .lookahead = options.max_inflight_per_lane - 1,
                                                             .first_iteration_captures = true,
-                                                            .probe_spacing_seconds = 0.25}));
+                                                            .probe_spacing_seconds = 0.25,
+                                                            .probe_turn_fraction = ProbeTurnFraction()}));
     rt->device = std::move(dev);
     TLOG_INFO("device ready")
         .With("device", info.name)
