@@ -296,7 +296,7 @@ void Service::ParseOffLoop(const std::string& peer) {
 
 void Service::OnParsed(const std::string& peer, std::shared_ptr<v1::Request> request, bool parsed) {
   auto queued = unparsed_.find(peer);
-  if (queued == unparsed_.end() || queued->second.empty()) return;  // cannot happen: only OnParsed pops
+  if (queued == unparsed_.end() || queued->second.empty()) return;  // answered by Shutdown meanwhile
   Unparsed done = std::move(queued->second.front());
   queued->second.pop_front();
   HandleParsed(peer, done.identity, done.payload->size(), std::move(done.frames), std::move(request), parsed);
@@ -522,6 +522,15 @@ void Service::OnStats(const PendingReply& to) {
 
 void Service::Shutdown() {
   shutting_down_ = true;
+  // The messages waiting for a parse off the loop, and those of their peers
+  // behind them: answered now, as those that come from now on are (the loop
+  // may stop before the parse ends).
+  for (const auto& [peer, queue] : unparsed_) {
+    for (const Unparsed& waiting : queue) {
+      ReplyError({peer, LeadingRequestId(*waiting.payload)}, absl::UnavailableError("tandemd is shutting down"));
+    }
+  }
+  unparsed_.clear();
   for (uint64_t id : sessions_.Ids()) EndSession(id, "daemon shutting down");
   // Drain the executors, then wait for every lane's work. The completions
   // posted meanwhile run on the loop after this (they answer their

@@ -6,6 +6,7 @@
 // and each parse of a large message (Service::kParseOnLoopBytes or more,
 // parsed off the loop too) TANDEM_TEST_PARSE_DELAY_MS (read by tandemd for
 // tests only).
+#include <signal.h>
 #include <stdlib.h>
 
 #include <atomic>
@@ -196,6 +197,27 @@ TEST(Registration, AnotherSessionTrainsWhileALargeRegistrationIsParsed) {
   EXPECT_TRUE(registered);
   EXPECT_GE(stats_after, kDelayMs / 1e3) << "the stats request overtook the registration sent ahead of it";
   good.Step(2);
+}
+
+TEST(Registration, MessagesWaitingForAParseAreAnsweredAtShutdown) {
+  std::unique_ptr<DaemonProcess> daemon = SlowParses();
+  RawSession raw(daemon->endpoint());
+  v1::Request reg;
+  *reg.mutable_register_job() = LargeJob();
+  v1::Request stats;
+  stats.mutable_stats();
+  const uint64_t reg_id = raw.Send(reg);
+  const uint64_t stats_id = raw.Send(stats);  // waits behind the registration's parse
+  std::this_thread::sleep_for(std::chrono::milliseconds(kDelayMs / 4));
+  ASSERT_EQ(::kill(daemon->pid(), SIGTERM), 0);
+  // Both answered, though the daemon stops before the parse ends.
+  std::vector<uint64_t> answered;
+  for (int i = 0; i < 2; ++i) {
+    const v1::Response r = raw.Receive();
+    EXPECT_EQ(r.status().code(), static_cast<int>(absl::StatusCode::kUnavailable)) << r.DebugString();
+    answered.push_back(r.request_id());
+  }
+  EXPECT_THAT(answered, ::testing::UnorderedElementsAre(reg_id, stats_id)) << daemon->Log();
 }
 
 TEST(Registration, ALargeMalformedMessageIsRefusedOffTheLoop) {
