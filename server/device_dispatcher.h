@@ -12,6 +12,7 @@
 #define TANDEM_SERVER_DEVICE_DISPATCHER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -64,6 +65,13 @@ class DispatcherHost {
   // reply per request, errors counted by code.
   virtual void Reply(const PendingReply& to, v1::Response response) = 0;
   virtual void ReplyError(const PendingReply& to, const absl::Status& status) = 0;
+  // Answers `to` with the response `build` makes, built and serialized on
+  // the service's message thread (a read's tensor of many megabytes held
+  // every job's iterations up on the loop for its copies), then sent from
+  // the loop, where `then` runs after the send. `build` may run on any
+  // thread and must not touch the loop's state.
+  virtual void ReplyBuiltOffLoop(const PendingReply& to, std::function<v1::Response()> build,
+                                 std::function<void()> then) = 0;
   // An iteration of `job` failed with `status` on a device whose context is
   // lost (Device::Fault): the daemon restarts. The host answers `to` once
   // it knows which job's iteration faulted (server/service_faults.cc).

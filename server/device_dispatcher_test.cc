@@ -60,6 +60,13 @@ class FakeHost : public DispatcherHost {
     errors[to.request_id] = status;
     MaybeStop();
   }
+  // Built here, on the loop: the service's thread for it is the service's.
+  void ReplyBuiltOffLoop(const PendingReply& to, std::function<v1::Response()> build,
+                         std::function<void()> then) override {
+    replies_built++;
+    Reply(to, build());
+    then();
+  }
   void OnDeviceFault(Job&, const PendingReply& to, uint64_t, const absl::Status& status) override {
     ReplyError(to, status);
   }
@@ -74,6 +81,7 @@ class FakeHost : public DispatcherHost {
   absl::flat_hash_map<uint64_t, v1::Response> responses;
   absl::flat_hash_map<uint64_t, absl::Status> errors;
   int iterations_replied = 0;
+  int replies_built = 0;  // replies built by ReplyBuiltOffLoop
   int finish_close_calls = 0;
 
  private:
@@ -243,6 +251,7 @@ TEST_F(DeviceDispatcherTest, ReadsAPersistentTensorInOrder) {
   RunUntilAnswered(1);
   ASSERT_TRUE(host_.responses.contains(3));
   EXPECT_EQ(host_.responses[3].read_tensor().tensor().data(), before);
+  EXPECT_EQ(host_.replies_built, 1);
   EXPECT_EQ(job.device_work, 0);
 }
 

@@ -389,31 +389,46 @@ void DeviceDispatcher::StartReads(Job& job) {
     void* src = job.persistent[index];
     TensorType type = job.graph->values[read.value].type;
     std::string name = job.graph->values[read.value].name;
-    auto host = dev_.device->AllocateHost(type.bytes());
-    if (!host.ok()) {
-      host_.ReplyError(read.reply, host.status());
-      continue;
-    }
     job.device_work++;
     device::Device* device = dev_.device.get();
     device::Stream* stream = dev_.lanes[job.lane].stream.get();
     uint64_t job_id = job.id;
-    void* dst = *host;
+    // The host buffer's allocation (pinned on a GPU: milliseconds for tens
+    // of megabytes) on the lane's executor, the copy into the reply, the
+    // reply's serialization and the buffer's release on the service's
+    // message thread: the loop only answers.
     dev_.lanes[job.lane].executor->Post([=, this]() {
+      absl::StatusOr<void*> host = device->AllocateHost(type.bytes());
+      if (!host.ok()) {
+        loop_.Post("Executor.OnReadDone", [=, this]() {
+          host_.ReplyError(read.reply, host.status());
+          host_.OnDeviceWorkDone(job_id);
+        });
+        return;
+      }
+      void* dst = *host;
+      // On the device's completion thread, which must not call the device's
+      // API: a failed copy's buffer is released on the loop.
       auto done = [=, this](absl::Status s) {
         loop_.Post("Executor.OnReadDone", [=, this]() {
-          if (s.ok()) {
-            v1::Response response;
-            v1::Tensor* t = response.mutable_read_tensor()->mutable_tensor();
-            t->mutable_spec()->set_name(name);
-            TensorTypeToProto(type, t->mutable_spec());
-            t->set_data(static_cast<const char*>(dst), type.bytes());
-            host_.Reply(read.reply, std::move(response));
-          } else {
+          if (!s.ok()) {
+            device->FreeHost(dst);
             host_.ReplyError(read.reply, s);
+            host_.OnDeviceWorkDone(job_id);
+            return;
           }
-          device->FreeHost(dst);
-          host_.OnDeviceWorkDone(job_id);
+          host_.ReplyBuiltOffLoop(
+              read.reply,
+              [=]() {
+                v1::Response response;
+                v1::Tensor* t = response.mutable_read_tensor()->mutable_tensor();
+                t->mutable_spec()->set_name(name);
+                TensorTypeToProto(type, t->mutable_spec());
+                t->set_data(static_cast<const char*>(dst), type.bytes());
+                device->FreeHost(dst);
+                return response;
+              },
+              [=, this]() { host_.OnDeviceWorkDone(job_id); });
         });
       };
       absl::Status s = device->CopyToHost(*stream, dst, src, type.bytes());

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <future>
 #include <optional>
 #include <string>
 #include <thread>
@@ -201,6 +202,19 @@ void Service::Reply(const PendingReply& to, v1::Response response) {
   send_(to.peer, response.SerializeAsString());
 }
 
+void Service::ReplyBuiltOffLoop(const PendingReply& to, std::function<v1::Response()> build,
+                                std::function<void()> then) {
+  messages_->Post([this, to, build = std::move(build), then = std::move(then)]() {
+    v1::Response response = build();
+    response.set_request_id(to.request_id);
+    auto bytes = std::make_shared<std::string>(response.SerializeAsString());
+    loop_.Post("Service.OnReplyBuilt", [this, to, bytes, then]() {
+      send_(to.peer, std::move(*bytes));
+      then();
+    });
+  });
+}
+
 void Service::ReplyError(const PendingReply& to, const absl::Status& given) {
   const std::optional<DeviceFault> fault = CurrentFault();
   const absl::Status status = fault.has_value() ? AfterFault(*fault, given) : given;
@@ -287,7 +301,7 @@ bool Service::ParseRequest(const std::string& payload, v1::Request& request) {
 
 void Service::ParseOffLoop(const std::string& peer) {
   std::shared_ptr<const std::string> payload = unparsed_.at(peer).front().payload;
-  parse_->Post([this, peer, payload = std::move(payload)]() {
+  messages_->Post([this, peer, payload = std::move(payload)]() {
     auto request = std::make_shared<v1::Request>();
     const bool parsed = ParseRequest(*payload, *request);
     loop_.Post("Service.OnParsed", [this, peer, request, parsed]() { OnParsed(peer, request, parsed); });
@@ -536,6 +550,11 @@ void Service::Shutdown() {
   // posted meanwhile run on the loop after this (they answer their
   // iterations and reads), then FinishShutdown frees what is left.
   for (auto& dev : devices_) dev->StopExecutors();
+  // The replies the devices' last reads posted for building: built, and
+  // their sends queued on the loop, before it stops.
+  std::promise<void> built;
+  messages_->Post([&built]() { built.set_value(); });
+  built.get_future().wait();
 }
 
 void Service::FinishShutdown() {

@@ -163,12 +163,14 @@ class Service : private DispatcherHost {
   // service.cc: sessions and the small requests.
   void Reply(const PendingReply& to, v1::Response response) override;
   void ReplyError(const PendingReply& to, const absl::Status& status) override;
+  void ReplyBuiltOffLoop(const PendingReply& to, std::function<v1::Response()> build,
+                         std::function<void()> then) override;
   void OnHello(const PendingReply& to, const PeerIdentity& identity, const v1::HelloRequest& hello);
   // Administrators see every session; others see their own principal's.
   void OnListSessions(const PendingReply& to, const Session& session);
   // HandleMessage's parts: a message refused before it is parsed (the
   // daemon stops, or it is too large); the front of `peer`'s queue parsed
-  // on parse_; a queued message that parse_ has parsed, then the next ones
+  // on messages_; a queued message that messages_ has parsed, then the next ones
   // of the queue (those below kParseOnLoopBytes at once); and a parsed
   // message (`parsed` false: malformed).
   bool RefusedUnparsed(const std::string& peer, const std::string& payload, const RequestFrames* frames);
@@ -388,9 +390,10 @@ class Service : private DispatcherHost {
   };
   absl::flat_hash_map<std::string, std::deque<Unparsed>> unparsed_;
   // Last: destroyed first, so their threads (which post back to the loop)
-  // have ended before any other member goes. parse_ parses large messages,
-  // prep_ prepares registrations and maps shared memory.
-  std::unique_ptr<Executor> parse_ = std::make_unique<Executor>("parse");
+  // have ended before any other member goes. messages_ parses large
+  // messages and builds large replies, prep_ prepares registrations and
+  // maps shared memory.
+  std::unique_ptr<Executor> messages_ = std::make_unique<Executor>("messages");
   std::unique_ptr<Executor> prep_ = std::make_unique<Executor>("prep");
 };
 
