@@ -21,7 +21,7 @@ enum class JournalKind {
   kCapture,    // an iteration of `job` on `lane` captured a graph; seconds: the host time of its
                // kernel-by-kernel run and capture (ProgramCounters::recapture_seconds)
   kSlowWait,   // an iteration of `job` on `lane` waited `seconds` in the daemon before it ran
-  kSegmented,  // an iteration of `job` on `lane` that ran in segments ended (a solo probe, a
+  kSegmented,  // an iteration of `job` on `lane` that ran in segments and paused ended (a solo probe, a
                // best-effort iteration under op preemption); seconds: from its first segment to its end,
                // run_seconds: its device time, pauses: the times it yielded
   kArena,      // `lane`'s arena moved to other addresses (each of its jobs captures its graphs again);

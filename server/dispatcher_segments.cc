@@ -174,13 +174,17 @@ void DeviceDispatcher::FinishSegmentedIteration(int lane) {
   if (const Job* job = host_.JobById(run->job); job != nullptr) {
     measured = job->View(run->it.variant).program->Counters().op_by_op_runs == run->op_by_op_before;
   }
-  dev_.journal.Add({.unix_seconds = DeviceJournal::UnixNow(),
-                    .kind = JournalKind::kSegmented,
-                    .job = run->job,
-                    .lane = lane,
-                    .seconds = std::chrono::duration<double>(Clock::now() - run->started).count(),
-                    .run_seconds = run->run_seconds,
-                    .pauses = run->pauses});
+  // Those that paused: the others held no other lane up (and would crowd
+  // the journal's other entries out under PRIORITY's op preemption).
+  if (run->pauses > 0) {
+    dev_.journal.Add({.unix_seconds = DeviceJournal::UnixNow(),
+                      .kind = JournalKind::kSegmented,
+                      .job = run->job,
+                      .lane = lane,
+                      .seconds = std::chrono::duration<double>(Clock::now() - run->started).count(),
+                      .run_seconds = run->run_seconds,
+                      .pauses = run->pauses});
+  }
   FinishIteration(lane, run->slot, run->job, run->probe, std::move(run->it), run->status, run->run_seconds, measured);
 }
 
