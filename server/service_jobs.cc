@@ -36,8 +36,18 @@ absl::Status CheckPersistentFrames(const v1::RegisterJobRequest& reg, const Grap
   return CheckTensorFrames("persistent tensor", tensors, frames);
 }
 
-absl::Status VariantProgramError(const GraphVariant& v, const absl::Status& s) {
-  return absl::Status(s.code(), absl::StrCat("graph variant '", v.name, "': ", s.message()));
+// The program of `graph` for `device`, and each variant's (set in it).
+absl::StatusOr<std::unique_ptr<Program>> CreatePrograms(const Graph& graph, std::vector<GraphVariant>& variants,
+                                                        device::Device& device) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Program> program, CreateProgram(graph, device));
+  for (GraphVariant& v : variants) {
+    absl::StatusOr<std::unique_ptr<Program>> p = CreateProgram(*v.graph, device);
+    if (!p.ok()) {
+      return absl::Status(p.status().code(), absl::StrCat("graph variant '", v.name, "': ", p.status().message()));
+    }
+    v.program = *std::move(p);
+  }
+  return program;
 }
 
 }  // namespace
@@ -289,12 +299,7 @@ absl::StatusOr<Service::PreparedJob> Service::PrepareJob(
   out.interference_key = InterferenceKey(reg.graph());
   out.frames = std::move(frames);
   if (program_device != nullptr) {
-    ASSIGN_OR_RETURN(out.program, CreateProgram(*out.graph, *program_device));
-    for (GraphVariant& v : out.variants) {
-      absl::StatusOr<std::unique_ptr<Program>> p = CreateProgram(*v.graph, *program_device);
-      if (!p.ok()) return VariantProgramError(v, p.status());
-      v.program = *std::move(p);
-    }
+    ASSIGN_OR_RETURN(out.program, CreatePrograms(*out.graph, out.variants, *program_device));
     out.program_device = program_device;
   }
   out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -413,29 +418,16 @@ void Service::FinishRegistration(const PendingReply& to, uint64_t job_id, uint64
   if (prepared->program_device == dev->device.get()) {
     job->program = std::move(prepared->program);
   } else {  // made for no device, or another: made here
-    for (GraphVariant& v : job->variants) v.program = nullptr;
     absl::StatusOr<std::unique_ptr<Program>> program;
     {
       LoopSection timed(loop_, "RegisterJob/program");
-      program = CreateProgram(*job->graph, *dev->device);
+      program = CreatePrograms(*job->graph, job->variants, *dev->device);
     }
     if (!program.ok()) {
       fail(program.status());
       return;
     }
     job->program = *std::move(program);
-    for (GraphVariant& v : job->variants) {
-      absl::StatusOr<std::unique_ptr<Program>> p;
-      {
-        LoopSection timed(loop_, "RegisterJob/program");
-        p = CreateProgram(*v.graph, *dev->device);
-      }
-      if (!p.ok()) {
-        fail(VariantProgramError(v, p.status()));
-        return;
-      }
-      v.program = *std::move(p);
-    }
   }
   job->id = job_id;
   TLOG_DEBUG("job prepared off the loop")
