@@ -275,18 +275,23 @@ void Service::HandleMessage(const std::string& peer, const PeerIdentity& identit
   if (RefusedUnparsed(peer, payload, frames.get())) return;
   auto queued = unparsed_.find(peer);
   if (payload.size() < kParseOnLoopBytes && queued == unparsed_.end()) {
-    auto request = std::make_shared<v1::Request>();
-    bool parsed;
-    {
-      LoopSection timed(loop_, "Message/parse");
-      parsed = ParseRequest(payload, *request);
-    }
-    HandleParsed(peer, identity, payload.size(), std::move(frames), std::move(request), parsed);
+    ParseOnLoop(peer, identity, payload, std::move(frames));
     return;
   }
   std::deque<Unparsed>& queue = unparsed_[peer];
   queue.push_back({identity, std::make_shared<const std::string>(std::move(payload)), std::move(frames)});
   if (queue.size() == 1) ParseOffLoop(peer);
+}
+
+void Service::ParseOnLoop(const std::string& peer, const PeerIdentity& identity, const std::string& payload,
+                          std::shared_ptr<const RequestFrames> frames) {
+  auto request = std::make_shared<v1::Request>();
+  bool parsed;
+  {
+    LoopSection timed(loop_, "Message/parse");
+    parsed = ParseRequest(payload, *request);
+  }
+  HandleParsed(peer, identity, payload.size(), std::move(frames), std::move(request), parsed);
 }
 
 bool Service::ParseRequest(const std::string& payload, v1::Request& request) {
@@ -328,19 +333,9 @@ void Service::OnParsed(const std::string& peer, std::shared_ptr<v1::Request> req
       ParseOffLoop(peer);
       return;
     }
-    if (RefusedUnparsed(peer, *next.payload, next.frames.get())) {
-      queued->second.pop_front();
-      continue;
-    }
     Unparsed small = std::move(next);
     queued->second.pop_front();
-    auto parsed_small = std::make_shared<v1::Request>();
-    bool ok;
-    {
-      LoopSection timed(loop_, "Message/parse");
-      ok = ParseRequest(*small.payload, *parsed_small);
-    }
-    HandleParsed(peer, small.identity, small.payload->size(), std::move(small.frames), std::move(parsed_small), ok);
+    ParseOnLoop(peer, small.identity, *small.payload, std::move(small.frames));
   }
 }
 

@@ -169,11 +169,14 @@ class Service : private DispatcherHost {
   // Administrators see every session; others see their own principal's.
   void OnListSessions(const PendingReply& to, const Session& session);
   // HandleMessage's parts: a message refused before it is parsed (the
-  // daemon stops, or it is too large); the front of `peer`'s queue parsed
-  // on messages_; a queued message that messages_ has parsed, then the next ones
-  // of the queue (those below kParseOnLoopBytes at once); and a parsed
-  // message (`parsed` false: malformed).
+  // daemon stops, or it is too large); a small message parsed and handled
+  // on the loop; the front of `peer`'s queue parsed on messages_; a queued
+  // message that messages_ has parsed, then the next ones of the queue
+  // (those below kParseOnLoopBytes at once); and a parsed message (`parsed`
+  // false: malformed).
   bool RefusedUnparsed(const std::string& peer, const std::string& payload, const RequestFrames* frames);
+  void ParseOnLoop(const std::string& peer, const PeerIdentity& identity, const std::string& payload,
+                   std::shared_ptr<const RequestFrames> frames);
   void ParseOffLoop(const std::string& peer);
   void OnParsed(const std::string& peer, std::shared_ptr<v1::Request> request, bool parsed);
   void HandleParsed(const std::string& peer, const PeerIdentity& identity, size_t payload_bytes,
