@@ -34,21 +34,17 @@ using Seconds = std::chrono::duration<double>;
 
 constexpr int kDelayMs = 800;
 
-// A daemon whose every registration takes at least kDelayMs to prepare.
-std::unique_ptr<DaemonProcess> SlowRegistrations() {
-  ::setenv("TANDEM_TEST_PREPARE_DELAY_MS", std::to_string(kDelayMs).c_str(), 1);
+// A daemon slowed by kDelayMs where the test variable `variable` says
+// (TANDEM_TEST_PREPARE_DELAY_MS: every registration's preparation;
+// TANDEM_TEST_PARSE_DELAY_MS: every large message's parse).
+std::unique_ptr<DaemonProcess> SlowedDaemon(const char* variable) {
+  ::setenv(variable, std::to_string(kDelayMs).c_str(), 1);
   auto daemon = std::make_unique<DaemonProcess>(std::vector<std::string>{"--policy=fair"});
-  ::unsetenv("TANDEM_TEST_PREPARE_DELAY_MS");
+  ::unsetenv(variable);
   return daemon;
 }
-
-// A daemon whose every large message takes at least kDelayMs to parse.
-std::unique_ptr<DaemonProcess> SlowParses() {
-  ::setenv("TANDEM_TEST_PARSE_DELAY_MS", std::to_string(kDelayMs).c_str(), 1);
-  auto daemon = std::make_unique<DaemonProcess>(std::vector<std::string>{"--policy=fair"});
-  ::unsetenv("TANDEM_TEST_PARSE_DELAY_MS");
-  return daemon;
-}
+std::unique_ptr<DaemonProcess> SlowRegistrations() { return SlowedDaemon("TANDEM_TEST_PREPARE_DELAY_MS"); }
+std::unique_ptr<DaemonProcess> SlowParses() { return SlowedDaemon("TANDEM_TEST_PARSE_DELAY_MS"); }
 
 v1::RegisterJobRequest SecondJob() {
   examples::MlpJobOptions o = GoodJob();

@@ -129,10 +129,15 @@ def join(binary, device, running_name, newcomer_name, small):
         if errors:
             raise RuntimeError("; ".join(errors))
         joined_at, warm_at, window_end = times["registering"], times["step_ends"][WARMUP - 1], times["end"]
-        registered_at = times["registered"]
+        registered_at, first_step_end = times["registered"], times["step_ends"][0]
         gaps = list(zip(done_at, done_at[1:]))
         before = [b - a for a, b in gaps[steady_from:] if b <= times["capture_start"]]
-        window = [b - a for a, b in gaps if joined_at < b <= warm_at]
+        in_window = [k for k, (a, b) in enumerate(gaps) if joined_at < b <= warm_at]  # indices into gaps
+        window = [gaps[k][1] - gaps[k][0] for k in in_window]
+
+        def in_first_step(k):
+            return gaps[k][1] > registered_at and gaps[k][0] < first_step_end
+
         shared = [b - a for a, b in gaps if warm_at < b <= window_end]
         newcomer_steps = times["steps"]
         median = statistics.median(before)
@@ -152,27 +157,25 @@ def join(binary, device, running_name, newcomer_name, small):
             "newcomer_registration_s": round(times["registered"] - times["registering"], 3),
             "newcomer_first_step_ms": bc.ms(newcomer_steps[0]),
             # Seconds from the newcomer's registration to its first step's end (longest_gap_events' ended_s).
-            "newcomer_first_step_ended_s": round(times["step_ends"][0] - joined_at, 3),
+            "newcomer_first_step_ended_s": round(first_step_end - joined_at, 3),
             "newcomer_median_step_ms": bc.ms(statistics.median(newcomer_steps[1:])),
             "longest_gaps_ms": [bc.ms(g) for g in sorted(window, reverse=True)[:5]],
             # The window's gaps over 3x the median before: how many, and how many of them ended during the
             # newcomer's first step (its op-by-op run, cuDNN's searches, its graph's capture).
             "gaps_over_3x": sum(1 for g in window if g > 3 * median),
-            "gaps_over_3x_in_first_step": sum(1 for a, b in gaps if joined_at < b <= warm_at and b - a > 3 * median
-                                              and b > registered_at and a < times["step_ends"][0]),
+            "gaps_over_3x_in_first_step": sum(1 for g, k in zip(window, in_window)
+                                              if g > 3 * median and in_first_step(k)),
             "daemon": daemon_stats.delta(stats_before, stats_after),
         }
         # The five longest gaps of the joining window: the step's wait for its turn and its device time in the
         # daemon, the rest (client, transport, the control loop), and what the daemon's journal says happened.
         events = stats_after.get("events", []) if daemon_stats.usable(stats_after) else []
-        indexed = [(b - a, k) for k, (a, b) in enumerate(gaps) if joined_at < b <= warm_at]
         row["longest_gap_events"] = [
-            {"gap_ms": bc.ms(g), "ended_s": round(gaps[k][1] - joined_at, 3), "during_first_step": (
-                gaps[k][1] > registered_at and gaps[k][0] < times["step_ends"][0]),
+            {"gap_ms": bc.ms(g), "ended_s": round(gaps[k][1] - joined_at, 3), "during_first_step": in_first_step(k),
              "queue_ms": bc.ms(waits[k + 1][0]), "run_ms": bc.ms(waits[k + 1][1]),
              "rest_ms": bc.ms(g - waits[k + 1][0] - waits[k + 1][1]),
              "events": daemon_stats.summarize(daemon_stats.near(events, done_wall[k], done_wall[k + 1]))}
-            for g, k in sorted(indexed, reverse=True)[:5]]
+            for g, k in sorted(zip(window, in_window), reverse=True)[:5]]
         bc.log(f"{running_name} joined by {newcomer_name}: median {row['running_median_ms']} ms before, "
                f"{row['shared_median_ms']} ms shared after; while joining ({row['window_steps']} steps) p99 "
                f"{row['p99_over_median']}x / {row['p99_over_shared_median']}x, longest {row['max_over_median']}x / "
