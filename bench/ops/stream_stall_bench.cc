@@ -5,6 +5,10 @@
 // (a job's graphs on a lane it left) or allocates, the hosting benchmark
 // saw every lane wait at once. This measures it without the daemon.
 //
+// Besides those, the calls of a job's first iteration on a new lane:
+// pinned staging, a shared-memory registration, a large device allocation,
+// cuDNN's and cuBLASLt's handles.
+//
 // One "lane" thread launches a small graph (kNodes memsets) on its stream
 // at a steady pace and times each cudaGraphLaunch call on the host; an
 // "other" thread performs one kind of call every --every_ms on a stream of
@@ -15,7 +19,9 @@
 //
 //   stream_stall_bench                  # about 10 s on an H200
 //   stream_stall_bench --seconds=1 --every_ms=5
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
+#include <cudnn.h>
 
 #include <algorithm>
 #include <atomic>
@@ -47,6 +53,26 @@ constexpr size_t kBytes = size_t{4} << 20;  // per memset
       std::exit(1);                                                                          \
     }                                                                                        \
   } while (0)
+
+#define CHECK_CUDNN(call)                                                                     \
+  do {                                                                                        \
+    const cudnnStatus_t err_ = (call);                                                        \
+    if (err_ != CUDNN_STATUS_SUCCESS) {                                                       \
+      std::fprintf(stderr, "stream_stall_bench: %s: %s\n", #call, cudnnGetErrorString(err_)); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+#define CHECK_CUBLAS(call)                                                                        \
+  do {                                                                                            \
+    const cublasStatus_t err_ = (call);                                                           \
+    if (err_ != CUBLAS_STATUS_SUCCESS) {                                                          \
+      std::fprintf(stderr, "stream_stall_bench: %s: status %d\n", #call, static_cast<int>(err_)); \
+      std::exit(1);                                                                               \
+    }                                                                                             \
+  } while (0)
+
+constexpr size_t kLarge = size_t{64} << 20;  // the large host buffers' size
 
 using Clock = std::chrono::steady_clock;
 
@@ -146,7 +172,8 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaGraphInstantiate(&lane_exec, lane_graph, 0));
   CHECK_CUDA(cudaGraphUpload(lane_exec, lane));
   cudaGraph_t side_graph = CaptureMemsets(side, side_buffer);
-  std::vector<cudaGraphExec_t> made;  // instantiated by "instantiate", destroyed by "destroy"
+  std::vector<cudaGraphExec_t> made;   // instantiated by "instantiate", destroyed by "destroy"
+  std::vector<char> pageable(kLarge);  // registered and unregistered by "cudaHostRegister"
 
   // The other thread's calls, each as a lane thread of tandemd makes them.
   const std::vector<Kind> kinds = {
@@ -188,6 +215,39 @@ int main(int argc, char** argv) {
          cudaStream_t s = nullptr;
          CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
          CHECK_CUDA(cudaStreamDestroy(s));
+       }},
+      // What a job's first iteration on a new lane does besides its kernels:
+      // staging buffers, a client's shared memory pinned, a lane's library
+      // handles and workspaces.
+      {"cudaMallocHost + cudaFreeHost 64 MiB",
+       [&] {
+         void* p = nullptr;
+         CHECK_CUDA(cudaMallocHost(&p, kLarge));
+         CHECK_CUDA(cudaFreeHost(p));
+       }},
+      {"cudaHostRegister + Unregister 64 MiB",
+       [&] {
+         CHECK_CUDA(cudaHostRegister(pageable.data(), kLarge, cudaHostRegisterPortable));
+         CHECK_CUDA(cudaHostUnregister(pageable.data()));
+       }},
+      {"cudaMalloc + cudaFree 1 GiB",
+       [&] {
+         void* p = nullptr;
+         CHECK_CUDA(cudaMalloc(&p, size_t{1} << 30));
+         CHECK_CUDA(cudaFree(p));
+       }},
+      {"cudnnCreate + cudnnDestroy",
+       [&] {
+         cudnnHandle_t h = nullptr;
+         CHECK_CUDNN(cudnnCreate(&h));
+         CHECK_CUDNN(cudnnSetStream(h, side));
+         CHECK_CUDNN(cudnnDestroy(h));
+       }},
+      {"cublasLtCreate + cublasLtDestroy",
+       [&] {
+         cublasLtHandle_t h = nullptr;
+         CHECK_CUBLAS(cublasLtCreate(&h));
+         CHECK_CUBLAS(cublasLtDestroy(h));
        }},
   };
   const double seconds = absl::GetFlag(FLAGS_seconds);

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -394,6 +395,15 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
     g_searched.fetch_add(1);
     std::vector<Candidate> candidates;
     size_t limit = state.workspace_limit;
+    // The measured search's kernels run below the lanes (search_stream.h):
+    // the handle is on the search stream until the choice is made.
+    std::optional<SearchScope> search;
+    if (MeasureAlgorithms()) search.emplace(state.search, state.device, stream);
+    const cudaStream_t on = search.has_value() ? search->stream() : stream;
+    if (on != stream) CUDNN_RETURN_IF_ERROR(cudnnSetStream(state.handle, on));
+    absl::Cleanup back_on_lane = [&] {
+      if (on != stream) cudnnSetStream(state.handle, stream);
+    };
     if (MeasureAlgorithms()) {
       size_t search_bytes = 0;
       ASSIGN_OR_RETURN(void* search_space, state.SearchWorkspace(limit, stream, &search_bytes));
@@ -413,7 +423,7 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
       slot = Algo{c.algo, c.math, bytes};
       LogChoice(plan, dir, c, candidates);
       int position = -1;
-      TryEngines(state, plan, dir, stream, op, limit, &*slot, &position);
+      TryEngines(state, plan, dir, on, op, limit, &*slot, &position);
       if (ShareChoices()) {
         DeviceConvChoices().Put(state.device, SharedKey(plan, dir),
                                 {slot->algo, slot->math, slot->workspace, position,
