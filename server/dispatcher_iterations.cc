@@ -175,6 +175,7 @@ void DeviceDispatcher::StartIteration(int lane, Job& job, const sched::Dispatch&
   if (slot.capacity < bytes) {
     // At least twice the old size, so that a slot grows a few times in its life.
     const size_t capacity = std::max({bytes, kMinStagingBytes, 2 * slot.capacity});
+    LoopSection timed(loop_, "StartIteration/staging growth");
     if (absl::Status s = GiveSlotBuffer(l, slot, capacity); !s.ok()) {
       host_.ReplyError(it.reply, s);
       dev_.scheduler->CancelDispatch(job.id, lane);

@@ -18,6 +18,7 @@ DeviceDispatcher::DeviceDispatcher(std::unique_ptr<DeviceRuntime> runtime, Dispa
 
 absl::Status DeviceDispatcher::EnsureLane(int lane) {
   while (static_cast<int>(dev_.lanes.size()) <= lane) {
+    LoopSection timed(loop_, "EnsureLane/new lane");
     Lane l;
     ASSIGN_OR_RETURN(l.stream, dev_.device->CreateStream());
     l.executor = LaneExecutor(static_cast<int>(dev_.lanes.size()));

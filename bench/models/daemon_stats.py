@@ -131,8 +131,11 @@ def delta(before, after, top=6):
     out["loop_top"] = rows(handlers, True)[:top]
     out["loop_sections"] = rows([(k, v) for k, v in loop.items() if "/" in k], False)
     # The longest single work item seen so far, where the window raised it (a stall of the loop itself).
-    out["loop_new_max_ms"] = {name: round(mx * 1e3, 3) for name, mx in after.get("loop_max", {}).items()
-                              if mx > before.get("loop_max", {}).get(name, 0.0) and "/" not in name}
+    new_max = {name: round(mx * 1e3, 3) for name, mx in after.get("loop_max", {}).items()
+               if mx > before.get("loop_max", {}).get(name, 0.0)}
+    out["loop_new_max_ms"] = {name: mx for name, mx in new_max.items() if "/" not in name}
+    # The same for the sections: which part of a handler the stall was.
+    out["loop_sections_new_max_ms"] = {name: mx for name, mx in new_max.items() if "/" in name}
     # The enqueuing threads: a thread busy for most of the window is where its lanes' iterations queue.
     out["executors"] = [{"name": name, "items": items, "busy_s": round(busy, 3),
                          "mean_us": round(1e6 * busy / items, 1), "mean_wait_us": round(1e6 * wait / items, 1)}

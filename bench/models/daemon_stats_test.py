@@ -45,7 +45,7 @@ class DaemonStatsTest(unittest.TestCase):
                        executors=[("cuda:0/0", 50, 0.2, 0.01)])
         after = reply(160, 1.9, [("Transport.OnMessage", 30, 0.003, 0.004, 0.0025),
                                  ("Executor.OnIterationDone", 60, 0.0024, 0.0001, 0.0012),
-                                 ("Message/parse", 30, 0.0003, 0.00002, 0.0)],
+                                 ("Message/parse", 30, 0.0003, 0.00005, 0.0)],
                       lanes=[(2, 110, 1.3, 1.5), (1, 5, 0.1, 0.2)],
                       executors=[("cuda:0/0", 110, 0.5, 0.016), ("cuda:0/1", 5, 0.001, 0.0005)])
         client = Client([before, after])
@@ -72,6 +72,8 @@ class DaemonStatsTest(unittest.TestCase):
             {"name": "cuda:0/1", "items": 5, "busy_s": 0.001, "mean_us": 200.0, "mean_wait_us": 100.0}])
         # The longest item is reported only where the window raised it.
         self.assertEqual(d["loop_new_max_ms"], {"Transport.OnMessage": 4.0, "Executor.OnIterationDone": 0.1})
+        # The sections' apart: which part of a handler raised its longest.
+        self.assertEqual(d["loop_sections_new_max_ms"], {"Message/parse": 0.05})
 
     def test_no_window_without_both_snapshots(self):
         good = reply(1, 0.0, [])
