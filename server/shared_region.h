@@ -34,7 +34,11 @@ class SharedRegion {
   // only slower). INVALID_ARGUMENT when `bytes` is 0 or above `max_bytes`,
   // when `fd` is not a memfd sealed with F_SEAL_SHRINK, or when it is
   // smaller than `bytes`. `populate` maps every page at once (for an object
-  // that is read whole right away: one call instead of a fault per page).
+  // that is read whole right away: one call instead of a fault per page); a
+  // region registered with a device is always populated first, so that the
+  // registration does not fault its pages in while it holds the driver's
+  // lock (a first 64 MiB ring held another lane's launches 20-27 ms on an
+  // H100; bench/ops/stream_stall_bench).
   static absl::StatusOr<std::shared_ptr<SharedRegion>> Map(uint64_t id, const UniqueFd& fd, uint64_t bytes,
                                                            const std::vector<device::Device*>& devices,
                                                            uint64_t max_bytes, bool populate = false);
