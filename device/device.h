@@ -48,9 +48,7 @@ struct DeviceInfo {
   int driver_version = 0;       // CUDA: cudaDriverGetVersion's (13000 for 13.0); 0 on the CPU
   uint64_t capacity_bytes = 0;  // memory this device offers to Tandem
   // Stream priority levels above the default that CreateStreamWithPriority
-  // can give (CUDA: the device's stream priority range less its lowest
-  // level, which the kernels keep for algorithm searches, below every
-  // stream of the device: kernels/cuda/search_stream.h; 0: none).
+  // can give (CUDA: the device's stream priority range; 0: none).
   int stream_priority_levels = 0;
 };
 

@@ -149,10 +149,7 @@ class CudaDevice final : public Device {
     RETURN_IF_ERROR(MakeCurrent());
     int least = 0, greatest = 0;  // CUDA: lower numbers are higher priorities
     CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    // The lowest priority is kept for algorithm searches
-    // (kernels/cuda/search_stream.h): level 0 is the one above it.
-    const int base = least > greatest ? least - 1 : least;
-    const int priority = std::max(greatest, base - std::clamp(level, 0, info_.stream_priority_levels));
+    const int priority = std::max(greatest, least - std::clamp(level, 0, info_.stream_priority_levels));
     cudaStream_t stream = nullptr;
     CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, priority));
     return std::unique_ptr<Stream>(new CudaStreamImpl(info_.ordinal, stream, &worker_));
@@ -274,8 +271,7 @@ absl::StatusOr<DeviceInfo> Describe(int ordinal) {
   info.uuid = FormatGpuUuid(reinterpret_cast<const unsigned char*>(prop.uuid.bytes));
   int least = 0, greatest = 0;
   CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  // Less the lowest, which only algorithm searches get (CreateStreamWithPriority).
-  info.stream_priority_levels = std::max(0, least - greatest - 1);
+  info.stream_priority_levels = least - greatest;
   return info;
 }
 

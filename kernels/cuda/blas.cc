@@ -19,7 +19,6 @@
 #include "kernels/cuda/device_choices.h"
 #include "kernels/cuda/kernel_util.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/search_stream.h"
 #include "kernels/cuda/time_runs.h"
 
 namespace tandem::cuda {
@@ -88,7 +87,6 @@ class BlasState final : public device::CudaStream::Attachment {
   void* workspace = nullptr;
   int device = 0;  // the stream's device ordinal
   absl::flat_hash_map<AlgoKey, std::optional<cublasLtMatmulAlgo_t>> algos;
-  SearchStream search;  // where candidates are timed (search_stream.h)
 };
 
 // The algorithms chosen on any stream, by device (nullopt: cuBLASLt had
@@ -269,19 +267,17 @@ absl::Status LtMatmul(BlasState& state, cudaStream_t stream, const MatmulSpec& s
     const bool repeatable = !(use_c && c == s.out);
     if (algo.has_value() && found > 1 && repeatable && MeasureAlgorithms() &&
         !Capturing(stream, /*if_unknown=*/true)) {  // timing synchronizes: not when unsure
-      // Timed below the lanes (search_stream.h).
-      const SearchScope search(state.search, state.device, stream);
       const auto run = [&](const cublasLtMatmulAlgo_t& a) {
         return cublasLtMatmul(state.lt, descs.op, scalars.alpha(s.dtype), s.b, descs.x, s.a, descs.y,
                               scalars.beta(s.dtype), c, descs.d, s.out, descs.d, &a, state.workspace,
-                              kBlasWorkspaceBytes, search.stream()) == CUBLAS_STATUS_SUCCESS;
+                              kBlasWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS;
       };
-      const float first_ms = TimeRuns(search.stream(), [&] { return run(results[0].algo); });
+      const float first_ms = TimeRuns(stream, [&] { return run(results[0].algo); });
       float best_ms = first_ms * 0.97f;
       int best = 0;
       for (int i = 1; first_ms >= 0 && i < found; ++i) {
         const float ms = TimeRuns(
-            search.stream(), [&] { return run(results[i].algo); }, GiveUpMs(first_ms));
+            stream, [&] { return run(results[i].algo); }, GiveUpMs(first_ms));
         if (ms >= 0 && ms < best_ms) {
           best_ms = ms;
           best = i;

@@ -14,7 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -52,30 +51,14 @@ struct Candidate {
   float ms = -1.0f;  // the search's measured time (-1: a heuristic candidate)
 };
 
-// How algorithms are chosen, the first time a shape runs on a device: by
-// default the heuristics' first kTimedCandidates usable algorithms, each
-// timed on the call's own tensors (TimedCandidates); with
-// TANDEM_CUDNN_ALGOS=find in the daemon's environment, cuDNN's own search,
-// which runs every algorithm once (what PyTorch does under cudnn.benchmark);
-// with TANDEM_CUDNN_ALGOS=heuristic, the heuristics' first, untimed.
-enum class Choosing { kTimed, kFind, kHeuristic };
-Choosing HowChosen() {
-  static const Choosing how = EnvIs("TANDEM_CUDNN_ALGOS", "heuristic") ? Choosing::kHeuristic
-                              : EnvIs("TANDEM_CUDNN_ALGOS", "find")    ? Choosing::kFind
-                                                                       : Choosing::kTimed;
-  return how;
+// How algorithms are chosen: measured by default (cuDNN runs each candidate
+// on the call's own tensors, the first time a shape runs on a stream: what
+// PyTorch does under cudnn.benchmark), or by cuDNN's heuristics alone with
+// TANDEM_CUDNN_ALGOS=heuristic in the daemon's environment.
+bool MeasureAlgorithms() {
+  static const bool measure = !EnvIs("TANDEM_CUDNN_ALGOS", "heuristic");
+  return measure;
 }
-bool MeasureAlgorithms() { return HowChosen() != Choosing::kHeuristic; }
-
-// Why not every algorithm: cuDNN's search runs each once, and the slowest
-// are very slow (a DenseNet-121 backward-data algorithm 21.5 ms against
-// 0.26 ms for the one chosen, on an H100): kernels whose thread blocks hold
-// every SM for that long, which no stream priority can get ahead of, so a
-// job that joined held up the running job's steps 30-50 ms each through
-// its first iteration (bench/results/2026-12-07-h100-join-causes.json).
-// The heuristics rank those last. Four covers the tensor-core and the
-// FMA variants of the usual winners.
-constexpr int kTimedCandidates = 4;
 
 template <typename Perf>
 void AppendPerf(const std::vector<Perf>& perf, int returned, std::vector<Candidate>* out) {
@@ -225,38 +208,6 @@ cudnnStatus_t RunDirection(cudnnHandle_t handle, const ConvPlan& plan, Direction
                                             algo.workspace, kZero.of(plan), plan.w, const_cast<void*>(t.w));
   }
   return CUDNN_STATUS_BAD_PARAM;
-}
-
-// The heuristics' first kTimedCandidates algorithms that the plan allows
-// within `workspace_bytes`, each timed on the call's tensors on `stream`
-// (the search stream), fastest first; a candidate whose first run takes
-// over GiveUpMs of the best so far is dropped after that run.
-absl::StatusOr<std::vector<Candidate>> TimedCandidates(CudnnState& state, const ConvPlan& plan, Direction dir,
-                                                       cudaStream_t stream, const ConvOperands& op, void* workspace,
-                                                       size_t workspace_bytes) {
-  ASSIGN_OR_RETURN(std::vector<Candidate> ranked, Candidates(state, plan, dir));
-  std::vector<Candidate> timed;
-  int tried = 0;
-  float best_ms = -1.0f;
-  for (Candidate c : ranked) {
-    if (tried == kTimedCandidates) break;
-    if (c.status != CUDNN_STATUS_SUCCESS || !MathAllowed(plan, c.math)) continue;
-    if (plan.deterministic && !c.deterministic) continue;
-    CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(plan.conv, c.math));
-    size_t bytes = 0;
-    if (WorkspaceSize(state, plan, dir, c.algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > workspace_bytes) continue;
-    ++tried;
-    const Algo algo{c.algo, c.math, bytes};
-    c.ms = TimeRuns(
-        stream,
-        [&] { return RunDirection(state.handle, plan, dir, algo, false, op, workspace) == CUDNN_STATUS_SUCCESS; },
-        best_ms > 0 ? GiveUpMs(best_ms) : -1.0f);
-    if (c.ms < 0) continue;
-    if (best_ms < 0 || c.ms < best_ms) best_ms = c.ms;
-    timed.push_back(c);
-  }
-  std::stable_sort(timed.begin(), timed.end(), [](const Candidate& a, const Candidate& b) { return a.ms < b.ms; });
-  return timed;
 }
 
 bool CallAligned(Direction dir, const ConvOperands& op) {
@@ -443,24 +394,11 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
     g_searched.fetch_add(1);
     std::vector<Candidate> candidates;
     size_t limit = state.workspace_limit;
-    // The measured search's kernels run below the lanes (search_stream.h):
-    // the handle is on the search stream until the choice is made.
-    std::optional<SearchScope> search;
-    if (MeasureAlgorithms()) search.emplace(state.search, state.device, stream);
-    const cudaStream_t on = search.has_value() ? search->stream() : stream;
-    if (on != stream) CUDNN_RETURN_IF_ERROR(cudnnSetStream(state.handle, on));
-    absl::Cleanup back_on_lane = [&] {
-      if (on != stream) cudnnSetStream(state.handle, stream);
-    };
     if (MeasureAlgorithms()) {
       size_t search_bytes = 0;
       ASSIGN_OR_RETURN(void* search_space, state.SearchWorkspace(limit, stream, &search_bytes));
       limit = search_bytes;
-      if (HowChosen() == Choosing::kFind) {
-        ASSIGN_OR_RETURN(candidates, MeasuredCandidates(state, plan, dir, op, search_space, search_bytes));
-      } else {
-        ASSIGN_OR_RETURN(candidates, TimedCandidates(state, plan, dir, on, op, search_space, search_bytes));
-      }
+      ASSIGN_OR_RETURN(candidates, MeasuredCandidates(state, plan, dir, op, search_space, search_bytes));
     }
     ASSIGN_OR_RETURN(std::vector<Candidate> heuristic, Candidates(state, plan, dir));
     for (Candidate& c : heuristic) c.ms = -1.0f;
@@ -475,7 +413,7 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
       slot = Algo{c.algo, c.math, bytes};
       LogChoice(plan, dir, c, candidates);
       int position = -1;
-      TryEngines(state, plan, dir, on, op, limit, &*slot, &position);
+      TryEngines(state, plan, dir, stream, op, limit, &*slot, &position);
       if (ShareChoices()) {
         DeviceConvChoices().Put(state.device, SharedKey(plan, dir),
                                 {slot->algo, slot->math, slot->workspace, position,

@@ -2,15 +2,12 @@
 // algorithm for each direction of a plan (conv_plans.h): internals, not for
 // use elsewhere.
 //
-// The algorithm chosen for each direction is measured on the call's own
-// tensors: the first four of cuDNN's heuristics' ranking
-// (cudnnGet*Algorithm_v7) of the allowed math type (deterministic ones only
-// when the node's `deterministic` attribute is true) that need at most
-// device::ConvWorkspaceLimitBytes() of workspace, each timed, the fastest
-// kept. TANDEM_CUDNN_ALGOS=find takes cuDNN's search of every algorithm,
-// cudnnFind*AlgorithmEx, instead, and TANDEM_CUDNN_ALGOS=heuristic the
-// ranking's first, untimed. The timing runs on a stream below the lanes'
-// priority (search_stream.h).
+// The algorithm chosen for each direction is measured by cuDNN's search on
+// the call's own tensors, cudnnFind*AlgorithmEx, keeping the fastest
+// algorithm of the allowed math type (deterministic ones only when the
+// node's `deterministic` attribute is true) that needs at most
+// device::ConvWorkspaceLimitBytes() of workspace; TANDEM_CUDNN_ALGOS=heuristic takes
+// cuDNN's heuristics, cudnnGet*Algorithm_v7, instead.
 // A measured choice also times cuDNN's graph-API engines for the direction
 // (cudnn_engines.h) against that algorithm and keeps an engine that beats
 // it; the engine then runs whenever the call's pointers are 16-byte aligned.

@@ -36,7 +36,6 @@
 #include "ir/dtype.h"
 #include "ir/ops/cnn_rules.h"
 #include "kernels/cuda/cudnn_engines.h"
-#include "kernels/cuda/search_stream.h"
 
 namespace tandem::cuda::conv {
 
@@ -122,7 +121,6 @@ class CudnnState final : public device::CudaStream::Attachment {
   size_t workspace_limit = 0;  // bytes; device::ConvWorkspaceLimitBytes() of the stream's device
   int device = 0;              // the stream's device ordinal
   absl::flat_hash_map<PlanKey, std::unique_ptr<ConvPlan>> plans;
-  SearchStream search;  // where the algorithm searches run (search_stream.h)
 
  private:
   std::vector<void*> workspaces_;  // the last is the current one
