@@ -37,8 +37,10 @@ class SharedRegion {
   // that is read whole right away: one call instead of a fault per page); a
   // region registered with a device is always populated first, so that the
   // registration does not fault its pages in while it holds the driver's
-  // lock (a first 64 MiB ring held another lane's launches 20-27 ms on an
-  // H100; bench/ops/stream_stall_bench).
+  // lock (a CUDA call that holds it holds up every lane's launches:
+  // bench/ops/stream_stall_bench; the running job waited 20-35 ms right
+  // after a newcomer's 64 MiB ring was mapped on an H100, docs/scheduling.md
+  // "Joining", not yet measured with this).
   static absl::StatusOr<std::shared_ptr<SharedRegion>> Map(uint64_t id, const UniqueFd& fd, uint64_t bytes,
                                                            const std::vector<device::Device*>& devices,
                                                            uint64_t max_bytes, bool populate = false);

@@ -72,7 +72,7 @@ class DaemonStatsTest(unittest.TestCase):
             {"name": "cuda:0/1", "items": 5, "busy_s": 0.001, "mean_us": 200.0, "mean_wait_us": 100.0}])
         # The longest item is reported only where the window raised it.
         self.assertEqual(d["loop_new_max_ms"], {"Transport.OnMessage": 4.0, "Executor.OnIterationDone": 0.1})
-        # The sections' apart: which part of a handler raised its longest.
+        # The sections apart: which part of a handler raised its longest.
         self.assertEqual(d["loop_sections_new_max_ms"], {"Message/parse": 0.05})
 
     def test_no_window_without_both_snapshots(self):
