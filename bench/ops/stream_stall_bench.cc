@@ -45,31 +45,28 @@ namespace {
 constexpr int kNodes = 8;                   // memsets per graph
 constexpr size_t kBytes = size_t{4} << 20;  // per memset
 
-#define CHECK_CUDA(call)                                                                     \
-  do {                                                                                       \
-    const cudaError_t err_ = (call);                                                         \
-    if (err_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "stream_stall_bench: %s: %s\n", #call, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                          \
-    }                                                                                        \
-  } while (0)
+// Ends the program with the call that failed and its error.
+void Check(bool ok, const char* call, const char* error) {
+  if (ok) return;
+  std::fprintf(stderr, "stream_stall_bench: %s: %s\n", call, error);
+  std::exit(1);
+}
 
-#define CHECK_CUDNN(call)                                                                     \
-  do {                                                                                        \
-    const cudnnStatus_t err_ = (call);                                                        \
-    if (err_ != CUDNN_STATUS_SUCCESS) {                                                       \
-      std::fprintf(stderr, "stream_stall_bench: %s: %s\n", #call, cudnnGetErrorString(err_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
+// Each evaluates the call once and hands its error text to Check.
+#define CHECK_CUDA(call)                                         \
+  do {                                                           \
+    const cudaError_t err_ = (call);                             \
+    Check(err_ == cudaSuccess, #call, cudaGetErrorString(err_)); \
   } while (0)
-
-#define CHECK_CUBLAS(call)                                                                        \
-  do {                                                                                            \
-    const cublasStatus_t err_ = (call);                                                           \
-    if (err_ != CUBLAS_STATUS_SUCCESS) {                                                          \
-      std::fprintf(stderr, "stream_stall_bench: %s: status %d\n", #call, static_cast<int>(err_)); \
-      std::exit(1);                                                                               \
-    }                                                                                             \
+#define CHECK_CUDNN(call)                                                  \
+  do {                                                                     \
+    const cudnnStatus_t err_ = (call);                                     \
+    Check(err_ == CUDNN_STATUS_SUCCESS, #call, cudnnGetErrorString(err_)); \
+  } while (0)
+#define CHECK_CUBLAS(call)                                                      \
+  do {                                                                          \
+    const cublasStatus_t err_ = (call);                                         \
+    Check(err_ == CUBLAS_STATUS_SUCCESS, #call, cublasLtGetStatusString(err_)); \
   } while (0)
 
 constexpr size_t kLarge = size_t{64} << 20;  // the large host buffers' size
