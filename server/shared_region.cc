@@ -33,8 +33,9 @@ absl::StatusOr<std::shared_ptr<SharedRegion>> SharedRegion::Map(uint64_t id, con
     return absl::InvalidArgumentError(
         absl::StrCat("the shared-memory object is ", st.st_size, " bytes, less than the ", bytes, " bytes announced"));
   }
-  if (!devices.empty()) populate = true;
-  void* base = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd.get(), 0);
+  // Pinned regions are populated first (shared_region.h).
+  const bool all_pages = populate || !devices.empty();
+  void* base = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED | (all_pages ? MAP_POPULATE : 0), fd.get(), 0);
   if (base == MAP_FAILED) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot map shared memory: ", std::strerror(errno)));
   }

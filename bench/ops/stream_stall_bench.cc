@@ -73,6 +73,24 @@ constexpr size_t kLarge = size_t{64} << 20;  // the large host buffers' size
 
 using Clock = std::chrono::steady_clock;
 
+// The other thread's call that allocates and frees `bytes` of device memory.
+std::function<void()> DeviceAllocation(size_t bytes) {
+  return [bytes] {
+    void* p = nullptr;
+    CHECK_CUDA(cudaMalloc(&p, bytes));
+    CHECK_CUDA(cudaFree(p));
+  };
+}
+
+// The same with pinned host memory.
+std::function<void()> PinnedAllocation(size_t bytes) {
+  return [bytes] {
+    void* p = nullptr;
+    CHECK_CUDA(cudaMallocHost(&p, bytes));
+    CHECK_CUDA(cudaFreeHost(p));
+  };
+}
+
 // A captured graph of kNodes memsets of `buffer` on `stream`.
 cudaGraph_t CaptureMemsets(cudaStream_t stream, void* buffer) {
   cudaGraph_t graph = nullptr;
@@ -195,18 +213,8 @@ int main(int argc, char** argv) {
          }
          CHECK_CUDA(cudaGraphExecDestroy(e));
        }},
-      {"cudaMalloc + cudaFree 1 MiB",
-       [&] {
-         void* p = nullptr;
-         CHECK_CUDA(cudaMalloc(&p, size_t{1} << 20));
-         CHECK_CUDA(cudaFree(p));
-       }},
-      {"cudaMallocHost + cudaFreeHost 1 MiB",
-       [&] {
-         void* p = nullptr;
-         CHECK_CUDA(cudaMallocHost(&p, size_t{1} << 20));
-         CHECK_CUDA(cudaFreeHost(p));
-       }},
+      {"cudaMalloc + cudaFree 1 MiB", DeviceAllocation(size_t{1} << 20)},
+      {"cudaMallocHost + cudaFreeHost 1 MiB", PinnedAllocation(size_t{1} << 20)},
       {"cudaStreamCreate + cudaStreamDestroy",
        [&] {
          cudaStream_t s = nullptr;
@@ -216,23 +224,13 @@ int main(int argc, char** argv) {
       // What a job's first iteration on a new lane does besides its kernels:
       // staging buffers, a client's shared memory pinned, a lane's library
       // handles and workspaces.
-      {"cudaMallocHost + cudaFreeHost 64 MiB",
-       [&] {
-         void* p = nullptr;
-         CHECK_CUDA(cudaMallocHost(&p, kLarge));
-         CHECK_CUDA(cudaFreeHost(p));
-       }},
+      {"cudaMallocHost + cudaFreeHost 64 MiB", PinnedAllocation(kLarge)},
       {"cudaHostRegister + Unregister 64 MiB",
        [&] {
          CHECK_CUDA(cudaHostRegister(pageable.data(), kLarge, cudaHostRegisterPortable));
          CHECK_CUDA(cudaHostUnregister(pageable.data()));
        }},
-      {"cudaMalloc + cudaFree 1 GiB",
-       [&] {
-         void* p = nullptr;
-         CHECK_CUDA(cudaMalloc(&p, size_t{1} << 30));
-         CHECK_CUDA(cudaFree(p));
-       }},
+      {"cudaMalloc + cudaFree 1 GiB", DeviceAllocation(size_t{1} << 30)},
       {"cudnnCreate + cudnnDestroy",
        [&] {
          cudnnHandle_t h = nullptr;
