@@ -15,6 +15,7 @@
 #ifndef TANDEM_DEVICE_DEVICE_H_
 #define TANDEM_DEVICE_DEVICE_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -57,6 +58,18 @@ struct DeviceInfo {
 class Stream {
  public:
   virtual ~Stream() = default;
+
+  // Whether other jobs have work on the stream's device now: set by whoever
+  // enqueues on the stream (the daemon's dispatcher, before each iteration),
+  // read by kernels on the thread that enqueues. While it is set, a kernel
+  // that would choose by running candidates on the device (cuDNN's
+  // algorithm search, conv_algorithms.cc) chooses without running anything,
+  // so that the other jobs' iterations do not wait behind slow candidates.
+  void set_device_shared(bool shared) { device_shared_.store(shared, std::memory_order_relaxed); }
+  bool device_shared() const { return device_shared_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> device_shared_{false};
 };
 
 // A marker in a stream, for ordering between streams and for timing.

@@ -174,6 +174,10 @@ class DeviceDispatcher {
   // every few milliseconds.
   void RebalanceLanes();
   void StartIteration(int lane, Job& job, const sched::Dispatch& dispatch, QueuedIteration it);
+  // Whether another job on the device has an iteration in flight or ended
+  // one within the last second (device::Stream::device_shared, set on the
+  // lane's stream before each iteration).
+  bool OthersActive(const Job& job);
   void OnIterationDone(int lane, int slot, uint64_t job_id, const LaneGapProbe& probe, QueuedIteration it,
                        absl::Status status);
   // The end of any iteration, whole or segmented, that ran `run_seconds` on

@@ -8,6 +8,7 @@
 // while the host shuts down.
 #include "server/device_dispatcher.h"
 
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -289,6 +290,30 @@ TEST_F(DeviceDispatcherTest, APackSoloProbeBesideAJobThatRanRunsInSegments) {
   EXPECT_GT(dispatcher_->runtime().segments, 1u);
   EXPECT_FALSE(dispatcher_->HasSegmentedIteration(newcomer));
   EXPECT_EQ(newcomer.device_work, 0);
+}
+
+// Before each iteration the lane's stream learns whether another job has
+// work on the device (device::Stream::device_shared: the kernels then
+// choose algorithms without timing candidates there): not for a job alone,
+// yes beside a job that ended an iteration within the last second, not
+// once that job has been idle longer.
+TEST_F(DeviceDispatcherTest, MarksTheLaneStreamSharedWhileAnotherJobIsActive) {
+  Open("pack", "iteration");
+  // The flag each iteration found on its lane's stream (what the last
+  // StartIteration set there; nothing else runs meanwhile).
+  const auto shared_after = [&](Job& job, uint64_t request_id) {
+    Queue(job, request_id);
+    dispatcher_->DispatchAll();
+    RunUntilAnswered(request_id);
+    EXPECT_TRUE(host_.responses.contains(request_id));
+    return dispatcher_->runtime().lanes[job.lane].stream->device_shared();
+  };
+  Job& first = AddJob(1, 0);
+  EXPECT_FALSE(shared_after(first, 1));
+  Job& newcomer = AddJob(2, 0);
+  EXPECT_TRUE(shared_after(newcomer, 2));
+  first.last_done_at = Clock::now() - std::chrono::seconds(2);
+  EXPECT_FALSE(shared_after(newcomer, 3));
 }
 
 TEST_F(DeviceDispatcherTest, DispatchesNothingWhileShuttingDown) {

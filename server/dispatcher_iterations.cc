@@ -23,6 +23,11 @@ namespace {
 constexpr auto kRebalanceInterval = std::chrono::milliseconds(2);
 constexpr int kRebalanceSpacing = 20;
 
+// How recently another job must have ended an iteration for the device to
+// count as shared (OthersActive): longer than a training loop's pause
+// between iterations.
+constexpr auto kActiveWindow = std::chrono::seconds(1);
+
 size_t Align(size_t n) {
   return (n + device::kDeviceAlignment - 1) / device::kDeviceAlignment * device::kDeviceAlignment;
 }
@@ -161,8 +166,19 @@ void DeviceDispatcher::DispatchAll() {
   }
 }
 
+bool DeviceDispatcher::OthersActive(const Job& job) {
+  const Clock::time_point recent = Clock::now() - kActiveWindow;
+  bool active = false;
+  host_.ForEachJob([&](Job& other) {
+    active = other.device == &dev_ && other.id != job.id && (other.inflight > 0 || other.last_done_at > recent);
+    return !active;
+  });
+  return active;
+}
+
 void DeviceDispatcher::StartIteration(int lane, Job& job, const sched::Dispatch& dispatch, QueuedIteration it) {
   Lane& l = dev_.lanes[lane];
+  l.stream->set_device_shared(OthersActive(job));
   int slot_index = 0;
   while (l.slots[slot_index].busy) ++slot_index;
   StagingSlot& slot = l.slots[slot_index];

@@ -51,13 +51,43 @@ struct Candidate {
   float ms = -1.0f;  // the search's measured time (-1: a heuristic candidate)
 };
 
-// How algorithms are chosen: measured by default (cuDNN runs each candidate
-// on the call's own tensors, the first time a shape runs on a stream: what
-// PyTorch does under cudnn.benchmark), or by cuDNN's heuristics alone with
-// TANDEM_CUDNN_ALGOS=heuristic in the daemon's environment.
-bool MeasureAlgorithms() {
-  static const bool measure = !EnvIs("TANDEM_CUDNN_ALGOS", "heuristic");
-  return measure;
+// How algorithms are chosen, by TANDEM_CUDNN_ALGOS in the daemon's
+// environment:
+// - unset: measured (cuDNN runs each candidate on the call's own tensors,
+//   the first time a shape runs on a stream: what PyTorch does under
+//   cudnn.benchmark), except while other jobs have work on the device
+//   (device::Stream::device_shared): then by cuDNN's heuristics, and measured
+//   at the stream's next run of the shape with the device to itself. A
+//   search's slowest candidates run for tens of milliseconds on every SM
+//   (21-26 ms in DenseNet-121's first iteration on an H100, the chosen
+//   algorithm 0.09 ms): a job joining a busy device held the running job's
+//   steps up to 6.8x their length with them, 4.6x without
+//   (docs/scheduling.md, "Joining");
+// - "search": measured always;
+// - "heuristic": by the heuristics always.
+enum class AlgoMode { kAuto, kSearch, kHeuristic };
+
+AlgoMode Mode() {
+  static const AlgoMode mode = EnvIs("TANDEM_CUDNN_ALGOS", "heuristic") ? AlgoMode::kHeuristic
+                               : EnvIs("TANDEM_CUDNN_ALGOS", "search")  ? AlgoMode::kSearch
+                                                                        : AlgoMode::kAuto;
+  return mode;
+}
+
+// Whether choices are ever measured.
+bool MeasureAlgorithms() { return Mode() != AlgoMode::kHeuristic; }
+
+// Whether a choice made now on `state`'s stream is measured.
+bool SearchNow(const CudnnState& state) {
+  switch (Mode()) {
+    case AlgoMode::kSearch:
+      return true;
+    case AlgoMode::kHeuristic:
+      return false;
+    case AlgoMode::kAuto:
+      return !state.stream->device_shared();
+  }
+  return true;
 }
 
 template <typename Perf>
@@ -323,8 +353,10 @@ bool ShareChoices() {
 
 std::atomic<int64_t> g_adopted{0};
 std::atomic<int64_t> g_adopted_with_engine{0};
-std::atomic<int64_t> g_declined{0};  // a choice existed, its workspace could not be had here
-std::atomic<int64_t> g_searched{0};  // directions searched on a stream
+std::atomic<int64_t> g_declined{0};     // a choice existed, its workspace could not be had here
+std::atomic<int64_t> g_searched{0};     // directions searched on a stream
+std::atomic<int64_t> g_provisional{0};  // chosen by the heuristics while the device was shared
+std::atomic<int64_t> g_refined{0};      // provisional choices chosen again with the device quiet
 
 // Takes another stream's choice for `dir`: its algorithm, and its engine's
 // plan rebuilt on this stream's handle when the choice had one and the
@@ -356,7 +388,8 @@ Algo AdoptChoice(CudnnState& state, ConvPlan& plan, Direction dir, const SharedC
 // One debug line per choice (`tandemd --log_level=debug`, `op_bench
 // --log_level=debug`): the chosen algorithm and the search's fastest three,
 // as algo/math/ms/MiB, to compare with what other libraries pick.
-void LogChoice(const ConvPlan& plan, Direction dir, const Candidate& chosen, const std::vector<Candidate>& candidates) {
+void LogChoice(const ConvPlan& plan, Direction dir, const Candidate& chosen, const std::vector<Candidate>& candidates,
+               bool searched) {
   if (MinLogLevel() > LogLevel::kDebug) return;
   const auto describe = [](const Candidate& c) {
     return absl::StrCat(c.algo, "/", static_cast<int>(c.math), "/", c.ms, "/", c.memory >> 20);
@@ -373,28 +406,33 @@ void LogChoice(const ConvPlan& plan, Direction dir, const Candidate& chosen, con
       .With("data_type", static_cast<int>(plan.type))
       .With("x", plan.dims)
       .With("chosen", describe(chosen))
-      .With("fastest", measured);
+      .With("fastest", searched ? measured : std::string("no search: the device is shared"));
 }
 
 // The key of `dir`'s choice in DeviceConvChoices.
 std::pair<PlanKey, int> SharedKey(const ConvPlan& plan, Direction dir) { return {plan.key, static_cast<int>(dir)}; }
 
-// The plan's algorithm for `dir` (chosen now if new: measured on `op`, or by
-// the heuristics), with the descriptor's math type set for it, and a
-// workspace large enough for it. A deterministic plan keeps to algorithms
-// whose results do not vary from run to run (PyTorch's
-// cudnn.deterministic); otherwise any algorithm may be chosen, as in
-// PyTorch by default.
+// The plan's algorithm for `dir` (chosen now if new, or provisional and
+// the device now quiet: measured on `op`, or by the heuristics; see Mode),
+// with the descriptor's math type set for it, and a workspace large enough
+// for it. A deterministic plan keeps to algorithms whose results do not
+// vary from run to run (PyTorch's cudnn.deterministic); otherwise any
+// algorithm may be chosen, as in PyTorch by default.
 absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t stream,
                              const ConvOperands& op, void** workspace) {
   std::optional<Algo>& slot = plan.algos[static_cast<int>(dir)];
+  const bool search = SearchNow(state);
+  if (slot.has_value() && slot->provisional && search && !Capturing(stream)) {
+    slot.reset();
+    g_refined.fetch_add(1);
+  }
   RETURN_IF_ERROR(AdoptShared(state, plan, dir, stream));
   if (!slot.has_value()) {
     if (Capturing(stream)) return CaptureMiss("a new algorithm choice");
-    g_searched.fetch_add(1);
+    (search ? g_searched : g_provisional).fetch_add(1);
     std::vector<Candidate> candidates;
     size_t limit = state.workspace_limit;
-    if (MeasureAlgorithms()) {
+    if (search) {
       size_t search_bytes = 0;
       ASSIGN_OR_RETURN(void* search_space, state.SearchWorkspace(limit, stream, &search_bytes));
       limit = search_bytes;
@@ -411,7 +449,13 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
       if (WorkspaceSize(state, plan, dir, c.algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
       if (bytes > limit) continue;
       slot = Algo{c.algo, c.math, bytes};
-      LogChoice(plan, dir, c, candidates);
+      LogChoice(plan, dir, c, candidates, search);
+      if (!search) {
+        // Kept for this stream only: another stream with the device to
+        // itself searches for its own.
+        slot->provisional = MeasureAlgorithms();
+        break;
+      }
       int position = -1;
       TryEngines(state, plan, dir, stream, op, limit, &*slot, &position);
       if (ShareChoices()) {
@@ -467,7 +511,8 @@ absl::Status Run(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t 
 }  // namespace conv
 
 ConvChoiceSharing ConvChoiceSharingForTesting() {
-  return {conv::g_adopted.load(), conv::g_adopted_with_engine.load(), conv::g_declined.load(), conv::g_searched.load()};
+  return {conv::g_adopted.load(),  conv::g_adopted_with_engine.load(), conv::g_declined.load(),
+          conv::g_searched.load(), conv::g_provisional.load(),         conv::g_refined.load()};
 }
 
 }  // namespace tandem::cuda

@@ -6,8 +6,12 @@
 // the call's own tensors, cudnnFind*AlgorithmEx, keeping the fastest
 // algorithm of the allowed math type (deterministic ones only when the
 // node's `deterministic` attribute is true) that needs at most
-// device::ConvWorkspaceLimitBytes() of workspace; TANDEM_CUDNN_ALGOS=heuristic takes
-// cuDNN's heuristics, cudnnGet*Algorithm_v7, instead.
+// device::ConvWorkspaceLimitBytes() of workspace. While other jobs have work
+// on the device (device::Stream::device_shared) cuDNN's heuristics,
+// cudnnGet*Algorithm_v7, choose instead, and the search runs at the stream's
+// next run of the convolution with the device to itself;
+// TANDEM_CUDNN_ALGOS=heuristic takes the heuristics always, =search searches
+// always (Mode in conv_algorithms.cc).
 // A measured choice also times cuDNN's graph-API engines for the direction
 // (cudnn_engines.h) against that algorithm and keeps an engine that beats
 // it; the engine then runs whenever the call's pointers are 16-byte aligned.

@@ -106,6 +106,7 @@ absl::StatusOr<CudnnState*> CudnnState::For(device::CudaStream& stream) {
   CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
   state->workspace_limit = static_cast<size_t>(device::ConvWorkspaceLimitBytes(total_bytes));
   state->device = stream.ordinal();
+  state->stream = &stream;
   CudnnState* raw = state.get();
   stream.Attach(&kKey, std::move(state));
   return raw;

@@ -64,6 +64,10 @@ struct Algo {
   // A graph-API plan measured faster than the algorithm (cudnn_engines.h);
   // it runs when the call's pointers are 16-byte aligned, else the algorithm.
   std::shared_ptr<const EnginePlan> engine;
+  // Chosen by the heuristics while other jobs had work on the device (no
+  // search ran): chosen again, measured, at the stream's next run of the
+  // convolution with the device to itself (conv_algorithms.cc).
+  bool provisional = false;
 };
 
 using PlanKey = std::array<int64_t, 24>;
@@ -118,8 +122,9 @@ class CudnnState final : public device::CudaStream::Attachment {
   absl::StatusOr<void*> Workspace(size_t bytes, cudaStream_t stream);
 
   cudnnHandle_t handle = nullptr;
-  size_t workspace_limit = 0;  // bytes; device::ConvWorkspaceLimitBytes() of the stream's device
-  int device = 0;              // the stream's device ordinal
+  size_t workspace_limit = 0;                  // bytes; device::ConvWorkspaceLimitBytes() of the stream's device
+  int device = 0;                              // the stream's device ordinal
+  const device::CudaStream* stream = nullptr;  // the stream (which owns this state)
   absl::flat_hash_map<PlanKey, std::unique_ptr<ConvPlan>> plans;
 
  private:

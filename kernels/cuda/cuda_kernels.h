@@ -54,12 +54,17 @@ std::string DescribeBadIndex(const Graph& graph, const Node& node, int64_t value
 // stream of the same device instead of searching (conv_algorithms.cc), how
 // many of those also rebuilt the other stream's graph-API engine, how many
 // found another stream's choice but not the workspace it needs (and
-// searched), and how many searched in all.
+// searched), how many searched in all, how many took the heuristics' choice
+// without a search because the stream's device was shared
+// (device::Stream::device_shared), and how many of those were chosen again
+// later with the device quiet.
 struct ConvChoiceSharing {
   int64_t adopted = 0;
   int64_t with_engine = 0;
   int64_t declined = 0;
   int64_t searched = 0;
+  int64_t provisional = 0;
+  int64_t refined = 0;
 };
 ConvChoiceSharing ConvChoiceSharingForTesting();
 

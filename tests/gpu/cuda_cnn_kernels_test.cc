@@ -205,6 +205,62 @@ TEST(CudaCnnKernels, AWarmedStreamSetsUpNothingInItsFirstRun) {
   EXPECT_TRUE(absl::IsInvalidArgument((*program)->WarmStream(run.stream(), -1).status()));
 }
 
+// While other jobs have work on the device (device::Stream::device_shared)
+// a new convolution takes the heuristics' choice and searches nothing, and
+// keeps it while the device stays shared; the stream's next run of it with
+// the device quiet searches (provisional choices are not offered to other
+// streams, so nothing could be taken instead). Every run, op by op, computes
+// what the CPU oracle does.
+TEST(CudaCnnKernels, ASharedDeviceChoosesWithoutSearchingUntilItIsQuiet) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  GraphMaker g;
+  AddConv(g, {"5x5 24->40, met by no other test", {3, 24, 17, 17}, {40, 24, 5, 5}, 1, 2, 1, 1, true}, DType::kFloat32);
+  const Graph& graph = g.graph();
+  GpuRun run(graph);
+  absl::StatusOr<std::unique_ptr<Program>> program =
+      cuda::CreateCudaProgram(graph, *Gpu(), {.use_graphs = false});  // every run op by op
+  ASSERT_TRUE(program.ok()) << program.status();
+  const std::vector<Bytes> feeds = g.RandomFeeds(Rng());
+  absl::StatusOr<std::vector<Bytes>> cpu = RunOnCpu(graph, feeds);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  const auto run_once = [&](bool shared) {
+    run.stream().set_device_shared(shared);
+    ASSERT_TRUE(run.Upload(feeds).ok());
+    ASSERT_TRUE(run.RunIteration(**program).ok());
+    absl::StatusOr<std::vector<Bytes>> gpu = run.Download();
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    int compared = 0;
+    for (const Node& node : graph.nodes) {
+      for (int v : node.outputs) {
+        EXPECT_TRUE(Matches((*gpu)[v], (*cpu)[v], graph.values[v].type, kConv32)) << node.op << " value " << v;
+        ++compared;
+      }
+    }
+    EXPECT_EQ(compared, 4);  // the output and three gradients
+  };
+
+  const cuda::ConvChoiceSharing before = cuda::ConvChoiceSharingForTesting();
+  run_once(/*shared=*/true);
+  const cuda::ConvChoiceSharing shared = cuda::ConvChoiceSharingForTesting();
+  EXPECT_EQ(shared.provisional - before.provisional, 3) << "three directions, by the heuristics";
+  EXPECT_EQ(shared.searched, before.searched);
+  run_once(/*shared=*/true);
+  const cuda::ConvChoiceSharing still = cuda::ConvChoiceSharingForTesting();
+  EXPECT_EQ(still.provisional, shared.provisional);
+  EXPECT_EQ(still.searched, shared.searched);
+  EXPECT_EQ(still.refined, shared.refined);
+
+  run_once(/*shared=*/false);
+  const cuda::ConvChoiceSharing quiet = cuda::ConvChoiceSharingForTesting();
+  EXPECT_EQ(quiet.refined - still.refined, 3);
+  EXPECT_EQ(quiet.searched - still.searched, 3);
+  EXPECT_EQ(quiet.adopted, still.adopted);
+  run_once(/*shared=*/false);
+  const cuda::ConvChoiceSharing after = cuda::ConvChoiceSharingForTesting();
+  EXPECT_EQ(after.refined, quiet.refined) << "a measured choice stays";
+  EXPECT_EQ(after.searched, quiet.searched);
+}
+
 Attrs PoolAttrs(int64_t k, int64_t s, int64_t p, bool ceil_mode) {
   return MakeAttrs({{"kernel_size", std::vector<int64_t>{k, k}},
                     {"stride", std::vector<int64_t>{s, s}},
