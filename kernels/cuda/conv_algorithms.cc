@@ -454,6 +454,7 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
         // Kept for this stream only: another stream with the device to
         // itself searches for its own.
         slot->provisional = MeasureAlgorithms();
+        state.provisional_made += slot->provisional ? 1 : 0;
         break;
       }
       int position = -1;
@@ -509,6 +510,11 @@ absl::Status Run(CudnnState& state, ConvPlan& plan, Direction dir, cudaStream_t 
 }
 
 }  // namespace conv
+
+int64_t ProvisionalConvChoicesMade(const device::CudaStream& stream) {
+  const conv::CudnnState* state = conv::CudnnState::Find(stream);
+  return state == nullptr ? 0 : state->provisional_made;
+}
 
 ConvChoiceSharing ConvChoiceSharingForTesting() {
   return {conv::g_adopted.load(),  conv::g_adopted_with_engine.load(), conv::g_declined.load(),

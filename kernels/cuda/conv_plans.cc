@@ -95,9 +95,16 @@ absl::Status CaptureMiss(absl::string_view what) {
       "convolution: ", what, " while the stream is being captured; the iteration must run op by op first"));
 }
 
+namespace {
+const char kStateKey = 0;  // the attachment's key
+}  // namespace
+
+const CudnnState* CudnnState::Find(const device::CudaStream& stream) {
+  return static_cast<const CudnnState*>(stream.attachment(&kStateKey));
+}
+
 absl::StatusOr<CudnnState*> CudnnState::For(device::CudaStream& stream) {
-  static const char kKey = 0;
-  if (auto* state = static_cast<CudnnState*>(stream.attachment(&kKey))) return state;
+  if (auto* state = static_cast<CudnnState*>(stream.attachment(&kStateKey))) return state;
   auto state = std::make_unique<CudnnState>();
   CUDA_RETURN_IF_ERROR(cudaSetDevice(stream.ordinal()));
   CUDNN_RETURN_IF_ERROR(cudnnCreate(&state->handle));
@@ -108,7 +115,7 @@ absl::StatusOr<CudnnState*> CudnnState::For(device::CudaStream& stream) {
   state->device = stream.ordinal();
   state->stream = &stream;
   CudnnState* raw = state.get();
-  stream.Attach(&kKey, std::move(state));
+  stream.Attach(&kStateKey, std::move(state));
   return raw;
 }
 

@@ -110,6 +110,8 @@ class CudnnState final : public device::CudaStream::Attachment {
  public:
   // The stream's state, made (a handle bound to the stream) on first use.
   static absl::StatusOr<CudnnState*> For(device::CudaStream& stream);
+  // The stream's state if it has one (nothing is made).
+  static const CudnnState* Find(const device::CudaStream& stream);
 
   ~CudnnState() override;
 
@@ -125,6 +127,7 @@ class CudnnState final : public device::CudaStream::Attachment {
   size_t workspace_limit = 0;                  // bytes; device::ConvWorkspaceLimitBytes() of the stream's device
   int device = 0;                              // the stream's device ordinal
   const device::CudaStream* stream = nullptr;  // the stream (which owns this state)
+  int64_t provisional_made = 0;                // choices made here without a search (Algo::provisional)
   absl::flat_hash_map<PlanKey, std::unique_ptr<ConvPlan>> plans;
 
  private:

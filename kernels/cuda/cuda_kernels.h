@@ -68,6 +68,13 @@ struct ConvChoiceSharing {
 };
 ConvChoiceSharing ConvChoiceSharingForTesting();
 
+// How many convolution directions have taken the heuristics' choice on
+// `stream` because its device was shared (ConvChoiceSharing::provisional,
+// for one stream): a Program whose op-by-op run made some runs op by op
+// again, and captures again, at its first iteration there with the device
+// quiet, so that its graph holds measured choices (cuda_program_graphs.cc).
+int64_t ProvisionalConvChoicesMade(const device::CudaStream& stream);
+
 }  // namespace tandem::cuda
 
 #endif  // TANDEM_KERNELS_CUDA_CUDA_KERNELS_H_

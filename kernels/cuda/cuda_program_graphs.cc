@@ -19,14 +19,17 @@
 namespace tandem::cuda::program_internal {
 
 absl::Status CudaProgram::EnqueueFast(CudaStream& stream, LaneState& state, absl::Span<void* const> addresses) {
-  if (state.whole.Replays(addresses)) {
+  const bool measure_again = state.provisional && !stream.device_shared();
+  if (!measure_again && state.whole.Replays(addresses)) {
     CUDA_RETURN_IF_ERROR(cudaGraphLaunch(state.whole.exec, stream.native()));
     ++stats_.graph_launches;
     Count(graph_launches_);
   } else {
     const auto began = std::chrono::steady_clock::now();
     const int num_nodes = static_cast<int>(graph_.nodes.size());
+    const int64_t provisional_before = ProvisionalConvChoicesMade(stream);
     RETURN_IF_ERROR(LaunchNodes(stream, state, addresses, 0, num_nodes));
+    state.provisional = ProvisionalConvChoicesMade(stream) != provisional_before;
     const auto ran = std::chrono::steady_clock::now();
     CountOpByOp();
     if (options_.use_graphs && !capture_disabled_ && TryCapture(stream, state, state.whole, addresses, 0, num_nodes)) {

@@ -51,6 +51,10 @@ struct LaneState {
   std::shared_ptr<ErrorSlots> error_slots;  // shared with the deferred checks
   uint64_t last_used = 0;                   // the Program's use count at this stream's last iteration
   CapturedGraph whole;                      // the whole iteration
+  // The last op-by-op run of the whole iteration made convolution choices
+  // without a search (the device was shared): the next iteration with the
+  // device quiet runs op by op, measuring them, and is captured again.
+  bool provisional = false;
   absl::flat_hash_map<std::pair<int, int>, CapturedGraph> ranges;  // [begin, end) of EnqueueNodes
 };
 

@@ -12,7 +12,11 @@
 // pools, in what its reserve leaves): then the Program releases its graphs
 // of other streams, runs op by op, and tries again after a backoff (16
 // iterations, doubling to 1024). Node ranges (EnqueueNodes) follow the same
-// rule range by range (range_graphs).
+// rule range by range (range_graphs). One more reason to run op by op: the
+// whole iteration's last op-by-op run chose convolution algorithms by cuDNN's
+// heuristics because other jobs had work on the device
+// (device::Stream::device_shared); the first iteration with the device quiet
+// then runs op by op, measuring them, and is captured again.
 //
 // A Program keeps its graphs on at most `kept_lane_graphs` streams (the
 // one it captures on and the most recently used others): a job that moves

@@ -205,60 +205,112 @@ TEST(CudaCnnKernels, AWarmedStreamSetsUpNothingInItsFirstRun) {
   EXPECT_TRUE(absl::IsInvalidArgument((*program)->WarmStream(run.stream(), -1).status()));
 }
 
-// While other jobs have work on the device (device::Stream::device_shared)
-// a new convolution takes the heuristics' choice and searches nothing, and
-// keeps it while the device stays shared; the stream's next run of it with
-// the device quiet searches (provisional choices are not offered to other
-// streams, so nothing could be taken instead). Every run, op by op, computes
-// what the CPU oracle does.
-TEST(CudaCnnKernels, ASharedDeviceChoosesWithoutSearchingUntilItIsQuiet) {
-  TANDEM_SKIP_WITHOUT_GPU();
-  GraphMaker g;
-  AddConv(g, {"5x5 24->40, met by no other test", {3, 24, 17, 17}, {40, 24, 5, 5}, 1, 2, 1, 1, true}, DType::kFloat32);
-  const Graph& graph = g.graph();
-  GpuRun run(graph);
-  absl::StatusOr<std::unique_ptr<Program>> program =
-      cuda::CreateCudaProgram(graph, *Gpu(), {.use_graphs = false});  // every run op by op
-  ASSERT_TRUE(program.ok()) << program.status();
-  const std::vector<Bytes> feeds = g.RandomFeeds(Rng());
-  absl::StatusOr<std::vector<Bytes>> cpu = RunOnCpu(graph, feeds);
-  ASSERT_TRUE(cpu.ok()) << cpu.status();
-  const auto run_once = [&](bool shared) {
-    run.stream().set_device_shared(shared);
-    ASSERT_TRUE(run.Upload(feeds).ok());
-    ASSERT_TRUE(run.RunIteration(**program).ok());
-    absl::StatusOr<std::vector<Bytes>> gpu = run.Download();
+// Runs `graph` on one stream with `program`, marked shared or not
+// (device::Stream::device_shared), and compares every output with the CPU
+// oracle's on the same random feeds.
+class SharedOrQuietRuns {
+ public:
+  SharedOrQuietRuns(const GraphMaker& g, const cuda::CudaProgramOptions& options)
+      : graph_(g.graph()), run_(graph_), feeds_(g.RandomFeeds(Rng())) {
+    program_ = cuda::CreateCudaProgram(graph_, *Gpu(), options);
+    cpu_ = RunOnCpu(graph_, feeds_);
+  }
+
+  absl::Status status() const { return !program_.ok() ? program_.status() : cpu_.status(); }
+  ProgramCounters Counters() const { return (*program_)->Counters(); }
+
+  void Run(bool shared) {
+    run_.stream().set_device_shared(shared);
+    ASSERT_TRUE(run_.Upload(feeds_).ok());
+    ASSERT_TRUE(run_.RunIteration(**program_).ok());
+    absl::StatusOr<std::vector<Bytes>> gpu = run_.Download();
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     int compared = 0;
-    for (const Node& node : graph.nodes) {
+    for (const Node& node : graph_.nodes) {
       for (int v : node.outputs) {
-        EXPECT_TRUE(Matches((*gpu)[v], (*cpu)[v], graph.values[v].type, kConv32)) << node.op << " value " << v;
+        EXPECT_TRUE(Matches((*gpu)[v], (*cpu_)[v], graph_.values[v].type, kConv32)) << node.op << " value " << v;
         ++compared;
       }
     }
     EXPECT_EQ(compared, 4);  // the output and three gradients
-  };
+  }
+
+ private:
+  const Graph& graph_;
+  GpuRun run_;
+  std::vector<Bytes> feeds_;
+  absl::StatusOr<std::unique_ptr<Program>> program_;
+  absl::StatusOr<std::vector<Bytes>> cpu_;
+};
+
+// While other jobs have work on the device a new convolution takes the
+// heuristics' choice and searches nothing, and keeps it while the device
+// stays shared; the stream's next run of it with the device quiet searches
+// (provisional choices are not offered to other streams, so nothing could be
+// taken instead). Every run op by op.
+TEST(CudaCnnKernels, ASharedDeviceChoosesWithoutSearchingUntilItIsQuiet) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  GraphMaker g;
+  AddConv(g, {"5x5 24->40, met by no other test", {3, 24, 17, 17}, {40, 24, 5, 5}, 1, 2, 1, 1, true}, DType::kFloat32);
+  SharedOrQuietRuns runs(g, {.use_graphs = false});
+  ASSERT_TRUE(runs.status().ok()) << runs.status();
 
   const cuda::ConvChoiceSharing before = cuda::ConvChoiceSharingForTesting();
-  run_once(/*shared=*/true);
+  runs.Run(/*shared=*/true);
   const cuda::ConvChoiceSharing shared = cuda::ConvChoiceSharingForTesting();
   EXPECT_EQ(shared.provisional - before.provisional, 3) << "three directions, by the heuristics";
   EXPECT_EQ(shared.searched, before.searched);
-  run_once(/*shared=*/true);
+  runs.Run(/*shared=*/true);
   const cuda::ConvChoiceSharing still = cuda::ConvChoiceSharingForTesting();
   EXPECT_EQ(still.provisional, shared.provisional);
   EXPECT_EQ(still.searched, shared.searched);
   EXPECT_EQ(still.refined, shared.refined);
 
-  run_once(/*shared=*/false);
+  runs.Run(/*shared=*/false);
   const cuda::ConvChoiceSharing quiet = cuda::ConvChoiceSharingForTesting();
   EXPECT_EQ(quiet.refined - still.refined, 3);
   EXPECT_EQ(quiet.searched - still.searched, 3);
   EXPECT_EQ(quiet.adopted, still.adopted);
-  run_once(/*shared=*/false);
+  runs.Run(/*shared=*/false);
   const cuda::ConvChoiceSharing after = cuda::ConvChoiceSharingForTesting();
   EXPECT_EQ(after.refined, quiet.refined) << "a measured choice stays";
   EXPECT_EQ(after.searched, quiet.searched);
+}
+
+// With graphs: the iteration captured while the device was shared holds
+// the heuristics' choices and replays while it stays shared; its first
+// iteration with the device quiet runs op by op again (searching them) and
+// is captured again; later ones replay that graph.
+TEST(CudaCnnKernels, AGraphCapturedWhileSharedIsCapturedAgainWhenQuiet) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  GraphMaker g;
+  AddConv(g, {"3x3 20->36 s2, met by no other test", {3, 20, 19, 19}, {36, 20, 3, 3}, 2, 1, 1, 1, false},
+          DType::kFloat32);
+  SharedOrQuietRuns runs(g, {});
+  ASSERT_TRUE(runs.status().ok()) << runs.status();
+
+  const cuda::ConvChoiceSharing before = cuda::ConvChoiceSharingForTesting();
+  runs.Run(/*shared=*/true);  // op by op, captured
+  runs.Run(/*shared=*/true);  // replayed
+  ProgramCounters c = runs.Counters();
+  EXPECT_EQ(c.op_by_op_runs, 1);
+  EXPECT_EQ(c.graph_launches, 1);
+  EXPECT_EQ(cuda::ConvChoiceSharingForTesting().provisional - before.provisional, 3);
+
+  runs.Run(/*shared=*/false);  // op by op: measured, captured again
+  c = runs.Counters();
+  EXPECT_EQ(c.op_by_op_runs, 2);
+  EXPECT_EQ(c.captures, 2);
+  const cuda::ConvChoiceSharing quiet = cuda::ConvChoiceSharingForTesting();
+  EXPECT_EQ(quiet.refined - before.refined, 3);
+  EXPECT_EQ(quiet.searched - before.searched, 3);
+
+  runs.Run(/*shared=*/false);  // replayed
+  runs.Run(/*shared=*/true);   // replayed: its choices are measured ones
+  c = runs.Counters();
+  EXPECT_EQ(c.op_by_op_runs, 2);
+  EXPECT_EQ(c.graph_launches, 3);
+  EXPECT_EQ(cuda::ConvChoiceSharingForTesting().provisional, quiet.provisional);
 }
 
 Attrs PoolAttrs(int64_t k, int64_t s, int64_t p, bool ceil_mode) {
