@@ -429,7 +429,11 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
   RETURN_IF_ERROR(AdoptShared(state, plan, dir, stream));
   if (!slot.has_value()) {
     if (Capturing(stream)) return CaptureMiss("a new algorithm choice");
-    (search ? g_searched : g_provisional).fetch_add(1);
+    if (search) {
+      g_searched.fetch_add(1);
+    } else if (MeasureAlgorithms()) {
+      g_provisional.fetch_add(1);
+    }
     std::vector<Candidate> candidates;
     size_t limit = state.workspace_limit;
     if (search) {
