@@ -388,8 +388,7 @@ Algo AdoptChoice(CudnnState& state, ConvPlan& plan, Direction dir, const SharedC
 // One debug line per choice (`tandemd --log_level=debug`, `op_bench
 // --log_level=debug`): the chosen algorithm and the search's fastest three,
 // as algo/math/ms/MiB, to compare with what other libraries pick.
-void LogChoice(const ConvPlan& plan, Direction dir, const Candidate& chosen, const std::vector<Candidate>& candidates,
-               bool searched) {
+void LogChoice(const ConvPlan& plan, Direction dir, const Candidate& chosen, const std::vector<Candidate>& candidates) {
   if (MinLogLevel() > LogLevel::kDebug) return;
   const auto describe = [](const Candidate& c) {
     return absl::StrCat(c.algo, "/", static_cast<int>(c.math), "/", c.ms, "/", c.memory >> 20);
@@ -406,7 +405,7 @@ void LogChoice(const ConvPlan& plan, Direction dir, const Candidate& chosen, con
       .With("data_type", static_cast<int>(plan.type))
       .With("x", plan.dims)
       .With("chosen", describe(chosen))
-      .With("fastest", searched ? measured : std::string("no search: the device is shared"));
+      .With("fastest", measured.empty() ? std::string("none measured") : measured);
 }
 
 // The key of `dir`'s choice in DeviceConvChoices.
@@ -453,7 +452,7 @@ absl::StatusOr<Algo> Prepare(CudnnState& state, ConvPlan& plan, Direction dir, c
       if (WorkspaceSize(state, plan, dir, c.algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
       if (bytes > limit) continue;
       slot = Algo{c.algo, c.math, bytes};
-      LogChoice(plan, dir, c, candidates, search);
+      LogChoice(plan, dir, c, candidates);
       if (!search) {
         // Kept for this stream only: another stream with the device to
         // itself searches for its own.
